@@ -1,0 +1,78 @@
+// The dataset index: every usable sample of a directory of WebDataset shards, in the
+// order the server and the planner see them, plus what was skipped and why.
+#ifndef SHARDCAST_COMMON_DATASET_INDEX_H_
+#define SHARDCAST_COMMON_DATASET_INDEX_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardcast {
+
+// One tar member of a sample. `offset` is the position of the member's data in the
+// UNCOMPRESSED tar stream: for a plain .tar that is a file offset (one pread reads it);
+// for .tar.gz it is an offset into the decompressed stream.
+struct MemberRef {
+  std::string ext;  // lower-cased, e.g. "jpg", "json", "seg.png"
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+struct SampleEntry {
+  std::string key;            // case preserved, may contain '/'
+  int64_t label = -1;         // from .cls or the json label field
+  uint32_t image_member = 0;  // index into `members` of the image to decode
+  std::vector<MemberRef> members;
+};
+
+struct ShardInfo {
+  std::string path;  // relative to the dataset root, e.g. "shard-000001.tar"
+  uint64_t file_size = 0;
+  int64_t mtime_ns = 0;
+  bool compressed = false;  // .tar.gz / .tgz
+  std::vector<SampleEntry> samples;
+};
+
+// A sample (or stray member) that did not make it into the index.
+struct SkippedSample {
+  std::string shard;   // shard path
+  std::string key;     // sample key, or member name when no key could be formed
+  std::string reason;  // e.g. "no image member", "duplicate extension 'jpg'"
+};
+
+struct DatasetIndex {
+  std::string root;                      // absolute path of the dataset directory
+  std::vector<ShardInfo> shards;         // natural sorted order ("2" before "10")
+  int64_t num_samples = 0;               // sum of shard sample counts
+  int32_t num_classes = 0;               // info.json's, else max label + 1
+  std::vector<std::string> class_names;  // by label, from json "class" when present
+  std::vector<SkippedSample> skipped;
+  std::vector<std::string> warnings;  // e.g. info.json disagrees with the scan
+  std::string fingerprint;            // hex digest of shard names/sizes/mtimes/options
+  bool loaded_from_cache = false;
+
+  // Per-shard sample counts, in shard order: all the planner needs.
+  std::vector<uint32_t> ShardSampleCounts() const;
+};
+
+struct IndexOptions {
+  // Field of the .json member holding the integer label (when there is no .cls).
+  std::string label_field = "label";
+  // Where the index cache lives; empty = no cache. Never inside the dataset dir.
+  std::string cache_dir;
+  // Scanner threads; 0 = one per shard up to hardware concurrency.
+  int threads = 0;
+};
+
+// Scans (or loads from cache) the shards directly inside `dir`.
+// Errors: the directory is missing/unreadable or contains no shard.
+// A shard that cannot be read at all is an error naming it; a bad sample is skipped
+// and recorded in `skipped`.
+absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
+                                               const IndexOptions& options);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_DATASET_INDEX_H_

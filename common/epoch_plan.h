@@ -1,0 +1,94 @@
+// The epoch planner: which samples each rank gets in each batch of an epoch.
+// A pure function of (shard sample counts, config, epoch): no I/O, no clock, no
+// global state. It is the guarantee of the product: every rank gets exactly
+// batches_per_rank() batches, for every epoch.
+#ifndef SHARDCAST_COMMON_EPOCH_PLAN_H_
+#define SHARDCAST_COMMON_EPOCH_PLAN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace shardcast {
+
+enum class Split {
+  kShard,   // webdataset split_by_node + DataLoader workers + repeat/slice
+  kSample,  // exactly-once: per-epoch permutation dealt round-robin by batch
+};
+enum class Remainder {
+  kDrop,  // n = N // (B*W)
+  kPad,   // n = ceil(N / (B*W)), padding entries invalid (split kSample)
+};
+
+struct PlanConfig {
+  int32_t world_size = 1;
+  int32_t batch_size = 1;
+  Split split = Split::kShard;
+  Remainder remainder = Remainder::kDrop;
+  int32_t workers = 1;          // virtual DataLoader workers per rank (split kShard)
+  uint64_t seed = 0;
+  bool shuffle_shards = false;  // shard order shuffled by (seed, epoch)
+  int32_t shuffle_buffer = 0;   // per-worker sample shuffle buffer (split kShard), 0 = off
+  int32_t block_size = 0;       // shards per shuffle block (split kSample), 0 = global
+};
+
+// A reference to one sample: shard position in the sorted shard list and position
+// of the sample inside that shard. Padding entries have shard == index == -1.
+struct SampleRef {
+  int32_t shard = -1;
+  int32_t index = -1;
+  uint64_t augment_seed = 0;  // seeds kRandom transforms; fixed by the plan
+  bool valid() const { return shard >= 0; }
+};
+
+struct PlannedBatch {
+  int64_t epoch = 0;
+  int32_t rank = 0;
+  int64_t index = 0;  // 0 .. batches_per_rank()-1
+  std::vector<SampleRef> samples;  // exactly batch_size entries
+};
+
+// Produces one rank's batches lazily, in order.
+class RankBatchIterator {
+ public:
+  virtual ~RankBatchIterator() = default;
+  // Fills `batch` and returns true, or returns false after the last batch.
+  virtual bool Next(PlannedBatch* batch) = 0;
+};
+
+// Augmentation seed of a sample in an epoch (same sample, epoch, seed -> same bytes).
+uint64_t AugmentSeed(uint64_t seed, int64_t epoch, int32_t shard, int32_t index);
+
+class EpochPlan {
+ public:
+  // Validates the config against the data and builds the epoch's shared state
+  // (shard order, permutation). Refusals are InvalidArgument/FailedPrecondition
+  // with a message that says why and what to change.
+  static absl::StatusOr<std::shared_ptr<const EpochPlan>> Create(
+      std::vector<uint32_t> shard_sizes, const PlanConfig& config, int64_t epoch);
+
+  virtual ~EpochPlan() = default;
+  virtual int64_t batches_per_rank() const = 0;
+  // Shards read by `rank` in this epoch (split kShard; empty for kSample).
+  virtual std::vector<int32_t> ShardsOfRank(int32_t rank) const = 0;
+  // Batches start_batch .. batches_per_rank()-1 of `rank`; the suffix of the
+  // sequence from 0. REQUIRES: 0 <= rank < world_size, 0 <= start_batch <= n.
+  // The iterator keeps the plan alive.
+  virtual std::unique_ptr<RankBatchIterator> Iterate(int32_t rank,
+                                                     int64_t start_batch) const = 0;
+};
+
+// n for (data, config) without building an epoch, or the refusal.
+absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
+                                       const PlanConfig& config);
+
+// Stable hex digest of (index fingerprint, config) that ranks/servers compare.
+std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfig& config);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_EPOCH_PLAN_H_
