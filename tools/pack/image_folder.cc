@@ -1,0 +1,1 @@
+// Placeholder so CMake configures while this module is written; replaced by its implementation.
