@@ -38,19 +38,53 @@ enum class TransformMode {
 
 struct TransformSpec {
   TransformMode mode = TransformMode::kCenter;
-  int resize = 256;  // short side for kCenter
-  int crop = 224;    // output is crop x crop
+  int resize = 256;         // short side for kCenter
+  int crop = 224;           // output is crop x crop
   bool dct_scaling = true;  // allow DCT-domain downscale (never below what's needed)
 };
 
 // Writes 3 * crop * crop bytes, planar RGB (CHW), to `out_chw`.
 // `augment_seed` drives kRandom (same seed -> same bytes); ignored for kCenter.
-absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec,
-                            uint64_t augment_seed, uint8_t* out_chw);
+absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
+                            uint8_t* out_chw);
 
 // Decode + transform in one call, choosing the DCT scale from the transform.
+// kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
+// scale changes only the resampling source, never which region is taken.
 absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,
                                 uint64_t augment_seed, uint8_t* out_chw);
+
+// --- Lower-level pieces (exposed for tests and benchmarks) ---
+
+// What the header says, without decoding pixels.
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+  bool is_jpeg = false;  // else PNG
+};
+absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
+
+// A region of an image (pixel coordinates of the original image) and whether
+// the result is mirrored left-right.
+struct CropParams {
+  int top = 0;
+  int left = 0;
+  int height = 0;
+  int width = 0;
+  bool flip = false;
+};
+
+// torchvision RandomResizedCrop.get_params(scale=(0.08,1), ratio=(3/4,4/3)) on a
+// width x height image (10 attempts, then the clamped-ratio centre crop), then
+// RandomHorizontalFlip(p=0.5), all drawn from a splitmix64 stream seeded with
+// `augment_seed`: same seed and size -> same parameters on any machine.
+CropParams RandomResizedCropParams(int width, int height, uint64_t augment_seed);
+
+// Resizes `params`' region of `image` to crop x crop (bilinear, antialias, as
+// torchvision's resized_crop with antialias=True), mirrored if params.flip, into
+// 3 * crop * crop bytes of planar RGB.
+absl::Status ResizedCropToChw(const RgbImage& image, const CropParams& params, int crop,
+                              uint8_t* out_chw);
 
 }  // namespace shardcast
 
