@@ -1,1 +1,636 @@
-// Placeholder so CMake configures while this module is written; replaced by its implementation.
+// Builds the dataset index: lists shards in natural order, scans them in parallel
+// (tar_reader + sample_grouping), checks info.json, and caches the result on disk.
+#include "common/dataset_index.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/json_fields.h"
+#include "common/sample_grouping.h"
+#include "common/tar_reader.h"
+
+namespace shardcast {
+namespace fs = std::filesystem;
+
+std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
+  std::vector<uint32_t> counts;
+  counts.reserve(shards.size());
+  for (const ShardInfo& shard : shards)
+    counts.push_back(static_cast<uint32_t>(shard.samples.size()));
+  return counts;
+}
+
+namespace {
+
+// Bump when the scan's rules or the cache layout change: old caches and fingerprints
+// then no longer match.
+constexpr uint32_t kIndexVersion = 1;
+constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
+// .cls/.json members bigger than this are not label files; they are not read.
+constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
+
+// 128-bit FNV-1a: stable across processes, machines and builds (unlike std::hash or
+// absl::Hash), so the fingerprint means the same thing to every server replica.
+class Fnv1a128 {
+ public:
+  void Add(absl::string_view bytes) {
+    for (unsigned char c : bytes) {
+      state_ ^= c;
+      state_ *= kPrime;
+    }
+  }
+  void AddString(absl::string_view s) {  // length-prefixed: ("ab","c") != ("a","bc")
+    AddU64(s.size());
+    Add(s);
+  }
+  void AddU64(uint64_t v) {
+    char buf[8];
+    for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>(v >> (8 * i));
+    Add(absl::string_view(buf, 8));
+  }
+  std::string Hex() const {
+    return absl::StrFormat("%016x%016x", static_cast<uint64_t>(state_ >> 64),
+                           static_cast<uint64_t>(state_));
+  }
+
+ private:
+  static constexpr unsigned __int128 kPrime =
+      (static_cast<unsigned __int128>(0x0000000001000000ULL) << 64) | 0x000000000000013BULL;
+  unsigned __int128 state_ =
+      (static_cast<unsigned __int128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
+};
+
+// "shard-2" < "shard-10": runs of digits compare by value, the rest bytewise.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      size_t is = i, js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;  // leading zeros do not change the value
+      while (js + 1 < je && b[js] == '0') ++js;
+      if (ie - is != je - js) return ie - is < je - js;
+      const int c = a.compare(is, ie - is, b, js, je - js);
+      if (c != 0) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if ((a.size() - i) != (b.size() - j)) return a.size() - i < b.size() - j;
+  return a < b;  // equal by value ("01" vs "1"): any fixed order will do
+}
+
+bool IsShardName(const std::string& name) {
+  return absl::EndsWith(name, ".tar") || absl::EndsWith(name, ".tar.gz") ||
+         absl::EndsWith(name, ".tgz");
+}
+
+void Warn(std::vector<std::string>* warnings, std::string message) {
+  std::fprintf(stderr, "shardcast: warning: %s\n", message.c_str());
+  warnings->push_back(std::move(message));
+}
+
+// Shards directly in `root` (symlinks followed), natural order, without samples.
+absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root) {
+  std::vector<ShardInfo> shards;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(root, ": cannot list directory: ", ec.message()));
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return absl::UnavailableError(absl::StrCat(root, ": listing failed: ", ec.message()));
+    const std::string name = it->path().filename().string();
+    if (!IsShardName(name)) continue;
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat(it->path().string(), ": cannot stat: ", std::strerror(errno)));
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    ShardInfo shard;
+    shard.path = name;
+    shard.file_size = static_cast<uint64_t>(st.st_size);
+    shard.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    shard.compressed = !absl::EndsWith(name, ".tar");
+    shards.push_back(std::move(shard));
+  }
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
+  return shards;
+}
+
+std::string Fingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
+  Fnv1a128 h;
+  h.AddString("shardcast-index");
+  h.AddU64(kIndexVersion);
+  h.AddString(options.label_field);
+  h.AddU64(shards.size());
+  for (const ShardInfo& s : shards) {
+    h.AddString(s.path);
+    h.AddU64(s.file_size);
+    h.AddU64(static_cast<uint64_t>(s.mtime_ns));
+  }
+  return h.Hex();
+}
+
+// What scanning one shard produces; merged in shard order so the index is deterministic.
+struct ShardScanResult {
+  absl::Status fatal;  // the shard could not be read at all
+  std::vector<SampleEntry> samples;
+  std::vector<SkippedSample> skipped;
+  std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
+  std::vector<std::string> warnings;
+  bool compressed = false;
+};
+
+ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
+                          const IndexOptions& options) {
+  ShardScanResult result;
+  const std::string path = (fs::path(root) / shard.path).string();
+  const auto want_content = [](absl::string_view name, uint64_t size) {
+    if (size > kMaxLabelMemberBytes) return false;
+    std::optional<KeyExt> split = SplitKeyExt(name);
+    return split.has_value() && IsLabelExt(absl::AsciiStrToLower(split->ext));
+  };
+  absl::StatusOr<TarScan> scan = ScanTar(path, want_content);
+  if (!scan.ok()) {
+    result.fatal = scan.status();
+    return result;
+  }
+  if (!scan->error.ok() && scan->members.empty()) {
+    result.fatal = scan->error;
+    return result;
+  }
+  result.compressed = scan->compressed;
+  std::vector<absl::string_view> names;
+  names.reserve(scan->members.size());
+  for (const TarMember& m : scan->members) names.push_back(m.name);
+  Grouping grouping = GroupByKeys(names);
+  for (size_t i : grouping.keyless) {
+    result.skipped.push_back(
+        SkippedSample{shard.path, scan->members[i].name,
+                      "no '.' in the file name (or nothing before it): not part of any sample"});
+  }
+  size_t usable_groups = grouping.groups.size();
+  if (!scan->error.ok()) {
+    // The last sample before the break may have had more members after it: drop it.
+    if (usable_groups > 0) {
+      --usable_groups;
+      result.skipped.push_back(
+          SkippedSample{shard.path, grouping.groups.back().key,
+                        absl::StrCat("the shard breaks after this sample (it may be incomplete): ",
+                                     scan->error.message())});
+    }
+    result.warnings.push_back(absl::StrCat(scan->error.message(), "; kept the ", usable_groups,
+                                           " sample(s) read completely before the break"));
+  }
+  for (size_t g = 0; g < usable_groups; ++g) {
+    const MemberGroup& group = grouping.groups[g];
+    absl::StatusOr<LabeledSample> sample =
+        MakeSampleEntry(group, scan->members, options.label_field);
+    if (!sample.ok()) {
+      result.skipped.push_back(
+          SkippedSample{shard.path, group.key, std::string(sample.status().message())});
+      continue;
+    }
+    if (!sample->class_name.empty()) {
+      result.class_names.emplace_back(sample->entry.label, std::move(sample->class_name));
+    }
+    result.samples.push_back(std::move(sample->entry));
+  }
+  return result;
+}
+
+// ---- cache file: magic, version, then length-prefixed fields, then an FNV checksum ----
+
+class CacheWriter {
+ public:
+  void U64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void Str(absl::string_view s) {
+    U64(s.size());
+    out_.append(s.data(), s.size());
+  }
+  std::string Finish() {
+    Fnv1a128 h;
+    h.Add(out_);
+    Str(h.Hex());
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+class CacheParser {
+ public:
+  explicit CacheParser(absl::string_view data) : data_(data) {}
+  bool U64(uint64_t* v) {
+    if (pos_ + 8 > data_.size()) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i)
+      *v |= static_cast<uint64_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint64_t n = 0;
+    if (!U64(&n) || n > data_.size() - pos_) return false;
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Count(uint64_t* n) {  // a count of items of at least 8 bytes each: bounded by data
+    return U64(n) && *n <= (data_.size() - pos_) / 8;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  absl::string_view data_;
+  size_t pos_ = 0;
+};
+
+// The scan results that the cache keeps (info.json checks are redone on every load).
+struct ScanOutcome {
+  std::vector<ShardInfo> shards;
+  std::vector<SkippedSample> skipped;
+  std::vector<std::string> class_names;  // by label, "" where unknown
+  std::vector<std::string> warnings;
+  int64_t max_label = -1;
+};
+
+std::string SerializeCache(const std::string& root, const IndexOptions& options,
+                           const ScanOutcome& scan) {
+  CacheWriter w;
+  w.Str(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
+  w.U64(kIndexVersion);
+  w.Str(root);
+  w.Str(options.label_field);
+  w.U64(scan.shards.size());
+  for (const ShardInfo& s : scan.shards) {
+    w.Str(s.path);
+    w.U64(s.file_size);
+    w.U64(static_cast<uint64_t>(s.mtime_ns));
+    w.U64(s.compressed ? 1 : 0);
+    w.U64(s.samples.size());
+    for (const SampleEntry& e : s.samples) {
+      w.Str(e.key);
+      w.U64(static_cast<uint64_t>(e.label));
+      w.U64(e.image_member);
+      w.U64(e.members.size());
+      for (const MemberRef& m : e.members) {
+        w.Str(m.ext);
+        w.U64(m.offset);
+        w.U64(m.size);
+      }
+    }
+  }
+  w.U64(scan.skipped.size());
+  for (const SkippedSample& s : scan.skipped) {
+    w.Str(s.shard);
+    w.Str(s.key);
+    w.Str(s.reason);
+  }
+  w.U64(scan.class_names.size());
+  for (const std::string& name : scan.class_names) w.Str(name);
+  w.U64(scan.warnings.size());
+  for (const std::string& warning : scan.warnings) w.Str(warning);
+  w.U64(static_cast<uint64_t>(scan.max_label));
+  return w.Finish();
+}
+
+// Parses a cache file. Error = corrupt (the caller rebuilds); a valid file for other
+// shards is reported through `*stale`.
+absl::Status ParseCache(absl::string_view data, const std::string& root,
+                        const IndexOptions& options, const std::vector<ShardInfo>& listed,
+                        ScanOutcome* scan, bool* stale) {
+  const auto corrupt = [](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("corrupt index cache: ", what));
+  };
+  // Checksum first: everything after it can trust lengths not to lie.
+  if (data.size() < 8 + 32) return corrupt("too short");
+  {
+    CacheParser tail(data.substr(data.size() - 40));
+    std::string stored;
+    if (!tail.Str(&stored)) return corrupt("no checksum");
+    Fnv1a128 h;
+    h.Add(data.substr(0, data.size() - 40));
+    if (stored != h.Hex()) return corrupt("checksum mismatch");
+  }
+  CacheParser p(data.substr(0, data.size() - 40));
+  std::string magic, stored_root, label_field;
+  uint64_t version = 0, n = 0;
+  if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
+    return corrupt("bad magic");
+  }
+  if (!p.U64(&version) || version != kIndexVersion) {
+    *stale = true;  // another layout: rebuild without complaint
+    return absl::OkStatus();
+  }
+  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.Count(&n)) return corrupt("header");
+  if (stored_root != root || label_field != options.label_field || n != listed.size()) {
+    *stale = true;
+    return absl::OkStatus();
+  }
+  scan->shards.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    ShardInfo& s = scan->shards[i];
+    uint64_t size = 0, mtime = 0, compressed = 0, samples = 0;
+    if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&compressed) ||
+        !p.Count(&samples)) {
+      return corrupt("shard record");
+    }
+    s.file_size = size;
+    s.mtime_ns = static_cast<int64_t>(mtime);
+    s.compressed = compressed != 0;
+    if (s.path != listed[i].path || s.file_size != listed[i].file_size ||
+        s.mtime_ns != listed[i].mtime_ns) {
+      *stale = true;
+      return absl::OkStatus();
+    }
+    s.samples.resize(samples);
+    for (SampleEntry& e : s.samples) {
+      uint64_t label = 0, image = 0, members = 0;
+      if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) || !p.Count(&members)) {
+        return corrupt("sample record");
+      }
+      e.label = static_cast<int64_t>(label);
+      e.image_member = static_cast<uint32_t>(image);
+      if (image >= members) return corrupt("image member out of range");
+      e.members.resize(members);
+      for (MemberRef& m : e.members) {
+        if (!p.Str(&m.ext) || !p.U64(&m.offset) || !p.U64(&m.size)) return corrupt("member");
+      }
+    }
+  }
+  if (!p.Count(&n)) return corrupt("skipped count");
+  scan->skipped.resize(n);
+  for (SkippedSample& s : scan->skipped) {
+    if (!p.Str(&s.shard) || !p.Str(&s.key) || !p.Str(&s.reason)) return corrupt("skipped");
+  }
+  if (!p.Count(&n)) return corrupt("class count");
+  scan->class_names.resize(n);
+  for (std::string& name : scan->class_names) {
+    if (!p.Str(&name)) return corrupt("class name");
+  }
+  if (!p.Count(&n)) return corrupt("warning count");
+  scan->warnings.resize(n);
+  for (std::string& warning : scan->warnings) {
+    if (!p.Str(&warning)) return corrupt("warning");
+  }
+  uint64_t max_label = 0;
+  if (!p.U64(&max_label)) return corrupt("max label");
+  scan->max_label = static_cast<int64_t>(max_label);
+  return absl::OkStatus();
+}
+
+std::string CachePath(const std::string& cache_dir, const std::string& root) {
+  Fnv1a128 h;
+  h.AddString(root);
+  return (fs::path(cache_dir) / ("shardcast-index-" + h.Hex().substr(0, 16) + ".bin")).string();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
+  return ss.str();
+}
+
+// Written to a temporary name and renamed: a reader never sees half a cache.
+absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".",
+                                       std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardInfo> shards,
+                                    const IndexOptions& options) {
+  std::vector<ShardScanResult> results(shards.size());
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
+  std::atomic<size_t> next{0};
+  const auto worker = [&] {
+    for (size_t i = next++; i < shards.size(); i = next++) {
+      results[i] = ScanShard(root, shards[i], options);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+
+  ScanOutcome out;
+  std::map<int64_t, std::string> names;
+  std::set<int64_t> warned_labels;  // one warning per label with conflicting names
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ShardScanResult& r = results[i];
+    if (!r.fatal.ok()) return r.fatal;
+    shards[i].compressed = r.compressed;
+    shards[i].samples = std::move(r.samples);
+    for (const SampleEntry& e : shards[i].samples) out.max_label = std::max(out.max_label, e.label);
+    for (SkippedSample& s : r.skipped) out.skipped.push_back(std::move(s));
+    for (std::string& w : r.warnings) out.warnings.push_back(std::move(w));
+    for (auto& [label, name] : r.class_names) {
+      auto [it, inserted] = names.emplace(label, name);
+      if (!inserted && it->second != name && warned_labels.insert(label).second) {
+        out.warnings.push_back(absl::StrCat("label ", label, " has class names '", it->second,
+                                            "' and '", name, "' (in ", shards[i].path,
+                                            "); keeping the first"));
+      }
+    }
+  }
+  if (!names.empty()) {
+    out.class_names.resize(static_cast<size_t>(out.max_label + 1));
+    for (auto& [label, name] : names) {
+      out.class_names[static_cast<size_t>(label)] = name;
+    }
+  }
+  out.shards = std::move(shards);
+  return out;
+}
+
+// info.json (or another top-level *.json with "dataset size" / "num_classes"): the
+// seed's description of the data. The scan is the truth; disagreement is a warning.
+void CheckInfoJson(const std::string& root, int64_t max_label, DatasetIndex* index) {
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (it->path().extension() == ".json") candidates.push_back(it->path());
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const fs::path& a, const fs::path& b) {
+    if ((a.filename() == "info.json") != (b.filename() == "info.json")) {
+      return a.filename() == "info.json";
+    }
+    return a < b;
+  });
+  const int64_t scanned_classes = max_label + 1;
+  index->num_classes = static_cast<int32_t>(scanned_classes);
+  for (const fs::path& path : candidates) {
+    absl::StatusOr<std::string> text = ReadWholeFile(path.string());
+    if (!text.ok() || text->size() > (16 << 20)) continue;
+    absl::StatusOr<std::map<std::string, JsonValue>> fields = ParseJsonObjectFields(*text);
+    if (!fields.ok()) {
+      if (path.filename() == "info.json") {
+        Warn(&index->warnings,
+             absl::StrCat(path.string(), ": ignored: ", fields.status().message()));
+      }
+      continue;
+    }
+    const auto size_it = fields->find("dataset size");
+    const auto classes_it = fields->find("num_classes");
+    if (size_it == fields->end() && classes_it == fields->end()) continue;
+    const std::string name = path.filename().string();
+    if (size_it != fields->end()) {
+      if (size_it->second.kind != JsonValue::Kind::kInteger) {
+        Warn(&index->warnings, absl::StrCat(name, ": \"dataset size\" is not an integer"));
+      } else if (size_it->second.integer != index->num_samples) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"dataset size\" ", size_it->second.integer,
+                          " but the scan found ", index->num_samples, " usable samples"));
+      }
+    }
+    if (classes_it != fields->end()) {
+      if (classes_it->second.kind != JsonValue::Kind::kInteger ||
+          classes_it->second.integer > std::numeric_limits<int32_t>::max()) {
+        Warn(&index->warnings, absl::StrCat(name, ": \"num_classes\" is not a usable integer"));
+      } else if (classes_it->second.integer < scanned_classes) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
+                          " but the scan found label ", max_label, "; using ", scanned_classes));
+      } else {
+        index->num_classes = static_cast<int32_t>(classes_it->second.integer);
+      }
+    }
+    return;  // the first describing file wins (info.json first)
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
+                                               const IndexOptions& options) {
+  std::error_code ec;
+  const fs::path root_path = fs::canonical(dir, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(dir, ": ", ec.message()));
+  if (!fs::is_directory(root_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
+  }
+  const std::string root = root_path.string();
+  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(root);
+  if (!listed.ok()) return listed.status();
+  if (listed->empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(root, ": no shard (*.tar, *.tar.gz, *.tgz) directly in this directory"));
+  }
+
+  DatasetIndex index;
+  index.root = root;
+  index.fingerprint = Fingerprint(*listed, options);
+
+  std::string cache_path;
+  if (!options.cache_dir.empty()) {
+    const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache dir ", options.cache_dir, ": ", ec.message()));
+    }
+    const std::string cache_str = cache_dir.string();
+    if (cache_str == root || absl::StartsWith(cache_str, root + "/")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache dir ", options.cache_dir, " is inside the dataset directory ", root,
+                       "; put the index cache elsewhere (the dataset may be read-only or shared)"));
+    }
+    cache_path = CachePath(cache_str, root);
+  }
+
+  ScanOutcome scan;
+  bool have_scan = false;
+  if (!cache_path.empty() && fs::exists(cache_path, ec)) {
+    absl::StatusOr<std::string> data = ReadWholeFile(cache_path);
+    bool stale = false;
+    absl::Status parsed =
+        data.ok() ? ParseCache(*data, root, options, *listed, &scan, &stale) : data.status();
+    if (!parsed.ok()) {
+      Warn(&index.warnings,
+           absl::StrCat(cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
+      scan = ScanOutcome();
+    } else if (!stale) {
+      have_scan = true;
+      index.loaded_from_cache = true;
+    } else {
+      scan = ScanOutcome();
+    }
+  }
+  if (!have_scan) {
+    absl::StatusOr<ScanOutcome> scanned = ScanAll(root, *std::move(listed), options);
+    if (!scanned.ok()) return scanned.status();
+    scan = *std::move(scanned);
+    if (!cache_path.empty()) {
+      fs::create_directories(fs::path(cache_path).parent_path(), ec);
+      absl::Status written = ec ? absl::UnavailableError(ec.message())
+                                : WriteCacheFile(cache_path, SerializeCache(root, options, scan));
+      if (!written.ok()) {
+        Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
+      }
+    }
+  }
+
+  for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
+  index.shards = std::move(scan.shards);
+  index.skipped = std::move(scan.skipped);
+  for (const ShardInfo& s : index.shards)
+    index.num_samples += static_cast<int64_t>(s.samples.size());
+  CheckInfoJson(root, scan.max_label, &index);
+  index.class_names = std::move(scan.class_names);
+  if (!index.class_names.empty() &&
+      index.class_names.size() < static_cast<size_t>(index.num_classes)) {
+    index.class_names.resize(static_cast<size_t>(index.num_classes));
+  }
+  return index;
+}
+
+}  // namespace shardcast
