@@ -15,6 +15,34 @@
 
 namespace shardcast {
 
+// Semantics, pinned by tests/common/epoch_plan_test.cc:
+//
+// kShard (the seed's loader, batch for batch): the epoch's shard order is 0..S-1, or
+// a shuffle seeded by (seed, epoch) when shuffle_shards. Rank r takes order positions
+// r, r+W, ...; worker j of K takes positions j, j+K, ... of the rank's list. A worker's
+// stream is its shards' samples concatenated in order, optionally passed through a
+// shuffle buffer (webdataset's shuffle(bufsize): append each sample; once the buffer
+// holds shuffle_buffer samples, or the stream has ended, yield a uniformly chosen slot
+// and move the last sample into it; seeded by (seed, epoch, rank, worker)). A worker
+// yields floor(samples / B) full batches per pass; its partial tail is dropped. The
+// rank's pass is round-robin over workers (batch i from worker i % K), skipping workers
+// that ran dry, as torch's DataLoader does for an IterableDataset. When the pass is
+// over the SAME pass starts again (identical shuffle-buffer draws); the sequence is
+// cut at n = N // (B*W). Remainder kPad is refused for kShard (repeat already fills
+// every rank; padding would only mean something for exactly-once evaluation: use
+// kSample). Shards are refused when S < W*K, or when some rank's pass could yield no
+// full batch: for the natural order that is checked exactly for every rank; with
+// shuffle_shards the order changes each epoch, so the check is for the worst case
+// over all orders (a rank given the smallest shards), checked conservatively
+// (a rank of floor(S/W) smallest shards must hold B samples in its fullest worker,
+// and on average per worker), so that no later epoch can fail.
+//
+// kSample (exactly-once): shards are always shuffled by (seed, epoch) and grouped in
+// blocks of block_size consecutive shards of that order (0 = one block of all); the
+// samples of each block are permuted by a seeded bijection (computed on demand, never
+// materialized); the blocks are concatenated into positions 0..N-1, and batch j of
+// rank r is positions (j*W + r)*B ... (j*W + r + 1)*B - 1. Positions >= N are padding
+// (kPad only). shuffle_shards, workers and shuffle_buffer do not apply to kSample.
 enum class Split {
   kShard,   // webdataset split_by_node + DataLoader workers + repeat/slice
   kSample,  // exactly-once: per-epoch permutation dealt round-robin by batch
@@ -24,12 +52,18 @@ enum class Remainder {
   kPad,   // n = ceil(N / (B*W)), padding entries invalid (split kSample)
 };
 
+// "shard"/"sample" and "drop"/"pad" (flags, wire, logs).
+absl::StatusOr<Split> ParseSplit(absl::string_view name);
+absl::StatusOr<Remainder> ParseRemainder(absl::string_view name);
+const char* SplitName(Split split);
+const char* RemainderName(Remainder remainder);
+
 struct PlanConfig {
   int32_t world_size = 1;
   int32_t batch_size = 1;
   Split split = Split::kShard;
   Remainder remainder = Remainder::kDrop;
-  int32_t workers = 1;          // virtual DataLoader workers per rank (split kShard)
+  int32_t workers = 1;  // virtual DataLoader workers per rank (split kShard)
   uint64_t seed = 0;
   bool shuffle_shards = false;  // shard order shuffled by (seed, epoch)
   int32_t shuffle_buffer = 0;   // per-worker sample shuffle buffer (split kShard), 0 = off
@@ -48,7 +82,7 @@ struct SampleRef {
 struct PlannedBatch {
   int64_t epoch = 0;
   int32_t rank = 0;
-  int64_t index = 0;  // 0 .. batches_per_rank()-1
+  int64_t index = 0;               // 0 .. batches_per_rank()-1
   std::vector<SampleRef> samples;  // exactly batch_size entries
 };
 
@@ -68,8 +102,9 @@ class EpochPlan {
   // Validates the config against the data and builds the epoch's shared state
   // (shard order, permutation). Refusals are InvalidArgument/FailedPrecondition
   // with a message that says why and what to change.
-  static absl::StatusOr<std::shared_ptr<const EpochPlan>> Create(
-      std::vector<uint32_t> shard_sizes, const PlanConfig& config, int64_t epoch);
+  static absl::StatusOr<std::shared_ptr<const EpochPlan>> Create(std::vector<uint32_t> shard_sizes,
+                                                                 const PlanConfig& config,
+                                                                 int64_t epoch);
 
   virtual ~EpochPlan() = default;
   virtual int64_t batches_per_rank() const = 0;
@@ -78,16 +113,21 @@ class EpochPlan {
   // Batches start_batch .. batches_per_rank()-1 of `rank`; the suffix of the
   // sequence from 0. REQUIRES: 0 <= rank < world_size, 0 <= start_batch <= n.
   // The iterator keeps the plan alive.
-  virtual std::unique_ptr<RankBatchIterator> Iterate(int32_t rank,
-                                                     int64_t start_batch) const = 0;
+  virtual std::unique_ptr<RankBatchIterator> Iterate(int32_t rank, int64_t start_batch) const = 0;
 };
 
 // n for (data, config) without building an epoch, or the refusal.
 absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
                                        const PlanConfig& config);
 
-// Stable hex digest of (index fingerprint, config) that ranks/servers compare.
+// Stable hex digest (32 hex digits) of (index fingerprint, config) that ranks/servers
+// compare. Fields that cannot change the plan are normalized away first (e.g. workers
+// for kSample, the seed for an unshuffled kShard plan), so equal fingerprints mean
+// equal plans for every epoch; a planner algorithm version is part of the digest.
 std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfig& config);
+
+// One line describing the config, e.g. for logs and refusals.
+std::string PlanConfigString(const PlanConfig& config);
 
 }  // namespace shardcast
 

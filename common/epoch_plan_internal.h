@@ -1,0 +1,114 @@
+// Deterministic random primitives of the epoch planner, exposed so the tests' reference
+// planner uses the very same draws. Not part of the public contract (epoch_plan.h).
+#ifndef SHARDCAST_COMMON_EPOCH_PLAN_INTERNAL_H_
+#define SHARDCAST_COMMON_EPOCH_PLAN_INTERNAL_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+namespace shardcast::plan_internal {
+
+// splitmix64's finalizer: a bijective 64-bit mix. Fixed forever: plans depend on it.
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Hashes a sequence of words into one seed (order matters).
+inline uint64_t SeedOf(std::initializer_list<uint64_t> words) {
+  uint64_t h = 0x6a09e667f3bcc909ULL;
+  for (uint64_t w : words) h = Mix64(h ^ Mix64(w + 0x9e3779b97f4a7c15ULL));
+  return h;
+}
+
+// Purpose tags keep the streams of different decisions independent.
+enum SeedTag : uint64_t {
+  kTagShardOrder = 1,
+  kTagBlockPermutation = 2,
+  kTagShuffleBuffer = 3,
+  kTagAugment = 4,
+};
+
+// splitmix64 generator with an unbiased bounded draw (no std:: distributions: their
+// output is implementation-defined, and plans must match on every machine).
+class PlanRng {
+ public:
+  explicit PlanRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return Mix64(state_);
+  }
+  // Uniform in [0, bound), bound >= 1 (rejection sampling, no modulo bias).
+  uint64_t Below(uint64_t bound) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t x;
+    do {
+      x = Next();
+    } while (x >= limit);
+    return x % bound;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// The epoch's shard order: 0..S-1, or a Fisher-Yates shuffle seeded by (seed, epoch).
+std::vector<int32_t> EpochShardOrder(int32_t num_shards, bool shuffle, uint64_t seed,
+                                     int64_t epoch);
+
+// A seeded bijection of [0, size) computed on demand (4-round Feistel network on the
+// next even bit width, cycle-walking back into range): the split-sample permutation
+// without materializing N entries.
+class FeistelPermutation {
+ public:
+  FeistelPermutation(uint64_t size, uint64_t key);
+  uint64_t size() const { return size_; }
+  uint64_t operator()(uint64_t x) const;
+
+ private:
+  uint64_t Encrypt(uint64_t x) const;
+  uint64_t size_;
+  int half_bits_;
+  uint64_t half_mask_;
+  uint64_t round_keys_[4];
+};
+
+// webdataset-style shuffle buffer over a stream: every sample is appended; once the
+// buffer holds `capacity` samples (or the stream is exhausted) one slot chosen uniformly
+// is yielded and filled by the last one. Pure state machine over sample ids.
+class ShuffleBuffer {
+ public:
+  ShuffleBuffer(uint32_t capacity, uint64_t seed) : capacity_(capacity), rng_(seed) {}
+  bool full() const { return buf_.size() >= capacity_; }
+  bool empty() const { return buf_.empty(); }
+  void Push(uint64_t item) { buf_.push_back(item); }
+  uint64_t Pick() {
+    const uint64_t k = rng_.Below(buf_.size());
+    const uint64_t out = buf_[k];
+    buf_[k] = buf_.back();
+    buf_.pop_back();
+    return out;
+  }
+
+ private:
+  uint32_t capacity_;
+  PlanRng rng_;
+  std::vector<uint64_t> buf_;
+};
+
+inline uint64_t ShuffleBufferSeed(uint64_t seed, int64_t epoch, int32_t rank, int32_t worker) {
+  return SeedOf({kTagShuffleBuffer, seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(rank),
+                 static_cast<uint64_t>(worker)});
+}
+inline uint64_t BlockPermutationKey(uint64_t seed, int64_t epoch, uint64_t block) {
+  return SeedOf({kTagBlockPermutation, seed, static_cast<uint64_t>(epoch), block});
+}
+
+}  // namespace shardcast::plan_internal
+
+#endif  // SHARDCAST_COMMON_EPOCH_PLAN_INTERNAL_H_
