@@ -1,0 +1,84 @@
+// `shardcast-ctl status`: fetches Shardcast/GetStatus and prints it as tables
+// (jobs, ranks, throughput, errors, memory) or, with --json, as proto3 JSON.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/ctl/command_registry.h"
+#include "client/ctl/flag_parser.h"
+#include "client/ctl/grpc_channel.h"
+#include "client/ctl/status_report.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+
+namespace shardcast::ctl {
+namespace {
+
+constexpr char kHelp[] =
+    "usage: shardcast-ctl status --server ADDR [--json] [--timeout SECONDS]\n"
+    "\n"
+    "Calls shardcast.v1.Shardcast/GetStatus and prints the server's figures\n"
+    "(uptime, index, throughput, errors, substitutions, memory), its jobs and the\n"
+    "progress of every rank. Sizes use decimal units (1 MB = 10^6 bytes).\n"
+    "\n"
+    "flags:\n";
+
+constexpr char kExitCodes[] =
+    "\n"
+    "exit codes:\n"
+    "  0  the status was printed\n"
+    "  2  usage error\n"
+    "  3  unreachable: no connection, timeout, or the GetStatus RPC failed\n"
+    "     (or, never expected, the reply could not be turned into JSON)\n";
+
+int RunStatus(const std::vector<std::string>& args) {
+  std::string server;
+  bool json = false;
+  double timeout_seconds = 10;
+  FlagParser flags;
+  flags.AddString("server", "ADDR", &server, "server address, host:port or unix:PATH");
+  flags.AddBool("json", &json, "print the reply as JSON (every field, proto3 JSON mapping)");
+  flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
+  const absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested() && parsed.ok()) {
+    std::printf("%s%s%s", kHelp, flags.FlagsHelp().c_str(), kExitCodes);
+    return kExitOk;
+  }
+  if (!parsed.ok() || server.empty()) {
+    std::fprintf(stderr, "shardcast-ctl status: %s\n%.*s(shardcast-ctl status --help for more)\n",
+                 parsed.ok() ? "--server ADDR is required" : std::string(parsed.message()).c_str(),
+                 static_cast<int>(std::strchr(kHelp, '\n') - kHelp + 1), kHelp);
+    return kExitUsage;
+  }
+
+  auto stub = shardcast::v1::Shardcast::NewStub(MakeChannel(server));
+  grpc::ClientContext context;
+  SetCallOptions(&context, timeout_seconds);
+  shardcast::v1::GetStatusResponse response;
+  const grpc::Status status =
+      stub->GetStatus(&context, shardcast::v1::GetStatusRequest(), &response);
+  if (!status.ok()) {
+    std::fprintf(stderr, "shardcast-ctl status: %s: %s\n", server.c_str(),
+                 DescribeRpcError(status).c_str());
+    return kExitUnreachable;
+  }
+  if (!json) {
+    std::fputs(RenderStatusReport(response, server).c_str(), stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<std::string> text = StatusToJson(response);
+  if (!text.ok()) {
+    std::fprintf(stderr, "shardcast-ctl status: %s\n",
+                 std::string(text.status().message()).c_str());
+    return kExitUnreachable;
+  }
+  std::fputs(text->c_str(), stdout);
+  if (text->empty() || text->back() != '\n') std::fputc('\n', stdout);
+  return kExitOk;
+}
+
+RegisterCommand reg("status",
+                    {"jobs, ranks, throughput and errors of a server (--json)", RunStatus});
+
+}  // namespace
+}  // namespace shardcast::ctl

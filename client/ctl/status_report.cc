@@ -1,0 +1,190 @@
+// Text and JSON renderings of shardcast-server's GetStatus reply.
+#include "client/ctl/status_report.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace shardcast::ctl {
+namespace {
+
+// `value` with an SI prefix from "", k, M, G, T, P, E and 3 significant digits.
+// Returns the number and writes the prefix to *prefix.
+std::string ScaleSi(double value, std::string* prefix) {
+  static const char* const kPrefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  constexpr int kNumPrefixes = sizeof(kPrefixes) / sizeof(kPrefixes[0]);
+  const bool negative = value < 0;
+  double v = std::fabs(value);
+  int p = 0;
+  // 999.5 would print as "1000": switch to the next prefix before rounding does.
+  while (v >= 999.5 && p + 1 < kNumPrefixes) {
+    v /= 1000;
+    ++p;
+  }
+  *prefix = kPrefixes[p];
+  std::string digits;
+  if (p == 0 && v == std::floor(v)) {
+    digits = absl::StrFormat("%.0f", v);
+  } else {
+    const int decimals = v < 9.995 ? 2 : v < 99.95 ? 1 : 0;
+    digits = absl::StrFormat("%.*f", decimals, v);
+    if (absl::StrContains(digits, '.')) {
+      while (digits.back() == '0') digits.pop_back();
+      if (digits.back() == '.') digits.pop_back();
+    }
+  }
+  return negative ? absl::StrCat("-", digits) : digits;
+}
+
+std::string YesNo(bool b) { return b ? "yes" : "no"; }
+
+// "SPLIT_SAMPLE" -> "sample"; a value this build does not know prints as its number.
+std::string SplitName(shardcast::v1::Split split) {
+  std::string name = shardcast::v1::Split_Name(split);
+  if (name.empty()) return absl::StrCat(static_cast<int>(split));
+  absl::string_view short_name = name;
+  absl::ConsumePrefix(&short_name, "SPLIT_");
+  return absl::AsciiStrToLower(short_name);
+}
+
+}  // namespace
+
+std::string FormatCount(double value) {
+  if (!std::isfinite(value)) return "?";
+  std::string prefix;
+  std::string digits = ScaleSi(value, &prefix);
+  return digits + prefix;
+}
+
+std::string FormatBytes(double bytes) {
+  if (!std::isfinite(bytes)) return "?";
+  std::string prefix;
+  std::string digits = ScaleSi(bytes, &prefix);
+  return absl::StrCat(digits, " ", prefix, "B");
+}
+
+std::string FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  if (seconds < 60) return absl::StrFormat("%.1fs", seconds);
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm%02ds", s / 3600, s / 60 % 60, s % 60);
+  return absl::StrFormat("%dd%02dh%02dm", s / 86400, s / 3600 % 24, s / 60 % 60);
+}
+
+TextTable::TextTable(std::vector<std::string> headers, std::vector<bool> right_aligned)
+    : headers_(std::move(headers)), right_aligned_(std::move(right_aligned)) {
+  right_aligned_.resize(headers_.size(), false);
+}
+
+void TextTable::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string TextTable::Render(const std::string& indent) const {
+  std::vector<size_t> width(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) width[c] = headers_[c].size();
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  auto append_line = [&](const std::vector<std::string>& cells) {
+    std::string line = indent;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c > 0) line += "  ";
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      line += right_aligned_[c] ? pad + cells[c] : cells[c] + pad;
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line;
+    out += '\n';
+  };
+  append_line(headers_);
+  for (const auto& row : rows_) append_line(row);
+  return out;
+}
+
+std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
+                               const std::string& server) {
+  std::string out;
+  auto field = [&out](absl::string_view name, absl::string_view value) {
+    absl::StrAppendFormat(&out, "%-16s %s\n", name, value);
+  };
+  field("server", absl::StrCat(server, "  (shardcast-server ",
+                               st.version().empty() ? "?" : st.version(), ")"));
+  field("uptime", FormatDuration(st.uptime_seconds()));
+  field("serving", YesNo(st.serving()));
+  field("shards dir", st.shards_dir());
+  field("shards/samples", absl::StrCat(st.num_shards(), " / ", st.num_samples()));
+  field("index", st.index_fingerprint().empty() ? "-" : st.index_fingerprint());
+  field("open streams", absl::StrCat(st.open_streams()));
+  field("throughput", absl::StrCat(FormatCount(st.images_per_second()), " images/s, ",
+                                   FormatBytes(st.bytes_per_second()), "/s"));
+  field("served", absl::StrCat(FormatCount(static_cast<double>(st.images_served())), " images, ",
+                               FormatBytes(static_cast<double>(st.bytes_served()))));
+  field("decode errors", absl::StrCat(st.decode_errors()));
+  field("substitutions", absl::StrCat(st.substitutions()));
+  field("skipped samples", absl::StrCat(st.skipped_samples()));
+  field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks"));
+  field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
+  field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
+  field("decode threads", absl::StrCat(st.decode_threads()));
+
+  out += "\n";
+  if (st.jobs().empty()) {
+    out += "jobs: none registered\n";
+    return out;
+  }
+  absl::StrAppend(&out, "jobs (", st.jobs_size(), "):\n");
+  TextTable jobs({"JOB", "WORLD", "BATCH", "N", "SPLIT", "FINGERPRINT"},
+                 {false, true, true, true, false, false});
+  for (const auto& job : st.jobs()) {
+    jobs.AddRow({job.job_id(), absl::StrCat(job.world_size()), absl::StrCat(job.batch_size()),
+                 absl::StrCat(job.batches_per_epoch()), SplitName(job.split()),
+                 job.plan_fingerprint()});
+  }
+  out += jobs.Render("  ");
+
+  for (const auto& job : st.jobs()) {
+    absl::StrAppend(&out, "\njob ", job.job_id(), ": ", job.ranks_size(), " of ", job.world_size(),
+                    " ranks registered\n");
+    if (job.ranks().empty()) continue;
+    std::vector<const shardcast::v1::RankStatus*> ranks;
+    for (const auto& r : job.ranks()) ranks.push_back(&r);
+    std::sort(ranks.begin(), ranks.end(),
+              [](const auto* a, const auto* b) { return a->rank() < b->rank(); });
+    TextTable table({"RANK", "EPOCH", "NEXT / N", "LAG", "STREAMING", "SENT", "WINDOW"},
+                    {true, true, true, true, false, true, true});
+    for (const auto* r : ranks) {
+      table.AddRow({absl::StrCat(r->rank()), absl::StrCat(r->epoch()),
+                    absl::StrCat(r->next_batch(), " / ", job.batches_per_epoch()),
+                    absl::StrCat(r->lag_batches()), YesNo(r->streaming()),
+                    absl::StrCat(r->batches_sent()), absl::StrCat(r->window_depth())});
+    }
+    out += table.Render("  ");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> StatusToJson(const shardcast::v1::GetStatusResponse& status) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto result = google::protobuf::util::MessageToJsonString(status, &json, options);
+  if (!result.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot render the status reply as JSON: ", result.ToString()));
+  }
+  return json;
+}
+
+}  // namespace shardcast::ctl

@@ -1,0 +1,191 @@
+// Tests of shardcast-ctl's human number formatting and status rendering, on
+// GetStatus replies built field by field.
+#include "client/ctl/status_report.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_split.h"
+
+namespace shardcast::ctl {
+namespace {
+
+TEST(FormatCountTest, SmallIntegersPrintExactly) {
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(7), "7");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(-12), "-12");
+}
+
+TEST(FormatCountTest, ThreeSignificantDigitsWithPrefix) {
+  EXPECT_EQ(FormatCount(1200), "1.2k");
+  EXPECT_EQ(FormatCount(1234), "1.23k");
+  EXPECT_EQ(FormatCount(12345), "12.3k");
+  EXPECT_EQ(FormatCount(123456), "123k");
+  EXPECT_EQ(FormatCount(1e6), "1M");
+  EXPECT_EQ(FormatCount(2.5e9), "2.5G");
+  EXPECT_EQ(FormatCount(12.5), "12.5");
+  EXPECT_EQ(FormatCount(0.25), "0.25");
+}
+
+TEST(FormatCountTest, RoundingCarriesIntoTheNextPrefix) {
+  // 999.7 would round to "1000" without a prefix; 999999 to "1000k".
+  EXPECT_EQ(FormatCount(999.7), "1k");
+  EXPECT_EQ(FormatCount(999999), "1M");
+  EXPECT_EQ(FormatCount(9.996e3), "10k");
+  EXPECT_EQ(FormatCount(99.96e3), "100k");
+}
+
+TEST(FormatCountTest, NonFiniteIsQuestionMark) {
+  EXPECT_EQ(FormatCount(std::numeric_limits<double>::quiet_NaN()), "?");
+  EXPECT_EQ(FormatCount(std::numeric_limits<double>::infinity()), "?");
+}
+
+TEST(FormatBytesTest, DecimalUnits) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1500), "1.5 kB");
+  EXPECT_EQ(FormatBytes(1.5e6), "1.5 MB");
+  EXPECT_EQ(FormatBytes(45.61e6), "45.6 MB");
+  EXPECT_EQ(FormatBytes(3 * 224 * 224 * 256), "38.5 MB");
+  EXPECT_EQ(FormatBytes(1.234e12), "1.23 TB");
+}
+
+TEST(FormatDurationTest, PicksUnitsByMagnitude) {
+  EXPECT_EQ(FormatDuration(0), "0.0s");
+  EXPECT_EQ(FormatDuration(5.24), "5.2s");
+  EXPECT_EQ(FormatDuration(303), "5m03s");
+  EXPECT_EQ(FormatDuration(2 * 3600 + 5 * 60 + 3), "2h05m03s");
+  EXPECT_EQ(FormatDuration(3 * 86400 + 4 * 3600 + 5 * 60 + 59), "3d04h05m");
+  EXPECT_EQ(FormatDuration(-1), "?");
+}
+
+TEST(TextTableTest, PadsColumnsAndAlignsNumbersRight) {
+  TextTable table({"NAME", "N"}, {false, true});
+  table.AddRow({"a", "1234"});
+  table.AddRow({"longer-name", "5"});
+  EXPECT_EQ(table.Render("  "),
+            "  NAME            N\n"
+            "  a            1234\n"
+            "  longer-name     5\n");
+}
+
+TEST(TextTableTest, NoTrailingSpacesAfterLeftAlignedLastColumn) {
+  TextTable table({"A", "LAST"}, {true, false});
+  table.AddRow({"1", "x"});
+  EXPECT_EQ(table.Render(""), "A  LAST\n1  x\n");
+}
+
+shardcast::v1::GetStatusResponse SampleStatus() {
+  shardcast::v1::GetStatusResponse st;
+  st.set_version("0.1.0");
+  st.set_uptime_seconds(3723);
+  st.set_serving(true);
+  st.set_shards_dir("/srv/shards");
+  st.set_num_shards(4);
+  st.set_num_samples(64);
+  st.set_index_fingerprint("idx-fp-1234");
+  st.set_open_streams(2);
+  st.set_images_served(12345);
+  st.set_bytes_served(1850000000);
+  st.set_images_per_second(1234.5);
+  st.set_bytes_per_second(45.6e6);
+  st.set_decode_errors(3);
+  st.set_substitutions(2);
+  st.set_queue_depth(17);
+  st.set_memory_in_use_bytes(25000000);
+  st.set_rss_bytes(123400000);
+  st.set_decode_threads(8);
+  st.set_skipped_samples(1);
+  auto* job = st.add_jobs();
+  job->set_job_id("train");
+  job->set_world_size(2);
+  job->set_batch_size(16);
+  job->set_batches_per_epoch(2);
+  job->set_plan_fingerprint("plan-fp-abcd");
+  job->set_split(shardcast::v1::SPLIT_SAMPLE);
+  // Out of order on purpose: the report lists ranks by rank.
+  auto* r1 = job->add_ranks();
+  r1->set_rank(1);
+  r1->set_epoch(3);
+  r1->set_next_batch(1);
+  r1->set_lag_batches(1);
+  r1->set_streaming(false);
+  r1->set_batches_sent(7);
+  auto* r0 = job->add_ranks();
+  r0->set_rank(0);
+  r0->set_epoch(3);
+  r0->set_next_batch(2);
+  r0->set_streaming(true);
+  r0->set_batches_sent(8);
+  r0->set_window_depth(4);
+  return st;
+}
+
+TEST(RenderStatusReportTest, HeaderBlockShowsEveryServerFigure) {
+  const std::string out = RenderStatusReport(SampleStatus(), "127.0.0.1:7000");
+  for (const char* line : {
+           "server           127.0.0.1:7000  (shardcast-server 0.1.0)\n",
+           "uptime           1h02m03s\n",
+           "serving          yes\n",
+           "shards dir       /srv/shards\n",
+           "shards/samples   4 / 64\n",
+           "index            idx-fp-1234\n",
+           "open streams     2\n",
+           "throughput       1.23k images/s, 45.6 MB/s\n",
+           "served           12.3k images, 1.85 GB\n",
+           "decode errors    3\n",
+           "substitutions    2\n",
+           "skipped samples  1\n",
+           "queue depth      17 decode tasks\n",
+           "batch memory     25 MB\n",
+           "RSS              123 MB\n",
+           "decode threads   8\n",
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
+  }
+}
+
+TEST(RenderStatusReportTest, JobsAndRanksTables) {
+  const std::string out = RenderStatusReport(SampleStatus(), "h:1");
+  EXPECT_NE(out.find("jobs (1):\n"
+                     "  JOB    WORLD  BATCH  N  SPLIT   FINGERPRINT\n"
+                     "  train      2     16  2  sample  plan-fp-abcd\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("job train: 2 of 2 ranks registered\n"
+                     "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW\n"
+                     "     0      3     2 / 2    0  yes           8       4\n"
+                     "     1      3     1 / 2    1  no            7       0\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST(RenderStatusReportTest, NoJobsAndEmptyReply) {
+  shardcast::v1::GetStatusResponse st;
+  const std::string out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("serving          no\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("index            -\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("jobs: none registered\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("RANK"), std::string::npos) << out;
+}
+
+TEST(StatusToJsonTest, IncludesDefaultFieldsAndRoundTrips) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.set_decode_errors(0);  // a zero must still be printed
+  absl::StatusOr<std::string> json = StatusToJson(st);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_NE(json->find("\"decodeErrors\": \"0\""), std::string::npos) << *json;
+  EXPECT_NE(json->find("\"serving\": true"), std::string::npos) << *json;
+  EXPECT_NE(json->find("\"split\": \"SPLIT_SAMPLE\""), std::string::npos) << *json;
+
+  shardcast::v1::GetStatusResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(*json, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), st.SerializeAsString());
+}
+
+}  // namespace
+}  // namespace shardcast::ctl
