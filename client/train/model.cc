@@ -1,1 +1,209 @@
-// (being written) shardcast-train: model
+// TrainableModel implementations: nn::Module (ResNet-18, small CNN) and TorchScript.
+#include "client/train/model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <torch/script.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/train/resnet.h"
+
+namespace shardcast::train {
+namespace {
+
+namespace nn = torch::nn;
+
+// conv-relu-pool x2 + linear. No BatchNorm, so data-parallel training on two halves of
+// a batch is mathematically the same as training on the whole batch (the DDP
+// equivalence test relies on that), and it is cheap enough for input benchmarks.
+class SmallCnnImpl : public nn::Module {
+ public:
+  explicit SmallCnnImpl(int64_t num_classes) {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(3, 8, 3).padding(1)));
+    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(8, 16, 3).padding(1)));
+    fc_ = register_module("fc", nn::Linear(16, num_classes));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2_->forward(x)), 2);
+    return fc_->forward(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::Linear fc_{nullptr};
+};
+TORCH_MODULE(SmallCnn);
+
+template <typename Holder>
+class NnModel : public TrainableModel {
+ public:
+  NnModel(Holder module, std::string description)
+      : module_(std::move(module)), description_(std::move(description)) {}
+
+  torch::Tensor Forward(const torch::Tensor& images) override { return module_->forward(images); }
+  NamedTensors NamedParameters() override {
+    NamedTensors out;
+    for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+      out.emplace_back(item.key(), item.value());
+    }
+    return out;
+  }
+  NamedTensors NamedBuffers() override {
+    NamedTensors out;
+    for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+      out.emplace_back(item.key(), item.value());
+    }
+    return out;
+  }
+  void SetTraining(bool training) override { module_->train(training); }
+  void To(torch::Device device) override { module_->to(device); }
+  absl::Status SaveFinal(const std::string& path) override {
+    c10::Dict<std::string, torch::Tensor> state;
+    for (auto& [name, tensor] : NamedParameters()) state.insert(name, tensor.detach().cpu());
+    for (auto& [name, tensor] : NamedBuffers()) state.insert(name, tensor.detach().cpu());
+    std::vector<char> bytes;
+    try {
+      bytes = torch::pickle_save(c10::IValue(state));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("serializing the model for ", path, ": ", e.what()));
+    }
+    return WriteFileAtomically(path, bytes.data(), bytes.size());
+  }
+  std::string Describe() const override { return description_; }
+
+ private:
+  Holder module_;
+  std::string description_;
+};
+
+class ScriptModel : public TrainableModel {
+ public:
+  ScriptModel(torch::jit::Module module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+
+  torch::Tensor Forward(const torch::Tensor& images) override {
+    return module_.forward({images}).toTensor();
+  }
+  NamedTensors NamedParameters() override {
+    NamedTensors out;
+    for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
+      out.emplace_back(item.name, item.value);
+    }
+    return out;
+  }
+  NamedTensors NamedBuffers() override {
+    NamedTensors out;
+    for (const auto& item : module_.named_buffers(/*recurse=*/true)) {
+      out.emplace_back(item.name, item.value);
+    }
+    return out;
+  }
+  void SetTraining(bool training) override { module_.train(training); }
+  void To(torch::Device device) override { module_.to(device); }
+  absl::Status SaveFinal(const std::string& path) override {
+    const std::string tmp = path + ".tmp";
+    try {
+      module_.save(tmp);
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("saving TorchScript module to ", path, ": ", e.what()));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return absl::StrCat("TorchScript module ", path_); }
+
+ private:
+  torch::jit::Module module_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> TrainableModel::Parameters() {
+  std::vector<torch::Tensor> out;
+  for (auto& [name, tensor] : NamedParameters()) {
+    if (tensor.requires_grad()) out.push_back(tensor);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec) {
+  if (!spec.torchscript_path.empty()) {
+    try {
+      torch::jit::Module module = torch::jit::load(spec.torchscript_path);
+      return std::unique_ptr<TrainableModel>(new ScriptModel(std::move(module), spec.torchscript_path));
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--model ", spec.torchscript_path, ": not a loadable TorchScript module: ", e.what()));
+    }
+  }
+  if (spec.num_classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_classes must be >= 1, got ", spec.num_classes));
+  }
+  torch::manual_seed(spec.init_seed);
+  if (spec.arch == "resnet18") {
+    return std::unique_ptr<TrainableModel>(new NnModel<ResNet18>(
+        ResNet18(spec.num_classes), absl::StrCat("ResNet-18, ", spec.num_classes, " classes")));
+  }
+  if (spec.arch == "small-cnn") {
+    return std::unique_ptr<TrainableModel>(new NnModel<SmallCnn>(
+        SmallCnn(spec.num_classes), absl::StrCat("small CNN, ", spec.num_classes, " classes")));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --arch '", spec.arch, "' (expected resnet18 or small-cnn)"));
+}
+
+absl::StatusOr<NamedTensors> LoadStateDict(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  NamedTensors out;
+  try {
+    c10::IValue value = torch::pickle_load(bytes);
+    for (const auto& entry : value.toGenericDict()) {
+      out.emplace_back(entry.key().toStringRef(), entry.value().toTensor());
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": not a state_dict file: ", e.what()));
+  }
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const char* data, size_t size) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("create ", tmp, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = absl::InternalError(absl::StrCat("write ", tmp, ": ", std::strerror(errno)));
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return status;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("fsync/close ", tmp, ": ", std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardcast::train

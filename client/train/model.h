@@ -1,0 +1,62 @@
+// The model a trainer rank trains: torchvision's ResNet-18 built in C++, a small
+// BN-free CNN (tests and benchmarks), or a TorchScript module loaded from a file.
+#ifndef SHARDCAST_CLIENT_TRAIN_MODEL_H_
+#define SHARDCAST_CLIENT_TRAIN_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shardcast::train {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// One interface over torch::nn::Module and torch::jit::Module, so the trainer, DDP and
+// checkpoints do not care which one runs.
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  // images [B,3,H,W] float -> logits [B,num_classes].
+  virtual torch::Tensor Forward(const torch::Tensor& images) = 0;
+  // Parameters and buffers in a fixed registration order (equal on every rank, which
+  // the DDP broadcast and bucketing rely on). Names are state_dict keys.
+  virtual NamedTensors NamedParameters() = 0;
+  virtual NamedTensors NamedBuffers() = 0;
+  virtual void SetTraining(bool training) = 0;
+  virtual void To(torch::Device device) = 0;
+  // Writes the final model. nn::Module models: a state_dict (name -> CPU tensor) in the
+  // zip format of Python's torch.save, readable with torch.load(path) (and keys match
+  // torchvision's resnet18) or torch::pickle_load. TorchScript models: module.save().
+  virtual absl::Status SaveFinal(const std::string& path) = 0;
+  virtual std::string Describe() const = 0;
+
+  std::vector<torch::Tensor> Parameters();
+};
+
+struct ModelSpec {
+  std::string arch = "resnet18";  // "resnet18" | "small-cnn"
+  std::string torchscript_path;    // non-empty: load this instead of `arch`
+  int64_t num_classes = 0;
+  uint64_t init_seed = 0;  // random init (not used for TorchScript modules)
+};
+
+absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec);
+
+// Reads a state_dict written by SaveFinal for an nn::Module model (tests, tools).
+absl::StatusOr<NamedTensors> LoadStateDict(const std::string& path);
+
+// Atomically replaces `path` with `bytes` (write to a temp file, fsync, rename), so a
+// crash never leaves a half-written checkpoint or model behind.
+absl::Status WriteFileAtomically(const std::string& path, const char* data, size_t size);
+
+}  // namespace shardcast::train
+
+#endif  // SHARDCAST_CLIENT_TRAIN_MODEL_H_
