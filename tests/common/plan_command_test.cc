@@ -1,0 +1,145 @@
+// `shardcast-ctl plan` as a real process: on real shards (written by shardcast-pack) and on
+// --sizes, its lines equal the library's plan; refusals and bad flags exit non-zero.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/dataset_index.h"
+#include "common/epoch_plan.h"
+#include "gtest/gtest.h"
+#include "tests/common/shard_test_util.h"
+#include "tools/pack/synthetic_dataset.h"
+
+namespace shardcast {
+namespace {
+
+const std::string kCtl = std::string(SHARDCAST_BINARY_DIR) + "/client/shardcast-ctl";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs shardcast-ctl with `args`; stdout is captured, stderr discarded.
+Result RunCtl(const std::string& args) {
+  Result result;
+  FILE* pipe = popen((kCtl + " " + args + " 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, got);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// The lines the command must print, from the library.
+std::string Expected(const std::vector<uint32_t>& sizes, const PlanConfig& config, int64_t epoch) {
+  auto plan = EpochPlan::Create(sizes, config, epoch);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return "";
+  std::string out;
+  PlannedBatch batch;
+  for (int32_t r = 0; r < config.world_size; ++r) {
+    auto it = (*plan)->Iterate(r, 0);
+    while (it->Next(&batch)) {
+      absl::StrAppend(&out, epoch, " ", r, " ", batch.index, " ",
+                      absl::StrJoin(batch.samples, ",",
+                                    [](std::string* s, const SampleRef& ref) {
+                                      absl::StrAppend(s, ref.shard, ":", ref.index);
+                                    }),
+                      "\n");
+    }
+  }
+  return out;
+}
+
+class PlanCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(std::filesystem::exists(kCtl)) << kCtl << " is not built"; }
+};
+
+TEST_F(PlanCommandTest, RealShardsMatchTheLibraryPlan) {
+  shard_testing::ScopedTempDir dir;
+  pack::SyntheticOptions options;
+  options.num_samples = 30;  // shards of 7, 7, 7, 7, 2
+  options.per_shard = 7;
+  options.width = options.height = 8;
+  options.num_classes = 3;
+  options.threads = 1;
+  ASSERT_TRUE(pack::WriteSyntheticDataset(dir.path(), options).ok());
+  auto index = BuildDatasetIndex(dir.path(), IndexOptions{});
+  ASSERT_TRUE(index.ok()) << index.status();
+  const std::vector<uint32_t> sizes = index->ShardSampleCounts();
+  ASSERT_EQ(sizes, (std::vector<uint32_t>{7, 7, 7, 7, 2}));
+
+  PlanConfig c;
+  c.world_size = 2;
+  c.batch_size = 3;
+  Result r = RunCtl("plan --shards " + dir.path() + " --world 2 --batch 3");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, Expected(sizes, c, 0));
+  // Rank 1 reads shards 1, 3: 14 samples, 4 batches; n = 30 // 6 = 5: it repeats.
+  EXPECT_NE(r.out.find("0 1 4 1:0,1:1,1:2\n"), std::string::npos) << r.out;
+
+  c.split = Split::kSample;
+  c.remainder = Remainder::kPad;
+  c.seed = 9;
+  c.block_size = 2;
+  r = RunCtl("plan --shards=" + dir.path() +
+             " --world=2 --batch=4 --split sample --remainder pad --seed 9 --block-size 2"
+             " --epoch 3");
+  c.batch_size = 4;
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, Expected(sizes, c, 3));
+  EXPECT_NE(r.out.find("-1:-1"), std::string::npos);  // 30 of 32 slots: 2 padding
+}
+
+TEST_F(PlanCommandTest, SizesRankAndShuffleFlags) {
+  PlanConfig c;
+  c.world_size = 3;
+  c.batch_size = 7;
+  c.workers = 2;
+  c.shuffle_shards = true;
+  c.shuffle_buffer = 10;
+  c.seed = 123;
+  const std::vector<uint32_t> sizes(12, 20);
+  const std::string flags =
+      "--world 3 --batch 7 --workers 2 --shuffle-shards --shuffle-buffer 10 --seed 123 "
+      "--epoch 2 --sizes " +
+      absl::StrJoin(sizes, ",");
+  Result all = RunCtl("plan " + flags);
+  ASSERT_EQ(all.exit_code, 0);
+  EXPECT_EQ(all.out, Expected(sizes, c, 2));
+  Result one = RunCtl("plan " + flags + " --rank 1");
+  ASSERT_EQ(one.exit_code, 0);
+  std::string rank1;
+  for (absl::string_view line : absl::StrSplit(all.out, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "2 1 ")) absl::StrAppend(&rank1, line, "\n");
+  }
+  EXPECT_EQ(one.out, rank1);
+  EXPECT_EQ(std::count(one.out.begin(), one.out.end(), '\n'), 11);
+}
+
+TEST_F(PlanCommandTest, RefusalsAndBadFlagsExitNonZero) {
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world 2 --batch 4").exit_code, 1);    // n == 0
+  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world 3 --batch 1").exit_code, 1);  // S < W
+  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world 1").exit_code, 2);            // no --batch
+  EXPECT_EQ(RunCtl("plan --sizes 5,x --world 1 --batch 1").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world 1 --batch 1 --split node").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world 1 --batch 1 --bogus").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world 2 --batch 1 --rank 2").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --shards /nonexistent/shardcast --world 1 --batch 1").exit_code, 1);
+  EXPECT_EQ(RunCtl("plan --help").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace shardcast
