@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,7 +24,7 @@ namespace {
 
 constexpr int64_t kBlock = 512;
 // ustar holds names up to 100 bytes (plus a 155-byte prefix split at '/';
-// we do not count on it). Longer or non-ASCII names get a PAX header.
+// we do not count on it). Longer names get a PAX header.
 constexpr size_t kUstarNameMax = 100;
 
 int64_t RoundUp(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
@@ -95,7 +96,7 @@ TarWriter::~TarWriter() {
 
 int64_t TarWriter::MemberBytes(absl::string_view name, int64_t size) {
   int64_t bytes = kBlock + RoundUp(size);
-  if (name.size() > kUstarNameMax || !IsAscii(name)) {
+  if (name.size() > kUstarNameMax) {
     // A PAX 'x' header block plus its records ("NN path=...\n" and friends);
     // an upper bound, so byte-limited shards stay under their limit.
     bytes += kBlock + RoundUp(static_cast<int64_t>(name.size()) * 2 + 128);
@@ -108,9 +109,16 @@ absl::Status TarWriter::AddMember(absl::string_view name, absl::string_view data
   if (name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("empty member name in ", path_));
   }
+  // libarchive's PAX writer converts non-ASCII names through the process
+  // locale: the bytes would depend on LANG, and with a UTF-8 name in the "C"
+  // locale libarchive 3.6 crashes. Our keys are ASCII; refuse the rest.
+  if (!IsAscii(name) || name.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member name '", absl::CHexEscape(name), "' in ", path_, " is not ASCII"));
+  }
   archive_entry_clear(entry_);
   const std::string name_str(name);
-  archive_entry_update_pathname_utf8(entry_, name_str.c_str());
+  archive_entry_copy_pathname(entry_, name_str.c_str());
   archive_entry_set_filetype(entry_, AE_IFREG);
   archive_entry_set_perm(entry_, 0644);
   archive_entry_set_size(entry_, static_cast<la_int64_t>(data.size()));

@@ -35,7 +35,8 @@ class TarWriter {
   TarWriter& operator=(const TarWriter&) = delete;
 
   // Appends a regular file member. `name` is stored verbatim (any '/' makes it
-  // a path inside the archive); it must be non-empty.
+  // a path inside the archive); it must be non-empty ASCII (libarchive encodes
+  // other names by the process locale, which would break reproducibility).
   absl::Status AddMember(absl::string_view name, absl::string_view data);
   // Finishes the archive and renames PATH.tmp to PATH.
   absl::Status Close();
