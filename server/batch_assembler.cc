@@ -1,0 +1,160 @@
+// Batch assembly on the decode pool (see batch_assembler.h).
+#include "server/batch_assembler.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "server/log.h"
+
+namespace shardcast::server {
+
+namespace {
+// The substitute for a sample that fails to read or decode.
+constexpr uint8_t kSubstituteByte = 128;
+}  // namespace
+
+AssembledBatch::AssembledBatch(int batch_size, int crop, std::atomic<int64_t>* buffer_gauge)
+    : sample_bytes_(3 * static_cast<size_t>(crop) * static_cast<size_t>(crop)),
+      image_bytes_(static_cast<size_t>(batch_size) * sample_bytes_),
+      // Not value-initialized: every byte is written by decode, substitution or padding.
+      images_(new uint8_t[image_bytes_]),
+      buffer_gauge_(buffer_gauge) {
+  if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_add(static_cast<int64_t>(image_bytes_));
+}
+
+AssembledBatch::~AssembledBatch() {
+  if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_sub(static_cast<int64_t>(image_bytes_));
+}
+
+struct BatchAssembler::PendingBatch {
+  std::shared_ptr<AssembledBatch> batch;
+  TransformSpec spec;
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  std::function<void(bool)> done;
+  std::atomic<int> remaining{0};
+  std::vector<char> substituted;  // per slot; each written by one task only
+
+  // Called by whoever finishes the last sample.
+  void Finish() {
+    const bool complete = !cancelled->load(std::memory_order_acquire);
+    if (complete) {
+      for (size_t i = 0; i < substituted.size(); ++i) {
+        if (substituted[i])
+          batch->header().mutable_samples(static_cast<int>(i))->set_substituted(true);
+      }
+    }
+    auto callback = std::move(done);
+    callback(complete);
+  }
+};
+
+BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats)
+    : dataset_(dataset), pool_(pool), stats_(stats) {}
+
+std::shared_ptr<AssembledBatch> BatchAssembler::Prepare(const PlannedBatch& planned,
+                                                        const TransformSpec& spec) {
+  const int batch_size = static_cast<int>(planned.samples.size());
+  auto batch = std::make_shared<AssembledBatch>(batch_size, spec.crop,
+                                                stats_ ? &stats_->buffer_bytes : nullptr);
+  shardcast::v1::Batch& header = batch->header();
+  header.set_epoch(planned.epoch);
+  header.set_index(planned.index);
+  for (int64_t dim : {int64_t{batch_size}, int64_t{3}, int64_t{spec.crop}, int64_t{spec.crop}}) {
+    header.add_shape(dim);
+  }
+  header.mutable_labels()->Reserve(batch_size);
+  header.mutable_samples()->Reserve(batch_size);
+  const DatasetIndex& index = dataset_->index();
+  for (int i = 0; i < batch_size; ++i) {
+    const SampleRef& ref = planned.samples[i];
+    shardcast::v1::SampleInfo* info = header.add_samples();
+    if (!ref.valid()) {
+      header.add_labels(-1);
+      info->set_shard(-1);
+      info->set_index_in_shard(-1);
+      info->set_valid(false);
+      std::memset(batch->images() + i * batch->sample_bytes(), 0, batch->sample_bytes());
+      continue;
+    }
+    const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
+    header.add_labels(entry.label);
+    info->set_key(entry.key);
+    info->set_shard(ref.shard);
+    info->set_index_in_shard(ref.index);
+    info->set_valid(true);
+  }
+  return batch;
+}
+
+void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
+                            const TransformSpec& spec,
+                            std::shared_ptr<const std::atomic<bool>> cancelled,
+                            std::function<void(bool complete)> done) {
+  auto pending = std::make_shared<PendingBatch>();
+  pending->batch = std::move(batch);
+  pending->spec = spec;
+  pending->cancelled = std::move(cancelled);
+  pending->done = std::move(done);
+  pending->substituted.assign(planned.samples.size(), 0);
+  int valid = 0;
+  for (const SampleRef& ref : planned.samples) valid += ref.valid() ? 1 : 0;
+  if (valid == 0) {
+    pending->Finish();
+    return;
+  }
+  pending->remaining.store(valid, std::memory_order_relaxed);
+  for (size_t i = 0; i < planned.samples.size(); ++i) {
+    const SampleRef ref = planned.samples[i];
+    if (!ref.valid()) continue;
+    pool_->Submit([this, pending, slot = static_cast<int>(i), ref] {
+      if (!pending->cancelled->load(std::memory_order_relaxed)) {
+        DecodeSample(pending.get(), slot, ref);
+      }
+      if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) pending->Finish();
+    });
+  }
+}
+
+void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref) {
+  AssembledBatch& batch = *pending->batch;
+  uint8_t* out = batch.images() + slot * batch.sample_bytes();
+  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const SampleEntry& entry = shard.samples[ref.index];
+  absl::Status status;
+  if (entry.image_member >= entry.members.size()) {
+    status = absl::InternalError("sample has no image member in the index");
+  } else {
+    absl::StatusOr<std::string> encoded = dataset_->reader().ReadMember(
+        static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]);
+    status = encoded.ok() ? DecodeAndTransform(*encoded, pending->spec, ref.augment_seed, out)
+                          : encoded.status();
+  }
+  if (status.ok()) return;
+  std::memset(out, kSubstituteByte, batch.sample_bytes());
+  pending->substituted[slot] = 1;
+  if (stats_ != nullptr) {
+    stats_->decode_errors.fetch_add(1, std::memory_order_relaxed);
+    stats_->substitutions.fetch_add(1, std::memory_order_relaxed);
+  }
+  LogWarning("assembler",
+             absl::StrCat("substituted sample: shard ", shard.path, " key '", entry.key,
+                          "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),
+                          " slot ", slot, "): ", status.ToString()));
+}
+
+std::shared_ptr<AssembledBatch> BatchAssembler::AssembleBlocking(const PlannedBatch& planned,
+                                                                 const TransformSpec& spec) {
+  auto batch = Prepare(planned, spec);
+  auto never_cancelled = std::make_shared<std::atomic<bool>>(false);
+  absl::Notification finished;
+  Launch(batch, planned, spec, never_cancelled, [&finished](bool) { finished.Notify(); });
+  finished.WaitForNotification();
+  return batch;
+}
+
+}  // namespace shardcast::server

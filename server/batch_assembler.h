@@ -1,0 +1,89 @@
+// Turns a planned batch into bytes: reads each sample's image member, decodes and
+// transforms it into its slot of the batch buffer on the decode pool, and fills the
+// Batch message fields (labels, per-sample info) around it.
+#ifndef SHARDCAST_SERVER_BATCH_ASSEMBLER_H_
+#define SHARDCAST_SERVER_BATCH_ASSEMBLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "common/epoch_plan.h"
+#include "common/image_transform.h"
+#include "server/decode_pool.h"
+#include "server/served_dataset.h"
+#include "server/server_stats.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::server {
+
+// One batch: the Batch message without its images, plus the image buffer
+// (B x 3 x C x C bytes, uint8 NCHW). The buffer is counted in
+// ServerStats::buffer_bytes for as long as the object lives.
+class AssembledBatch {
+ public:
+  AssembledBatch(int batch_size, int crop, std::atomic<int64_t>* buffer_gauge);
+  ~AssembledBatch();
+  AssembledBatch(const AssembledBatch&) = delete;
+  AssembledBatch& operator=(const AssembledBatch&) = delete;
+
+  shardcast::v1::Batch& header() { return header_; }
+  const shardcast::v1::Batch& header() const { return header_; }
+  uint8_t* images() { return images_.get(); }
+  const uint8_t* images() const { return images_.get(); }
+  size_t image_bytes() const { return image_bytes_; }
+  size_t sample_bytes() const { return sample_bytes_; }
+
+ private:
+  shardcast::v1::Batch header_;  // every field but `images`
+  const size_t sample_bytes_;    // 3 * C * C
+  const size_t image_bytes_;     // batch_size * sample_bytes_
+  std::unique_ptr<uint8_t[]> images_;
+  std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
+};
+
+// Thread-safe. REQUIRES: `dataset`, `pool` and `stats` outlive the assembler and
+// every batch it has started.
+//
+// A sample whose member cannot be read or decoded is replaced by a mid-gray image
+// (every byte 128, a deterministic substitute that needs no other sample), keeps its
+// label and key, and is flagged `substituted`; the failure is counted in
+// ServerStats::decode_errors / substitutions and logged with shard, key and error.
+// Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
+class BatchAssembler {
+ public:
+  BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats);
+  BatchAssembler(const BatchAssembler&) = delete;
+  BatchAssembler& operator=(const BatchAssembler&) = delete;
+
+  // Allocates the batch and fills its message fields (no I/O).
+  std::shared_ptr<AssembledBatch> Prepare(const PlannedBatch& planned, const TransformSpec& spec);
+
+  // Queues one decode task per valid sample of `batch` (made by Prepare from
+  // `planned`). `done(complete)` runs exactly once when every sample is finished,
+  // on a pool thread, or on the calling thread when there is nothing to decode;
+  // `complete` is false when `cancelled` was set meanwhile (remaining samples are then
+  // skipped without work and the buffer contents are unspecified).
+  void Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
+              const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
+              std::function<void(bool complete)> done);
+
+  // Prepare + Launch + wait (benchmarks, tools).
+  std::shared_ptr<AssembledBatch> AssembleBlocking(const PlannedBatch& planned,
+                                                   const TransformSpec& spec);
+
+  const ServedDataset& dataset() const { return *dataset_; }
+
+ private:
+  struct PendingBatch;
+  void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+
+  const ServedDataset* const dataset_;
+  DecodePool* const pool_;
+  ServerStats* const stats_;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_BATCH_ASSEMBLER_H_

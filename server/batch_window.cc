@@ -1,0 +1,141 @@
+// Per-stream bounded window of batches (see batch_window.h).
+#include "server/batch_window.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
+
+namespace shardcast::server {
+
+std::shared_ptr<BatchWindow> BatchWindow::Create(BatchAssembler* assembler,
+                                                 std::unique_ptr<RankBatchIterator> batches,
+                                                 const Options& options) {
+  return std::shared_ptr<BatchWindow>(new BatchWindow(assembler, std::move(batches), options));
+}
+
+BatchWindow::BatchWindow(BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
+                         const Options& options)
+    : assembler_(assembler),
+      options_(options),
+      cancelled_(std::make_shared<std::atomic<bool>>(false)),
+      batches_(std::move(batches)) {}
+
+BatchWindow::~BatchWindow() { cancelled_->store(true); }
+
+void BatchWindow::Start() {
+  std::vector<Launch> launches;
+  {
+    absl::MutexLock lock(&mu_);
+    launches = PlanLaunchesLocked();
+  }
+  LaunchAll(std::move(launches));
+}
+
+std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
+  std::vector<Launch> launches;
+  if (cancelled_locked_) return launches;
+  // In resend mode only the first batch is ever assembled.
+  const int64_t limit =
+      options_.resend_first_batch ? std::min<int64_t>(1, options_.count) : options_.count;
+  const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
+  while (slots_.size() < depth && launched_ < limit && !plan_ended_early_) {
+    Launch launch;
+    if (!batches_->Next(&launch.planned)) {
+      plan_ended_early_ = true;
+      break;
+    }
+    launch.sequence = launched_++;
+    launch.batch = assembler_->Prepare(launch.planned, options_.transform);
+    slots_.push_back(Slot{launch.sequence, launch.batch, false});
+    launches.push_back(std::move(launch));
+  }
+  return launches;
+}
+
+void BatchWindow::LaunchAll(std::vector<Launch> launches) {
+  for (Launch& launch : launches) {
+    std::weak_ptr<BatchWindow> weak = weak_from_this();
+    const int64_t sequence = launch.sequence;
+    assembler_->Launch(std::move(launch.batch), launch.planned, options_.transform, cancelled_,
+                       [weak, sequence](bool complete) {
+                         if (auto self = weak.lock()) self->OnAssembled(sequence, complete);
+                       });
+  }
+}
+
+void BatchWindow::OnAssembled(int64_t sequence, bool complete) {
+  std::function<void()> callback;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_locked_ || !complete || slots_.empty()) return;
+    const int64_t position = sequence - slots_.front().sequence;
+    if (position < 0 || position >= static_cast<int64_t>(slots_.size())) return;
+    slots_[position].ready = true;
+    if (position != 0 || !on_ready_) return;
+    callback = std::move(on_ready_);
+    on_ready_ = nullptr;
+    ++callbacks_running_;
+  }
+  callback();
+  absl::MutexLock lock(&mu_);
+  --callbacks_running_;
+}
+
+BatchWindow::TakeResult BatchWindow::Take(std::shared_ptr<AssembledBatch>* batch,
+                                          std::function<void()> on_ready) {
+  std::vector<Launch> launches;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
+    if (options_.resend_first_batch && first_batch_ != nullptr) {
+      *batch = first_batch_;
+      ++taken_;
+      return TakeResult::kBatch;
+    }
+    if (slots_.empty()) {
+      if (plan_ended_early_) return TakeResult::kError;
+      // Unreachable: a window below `count` always has a slot launched.
+      return TakeResult::kError;
+    }
+    if (!slots_.front().ready) {
+      on_ready_ = std::move(on_ready);
+      return TakeResult::kPending;
+    }
+    *batch = std::move(slots_.front().batch);
+    slots_.pop_front();
+    ++taken_;
+    if (options_.resend_first_batch) first_batch_ = *batch;
+    launches = PlanLaunchesLocked();
+  }
+  LaunchAll(std::move(launches));
+  return TakeResult::kBatch;
+}
+
+void BatchWindow::Cancel() {
+  std::deque<Slot> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_->store(true, std::memory_order_release);
+    cancelled_locked_ = true;
+    on_ready_ = nullptr;
+    dropped.swap(slots_);
+    first_batch_.reset();
+    mu_.Await(absl::Condition(
+        +[](int* running) { return *running == 0; }, &callbacks_running_));
+  }
+  // Buffers of batches not yet taken are released here (decode tasks still queued
+  // hold theirs until they are skipped).
+}
+
+int64_t BatchWindow::depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(slots_.size());
+}
+
+int64_t BatchWindow::taken() const {
+  absl::MutexLock lock(&mu_);
+  return taken_;
+}
+
+}  // namespace shardcast::server

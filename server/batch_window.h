@@ -1,0 +1,101 @@
+// One stream's producer: keeps up to `depth` batches of a rank's epoch being
+// assembled or ready ahead of what the client has taken, in plan order. This is
+// the backpressure: a slow client holds at most depth batches (plus the one being
+// written), and a cancelled window stops its decode work.
+#ifndef SHARDCAST_SERVER_BATCH_WINDOW_H_
+#define SHARDCAST_SERVER_BATCH_WINDOW_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/epoch_plan.h"
+#include "common/image_transform.h"
+#include "server/batch_assembler.h"
+
+namespace shardcast::server {
+
+class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
+ public:
+  struct Options {
+    int depth = 4;                    // batches assembled or in flight ahead of the client (>= 1)
+    int64_t count = 0;                // batches this stream sends (n - start_batch)
+    TransformSpec transform;          // the job's transform
+    bool resend_first_batch = false;  // BENCHMARK ONLY, see ServerOptions
+  };
+
+  // REQUIRES: `assembler` outlives the window and every batch it launched.
+  static std::shared_ptr<BatchWindow> Create(BatchAssembler* assembler,
+                                             std::unique_ptr<RankBatchIterator> batches,
+                                             const Options& options);
+  ~BatchWindow();
+
+  // Launches the first batches. Called once, before Take().
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+
+  enum class TakeResult {
+    kBatch,    // *batch is the next batch in order; the window refills behind it
+    kPending,  // the next batch is not ready; `on_ready` will be called once when it is
+    kEnd,      // all `count` batches were taken (or the window was cancelled)
+    kError,    // the plan ended before `count` batches (a planner bug; never expected)
+  };
+  // Never blocks. `on_ready` runs on a pool thread (or the thread that made the batch
+  // ready) without any window lock held; it may call Take() again.
+  TakeResult Take(std::shared_ptr<AssembledBatch>* batch, std::function<void()> on_ready)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops the stream's work: queued decode tasks are skipped, buffers not yet
+  // taken are released, and no callback fires afterwards. Idempotent.
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Batches assembled or being assembled ahead of the client.
+  int64_t depth() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t taken() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  BatchWindow(BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
+              const Options& options);
+
+  struct Slot {
+    int64_t sequence = 0;                   // 0-based position in this stream
+    std::shared_ptr<AssembledBatch> batch;  // allocated when launched
+    bool ready = false;                     // assembly finished
+  };
+  struct Launch {
+    std::shared_ptr<AssembledBatch> batch;
+    PlannedBatch planned;
+    int64_t sequence;
+  };
+
+  // Reserves slots up to the depth; returns what the caller must launch (unlocked).
+  std::vector<Launch> PlanLaunchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LaunchAll(std::vector<Launch> launches) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAssembled(int64_t sequence, bool complete) ABSL_LOCKS_EXCLUDED(mu_);
+
+  BatchAssembler* const assembler_;
+  const Options options_;
+  // Set by Cancel(); decode tasks of this window read it to skip their work.
+  const std::shared_ptr<std::atomic<bool>> cancelled_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<RankBatchIterator> batches_ ABSL_GUARDED_BY(mu_);  // the plan, lazily
+  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);          // launched, not yet taken, in order
+  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;            // batches launched (or resent) so far
+  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;               // batches handed to the client
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);  // armed by a kPending Take
+  bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
+  bool plan_ended_early_ ABSL_GUARDED_BY(mu_) = false;
+  // on_ready callbacks running right now; Cancel() waits for them so that the
+  // callback's owner may be destroyed as soon as Cancel() returns.
+  int callbacks_running_ ABSL_GUARDED_BY(mu_) = 0;
+  // Resend mode: the first batch, kept to be re-sent.
+  std::shared_ptr<AssembledBatch> first_batch_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_BATCH_WINDOW_H_

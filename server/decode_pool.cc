@@ -1,0 +1,54 @@
+// Fixed-size FIFO thread pool (see decode_pool.h).
+#include "server/decode_pool.h"
+
+#include <utility>
+
+namespace shardcast::server {
+
+DecodePool::DecodePool(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads <= 0) threads = 1;
+  workers_.reserve(threads);
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+DecodePool::~DecodePool() {
+  std::deque<std::function<void()>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    dropped.swap(queue_);
+  }
+  for (auto& worker : workers_) worker.join();
+  // `dropped` is destroyed here, outside the lock: task destructors may free batches.
+}
+
+void DecodePool::Submit(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(task));
+}
+
+int64_t DecodePool::queue_depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void DecodePool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DecodePool* pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool->mu_) {
+            return pool->stopping_ || !pool->queue_.empty();
+          },
+          this));
+      if (stopping_) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+}  // namespace shardcast::server

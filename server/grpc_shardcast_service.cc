@@ -1,0 +1,158 @@
+// gRPC callback adapter over ShardcastServiceImpl (see grpc_shardcast_service.h).
+#include "server/grpc_shardcast_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/batch_encoding.h"
+
+namespace shardcast::server {
+
+namespace v1 = ::shardcast::v1;
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl and gRPC share the canonical code numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+namespace {
+
+// Writes one stream's batches: one write in flight; the next batch is written from
+// OnWriteDone, or from the window's ready callback when it was not assembled yet.
+// Reactions never block. Deletes itself in OnDone.
+class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit BatchWriter(std::unique_ptr<StreamSession> session) : session_(std::move(session)) {
+    Pump();
+  }
+  explicit BatchWriter(const absl::Status& error) { Finish(ToGrpcStatus(error)); }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      session_->Sent(*in_flight_, in_flight_bytes_);
+      in_flight_.reset();
+      message_.Clear();  // drop our reference to the sent batch's pixels now
+      // A failed write means the transport broke (client gone, call cancelled).
+      if (!ok) write_failed_ = true;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+    }
+    Pump();
+  }
+
+  void OnDone() override {
+    // gRPC calls OnDone after every other reaction; Close() cancels the window and
+    // waits for a ready callback in progress, so none can touch `this` afterwards.
+    if (session_ != nullptr) session_->Close(how_unlocked());
+    delete this;
+  }
+
+ private:
+  // Starts the next write, or the Finish, when one is due. The gRPC call is made
+  // outside the lock and is the last thing Pump does.
+  void Pump() {
+    enum class Action { kNothing, kWrite, kFinish } action = Action::kNothing;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_in_flight_ || finish_called_) return;
+      if (write_failed_) {
+        how_ = "write failed (client gone)";
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
+        action = Action::kFinish;
+      } else if (cancelled_) {
+        how_ = "cancelled (client disconnect or server shutdown)";
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+        action = Action::kFinish;
+      } else {
+        std::shared_ptr<AssembledBatch> batch;
+        switch (session_->Take(&batch, [this] { Pump(); })) {
+          case BatchWindow::TakeResult::kPending:
+            break;
+          case BatchWindow::TakeResult::kBatch:
+            write_in_flight_ = true;
+            in_flight_bytes_ = EncodeBatch(batch, &message_);
+            in_flight_ = std::move(batch);
+            action = Action::kWrite;
+            break;
+          case BatchWindow::TakeResult::kEnd:
+            how_ = "complete";
+            action = Action::kFinish;
+            break;
+          case BatchWindow::TakeResult::kError:
+            how_ = "plan error";
+            status = grpc::Status(grpc::StatusCode::INTERNAL,
+                                  "the epoch plan ended before batches_per_epoch batches");
+            action = Action::kFinish;
+            break;
+        }
+      }
+      if (action == Action::kFinish) finish_called_ = true;
+    }
+    if (action == Action::kWrite) StartWrite(&message_);
+    if (action == Action::kFinish) Finish(status);
+  }
+
+  // OnDone runs after every reaction has returned; nothing else holds the lock.
+  std::string how_unlocked() ABSL_NO_THREAD_SAFETY_ANALYSIS { return how_; }
+
+  absl::Mutex mu_;
+  std::unique_ptr<StreamSession> session_;             // null for a refused stream
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;  // one write at a time
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;    // Finish() issued (exactly once)
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;     // OnWriteDone(false) seen
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;        // OnCancel seen
+  std::string how_ ABSL_GUARDED_BY(mu_) = "refused";   // for the close log line
+  grpc::ByteBuffer message_;  // the write in flight; touched only by the Pump that starts it
+  std::shared_ptr<AssembledBatch> in_flight_ ABSL_GUARDED_BY(mu_);
+  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerContext* context,
+                                                         const v1::RegisterRequest* request,
+                                                         v1::RegisterResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<v1::RegisterResponse> result = impl_->Register(*request);
+  if (result.ok()) *response = *std::move(result);
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
+    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* request) {
+  v1::StreamBatchesRequest parsed;
+  grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; this copy is a ref
+  grpc::Status parse =
+      grpc::SerializationTraits<v1::StreamBatchesRequest>::Deserialize(&copy, &parsed);
+  if (!parse.ok()) {
+    return new BatchWriter(absl::InvalidArgumentError("malformed StreamBatchesRequest"));
+  }
+  absl::StatusOr<std::unique_ptr<StreamSession>> session = impl_->OpenStream(parsed);
+  if (!session.ok()) return new BatchWriter(session.status());
+  return new BatchWriter(*std::move(session));
+}
+
+grpc::ServerUnaryReactor* GrpcShardcastService::GetStatus(grpc::CallbackServerContext* context,
+                                                          const v1::GetStatusRequest* /*request*/,
+                                                          v1::GetStatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  *response = impl_->GetStatus();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,41 @@
+// The gRPC face of the serving core: the callback API with one reactor per
+// stream, raw (ByteBuffer) StreamBatches for zero-copy pixels, and absl::Status
+// converted to grpc::Status here and nowhere else.
+#ifndef SHARDCAST_SERVER_GRPC_SHARDCAST_SERVICE_H_
+#define SHARDCAST_SERVER_GRPC_SHARDCAST_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "server/shardcast_service_impl.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+
+namespace shardcast::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+using ShardcastCallbackBase = shardcast::v1::Shardcast::WithCallbackMethod_Register<
+    shardcast::v1::Shardcast::WithRawCallbackMethod_StreamBatches<
+        shardcast::v1::Shardcast::WithCallbackMethod_GetStatus<shardcast::v1::Shardcast::Service>>>;
+
+// REQUIRES: `impl` outlives the service (and the grpc::Server it is registered with).
+class GrpcShardcastService final : public ShardcastCallbackBase {
+ public:
+  explicit GrpcShardcastService(ShardcastServiceImpl* impl) : impl_(impl) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const shardcast::v1::RegisterRequest* request,
+                                     shardcast::v1::RegisterResponse* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamBatches(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const shardcast::v1::GetStatusRequest* request,
+                                      shardcast::v1::GetStatusResponse* response) override;
+
+ private:
+  ShardcastServiceImpl* const impl_;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_GRPC_SHARDCAST_SERVICE_H_

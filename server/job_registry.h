@@ -1,0 +1,131 @@
+// Jobs by id: registration (validation, defaults, agreement between the ranks of
+// a job), the job's epoch plans (a small cache by epoch) and per-rank progress
+// for GetStatus.
+#ifndef SHARDCAST_SERVER_JOB_REGISTRY_H_
+#define SHARDCAST_SERVER_JOB_REGISTRY_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/epoch_plan.h"
+#include "common/image_transform.h"
+#include "server/served_dataset.h"
+#include "server/server_options.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::server {
+
+class BatchWindow;
+
+// The effective config of a job: every default filled in.
+struct JobConfig {
+  PlanConfig plan;
+  TransformSpec transform;
+};
+
+// Progress of one rank, as GetStatus reports it.
+struct RankProgress {
+  int32_t rank = 0;
+  int64_t epoch = 0;
+  int64_t next_batch = 0;  // of the open (or last) stream
+  bool streaming = false;
+  int64_t batches_sent = 0;
+  int64_t window_depth = 0;
+};
+
+class Job {
+ public:
+  Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string plan_fingerprint,
+      const ServedDataset* dataset);
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& id() const { return id_; }
+  const JobConfig& config() const { return config_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  const std::string& plan_fingerprint() const { return plan_fingerprint_; }
+
+  // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
+  // epochs at a time). Errors come from the planner.
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> Plan(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+
+  void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stream bookkeeping. OpenStream returns a stream id; later calls with an id that
+  // is no longer the rank's newest stream (a reconnect replaced it) only count bytes.
+  int64_t OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
+                     std::weak_ptr<BatchWindow> window) ABSL_LOCKS_EXCLUDED(mu_);
+  void BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) ABSL_LOCKS_EXCLUDED(mu_);
+  void CloseStream(int32_t rank, int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registered ranks, in rank order, with live window depths.
+  std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct RankState {
+    RankProgress progress;
+    int64_t stream_id = 0;              // newest stream of this rank (0 = none yet)
+    std::weak_ptr<BatchWindow> window;  // of the newest open stream
+  };
+  static constexpr size_t kPlanCacheSize = 4;
+
+  const std::string id_;
+  const JobConfig config_;
+  const int64_t batches_per_epoch_;
+  const std::string plan_fingerprint_;
+  const ServedDataset* const dataset_;
+
+  mutable absl::Mutex mu_;
+  std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
+  int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Most recently used first: (epoch, plan).
+  std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+class JobRegistry {
+ public:
+  // REQUIRES: `dataset` outlives the registry.
+  JobRegistry(const ServedDataset* dataset, const JobDefaults& defaults, int64_t max_message_bytes);
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // Validates the request, fills defaults, creates the job on its first rank or checks
+  // that the rank agrees with it, and answers with n, shapes and fingerprints.
+  // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
+  // job's, naming the field; or the data cannot serve the job, with the planner's reason).
+  absl::StatusOr<shardcast::v1::RegisterResponse> Register(
+      const shardcast::v1::RegisterRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // nullptr when no rank has registered job `id`.
+  std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The effective config a request asks for (defaults applied, fields validated).
+  absl::StatusOr<JobConfig> EffectiveConfig(const shardcast::v1::RegisterRequest& request) const;
+
+ private:
+  const ServedDataset* const dataset_;
+  const JobDefaults defaults_;
+  const int64_t max_message_bytes_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+// Conversions between the wire enums and the planner's / transform's.
+shardcast::v1::Split ToProto(Split split);
+shardcast::v1::Remainder ToProto(Remainder remainder);
+shardcast::v1::TransformMode ToProto(TransformMode mode);
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_JOB_REGISTRY_H_

@@ -1,0 +1,40 @@
+// The data a server serves: the dataset index, a member reader over it and the
+// per-shard sample counts the planner needs. Built once, immutable afterwards.
+#ifndef SHARDCAST_SERVER_SERVED_DATASET_H_
+#define SHARDCAST_SERVER_SERVED_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dataset_index.h"
+#include "common/shard_reader.h"
+
+namespace shardcast::server {
+
+class ServedDataset {
+ public:
+  // Scans (or loads from the index cache) the shards in `dir`.
+  static absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const std::string& dir,
+                                                             const IndexOptions& options);
+  // Wraps an index built elsewhere (tests, benchmarks).
+  explicit ServedDataset(DatasetIndex index);
+  ServedDataset(const ServedDataset&) = delete;
+  ServedDataset& operator=(const ServedDataset&) = delete;
+
+  const DatasetIndex& index() const { return index_; }
+  const std::vector<uint32_t>& shard_sizes() const { return shard_sizes_; }
+  // Thread-safe member reads.
+  ShardReader& reader() const { return *reader_; }
+
+ private:
+  const DatasetIndex index_;  // declared before reader_: the reader refers to it
+  const std::vector<uint32_t> shard_sizes_;
+  const std::unique_ptr<ShardReader> reader_;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SERVED_DATASET_H_

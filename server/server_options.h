@@ -1,0 +1,48 @@
+// The daemon's configuration: where the data is, where to listen, and the job
+// defaults that a RegisterRequest leaves unset (server flags set them).
+#ifndef SHARDCAST_SERVER_SERVER_OPTIONS_H_
+#define SHARDCAST_SERVER_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/epoch_plan.h"
+#include "common/image_transform.h"
+
+namespace shardcast::server {
+
+// Job settings applied when a RegisterRequest leaves a field unset or zero.
+struct JobDefaults {
+  int32_t batch_size = 32;
+  Split split = Split::kShard;  // the seed's (webdataset split_by_node) semantics
+  Remainder remainder = Remainder::kDrop;
+  int32_t workers = 1;
+  uint64_t seed = 0;
+  bool shuffle_shards = false;
+  int32_t shuffle_buffer = 0;
+  int32_t block_size = 0;
+  TransformMode transform_mode = TransformMode::kCenter;
+  int resize = 256;
+  int crop = 224;
+};
+
+struct ServerOptions {
+  std::string shards_dir;                      // directory holding the .tar/.tar.gz shards
+  std::string listen_address = "127.0.0.1:0";  // port 0 = any free port (see port())
+  JobDefaults defaults;
+  int decode_threads = 0;                   // 0 = hardware concurrency
+  int prefetch = 4;                         // batches assembled ahead of each stream's client
+  std::string index_cache_dir;              // empty = no index cache
+  std::string label_field = "label";        // .json field holding the label (no .cls)
+  int64_t max_message_bytes = 512ll << 20;  // largest Batch message a job may need
+  absl::Duration grace_period = absl::Seconds(10);  // drain: how long open streams may run on
+  // BENCHMARK ONLY: each stream assembles its first batch once and re-sends that same
+  // buffer for every message, so a benchmark measures the wire without decode cost.
+  // Clients receive wrong data in this mode; never set it when serving a trainer.
+  bool bench_only_resend_first_batch = false;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SERVER_OPTIONS_H_

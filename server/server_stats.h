@@ -1,0 +1,56 @@
+// Server-wide counters for GetStatus: images and bytes served (with a recent rate),
+// decode errors, substitutions, and the memory held in batch buffers.
+#ifndef SHARDCAST_SERVER_SERVER_STATS_H_
+#define SHARDCAST_SERVER_SERVER_STATS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace shardcast::server {
+
+// Events per second over the last few seconds, from one-second buckets.
+class RateMeter {
+ public:
+  static constexpr int kWindowSeconds = 10;
+  explicit RateMeter(absl::Time start) : start_(start) {}
+
+  void Add(int64_t images, int64_t bytes, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Rates over the last kWindowSeconds complete seconds plus the current one
+  // (or since start, when the server is younger than that).
+  void Rates(absl::Time now, double* images_per_second, double* bytes_per_second) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Bucket {
+    int64_t second = -1;  // seconds since start_ this bucket holds
+    int64_t images = 0;
+    int64_t bytes = 0;
+  };
+  const absl::Time start_;
+  mutable absl::Mutex mu_;
+  std::array<Bucket, kWindowSeconds + 1> buckets_ ABSL_GUARDED_BY(mu_);  // ring by second
+};
+
+struct ServerStats {
+  explicit ServerStats(absl::Time start) : start_time(start), rate(start) {}
+
+  const absl::Time start_time;
+  RateMeter rate;                         // images/bytes actually written to streams
+  std::atomic<int64_t> images_served{0};  // valid + padding entries in sent batches
+  std::atomic<int64_t> bytes_served{0};   // Batch message bytes handed to gRPC
+  std::atomic<int64_t> decode_errors{0};  // read or decode failures
+  std::atomic<int64_t> substitutions{0};  // substitutes sent (one per failure)
+  std::atomic<int64_t> buffer_bytes{0};   // bytes held in live batch buffers
+};
+
+// Resident set size of this process, from /proc/self/statm (0 when unavailable).
+int64_t ResidentSetBytes();
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SERVER_STATS_H_

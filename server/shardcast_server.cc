@@ -1,0 +1,120 @@
+// The gRPC daemon object (see shardcast_server.h).
+#include "server/shardcast_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/log.h"
+
+namespace shardcast::server {
+
+namespace {
+// Room above the largest batch for the message's other fields.
+constexpr int64_t kSendSizeMargin = 1 << 20;
+}  // namespace
+
+ShardcastServer::ShardcastServer(ServerOptions options)
+    : options_(std::move(options)),
+      impl_(std::make_unique<ShardcastServiceImpl>(options_)),
+      service_(impl_.get()) {}
+
+ShardcastServer::~ShardcastServer() {
+  Shutdown();
+  if (indexer_.joinable()) indexer_.join();
+}
+
+void ShardcastServer::SetServing(bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_) return absl::FailedPreconditionError("server already started");
+    started_ = true;
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(&service_);
+  const int64_t send_limit = options_.max_message_bytes + kSendSizeMargin;
+  builder.SetMaxSendMessageSize(send_limit > INT32_MAX ? INT32_MAX : static_cast<int>(send_limit));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
+  }
+  SetServing(false);
+  LogInfo("server", absl::StrFormat("listening on port %d (%d decode threads, prefetch %d)", port_,
+                                    impl_->pool().threads(), options_.prefetch));
+  if (dataset != nullptr) {
+    impl_->SetDataset(std::move(dataset));
+    absl::MutexLock lock(&mu_);
+    ready_ = absl::OkStatus();
+    if (!stopped_) SetServing(true);
+    return absl::OkStatus();
+  }
+  indexer_ = std::thread([this] {
+    absl::Status status = impl_->LoadDataset();
+    absl::MutexLock lock(&mu_);
+    ready_ = status;
+    if (status.ok() && !stopped_) {
+      SetServing(true);
+      LogInfo("server", "serving");
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status ShardcastServer::WaitUntilReady() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](std::optional<absl::Status>* ready) { return ready->has_value(); }, &ready_));
+  return *ready_;
+}
+
+std::optional<absl::Status> ShardcastServer::ready_status() const {
+  absl::MutexLock lock(&mu_);
+  return ready_;
+}
+
+void ShardcastServer::Drain() { StopServer(options_.grace_period); }
+
+void ShardcastServer::Shutdown() { StopServer(absl::ZeroDuration()); }
+
+void ShardcastServer::StopServer(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || server_ == nullptr) return;
+    stopped_ = true;
+    SetServing(false);
+  }
+  impl_->BeginDrain();
+  const int64_t open = impl_->open_streams();
+  LogInfo("server", absl::StrFormat("draining: NOT_SERVING, %d open streams, grace %s", open,
+                                    absl::FormatDuration(grace)));
+  const absl::Time deadline = absl::Now() + grace;
+  while (impl_->open_streams() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int64_t left = impl_->open_streams();
+  if (left > 0) {
+    LogWarning("server", absl::StrFormat("grace period over: cancelling %d open streams", left));
+  }
+  // Cancels whatever is still open, then waits for every call to finish.
+  server_->Shutdown(std::chrono::system_clock::now());
+  server_->Wait();
+  LogInfo("server", "stopped");
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,77 @@
+// The daemon as an object: a gRPC server (shardcast service, health, reflection)
+// over a ShardcastServiceImpl, listening first and indexing in the background,
+// with a graceful drain for SIGTERM.
+#ifndef SHARDCAST_SERVER_SHARDCAST_SERVER_H_
+#define SHARDCAST_SERVER_SHARDCAST_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/grpc_shardcast_service.h"
+#include "server/served_dataset.h"
+#include "server/server_options.h"
+#include "server/shardcast_service_impl.h"
+
+namespace shardcast::server {
+
+class ShardcastServer {
+ public:
+  // Full service name, as health checks and reflection know it.
+  static constexpr char kServiceName[] = "shardcast.v1.Shardcast";
+
+  explicit ShardcastServer(ServerOptions options);
+  ~ShardcastServer();  // Shutdown()
+  ShardcastServer(const ShardcastServer&) = delete;
+  ShardcastServer& operator=(const ShardcastServer&) = delete;
+
+  // Binds options.listen_address and starts answering (health NOT_SERVING, requests
+  // UNAVAILABLE "indexing") while the index is built on a background thread; then
+  // SERVING. Kept apart from the constructor so a bind failure is a Status and the
+  // port chosen for port 0 is known when it returns. With `dataset` given, that
+  // dataset is served and nothing is indexed.
+  absl::Status Start(std::unique_ptr<ServedDataset> dataset = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The bound port (after Start).
+  int port() const { return port_; }
+
+  // Blocks until indexing has finished; its result.
+  absl::Status WaitUntilReady() ABSL_LOCKS_EXCLUDED(mu_);
+  // Indexing result without blocking; nullopt while indexing.
+  std::optional<absl::Status> ready_status() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Graceful stop: health NOT_SERVING, new registrations and streams refused
+  // (UNAVAILABLE), open streams may finish for up to options.grace_period, then
+  // the rest are cancelled and the server stops. Idempotent; blocks until stopped.
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain with no grace period.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardcastServiceImpl& impl() { return *impl_; }
+  const ServerOptions& options() const { return options_; }
+
+ private:
+  void SetServing(bool serving);
+  void StopServer(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServerOptions options_;
+  const std::unique_ptr<ShardcastServiceImpl> impl_;
+  GrpcShardcastService service_;  // refers to impl_
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread indexer_;  // builds the index after Start()
+
+  mutable absl::Mutex mu_;
+  std::optional<absl::Status> ready_ ABSL_GUARDED_BY(mu_);  // indexing result
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SHARDCAST_SERVER_H_

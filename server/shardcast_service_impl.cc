@@ -1,0 +1,283 @@
+// The serving core (see shardcast_service_impl.h).
+#include "server/shardcast_service_impl.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/log.h"
+#include "server/version.h"
+
+namespace shardcast::server {
+
+namespace v1 = ::shardcast::v1;
+
+// ---------------------------------------------------------------------------- StreamSession
+
+StreamSession::StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job> job, int32_t rank,
+                             int64_t count, std::shared_ptr<BatchWindow> window, int64_t stream_id,
+                             std::string description)
+    : service_(service),
+      job_(std::move(job)),
+      rank_(rank),
+      count_(count),
+      window_(std::move(window)),
+      stream_id_(stream_id),
+      description_(std::move(description)) {}
+
+StreamSession::~StreamSession() { Close("closed"); }
+
+BatchWindow::TakeResult StreamSession::Take(std::shared_ptr<AssembledBatch>* batch,
+                                            std::function<void()> on_ready) {
+  return window_->Take(batch, std::move(on_ready));
+}
+
+void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes) {
+  ++sent_;
+  const int64_t images = batch.header().samples_size();
+  ServerStats& stats = service_->stats_;
+  stats.images_served.fetch_add(images, std::memory_order_relaxed);
+  stats.bytes_served.fetch_add(message_bytes, std::memory_order_relaxed);
+  stats.rate.Add(images, message_bytes, absl::Now());
+  job_->BatchSent(rank_, stream_id_, batch.header().index());
+}
+
+void StreamSession::Close(const std::string& how) {
+  if (closed_) return;
+  closed_ = true;
+  window_->Cancel();
+  job_->CloseStream(rank_, stream_id_);
+  service_->open_streams_.fetch_sub(1);
+  LogInfo("stream",
+          absl::StrCat("closed ", description_, " after ", sent_, "/", count_, " batches: ", how));
+}
+
+// ---------------------------------------------------------------------------- service
+
+ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
+    : options_(options),
+      stats_(absl::Now()),
+      pool_(std::make_unique<DecodePool>(options.decode_threads)) {}
+
+ShardcastServiceImpl::~ShardcastServiceImpl() { pool_.reset(); }
+
+absl::Status ShardcastServiceImpl::LoadDataset() {
+  IndexOptions index_options;
+  index_options.label_field = options_.label_field;
+  index_options.cache_dir = options_.index_cache_dir;
+  const absl::Time start = absl::Now();
+  LogInfo("index", absl::StrCat("indexing ", options_.shards_dir));
+  absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
+      ServedDataset::Load(options_.shards_dir, index_options);
+  if (!dataset.ok()) {
+    LogError("index",
+             absl::StrCat("cannot index ", options_.shards_dir, ": ", dataset.status().ToString()));
+    absl::MutexLock lock(&mu_);
+    state_ = State::kFailed;
+    load_error_ = dataset.status();
+    return dataset.status();
+  }
+  const DatasetIndex& index = (*dataset)->index();
+  LogInfo("index",
+          absl::StrFormat("%d shards, %d samples, %d classes, %d skipped, fingerprint %s%s "
+                          "(%.2f s)",
+                          index.shards.size(), index.num_samples, index.num_classes,
+                          index.skipped.size(), index.fingerprint,
+                          index.loaded_from_cache ? ", from cache" : "",
+                          absl::ToDoubleSeconds(absl::Now() - start)));
+  for (const std::string& warning : index.warnings) LogWarning("index", warning);
+  size_t shown = 0;
+  for (const SkippedSample& skipped : index.skipped) {
+    if (++shown > 20) {
+      LogWarning("index", absl::StrCat("... and ", index.skipped.size() - 20, " more skipped"));
+      break;
+    }
+    LogWarning("index",
+               absl::StrCat("skipped ", skipped.shard, " '", skipped.key, "': ", skipped.reason));
+  }
+  SetDataset(*std::move(dataset));
+  return absl::OkStatus();
+}
+
+void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
+  auto serving = std::make_unique<Serving>();
+  serving->dataset = std::move(dataset);
+  serving->assembler =
+      std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_);
+  serving->registry = std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
+                                                    options_.max_message_bytes);
+  absl::MutexLock lock(&mu_);
+  serving_ = std::move(serving);
+  if (state_ == State::kIndexing) state_ = State::kServing;
+}
+
+void ShardcastServiceImpl::BeginDrain() {
+  absl::MutexLock lock(&mu_);
+  if (state_ != State::kFailed) state_ = State::kDraining;
+}
+
+bool ShardcastServiceImpl::serving() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kServing;
+}
+
+BatchAssembler* ShardcastServiceImpl::assembler() const {
+  absl::MutexLock lock(&mu_);
+  return serving_ ? serving_->assembler.get() : nullptr;
+}
+
+JobRegistry* ShardcastServiceImpl::registry() const {
+  absl::MutexLock lock(&mu_);
+  return serving_ ? serving_->registry.get() : nullptr;
+}
+
+absl::StatusOr<const ShardcastServiceImpl::Serving*> ShardcastServiceImpl::Available() const {
+  absl::MutexLock lock(&mu_);
+  switch (state_) {
+    case State::kIndexing:
+      return absl::UnavailableError("indexing shards; retry shortly");
+    case State::kDraining:
+      return absl::UnavailableError("draining: the server is shutting down");
+    case State::kFailed:
+      return absl::FailedPreconditionError(
+          absl::StrCat("the server could not index its shards: ", load_error_.message()));
+    case State::kServing:
+      break;
+  }
+  return serving_.get();
+}
+
+absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
+    const v1::RegisterRequest& request) {
+  absl::StatusOr<const Serving*> serving = Available();
+  if (!serving.ok()) return serving.status();
+  absl::StatusOr<v1::RegisterResponse> response = (*serving)->registry->Register(request);
+  if (!response.ok()) {
+    LogWarning("register",
+               absl::StrCat("refused job '", request.job_id(), "' rank ", request.rank(), "/",
+                            request.world_size(), ": ", response.status().ToString()));
+    return response;
+  }
+  LogInfo("register",
+          absl::StrFormat("job '%s' rank %d/%d: batch %d, crop %d, split %s, n=%d, plan %s",
+                          request.job_id(), request.rank(), request.world_size(),
+                          response->batch_size(), response->transform().crop(),
+                          response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
+                          response->batches_per_epoch(), response->plan_fingerprint()));
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::OpenStream(
+    const v1::StreamBatchesRequest& request) {
+  absl::StatusOr<const Serving*> serving = Available();
+  if (!serving.ok()) return serving.status();
+  std::shared_ptr<Job> job = (*serving)->registry->Find(request.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("job '", request.job_id(), "' is not registered (call Register first)"));
+  }
+  const int32_t world_size = job->config().plan.world_size;
+  if (request.rank() < 0 || request.rank() >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: job '", job->id(), "' has world_size ",
+                                                   world_size, ", got rank ", request.rank()));
+  }
+  if (!job->IsRegistered(request.rank())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(), " of job '", job->id(), "' has not registered (call Register)"));
+  }
+  const int64_t n = job->batches_per_epoch();
+  if (request.epoch() < 0) {
+    return absl::OutOfRangeError(absl::StrCat("epoch: must be >= 0, got ", request.epoch()));
+  }
+  if (request.start_batch() < 0 || request.start_batch() > n) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "start_batch: must be in [0, ", n, "] (batches per epoch), got ", request.start_batch()));
+  }
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(request.epoch());
+  if (!plan.ok()) return plan.status();
+
+  BatchWindow::Options window_options;
+  window_options.depth = std::max(1, options_.prefetch);
+  window_options.count = n - request.start_batch();
+  window_options.transform = job->config().transform;
+  window_options.resend_first_batch = options_.bench_only_resend_first_batch;
+  std::shared_ptr<BatchWindow> window =
+      BatchWindow::Create((*serving)->assembler.get(),
+                          (*plan)->Iterate(request.rank(), request.start_batch()), window_options);
+  const int64_t stream_id =
+      job->OpenStream(request.rank(), request.epoch(), request.start_batch(), window);
+  open_streams_.fetch_add(1);
+  std::string description =
+      absl::StrCat("job '", job->id(), "' rank ", request.rank(), " epoch ", request.epoch(),
+                   " batches [", request.start_batch(), ", ", n, ")");
+  LogInfo("stream", absl::StrCat("opened ", description));
+  window->Start();
+  return std::unique_ptr<StreamSession>(new StreamSession(this, std::move(job), request.rank(),
+                                                          window_options.count, std::move(window),
+                                                          stream_id, std::move(description)));
+}
+
+v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
+  v1::GetStatusResponse response;
+  const absl::Time now = absl::Now();
+  response.set_version(kServerVersion);
+  response.set_uptime_seconds(absl::ToDoubleSeconds(now - stats_.start_time));
+  response.set_shards_dir(options_.shards_dir);
+  const Serving* serving = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    response.set_serving(state_ == State::kServing);
+    serving = serving_.get();
+  }
+  if (serving != nullptr) {
+    const DatasetIndex& index = serving->dataset->index();
+    response.set_num_shards(static_cast<int32_t>(index.shards.size()));
+    response.set_num_samples(index.num_samples);
+    response.set_index_fingerprint(index.fingerprint);
+    response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+    for (const std::shared_ptr<Job>& job : serving->registry->Jobs()) {
+      v1::JobStatus* job_status = response.add_jobs();
+      job_status->set_job_id(job->id());
+      job_status->set_world_size(job->config().plan.world_size);
+      job_status->set_batch_size(job->config().plan.batch_size);
+      job_status->set_batches_per_epoch(job->batches_per_epoch());
+      job_status->set_plan_fingerprint(job->plan_fingerprint());
+      job_status->set_split(ToProto(job->config().plan.split));
+      const std::vector<RankProgress> ranks = job->Progress();
+      const int64_t n = job->batches_per_epoch();
+      int64_t most_advanced = 0;
+      for (const RankProgress& rank : ranks) {
+        most_advanced = std::max(most_advanced, rank.epoch * n + rank.next_batch);
+      }
+      for (const RankProgress& rank : ranks) {
+        v1::RankStatus* rank_status = job_status->add_ranks();
+        rank_status->set_rank(rank.rank);
+        rank_status->set_epoch(rank.epoch);
+        rank_status->set_next_batch(rank.next_batch);
+        rank_status->set_lag_batches(most_advanced - (rank.epoch * n + rank.next_batch));
+        rank_status->set_streaming(rank.streaming);
+        rank_status->set_batches_sent(rank.batches_sent);
+        rank_status->set_window_depth(rank.window_depth);
+      }
+    }
+  }
+  response.set_open_streams(static_cast<int32_t>(open_streams_.load()));
+  response.set_images_served(stats_.images_served.load());
+  response.set_bytes_served(stats_.bytes_served.load());
+  double images_per_second = 0, bytes_per_second = 0;
+  stats_.rate.Rates(now, &images_per_second, &bytes_per_second);
+  response.set_images_per_second(images_per_second);
+  response.set_bytes_per_second(bytes_per_second);
+  response.set_decode_errors(stats_.decode_errors.load());
+  response.set_substitutions(stats_.substitutions.load());
+  response.set_queue_depth(pool_->queue_depth());
+  response.set_memory_in_use_bytes(stats_.buffer_bytes.load());
+  response.set_rss_bytes(ResidentSetBytes());
+  response.set_decode_threads(pool_->threads());
+  return response;
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,131 @@
+// The serving core: registration, batch streams and status, with absl::Status
+// errors and no gRPC types (grpc_shardcast_service.h adapts it to the wire).
+#ifndef SHARDCAST_SERVER_SHARDCAST_SERVICE_IMPL_H_
+#define SHARDCAST_SERVER_SHARDCAST_SERVICE_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/batch_assembler.h"
+#include "server/batch_window.h"
+#include "server/decode_pool.h"
+#include "server/job_registry.h"
+#include "server/served_dataset.h"
+#include "server/server_options.h"
+#include "server/server_stats.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::server {
+
+class ShardcastServiceImpl;
+
+// One open StreamBatches call: hands out the batches of (job, rank, epoch) from
+// start_batch in order and keeps the job's progress and the server's counters.
+// Not thread-safe: the owner (one stream reactor) serializes calls.
+class StreamSession {
+ public:
+  ~StreamSession();  // Close()s
+  StreamSession(const StreamSession&) = delete;
+  StreamSession& operator=(const StreamSession&) = delete;
+
+  // See BatchWindow::Take.
+  BatchWindow::TakeResult Take(std::shared_ptr<AssembledBatch>* batch,
+                               std::function<void()> on_ready);
+  // The client's transport took `batch` (a message of `message_bytes` bytes).
+  void Sent(const AssembledBatch& batch, int64_t message_bytes);
+  // Ends the stream: stops decode work, frees its buffers, logs `how`. Idempotent.
+  void Close(const std::string& how);
+
+  int64_t count() const { return count_; }
+  int64_t sent() const { return sent_; }
+  const std::string& description() const { return description_; }
+
+ private:
+  friend class ShardcastServiceImpl;
+  StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job> job, int32_t rank,
+                int64_t count, std::shared_ptr<BatchWindow> window, int64_t stream_id,
+                std::string description);
+
+  ShardcastServiceImpl* const service_;
+  const std::shared_ptr<Job> job_;
+  const int32_t rank_;
+  const int64_t count_;  // messages this stream sends: n - start_batch
+  const std::shared_ptr<BatchWindow> window_;
+  const int64_t stream_id_;
+  const std::string description_;  // "job 'x' rank 0 epoch 1 batches [0, 12)"
+  int64_t sent_ = 0;
+  bool closed_ = false;
+};
+
+class ShardcastServiceImpl {
+ public:
+  // Starts the decode pool. The dataset comes later (LoadDataset/SetDataset):
+  // until then every request is UNAVAILABLE ("indexing").
+  explicit ShardcastServiceImpl(const ServerOptions& options);
+  ~ShardcastServiceImpl();
+  ShardcastServiceImpl(const ShardcastServiceImpl&) = delete;
+  ShardcastServiceImpl& operator=(const ShardcastServiceImpl&) = delete;
+
+  // Builds (or loads from cache) the index of options.shards_dir and starts serving
+  // it. Called once. On error the service stays unavailable and keeps the error.
+  absl::Status LoadDataset() ABSL_LOCKS_EXCLUDED(mu_);
+  // Same with a dataset made elsewhere.
+  void SetDataset(std::unique_ptr<ServedDataset> dataset) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Refuses new registrations and streams (UNAVAILABLE "draining"); open streams go on.
+  void BeginDrain();
+  // True once the dataset is loaded and until BeginDrain().
+  bool serving() const;
+
+  absl::StatusOr<shardcast::v1::RegisterResponse> Register(
+      const shardcast::v1::RegisterRequest& request);
+
+  // Validates the request and starts assembling its window. Errors: UNAVAILABLE
+  // (indexing/draining), NOT_FOUND (unknown job), INVALID_ARGUMENT (rank outside the
+  // job's world), FAILED_PRECONDITION (rank not registered), OUT_OF_RANGE (epoch < 0,
+  // start_batch outside [0, n]).
+  absl::StatusOr<std::unique_ptr<StreamSession>> OpenStream(
+      const shardcast::v1::StreamBatchesRequest& request);
+
+  shardcast::v1::GetStatusResponse GetStatus() const;
+
+  int64_t open_streams() const { return open_streams_.load(); }
+  ServerStats& stats() { return stats_; }
+  DecodePool& pool() { return *pool_; }
+  // nullptr until the dataset is loaded.
+  BatchAssembler* assembler() const;
+  JobRegistry* registry() const;
+
+ private:
+  friend class StreamSession;
+  enum class State { kIndexing, kServing, kDraining, kFailed };
+  // The dataset and what depends on it; immutable once published.
+  struct Serving {
+    std::unique_ptr<ServedDataset> dataset;
+    std::unique_ptr<BatchAssembler> assembler;
+    std::unique_ptr<JobRegistry> registry;
+  };
+  // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
+  absl::StatusOr<const Serving*> Available() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const ServerOptions options_;
+  ServerStats stats_;
+  // Stopped first by the destructor: its tasks use the dataset and the stats.
+  std::unique_ptr<DecodePool> pool_;
+  std::atomic<int64_t> open_streams_{0};
+
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kIndexing;
+  absl::Status load_error_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Serving> serving_ ABSL_GUARDED_BY(mu_);  // set once, never replaced
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SHARDCAST_SERVICE_IMPL_H_
