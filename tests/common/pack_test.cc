@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
+#include "common/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tools/pack/image_encode.h"
 #include "tools/pack/image_folder.h"
@@ -262,10 +263,26 @@ TEST(SyntheticDatasetTest, PythonTarfileReadsShards) {
   ScratchDir dir;
   ASSERT_TRUE(WriteSyntheticDataset(dir / "out", SmallSynthetic()).ok());
   const auto [rc, out] = RunPython(dir, R"(
-import glob, json, sys, tarfile
+import glob, json, re, sys, tarfile
 d = sys.argv[1]
 info = json.load(open(d + "/info.json"))
 print("info", info["dataset size"], info["num_classes"])
+# webdataset's tariterators: key/ext split and grouping by consecutive keys.
+samples = []
+for path in sorted(glob.glob(d + "/shard-*.tar")):
+    with tarfile.open(path) as t:
+        current = None
+        for m in t.getmembers():
+            key, ext = re.match(r"^((?:.*/|)[^.]+)[.]([^/]*)$", m.name).groups()
+            if current is None or current["__key__"] != key:
+                current = {"__key__": key}
+                samples.append(current)
+            assert ext not in current, m.name
+            current[ext] = t.extractfile(m).read()
+assert len(samples) == info["dataset size"], len(samples)
+for s in samples:
+    assert set(s) == {"__key__", "jpg", "json", "cls"}, s["__key__"]
+    assert json.loads(s["json"])["label"] == int(s["cls"]), s["__key__"]
 for path in sorted(glob.glob(d + "/shard-*.tar")):
     with tarfile.open(path) as t:
         for m in t.getmembers():
@@ -502,6 +519,40 @@ TEST(SyntheticDatasetTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   WriteFile(dir / "file", "not a dir");
   EXPECT_FALSE(WriteSyntheticDataset(dir / "file", SmallSynthetic()).ok());
+}
+
+// The server's own index sees exactly what was packed: every sample, its
+// label, and member offsets that point at the written bytes.
+TEST(SyntheticDatasetTest, DatasetIndexReadsPackedShards) {
+  ScratchDir dir;
+  SyntheticOptions o = SmallSynthetic();
+  o.max_shard_bytes = 16 * 1024;  // rotation by both limits
+  absl::StatusOr<PackSummary> sum = WriteSyntheticDataset(dir / "out", o);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir / "out", IndexOptions{});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->num_samples, 25);
+  EXPECT_EQ(index->num_classes, 4);
+  EXPECT_TRUE(index->skipped.empty());
+  EXPECT_TRUE(index->warnings.empty()) << absl::StrJoin(index->warnings, "\n");
+  ASSERT_EQ(index->shards.size(), sum->shards.size());
+  const std::vector<int> labels = SyntheticLabels(25, 4, 7);
+  int64_t i = 0;
+  for (size_t s = 0; s < index->shards.size(); ++s) {
+    const std::string tar = ReadFile(sum->shards[s]);
+    const auto members = Members(sum->shards[s]);
+    ASSERT_EQ(index->shards[s].samples.size(), members.size() / 3);
+    for (size_t k = 0; k < index->shards[s].samples.size(); ++k, ++i) {
+      const SampleEntry& e = index->shards[s].samples[k];
+      EXPECT_EQ(e.key, absl::StrFormat("%08d", i));
+      EXPECT_EQ(e.label, labels[i]);
+      ASSERT_LT(e.image_member, e.members.size());
+      const MemberRef& img = e.members[e.image_member];
+      EXPECT_EQ(img.ext, "jpg");
+      EXPECT_EQ(tar.substr(img.offset, img.size), members[3 * k].second);
+    }
+  }
+  EXPECT_EQ(i, 25);
 }
 
 // ---------------------------------------------------------------- encoders
