@@ -1,0 +1,258 @@
+// Decode + transform throughput per thread, side by side in one run: raw
+// TurboJPEG decode, shardcast's DecodeAndTransform, and the Python reference.
+//
+//   decode_bench [--dir DIR | --generate N] [--seconds S] [--python PY --script FILE]
+//
+// With --generate (default 200), writes N photo-like 500x375 JPEGs (quality 90,
+// 4:2:0: ImageNet-sized files) to a temp dir first; the Python reference reads
+// the same files.
+#include <stdlib.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/image_transform.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Gradients, shapes and sensor-like noise; sized so that a 500x375 q90 4:2:0
+// JPEG is about as big as an ImageNet photo (~110 KB).
+std::vector<uint8_t> PhotoLike(int w, int h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 19.0);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const double cx = u(rng) * w, cy = u(rng) * h, rad = (0.2 + 0.3 * u(rng)) * std::min(w, h);
+  const double phase = u(rng) * 6.28, fx = 0.02 + 0.1 * u(rng), fy = 0.02 + 0.1 * u(rng);
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < rad * rad;
+      for (int c = 0; c < 3; ++c) {
+        double v = 128 + 80 * std::sin(phase + c + 3.0 * x / w + 2.0 * y / h) +
+                   30 * std::sin(fx * x * (c + 1)) * std::cos(fy * y);
+        if (disc) v = 0.5 * v + 60 * c + 20 * std::sin(0.3 * x + 0.2 * y);
+        // Mid-frequency texture (foliage, fabric): what makes photos expensive.
+        v += 30 * std::sin(0.9 * x + 0.4 * y + c) * std::sin(0.35 * y + 0.15 * x * (c + 1));
+        v += noise(rng);
+        px[(static_cast<size_t>(y) * w + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L));
+      }
+    }
+  }
+  return px;
+}
+
+std::string Encode(const std::vector<uint8_t>& px, int w, int h) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  std::string out;
+  if (tjCompress2(tj, px.data(), w, w * 3, h, TJPF_RGB, &buf, &size, TJSAMP_420, 90, 0) == 0) {
+    out.assign(reinterpret_cast<char*>(buf), size);
+  }
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Images per second of `fn` over `files`, cycling for at least `seconds`
+// (after one warm-up pass). Returns -1 if fn failed.
+double Measure(const std::vector<std::string>& files, double seconds,
+               const std::function<bool(const std::string&)>& fn) {
+  for (const std::string& f : files) {
+    if (!fn(f)) return -1;
+  }
+  size_t n = 0;
+  const Clock::time_point start = Clock::now();
+  double elapsed = 0;
+  do {
+    for (const std::string& f : files) {
+      if (!fn(f)) return -1;
+    }
+    n += files.size();
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  return n / elapsed;
+}
+
+struct RawDecoder {
+  tjhandle tj = tjInitDecompress();
+  std::vector<uint8_t> buf;
+  ~RawDecoder() { tjDestroy(tj); }
+  // Full-size (or num/denom) decode to RGB, as anyone using TurboJPEG would.
+  bool Decode(const std::string& jpeg, int num, int denom) {
+    int w, h, ss, cs;
+    const auto* p = reinterpret_cast<const unsigned char*>(jpeg.data());
+    if (tjDecompressHeader3(tj, p, jpeg.size(), &w, &h, &ss, &cs) != 0) return false;
+    const tjscalingfactor sf{num, denom};
+    w = TJSCALED(w, sf);
+    h = TJSCALED(h, sf);
+    buf.resize(static_cast<size_t>(w) * h * 3);
+    return tjDecompress2(tj, p, jpeg.size(), buf.data(), w, w * 3, h, TJPF_RGB, 0) == 0;
+  }
+};
+
+// Runs the Python reference; parses "images_per_s NAME VALUE" lines.
+std::vector<std::pair<std::string, double>> RunPython(const std::string& python,
+                                                      const std::string& script,
+                                                      const std::string& dir, double seconds) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::string cmd =
+      python + " " + script + " --dir " + dir + " --seconds " + std::to_string(seconds) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[1024];
+  while (std::fgets(line, sizeof(line), p) != nullptr) {
+    char name[256];
+    double v;
+    if (std::sscanf(line, "images_per_s %255s %lf", name, &v) == 2) {
+      out.emplace_back(name, v);
+    } else {
+      std::fprintf(stderr, "python: %s", line);
+    }
+  }
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir, python = "/usr/bin/python3", script;
+  int generate = 200;
+  double seconds = 3.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--dir")
+      dir = next();
+    else if (a == "--generate")
+      generate = std::atoi(next().c_str());
+    else if (a == "--seconds")
+      seconds = std::atof(next().c_str());
+    else if (a == "--python")
+      python = next();
+    else if (a == "--script")
+      script = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--dir DIR | --generate N] [--seconds S] [--python PY] "
+                   "[--script bench/python_reference_decode.py]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  std::string temp_dir;
+  if (dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "shardcast_decode_bench_XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::perror("mkdtemp");
+      return 1;
+    }
+    dir = temp_dir = tmpl;
+    for (int i = 0; i < generate; ++i) {
+      const std::string jpeg = Encode(PhotoLike(500, 375, 1000 + i), 500, 375);
+      char name[64];
+      std::snprintf(name, sizeof(name), "/img_%05d.jpg", i);
+      std::ofstream(dir + name, std::ios::binary).write(jpeg.data(), jpeg.size());
+    }
+  }
+  std::vector<std::string> files;
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".JPEG")) {
+      paths.push_back(e.path());
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  size_t bytes = 0;
+  for (const fs::path& p : paths) {
+    files.push_back(ReadFile(p));
+    bytes += files.back().size();
+  }
+  if (files.empty()) {
+    std::fprintf(stderr, "no .jpg files in %s\n", dir.c_str());
+    return 1;
+  }
+  std::printf("decode_bench: %zu JPEGs in %s, mean %.1f KB; %.1f s per row, 1 thread each\n",
+              files.size(), dir.c_str(), bytes / 1024.0 / files.size(), seconds);
+
+  RawDecoder raw;
+  std::vector<uint8_t> out(3 * 224 * 224);
+  auto ours = [&](shardcast::TransformMode mode, bool dct) {
+    return [&, mode, dct](const std::string& f) {
+      shardcast::TransformSpec spec;
+      spec.mode = mode;
+      spec.dct_scaling = dct;
+      return shardcast::DecodeAndTransform(f, spec, 12345, out.data()).ok();
+    };
+  };
+  struct Row {
+    std::string name;
+    double ips;
+  };
+  std::vector<Row> rows;
+  rows.push_back(
+      {"raw TurboJPEG decode, full size",
+       Measure(files, seconds, [&](const std::string& f) { return raw.Decode(f, 1, 1); })});
+  for (auto [num, denom] : {std::pair{7, 8}, std::pair{3, 4}, std::pair{1, 2}}) {
+    rows.push_back({"raw TurboJPEG decode at " + std::to_string(num) + "/" + std::to_string(denom),
+                    Measure(files, seconds, [&, num = num, denom = denom](const std::string& f) {
+                      return raw.Decode(f, num, denom);
+                    })});
+  }
+  rows.push_back({"ours center 256/224, DCT scaling on",
+                  Measure(files, seconds, ours(shardcast::TransformMode::kCenter, true))});
+  rows.push_back({"ours center 256/224, DCT scaling off",
+                  Measure(files, seconds, ours(shardcast::TransformMode::kCenter, false))});
+  rows.push_back({"ours random 224 (RRC+flip), DCT on",
+                  Measure(files, seconds, ours(shardcast::TransformMode::kRandom, true))});
+  if (!script.empty()) {
+    for (const auto& [name, v] : RunPython(python, script, dir, seconds)) {
+      rows.push_back({"python " + name, v});
+    }
+  }
+  const double raw_ips = rows[0].ips;
+  double py_ips = -1;
+  for (const Row& r : rows) {
+    if (r.name == "python PIL+torchvision(Resize256,CenterCrop224)->uint8") py_ips = r.ips;
+  }
+  std::printf("\n%-58s %12s %10s %10s\n", "pipeline (1 thread)", "images/s", "x raw", "x python");
+  for (const Row& r : rows) {
+    std::printf("%-58s %12.1f %10.2f", r.name.c_str(), r.ips, r.ips / raw_ips);
+    if (py_ips > 0) std::printf(" %10.2f", r.ips / py_ips);
+    std::printf("\n");
+  }
+  if (py_ips > 0) {
+    const double ours_on = rows[4].ips;
+    std::printf(
+        "\ntargets: ours(DCT on) / python = %.2f (target >= 5), ours / raw = %.2f (target >= "
+        "0.8)\n",
+        ours_on / py_ips, ours_on / raw_ips);
+  }
+  if (!temp_dir.empty()) fs::remove_all(temp_dir);
+  return 0;
+}
