@@ -1,0 +1,283 @@
+// shardcast-ctl against a real shardcast-server: both run as child processes on
+// a small synthetic dataset (made by shardcast-pack), talking gRPC on loopback.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+
+namespace {
+
+const std::string kServerBinary = SHARDCAST_BINARY_DIR "/server/shardcast-server";
+const std::string kCtlBinary = SHARDCAST_BINARY_DIR "/client/shardcast-ctl";
+const std::string kPackBinary = SHARDCAST_BINARY_DIR "/tools/shardcast-pack";
+
+// Starts argv[0] with argv; its stdout goes to a pipe whose read end is
+// returned in *stdout_fd (stderr is inherited, so it lands in the test log).
+pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  *stdout_fd = fds[0];
+  return pid;
+}
+
+struct RunResult {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string out;
+};
+
+// Runs a command to completion and captures its stdout.
+RunResult RunToEnd(const std::vector<std::string>& argv) {
+  RunResult result;
+  int fd = -1;
+  const pid_t pid = Spawn(argv, &fd);
+  if (pid < 0) return result;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) result.out.append(buf, n);
+  close(fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+RunResult Ctl(std::vector<std::string> args) {
+  args.insert(args.begin(), kCtlBinary);
+  return RunToEnd(args);
+}
+
+class CtlTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    for (const std::string& binary : {kServerBinary, kCtlBinary, kPackBinary}) {
+      ASSERT_EQ(access(binary.c_str(), X_OK), 0) << binary << " is not built";
+    }
+    std::string tmpl = (std::filesystem::path(testing::TempDir()) / "ctl_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    dir_ = new std::string(tmpl);
+    const std::string shards = *dir_ + "/shards";
+    const RunResult pack = RunToEnd({kPackBinary, "--synthetic", "64", "--classes", "4", "--size",
+                                     "32x32", "--per-shard", "16", "--quiet", shards});
+    ASSERT_EQ(pack.exit_code, 0) << pack.out;
+
+    int fd = -1;
+    server_pid_ =
+        Spawn({kServerBinary, "--shards", shards, "--listen", "127.0.0.1:0", "--decode-threads",
+               "1", "--resize", "32", "--crop", "32", "--grace-period", "2s"},
+              &fd);
+    ASSERT_GT(server_pid_, 0);
+    // The first stdout line names the chosen port.
+    FILE* out = fdopen(fd, "r");
+    char line[512] = {};
+    ASSERT_NE(std::fgets(line, sizeof(line), out), nullptr) << "server printed nothing";
+    const std::string text = line;
+    const std::string prefix = "shardcast-server listening on 127.0.0.1:";
+    ASSERT_TRUE(absl::StartsWith(text, prefix)) << text;
+    int port = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text.substr(prefix.size())), &port))
+        << text;
+    address_ = new std::string(absl::StrCat("127.0.0.1:", port));
+    // Keep draining the server's stdout so it can never block on a full pipe.
+    std::thread([out] {
+      char buf[512];
+      while (std::fgets(buf, sizeof(buf), out) != nullptr) std::fputs(buf, stderr);
+      std::fclose(out);
+    }).detach();
+
+    // NOT_SERVING (exit 1) while indexing, then SERVING (exit 0).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    RunResult health;
+    do {
+      health = Ctl({"health", "--server", *address_, "--timeout", "2"});
+      if (health.exit_code == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < deadline);
+    ASSERT_EQ(health.exit_code, 0) << health.out;
+  }
+
+  static void TearDownTestSuite() {
+    if (server_pid_ > 0) {
+      kill(server_pid_, SIGKILL);
+      waitpid(server_pid_, nullptr, 0);
+      server_pid_ = -1;
+    }
+    if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
+    delete dir_;
+    delete address_;
+    dir_ = address_ = nullptr;
+  }
+
+  static std::string* dir_;
+  static std::string* address_;
+  static pid_t server_pid_;
+};
+
+std::string* CtlTest::dir_ = nullptr;
+std::string* CtlTest::address_ = nullptr;
+pid_t CtlTest::server_pid_ = -1;
+
+TEST_F(CtlTest, HealthServing) {
+  RunResult r = Ctl({"health", "--server", *address_});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "SERVING\n");
+  r = Ctl({"health", "--server", *address_, "--service", "shardcast.v1.Shardcast"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "SERVING\n");
+}
+
+TEST_F(CtlTest, HealthUnknownServiceIsNotServing) {
+  const RunResult r = Ctl({"health", "--server", *address_, "--service", "no.such.Service"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(r.out, "SERVICE_UNKNOWN")) << r.out;
+}
+
+TEST_F(CtlTest, HealthUnreachableWhenNothingListens) {
+  // A bound socket that never listens: connections to its port are refused,
+  // and no other process can take the port while we hold it.
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string dead = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  RunResult r = Ctl({"health", "--server", dead, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(absl::StartsWith(r.out, "unreachable: " + dead + ": UNAVAILABLE")) << r.out;
+  r = Ctl({"status", "--server", dead, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "");
+  close(sock);
+}
+
+TEST_F(CtlTest, UsageErrors) {
+  EXPECT_EQ(Ctl({"health"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"health", "--server", *address_, "--timeout", "x"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"status", "--server", *address_, "--bogus"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"status", *address_}).exit_code, 2);
+  const RunResult help = Ctl({"health", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(help.out, "3  unreachable")) << help.out;
+}
+
+// Registers both ranks of a job and streams rank 0's whole epoch 0 over gRPC,
+// so the status has a job, ranks and served images to show.
+TEST_F(CtlTest, StatusTableAndJson) {
+  auto stub = shardcast::v1::Shardcast::NewStub(
+      grpc::CreateChannel(*address_, grpc::InsecureChannelCredentials()));
+  int64_t batches_per_epoch = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    shardcast::v1::RegisterRequest req;
+    req.set_job_id("ctl-test");
+    req.set_rank(rank);
+    req.set_world_size(2);
+    req.set_batch_size(4);
+    req.set_split(shardcast::v1::SPLIT_SAMPLE);
+    shardcast::v1::RegisterResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->Register(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    batches_per_epoch = resp.batches_per_epoch();
+  }
+  ASSERT_EQ(batches_per_epoch, 64 / (4 * 2));
+  {
+    shardcast::v1::StreamBatchesRequest req;
+    req.set_job_id("ctl-test");
+    req.set_rank(0);
+    grpc::ClientContext ctx;
+    auto reader = stub->StreamBatches(&ctx, req);
+    shardcast::v1::Batch batch;
+    int received = 0;
+    while (reader->Read(&batch)) ++received;
+    const grpc::Status s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(received, batches_per_epoch);
+  }
+
+  const RunResult table = Ctl({"status", "--server", *address_});
+  ASSERT_EQ(table.exit_code, 0) << table.out;
+  for (const std::string& expected : {
+           std::string("server           ") + *address_ + "  (shardcast-server ",
+           std::string("serving          yes\n"),
+           std::string("shards dir       ") + *dir_ + "/shards",
+           std::string("shards/samples   4 / 64\n"),
+           std::string("jobs (1):\n  JOB       WORLD  BATCH  N  SPLIT   FINGERPRINT\n"),
+           std::string("  ctl-test      2      4  8  sample  "),
+           std::string("job ctl-test: 2 of 2 ranks registered\n"
+                       "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW\n"
+                       "     0      0     8 / 8"),
+       }) {
+    EXPECT_TRUE(absl::StrContains(table.out, expected)) << "missing:\n"
+                                                        << expected << "\nin:\n"
+                                                        << table.out;
+  }
+
+  const RunResult json = Ctl({"status", "--server", *address_, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  shardcast::v1::GetStatusResponse status;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &status).ok()) << json.out;
+  EXPECT_TRUE(status.serving());
+  EXPECT_EQ(status.num_shards(), 4);
+  EXPECT_EQ(status.num_samples(), 64);
+  EXPECT_GE(status.images_served(), batches_per_epoch * 4);
+  EXPECT_GT(status.uptime_seconds(), 0);
+  ASSERT_EQ(status.jobs_size(), 1);
+  const shardcast::v1::JobStatus& job = status.jobs(0);
+  EXPECT_EQ(job.job_id(), "ctl-test");
+  EXPECT_EQ(job.world_size(), 2);
+  EXPECT_EQ(job.batch_size(), 4);
+  EXPECT_EQ(job.batches_per_epoch(), batches_per_epoch);
+  ASSERT_EQ(job.ranks_size(), 2);
+  for (const auto& rank : job.ranks()) {
+    EXPECT_EQ(rank.batches_sent(), rank.rank() == 0 ? batches_per_epoch : 0) << rank.rank();
+  }
+  // Zero-valued fields are printed too (always_print_primitive_fields).
+  EXPECT_TRUE(absl::StrContains(json.out, "\"decodeErrors\": \"0\"")) << json.out;
+}
+
+// Last in the file: SIGTERM drains and exits 0; afterwards health is unreachable.
+TEST_F(CtlTest, ZzHealthAfterSigtermIsUnreachable) {
+  ASSERT_EQ(kill(server_pid_, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(server_pid_, &status, 0), server_pid_);
+  server_pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const RunResult r = Ctl({"health", "--server", *address_, "--timeout", "5"});
+  EXPECT_EQ(r.exit_code, 3) << r.out;
+}
+
+}  // namespace
