@@ -62,6 +62,29 @@ uint64_t FeistelPermutation::operator()(uint64_t x) const {
   return y;
 }
 
+SlotLocator::SlotLocator(const std::vector<uint64_t>* cum) : cum_(cum) {
+  const uint64_t total = cum->back();
+  const uint64_t slots = cum->size() - 1;
+  // About one bucket per slot: bucket width = largest power of two <= total / slots.
+  while (slots > 0 && (uint64_t{2} << shift_) <= total / slots) ++shift_;
+  const uint64_t buckets = (total >> shift_) + 2;
+  first_slot_.resize(buckets);
+  size_t slot = 0;
+  for (uint64_t b = 0; b < buckets; ++b) {
+    const uint64_t pos = b << shift_;
+    while (slot + 1 < slots && (*cum)[slot + 1] <= pos) ++slot;
+    first_slot_[b] = static_cast<uint32_t>(slot);
+  }
+}
+
+size_t SlotLocator::Locate(uint64_t pos) const {
+  const uint64_t bucket = pos >> shift_;
+  const size_t lo = first_slot_[bucket];
+  const size_t hi = first_slot_[bucket + 1] + 2;  // one past the last candidate's cum
+  const auto begin = cum_->begin();
+  return std::upper_bound(begin + lo, begin + std::min(hi, cum_->size()), pos) - begin - 1;
+}
+
 }  // namespace plan_internal
 
 namespace {
@@ -247,6 +270,7 @@ class ShardSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sha
   const std::vector<uint32_t>& sizes() const { return sizes_; }
   const PlanConfig& config() const { return config_; }
   int64_t epoch() const { return epoch_; }
+  uint64_t augment_key() const { return augment_key_; }
 
  private:
   std::vector<uint32_t> sizes_;
@@ -254,6 +278,7 @@ class ShardSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sha
   int64_t epoch_;
   int64_t n_;
   std::vector<int32_t> order_;  // the epoch's shard order
+  uint64_t augment_key_ = plan_internal::AugmentKey(config_.seed, epoch_);
 };
 
 ShardSplitIterator::ShardSplitIterator(std::shared_ptr<const ShardSplitPlan> plan, int32_t rank,
@@ -343,7 +368,8 @@ bool ShardSplitIterator::Next(PlannedBatch* batch) {
   batch->samples.reserve(plan_->config().batch_size);
   workers_[worker_].NextBatch(&batch->samples);
   for (SampleRef& ref : batch->samples) {
-    ref.augment_seed = AugmentSeed(plan_->config().seed, plan_->epoch(), ref.shard, ref.index);
+    ref.augment_seed =
+        plan_internal::AugmentSeedWithKey(plan_->augment_key(), ref.shard, ref.index);
   }
   ++worker_;
   ++next_batch_;
@@ -372,6 +398,7 @@ class SampleSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sa
       blocks_.emplace_back(cum_[last] - cum_[first],
                            plan_internal::BlockPermutationKey(config_.seed, epoch_, b));
     }
+    locator_.emplace(&cum_);
   }
 
   int64_t batches_per_rank() const override { return n_; }
@@ -381,17 +408,16 @@ class SampleSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sa
   const PlanConfig& config() const { return config_; }
   int64_t epoch() const { return epoch_; }
   uint64_t num_samples() const { return cum_.back(); }
+  uint64_t augment_key() const { return augment_key_; }
 
   // The sample at position `pos` (< num_samples()) of the epoch's permutation.
   SampleRef At(uint64_t pos) const {
     // Shard slot (in the epoch's order) holding pos, hence its block.
-    const size_t slot = std::upper_bound(cum_.begin(), cum_.end(), pos) - cum_.begin() - 1;
-    const size_t block = slot / block_size_;
+    const size_t block = locator_->Locate(pos) / block_size_;
     const size_t first = block * block_size_;
-    const size_t last = std::min(first + block_size_, order_.size());
     const uint64_t target = cum_[first] + blocks_[block](pos - cum_[first]);
-    const size_t target_slot =
-        std::upper_bound(cum_.begin() + first, cum_.begin() + last + 1, target) - cum_.begin() - 1;
+    // target lies in the block, so the slot found is one of the block's shards.
+    const size_t target_slot = locator_->Locate(target);
     SampleRef ref;
     ref.shard = order_[target_slot];
     ref.index = static_cast<int32_t>(target - cum_[target_slot]);
@@ -402,10 +428,12 @@ class SampleSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sa
   PlanConfig config_;
   int64_t epoch_;
   int64_t n_;
-  std::vector<int32_t> order_;              // the epoch's shard order
-  std::vector<uint64_t> cum_;               // samples before each slot of order_
-  size_t block_size_ = 1;                   // shards per block (last may be short)
-  std::vector<FeistelPermutation> blocks_;  // permutation of each block's samples
+  std::vector<int32_t> order_;                         // the epoch's shard order
+  std::vector<uint64_t> cum_;                          // samples before each slot of order_
+  size_t block_size_ = 1;                              // shards per block (last may be short)
+  std::vector<FeistelPermutation> blocks_;             // permutation of each block's samples
+  std::optional<plan_internal::SlotLocator> locator_;  // over cum_
+  uint64_t augment_key_ = plan_internal::AugmentKey(config_.seed, epoch_);
 };
 
 class SampleSplitIterator : public RankBatchIterator {
@@ -432,7 +460,8 @@ class SampleSplitIterator : public RankBatchIterator {
       if (pos >= plan_->num_samples()) break;  // padding (remainder pad) from here on
       SampleRef& ref = batch->samples[i];
       ref = plan_->At(pos);
-      ref.augment_seed = AugmentSeed(c.seed, plan_->epoch(), ref.shard, ref.index);
+      ref.augment_seed =
+          plan_internal::AugmentSeedWithKey(plan_->augment_key(), ref.shard, ref.index);
     }
     ++next_batch_;
     return true;
@@ -467,10 +496,7 @@ PlanConfig Normalized(PlanConfig c) {
 }  // namespace
 
 uint64_t AugmentSeed(uint64_t seed, int64_t epoch, int32_t shard, int32_t index) {
-  using plan_internal::SeedOf;
-  return SeedOf({plan_internal::kTagAugment, seed, static_cast<uint64_t>(epoch),
-                 static_cast<uint64_t>(static_cast<uint32_t>(shard)),
-                 static_cast<uint64_t>(static_cast<uint32_t>(index))});
+  return plan_internal::AugmentSeedWithKey(plan_internal::AugmentKey(seed, epoch), shard, index);
 }
 
 absl::StatusOr<Split> ParseSplit(absl::string_view name) {

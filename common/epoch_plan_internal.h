@@ -101,6 +101,32 @@ class ShuffleBuffer {
   std::vector<uint64_t> buf_;
 };
 
+// Per-sample augmentation seeds: a key per (seed, epoch), then one bijective mix of
+// (shard, index), so the seeds of an epoch's samples are all distinct.
+inline uint64_t AugmentKey(uint64_t seed, int64_t epoch) {
+  return SeedOf({kTagAugment, seed, static_cast<uint64_t>(epoch)});
+}
+inline uint64_t AugmentSeedWithKey(uint64_t key, int32_t shard, int32_t index) {
+  const uint64_t sample =
+      (static_cast<uint64_t>(static_cast<uint32_t>(shard)) << 32) | static_cast<uint32_t>(index);
+  return Mix64(key ^ Mix64(sample + 0x9e3779b97f4a7c15ULL));
+}
+
+// Finds the slot of a position in a prefix-sum array (cum[0] = 0, non-decreasing): the
+// last slot i with cum[i] <= pos, i.e. the non-empty shard holding pos. A bucket table
+// of ~S entries narrows the binary search to a slot or two (10k shards: no cache-missing
+// 14-step search per sample).
+class SlotLocator {
+ public:
+  explicit SlotLocator(const std::vector<uint64_t>* cum);
+  size_t Locate(uint64_t pos) const;
+
+ private:
+  const std::vector<uint64_t>* cum_;
+  int shift_ = 0;
+  std::vector<uint32_t> first_slot_;  // slot holding position (bucket << shift_)
+};
+
 inline uint64_t ShuffleBufferSeed(uint64_t seed, int64_t epoch, int32_t rank, int32_t worker) {
   return SeedOf({kTagShuffleBuffer, seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(rank),
                  static_cast<uint64_t>(worker)});

@@ -428,6 +428,36 @@ TEST(EpochPlanSampleSplit, FeistelPermutationIsABijection) {
   EXPECT_LT(same, 20);
 }
 
+TEST(EpochPlanSampleSplit, SlotLocatorFindsTheShardHoldingAPosition) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int slots = 1 + rng() % 300;
+    std::vector<uint64_t> cum = {0};
+    for (int i = 0; i < slots; ++i) {
+      const uint64_t size = rng() % 4 == 0 ? 0 : rng() % (1 + rng() % 2000);
+      cum.push_back(cum.back() + size);
+    }
+    if (cum.back() == 0) continue;
+    plan_internal::SlotLocator locator(&cum);
+    for (uint64_t pos = 0; pos < cum.back(); pos += 1 + rng() % 7) {
+      const size_t want = std::upper_bound(cum.begin(), cum.end(), pos) - cum.begin() - 1;
+      ASSERT_EQ(locator.Locate(pos), want) << "trial " << trial << " pos " << pos;
+      ASSERT_LT(cum[want], cum[want + 1]);  // a non-empty shard
+    }
+  }
+}
+
+TEST(EpochPlanSampleSplit, AugmentSeedsAreDistinctAndKeyed) {
+  std::set<uint64_t> seeds;
+  for (int32_t shard = 0; shard < 50; ++shard) {
+    for (int32_t index = 0; index < 200; ++index) seeds.insert(AugmentSeed(1, 2, shard, index));
+  }
+  EXPECT_EQ(seeds.size(), 10000u);
+  EXPECT_NE(AugmentSeed(1, 2, 3, 4), AugmentSeed(1, 3, 3, 4));
+  EXPECT_NE(AugmentSeed(1, 2, 3, 4), AugmentSeed(2, 2, 3, 4));
+  EXPECT_NE(AugmentSeed(1, 2, 3, 4), AugmentSeed(1, 2, 4, 3));
+}
+
 // ---------------------------------------------------------------------------------------
 // Refusals: each says why and what to change.
 
