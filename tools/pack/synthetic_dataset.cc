@@ -88,19 +88,36 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
   const double period = std::min(w, h) * (0.18 + 0.08 * (label % 3)) + 2.0;
   const double phase = 2 * kPi * rng.Unit();
   const double depth = 0.25 + 0.15 * rng.Unit();  // stripe contrast
-  const double ca = std::cos(angle) * 2 * kPi / period, sa = std::sin(angle) * 2 * kPi / period;
-  const int noise_amp = 10;  // +-10 levels of uniform pixel noise
+  constexpr int kNoiseAmp = 10;                    // +-10 levels of uniform pixel noise
+
+  // The stripe is sin(2*pi*(x*cos + y*sin)/period + phase), read from a table
+  // indexed by the phase in 1/kLut turns: ~10x faster than std::sin per pixel,
+  // which matters for photo-sized images.
+  constexpr int kLut = 4096;
+  static const std::vector<float> shade_lut = [] {
+    std::vector<float> t(kLut);
+    for (int i = 0; i < kLut; ++i) t[i] = static_cast<float>(std::sin(2 * kPi * i / kLut));
+    return t;
+  }();
+  const double dx = std::cos(angle) * kLut / period, dy = std::sin(angle) * kLut / period;
+  // Keeps the table index positive whatever the angle (|x*dx + y*dy| < 2^40).
+  const double bias = phase / (2 * kPi) * kLut + static_cast<double>(int64_t{1} << 40);
+  float base255[3];
+  for (int c = 0; c < 3; ++c) base255[c] = static_cast<float>(255.0 * base[c]);
+  const float lo = static_cast<float>(1.0 - depth), amp = static_cast<float>(depth);
 
   std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
   uint8_t* out = rgb.data();
   for (int y = 0; y < h; ++y) {
+    const double row = y * dy + bias;
     for (int x = 0; x < w; ++x) {
-      const double s = std::sin(x * ca + y * sa + phase);  // -1..1
-      const double shade = 1.0 - depth + depth * s;        // 1-2*depth..1
+      const int64_t turn = static_cast<int64_t>(row + x * dx);
+      const float shade = lo + amp * shade_lut[static_cast<size_t>(turn & (kLut - 1))];
       const uint64_t r = rng.Next();
       for (int c = 0; c < 3; ++c) {
-        const int noise = static_cast<int>((r >> (16 * c)) % (2 * noise_amp + 1)) - noise_amp;
-        const int v = static_cast<int>(std::lround(255.0 * base[c] * shade)) + noise;
+        const int noise = static_cast<int>(((r >> (16 * c)) & 0xFFFF) % (2 * kNoiseAmp + 1)) -
+                          kNoiseAmp;
+        const int v = static_cast<int>(base255[c] * shade + 0.5f) + noise;
         *out++ = static_cast<uint8_t>(std::clamp(v, 0, 255));
       }
     }
