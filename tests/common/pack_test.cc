@@ -26,8 +26,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gmock/gmock.h"
 #include "common/dataset_index.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tools/pack/image_encode.h"
 #include "tools/pack/image_folder.h"
@@ -674,7 +674,8 @@ TEST(ShardWriterTest, RejectsBadKeysAndFields) {
 
 // A small tree of real images made with the encoders:
 //   cat/a.JPEG cat/b.jpg cat/sub/c.jpg  dog/x.png dog/y.jpg dog/notes.txt
-//   dog/.hidden.jpg  empty_class/  zebra/bad.jpg (text) zebra/empty.jpg zebra/z.jpg
+//   dog/.hidden.jpg  empty_class/  zebra/bad.jpg (text) zebra/broken.jpg (dangling
+//   symlink) zebra/empty.jpg zebra/z.jpg
 struct Tree {
   std::map<std::string, std::string> files;  // relative path -> bytes
 };
@@ -701,6 +702,7 @@ Tree MakeTree(const std::string& root) {
   t.files["zebra/empty.jpg"] = "";
   t.files["zebra/z.jpg"] = jpg(3);
   for (const auto& [rel, data] : t.files) WriteFile(root + "/" + rel, data);
+  fs::create_symlink(root + "/no/such/file.jpg", root + "/zebra/broken.jpg");  // unreadable
   fs::create_directories(root + "/empty_class");
   return t;
 }
@@ -716,12 +718,13 @@ TEST(ImageFolderTest, PacksTreeInClassOrderWithOriginalBytes) {
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_EQ(sum->samples, 6);
   EXPECT_EQ(sum->num_classes, 4);
-  EXPECT_EQ(sum->skipped, 2);
+  EXPECT_EQ(sum->skipped, 3);
   EXPECT_THAT(sum->shard_samples, ElementsAre(3, 3));
   std::string warnings = absl::StrJoin(sum->warnings, "\n");
   EXPECT_THAT(warnings, HasSubstr("empty_class"));
   EXPECT_THAT(warnings, HasSubstr("zebra/bad.jpg: neither a JPEG nor a PNG"));
   EXPECT_THAT(warnings, HasSubstr("zebra/empty.jpg: empty file"));
+  EXPECT_THAT(warnings, HasSubstr("zebra/broken.jpg: cannot read: No such file or directory"));
 
   // (key, image ext, source, label, class, count)
   struct Want {
@@ -736,7 +739,7 @@ TEST(ImageFolderTest, PacksTreeInClassOrderWithOriginalBytes) {
       {"00000002", "jpg", "cat/sub/c.jpg", 0, "cat", 2},
       {"00000003", "png", "dog/x.png", 1, "dog", 0},
       {"00000004", "jpg", "dog/y.jpg", 1, "dog", 1},
-      {"00000007", "jpg", "zebra/z.jpg", 3, "zebra", 2},  // 5, 6 skipped
+      {"00000008", "jpg", "zebra/z.jpg", 3, "zebra", 2},  // 5, 6, 7 skipped
   };
   std::vector<std::pair<std::string, std::string>> all;
   for (const std::string& s : sum->shards) {
@@ -776,7 +779,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/shard-*.tar")):
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(out,
             "00000000.jpg JPEG 48 40\n00000001.jpg JPEG 48 40\n00000002.jpg JPEG 48 40\n"
-            "00000003.png PNG 48 40\n00000004.jpg JPEG 48 40\n00000007.jpg JPEG 48 40\n");
+            "00000003.png PNG 48 40\n00000004.jpg JPEG 48 40\n00000008.jpg JPEG 48 40\n");
 }
 
 TEST(ImageFolderTest, ShuffleIsSeededPermutation) {
@@ -901,9 +904,14 @@ TEST(PackCliTest, ImageFolderModeAndUsageErrors) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("warning: skipped"));
   EXPECT_THAT(out, HasSubstr("packed 6 samples (4 classes)"));
-  EXPECT_THAT(out, HasSubstr("skipped 2"));
+  EXPECT_THAT(out, HasSubstr("skipped 3"));
   for (const std::string& s : SortedShards(dir / "out")) EXPECT_LE(fs::file_size(s), 8192u);
 
+  std::tie(rc, out) =
+      RunShell(absl::StrCat(PackBinary(), " ", dir / "src", " ", dir / "src/out", " 2>&1"));
+  EXPECT_EQ(rc, 1);
+  EXPECT_THAT(out, HasSubstr("must not be inside the source directory"));
+  EXPECT_FALSE(fs::exists(dir / "src/out"));
   std::tie(rc, out) =
       RunShell(absl::StrCat(PackBinary(), " ", dir / "nope", " ", dir / "o2", " 2>&1"));
   EXPECT_EQ(rc, 1);

@@ -77,7 +77,11 @@ std::vector<fs::path> ImagesUnder(const fs::path& dir, std::error_code& ec) {
       if (it->is_directory()) it.disable_recursion_pending();
       continue;
     }
-    if (!it->is_regular_file() || ImageExtension(p).empty()) continue;
+    if (ImageExtension(p).empty()) continue;
+    // A dangling symlink is listed so that reading it fails and is reported,
+    // rather than being silently ignored like directories and devices.
+    const bool dangling = it->is_symlink() && !fs::exists(it->path());
+    if (!it->is_regular_file() && !dangling) continue;
     out.push_back(p.lexically_relative(dir));
   }
   std::sort(out.begin(), out.end());
@@ -155,6 +159,15 @@ absl::StatusOr<PackSummary> PackImageFolder(const std::string& src_dir, const st
                                             const PackOptions& options) {
   if (absl::Status s = CheckShardLimits(options.per_shard, options.max_shard_bytes); !s.ok()) {
     return s;
+  }
+  // OUT_DIR directly inside SRC_DIR would be taken for a class directory on
+  // the next run (and shift every label after it).
+  std::error_code ec;
+  const fs::path out_parent = fs::weakly_canonical(out_dir, ec).parent_path();
+  if (!ec && fs::exists(src_dir) && out_parent == fs::weakly_canonical(src_dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("output directory ", out_dir,
+                                                   " must not be inside the source directory ",
+                                                   src_dir, " (it would become a class)"));
   }
   absl::StatusOr<ImageFolderListing> listing = ListImageFolder(src_dir, options);
   if (!listing.ok()) return listing.status();
