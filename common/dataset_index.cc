@@ -198,8 +198,17 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
   }
   size_t usable_groups = grouping.groups.size();
   if (!scan->error.ok()) {
-    // The last sample before the break may have had more members after it: drop it.
-    if (usable_groups > 0) {
+    // The last sample before the break may have had more members after it: drop it,
+    // unless the member cut short is known to start another sample (grouping is by
+    // consecutive keys, so the last group was then complete).
+    bool last_group_complete = false;
+    if (!scan->broken_member.empty() && usable_groups > 0) {
+      std::optional<KeyExt> broken = SplitKeyExt(scan->broken_member);
+      // (A metadata or keyless member proves nothing: the sample may continue after it.)
+      last_group_complete = !IsMetadataName(scan->broken_member) && broken.has_value() &&
+                            broken->key != grouping.groups.back().key;
+    }
+    if (usable_groups > 0 && !last_group_complete) {
       --usable_groups;
       result.skipped.push_back(
           SkippedSample{shard.path, grouping.groups.back().key,

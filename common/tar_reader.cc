@@ -89,6 +89,7 @@ absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& wa
     // In a plain tar a member's data must lie inside the file; libarchive skips data with
     // lseek, which would not notice a file cut short in the middle of the last member.
     if (!scan.compressed && member.offset + member.size > file_size) {
+      scan.broken_member = name;
       broke(absl::StrCat("member '", name, "' at offset ", member.offset),
             absl::StrCat("truncated: its ", member.size, " bytes run past the end of the file (",
                          file_size, " bytes)"));
@@ -104,12 +105,14 @@ absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& wa
         got += static_cast<size_t>(n);
       }
       if (got != member.size) {
+        scan.broken_member = name;
         broke(absl::StrCat("member '", name, "' at offset ", member.offset),
               absl::StrCat("read ", got, " of ", member.size, " bytes: ", ArchiveError(a.get())));
         break;
       }
       member.has_content = true;
     } else if (archive_read_data_skip(a.get()) != ARCHIVE_OK) {
+      scan.broken_member = name;
       broke(absl::StrCat("member '", name, "' at offset ", member.offset),
             absl::StrCat("cannot read its data: ", ArchiveError(a.get())));
       break;

@@ -29,6 +29,9 @@ struct TarScan {
   // OK when the archive was read to its end. Otherwise where and why it broke (names the
   // shard and the member); `members` then holds the members read completely before it.
   absl::Status error;
+  // When `error` is set and the break is in a member's data: that member's name (its
+  // header was read, so the members before it are known to be all there is before it).
+  std::string broken_member;
 };
 
 // Asked once per regular member: true = read its data into TarMember::content.

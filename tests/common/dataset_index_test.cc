@@ -1,0 +1,419 @@
+// The dataset index on real shard directories: order, labels, skipped samples, info.json
+// checks, truncated shards, the on-disk cache (reuse, invalidation, corruption).
+#include "common/dataset_index.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/tar_reader.h"
+#include "gtest/gtest.h"
+#include "tests/common/shard_test_util.h"
+
+namespace shardcast {
+namespace {
+
+using shard_testing::FileSpec;
+using shard_testing::MakeTar;
+using shard_testing::Payload;
+using shard_testing::ScopedTempDir;
+using shard_testing::TarWriter;
+
+struct Sample {
+  std::string key;
+  int label;
+  std::string cls;  // class name in the json ("" = none)
+};
+
+// key.jpg (fake bytes: the index never decodes) + key.json + key.cls, as shardcast-pack.
+std::vector<FileSpec> SampleFiles(const std::vector<Sample>& samples, bool with_cls = true) {
+  std::vector<FileSpec> files;
+  for (const Sample& s : samples) {
+    files.push_back({s.key + ".jpg", Payload(s.key, 100 + s.key.size() * 37)});
+    std::string json = absl::StrCat("{\"label\": ", s.label);
+    if (!s.cls.empty()) absl::StrAppend(&json, ", \"class\": \"", s.cls, "\"");
+    files.push_back({s.key + ".json", json + "}"});
+    if (with_cls) files.push_back({s.key + ".cls", absl::StrCat(s.label, "\n")});
+  }
+  return files;
+}
+
+std::vector<Sample> Samples(const std::string& prefix, int n, int first_label = 0) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({absl::StrCat(prefix, "_", i), (first_label + i) % 4,
+                   absl::StrCat("class", (first_label + i) % 4)});
+  }
+  return out;
+}
+
+std::string ReadBytes(const std::string& path, uint64_t offset, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  std::string out(size, '\0');
+  const ssize_t n = ::pread(fd, out.data(), size, static_cast<off_t>(offset));
+  ::close(fd);
+  EXPECT_EQ(n, static_cast<ssize_t>(size));
+  return out;
+}
+
+// Everything an index says, as text: equal dumps = equal indexes.
+std::string Dump(const DatasetIndex& index) {
+  std::string out = absl::StrCat(index.root, " n=", index.num_samples, " c=", index.num_classes,
+                                 " fp=", index.fingerprint, "\n");
+  for (const ShardInfo& s : index.shards) {
+    absl::StrAppend(&out, s.path, " ", s.file_size, " ", s.mtime_ns, " ", s.compressed, "\n");
+    for (const SampleEntry& e : s.samples) {
+      absl::StrAppend(&out, "  ", e.key, " ", e.label, " img=", e.image_member);
+      for (const MemberRef& m : e.members)
+        absl::StrAppend(&out, " ", m.ext, "@", m.offset, "+", m.size);
+      out += "\n";
+    }
+  }
+  for (const std::string& c : index.class_names) absl::StrAppend(&out, "class ", c, "\n");
+  for (const SkippedSample& s : index.skipped) {
+    absl::StrAppend(&out, "skip ", s.shard, " ", s.key, " ", s.reason, "\n");
+  }
+  return out;
+}
+
+bool HasWarning(const DatasetIndex& index, absl::string_view needle) {
+  for (const std::string& w : index.warnings) {
+    if (absl::StrContains(w, needle)) return true;
+  }
+  return false;
+}
+
+class DatasetIndexTest : public ::testing::Test {
+ protected:
+  void SetUp() override { std::filesystem::create_directories(data_dir()); }
+  std::string data_dir() const { return tmp_ / "data"; }
+  std::string shard(const std::string& name) const { return data_dir() + "/" + name; }
+  ScopedTempDir tmp_;
+};
+
+TEST_F(DatasetIndexTest, ShardsInNaturalOrderWithLabelsAndOffsets) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("s10", 3)), TarWriter::kGnuTarGnu,
+          shard("shard-10.tar"));
+  MakeTar(tmp_.path(), SampleFiles(Samples("s2", 2, 1)), TarWriter::kPythonPax,
+          shard("shard-2.tar"));
+  MakeTar(tmp_.path(), SampleFiles(Samples("s1", 2, 2)), TarWriter::kPythonGnu,
+          shard("shard-1.tar.gz"), /*gzip=*/true);
+  MakeTar(tmp_.path(), SampleFiles(Samples("s3", 1, 3), /*with_cls=*/false), TarWriter::kGnuTarPax,
+          shard("shard-3.tgz"), true);
+  shard_testing::WriteFile(shard("notes.txt"), "not a shard");
+  shard_testing::WriteFile(shard("shard-0.tar.bak"), "not a shard either");
+  std::filesystem::create_directories(shard("sub"));
+  MakeTar(tmp_.path(), SampleFiles(Samples("sub", 1)), TarWriter::kGnuTarGnu,
+          shard("sub/shard-0.tar"));
+
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::vector<std::string> order;
+  for (const ShardInfo& s : index->shards) order.push_back(s.path);
+  EXPECT_EQ(order, (std::vector<std::string>{"shard-1.tar.gz", "shard-2.tar", "shard-3.tgz",
+                                             "shard-10.tar"}));
+  EXPECT_EQ(index->ShardSampleCounts(), (std::vector<uint32_t>{2, 2, 1, 3}));
+  EXPECT_EQ(index->num_samples, 8);
+  EXPECT_EQ(index->num_classes, 4);
+  EXPECT_EQ(index->class_names, (std::vector<std::string>{"class0", "class1", "class2", "class3"}));
+  EXPECT_TRUE(index->skipped.empty());
+  EXPECT_TRUE(index->warnings.empty());
+  EXPECT_FALSE(index->loaded_from_cache);
+  EXPECT_EQ(index->fingerprint.size(), 32u);
+  EXPECT_EQ(index->root, std::filesystem::canonical(data_dir()).string());
+
+  const std::vector<std::string> prefixes = {"s1", "s2", "s3", "s10"};
+  const std::vector<int> first_labels = {2, 1, 3, 0};
+  for (size_t si = 0; si < index->shards.size(); ++si) {
+    const ShardInfo& s = index->shards[si];
+    EXPECT_EQ(s.compressed, si == 0 || si == 2);
+    const std::string path = shard(s.path);
+    absl::StatusOr<std::string> stream = ReadUncompressedStream(path);
+    ASSERT_TRUE(stream.ok());
+    for (size_t i = 0; i < s.samples.size(); ++i) {
+      const SampleEntry& e = s.samples[i];
+      const std::string key = absl::StrCat(prefixes[si], "_", i);
+      EXPECT_EQ(e.key, key);
+      EXPECT_EQ(e.label, (first_labels[si] + static_cast<int>(i)) % 4);
+      const MemberRef& image = e.members[e.image_member];
+      EXPECT_EQ(image.ext, "jpg");
+      const std::string want = Payload(key, 100 + key.size() * 37);
+      EXPECT_EQ(stream->substr(image.offset, image.size), want) << key;
+      if (!s.compressed) {
+        EXPECT_EQ(ReadBytes(path, image.offset, image.size), want) << key;
+      }
+    }
+  }
+}
+
+TEST_F(DatasetIndexTest, SkippedSamplesAreReportedWithReasons) {
+  std::vector<FileSpec> files = SampleFiles({{"good0", 1, ""}});
+  files.push_back({"__key__", "metadata: silently ignored"});
+  files.push_back({"noimage.cls", "1"});
+  files.push_back({"nolabel.jpg", "J"});
+  files.push_back({"badjson.jpg", "J"});
+  files.push_back({"badjson.json", "{label: 1}"});
+  files.push_back({"dup.jpg", "J"});
+  files.push_back({"dup.JPG", "J"});
+  files.push_back({"dup.cls", "2"});
+  files.push_back({"README", "no dot"});
+  files.push_back({"webp.webp", "W"});
+  files.push_back({"webp.cls", "0"});
+  for (const FileSpec& f : SampleFiles({{"good1", 2, ""}})) files.push_back(f);
+  MakeTar(tmp_.path(), files, TarWriter::kPythonPax, shard("a.tar"));
+
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->num_samples, 2);
+  EXPECT_EQ(index->shards[0].samples[0].key, "good0");
+  EXPECT_EQ(index->shards[0].samples[1].key, "good1");
+  EXPECT_EQ(index->num_classes, 3);
+  std::map<std::string, std::string> reasons;
+  for (const SkippedSample& s : index->skipped) {
+    EXPECT_EQ(s.shard, "a.tar");
+    reasons[s.key] = s.reason;
+  }
+  ASSERT_EQ(reasons.size(), 6u) << Dump(*index);
+  EXPECT_TRUE(absl::StrContains(reasons["noimage"], "no image")) << reasons["noimage"];
+  EXPECT_TRUE(absl::StrContains(reasons["nolabel"], "no label")) << reasons["nolabel"];
+  EXPECT_TRUE(absl::StrContains(reasons["badjson"], "invalid JSON")) << reasons["badjson"];
+  EXPECT_TRUE(absl::StrContains(reasons["dup"], "duplicate extension 'jpg'")) << reasons["dup"];
+  EXPECT_TRUE(absl::StrContains(reasons["README"], "no '.'")) << reasons["README"];
+  EXPECT_TRUE(absl::StrContains(reasons["webp"], "webp")) << reasons["webp"];
+}
+
+TEST_F(DatasetIndexTest, LabelFieldOption) {
+  std::vector<FileSpec> files = {{"a.jpg", "J"}, {"a.json", "{\"label\": 1, \"target\": 5}"}};
+  MakeTar(tmp_.path(), files, TarWriter::kGnuTarGnu, shard("a.tar"));
+  IndexOptions options;
+  options.label_field = "target";
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->num_samples, 1);
+  EXPECT_EQ(index->shards[0].samples[0].label, 5);
+  EXPECT_EQ(index->num_classes, 6);
+  absl::StatusOr<DatasetIndex> plain = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->shards[0].samples[0].label, 1);
+  EXPECT_NE(plain->fingerprint, index->fingerprint);  // the option is part of the identity
+}
+
+TEST_F(DatasetIndexTest, CacheIsReusedAndInvalidated) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 3)), TarWriter::kGnuTarPax, shard("shard-1.tar"));
+  MakeTar(tmp_.path(), SampleFiles(Samples("b", 2)), TarWriter::kPythonGnu, shard("shard-2.tar.gz"),
+          true);
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  options.threads = 2;
+
+  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->loaded_from_cache);
+  std::vector<std::string> cache_files;
+  for (const auto& e : std::filesystem::directory_iterator(options.cache_dir)) {
+    cache_files.push_back(e.path().string());
+  }
+  ASSERT_EQ(cache_files.size(), 1u);
+
+  absl::StatusOr<DatasetIndex> second = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->loaded_from_cache);
+  EXPECT_EQ(Dump(*second), Dump(*first));
+  // A scan without the cache agrees too (the cache is not the source of truth).
+  absl::StatusOr<DatasetIndex> uncached = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(uncached.ok());
+  EXPECT_EQ(Dump(*uncached), Dump(*first));
+
+  // Touching a shard (same bytes, new mtime) invalidates; the next build reuses again.
+  shard_testing::SetMtime(shard("shard-1.tar"), 1700000000, 123);
+  absl::StatusOr<DatasetIndex> touched = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(touched.ok());
+  EXPECT_FALSE(touched->loaded_from_cache);
+  EXPECT_NE(touched->fingerprint, first->fingerprint);
+  EXPECT_EQ(touched->shards[0].mtime_ns, 1700000000LL * 1000000000 + 123);
+  absl::StatusOr<DatasetIndex> again = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->loaded_from_cache);
+  EXPECT_EQ(again->fingerprint, touched->fingerprint);
+
+  // Rewriting a shard with other content (other size) invalidates and rescans.
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 5)), TarWriter::kGnuTarPax, shard("shard-1.tar"));
+  absl::StatusOr<DatasetIndex> modified = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(modified.ok());
+  EXPECT_FALSE(modified->loaded_from_cache);
+  EXPECT_EQ(modified->num_samples, 7);
+
+  // Adding a shard invalidates.
+  MakeTar(tmp_.path(), SampleFiles(Samples("c", 1)), TarWriter::kGnuTarGnu, shard("shard-3.tar"));
+  absl::StatusOr<DatasetIndex> added = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(added.ok());
+  EXPECT_FALSE(added->loaded_from_cache);
+  EXPECT_EQ(added->num_samples, 8);
+  EXPECT_EQ(added->shards.size(), 3u);
+
+  // Another label field: another index.
+  IndexOptions other = options;
+  other.label_field = "count";
+  absl::StatusOr<DatasetIndex> relabelled = BuildDatasetIndex(data_dir(), other);
+  ASSERT_TRUE(relabelled.ok());
+  EXPECT_FALSE(relabelled->loaded_from_cache);
+}
+
+TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 4)), TarWriter::kGnuTarPax, shard("s.tar"));
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(first.ok());
+  const std::string cache_file =
+      std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  const std::string good = shard_testing::ReadFile(cache_file);
+  for (const std::string& bad :
+       {good.substr(0, good.size() / 2), std::string("garbage"), std::string(),
+        good.substr(0, 100) + std::string(1, static_cast<char>(good[100] ^ 1)) +
+            good.substr(101)}) {
+    shard_testing::WriteFile(cache_file, bad);
+    absl::StatusOr<DatasetIndex> rebuilt = BuildDatasetIndex(data_dir(), options);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    EXPECT_FALSE(rebuilt->loaded_from_cache);
+    EXPECT_TRUE(HasWarning(*rebuilt, "corrupt index cache")) << bad.size();
+    EXPECT_EQ(Dump(*rebuilt), Dump(*first));
+    // ... and the rebuilt cache is good again.
+    absl::StatusOr<DatasetIndex> reused = BuildDatasetIndex(data_dir(), options);
+    ASSERT_TRUE(reused.ok());
+    EXPECT_TRUE(reused->loaded_from_cache);
+  }
+}
+
+TEST_F(DatasetIndexTest, CacheDirInsideTheDatasetIsRefused) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 1)), TarWriter::kGnuTarGnu, shard("s.tar"));
+  for (const std::string& cache : {data_dir(), shard("cache"), data_dir() + "/./x/.."}) {
+    IndexOptions options;
+    options.cache_dir = cache;
+    absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), options);
+    ASSERT_FALSE(index.ok()) << cache;
+    EXPECT_EQ(index.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(index.status().message(), "inside the dataset"))
+        << index.status();
+  }
+  // A sibling whose name merely starts like the dataset dir is fine.
+  IndexOptions options;
+  options.cache_dir = data_dir() + "-cache";
+  EXPECT_TRUE(BuildDatasetIndex(data_dir(), options).ok());
+}
+
+TEST_F(DatasetIndexTest, InfoJsonIsCheckedAgainstTheScan) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 6)), TarWriter::kGnuTarPax, shard("s.tar"));
+  // Agreeing: no warning; num_classes from info.json (more classes than labels seen).
+  shard_testing::WriteFile(shard("info.json"), "{\"dataset size\": 6, \"num_classes\": 10}");
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(index->warnings.empty());
+  EXPECT_EQ(index->num_classes, 10);
+  EXPECT_EQ(index->class_names.size(), 10u);
+
+  shard_testing::WriteFile(shard("info.json"), "{\"dataset size\": 999, \"num_classes\": 2}");
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(HasWarning(*index, "\"dataset size\" 999 but the scan found 6"))
+      << index->warnings[0];
+  EXPECT_TRUE(HasWarning(*index, "\"num_classes\" 2"));
+  EXPECT_EQ(index->num_classes, 4);  // max label + 1 wins over a too-small num_classes
+
+  // Another name works when there is no info.json (the seed's files have various names).
+  std::filesystem::remove(shard("info.json"));
+  shard_testing::WriteFile(shard("other.json"), "{\"unrelated\": 1}");
+  shard_testing::WriteFile(shard("dataset.json"), "{\"dataset size\": 5}");
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(HasWarning(*index, "dataset.json says \"dataset size\" 5"));
+
+  // Broken info.json: a warning, never a failure.
+  shard_testing::WriteFile(shard("info.json"), "{\"dataset size\": ");
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok());
+  EXPECT_TRUE(HasWarning(*index, "info.json: ignored"));
+}
+
+TEST_F(DatasetIndexTest, TruncatedShardKeepsSamplesBeforeTheBreak) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 2)), TarWriter::kGnuTarGnu, shard("shard-1.tar"));
+  const std::string path = shard("shard-2.tar");
+  MakeTar(tmp_.path(), SampleFiles(Samples("b", 4)), TarWriter::kGnuTarPax, path);
+  absl::StatusOr<TarScan> scan = ScanTar(path);
+  ASSERT_TRUE(scan.ok() && scan->error.ok());
+  const std::string bytes = shard_testing::ReadFile(path);
+
+  // Cut inside b_2.jpg (member 6): b_0 and b_1 are complete, b_2 is gone.
+  ASSERT_EQ(scan->members[6].name, "b_2.jpg");
+  shard_testing::WriteFile(path, bytes.substr(0, scan->members[6].offset + 10));
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->ShardSampleCounts(), (std::vector<uint32_t>{2, 2}));
+  EXPECT_TRUE(HasWarning(*index, "shard-2.tar")) << Dump(*index);
+  EXPECT_TRUE(HasWarning(*index, "b_2.jpg"));
+
+  // Cut inside b_1.json (member 4): b_1 may be incomplete, so only b_0 stays.
+  shard_testing::WriteFile(path, bytes.substr(0, scan->members[4].offset + 3));
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->ShardSampleCounts(), (std::vector<uint32_t>{2, 1}));
+  ASSERT_EQ(index->skipped.size(), 1u);
+  EXPECT_EQ(index->skipped[0].key, "b_1");
+  EXPECT_TRUE(absl::StrContains(index->skipped[0].reason, "breaks"));
+
+  // Cut inside the very first member: nothing readable, the build fails naming the shard.
+  shard_testing::WriteFile(path, bytes.substr(0, scan->members[0].offset + 3));
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_FALSE(index.ok());
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "shard-2.tar")) << index.status();
+}
+
+TEST_F(DatasetIndexTest, ErrorsNameTheProblem) {
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "missing", IndexOptions());
+  ASSERT_FALSE(index.ok());
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "missing"));
+
+  index = BuildDatasetIndex(data_dir(), IndexOptions());  // empty directory
+  ASSERT_FALSE(index.ok());
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "no shard")) << index.status();
+
+  shard_testing::WriteFile(shard("garbage-3.tar"), Payload("garbage", 3000));
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 1)), TarWriter::kGnuTarGnu, shard("ok-1.tar"));
+  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_FALSE(index.ok());
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "garbage-3.tar")) << index.status();
+}
+
+TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
+  for (int i = 0; i < 7; ++i) {
+    MakeTar(tmp_.path(), SampleFiles(Samples(absl::StrCat("k", i), 1 + i % 3, i)),
+            i % 2 ? TarWriter::kGnuTarPax : TarWriter::kPythonGnu,
+            shard(absl::StrCat("part-", i, ".tar")));
+  }
+  IndexOptions one;
+  one.threads = 1;
+  IndexOptions many;
+  many.threads = 5;
+  absl::StatusOr<DatasetIndex> a = BuildDatasetIndex(data_dir(), one);
+  absl::StatusOr<DatasetIndex> b = BuildDatasetIndex(data_dir(), many);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(Dump(*a), Dump(*b));
+
+  // A copy elsewhere with the same names, sizes and mtimes has the same fingerprint:
+  // server replicas on different mount points agree on the plan.
+  const std::string copy = tmp_ / "copy";
+  ASSERT_EQ(shard_testing::Run("cp -a " + shard_testing::Quote(data_dir()) + " " +
+                               shard_testing::Quote(copy)),
+            0);
+  absl::StatusOr<DatasetIndex> c = BuildDatasetIndex(copy, many);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->fingerprint, a->fingerprint);
+  EXPECT_NE(c->root, a->root);
+}
+
+}  // namespace
+}  // namespace shardcast
