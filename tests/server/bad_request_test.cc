@@ -1,0 +1,194 @@
+// Every wrong request gets the right gRPC code and a message that says what was
+// wrong: registration (fields, disagreeing ranks, data that cannot serve the job)
+// and streams (unknown job, rank, epoch, start_batch), plus requests while indexing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/shardcast_service_impl.h"
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class BadRequestTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    MakeDataset(dir_->path(), /*samples=*/120, /*per_shard=*/40);  // 3 shards
+    server_ = new InProcessServer(dir_->path());
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  v1::Shardcast::Stub* stub() { return server_->stub(); }
+
+  grpc::Status RegisterStatus(const v1::RegisterRequest& request) {
+    v1::RegisterResponse response;
+    return Register(stub(), request, &response);
+  }
+  grpc::Status StreamStatus(const std::string& job, int rank, int64_t epoch, int64_t start,
+                            size_t* messages = nullptr) {
+    StreamResult result = StreamAll(stub(), job, rank, epoch, start);
+    if (messages != nullptr) *messages = result.batches.size();
+    return result.status;
+  }
+
+  static TempDir* dir_;
+  static InProcessServer* server_;
+};
+TempDir* BadRequestTest::dir_ = nullptr;
+InProcessServer* BadRequestTest::server_ = nullptr;
+
+TEST_F(BadRequestTest, RegisterRejectsBadFields) {
+  struct Case {
+    const char* what;
+    v1::RegisterRequest request;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"empty job id", MakeRegister("", 0, 1, 4), "job_id"});
+  cases.push_back({"rank == world", MakeRegister("f", 2, 2, 4), "rank"});
+  cases.push_back({"negative rank", MakeRegister("f", -1, 2, 4), "rank"});
+  cases.push_back({"world 0", MakeRegister("f", 0, 0, 4), "world_size"});
+  cases.push_back({"negative batch", MakeRegister("f", 0, 1, -3), "batch_size"});
+  auto crop = MakeRegister("f", 0, 1, 4, v1::SPLIT_SAMPLE, 32, 40);
+  cases.push_back({"resize < crop", crop, "transform.resize"});
+  auto huge = MakeRegister("f", 0, 1, 4000, v1::SPLIT_SAMPLE, 1024, 1024);
+  cases.push_back({"message too large", huge, "max message size"});
+  auto workers = MakeRegister("f", 0, 1, 4);
+  workers.set_workers(-1);
+  cases.push_back({"negative workers", workers, "workers"});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    grpc::Status status = RegisterStatus(c.request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+  }
+  // None of them created a job.
+  EXPECT_EQ(GetStatus(stub()).jobs_size(), 0);
+}
+
+TEST_F(BadRequestTest, RanksOfAJobMustAgreeFieldByField) {
+  ASSERT_TRUE(RegisterStatus(MakeRegister("agree", 0, 2, 8)).ok());
+  struct Case {
+    v1::RegisterRequest request;
+    const char* field;
+  };
+  std::vector<Case> cases;
+  cases.push_back({MakeRegister("agree", 1, 2, 16), "batch_size: job 'agree' has 8, rank 1 asked 16"});
+  cases.push_back({MakeRegister("agree", 1, 3, 8), "world_size: job 'agree' has 2, rank 1 asked 3"});
+  cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SHARD), "split: job 'agree' has sample"});
+  cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SAMPLE, 48, 32), "transform.crop"});
+  cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SAMPLE, 64, 40), "transform.resize"});
+  auto seed = MakeRegister("agree", 1, 2, 8);
+  seed.set_seed(12);
+  cases.push_back({seed, "seed: job 'agree' has 11, rank 1 asked 12"});
+  auto mode = MakeRegister("agree", 1, 2, 8);
+  mode.mutable_transform()->set_mode(v1::TRANSFORM_MODE_RANDOM);
+  cases.push_back({mode, "transform.mode"});
+  auto remainder = MakeRegister("agree", 1, 2, 8);
+  remainder.set_remainder(v1::REMAINDER_PAD);
+  cases.push_back({remainder, "remainder"});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    grpc::Status status = RegisterStatus(c.request);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr(c.field));
+  }
+  // Agreeing ranks (and re-registration after a reconnect) are fine.
+  EXPECT_TRUE(RegisterStatus(MakeRegister("agree", 1, 2, 8)).ok());
+  EXPECT_TRUE(RegisterStatus(MakeRegister("agree", 0, 2, 8)).ok());
+}
+
+TEST_F(BadRequestTest, DataThatCannotServeTheJobIsRefusedWithThePlannersReason) {
+  // 120 samples cannot fill one batch of 64 on each of 2 ranks.
+  grpc::Status too_big = RegisterStatus(MakeRegister("big", 0, 2, 64));
+  EXPECT_TRUE(too_big.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+              too_big.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << too_big.error_code();
+  EXPECT_THAT(too_big.error_message(), HasSubstr("job 'big'"));
+  // Split shard needs at least one shard per rank: 3 shards, 4 ranks.
+  grpc::Status shards = RegisterStatus(MakeRegister("few-shards", 0, 4, 2, v1::SPLIT_SHARD));
+  EXPECT_TRUE(shards.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+              shards.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << shards.error_code();
+  EXPECT_THAT(shards.error_message(), HasSubstr("shard"));
+  EXPECT_THAT(shards.error_message(), HasSubstr("job 'few-shards'"));
+}
+
+TEST_F(BadRequestTest, StreamRequestsAreChecked) {
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(stub(), MakeRegister("stream", 0, 3, 4), &response).ok());
+  const int64_t n = response.batches_per_epoch();  // 120 / 12 = 10
+  ASSERT_EQ(n, 10);
+
+  grpc::Status unknown = StreamStatus("no-such-job", 0, 0, 0);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.error_message(), HasSubstr("no-such-job"));
+
+  grpc::Status rank = StreamStatus("stream", 3, 0, 0);
+  EXPECT_EQ(rank.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(rank.error_message(), HasSubstr("world_size 3"));
+
+  grpc::Status unregistered = StreamStatus("stream", 2, 0, 0);
+  EXPECT_EQ(unregistered.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(unregistered.error_message(), HasSubstr("rank 2"));
+
+  grpc::Status epoch = StreamStatus("stream", 0, -1, 0);
+  EXPECT_EQ(epoch.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_THAT(epoch.error_message(), HasSubstr("epoch"));
+
+  for (int64_t start : {int64_t{-1}, n + 1}) {
+    grpc::Status status = StreamStatus("stream", 0, 0, start);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << start;
+    EXPECT_THAT(status.error_message(), HasSubstr("start_batch"));
+  }
+  // start_batch == n is a resume after the last batch: no message, then OK.
+  size_t messages = 99;
+  EXPECT_TRUE(StreamStatus("stream", 0, 0, n, &messages).ok());
+  EXPECT_EQ(messages, 0u);
+  // Refused streams leave nothing behind.
+  auto status = WaitForStatus(stub(), [](const v1::GetStatusResponse& s) {
+    return s.open_streams() == 0;
+  });
+  EXPECT_EQ(status.open_streams(), 0);
+  EXPECT_EQ(status.memory_in_use_bytes(), 0);
+}
+
+TEST(ServiceStateTest, RequestsWhileIndexingAreUnavailable) {
+  server::ServerOptions options;
+  options.shards_dir = "/nonexistent";
+  options.decode_threads = 1;
+  server::ShardcastServiceImpl service(options);  // no dataset loaded yet
+  auto registered = service.Register(MakeRegister("j", 0, 1, 4));
+  EXPECT_EQ(registered.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(registered.status().message()), HasSubstr("indexing"));
+  v1::StreamBatchesRequest stream;
+  stream.set_job_id("j");
+  EXPECT_EQ(service.OpenStream(stream).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(service.GetStatus().serving());
+}
+
+TEST(ServiceStateTest, ShardsThatCannotBeIndexedKeepTheServerUnavailable) {
+  TempDir empty;
+  server::ServerOptions options;
+  options.shards_dir = empty.path();  // no shard in it
+  options.listen_address = "127.0.0.1:0";
+  options.decode_threads = 1;
+  server::ShardcastServer server(options);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_FALSE(server.WaitUntilReady().ok());
+  auto channel = MakeChannel(absl::StrCat("127.0.0.1:", server.port()));
+  EXPECT_EQ(Health(channel), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto stub = v1::Shardcast::NewStub(channel);
+  v1::RegisterResponse response;
+  grpc::Status status = Register(stub.get(), MakeRegister("j", 0, 1, 4), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("could not index"));
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
