@@ -159,7 +159,7 @@ class ShardReader::Impl {
     {
       absl::MutexLock lock(&inflated->mu);
       if (!inflated->done) {
-        absl::StatusOr<std::string> data = ReadUncompressedStream(ShardPath(info));
+        absl::StatusOr<std::string> data = InflateUnchanged(info);
         inflated->done = true;
         if (data.ok()) {
           inflated->data = *std::move(data);
@@ -179,6 +179,22 @@ class ShardReader::Impl {
                                               data.size(), "-byte uncompressed stream"));
     }
     return data.substr(member.offset, member.size);
+  }
+
+  // The shard's uncompressed stream, provided the file still has its indexed size (a
+  // replaced file would otherwise be served as if the old offsets still applied).
+  absl::StatusOr<std::string> InflateUnchanged(const ShardInfo& info) const {
+    const std::string path = ShardPath(info);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
+    }
+    if (static_cast<uint64_t>(st.st_size) != info.file_size) {
+      return absl::FailedPreconditionError(absl::StrCat("shard changed since indexing (size ",
+                                                        info.file_size, ", now ", st.st_size,
+                                                        " bytes); rebuild the index"));
+    }
+    return ReadUncompressedStream(path);
   }
 
   void Forget(uint32_t shard, const std::shared_ptr<InflatedShard>& entry) {
