@@ -1,0 +1,258 @@
+// `shardcast-ctl inspect DIR`: the dataset index as the server sees it (shards, totals,
+// classes, skipped samples and why, warnings, fingerprint), as a table or as JSON.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/ctl/command_registry.h"
+#include "common/dataset_index.h"
+#include "common/json_fields.h"
+
+namespace shardcast::ctl {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: shardcast-ctl inspect DIR [--json] [--samples] [--label-field F] [--cache-dir D]\n"
+    "         [--threads N]\n"
+    "\n"
+    "Indexes the shards directly in DIR (*.tar, *.tar.gz, *.tgz) as shardcast-server does and\n"
+    "prints shards with sample counts, totals, classes, skipped samples and why, warnings and\n"
+    "the index fingerprint. --samples adds one line per sample (shard, index in shard, key,\n"
+    "label, extensions). --json prints the same as one JSON object. --cache-dir reuses (or\n"
+    "writes) the server's index cache; it must not be inside DIR.\n";
+
+struct InspectFlags {
+  std::string dir;
+  bool json = false;
+  bool samples = false;
+  bool help = false;
+  IndexOptions options;
+};
+
+absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
+  InspectFlags flags;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    bool has_value = false;
+    if (const size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name == "--help" || name == "-h") {
+      flags.help = true;
+    } else if (name == "--json" || name == "--samples") {
+      if (has_value) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      (name == "--json" ? flags.json : flags.samples) = true;
+    } else if (name == "--label-field" || name == "--cache-dir" || name == "--threads") {
+      if (!has_value) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+        }
+        value = args[++i];
+      }
+      if (name == "--label-field") {
+        if (value.empty()) return absl::InvalidArgumentError("--label-field must not be empty");
+        flags.options.label_field = value;
+      } else if (name == "--cache-dir") {
+        flags.options.cache_dir = value;
+      } else if (!absl::SimpleAtoi(value, &flags.options.threads) || flags.options.threads < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--threads needs an integer >= 0, got '", value, "'"));
+      }
+    } else if (name.rfind("-", 0) == 0 && name.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
+    } else {
+      positional.push_back(args[i]);
+    }
+  }
+  if (flags.help) return flags;
+  if (positional.size() != 1) {
+    return absl::InvalidArgumentError(
+        positional.empty() ? "missing DIR (the shard directory)"
+                           : absl::StrCat("expected one DIR, got ", positional.size(),
+                                          " arguments: ", absl::StrJoin(positional, " ")));
+  }
+  flags.dir = positional[0];
+  return flags;
+}
+
+// Samples per label, for the class table.
+std::map<int64_t, int64_t> LabelCounts(const DatasetIndex& index) {
+  std::map<int64_t, int64_t> counts;
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& e : shard.samples) ++counts[e.label];
+  }
+  return counts;
+}
+
+std::string ClassName(const DatasetIndex& index, int64_t label) {
+  return label >= 0 && static_cast<size_t>(label) < index.class_names.size()
+             ? index.class_names[static_cast<size_t>(label)]
+             : std::string();
+}
+
+std::vector<std::string> Extensions(const SampleEntry& e) {
+  std::vector<std::string> exts;
+  for (const MemberRef& m : e.members) exts.push_back(m.ext);
+  return exts;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+void PrintTable(const DatasetIndex& index, bool with_samples) {
+  uint64_t total_bytes = 0;
+  for (const ShardInfo& s : index.shards) total_bytes += s.file_size;
+  std::printf("dataset      %s\n", index.root.c_str());
+  std::printf("fingerprint  %s (%s)\n", index.fingerprint.c_str(),
+              index.loaded_from_cache ? "loaded from cache" : "scanned");
+  std::printf("shards %zu (%s), samples %lld, classes %d, skipped %zu, warnings %zu\n\n",
+              index.shards.size(), HumanBytes(total_bytes).c_str(),
+              static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
+              index.warnings.size());
+
+  std::printf("%6s  %-40s %9s %11s  %s\n", "SHARD", "PATH", "SAMPLES", "SIZE", "COMPRESSED");
+  for (size_t i = 0; i < index.shards.size(); ++i) {
+    const ShardInfo& s = index.shards[i];
+    std::printf("%6zu  %-40s %9zu %11s  %s\n", i, s.path.c_str(), s.samples.size(),
+                HumanBytes(s.file_size).c_str(), s.compressed ? "yes" : "no");
+  }
+
+  const std::map<int64_t, int64_t> counts = LabelCounts(index);
+  std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
+  for (int64_t label = 0; label < index.num_classes; ++label) {
+    const auto it = counts.find(label);
+    std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
+                static_cast<long long>(it == counts.end() ? 0 : it->second),
+                ClassName(index, label).c_str());
+  }
+
+  if (!index.skipped.empty()) {
+    std::printf("\nskipped (%zu):\n", index.skipped.size());
+    for (const SkippedSample& s : index.skipped) {
+      std::printf("  %s  %s: %s\n", s.shard.c_str(), s.key.c_str(), s.reason.c_str());
+    }
+  }
+  if (!index.warnings.empty()) {
+    std::printf("\nwarnings (%zu):\n", index.warnings.size());
+    for (const std::string& w : index.warnings) std::printf("  %s\n", w.c_str());
+  }
+  if (with_samples) {
+    std::printf("\n%6s  %6s  %6s  %-32s %s\n", "SHARD", "INDEX", "LABEL", "KEY", "EXTENSIONS");
+    for (size_t si = 0; si < index.shards.size(); ++si) {
+      const std::vector<SampleEntry>& samples = index.shards[si].samples;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        std::printf("%6zu  %6zu  %6lld  %-32s %s\n", si, i,
+                    static_cast<long long>(samples[i].label), samples[i].key.c_str(),
+                    absl::StrJoin(Extensions(samples[i]), ",").c_str());
+      }
+    }
+  }
+}
+
+void PrintJson(const DatasetIndex& index, bool with_samples) {
+  std::string out = "{\n";
+  absl::StrAppend(&out, "  \"root\": ", JsonQuote(index.root), ",\n");
+  absl::StrAppend(&out, "  \"fingerprint\": ", JsonQuote(index.fingerprint), ",\n");
+  absl::StrAppend(&out, "  \"loaded_from_cache\": ", index.loaded_from_cache ? "true" : "false",
+                  ",\n");
+  absl::StrAppend(&out, "  \"num_shards\": ", index.shards.size(), ",\n");
+  absl::StrAppend(&out, "  \"num_samples\": ", index.num_samples, ",\n");
+  absl::StrAppend(&out, "  \"num_classes\": ", index.num_classes, ",\n");
+  out += "  \"shards\": [";
+  for (size_t i = 0; i < index.shards.size(); ++i) {
+    const ShardInfo& s = index.shards[i];
+    absl::StrAppend(&out, i ? ",\n    " : "\n    ", "{\"index\": ", i,
+                    ", \"path\": ", JsonQuote(s.path), ", \"samples\": ", s.samples.size(),
+                    ", \"file_size\": ", s.file_size, ", \"mtime_ns\": ", s.mtime_ns,
+                    ", \"compressed\": ", s.compressed ? "true" : "false", "}");
+  }
+  out += index.shards.empty() ? "],\n" : "\n  ],\n";
+  const std::map<int64_t, int64_t> counts = LabelCounts(index);
+  out += "  \"classes\": [";
+  for (int64_t label = 0; label < index.num_classes; ++label) {
+    const auto it = counts.find(label);
+    absl::StrAppend(&out, label ? ",\n    " : "\n    ", "{\"label\": ", label,
+                    ", \"name\": ", JsonQuote(ClassName(index, label)),
+                    ", \"samples\": ", it == counts.end() ? 0 : it->second, "}");
+  }
+  out += index.num_classes == 0 ? "],\n" : "\n  ],\n";
+  out += "  \"skipped\": [";
+  for (size_t i = 0; i < index.skipped.size(); ++i) {
+    const SkippedSample& s = index.skipped[i];
+    absl::StrAppend(&out, i ? ",\n    " : "\n    ", "{\"shard\": ", JsonQuote(s.shard),
+                    ", \"key\": ", JsonQuote(s.key), ", \"reason\": ", JsonQuote(s.reason), "}");
+  }
+  out += index.skipped.empty() ? "],\n" : "\n  ],\n";
+  out += "  \"warnings\": [";
+  for (size_t i = 0; i < index.warnings.size(); ++i) {
+    absl::StrAppend(&out, i ? ",\n    " : "\n    ", JsonQuote(index.warnings[i]));
+  }
+  out += index.warnings.empty() ? "]" : "\n  ]";
+  if (with_samples) {
+    out += ",\n  \"samples\": [";
+    bool first = true;
+    for (size_t si = 0; si < index.shards.size(); ++si) {
+      const std::vector<SampleEntry>& samples = index.shards[si].samples;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        std::vector<std::string> exts;
+        for (const std::string& ext : Extensions(samples[i])) exts.push_back(JsonQuote(ext));
+        absl::StrAppend(&out, first ? "\n    " : ",\n    ", "{\"shard\": ", si, ", \"index\": ", i,
+                        ", \"key\": ", JsonQuote(samples[i].key), ", \"label\": ", samples[i].label,
+                        ", \"image\": ", JsonQuote(samples[i].members[samples[i].image_member].ext),
+                        ", \"extensions\": [", absl::StrJoin(exts, ", "), "]}");
+        first = false;
+      }
+    }
+    out += first ? "]" : "\n  ]";
+  }
+  out += "\n}\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+int RunInspect(const std::vector<std::string>& args) {
+  absl::StatusOr<InspectFlags> flags = ParseFlags(args);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "shardcast-ctl inspect: %s\n\n%s",
+                 std::string(flags.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  if (flags->help) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(flags->dir, flags->options);
+  if (!index.ok()) {
+    std::fprintf(stderr, "shardcast-ctl inspect: %s\n", index.status().ToString().c_str());
+    return 1;
+  }
+  if (flags->json) {
+    PrintJson(*index, flags->samples);
+  } else {
+    PrintTable(*index, flags->samples);
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+RegisterCommand reg("inspect",
+                    {"index a shard directory: shards, samples, classes, skips", RunInspect});
+
+}  // namespace
+}  // namespace shardcast::ctl

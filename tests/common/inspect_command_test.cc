@@ -1,0 +1,153 @@
+// `shardcast-ctl inspect` as a real process on real shards: its JSON parses (checked by
+// Python's json) and says what the library's index says; the table lists the same;
+// errors exit non-zero with the reason.
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/dataset_index.h"
+#include "gtest/gtest.h"
+#include "tests/common/shard_test_util.h"
+
+namespace shardcast {
+namespace {
+
+using shard_testing::FileSpec;
+using shard_testing::MakeTar;
+using shard_testing::ScopedTempDir;
+using shard_testing::TarWriter;
+
+const std::string kCtl = std::string(SHARDCAST_BINARY_DIR) + "/client/shardcast-ctl";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs shardcast-ctl with `args`, capturing stdout (and stderr when `with_stderr`).
+Result RunCtl(const std::string& args, bool with_stderr = false) {
+  Result result;
+  const std::string cmd = kCtl + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, got);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class InspectCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kCtl)) << kCtl << " is not built (ninja shardcast-ctl)";
+    data_ = tmp_ / "data";
+    std::filesystem::create_directories(data_);
+    // Class names with a quote, a backslash, a tab and UTF-8: the JSON must escape them.
+    const std::vector<FileSpec> a = {
+        {"k0.jpg", "J0"},      {"k0.json", R"({"label": 0, "class": "say \"hi\"\\\t"})"},
+        {"k1.jpg", "J1"},      {"k1.json", R"({"label": 2, "class": "caf\u00e9"})"},
+        {"nolabel.jpg", "JX"},
+    };
+    const std::vector<FileSpec> b = {{"dir/k2.png", "P2"}, {"dir/k2.cls", "2"}};
+    MakeTar(tmp_.path(), a, TarWriter::kPythonPax, data_ + "/shard-10.tar");
+    MakeTar(tmp_.path(), b, TarWriter::kGnuTarGnu, data_ + "/shard-9.tar.gz", true);
+    shard_testing::WriteFile(data_ + "/info.json", R"({"dataset size": 5, "num_classes": 3})");
+  }
+
+  ScopedTempDir tmp_;
+  std::string data_;
+};
+
+TEST_F(InspectCommandTest, JsonSaysWhatTheIndexSays) {
+  const Result r = RunCtl("inspect --json --samples " + shard_testing::Quote(data_));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string json_path = tmp_ / "out.json";
+  shard_testing::WriteFile(json_path, r.out);
+  // An independent JSON parser flattens what we need into lines.
+  const std::string script =
+      "import json,sys\n"
+      "d = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+      "out = [d['fingerprint'], str(d['num_samples']), str(d['num_classes'])]\n"
+      "out += ['shard %s %d %s' % (s['path'], s['samples'], s['compressed']) for s in "
+      "d['shards']]\n"
+      "out += ['class %d %r %d' % (c['label'], c['name'], c['samples']) for c in d['classes']]\n"
+      "out += ['skip %s %s' % (s['shard'], s['key']) for s in d['skipped']]\n"
+      "out += ['warn ' + w for w in d['warnings']]\n"
+      "out += ['sample %d %d %s %d %s' % (s['shard'], s['index'], s['key'], s['label'], "
+      "','.join(s['extensions'])) for s in d['samples']]\n"
+      "open(sys.argv[2], 'w', encoding='utf-8').write('\\n'.join(out) + '\\n')\n";
+  shard_testing::WriteFile(tmp_ / "check.py", script);
+  ASSERT_EQ(shard_testing::Run(shard_testing::PythonBinary() + " " + tmp_ / "check.py" + " " +
+                               json_path + " " + tmp_ / "flat.txt"),
+            0)
+      << r.out;
+
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_, IndexOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::string want = absl::StrCat(index->fingerprint, "\n3\n3\n");
+  want += "shard shard-9.tar.gz 1 True\nshard shard-10.tar 2 False\n";
+  want += "class 0 'say \"hi\"\\\\\\t' 1\nclass 1 '' 0\nclass 2 'caf\xc3\xa9' 2\n";
+  want += "skip shard-10.tar nolabel\n";
+  want += "warn info.json says \"dataset size\" 5 but the scan found 3 usable samples\n";
+  want += "sample 0 0 dir/k2 2 png,cls\nsample 1 0 k0 0 jpg,json\nsample 1 1 k1 2 jpg,json\n";
+  EXPECT_EQ(shard_testing::ReadFile(tmp_ / "flat.txt"), want);
+}
+
+TEST_F(InspectCommandTest, TableListsShardsClassesSkipsAndSamples) {
+  const std::string cache = tmp_ / "cache";
+  Result r = RunCtl("inspect " + data_ + " --samples --cache-dir=" + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "(scanned)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "samples 3, classes 3, skipped 1")) << r.out;
+  EXPECT_LT(r.out.find("shard-9.tar.gz"), r.out.find("shard-10.tar"));  // natural order
+  EXPECT_TRUE(absl::StrContains(r.out, "nolabel: no label")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "dir/k2")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "png,cls")) << r.out;
+  r = RunCtl("inspect " + data_ + " --cache-dir " + cache);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "(loaded from cache)")) << r.out;
+}
+
+TEST_F(InspectCommandTest, LabelFieldFlag) {
+  shard_testing::WriteFile(data_ + "/info.json", "{}");
+  std::filesystem::remove(data_ + "/shard-9.tar.gz");
+  MakeTar(tmp_.path(), {{"x.jpg", "J"}, {"x.json", R"({"label": 0, "y": 4})"}},
+          TarWriter::kGnuTarPax, data_ + "/shard-1.tar");
+  const Result r = RunCtl("inspect --json --samples --label-field y " + data_);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, R"("key": "x", "label": 4)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "has no field 'y'")) << r.out;  // k0, k1 skipped
+}
+
+TEST_F(InspectCommandTest, ErrorsExitNonZeroWithTheReason) {
+  Result r = RunCtl("inspect " + tmp_ / "missing", true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(r.out, "missing")) << r.out;
+  r = RunCtl("inspect " + tmp_.path(), true);  // no shard directly in it
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(r.out, "no shard")) << r.out;
+  r = RunCtl("inspect " + data_ + " --cache-dir " + data_ + "/cache", true);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(r.out, "inside the dataset")) << r.out;
+  r = RunCtl("inspect", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(r.out, "missing DIR")) << r.out;
+  r = RunCtl("inspect " + data_ + " --bogus", true);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(r.out, "--bogus")) << r.out;
+  r = RunCtl("inspect " + data_ + " --threads x", true);
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunCtl("inspect --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "usage: shardcast-ctl inspect")) << r.out;
+}
+
+}  // namespace
+}  // namespace shardcast
