@@ -29,7 +29,15 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   explicit BatchWriter(std::unique_ptr<StreamSession> session) : session_(std::move(session)) {
     Pump();
   }
-  explicit BatchWriter(const absl::Status& error) { Finish(ToGrpcStatus(error)); }
+  // A refused stream: finishes at once with `error` (later reactions, e.g. OnCancel
+  // of a client that went away meanwhile, must not finish it again).
+  explicit BatchWriter(const absl::Status& error) {
+    {
+      absl::MutexLock lock(&mu_);
+      finish_called_ = true;
+    }
+    Finish(ToGrpcStatus(error));
+  }
 
   void OnWriteDone(bool ok) override {
     {

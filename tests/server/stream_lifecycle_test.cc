@@ -1,0 +1,180 @@
+// A stream's resources over its life: a slow client holds the server to its window
+// (backpressure), a disconnect mid-stream stops the work and frees the buffers, a
+// drain lets streams finish or cancels them after the grace period.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 16;
+constexpr int kCrop = 64;
+constexpr int64_t kBatchBytes = int64_t{kBatch} * 3 * kCrop * kCrop;  // 196608
+constexpr int kPrefetch = 3;
+
+server::ServerOptions Options() {
+  server::ServerOptions options;
+  options.prefetch = kPrefetch;
+  options.grace_period = absl::Seconds(1);
+  return options;
+}
+
+v1::StreamBatchesRequest StreamRequest(const std::string& job, int rank) {
+  v1::StreamBatchesRequest request;
+  request.set_job_id(job);
+  request.set_rank(rank);
+  return request;
+}
+
+class StreamLifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeDataset(dir_.path(), /*samples=*/480, /*per_shard=*/160);  // n = 30 at B=16, W=1
+    server_ = std::make_unique<InProcessServer>(dir_.path(), Options());
+    ASSERT_TRUE(Register(stub(), MakeRegister("life", 0, 1, kBatch, v1::SPLIT_SAMPLE, 64, kCrop),
+                         &job_)
+                    .ok());
+    ASSERT_EQ(job_.batches_per_epoch(), 30);
+  }
+  v1::Shardcast::Stub* stub() { return server_->stub(); }
+
+  TempDir dir_;
+  std::unique_ptr<InProcessServer> server_;
+  v1::RegisterResponse job_;
+};
+
+TEST_F(StreamLifecycleTest, SlowClientHoldsTheServerToItsWindow) {
+  // A client channel without BDP probing and a small flow-control window, so the
+  // transport cannot soak up the stream: what the client does not read stays unsent.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  auto channel = MakeChannel(server_->target(), args);
+  auto slow_stub = v1::Shardcast::NewStub(channel);
+  grpc::ClientContext context;
+  auto reader = slow_stub->StreamBatches(&context, StreamRequest("life", 0));
+  v1::Batch batch;
+  ASSERT_TRUE(reader->Read(&batch));
+  // The client stalls. The server fills its window and stops.
+  auto stalled = WaitForStatus(stub(), [](const v1::GetStatusResponse& s) {
+    return s.jobs_size() == 1 && s.jobs(0).ranks(0).window_depth() == kPrefetch &&
+           s.queue_depth() == 0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto later = GetStatus(stub());
+  const auto& rank = later.jobs(0).ranks(0);
+  EXPECT_TRUE(rank.streaming());
+  EXPECT_EQ(rank.window_depth(), kPrefetch);
+  EXPECT_EQ(later.queue_depth(), 0);
+  // Nothing more was sent or decoded while the client slept.
+  EXPECT_EQ(rank.batches_sent(), stalled.jobs(0).ranks(0).batches_sent());
+  EXPECT_LE(rank.batches_sent(), 4) << "the stream ran ahead of a stalled client";
+  // Memory: the window plus the batches the transport holds (sent, not yet read).
+  EXPECT_LE(later.memory_in_use_bytes(), (kPrefetch + rank.batches_sent()) * kBatchBytes);
+  EXPECT_GE(later.memory_in_use_bytes(), kPrefetch * kBatchBytes);
+  // The client resumes and gets the rest.
+  int received = 1;
+  while (reader->Read(&batch)) ++received;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(received, 30);
+}
+
+TEST_F(StreamLifecycleTest, DisconnectMidStreamStopsWorkAndFreesBuffers) {
+  {
+    grpc::ClientContext context;
+    auto reader = stub()->StreamBatches(&context, StreamRequest("life", 0));
+    v1::Batch batch;
+    ASSERT_TRUE(reader->Read(&batch));
+    ASSERT_TRUE(reader->Read(&batch));
+    EXPECT_EQ(GetStatus(stub()).open_streams(), 1);
+    context.TryCancel();
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  auto status = WaitForStatus(stub(), [](const v1::GetStatusResponse& s) {
+    return s.open_streams() == 0 && s.memory_in_use_bytes() == 0 && s.queue_depth() == 0;
+  });
+  EXPECT_EQ(status.open_streams(), 0);
+  EXPECT_EQ(status.memory_in_use_bytes(), 0);
+  EXPECT_EQ(status.queue_depth(), 0);
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_FALSE(status.jobs(0).ranks(0).streaming());
+  EXPECT_EQ(status.jobs(0).ranks(0).window_depth(), 0);
+  EXPECT_LT(status.jobs(0).ranks(0).batches_sent(), 30);
+  // The rank reconnects and resumes where it stopped.
+  auto resumed = StreamAll(stub(), "life", 0, 0, 2);
+  EXPECT_TRUE(resumed.status.ok());
+  EXPECT_EQ(resumed.batches.size(), 28u);
+  EXPECT_EQ(resumed.batches[0].index(), 2);
+}
+
+TEST_F(StreamLifecycleTest, ManyDisconnectsLeaveNothingBehind) {
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext context;
+    auto reader = stub()->StreamBatches(&context, StreamRequest("life", 0));
+    v1::Batch batch;
+    if (i % 2 == 0) reader->Read(&batch);  // half of them before the first batch
+    context.TryCancel();
+    reader->Finish();
+  }
+  auto status = WaitForStatus(stub(), [](const v1::GetStatusResponse& s) {
+    return s.open_streams() == 0 && s.memory_in_use_bytes() == 0 && s.queue_depth() == 0;
+  });
+  EXPECT_EQ(status.open_streams(), 0);
+  EXPECT_EQ(status.memory_in_use_bytes(), 0);
+}
+
+TEST_F(StreamLifecycleTest, DrainLetsReadersFinishAndCancelsStalledStreams) {
+  // A stalled stream (client reads one batch and stops).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  auto stalled_channel = MakeChannel(server_->target(), args);
+  auto stalled_stub = v1::Shardcast::NewStub(stalled_channel);
+  grpc::ClientContext stalled_context;
+  auto stalled = stalled_stub->StreamBatches(&stalled_context, StreamRequest("life", 0));
+  v1::Batch batch;
+  ASSERT_TRUE(stalled->Read(&batch));
+  // A reader that keeps reading, a little slowly, across the start of the drain.
+  std::atomic<bool> drain_started{false};
+  StreamResult reader_result;
+  std::thread reader([&] {
+    reader_result = StreamAll(stub(), "life", 0, 1, 20, [&](int) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  std::thread drainer([&] {
+    drain_started = true;
+    server_->server().Drain();
+  });
+  // While draining: NOT_SERVING, and new work is refused.
+  while (!drain_started) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Health(server_->channel()), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(Health(server_->channel(), "shardcast.v1.Shardcast"),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  v1::RegisterResponse response;
+  grpc::Status refused = Register(stub(), MakeRegister("late", 0, 1, 4), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("draining"));
+
+  reader.join();
+  drainer.join();
+  // The reading client got its whole stream; the stalled one was cancelled.
+  EXPECT_TRUE(reader_result.status.ok()) << reader_result.status.error_message();
+  EXPECT_EQ(reader_result.batches.size(), 10u);
+  while (stalled->Read(&batch)) {
+  }
+  EXPECT_FALSE(stalled->Finish().ok());
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
