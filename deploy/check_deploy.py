@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""Checks deploy/ without a Docker engine or a running systemd: what can be
+checked from the files, the CMake build and the host's Debian 12 packages.
+
+  deploy/check_deploy.py [--build-dir build] [--configure]
+
+- Dockerfile: stages, every COPY source exists and survives the
+  Dockerfile.dockerignore filter, every COPY --from path is a CMake executable
+  that the stage builds, HEALTHCHECK / EXPOSE / listen ports agree.
+- docker-compose.yml: parses (PyYAML), services, build targets exist in the
+  Dockerfile, depends_on conditions, volumes declared, the flags passed to
+  shardcast-server / shardcast-train are flags those binaries accept (--help).
+- Runtime packages: every shared library the built binaries load belongs to a
+  package in the dependency closure of the runtime stage's apt list.
+- shardcast-server.service: `systemd-analyze verify` (on a temporary copy whose
+  ExecStart points at the built binary when /usr/local/bin has none), flags in
+  ExecStart and the example env file are accepted, TimeoutStopSec > grace.
+- --configure: copies exactly the COPY'd sources to a temporary directory and
+  runs the build stages' cmake configure commands there.
+
+Exit status 0 when every check passed; every failure is printed.
+"""
+
+import argparse
+import fnmatch
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPLOY = os.path.join(ROOT, "deploy")
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def skip(what):
+    print("skip  " + what)
+
+
+def dockerfile_instructions(path):
+    """(instruction, args) pairs, continuation lines joined, comments dropped."""
+    out, cur = [], ""
+    for line in open(path):
+        s = line.rstrip("\n")
+        if not cur and (s.lstrip().startswith("#") or not s.strip()):
+            continue
+        if s.lstrip().startswith("#"):
+            continue
+        if s.endswith("\\"):
+            cur += s[:-1] + " "
+            continue
+        cur += s
+        word, _, rest = cur.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        cur = ""
+    return out
+
+
+def dockerignore_keeps(patterns, path):
+    """Docker's rule: the last matching pattern wins; '!' re-includes. A pattern
+    matches a path or any of its parent directories."""
+    keep = True
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pat in patterns:
+        negate = pat.startswith("!")
+        p = pat[1:] if negate else pat
+        p = p.strip("/")
+        regex = fnmatch.translate(p).replace(".*", "[^/]*")
+        regex = regex.replace("[^/]*[^/]*/", "(?:.*/)?")  # '**/'
+        if any(re.match(regex, x) for x in prefixes):
+            keep = negate
+    return keep
+
+
+def executables_in(cmake_dir):
+    text = open(os.path.join(ROOT, cmake_dir, "CMakeLists.txt")).read()
+    return set(re.findall(r"add_executable\(\s*([A-Za-z0-9_.-]+)", text))
+
+
+def help_flags(binary):
+    if not binary or not os.access(binary, os.X_OK):
+        return None
+    res = subprocess.run([binary, "--help"], capture_output=True, text=True)
+    return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", res.stdout + res.stderr))
+
+
+def flags_of(args):
+    return [a.split("=")[0] for a in args if a.startswith("-")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
+                    help="a CMake build of this tree (binaries for --help and ldd)")
+    ap.add_argument("--configure", action="store_true",
+                    help="also run the build stages' cmake configure on the COPY'd files")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build_dir)
+    server_bin = os.path.join(build, "server", "shardcast-server")
+    ctl_bin = os.path.join(build, "client", "shardcast-ctl")
+    pack_bin = os.path.join(build, "tools", "shardcast-pack")
+    train_bin = os.path.join(build, "client", "shardcast-train")
+
+    # ------------------------------------------------------------ Dockerfile
+    print("== deploy/Dockerfile")
+    instrs = dockerfile_instructions(os.path.join(DEPLOY, "Dockerfile"))
+    ignore = [l.strip() for l in open(os.path.join(DEPLOY, "Dockerfile.dockerignore"))
+              if l.strip() and not l.startswith("#")]
+    stages, stage, stage_targets, stage_base = [], None, {}, {}
+    copied_sources, expose, healthcheck, entry_cmd = [], {}, {}, {}
+    for word, rest in instrs:
+        if word == "FROM":
+            m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            stage = m.group(2)
+            stages.append(stage)
+            stage_base[stage] = m.group(1)
+            check(m.group(1).startswith("debian:bookworm") or m.group(1) in stages,
+                  f"stage {stage} is based on Debian 12 ({m.group(1)})")
+            # a stage inherits the targets its base stage built
+            stage_targets[stage] = set(stage_targets.get(m.group(1), set()))
+        elif word == "RUN":
+            for t in re.findall(r"--target\s+([^&|;]+)", rest):
+                stage_targets[stage] |= set(t.split())
+        elif word == "COPY":
+            toks = shlex.split(rest)
+            opts = [t for t in toks if t.startswith("--")]
+            paths = [t for t in toks if not t.startswith("--")]
+            srcs = paths[:-1]
+            frm = [o.split("=", 1)[1] for o in opts if o.startswith("--from=")]
+            if frm:
+                src_stage = frm[0]
+                check(src_stage in stages[:-1], f"COPY --from={src_stage}: stage defined earlier")
+                for s in srcs:
+                    m = re.match(r"/src/build/(.+)/([^/]+)$", s)
+                    ok = bool(m) and m.group(2) in executables_in(m.group(1))
+                    check(ok, f"COPY --from={src_stage} {s}: add_executable in "
+                              f"{m.group(1) if m else '?'}/CMakeLists.txt")
+                    check(bool(m) and m.group(2) in stage_targets.get(src_stage, set()),
+                          f"COPY --from={src_stage} {s}: built by that stage's --target list")
+            else:
+                for s in srcs:
+                    copied_sources.append(s.rstrip("/"))
+                    check(os.path.exists(os.path.join(ROOT, s)), f"COPY {s}: exists in the repo")
+                    check(dockerignore_keeps(ignore, s),
+                          f"COPY {s}: kept by Dockerfile.dockerignore")
+        elif word == "EXPOSE":
+            expose[stage] = rest.split()
+        elif word == "HEALTHCHECK":
+            healthcheck[stage] = rest
+        elif word in ("ENTRYPOINT", "CMD"):
+            entry_cmd.setdefault(stage, {})[word] = rest
+        elif word == "USER":
+            check(not rest.startswith("root") and not rest.startswith("0"),
+                  f"stage {stage} runs as a non-root user ({rest})")
+    for target in ("server", "trainer"):
+        check(target in stages, f"a '{target}' stage exists (docker build --target {target})")
+    check(stages[-1] == "server", "the last (default) stage is 'server'")
+    hc = healthcheck.get("server", "")
+    check("shardcast-ctl" in hc and "health" in hc, "server HEALTHCHECK runs shardcast-ctl health")
+    hc_port = re.search(r"127\.0\.0\.1:(\d+)", hc)
+    cmd = entry_cmd.get("server", {}).get("CMD", "")
+    listen = re.search(r'"--listen",\s*"[^"]*:(\d+)"', cmd)
+    check(bool(hc_port and listen) and hc_port.group(1) == listen.group(1)
+          and hc_port.group(1) in expose.get("server", []),
+          "server: HEALTHCHECK port == CMD --listen port == EXPOSE")
+    # The repo must configure from the COPY'd files alone: every add_subdirectory
+    # the top-level CMakeLists runs (tests/bench off) must have been copied.
+    top = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    top_wo_optional = re.sub(r"if\(SHARDCAST_BUILD_(TESTS|BENCH)\).*?endif\(\)", "", top,
+                             flags=re.S)
+    for sub in re.findall(r"add_subdirectory\((\w+)\)", top_wo_optional):
+        check(sub in copied_sources, f"add_subdirectory({sub}) is COPY'd into the build stage")
+
+    # ------------------------------------------------------------ compose
+    print("== deploy/docker-compose.yml")
+    compose = yaml.safe_load(open(os.path.join(DEPLOY, "docker-compose.yml")))
+    check(isinstance(compose, dict) and "services" in compose, "compose YAML parses")
+    services = compose["services"]
+    for name in ("server", "trainer0", "trainer1"):
+        check(name in services, f"service {name}")
+    for name, svc in services.items():
+        b = svc.get("build")
+        check(isinstance(b, dict) and b.get("target") in stages,
+              f"{name}: builds a Dockerfile stage ({b and b.get('target')})")
+        check(os.path.normpath(os.path.join(DEPLOY, b.get("context", "."))) == ROOT and
+              os.path.exists(os.path.join(ROOT, b.get("dockerfile", ""))),
+              f"{name}: build context is the repo root and the dockerfile exists")
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if not src.startswith((".", "/")):
+                check(src in (compose.get("volumes") or {}), f"{name}: volume {src} declared")
+    srv = services["server"]
+    check(any(v.endswith(":ro") and "/data" in v for v in srv.get("volumes", [])),
+          "server mounts the shards read-only")
+    check(srv.get("depends_on", {}).get("data", {}).get("condition") ==
+          "service_completed_successfully", "server waits for the data job to finish")
+    check("shardcast-ctl" in " ".join(srv.get("healthcheck", {}).get("test", [])),
+          "server healthcheck uses shardcast-ctl")
+    for t in ("trainer0", "trainer1"):
+        check(services[t].get("depends_on", {}).get("server", {}).get("condition") ==
+              "service_healthy", f"{t} waits for a healthy server")
+        env = services[t].get("environment", {})
+        check(env.get("WORLD_SIZE") == "2" and env.get("MASTER_ADDR") == "trainer0",
+              f"{t}: WORLD_SIZE=2, MASTER_ADDR=trainer0")
+    check({services["trainer0"]["environment"]["RANK"],
+           services["trainer1"]["environment"]["RANK"]} == {"0", "1"}, "trainers are ranks 0, 1")
+    for name, binary, args_ in (
+            ("server", server_bin, srv.get("command", [])),
+            ("data", pack_bin, services.get("data", {}).get("command", [])),
+            ("trainer0", train_bin, services["trainer0"].get("command", []))):
+        accepted = help_flags(binary)
+        if accepted is None:
+            skip(f"{name}: flags vs --help ({binary} not built)")
+            continue
+        bad = [f for f in flags_of(args_) if f not in accepted]
+        check(not bad, f"{name}: every flag is in {os.path.basename(binary)} --help {bad or ''}")
+
+    # ------------------------------------------------------------ runtime packages
+    print("== runtime packages")
+    runtime = []
+    for word, rest in instrs:
+        if word == "RUN" and "apt-get install" in rest:
+            pkgs = rest.split("--no-install-recommends", 1)[1].split("&&")[0].split()
+            runtime.append(pkgs)
+    base_pkgs = runtime[2] if len(runtime) > 2 else []  # build-base, build-trainer, runtime-base
+    trainer_pkgs = runtime[3] if len(runtime) > 3 else []
+    if shutil.which("apt-cache") and shutil.which("dpkg"):
+        def closure(pkgs):
+            res = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends",
+                                  "--no-suggests", "--no-conflicts", "--no-breaks",
+                                  "--no-replaces", "--no-enhances"] + pkgs,
+                                 capture_output=True, text=True)
+            names = set(pkgs)
+            for line in res.stdout.splitlines():
+                m = re.match(r"\s*(?:\|)?(?:Pre)?Depends:\s+<?([^>\s]+)>?", line)
+                if m:
+                    names.add(m.group(1).split(":")[0])
+                elif line and not line.startswith(" "):
+                    names.add(line.strip().split(":")[0])
+            return names
+        # Debian's slim image already has these (Priority: required / essential).
+        essential = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libzstd1", "liblzma5",
+                     "libbz2-1.0", "libacl1", "libselinux1"}
+        for label, bins, pkgs in (("server", [server_bin, ctl_bin, pack_bin], base_pkgs),
+                                  ("trainer", [train_bin, ctl_bin], base_pkgs + trainer_pkgs)):
+            present = [b for b in bins if os.access(b, os.X_OK)]
+            if len(present) < len(bins):
+                skip(f"{label}: ldd check ({', '.join(set(bins) - set(present))} not built)")
+                continue
+            have = closure(pkgs) | essential
+            needed = set()
+            for b in present:
+                for line in subprocess.run(["ldd", b], capture_output=True,
+                                           text=True).stdout.splitlines():
+                    m = re.search(r"=> (/\S+)", line)
+                    if not m:
+                        continue
+                    lib = m.group(1)
+                    owner = subprocess.run(["dpkg", "-S", os.path.realpath(lib)],
+                                           capture_output=True, text=True)
+                    if owner.returncode != 0:
+                        owner = subprocess.run(["dpkg", "-S", lib], capture_output=True,
+                                               text=True)
+                    needed.add(owner.stdout.split(":")[0] if owner.returncode == 0
+                               else "?" + lib)
+            missing = sorted(needed - have)
+            check(not missing, f"{label}: {len(needed)} library packages covered by "
+                               f"{' '.join(pkgs)} {missing or ''}")
+    else:
+        skip("runtime packages (no apt-cache/dpkg)")
+
+    # ------------------------------------------------------------ systemd unit
+    print("== deploy/shardcast-server.service")
+    unit_path = os.path.join(DEPLOY, "shardcast-server.service")
+    unit = open(unit_path).read()
+    for key in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes",
+                "PrivateTmp=yes", "ProtectHome=yes", "CapabilityBoundingSet=\n",
+                "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+                "SystemCallFilter=@system-service", "Restart=on-failure",
+                "EnvironmentFile=-/etc/shardcast/server.env", "KillSignal=SIGTERM",
+                "CacheDirectory=shardcast"):
+        check(key in unit, f"unit has {key.strip()}")
+    exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
+    stop = re.search(r"^TimeoutStopSec=(\d+)s?$", unit, re.M)
+    env_text = open(os.path.join(DEPLOY, "shardcast-server.env")).read()
+    grace = re.search(r"--grace-period\s+(\d+)s", env_text)
+    check(bool(stop and grace) and int(stop.group(1)) > int(grace.group(1)),
+          "TimeoutStopSec exceeds the example --grace-period")
+    accepted = help_flags(server_bin)
+    if accepted is None:
+        skip(f"unit/env flags vs --help ({server_bin} not built)")
+    else:
+        env_args = re.search(r"^SHARDCAST_ARGS=(.*)$", env_text, re.M).group(1).split()
+        bad = [f for f in flags_of(exec_start.split()[1:] + env_args) if f not in accepted]
+        check(not bad, f"ExecStart and SHARDCAST_ARGS flags are in shardcast-server --help "
+                       f"{bad or ''}")
+    if shutil.which("systemd-analyze"):
+        binary = exec_start.split()[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = unit_path
+            if not os.access(binary, os.X_OK):
+                stand_in = server_bin if os.access(server_bin, os.X_OK) else "/bin/true"
+                print(f"      ({binary} is not installed here: verifying a copy whose "
+                      f"ExecStart is {stand_in})")
+                path = os.path.join(tmp, "shardcast-server.service")
+                open(path, "w").write(unit.replace(binary, stand_in))
+            res = subprocess.run(["systemd-analyze", "verify", path], capture_output=True,
+                                 text=True)
+            out = (res.stdout + res.stderr).strip()
+            check(res.returncode == 0 and not out,
+                  "systemd-analyze verify: " + (out or "no warnings, exit 0"))
+            res = subprocess.run(["systemd-analyze", "security", "--offline=true", path],
+                                 capture_output=True, text=True)
+            level = [l for l in res.stdout.splitlines() if "Overall exposure" in l]
+            check(res.returncode == 0 and bool(level),
+                  "systemd-analyze security --offline: " + (level[0].strip() if level else
+                                                            res.stderr.strip()))
+    else:
+        skip("systemd-analyze verify (not installed)")
+
+    # ------------------------------------------------------------ cmake configure
+    if args.configure:
+        print("== cmake configure of the build stages, on the COPY'd files only")
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")
+            os.makedirs(src)
+            for s in copied_sources:
+                from_ = os.path.join(ROOT, s)
+                to = os.path.join(src, s)
+                if os.path.isdir(from_):
+                    shutil.copytree(from_, to, ignore=shutil.ignore_patterns(
+                        "build*", "__pycache__", "*.swp"))
+                else:
+                    shutil.copy2(from_, to)
+            for word, rest in instrs:
+                if word != "RUN" or "cmake -S" not in rest:
+                    continue
+                configure = rest.split("&&")[0].split()
+                bdir = os.path.join(tmp, "build-" + str(abs(hash(rest)) % 10000))
+                configure[configure.index("-B") + 1] = bdir
+                res = subprocess.run(configure, cwd=src, capture_output=True, text=True)
+                flags = " ".join(c for c in configure if c.startswith("-DSHARDCAST_BUILD_TRAINER"))
+                check(res.returncode == 0, f"cmake configure ({flags}) "
+                      + ("ok" if res.returncode == 0 else res.stderr[-800:]))
+
+    print()
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
