@@ -32,10 +32,11 @@ namespace shardcast {
 // every rank; padding would only mean something for exactly-once evaluation: use
 // kSample). Shards are refused when S < W*K, or when some rank's pass could yield no
 // full batch: for the natural order that is checked exactly for every rank; with
-// shuffle_shards the order changes each epoch, so the check is for the worst case
-// over all orders (a rank given the smallest shards), checked conservatively
-// (a rank of floor(S/W) smallest shards must hold B samples in its fullest worker,
-// and on average per worker), so that no later epoch can fail.
+// shuffle_shards the order changes each epoch and registration must hold for all
+// of them, so the check is for the worst order: a rank given the floor(S/W) smallest
+// shards. Its fullest worker holds at least max(the ceil(floor(S/W)/K) smallest shards,
+// that share's total / K) samples; the config is refused when that bound is below B
+// (exact for K = 1, conservative for K > 1), so no later epoch can fail.
 //
 // kSample (exactly-once): shards are always shuffled by (seed, epoch) and grouped in
 // blocks of block_size consecutive shards of that order (0 = one block of all); the
