@@ -11,8 +11,8 @@
 namespace shardcast::ctl {
 
 void FlagParser::AddString(const std::string& name, const std::string& value_name, std::string* dst,
-                           const std::string& help) {
-  flags_.push_back({name, value_name, Kind::kString, dst, help, *dst});
+                           const std::string& help, bool allow_empty) {
+  flags_.push_back({name, value_name, Kind::kString, dst, help, *dst, allow_empty});
 }
 
 void FlagParser::AddPositiveDouble(const std::string& name, const std::string& value_name,
@@ -27,7 +27,7 @@ void FlagParser::AddBool(const std::string& name, bool* dst, const std::string& 
 absl::Status FlagParser::Assign(Flag& flag, const std::string& value) {
   switch (flag.kind) {
     case Kind::kString:
-      if (value.empty()) {
+      if (value.empty() && !flag.allow_empty) {
         return absl::InvalidArgumentError(
             absl::StrCat("--", flag.name, " needs a non-empty ", flag.value_name));
       }

@@ -23,8 +23,9 @@ class FlagParser {
 
   // `value_name` is shown in the usage line (e.g. "ADDR"); `*dst` holds the
   // default on entry and is shown when non-empty.
+  // An empty value is an error unless `allow_empty`.
   void AddString(const std::string& name, const std::string& value_name, std::string* dst,
-                 const std::string& help);
+                 const std::string& help, bool allow_empty = false);
   // A finite number > 0 (timeouts, intervals).
   void AddPositiveDouble(const std::string& name, const std::string& value_name, double* dst,
                          const std::string& help);
@@ -46,6 +47,7 @@ class FlagParser {
     void* dst;
     std::string help;
     std::string default_text;
+    bool allow_empty = false;
     bool seen = false;
   };
 

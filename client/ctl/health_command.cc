@@ -37,7 +37,8 @@ int RunHealth(const std::vector<std::string>& args) {
   FlagParser flags;
   flags.AddString("server", "ADDR", &server, "server address, host:port or unix:PATH");
   flags.AddString("service", "NAME", &service,
-                  "ask about one service, e.g. shardcast.v1.Shardcast (default: the server)");
+                  "ask about one service, e.g. shardcast.v1.Shardcast (default \"\": the server)",
+                  /*allow_empty=*/true);
   flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
   const absl::Status parsed = flags.Parse(args);
   if (flags.help_requested() && parsed.ok()) {

@@ -9,11 +9,13 @@ namespace {
 
 struct Flags {
   std::string server;
+  std::string service = "default";
   double timeout = 5;
   bool json = false;
   FlagParser parser;
   Flags() {
     parser.AddString("server", "ADDR", &server, "address");
+    parser.AddString("service", "NAME", &service, "may be empty", /*allow_empty=*/true);
     parser.AddPositiveDouble("timeout", "SECONDS", &timeout, "deadline");
     parser.AddBool("json", &json, "json output");
   }
@@ -26,6 +28,15 @@ TEST(FlagParserTest, SeparateAndEqualsValues) {
   EXPECT_DOUBLE_EQ(f.timeout, 2.5);
   EXPECT_TRUE(f.json);
   EXPECT_FALSE(f.parser.help_requested());
+}
+
+TEST(FlagParserTest, EmptyValueWhereAllowed) {
+  Flags f;
+  ASSERT_TRUE(f.parser.Parse({"--service", ""}).ok());
+  EXPECT_EQ(f.service, "");
+  Flags g;
+  ASSERT_TRUE(g.parser.Parse({"--service="}).ok());
+  EXPECT_EQ(g.service, "");
 }
 
 TEST(FlagParserTest, DefaultsStayWhenFlagsAreAbsent) {

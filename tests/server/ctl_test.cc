@@ -155,6 +155,9 @@ TEST_F(CtlTest, HealthServing) {
   r = Ctl({"health", "--server", *address_, "--service", "shardcast.v1.Shardcast"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "SERVING\n");
+  r = Ctl({"health", "--server", *address_, "--service", ""});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "SERVING\n");
 }
 
 TEST_F(CtlTest, HealthUnknownServiceIsNotServing) {
