@@ -47,7 +47,9 @@ struct DatasetIndex {
   std::vector<ShardInfo> shards;         // natural sorted order ("2" before "10")
   int64_t num_samples = 0;               // sum of shard sample counts
   int32_t num_classes = 0;               // info.json's, else max label + 1
-  std::vector<std::string> class_names;  // by label, from json "class" when present
+  // By label, from json "class" when present: empty when no sample names its class,
+  // else num_classes entries ("" for labels never named; the first name seen wins).
+  std::vector<std::string> class_names;
   std::vector<SkippedSample> skipped;
   std::vector<std::string> warnings;  // e.g. info.json disagrees with the scan
   std::string fingerprint;            // hex digest of shard names/sizes/mtimes/options
@@ -69,7 +71,10 @@ struct IndexOptions {
 // Scans (or loads from cache) the shards directly inside `dir`.
 // Errors: the directory is missing/unreadable or contains no shard.
 // A shard that cannot be read at all is an error naming it; a bad sample is skipped
-// and recorded in `skipped`.
+// and recorded in `skipped`. A shard that breaks part-way (truncated, corrupt header)
+// keeps the samples read completely before the break and adds a warning naming the
+// shard and member; its last sample is skipped too unless the member cut short is
+// known to begin another sample. Warnings are also logged to stderr, one line each.
 absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
                                                const IndexOptions& options);
 
