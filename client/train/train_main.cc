@@ -1,1 +1,207 @@
-// (being written) shardcast-train: train_main
+// shardcast-train: LibTorch data-parallel trainer fed by shardcast-server.
+// See `shardcast-train --help` (text in train_options.cc).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/batch_stream.h"
+#include "client/train/batch_source.h"
+#include "client/train/ddp.h"
+#include "client/train/launcher.h"
+#include "client/train/metrics.h"
+#include "client/train/model.h"
+#include "client/train/progress.h"
+#include "client/train/train_options.h"
+#include "client/train/trainer.h"
+
+namespace shardcast::train {
+namespace {
+
+// Errors end the process at once: a failed rank must not sit in c10d or gRPC
+// destructors waiting for peers that are gone (the launcher or torchrun notices the
+// exit and stops the others).
+[[noreturn]] void Fail(const absl::Status& status) {
+  std::fprintf(stderr, "shardcast-train: error: %s\n", std::string(status.message()).c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  ::_exit(1);
+}
+
+absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
+  const bool cuda = torch::cuda::is_available();
+  if (o.device.empty()) {
+    if (!cuda) return torch::Device(torch::kCPU);
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
+                                           o.local_rank % std::max<int64_t>(1, torch::cuda::device_count())));
+  }
+  if (o.device == "cpu") return torch::Device(torch::kCPU);
+  if (!cuda) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", o.device, ": CUDA is not available (this LibTorch build or "
+                     "this machine has no GPU); use --device cpu"));
+  }
+  if (o.device == "cuda") {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.local_rank));
+  }
+  return torch::Device(o.device);
+}
+
+shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o) {
+  shardcast::v1::RegisterRequest job;
+  job.set_job_id(o.job_id);
+  job.set_rank(o.rank);
+  job.set_world_size(o.world_size);
+  job.set_batch_size(o.batch_size);
+  if (o.split == "shard") job.set_split(shardcast::v1::SPLIT_SHARD);
+  if (o.split == "sample") job.set_split(shardcast::v1::SPLIT_SAMPLE);
+  if (o.remainder == "drop") job.set_remainder(shardcast::v1::REMAINDER_DROP);
+  if (o.remainder == "pad") job.set_remainder(shardcast::v1::REMAINDER_PAD);
+  job.set_workers(o.workers);
+  if (o.seed) job.set_seed(*o.seed);
+  // The seed's --shuffle: negative = off; otherwise shard shuffle + a shuffle buffer.
+  job.set_shuffle_shards(o.shuffle >= 0);
+  if (o.shuffle < 0) {
+    job.set_shuffle_buffer(0);
+  } else if (o.shuffle > 0) {
+    job.set_shuffle_buffer(o.shuffle);
+  }
+  if (o.transform == "center") job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_CENTER);
+  if (o.transform == "random") job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_RANDOM);
+  job.mutable_transform()->set_resize(o.resize);
+  job.mutable_transform()->set_crop(o.crop);
+  return job;
+}
+
+int RunRank(const TrainOptions& o) {
+  const int threads =
+      o.threads > 0 ? o.threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                      std::max(1, o.local_world_size));
+  torch::set_num_threads(threads);
+  absl::StatusOr<torch::Device> device = ChooseDevice(o);
+  if (!device.ok()) Fail(device.status());
+
+  std::unique_ptr<BatchSource> source;
+  if (o.synthetic_batches > 0) {
+    SyntheticSpec spec;
+    spec.batches_per_epoch = o.synthetic_batches;
+    spec.batch_size = o.batch_size;
+    spec.image_size = o.crop > 0 ? o.crop : 32;
+    spec.num_classes = o.num_classes;
+    spec.seed = o.seed.value_or(0);
+    spec.rank = o.rank;
+    spec.world_size = o.world_size;
+    spec.device = *device;
+    source = MakeSyntheticBatchSource(spec);
+  } else {
+    BatchStreamOptions stream_options;
+    stream_options.server = o.server;
+    stream_options.job = MakeJob(o);
+    stream_options.prefetch = o.prefetch;
+    stream_options.device = *device;
+    stream_options.mean = o.mean;
+    stream_options.std = o.std;
+    absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(stream_options);
+    if (!stream.ok()) {
+      Fail(absl::Status(stream.status().code(),
+                        absl::StrCat("rank ", o.rank, ": registering with ", o.server, ": ",
+                                     stream.status().message())));
+    }
+    source = MakeServerBatchSource(std::move(*stream));
+  }
+
+  ModelSpec model_spec;
+  model_spec.arch = o.arch;
+  model_spec.torchscript_path = o.model_path;
+  model_spec.num_classes = o.num_classes > 0 ? o.num_classes : source->num_classes();
+  // Ranks other than 0 start from different weights on purpose: the broadcast from
+  // rank 0 is what makes them equal (as with DDP).
+  model_spec.init_seed = o.seed.value_or(0) + static_cast<uint64_t>(o.rank);
+  absl::StatusOr<std::unique_ptr<TrainableModel>> model = MakeModel(model_spec);
+  if (!model.ok()) Fail(model.status());
+
+  Rendezvous rdzv;
+  rdzv.rank = o.rank;
+  rdzv.world_size = o.world_size;
+  rdzv.local_rank = o.local_rank;
+  rdzv.master_addr = o.master_addr;
+  rdzv.master_port = o.master_port > 0 ? o.master_port : 29500;
+  rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(rdzv, *device);
+  if (!comm.ok()) Fail(comm.status());
+
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!o.metrics_path.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsWriter>> writer =
+        MetricsWriter::Open(o.metrics_path, o.rank, /*append=*/!o.resume.empty());
+    if (!writer.ok()) Fail(writer.status());
+    metrics = std::move(*writer);
+  }
+  const bool show_progress = o.rank == 0 && o.progress.value_or(true);
+  ProgressBar progress(stderr, show_progress, ::isatty(STDERR_FILENO) != 0);
+  if (show_progress) {
+    std::fprintf(stderr, "shardcast-train: %d rank(s), %s on %s, %s; %s\n", o.world_size,
+                 (*comm)->backend().c_str(), device->str().c_str(), (*model)->Describe().c_str(),
+                 source->Describe().c_str());
+  }
+
+  TrainerConfig config;
+  config.epochs = o.epochs;
+  config.max_steps = o.max_steps;
+  config.optimizer = o.optimizer;
+  config.lr = o.lr;
+  config.betas = o.betas;
+  config.momentum = o.momentum;
+  config.weight_decay = o.weight_decay;
+  config.bucket_mb = o.bucket_mb;
+  config.batch_size = o.batch_size;
+  config.ckpt_dir = o.ckpt_dir;
+  config.ckpt_every = o.ckpt_every;
+  config.ckpt_keep = o.ckpt_keep;
+  config.resume_path = o.resume;
+  config.save_path = o.save;
+  config.log_keys = o.log_keys;
+  config.device = *device;
+  Trainer trainer(config, comm->get(), source.get(), model->get(), metrics.get(), &progress);
+  absl::StatusOr<TrainerResult> result = trainer.Run();
+  if (!result.ok()) Fail(result.status());
+  if (show_progress) {
+    std::fprintf(stderr, "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%\n",
+                 static_cast<long long>(result->global_step),
+                 static_cast<long long>(result->epochs_completed), result->last_epoch_loss,
+                 100 * result->last_epoch_acc);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardcast::train
+
+int main(int argc, char** argv) {
+  using namespace shardcast::train;
+  absl::StatusOr<TrainOptions> options = ParseTrainOptions(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "shardcast-train: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(TrainUsage().c_str(), stdout);
+    return 0;
+  }
+  if (options->nproc_per_node > 0) {
+    LaunchSpec spec;
+    spec.nproc_per_node = options->nproc_per_node;
+    spec.nnodes = options->nnodes;
+    spec.node_rank = options->node_rank;
+    spec.master_addr = options->master_addr;
+    spec.master_port = options->master_port;
+    spec.rank_args = ArgsWithoutLauncherFlags(argc, argv);
+    return LaunchLocalRanks(spec);
+  }
+  return RunRank(*options);
+}

@@ -1,0 +1,53 @@
+// Where a trainer rank's batches come from: a shardcast-server (BatchStream), or a
+// deterministic in-memory generator used by tests and benchmarks (no server, no I/O).
+#ifndef SHARDCAST_CLIENT_TRAIN_BATCH_SOURCE_H_
+#define SHARDCAST_CLIENT_TRAIN_BATCH_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/batch_stream.h"
+
+namespace shardcast::train {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t num_classes() const = 0;
+  // Identifies the batch sequence (the server's plan fingerprint); a checkpoint taken
+  // under another fingerprint cannot be resumed with this source.
+  virtual std::string fingerprint() const = 0;
+  virtual std::string Describe() const = 0;
+  virtual absl::Status StartEpoch(int64_t epoch, int64_t start_batch) = 0;
+  // The next batch of the epoch, nullopt after batches_per_epoch() of them.
+  virtual absl::StatusOr<std::optional<TrainingBatch>> Next() = 0;
+};
+
+std::unique_ptr<BatchSource> MakeServerBatchSource(std::unique_ptr<BatchStream> stream);
+
+struct SyntheticSpec {
+  int64_t batches_per_epoch = 8;
+  int64_t batch_size = 4;
+  int64_t image_size = 32;
+  int64_t num_classes = 4;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  torch::Device device = torch::kCPU;
+};
+
+// Batch `index` of `epoch` for spec.rank: a pure function of (spec, epoch, index).
+// Images are per-class patterns plus noise (learnable); keys name epoch, rank, batch
+// and position, e.g. "synthetic/e0/r1/b3/2".
+TrainingBatch MakeSyntheticBatch(const SyntheticSpec& spec, int64_t epoch, int64_t index);
+
+std::unique_ptr<BatchSource> MakeSyntheticBatchSource(const SyntheticSpec& spec);
+
+}  // namespace shardcast::train
+
+#endif  // SHARDCAST_CLIENT_TRAIN_BATCH_SOURCE_H_

@@ -1,0 +1,42 @@
+// Rank 0's per-epoch progress bar on stderr: batches i/n, images/s, loss and top-1
+// averaged over ranks. A \r-updated line on a terminal, periodic plain lines otherwise.
+#ifndef SHARDCAST_CLIENT_TRAIN_PROGRESS_H_
+#define SHARDCAST_CLIENT_TRAIN_PROGRESS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace shardcast::train {
+
+class ProgressBar {
+ public:
+  // Draws nothing when !enabled. `tty` chooses the \r-updated form.
+  ProgressBar(std::FILE* out, bool enabled, bool tty);
+
+  void StartEpoch(int64_t epoch, int64_t epochs, int64_t batches, int64_t start_batch);
+  // `done` batches of the epoch consumed; loss/acc: running averages over all ranks.
+  void Update(int64_t done, double images_per_s, double loss, double acc);
+  // Ends the epoch's line (the final state is always shown).
+  void FinishEpoch(int64_t done, double images_per_s, double loss, double acc, double seconds);
+
+  // The line as drawn (without \r or newline); public for tests.
+  std::string Render(int64_t done, double images_per_s, double loss, double acc) const;
+
+ private:
+  std::FILE* out_;
+  bool enabled_;
+  bool tty_;
+  int64_t epoch_ = 0;
+  int64_t epochs_ = 0;
+  int64_t batches_ = 0;
+  int64_t start_batch_ = 0;
+  std::chrono::steady_clock::time_point epoch_start_;
+  std::chrono::steady_clock::time_point last_draw_;
+  int64_t last_plain_decile_ = -1;
+};
+
+}  // namespace shardcast::train
+
+#endif  // SHARDCAST_CLIENT_TRAIN_PROGRESS_H_

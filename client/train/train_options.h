@@ -1,0 +1,89 @@
+// shardcast-train's command line: flags (mirroring the seed's -b, --n_epochs, -lr,
+// --betas, --shuffle where they overlap), torchrun's environment, and --help.
+#ifndef SHARDCAST_CLIENT_TRAIN_TRAIN_OPTIONS_H_
+#define SHARDCAST_CLIENT_TRAIN_TRAIN_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardcast::train {
+
+struct TrainOptions {
+  // Data (the server's job).
+  std::string server;  // host:port
+  std::string job_id = "default";
+  int batch_size = 32;
+  std::string split;      // "" (server default) | shard | sample
+  std::string remainder;  // "" (server default) | drop | pad
+  int workers = 0;        // 0 = server default
+  std::optional<uint64_t> seed;
+  int shuffle = -1;  // > 0: shuffle shards and use a shuffle buffer of this size; 0 = server default
+                     // buffer; < 0: no shuffle (the seed's default)
+  std::string transform;  // "" | center | random
+  int resize = 0;         // 0 = server default
+  int crop = 0;
+  std::vector<double> mean = {0.485, 0.456, 0.406};
+  std::vector<double> std = {0.229, 0.224, 0.225};
+  int prefetch = 4;
+
+  // Model and optimization.
+  std::string arch = "resnet18";
+  std::string model_path;  // TorchScript module instead of `arch`
+  int num_classes = 0;     // 0 = from the server
+  std::string device;      // "" = cuda if available else cpu
+  int epochs = 10;
+  double lr = 1e-4;
+  std::vector<double> betas = {0.9, 0.999};
+  std::string optimizer = "adam";
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  double bucket_mb = 25.0;
+  int threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
+
+  // Outputs.
+  std::string metrics_path;
+  bool log_keys = false;
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 3;
+  std::string resume;
+  std::string save;
+  int64_t max_steps = 0;
+  std::optional<bool> progress;  // unset: on for rank 0
+
+  // Distributed (flags override torchrun's env vars).
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0 = unset (29500 unless --nproc-per-node picks a free one)
+  double timeout_s = 300;
+  int nproc_per_node = 0;  // > 0: launch this many local ranks (see launcher.h)
+  int nnodes = 1;
+  int node_rank = 0;
+
+  // Tests and benchmarks only: a deterministic in-memory batch generator instead of a
+  // server, this many batches per epoch per rank.
+  int64_t synthetic_batches = 0;
+
+  bool help = false;
+};
+
+// Parses argv (argv[0] skipped) on top of the environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Errors name the flag and the problem.
+absl::StatusOr<TrainOptions> ParseTrainOptions(int argc, char** argv);
+
+std::string TrainUsage();
+
+// The argument list without --nproc-per-node/--nnodes/--node-rank (and their values),
+// for the launcher to re-exec each local rank with.
+std::vector<std::string> ArgsWithoutLauncherFlags(int argc, char** argv);
+
+}  // namespace shardcast::train
+
+#endif  // SHARDCAST_CLIENT_TRAIN_TRAIN_OPTIONS_H_

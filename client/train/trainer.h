@@ -1,0 +1,74 @@
+// The training loop of one rank: epochs of batches from a BatchSource, forward,
+// cross-entropy, backward with bucketed gradient all-reduce, optimizer step, progress,
+// metrics, checkpoints, and the end-of-epoch check that every rank consumed n batches.
+#ifndef SHARDCAST_CLIENT_TRAIN_TRAINER_H_
+#define SHARDCAST_CLIENT_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "client/train/batch_source.h"
+#include "client/train/ddp.h"
+#include "client/train/metrics.h"
+#include "client/train/model.h"
+#include "client/train/progress.h"
+
+namespace shardcast::train {
+
+struct TrainerConfig {
+  int epochs = 1;
+  int64_t max_steps = 0;  // 0 = no limit
+  std::string optimizer = "adam";
+  double lr = 1e-4;
+  std::vector<double> betas = {0.9, 0.999};
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  double bucket_mb = 25.0;
+  int64_t batch_size = 0;  // recorded in checkpoints, checked on resume
+  std::string ckpt_dir;
+  int64_t ckpt_every = 0;
+  int ckpt_keep = 3;
+  std::string resume_path;  // a file or a --ckpt-dir
+  std::string save_path;    // "{rank}": every rank saves; else rank 0 only
+  bool log_keys = false;
+  torch::Device device = torch::kCPU;
+};
+
+struct TrainerResult {
+  int64_t global_step = 0;
+  int64_t epochs_completed = 0;
+  double last_epoch_loss = 0;  // averaged over ranks
+  double last_epoch_acc = 0;
+};
+
+class Trainer {
+ public:
+  // REQUIRES: all pointers outlive the Trainer; `metrics` may be null; `progress` is
+  // only drawn on (pass a disabled bar on ranks other than 0).
+  Trainer(TrainerConfig config, Communicator* comm, BatchSource* source, TrainableModel* model,
+          MetricsWriter* metrics, ProgressBar* progress);
+
+  // Trains to the end (epochs or max_steps). Every rank must call it; an error on one
+  // rank makes the others fail in their next collective (the peer is gone).
+  absl::StatusOr<TrainerResult> Run();
+
+ private:
+  absl::Status Checkpoint(torch::optim::Optimizer& optimizer, int64_t epoch, int64_t next_batch);
+  absl::Status SaveFinalModel();
+
+  TrainerConfig config_;
+  Communicator* comm_;
+  BatchSource* source_;
+  TrainableModel* model_;
+  MetricsWriter* metrics_;
+  ProgressBar* progress_;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace shardcast::train
+
+#endif  // SHARDCAST_CLIENT_TRAIN_TRAINER_H_
