@@ -78,9 +78,12 @@ TEST_F(BadRequestTest, RanksOfAJobMustAgreeFieldByField) {
     const char* field;
   };
   std::vector<Case> cases;
-  cases.push_back({MakeRegister("agree", 1, 2, 16), "batch_size: job 'agree' has 8, rank 1 asked 16"});
-  cases.push_back({MakeRegister("agree", 1, 3, 8), "world_size: job 'agree' has 2, rank 1 asked 3"});
-  cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SHARD), "split: job 'agree' has sample"});
+  cases.push_back(
+      {MakeRegister("agree", 1, 2, 16), "batch_size: job 'agree' has 8, rank 1 asked 16"});
+  cases.push_back(
+      {MakeRegister("agree", 1, 3, 8), "world_size: job 'agree' has 2, rank 1 asked 3"});
+  cases.push_back(
+      {MakeRegister("agree", 1, 2, 8, v1::SPLIT_SHARD), "split: job 'agree' has sample"});
   cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SAMPLE, 48, 32), "transform.crop"});
   cases.push_back({MakeRegister("agree", 1, 2, 8, v1::SPLIT_SAMPLE, 64, 40), "transform.resize"});
   auto seed = MakeRegister("agree", 1, 2, 8);
@@ -151,9 +154,8 @@ TEST_F(BadRequestTest, StreamRequestsAreChecked) {
   EXPECT_TRUE(StreamStatus("stream", 0, 0, n, &messages).ok());
   EXPECT_EQ(messages, 0u);
   // Refused streams leave nothing behind.
-  auto status = WaitForStatus(stub(), [](const v1::GetStatusResponse& s) {
-    return s.open_streams() == 0;
-  });
+  auto status =
+      WaitForStatus(stub(), [](const v1::GetStatusResponse& s) { return s.open_streams() == 0; });
   EXPECT_EQ(status.open_streams(), 0);
   EXPECT_EQ(status.memory_in_use_bytes(), 0);
 }

@@ -31,9 +31,8 @@ class ServeTest : public ::testing::Test {
     std::vector<StreamResult> results(ranks.size());
     std::vector<std::thread> threads;
     for (size_t r = 0; r < ranks.size(); ++r) {
-      threads.emplace_back([&, r] {
-        results[r] = StreamAll(stub(), ranks[r].job_id(), ranks[r].rank(), epoch, 0);
-      });
+      threads.emplace_back(
+          [&, r] { results[r] = StreamAll(stub(), ranks[r].job_id(), ranks[r].rank(), epoch, 0); });
     }
     for (auto& t : threads) t.join();
     for (size_t r = 0; r < ranks.size(); ++r) {

@@ -38,9 +38,9 @@ class StreamLifecycleTest : public ::testing::Test {
   void SetUp() override {
     MakeDataset(dir_.path(), /*samples=*/480, /*per_shard=*/160);  // n = 30 at B=16, W=1
     server_ = std::make_unique<InProcessServer>(dir_.path(), Options());
-    ASSERT_TRUE(Register(stub(), MakeRegister("life", 0, 1, kBatch, v1::SPLIT_SAMPLE, 64, kCrop),
-                         &job_)
-                    .ok());
+    ASSERT_TRUE(
+        Register(stub(), MakeRegister("life", 0, 1, kBatch, v1::SPLIT_SAMPLE, 64, kCrop), &job_)
+            .ok());
     ASSERT_EQ(job_.batches_per_epoch(), 30);
   }
   v1::Shardcast::Stub* stub() { return server_->stub(); }

@@ -1,0 +1,196 @@
+// shardcast-server as a real child process: prints its port, applies its flag
+// defaults, serves the same bytes as the data plane, answers health checks, and
+// drains on SIGTERM (NOT_SERVING, streams finish or are cancelled, exit 0).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using ::testing::HasSubstr;
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+// Runs the binary to completion; returns its exit code and stdout.
+int RunServerBinary(const std::vector<std::string>& args, std::string* out) {
+  std::string command = kServerBinary;
+  for (const std::string& a : args) command += " '" + a + "'";
+  command += " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out->append(buf, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class ServerProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    MakeDataset(dir_->path() + "/data", /*samples=*/160, /*per_shard=*/40);  // 4 shards
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string data() { return dir_->path() + "/data"; }
+  static std::string log() { return dir_->path() + "/server.log"; }
+
+  static TempDir* dir_;
+};
+TempDir* ServerProcessTest::dir_ = nullptr;
+
+TEST_F(ServerProcessTest, ServesWithItsFlagDefaults) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--batch-size", "6", "--resize",
+                     "36", "--crop", "32", "--split", "sample", "--seed", "5", "--decode-threads",
+                     "2", "--prefetch", "2"},
+                    log());
+  ASSERT_GT(child.port(), 0) << "first stdout line: '" << child.first_line() << "'";
+  EXPECT_EQ(child.first_line(),
+            absl::StrCat("shardcast-server listening on 127.0.0.1:", child.port()));
+  auto channel = MakeChannel(child.target());
+  auto stub = v1::Shardcast::NewStub(channel);
+  // Serving once indexed (the index of 4 small shards takes milliseconds).
+  auto status =
+      WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) { return s.serving(); });
+  ASSERT_TRUE(status.serving());
+  EXPECT_EQ(status.decode_threads(), 2);
+  EXPECT_EQ(Health(channel), HealthStatus::SERVING);
+  EXPECT_EQ(Health(channel, "shardcast.v1.Shardcast"), HealthStatus::SERVING);
+
+  // A request that leaves everything to the server gets the flags' defaults.
+  Reference reference(data());
+  std::vector<v1::RegisterResponse> jobs(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterRequest request;
+    request.set_job_id("defaults");
+    request.set_rank(rank);
+    request.set_world_size(2);
+    ASSERT_TRUE(Register(stub.get(), request, &jobs[rank]).ok());
+  }
+  EXPECT_EQ(jobs[0].batch_size(), 6);
+  EXPECT_EQ(jobs[0].split(), v1::SPLIT_SAMPLE);
+  EXPECT_EQ(jobs[0].seed(), 5u);
+  EXPECT_EQ(jobs[0].transform().resize(), 36);
+  EXPECT_EQ(jobs[0].transform().crop(), 32);
+  EXPECT_EQ(jobs[0].batches_per_epoch(), 160 / 12);
+  for (int rank = 0; rank < 2; ++rank) {
+    StreamResult result = StreamAll(stub.get(), "defaults", rank, 1, 0);
+    ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+    const auto planned = reference.Plan(jobs[rank], 2, rank, 1);
+    ASSERT_EQ(result.batches.size(), planned.size());
+    for (size_t b = 0; b < planned.size(); ++b) {
+      reference.ExpectBatch(result.batches[b], planned[b], Reference::Spec(jobs[rank]));
+    }
+  }
+  kill(child.pid(), SIGINT);
+  EXPECT_EQ(child.WaitExit(20), 0);
+  const std::string logged = ReadText(log());
+  EXPECT_THAT(logged, HasSubstr(" I register: job 'defaults' rank 1/2"));
+  EXPECT_THAT(logged, HasSubstr(" I stream: opened job 'defaults' rank 0 epoch 1"));
+  EXPECT_THAT(logged, HasSubstr("draining"));
+}
+
+TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
+  ChildServer child({"--shards", data(), "--listen=127.0.0.1:0", "--batch-size=8", "--resize=64",
+                     "--crop=64", "--split=sample", "--grace-period=2s", "--prefetch=2"},
+                    log());
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  auto channel = MakeChannel(child.target());
+  auto stub = v1::Shardcast::NewStub(channel);
+  ASSERT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
+                return s.serving();
+              }).serving());
+  v1::RegisterResponse job;
+  ASSERT_TRUE(
+      Register(stub.get(), MakeRegister("drain", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job).ok());
+  ASSERT_EQ(job.batches_per_epoch(), 20);
+
+  // A stalled stream: one batch read, then nothing (small client window, so the
+  // transport cannot take the rest).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  auto stalled_stub = v1::Shardcast::NewStub(MakeChannel(child.target(), args));
+  grpc::ClientContext stalled_context;
+  v1::StreamBatchesRequest request;
+  request.set_job_id("drain");
+  auto stalled = stalled_stub->StreamBatches(&stalled_context, request);
+  v1::Batch batch;
+  ASSERT_TRUE(stalled->Read(&batch));
+
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(child.pid(), SIGTERM), 0);
+  // During the grace period: NOT_SERVING, and new work is refused.
+  HealthStatus::ServingStatus health = HealthStatus::SERVING;
+  for (int i = 0; i < 100 && health == HealthStatus::SERVING; ++i) {
+    health = Health(channel);
+    if (health == HealthStatus::SERVING) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(health, HealthStatus::NOT_SERVING);
+  EXPECT_EQ(Health(channel, "shardcast.v1.Shardcast"), HealthStatus::NOT_SERVING);
+  v1::RegisterResponse late;
+  grpc::Status refused = Register(stub.get(), MakeRegister("late", 0, 1, 4), &late);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+
+  // The stalled stream is cancelled once the grace period is over; the process exits 0.
+  EXPECT_EQ(child.WaitExit(20), 0);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_GE(took, 1.5);  // it waited for the stream...
+  EXPECT_LT(took, 10);   // ...but not forever
+  while (stalled->Read(&batch)) {
+  }
+  EXPECT_FALSE(stalled->Finish().ok());
+  const std::string logged = ReadText(log());
+  EXPECT_THAT(logged, HasSubstr("received Terminated; draining"));
+  EXPECT_THAT(logged, HasSubstr("cancelling 1 open streams"));
+  EXPECT_THAT(logged, HasSubstr("exit 0"));
+}
+
+TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
+  std::string out;
+  EXPECT_EQ(RunServerBinary({"--help"}, &out), 0);
+  for (const char* flag : {"--shards",
+                           "--listen",
+                           "--batch-size",
+                           "--split",
+                           "--remainder",
+                           "--workers",
+                           "--seed",
+                           "--shuffle-shards",
+                           "--shuffle-buffer",
+                           "--block-size",
+                           "--transform",
+                           "--resize",
+                           "--crop",
+                           "--decode-threads",
+                           "--prefetch",
+                           "--index-cache-dir",
+                           "--label-field",
+                           "--max-message-size",
+                           "--grace-period",
+                           "--log-level",
+                           "--bench-only-resend-first-batch"}) {
+    EXPECT_THAT(out, HasSubstr(std::string(flag) + " (default: ")) << flag;
+  }
+  out.clear();
+  EXPECT_EQ(RunServerBinary({"--version"}, &out), 0);
+  EXPECT_THAT(out, HasSubstr("shardcast-server "));
+}
+
+TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
+  std::string out;
+  EXPECT_EQ(RunServerBinary({"--listen", "127.0.0.1:0"}, &out), 2);  // no --shards
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--split", "diagonal"}, &out), 2);
+  EXPECT_NE(RunServerBinary({"--shards", data(), "--no-such-flag"}, &out), 0);
+  // A directory without shards: the server starts listening, fails indexing, exits 1.
+  TempDir empty;
+  EXPECT_EQ(RunServerBinary({"--shards", empty.path(), "--listen", "127.0.0.1:0"}, &out), 1);
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
