@@ -64,7 +64,7 @@ class TarWriter {
   int64_t logical_bytes_ = 0;  // sum of MemberBytes() of the members added
   int64_t file_bytes_ = 0;     // bytes handed to write() (libarchive buffers)
   bool closed_ = false;
-  std::string write_error_;  // set by WriteCallback on a failed write()
+  std::string write_error_;  // set by TarWriterCallbacks::Write on a failed write()
 };
 
 // One field of a sample: extension (no leading dot, e.g. "jpg") and its bytes.
