@@ -2,7 +2,7 @@
 """Checks deploy/ without a Docker engine or a running systemd: what can be
 checked from the files, the CMake build and the host's Debian 12 packages.
 
-  deploy/check_deploy.py [--build-dir build] [--configure]
+  deploy/check_deploy.py [--build-dir build] [--trainer-build-dir DIR] [--configure]
 
 - Dockerfile: stages, every COPY source exists and survives the
   Dockerfile.dockerignore filter, every COPY --from path is a CMake executable
@@ -105,6 +105,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
                     help="a CMake build of this tree (binaries for --help and ldd)")
+    ap.add_argument("--trainer-build-dir", default=None,
+                    help="where shardcast-train was built, if not in --build-dir")
     ap.add_argument("--configure", action="store_true",
                     help="also run the build stages' cmake configure on the COPY'd files")
     args = ap.parse_args()
@@ -112,7 +114,8 @@ def main():
     server_bin = os.path.join(build, "server", "shardcast-server")
     ctl_bin = os.path.join(build, "client", "shardcast-ctl")
     pack_bin = os.path.join(build, "tools", "shardcast-pack")
-    train_bin = os.path.join(build, "client", "shardcast-train")
+    train_bin = os.path.join(os.path.abspath(args.trainer_build_dir or build), "client",
+                             "shardcast-train")
 
     # ------------------------------------------------------------ Dockerfile
     print("== deploy/Dockerfile")
