@@ -1,0 +1,503 @@
+// Serving throughput and memory, side by side in one run:
+//  - the in-process pipeline (BatchWindow + BatchAssembler on a decode pool of T
+//    threads, no gRPC) against the same batches served by the shardcast-server
+//    binary (T decode threads) over loopback to 1, 2 and 4 concurrent ranks;
+//  - wire throughput with decode taken out (a server started with the bench-only
+//    --bench-only-resend-first-batch flag re-sends one batch), MB/s per stream;
+//  - the server's peak RSS against base + streams x window x batch bytes x 1.5.
+//
+//   serve_bench [--data DIR | --images N] [--batches B] [--rounds R] [--threads T]
+//               [--prefetch K] [--wire-seconds S]
+//
+// Default data: N = 1280 synthetic 500x375 JPEGs (pack API), batch 32,
+// Resize(256) + CenterCrop(224): 4.8 MB per batch.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "server/batch_assembler.h"
+#include "server/batch_window.h"
+#include "server/decode_pool.h"
+#include "server/log.h"
+#include "server/served_dataset.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+#include "tools/pack/synthetic_dataset.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = ::shardcast::v1;
+using Clock = std::chrono::steady_clock;
+
+const std::string kServerBinary = SHARDCAST_BINARY_DIR "/server/shardcast-server";
+constexpr int kBatch = 32, kResize = 256, kCrop = 224;
+constexpr int64_t kBatchBytes = int64_t{kBatch} * 3 * kCrop * kCrop;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// ------------------------------------------------------------------ child server
+
+class ChildServer {
+ public:
+  explicit ChildServer(std::vector<std::string> args) {
+    args.insert(args.begin(), kServerBinary);
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    std::string line;
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    close(out[0]);
+    const size_t colon = line.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(line.substr(colon + 1), &port_)) {
+      std::fprintf(stderr, "serve_bench: server did not start: '%s'\n", line.c_str());
+      std::exit(1);
+    }
+  }
+  ~ChildServer() {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  // From /proc/PID/status, in bytes: VmRSS (now) or VmHWM (peak).
+  int64_t Memory(const char* field) const {
+    std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind(field, 0) == 0) {
+        int64_t kb = 0;
+        std::sscanf(line.c_str() + std::strlen(field) + 1, "%ld", &kb);
+        return kb * 1024;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+std::unique_ptr<v1::Shardcast::Stub> Connect(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  // One connection per rank, as separate trainer processes would have.
+  static std::atomic<int> connections{0};
+  args.SetInt("serve_bench.connection", connections++);
+  return v1::Shardcast::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+v1::RegisterRequest JobRequest(const std::string& job, int rank, int world) {
+  v1::RegisterRequest request;
+  request.set_job_id(job);
+  request.set_rank(rank);
+  request.set_world_size(world);
+  request.set_batch_size(kBatch);
+  request.set_split(v1::SPLIT_SAMPLE);
+  request.set_seed(1);
+  request.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
+  request.mutable_transform()->set_resize(kResize);
+  request.mutable_transform()->set_crop(kCrop);
+  return request;
+}
+
+void WaitServing(v1::Shardcast::Stub* stub) {
+  for (int i = 0; i < 600; ++i) {
+    grpc::ClientContext context;
+    v1::GetStatusResponse status;
+    if (stub->GetStatus(&context, v1::GetStatusRequest(), &status).ok() && status.serving()) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "serve_bench: server never became SERVING\n");
+  std::exit(1);
+}
+
+// Streams `batches` batches (over as many epochs as needed) as one rank.
+// Returns the bytes received.
+int64_t StreamBatches(v1::Shardcast::Stub* stub, const std::string& job, int rank, int64_t n,
+                      int64_t batches) {
+  int64_t received = 0, bytes = 0;
+  for (int64_t epoch = 0; received < batches; ++epoch) {
+    v1::StreamBatchesRequest request;
+    request.set_job_id(job);
+    request.set_rank(rank);
+    request.set_epoch(epoch);
+    // The last epoch starts late so that exactly `batches` batches are streamed.
+    request.set_start_batch(std::max<int64_t>(0, n - (batches - received)));
+    grpc::ClientContext context;
+    auto reader = stub->StreamBatches(&context, request);
+    v1::Batch batch;
+    while (reader->Read(&batch)) {
+      ++received;
+      bytes += static_cast<int64_t>(batch.ByteSizeLong());
+    }
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) {
+      std::fprintf(stderr, "serve_bench: stream failed: %s\n", status.error_message().c_str());
+      std::exit(1);
+    }
+  }
+  return bytes;
+}
+
+struct Row {
+  double images_per_second = 0;
+  double mb_per_second = 0;
+};
+
+// `ranks` ranks of one job stream `batches` batches between them; wall clock.
+Row Served(const std::string& target, int ranks, int64_t batches, int round) {
+  const std::string job = absl::StrCat("bench-", ranks, "-", round);
+  std::vector<std::unique_ptr<v1::Shardcast::Stub>> stubs;
+  int64_t n = 0;
+  for (int r = 0; r < ranks; ++r) {
+    stubs.push_back(Connect(target));
+    grpc::ClientContext context;
+    v1::RegisterResponse response;
+    grpc::Status status = stubs.back()->Register(&context, JobRequest(job, r, ranks), &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "serve_bench: register: %s\n", status.error_message().c_str());
+      std::exit(1);
+    }
+    n = response.batches_per_epoch();
+  }
+  std::vector<int64_t> bytes(ranks, 0);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back(
+        [&, r] { bytes[r] = StreamBatches(stubs[r].get(), job, r, n, batches / ranks); });
+  }
+  for (auto& t : threads) t.join();
+  const double seconds = Seconds(start, Clock::now());
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  return Row{(batches / ranks) * ranks * kBatch / seconds, total / seconds / 1e6};
+}
+
+// ------------------------------------------------------------------ in-process pipeline
+
+// The same windows, assembler and pool as served streams, consumed in-process.
+class InProcessPipeline {
+ public:
+  InProcessPipeline(const shardcast::server::ServedDataset* dataset, int threads, int prefetch)
+      : dataset_(dataset),
+        stats_(absl::Now()),
+        pool_(threads),
+        assembler_(dataset, &pool_, &stats_),
+        prefetch_(prefetch) {}
+
+  Row Run(int ranks, int64_t batches) {
+    shardcast::PlanConfig config;
+    config.world_size = ranks;
+    config.batch_size = kBatch;
+    config.split = shardcast::Split::kSample;
+    config.seed = 1;
+    shardcast::TransformSpec spec;
+    spec.resize = kResize;
+    spec.crop = kCrop;
+    const int64_t per_rank = batches / ranks;
+    const auto start = Clock::now();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        int64_t taken = 0;
+        for (int64_t epoch = 0; taken < per_rank; ++epoch) {
+          auto plan = shardcast::EpochPlan::Create(dataset_->shard_sizes(), config, epoch);
+          if (!plan.ok()) std::abort();
+          const int64_t n = (*plan)->batches_per_rank();
+          const int64_t start_batch = std::max<int64_t>(0, n - (per_rank - taken));
+          shardcast::server::BatchWindow::Options options;
+          options.depth = prefetch_;
+          options.count = n - start_batch;
+          options.transform = spec;
+          auto window = shardcast::server::BatchWindow::Create(
+              &assembler_, (*plan)->Iterate(r, start_batch), options);
+          window->Start();
+          absl::Mutex mu;
+          bool ready = false;
+          for (;;) {
+            std::shared_ptr<shardcast::server::AssembledBatch> batch;
+            auto result = window->Take(&batch, [&] {
+              absl::MutexLock lock(&mu);
+              ready = true;
+            });
+            if (result == shardcast::server::BatchWindow::TakeResult::kEnd) break;
+            if (result == shardcast::server::BatchWindow::TakeResult::kPending) {
+              absl::MutexLock lock(&mu);
+              mu.Await(absl::Condition(&ready));
+              ready = false;
+              continue;
+            }
+            ++taken;
+          }
+          window->Cancel();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    const double seconds = Seconds(start, Clock::now());
+    const double images = static_cast<double>(per_rank * ranks * kBatch);
+    return Row{images / seconds, per_rank * ranks * kBatchBytes / seconds / 1e6};
+  }
+
+ private:
+  const shardcast::server::ServedDataset* dataset_;
+  shardcast::server::ServerStats stats_;
+  shardcast::server::DecodePool pool_;
+  shardcast::server::BatchAssembler assembler_;
+  const int prefetch_;
+};
+
+// ------------------------------------------------------------------ wire
+
+// Per-stream MB/s of `streams` concurrent streams of re-sent batches, timed from
+// each stream's first message (so its one decode is left out) to its last.
+double WireMBPerStream(const std::string& target, int streams, double seconds) {
+  const std::string job = absl::StrCat("wire-", streams);
+  std::vector<std::unique_ptr<v1::Shardcast::Stub>> stubs;
+  for (int r = 0; r < streams; ++r) {
+    stubs.push_back(Connect(target));
+    grpc::ClientContext context;
+    v1::RegisterResponse response;
+    if (!stubs.back()->Register(&context, JobRequest(job, r, streams), &response).ok()) {
+      std::abort();
+    }
+  }
+  std::vector<double> rates(streams, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < streams; ++r) {
+    threads.emplace_back([&, r] {
+      int64_t bytes = 0;
+      double busy = 0;
+      const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+      for (int64_t epoch = 0; Clock::now() < until; ++epoch) {
+        v1::StreamBatchesRequest request;
+        request.set_job_id(job);
+        request.set_rank(r);
+        request.set_epoch(epoch);
+        grpc::ClientContext context;
+        auto reader = stubs[r]->StreamBatches(&context, request);
+        v1::Batch batch;
+        Clock::time_point first;
+        int64_t count = 0;
+        while (reader->Read(&batch)) {
+          if (count++ == 0) {
+            first = Clock::now();
+          } else {
+            bytes += static_cast<int64_t>(batch.ByteSizeLong());
+          }
+        }
+        busy += Seconds(first, Clock::now());
+        if (!reader->Finish().ok()) std::abort();
+      }
+      rates[r] = bytes / busy / 1e6;
+    });
+  }
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (double rate : rates) sum += rate;
+  return sum / streams;
+}
+
+struct Flags {
+  std::string data;
+  int64_t images = 1280;
+  int64_t batches = 40;
+  int rounds = 2;
+  int threads = 0;
+  int prefetch = 4;
+  double wire_seconds = 3;
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "serve_bench: %s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--data") {
+      flags.data = value();
+    } else if (arg == "--images") {
+      flags.images = std::stoll(value());
+    } else if (arg == "--batches") {
+      flags.batches = std::stoll(value());
+    } else if (arg == "--rounds") {
+      flags.rounds = std::stoi(value());
+    } else if (arg == "--threads") {
+      flags.threads = std::stoi(value());
+    } else if (arg == "--prefetch") {
+      flags.prefetch = std::stoi(value());
+    } else if (arg == "--wire-seconds") {
+      flags.wire_seconds = std::stod(value());
+    } else {
+      std::fprintf(stderr,
+                   "usage: serve_bench [--data DIR | --images N] [--batches B] [--rounds R]\n"
+                   "                   [--threads T] [--prefetch K] [--wire-seconds S]\n");
+      std::exit(arg == "--help" ? 0 : 2);
+    }
+  }
+  if (flags.threads <= 0) flags.threads = static_cast<int>(std::thread::hardware_concurrency());
+  // Every rank count must divide the batch count.
+  flags.batches = std::max<int64_t>(4, flags.batches / 4 * 4);
+  return flags;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = ParseFlags(argc, argv);
+  shardcast::server::SetMinLogLevel(shardcast::server::LogLevel::kWarning);
+  std::string data = flags.data;
+  std::string temp;
+  if (data.empty()) {
+    temp = (fs::temp_directory_path() / "serve_bench_XXXXXX").string();
+    if (mkdtemp(temp.data()) == nullptr) std::abort();
+    data = temp + "/data";
+    shardcast::pack::SyntheticOptions options;
+    options.num_samples = flags.images;
+    options.width = 500;
+    options.height = 375;
+    options.per_shard = 160;
+    options.num_classes = 10;
+    const auto start = Clock::now();
+    auto summary = shardcast::pack::WriteSyntheticDataset(data, options);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "serve_bench: %s\n", summary.status().ToString().c_str());
+      return 1;
+    }
+    std::printf(
+        "data: %ld synthetic 500x375 JPEGs (%.1f KB avg) in %zu shards, written in %.1f s\n",
+        static_cast<long>(summary->samples), summary->bytes / 1024.0 / summary->samples,
+        summary->shards.size(), Seconds(start, Clock::now()));
+  }
+  auto dataset = shardcast::server::ServedDataset::Load(data, shardcast::IndexOptions());
+  if (!dataset.ok()) {
+    std::fprintf(stderr, "serve_bench: %s\n", dataset.status().ToString().c_str());
+    return 1;
+  }
+  std::printf(
+      "batch %d x 3x%dx%d (Resize %d + CenterCrop %d) = %.2f MB; %d decode threads; "
+      "window %d; %ld batches per measurement; best of %d rounds\n",
+      kBatch, kCrop, kCrop, kResize, kCrop, kBatchBytes / 1e6, flags.threads, flags.prefetch,
+      static_cast<long>(flags.batches), flags.rounds);
+  std::printf("machine: %u cores, load average %s", std::thread::hardware_concurrency(),
+              [] {
+                std::ifstream in("/proc/loadavg");
+                std::string a, b, c;
+                in >> a >> b >> c;
+                return a + " " + b + " " + c + "\n";
+              }()
+                  .c_str());
+
+  const std::vector<std::string> common = {"--shards",         data,
+                                           "--listen",         "127.0.0.1:0",
+                                           "--decode-threads", std::to_string(flags.threads),
+                                           "--prefetch",       std::to_string(flags.prefetch),
+                                           "--log-level",      "warning"};
+  InProcessPipeline pipeline(dataset->get(), flags.threads, flags.prefetch);
+  std::map<int, Row> best_local, best_served;
+  int64_t base_rss = 0, peak_rss = 0;
+  {
+    ChildServer server(common);
+    auto stub = Connect(server.target());
+    WaitServing(stub.get());
+    base_rss = server.Memory("VmRSS:");
+    // Interleaved rounds: the machine is shared, a busy neighbour only slows a round.
+    for (int round = 0; round < flags.rounds; ++round) {
+      for (int ranks : {1, 2, 4}) {
+        Row local = pipeline.Run(ranks, flags.batches);
+        Row served = Served(server.target(), ranks, flags.batches, round);
+        if (local.images_per_second > best_local[ranks].images_per_second)
+          best_local[ranks] = local;
+        if (served.images_per_second > best_served[ranks].images_per_second) {
+          best_served[ranks] = served;
+        }
+      }
+    }
+    peak_rss = server.Memory("VmHWM:");
+  }
+  std::map<int, double> wire;
+  {
+    std::vector<std::string> args = common;
+    args.push_back("--bench-only-resend-first-batch");
+    ChildServer server(args);
+    auto stub = Connect(server.target());
+    WaitServing(stub.get());
+    for (int streams : {1, 2})
+      wire[streams] = WireMBPerStream(server.target(), streams, flags.wire_seconds);
+  }
+
+  std::printf(
+      "\n| pipeline                               | ranks | images/s | MB/s   | served / "
+      "in-process |\n");
+  std::printf(
+      "|----------------------------------------|-------|----------|--------|---------------------|"
+      "\n");
+  for (int ranks : {1, 2, 4}) {
+    const Row& local = best_local[ranks];
+    const Row& served = best_served[ranks];
+    std::printf(
+        "| in-process (window + assembler, no gRPC) | %d     | %8.1f | %6.1f |                     "
+        "|\n",
+        ranks, local.images_per_second, local.mb_per_second);
+    std::printf(
+        "| served over loopback (shardcast-server) | %d     | %8.1f | %6.1f | %.2fx               "
+        "|\n",
+        ranks, served.images_per_second, served.mb_per_second,
+        served.images_per_second / local.images_per_second);
+  }
+  std::printf("\n| wire (one batch re-sent, no decode) | streams | MB/s per stream |\n");
+  std::printf("|-------------------------------------|---------|-----------------|\n");
+  for (int streams : {1, 2}) {
+    std::printf("| shardcast-server -> generated stub  | %d       | %15.0f |\n", streams,
+                wire[streams]);
+  }
+  const int streams = 4;
+  const double bound = base_rss + streams * flags.prefetch * kBatchBytes * 1.5;
+  std::printf(
+      "\nserver RSS: base %.1f MB (indexed, idle), peak %.1f MB; bound base + %d streams x "
+      "window %d x %.2f MB x 1.5 = %.1f MB: %s\n",
+      base_rss / 1e6, peak_rss / 1e6, streams, flags.prefetch, kBatchBytes / 1e6, bound / 1e6,
+      peak_rss <= bound ? "within" : "EXCEEDED");
+  if (!temp.empty()) fs::remove_all(temp);
+  return 0;
+}
