@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -99,6 +100,9 @@ class CtlTest : public testing::Test {
               &fd);
     ASSERT_GT(server_pid_, 0);
     // The first stdout line names the chosen port.
+    // A server that hangs before listening fails the suite instead of the ctest timeout.
+    pollfd ready{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&ready, 1, 60000), 1) << "no listening line from the server within 60 s";
     FILE* out = fdopen(fd, "r");
     char line[512] = {};
     ASSERT_NE(std::fgets(line, sizeof(line), out), nullptr) << "server printed nothing";
@@ -126,6 +130,9 @@ class CtlTest : public testing::Test {
     } while (std::chrono::steady_clock::now() < deadline);
     ASSERT_EQ(health.exit_code, 0) << health.out;
   }
+
+  // A failed SetUpTestSuite does not stop the tests from running: stop each here.
+  void SetUp() override { ASSERT_NE(address_, nullptr) << "the server did not start"; }
 
   static void TearDownTestSuite() {
     if (server_pid_ > 0) {
