@@ -262,6 +262,8 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
             .Add("global_acc", g_count > 0 ? g_correct / g_count : 0.0)
             .Add("images_per_s", step_seconds > 0 ? batch_images / step_seconds : 0.0)
             .AddTime("time", UnixTime());
+        // Buckets whose all-reduce started inside backward (overlapping it).
+        if (reducer) line.Add("buckets_in_backward", reducer->launched_during_backward());
         if (config_.log_keys) {
           std::vector<std::string> keys;
           for (const SampleMeta& m : batch.samples) keys.push_back(m.key);
