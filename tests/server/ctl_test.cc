@@ -96,7 +96,7 @@ class CtlTest : public testing::Test {
     int fd = -1;
     server_pid_ =
         Spawn({kServerBinary, "--shards", shards, "--listen", "127.0.0.1:0", "--decode-threads",
-               "1", "--resize", "32", "--crop", "32", "--grace-period", "2s"},
+               "1", "--resize", "32", "--crop", "32", "--grace-period", "5s"},
               &fd);
     ASSERT_GT(server_pid_, 0);
     // The first stdout line names the chosen port.
@@ -279,13 +279,60 @@ TEST_F(CtlTest, StatusTableAndJson) {
   EXPECT_TRUE(absl::StrContains(json.out, "\"decodeErrors\": \"0\"")) << json.out;
 }
 
-// Last in the file: SIGTERM drains and exits 0; afterwards health is unreachable.
-TEST_F(CtlTest, ZzHealthAfterSigtermIsUnreachable) {
+// Last in the file: SIGTERM with a stream open drains: health says NOT_SERVING
+// (exit 1) and status "serving no" until the stream is gone; then the server
+// exits 0 and health is unreachable (exit 3).
+TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
+  // Small HTTP/2 windows and 2.4 MB batches: the server cannot finish the stream
+  // while this client reads nothing, so the drain waits for it.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = shardcast::v1::Shardcast::NewStub(
+      grpc::CreateCustomChannel(*address_, grpc::InsecureChannelCredentials(), args));
+  shardcast::v1::RegisterRequest reg;
+  reg.set_job_id("drain");
+  reg.set_rank(0);
+  reg.set_world_size(1);
+  reg.set_batch_size(16);
+  reg.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_CENTER);
+  reg.mutable_transform()->set_resize(256);
+  reg.mutable_transform()->set_crop(224);
+  shardcast::v1::RegisterResponse reg_resp;
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = stub->Register(&ctx, reg, &reg_resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_EQ(reg_resp.batches_per_epoch(), 4);
+  shardcast::v1::StreamBatchesRequest req;
+  req.set_job_id("drain");
+  grpc::ClientContext stream_ctx;
+  auto reader = stub->StreamBatches(&stream_ctx, req);
+  shardcast::v1::Batch batch;
+  ASSERT_TRUE(reader->Read(&batch));
+
   ASSERT_EQ(kill(server_pid_, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(server_pid_, &status, 0), server_pid_);
+  RunResult health;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  do {
+    health = Ctl({"health", "--server", *address_, "--timeout", "1"});
+    if (health.exit_code != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(health.exit_code, 1) << health.out;
+  EXPECT_EQ(health.out, "NOT_SERVING\n");
+  const RunResult status = Ctl({"status", "--server", *address_, "--timeout", "1"});
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(status.out, "serving          no\n")) << status.out;
+
+  stream_ctx.TryCancel();
+  reader->Finish();
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(server_pid_, &wait_status, 0), server_pid_);
   server_pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) << wait_status;
   const RunResult r = Ctl({"health", "--server", *address_, "--timeout", "5"});
   EXPECT_EQ(r.exit_code, 3) << r.out;
 }
