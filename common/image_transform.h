@@ -29,6 +29,10 @@ struct DecodeOptions {
 // Sniffs the content (JPEG or PNG, whatever the extension says); any JPEG
 // colourspace (YCbCr any subsampling, grayscale, CMYK/YCCK) and PNG -> RGB.
 // Thread-safe. Errors say what the content looked like and why it failed.
+// Pixels match PIL's Image.open(...).convert("RGB"): CMYK as Adobe-inverted,
+// PNG alpha dropped (not composited), 16-bit PNG -> high byte. A libjpeg
+// warning (e.g. "Premature end of JPEG file": truncated) is an error, so a
+// damaged file is substituted rather than served half grey.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
 
 enum class TransformMode {
@@ -48,7 +52,11 @@ struct TransformSpec {
 absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
                             uint8_t* out_chw);
 
-// Decode + transform in one call, choosing the DCT scale from the transform.
+// Decode + transform in one call, choosing the DCT scale from the transform
+// (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
+// least the target size). Each calling thread keeps its decode buffer between
+// calls (released after an image over 64 MiB), so a decode pool of N threads
+// holds N buffers of its largest recent image.
 // kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
 // scale changes only the resampling source, never which region is taken.
 absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,

@@ -142,6 +142,11 @@ TEST(DecodeImageTest, PngColourTypesMatchPilConvertRgb) {
   std::vector<uint8_t> indices(size_t{w} * h);
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = rgb[i] % 16;
 
+  std::vector<uint8_t> grey_alpha(size_t{w} * h * 2);
+  for (size_t i = 0; i < size_t{w} * h; ++i) {
+    grey_alpha[2 * i] = grey[i];
+    grey_alpha[2 * i + 1] = rgba[4 * i + 3];
+  }
   std::vector<uint8_t> rgba_as_rgb, grey_as_rgb, palette_as_rgb;
   for (size_t i = 0; i < size_t{w} * h; ++i) {
     rgba_as_rgb.insert(rgba_as_rgb.end(), {rgba[4 * i], rgba[4 * i + 1], rgba[4 * i + 2]});
@@ -158,6 +163,8 @@ TEST(DecodeImageTest, PngColourTypesMatchPilConvertRgb) {
       {"rgba8 (alpha dropped, not composited)", EncodePng(rgba, w, h, PNG_COLOR_TYPE_RGBA, 8),
        rgba_as_rgb},
       {"grey8", EncodePng(grey, w, h, PNG_COLOR_TYPE_GRAY, 8), grey_as_rgb},
+      {"grey+alpha8", EncodePng(grey_alpha, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8), grey_as_rgb},
+      {"rgb8 Adam7-interlaced", EncodePng(rgb, w, h, PNG_COLOR_TYPE_RGB, 8, {}, {}, true), rgb},
       {"rgb16 (high byte)", EncodePng(rgb16, w, h, PNG_COLOR_TYPE_RGB, 16), rgb},
       {"palette + tRNS", EncodePng(indices, w, h, PNG_COLOR_TYPE_PALETTE, 8, palette, {0, 128}),
        palette_as_rgb},

@@ -72,7 +72,7 @@ inline std::string EncodeJpeg(const std::vector<uint8_t>& px, int w, int h, int 
 // `samples` holds channels-per-pixel values (16-bit: big-endian pairs) or palette indices.
 inline std::string EncodePng(const std::vector<uint8_t>& samples, int w, int h, int color_type,
                              int bit_depth, const std::vector<png_color>& palette = {},
-                             const std::vector<uint8_t>& trns = {}) {
+                             const std::vector<uint8_t>& trns = {}, bool interlaced = false) {
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
   std::string out;
@@ -87,17 +87,20 @@ inline std::string EncodePng(const std::vector<uint8_t>& samples, int w, int h, 
         static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<char*>(data), n);
       },
       nullptr);
-  png_set_IHDR(png, info, w, h, bit_depth, color_type, PNG_INTERLACE_NONE,
-               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(png, info, w, h, bit_depth, color_type,
+               interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
   if (!palette.empty()) png_set_PLTE(png, info, palette.data(), static_cast<int>(palette.size()));
   if (!trns.empty()) {
     png_set_tRNS(png, info, trns.data(), static_cast<int>(trns.size()), nullptr);
   }
   png_write_info(png, info);
   const size_t row_bytes = png_get_rowbytes(png, info);
+  std::vector<png_bytep> rows(h);
   for (int y = 0; y < h; ++y) {
-    png_write_row(png, samples.data() + static_cast<size_t>(y) * row_bytes);
+    rows[y] = const_cast<png_bytep>(samples.data() + static_cast<size_t>(y) * row_bytes);
   }
+  png_write_image(png, rows.data());  // handles the Adam7 passes
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
   return out;
