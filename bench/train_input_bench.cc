@@ -1,0 +1,276 @@
+// Trainer-side input benchmark, side by side in one run against the real server:
+// (a) images/s a no-op model consumes through BatchStream (tensors + normalization)
+//     vs a raw gRPC reader of the same stream (no tensors), with decode on and off;
+// (b) ResNet-18 step time with batches from the server vs one in-memory batch.
+//
+//   train_input_bench [--samples N] [--size S] [--resize R] [--crop C] [--batch B]
+//                     [--epochs E] [--steps K] [--decode-threads T]
+#include <grpcpp/grpcpp.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/batch_stream.h"
+#include "client/train/resnet.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+#include "tests/client/server_process.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using shardcast::BatchStream;
+using shardcast::BatchStreamOptions;
+using shardcast::TrainingBatch;
+namespace v1 = shardcast::v1;
+namespace tu = shardcast::testing_util;
+
+struct Args {
+  int64_t samples = 2048;
+  int size = 96;
+  int resize = 72;
+  int crop = 64;
+  int batch = 32;
+  int epochs = 2;
+  int steps = 20;
+  int decode_threads = 0;  // server default: all cores
+};
+
+double Seconds(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "train_input_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+v1::RegisterRequest Job(const Args& a, const std::string& id) {
+  v1::RegisterRequest job;
+  job.set_job_id(id);
+  job.set_rank(0);
+  job.set_world_size(1);
+  job.set_batch_size(a.batch);
+  job.set_split(v1::SPLIT_SAMPLE);
+  job.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
+  job.mutable_transform()->set_resize(a.resize);
+  job.mutable_transform()->set_crop(a.crop);
+  return job;
+}
+
+// Raw gRPC consumption: read every message of `epochs` epochs, touch nothing.
+double RawGrpcImagesPerSecond(const std::string& server, const Args& a, const std::string& id,
+                              int epochs) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto stub = v1::Shardcast::NewStub(
+      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  v1::RegisterResponse reg;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->Register(&ctx, Job(a, id), &reg);
+    if (!s.ok()) Die("register: " + s.error_message());
+  }
+  int64_t images = 0;
+  const auto t0 = Clock::now();
+  for (int e = 0; e < epochs; ++e) {
+    grpc::ClientContext ctx;
+    v1::StreamBatchesRequest req;
+    req.set_job_id(id);
+    req.set_epoch(e);
+    auto reader = stub->StreamBatches(&ctx, req);
+    v1::Batch batch;
+    while (reader->Read(&batch)) images += batch.labels_size();
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) Die("stream: " + s.error_message());
+  }
+  return images / Seconds(t0);
+}
+
+std::unique_ptr<BatchStream> Connect(const std::string& server, const Args& a,
+                                     const std::string& id) {
+  BatchStreamOptions options;
+  options.server = server;
+  options.job = Job(a, id);
+  auto stream = BatchStream::Connect(options);
+  if (!stream.ok()) Die(stream.status().ToString());
+  return std::move(*stream);
+}
+
+// BatchStream consumption by a no-op model: uint8 -> float normalized tensors.
+double BatchStreamImagesPerSecond(const std::string& server, const Args& a, const std::string& id,
+                                  int epochs) {
+  auto stream = Connect(server, a, id);
+  int64_t images = 0;
+  double checksum = 0;
+  const auto t0 = Clock::now();
+  for (int e = 0; e < epochs; ++e) {
+    if (!stream->StartEpoch(e).ok()) Die("StartEpoch");
+    while (true) {
+      auto next = stream->Next();
+      if (!next.ok()) Die(next.status().ToString());
+      if (!next->has_value()) break;
+      images += (*next)->images.size(0);
+      checksum += (*next)->images.data_ptr<float>()[0];  // the no-op "model" reads it
+    }
+  }
+  const double rate = images / Seconds(t0);
+  if (checksum == 12345.678) std::printf(" ");
+  return rate;
+}
+
+// What BatchStream does per batch on CPU, in memory: wrap the bytes (from_blob), then
+// float normalize. Upper bound of the client's conversion rate on one thread.
+double ConversionImagesPerSecond(const Args& a) {
+  std::string bytes(static_cast<size_t>(a.batch) * 3 * a.crop * a.crop, '\x7f');
+  torch::Tensor mean = torch::tensor({0.485f, 0.456f, 0.406f}).view({1, 3, 1, 1});
+  torch::Tensor std = torch::tensor({0.229f, 0.224f, 0.225f}).view({1, 3, 1, 1});
+  int64_t images = 0;
+  double checksum = 0;
+  const auto t0 = Clock::now();
+  while (Seconds(t0) < 2.0) {
+    torch::Tensor u8 = torch::from_blob(bytes.data(), {a.batch, 3, a.crop, a.crop}, torch::kUInt8);
+    torch::Tensor f = u8.to(torch::kFloat32).div_(255.0f).sub_(mean).div_(std);
+    checksum += f.data_ptr<float>()[0];
+    images += a.batch;
+  }
+  const double rate = images / Seconds(t0);
+  if (checksum == 12345.678) std::printf(" ");
+  return rate;
+}
+
+struct StepStats {
+  double mean_step_ms = 0;
+  double mean_wait_ms = 0;  // time in Next() (input stall)
+};
+
+StepStats ResNetSteps(const Args& a, int num_classes, BatchStream* stream) {
+  torch::manual_seed(0);
+  shardcast::train::ResNet18 model(num_classes);
+  model->train();
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  torch::Tensor fixed_images = torch::randn({a.batch, 3, a.crop, a.crop});
+  torch::Tensor fixed_labels = torch::randint(num_classes, {a.batch}, torch::kInt64);
+  const int warmup = 3;
+  double total = 0, wait = 0;
+  int measured = 0;
+  int64_t epoch = 0;
+  if (stream != nullptr && !stream->StartEpoch(epoch).ok()) Die("StartEpoch");
+  for (int step = 0; step < warmup + a.steps; ++step) {
+    const auto t0 = Clock::now();
+    torch::Tensor images = fixed_images, labels = fixed_labels;
+    if (stream != nullptr) {
+      auto next = stream->Next();
+      if (!next.ok()) Die(next.status().ToString());
+      if (!next->has_value()) {
+        if (!stream->StartEpoch(++epoch).ok()) Die("StartEpoch");
+        next = stream->Next();
+        if (!next.ok() || !next->has_value()) Die("empty epoch");
+      }
+      images = (*next)->images;
+      labels = (*next)->labels;
+    }
+    const double waited = Seconds(t0);
+    opt.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(images), labels);
+    loss.backward();
+    opt.step();
+    if (step >= warmup) {
+      total += Seconds(t0);
+      wait += waited;
+      ++measured;
+    }
+  }
+  return {1000 * total / measured, 1000 * wait / measured};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> long {
+      if (i + 1 >= argc) Die("missing value for " + flag);
+      return std::atol(argv[++i]);
+    };
+    if (flag == "--samples")
+      a.samples = value();
+    else if (flag == "--size")
+      a.size = value();
+    else if (flag == "--resize")
+      a.resize = value();
+    else if (flag == "--crop")
+      a.crop = value();
+    else if (flag == "--batch")
+      a.batch = value();
+    else if (flag == "--epochs")
+      a.epochs = value();
+    else if (flag == "--steps")
+      a.steps = value();
+    else if (flag == "--decode-threads")
+      a.decode_threads = value();
+    else
+      Die("unknown flag " + flag + " (see the header of bench/train_input_bench.cc)");
+  }
+
+  tu::ScratchDir scratch;
+  const std::string shards = scratch.path() + "/shards";
+  if (auto s = tu::MakeSyntheticShards(shards, a.samples, 10, a.size, 256); !s.ok()) {
+    Die(s.ToString());
+  }
+  std::vector<std::string> flags;
+  if (a.decode_threads > 0) flags.push_back("--decode_threads=" + std::to_string(a.decode_threads));
+  tu::ServerProcess decoding(shards, scratch.path());
+  if (auto s = decoding.Start(0, flags); !s.ok()) Die(s.ToString());
+  std::vector<std::string> wire_flags = flags;
+  wire_flags.push_back("--bench_only_resend_first_batch");
+  tu::ServerProcess wire(shards, scratch.path());
+  if (auto s = wire.Start(0, wire_flags); !s.ok()) Die(s.ToString());
+
+  std::printf(
+      "train_input_bench: %lld synthetic %dx%d JPEGs, center resize %d crop %d, B=%d, "
+      "%d cores, torch threads %d\n",
+      static_cast<long long>(a.samples), a.size, a.size, a.resize, a.crop, a.batch,
+      static_cast<int>(std::thread::hardware_concurrency()), torch::get_num_threads());
+
+  // (a) Input throughput. Each pair runs back to back against the same server.
+  // BatchStream cannot read the wire-only server (it re-sends batch 0, which the
+  // sequence check rejects), so the client's own cost is measured in memory instead.
+  const int wire_epochs = a.epochs * 5;
+  const double raw_decode = RawGrpcImagesPerSecond(decoding.address(), a, "raw-d", a.epochs);
+  const double bs_decode = BatchStreamImagesPerSecond(decoding.address(), a, "bs-d", a.epochs);
+  const double raw_wire = RawGrpcImagesPerSecond(wire.address(), a, "raw-w", wire_epochs);
+  const double convert = ConversionImagesPerSecond(a);
+  const double mb = 3.0 * a.crop * a.crop / 1e6;
+  std::printf("\n(a) input throughput, no-op model (images/s)\n");
+  std::printf("%-44s %12s %12s %8s\n", "", "raw gRPC", "BatchStream", "ratio");
+  std::printf("%-44s %12.0f %12.0f %8.2f\n", "server decoding (real serving)", raw_decode,
+              bs_decode, bs_decode / raw_decode);
+  std::printf("%-44s %12.0f %12s %8s\n", "server wire only (batch 0 re-sent, no decode)", raw_wire,
+              "-", "-");
+  std::printf("%-44s %12s %12.0f %8s\n", "client tensors + normalize only (in memory)", "-",
+              convert, "-");
+  std::printf("  (wire only: %.0f MB/s of uint8 pixels)\n", raw_wire * mb);
+
+  // (b) ResNet-18 steps.
+  auto stream = Connect(decoding.address(), a, "resnet");
+  const int num_classes = stream->registration().num_classes();
+  const StepStats mem = ResNetSteps(a, num_classes, nullptr);
+  const StepStats served = ResNetSteps(a, num_classes, stream.get());
+  std::printf(
+      "\n(b) ResNet-18 train step (fwd+bwd+Adam), CPU, B=%d, %dx%d, %d steps after 3 "
+      "warm-up\n",
+      a.batch, a.crop, a.crop, a.steps);
+  std::printf("%-34s %14s %14s %10s\n", "data from", "step ms", "wait ms", "img/s");
+  std::printf("%-34s %14.1f %14.1f %10.0f\n", "in-memory tensor", mem.mean_step_ms,
+              mem.mean_wait_ms, a.batch * 1000 / mem.mean_step_ms);
+  std::printf("%-34s %14.1f %14.1f %10.0f\n", "shardcast-server via BatchStream",
+              served.mean_step_ms, served.mean_wait_ms, a.batch * 1000 / served.mean_step_ms);
+  std::printf("  step time ratio server/in-memory: %.2f\n", served.mean_step_ms / mem.mean_step_ms);
+  return 0;
+}
