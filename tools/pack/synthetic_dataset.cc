@@ -88,7 +88,7 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
   const double period = std::min(w, h) * (0.18 + 0.08 * (label % 3)) + 2.0;
   const double phase = 2 * kPi * rng.Unit();
   const double depth = 0.25 + 0.15 * rng.Unit();  // stripe contrast
-  constexpr int kNoiseAmp = 10;                    // +-10 levels of uniform pixel noise
+  constexpr int kNoiseAmp = 10;                   // +-10 levels of uniform pixel noise
 
   // The stripe is sin(2*pi*(x*cos + y*sin)/period + phase), read from a table
   // indexed by the phase in 1/kLut turns: ~10x faster than std::sin per pixel,
@@ -115,8 +115,8 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
       const float shade = lo + amp * shade_lut[static_cast<size_t>(turn & (kLut - 1))];
       const uint64_t r = rng.Next();
       for (int c = 0; c < 3; ++c) {
-        const int noise = static_cast<int>(((r >> (16 * c)) & 0xFFFF) % (2 * kNoiseAmp + 1)) -
-                          kNoiseAmp;
+        const int noise =
+            static_cast<int>(((r >> (16 * c)) & 0xFFFF) % (2 * kNoiseAmp + 1)) - kNoiseAmp;
         const int v = static_cast<int>(base255[c] * shade + 0.5f) + noise;
         *out++ = static_cast<uint8_t>(std::clamp(v, 0, 255));
       }
