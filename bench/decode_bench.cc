@@ -1,10 +1,10 @@
 // Decode + transform throughput per thread, side by side in one run: raw
 // TurboJPEG decode, shardcast's DecodeAndTransform, and the Python reference.
 //
-//   decode_bench [--dir DIR | --generate N] [--seconds S] [--rounds R]
+//   decode_bench [--dir DIR | --generate N [--size WxH]] [--seconds S] [--rounds R]
 //                [--python PY --script FILE]
 //
-// With --generate (default 200), writes N photo-like 500x375 JPEGs (quality 90,
+// With --generate (default 200), writes N photo-like 500x375 (--size) JPEGs (quality 90,
 // 4:2:0: ImageNet-sized files) to a temp dir first; the Python reference reads
 // the same files.
 #include <stdlib.h>
@@ -151,6 +151,7 @@ std::vector<std::pair<std::string, double>> RunPython(const std::string& python,
 int main(int argc, char** argv) {
   std::string dir, python = "/usr/bin/python3", script;
   int generate = 200;
+  int gen_w = 500, gen_h = 375;
   double seconds = 2.0;
   int rounds = 3;
   for (int i = 1; i < argc; ++i) {
@@ -160,7 +161,12 @@ int main(int argc, char** argv) {
       dir = next();
     else if (a == "--generate")
       generate = std::atoi(next().c_str());
-    else if (a == "--seconds")
+    else if (a == "--size") {
+      if (std::sscanf(next().c_str(), "%dx%d", &gen_w, &gen_h) != 2 || gen_w < 1 || gen_h < 1) {
+        std::fprintf(stderr, "--size wants WxH\n");
+        return 2;
+      }
+    } else if (a == "--seconds")
       seconds = std::atof(next().c_str());
     else if (a == "--rounds")
       rounds = std::max(1, std::atoi(next().c_str()));
@@ -170,7 +176,8 @@ int main(int argc, char** argv) {
       script = next();
     else {
       std::fprintf(stderr,
-                   "usage: %s [--dir DIR | --generate N] [--seconds S] [--rounds R] [--python PY] "
+                   "usage: %s [--dir DIR | --generate N [--size WxH]] [--seconds S] [--rounds R] "
+                   "[--python PY] "
                    "[--script bench/python_reference_decode.py]\n",
                    argv[0]);
       return 2;
@@ -185,7 +192,7 @@ int main(int argc, char** argv) {
     }
     dir = temp_dir = tmpl;
     for (int i = 0; i < generate; ++i) {
-      const std::string jpeg = Encode(PhotoLike(500, 375, 1000 + i), 500, 375);
+      const std::string jpeg = Encode(PhotoLike(gen_w, gen_h, 1000 + i), gen_w, gen_h);
       char name[64];
       std::snprintf(name, sizeof(name), "/img_%05d.jpg", i);
       std::ofstream(dir + name, std::ios::binary).write(jpeg.data(), jpeg.size());
