@@ -83,7 +83,13 @@ inline std::string BinaryPath(const std::string& relative) {
 class ChildProcess {
  public:
   ChildProcess() = default;
-  ~ChildProcess() { Kill(SIGKILL); }
+  // A child still running is asked to stop (SIGTERM: a launcher forwards it to the
+  // processes it started), then killed.
+  ~ChildProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    if (!WaitFor(std::chrono::seconds(5)).has_value()) Kill(SIGKILL);
+  }
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
