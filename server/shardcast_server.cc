@@ -47,6 +47,13 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&service_);
+  // Find dead peers (a trainer host that vanished without closing its connection) so
+  // their streams are cancelled and their buffers freed, and accept the keepalive
+  // pings that clients of long streams send.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   const int64_t send_limit = options_.max_message_bytes + kSendSizeMargin;
   builder.SetMaxSendMessageSize(send_limit > INT32_MAX ? INT32_MAX : static_cast<int>(send_limit));
   server_ = builder.BuildAndStart();

@@ -172,6 +172,17 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
 
 absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::OpenStream(
     const v1::StreamBatchesRequest& request) {
+  absl::StatusOr<std::unique_ptr<StreamSession>> session = StartStream(request);
+  if (!session.ok()) {
+    LogWarning("stream", absl::StrCat("refused job '", request.job_id(), "' rank ", request.rank(),
+                                      " epoch ", request.epoch(), " from batch ",
+                                      request.start_batch(), ": ", session.status().ToString()));
+  }
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream(
+    const v1::StreamBatchesRequest& request) {
   absl::StatusOr<const Serving*> serving = Available();
   if (!serving.ok()) return serving.status();
   std::shared_ptr<Job> job = (*serving)->registry->Find(request.job_id());

@@ -111,6 +111,9 @@ class ShardcastServiceImpl {
     std::unique_ptr<BatchAssembler> assembler;
     std::unique_ptr<JobRegistry> registry;
   };
+  // OpenStream without the log line for a refusal.
+  absl::StatusOr<std::unique_ptr<StreamSession>> StartStream(
+      const shardcast::v1::StreamBatchesRequest& request);
   // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
   absl::StatusOr<const Serving*> Available() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -1,6 +1,7 @@
 // In-process shardcast server on port 0, real gRPC clients on loopback: every rank
 // receives exactly n batches, equal (pixels included) to what the data plane makes
 // of the plan's samples; resume, padding, augmentation and concurrent jobs.
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -215,6 +216,49 @@ TEST_F(ServeTest, StatusReportsProgressAndCounters) {
   EXPECT_EQ(job.ranks(1).next_batch(), n);
   EXPECT_EQ(job.ranks(1).lag_batches(), n);
   EXPECT_EQ(job.ranks(1).batches_sent(), n - 3);
+}
+
+TEST_F(ServeTest, HealthAndReflectionAnswer) {
+  EXPECT_EQ(Health(server_->channel()), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(server_->channel(), "shardcast.v1.Shardcast"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  // What grpcurl does first: ServerReflectionInfo with list_services (field 7). The
+  // messages are written by hand: the reflection protos are not compiled here.
+  grpc::GenericStub generic(server_->channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = generic.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto step = [&cq](intptr_t tag) {
+    void* got = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&got, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(got), tag);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(step(1));
+  const std::string request("\x3a\x01*", 3);  // list_services: "*"
+  grpc::Slice slice(request);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  call->Write(request_buffer, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(step(2));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(step(3));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(step(4));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("shardcast.v1.Shardcast"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
 }
 
 }  // namespace
