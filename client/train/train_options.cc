@@ -213,7 +213,7 @@ absl::Status Validate(TrainOptions& o) {
         absl::StrCat("--node-rank ", o.node_rank, " is not in [0, --nnodes ", o.nnodes, ")"));
   }
   if (o.server.empty() && o.synthetic_batches == 0) {
-    return absl::InvalidArgumentError("--server HOST:PORT is required (where shardcast-server listens)");
+    return absl::InvalidArgumentError("--server HOST:PORT: where shardcast-server listens");
   }
   if (o.synthetic_batches < 0) return absl::InvalidArgumentError("--synthetic-batches must be >= 0");
   if (o.synthetic_batches > 0 && o.num_classes <= 0) {
@@ -320,11 +320,11 @@ std::string TrainUsage() {
 by a shardcast-server.
 
 Usage:
-  shardcast-train --server HOST:PORT [flags]                 one rank (torchrun env or flags)
+  shardcast-train [--server HOST:PORT] [flags]               one rank (torchrun env or flags)
   shardcast-train --server HOST:PORT --nproc-per-node K ...  K local ranks, like torchrun
 
 Data (the job registered with the server; 0/unset = the server's default):
-  --server HOST:PORT       shardcast-server address (required)
+  --server HOST:PORT       shardcast-server address (default 127.0.0.1:50051)
   --job-id ID              job name shared by all ranks (default "default")
   -b, --batch-size B       per-rank batch size (default 32)
   --split shard|sample     shard: webdataset split_by_node semantics (the seed's);

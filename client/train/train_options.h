@@ -14,7 +14,7 @@ namespace shardcast::train {
 
 struct TrainOptions {
   // Data (the server's job).
-  std::string server;  // host:port
+  std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id = "default";
   int batch_size = 32;
   std::string split;      // "" (server default) | shard | sample

@@ -1,7 +1,8 @@
-// shardcast-train against a real shardcast-server: kill a rank mid-epoch after a
-// checkpoint, restart all ranks with --resume, and check that training finishes, that
-// the batches after the restart are exactly the planned ones (keys equal to an
-// uninterrupted run's at every (epoch, batch)), and that the final weights match.
+// shardcast-train against a real shardcast-server (both real processes, loopback):
+// two ranks train two epochs (loss falls, n batches per rank, every sample once per
+// epoch); a rank killed mid-epoch resumes from its checkpoint with exactly the planned
+// batches and ends with the uninterrupted run's weights; a server killed and restarted
+// mid-epoch is reconnected to and training finishes with n batches per rank.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
+#include <thread>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -99,6 +102,18 @@ std::vector<MetricsRun> ReadRuns(const std::string& path) {
   return runs;
 }
 
+size_t CountSteps(const std::string& metrics_path) {
+  size_t steps = 0;
+  for (const MetricsRun& run : ReadRuns(metrics_path)) steps += run.steps.size();
+  return steps;
+}
+
+double DoubleField(const std::string& line, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(line, m, std::regex("\"" + name + "\":([-0-9.eE+]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
 class TrainResumeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -163,10 +178,98 @@ class TrainResumeTest : public ::testing::Test {
     }
   }
 
+  // Every sample of the dataset exactly once per epoch over all ranks (split sample,
+  // N divisible by B*W), with n batches on each rank.
+  void ExpectExactlyOncePerEpoch(const std::string& tag) {
+    for (int epoch = 0; epoch < kEpochs; ++epoch) {
+      std::set<std::string> seen;
+      size_t served = 0;
+      for (int r = 0; r < kWorld; ++r) {
+        size_t batches = 0;
+        for (const MetricsRun& run : ReadRuns(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"))) {
+          for (const Step& s : run.steps) {
+            if (s.epoch != epoch) continue;
+            ++batches;
+            served += s.keys.size();
+            seen.insert(s.keys.begin(), s.keys.end());
+          }
+        }
+        EXPECT_EQ(batches, static_cast<size_t>(kBatchesPerEpoch)) << "rank " << r << " epoch " << epoch;
+      }
+      EXPECT_EQ(served, static_cast<size_t>(kSamples)) << "epoch " << epoch;
+      EXPECT_EQ(seen.size(), static_cast<size_t>(kSamples)) << "epoch " << epoch;
+    }
+  }
+
   ScratchDir dir_;
   std::string shards_;
   std::unique_ptr<ServerProcess> server_;
 };
+
+TEST_F(TrainResumeTest, TwoRanksTwoEpochsLossFallsAndEachRankGetsNBatches) {
+  // --nproc-per-node: the trainer starts both ranks itself.
+  std::vector<std::string> argv = RankArgs("e2e", "e2e", 0, FreePort(), {});
+  argv.resize(argv.size() - 8);  // drop --rank/--world-size/--master-port/--timeout
+  argv.insert(argv.end(), {"--nproc-per-node", "2"});
+  argv.erase(std::find(argv.begin(), argv.end(), "--no-progress"));
+  ChildProcess launcher;
+  ASSERT_TRUE(launcher.Start(argv, dir_.path() + "/e2e.out", dir_.path() + "/e2e.err").ok());
+  std::optional<int> status = launcher.WaitFor(std::chrono::minutes(5));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadWholeFile(dir_.path() + "/e2e.err");
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<MetricsRun> runs = ReadRuns(absl::StrCat(dir_.path(), "/e2e.", r, ".jsonl"));
+    ASSERT_EQ(runs.size(), 1u);
+    ASSERT_EQ(runs[0].epoch_lines.size(), static_cast<size_t>(kEpochs));
+    for (const std::string& line : runs[0].epoch_lines) {
+      EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
+                                          kBatchesPerEpoch)),
+                std::string::npos)
+          << line;
+    }
+    const double loss0 = DoubleField(runs[0].epoch_lines[0], "loss");
+    const double loss1 = DoubleField(runs[0].epoch_lines[1], "loss");
+    EXPECT_LT(loss1, 0.8 * loss0) << "loss did not fall: " << loss0 << " -> " << loss1;
+    EXPECT_GT(DoubleField(runs[0].epoch_lines[1], "acc"), 0.5);  // chance is 0.25
+  }
+  ExpectExactlyOncePerEpoch("e2e");
+  // Rank 0 drew the progress bar (plain lines: stderr is a file here).
+  EXPECT_NE(ReadWholeFile(dir_.path() + "/e2e.err").find("epoch 2/2 [########################] 64/64"),
+            std::string::npos)
+      << ReadWholeFile(dir_.path() + "/e2e.err");
+}
+
+TEST_F(TrainResumeTest, ServerKilledAndRestartedMidEpochRanksReconnectAndFinish) {
+  const int port = server_->port();
+  ChildProcess ranks[kWorld];
+  StartRanks(ranks, "restart", "srv", {});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+  while (CountSteps(dir_.path() + "/srv.0.jsonl") < 5 && std::chrono::steady_clock::now() < until) {
+    ASSERT_FALSE(ranks[0].WaitFor(std::chrono::milliseconds(5)).has_value())
+        << ReadWholeFile(dir_.path() + "/srv.0.err");
+  }
+  server_->Kill(SIGKILL);
+  const size_t steps_at_kill = CountSteps(dir_.path() + "/srv.0.jsonl");
+  ASSERT_LT(steps_at_kill, static_cast<size_t>(kEpochs * kBatchesPerEpoch / 2))
+      << "the server was killed too late to interrupt epoch 0";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  absl::Status restarted = server_->Start(port, {"--resize", "32", "--crop", "32"});
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  ExpectAllSucceed(ranks, "srv");
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<MetricsRun> runs = ReadRuns(absl::StrCat(dir_.path(), "/srv.", r, ".jsonl"));
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_TRUE(runs[0].ended);
+    ASSERT_EQ(runs[0].epoch_lines.size(), static_cast<size_t>(kEpochs));
+    for (const std::string& line : runs[0].epoch_lines) {
+      EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
+                                          kBatchesPerEpoch)),
+                std::string::npos)
+          << line;
+    }
+  }
+  ExpectExactlyOncePerEpoch("srv");
+}
 
 TEST_F(TrainResumeTest, KilledRankResumesWithThePlannedBatches) {
   // 1. The uninterrupted run: the reference sequence of keys and final weights.
