@@ -6,6 +6,7 @@
 //   train_input_bench [--samples N] [--size S] [--resize R] [--crop C] [--batch B]
 //                     [--epochs E] [--steps K] [--decode-threads T]
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -44,8 +45,15 @@ double Seconds(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Servers this run started: Die() exits without running destructors, so it stops them.
+std::vector<tu::ServerProcess*> g_servers;
+std::string g_scratch;  // removed by Die() too
+
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "train_input_bench: %s\n", what.c_str());
+  for (tu::ServerProcess* server : g_servers) server->Kill(SIGKILL);
+  std::error_code ec;
+  if (!g_scratch.empty()) std::filesystem::remove_all(g_scratch, ec);
   std::exit(1);
 }
 
@@ -219,6 +227,7 @@ int main(int argc, char** argv) {
   }
 
   tu::ScratchDir scratch;
+  g_scratch = scratch.path();
   const std::string shards = scratch.path() + "/shards";
   if (auto s = tu::MakeSyntheticShards(shards, a.samples, 10, a.size, 256); !s.ok()) {
     Die(s.ToString());
@@ -226,10 +235,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> flags;
   if (a.decode_threads > 0) flags.push_back("--decode_threads=" + std::to_string(a.decode_threads));
   tu::ServerProcess decoding(shards, scratch.path());
+  tu::ServerProcess wire(shards, scratch.path());
+  g_servers = {&decoding, &wire};
   if (auto s = decoding.Start(0, flags); !s.ok()) Die(s.ToString());
   std::vector<std::string> wire_flags = flags;
   wire_flags.push_back("--bench_only_resend_first_batch");
-  tu::ServerProcess wire(shards, scratch.path());
   if (auto s = wire.Start(0, wire_flags); !s.ok()) Die(s.ToString());
 
   std::printf(
