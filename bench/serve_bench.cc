@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,7 +26,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +92,19 @@ class ChildServer {
     waitpid(pid_, nullptr, 0);
   }
   std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  // User + system CPU seconds the server has used so far.
+  double CpuSeconds() const {
+    std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Fields after the parenthesized command name; utime and stime are the 12th and 13th.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 1; i <= 13 && rest >> field; ++i) {
+      if (i >= 12) ticks += std::stod(field);
+    }
+    return ticks / sysconf(_SC_CLK_TCK);
+  }
   // From /proc/PID/status, in bytes: VmRSS (now) or VmHWM (peak).
   int64_t Memory(const char* field) const {
     std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
@@ -176,10 +192,19 @@ int64_t StreamBatches(v1::Shardcast::Stub* stub, const std::string& job, int ran
 struct Row {
   double images_per_second = 0;
   double mb_per_second = 0;
+  double cpu_ms_per_image = 0;  // CPU of the serving side (pool + gRPC), per image
 };
 
+double SelfCpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
+         usage.ru_stime.tv_usec * 1e-6;
+}
+
 // `ranks` ranks of one job stream `batches` batches between them; wall clock.
-Row Served(const std::string& target, int ranks, int64_t batches, int round) {
+Row Served(const ChildServer& server, int ranks, int64_t batches, int round) {
+  const std::string target = server.target();
   const std::string job = absl::StrCat("bench-", ranks, "-", round);
   std::vector<std::unique_ptr<v1::Shardcast::Stub>> stubs;
   int64_t n = 0;
@@ -195,6 +220,7 @@ Row Served(const std::string& target, int ranks, int64_t batches, int round) {
     n = response.batches_per_epoch();
   }
   std::vector<int64_t> bytes(ranks, 0);
+  const double cpu_start = server.CpuSeconds();
   const auto start = Clock::now();
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
@@ -203,9 +229,11 @@ Row Served(const std::string& target, int ranks, int64_t batches, int round) {
   }
   for (auto& t : threads) t.join();
   const double seconds = Seconds(start, Clock::now());
+  const double cpu = server.CpuSeconds() - cpu_start;
   int64_t total = 0;
   for (int64_t b : bytes) total += b;
-  return Row{(batches / ranks) * ranks * kBatch / seconds, total / seconds / 1e6};
+  const double images = static_cast<double>((batches / ranks) * ranks * kBatch);
+  return Row{images / seconds, total / seconds / 1e6, cpu * 1e3 / images};
 }
 
 // ------------------------------------------------------------------ in-process pipeline
@@ -230,6 +258,7 @@ class InProcessPipeline {
     spec.resize = kResize;
     spec.crop = kCrop;
     const int64_t per_rank = batches / ranks;
+    const double cpu_start = SelfCpuSeconds();
     const auto start = Clock::now();
     std::vector<std::thread> threads;
     for (int r = 0; r < ranks; ++r) {
@@ -270,8 +299,10 @@ class InProcessPipeline {
     }
     for (auto& t : threads) t.join();
     const double seconds = Seconds(start, Clock::now());
+    const double cpu = SelfCpuSeconds() - cpu_start;
     const double images = static_cast<double>(per_rank * ranks * kBatch);
-    return Row{images / seconds, per_rank * ranks * kBatchBytes / seconds / 1e6};
+    return Row{images / seconds, per_rank * ranks * kBatchBytes / seconds / 1e6,
+               cpu * 1e3 / images};
   }
 
  private:
@@ -445,7 +476,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < flags.rounds; ++round) {
       for (int ranks : {1, 2, 4}) {
         Row local = pipeline.Run(ranks, flags.batches);
-        Row served = Served(server.target(), ranks, flags.batches, round);
+        Row served = Served(server, ranks, flags.batches, round);
         if (local.images_per_second > best_local[ranks].images_per_second)
           best_local[ranks] = local;
         if (served.images_per_second > best_served[ranks].images_per_second) {
@@ -467,23 +498,22 @@ int main(int argc, char** argv) {
   }
 
   std::printf(
-      "\n| pipeline                               | ranks | images/s | MB/s   | served / "
-      "in-process |\n");
+      "\n| pipeline                              | ranks | images/s | MB/s  | CPU ms/image | "
+      "served/in-process: wall | CPU per image |\n");
   std::printf(
-      "|----------------------------------------|-------|----------|--------|---------------------|"
-      "\n");
+      "|---------------------------------------|-------|----------|-------|--------------|"
+      "-------------------------|---------------|\n");
   for (int ranks : {1, 2, 4}) {
     const Row& local = best_local[ranks];
     const Row& served = best_served[ranks];
+    std::printf("| in-process (window+assembler, no gRPC) | %d | %8.1f | %5.1f | %12.2f | | |\n",
+                ranks, local.images_per_second, local.mb_per_second, local.cpu_ms_per_image);
     std::printf(
-        "| in-process (window + assembler, no gRPC) | %d     | %8.1f | %6.1f |                     "
+        "| served over loopback (shardcast-server) | %d | %8.1f | %5.1f | %12.2f | %.2fx | %.2fx "
         "|\n",
-        ranks, local.images_per_second, local.mb_per_second);
-    std::printf(
-        "| served over loopback (shardcast-server) | %d     | %8.1f | %6.1f | %.2fx               "
-        "|\n",
-        ranks, served.images_per_second, served.mb_per_second,
-        served.images_per_second / local.images_per_second);
+        ranks, served.images_per_second, served.mb_per_second, served.cpu_ms_per_image,
+        served.images_per_second / local.images_per_second,
+        served.cpu_ms_per_image / local.cpu_ms_per_image);
   }
   std::printf("\n| wire (one batch re-sent, no decode) | streams | MB/s per stream |\n");
   std::printf("|-------------------------------------|---------|-----------------|\n");

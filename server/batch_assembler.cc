@@ -1,7 +1,11 @@
 // Batch assembly on the decode pool (see batch_assembler.h).
 #include "server/batch_assembler.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,13 +25,18 @@ constexpr uint8_t kSubstituteByte = 128;
 AssembledBatch::AssembledBatch(int batch_size, int crop, std::atomic<int64_t>* buffer_gauge)
     : sample_bytes_(3 * static_cast<size_t>(crop) * static_cast<size_t>(crop)),
       image_bytes_(static_cast<size_t>(batch_size) * sample_bytes_),
-      // Not value-initialized: every byte is written by decode, substitution or padding.
-      images_(new uint8_t[image_bytes_]),
       buffer_gauge_(buffer_gauge) {
+  // Every byte is written by decode, substitution or padding; MAP_POPULATE faults the
+  // pages in with one call instead of one fault per page while decoding.
+  void* mapped = mmap(nullptr, std::max<size_t>(image_bytes_, 1), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();  // as `new` would
+  images_ = static_cast<uint8_t*>(mapped);
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_add(static_cast<int64_t>(image_bytes_));
 }
 
 AssembledBatch::~AssembledBatch() {
+  munmap(images_, std::max<size_t>(image_bytes_, 1));
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_sub(static_cast<int64_t>(image_bytes_));
 }
 

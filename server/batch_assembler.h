@@ -19,7 +19,7 @@
 namespace shardcast::server {
 
 // One batch: the Batch message without its images, plus the image buffer
-// (B x 3 x C x C bytes, uint8 NCHW). The buffer is counted in
+// (B x 3 x C x C bytes, uint8 NCHW, page-aligned). The buffer is counted in
 // ServerStats::buffer_bytes for as long as the object lives.
 class AssembledBatch {
  public:
@@ -30,8 +30,8 @@ class AssembledBatch {
 
   shardcast::v1::Batch& header() { return header_; }
   const shardcast::v1::Batch& header() const { return header_; }
-  uint8_t* images() { return images_.get(); }
-  const uint8_t* images() const { return images_.get(); }
+  uint8_t* images() { return images_; }
+  const uint8_t* images() const { return images_; }
   size_t image_bytes() const { return image_bytes_; }
   size_t sample_bytes() const { return sample_bytes_; }
 
@@ -39,7 +39,10 @@ class AssembledBatch {
   shardcast::v1::Batch header_;  // every field but `images`
   const size_t sample_bytes_;    // 3 * C * C
   const size_t image_bytes_;     // batch_size * sample_bytes_
-  std::unique_ptr<uint8_t[]> images_;
+  // Mapped for this batch alone and unmapped when it dies (not malloc'ed): freed
+  // batch memory goes back to the system at once, so the server's RSS follows the
+  // buffers it holds instead of malloc's arenas keeping their high-water mark.
+  uint8_t* images_ = nullptr;
   std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
 };
 
