@@ -125,6 +125,16 @@ int RunRank(const TrainOptions& o) {
   absl::StatusOr<std::unique_ptr<TrainableModel>> model = MakeModel(model_spec);
   if (!model.ok()) Fail(model.status());
 
+  // Outputs are opened before the rendezvous: a rank that cannot write them fails
+  // before its peers start waiting for it.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!o.metrics_path.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsWriter>> writer =
+        MetricsWriter::Open(o.metrics_path, o.rank, /*append=*/!o.resume.empty());
+    if (!writer.ok()) Fail(writer.status());
+    metrics = std::move(*writer);
+  }
+
   Rendezvous rdzv;
   rdzv.rank = o.rank;
   rdzv.world_size = o.world_size;
@@ -135,13 +145,6 @@ int RunRank(const TrainOptions& o) {
   absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(rdzv, *device);
   if (!comm.ok()) Fail(comm.status());
 
-  std::unique_ptr<MetricsWriter> metrics;
-  if (!o.metrics_path.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsWriter>> writer =
-        MetricsWriter::Open(o.metrics_path, o.rank, /*append=*/!o.resume.empty());
-    if (!writer.ok()) Fail(writer.status());
-    metrics = std::move(*writer);
-  }
   const bool show_progress = o.rank == 0 && o.progress.value_or(true);
   ProgressBar progress(stderr, show_progress, ::isatty(STDERR_FILENO) != 0);
   if (show_progress) {

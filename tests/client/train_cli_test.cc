@@ -1,0 +1,219 @@
+// shardcast-train's command line and launcher: the seed's flags and torchrun's
+// environment parse as documented, bad flags are refused with a message naming them,
+// --nproc-per-node stops the other ranks when one fails, and a TorchScript --model
+// trains data-parallel and is saved as TorchScript.
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/train/metrics.h"
+#include "client/train/train_options.h"
+#include "gtest/gtest.h"
+#include "server_process.h"
+
+namespace shardcast::train {
+namespace {
+
+using testing_util::BinaryPath;
+using testing_util::ChildProcess;
+using testing_util::ReadWholeFile;
+using testing_util::ScratchDir;
+
+absl::StatusOr<TrainOptions> Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "shardcast-train");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ParseTrainOptions(static_cast<int>(argv.size()), argv.data());
+}
+
+class TrainOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                          "MASTER_PORT"}) {
+      unsetenv(v);
+    }
+  }
+  void TearDown() override { SetUp(); }
+};
+
+TEST_F(TrainOptionsTest, SeedFlagsParse) {
+  absl::StatusOr<TrainOptions> o = Parse({"-b", "8", "--n_epochs", "3", "-lr", "0.001", "--betas",
+                                          "0.8", "0.99", "--shuffle", "100", "--server", "h:1"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->batch_size, 8);
+  EXPECT_EQ(o->epochs, 3);
+  EXPECT_DOUBLE_EQ(o->lr, 0.001);
+  EXPECT_EQ(o->betas, (std::vector<double>{0.8, 0.99}));
+  EXPECT_EQ(o->shuffle, 100);
+  EXPECT_EQ(o->server, "h:1");
+  // Defaults: the seed's Adam settings, no shuffle, ImageNet normalization.
+  absl::StatusOr<TrainOptions> d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_DOUBLE_EQ(d->lr, 1e-4);
+  EXPECT_EQ(d->betas, (std::vector<double>{0.9, 0.999}));
+  EXPECT_EQ(d->optimizer, "adam");
+  EXPECT_EQ(d->shuffle, -1);
+  EXPECT_EQ(d->job_id, "default");
+  EXPECT_DOUBLE_EQ(d->bucket_mb, 25);
+  EXPECT_EQ(d->mean, (std::vector<double>{0.485, 0.456, 0.406}));
+}
+
+TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
+  absl::StatusOr<TrainOptions> bare = Parse({"--shuffle", "--log-keys"});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->shuffle, 0);  // on, with the server's buffer size
+  EXPECT_TRUE(bare->log_keys);
+  absl::StatusOr<TrainOptions> off = Parse({"--shuffle", "-1"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->shuffle, -1);
+  absl::StatusOr<TrainOptions> eq = Parse({"--lr=0.5", "--mean=0.5,0.5,0.5", "--std", "1", "2", "3"});
+  ASSERT_TRUE(eq.ok()) << eq.status();
+  EXPECT_DOUBLE_EQ(eq->lr, 0.5);
+  EXPECT_EQ(eq->mean, (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(eq->std, (std::vector<double>{1, 2, 3}));
+}
+
+TEST_F(TrainOptionsTest, TorchrunEnvironmentAndFlagOverride) {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("MASTER_ADDR", "10.0.0.5", 1);
+  setenv("MASTER_PORT", "29555", 1);
+  absl::StatusOr<TrainOptions> env = Parse({});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->rank, 1);
+  EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->master_addr, "10.0.0.5");
+  EXPECT_EQ(env->master_port, 29555);
+  absl::StatusOr<TrainOptions> flags = Parse({"--rank", "3", "--master-port", "1234"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->rank, 3);
+  EXPECT_EQ(flags->master_port, 1234);
+  setenv("RANK", "x", 1);
+  EXPECT_FALSE(Parse({}).ok());
+}
+
+TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--bogus"}, "unknown argument '--bogus'"},
+           {{"--betas", "0.9"}, "--betas needs 2 values"},
+           {{"--optimizer", "lamb"}, "--optimizer: 'lamb' is not one of adam, sgd"},
+           {{"-b", "x"}, "-b: 'x' is not a number"},
+           {{"-b", "0"}, "--batch-size must be > 0"},
+           {{"--rank", "2", "--world-size", "2"}, "rank 2 is not in [0, world size 2)"},
+           {{"--ckpt-every", "5"}, "--ckpt-every needs --ckpt-dir"},
+           {{"--synthetic-batches", "3"}, "--synthetic-batches needs --num-classes"},
+           {{"--device", "tpu"}, "--device: 'tpu' is not cpu, cuda or cuda:N"},
+           {{"--betas", "0.9", "1.5"}, "--betas must lie in [0, 1)"},
+           {{"--log-keys=1"}, "--log-keys takes no value"},
+       }) {
+    absl::StatusOr<TrainOptions> o = Parse(c.args);
+    ASSERT_FALSE(o.ok()) << c.args[0];
+    EXPECT_NE(std::string(o.status().message()).find(c.message), std::string::npos)
+        << o.status().message();
+  }
+}
+
+TEST_F(TrainOptionsTest, LauncherFlagsAreStrippedForRanks) {
+  std::vector<std::string> args = {"shardcast-train", "--nproc-per-node", "2", "-b", "4",
+                                   "--nnodes=1", "--node-rank", "0", "--log-keys"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  EXPECT_EQ(ArgsWithoutLauncherFlags(static_cast<int>(argv.size()), argv.data()),
+            (std::vector<std::string>{"-b", "4", "--log-keys"}));
+}
+
+TEST(MetricsPathTest, RankPlaceholderOrSuffix) {
+  EXPECT_EQ(MetricsWriter::PathForRank("/x/m.{rank}.jsonl", 3), "/x/m.3.jsonl");
+  EXPECT_EQ(MetricsWriter::PathForRank("/x/m.jsonl", 0), "/x/m.jsonl.rank0");
+  EXPECT_EQ(JsonLine().Add("k", "a\"b\n").Add("v", std::vector<int64_t>{1, 2}).str(),
+            "{\"k\":\"a\\\"b\\n\",\"v\":[1,2]}");
+}
+
+TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
+  ScratchDir dir;
+  // Rank 1 cannot open its metrics file and fails before the rendezvous; rank 0 would
+  // wait there for 300 s unless the launcher stops it.
+  std::filesystem::create_directories(dir.path() + "/ok0");
+  ChildProcess launcher;
+  ASSERT_TRUE(launcher
+                  .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "2",
+                          "--num-classes", "2", "--arch", "small-cnn", "--crop", "8",
+                          "--nproc-per-node", "2", "--timeout", "300", "--metrics",
+                          dir.path() + "/ok{rank}/m.jsonl"},
+                         dir.path() + "/out", dir.path() + "/err")
+                  .ok());
+  std::optional<int> status = launcher.WaitFor(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value()) << "the launcher did not stop rank 0";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
+  const std::string err = ReadWholeFile(dir.path() + "/err");
+  EXPECT_NE(err.find("--metrics: cannot open " + dir.path() + "/ok1/m.jsonl"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("rank 1 exited with status 1; stopping the other ranks"), std::string::npos)
+      << err;
+}
+
+TEST(TrainTorchScriptTest, ScriptedModelTrainsDataParallelAndSavesTorchScript) {
+  ScratchDir dir;
+  const std::string script = dir.path() + "/make.py";
+  std::ofstream(script) << R"(import sys, torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4, 3)
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(x.mean(dim=(2, 3)))
+torch.manual_seed(0)
+torch.jit.script(Net()).save(sys.argv[1])
+)";
+  const std::string model = dir.path() + "/net.pt";
+  ASSERT_EQ(std::system(absl::StrCat(REFERENCE_PYTHON, " ", script, " ", model, " > ", dir.path(),
+                                     "/py.out 2>&1")
+                            .c_str()),
+            0)
+      << ReadWholeFile(dir.path() + "/py.out");
+  ChildProcess trainer;
+  ASSERT_TRUE(trainer
+                  .Start({BinaryPath("client/shardcast-train"), "--model", model,
+                          "--synthetic-batches", "3", "--num-classes", "3", "-b", "4", "--crop",
+                          "16", "--nproc-per-node", "2", "-lr", "0.05", "--threads", "1",
+                          "--no-progress", "--save", dir.path() + "/trained.{rank}.pt"},
+                         dir.path() + "/out", dir.path() + "/err")
+                  .ok());
+  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(3));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadWholeFile(dir.path() + "/err");
+  torch::jit::Module initial = torch::jit::load(model);
+  torch::jit::Module rank0 = torch::jit::load(dir.path() + "/trained.0.pt");
+  torch::jit::Module rank1 = torch::jit::load(dir.path() + "/trained.1.pt");
+  std::map<std::string, torch::Tensor> p0, p1, p_init;
+  for (const auto& p : rank0.named_parameters()) p0[p.name] = p.value;
+  for (const auto& p : rank1.named_parameters()) p1[p.name] = p.value;
+  for (const auto& p : initial.named_parameters()) p_init[p.name] = p.value;
+  ASSERT_EQ(p0.size(), 6u);
+  for (const auto& [name, t] : p0) {
+    EXPECT_TRUE(torch::equal(t, p1[name])) << name << " differs between ranks";
+    EXPECT_FALSE(torch::equal(t, p_init[name])) << name << " did not train";
+  }
+  // Still a working scripted model.
+  torch::Tensor out = rank0.forward({torch::randn({2, 3, 16, 16})}).toTensor();
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 3}));
+}
+
+}  // namespace
+}  // namespace shardcast::train
