@@ -192,5 +192,17 @@ TEST(ServiceStateTest, ShardsThatCannotBeIndexedKeepTheServerUnavailable) {
   EXPECT_THAT(status.error_message(), HasSubstr("could not index"));
 }
 
+TEST(ServiceStateTest, AnAddressThatCannotBeBoundIsAStartError) {
+  TempDir dir;
+  server::ServerOptions options;
+  options.shards_dir = dir.path();
+  options.listen_address = "300.1.2.3:1";  // no such IPv4 address
+  options.decode_threads = 1;
+  server::ShardcastServer server(options);
+  absl::Status started = server.Start();
+  EXPECT_EQ(started.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(started.message()), HasSubstr("300.1.2.3:1"));
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing
