@@ -94,8 +94,7 @@ BatchWindow::TakeResult BatchWindow::Take(std::shared_ptr<AssembledBatch>* batch
       return TakeResult::kBatch;
     }
     if (slots_.empty()) {
-      if (plan_ended_early_) return TakeResult::kError;
-      // Unreachable: a window below `count` always has a slot launched.
+      // Below `count`, a slot is always launched unless the plan ran out early.
       return TakeResult::kError;
     }
     if (!slots_.front().ready) {

@@ -1,0 +1,143 @@
+// The per-stream window without gRPC: batches come out in plan order and exactly
+// `count` of them, the window never holds more than its depth, a stalled consumer
+// stops the decode work, and Cancel releases everything.
+#include "server/batch_window.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using server::AssembledBatch;
+using server::BatchWindow;
+
+class BatchWindowTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeDataset(dir_.path(), /*samples=*/120, /*per_shard=*/40);
+    auto dataset = server::ServedDataset::Load(dir_.path(), IndexOptions());
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    dataset_ = *std::move(dataset);
+    pool_ = std::make_unique<server::DecodePool>(2);
+    assembler_ = std::make_unique<server::BatchAssembler>(dataset_.get(), pool_.get(), &stats_);
+    config_.batch_size = 6;
+    config_.split = Split::kSample;
+    config_.seed = 3;
+    spec_.resize = 40;
+    spec_.crop = 32;
+  }
+
+  std::shared_ptr<BatchWindow> MakeWindow(int depth, int64_t start, int64_t count) {
+    auto plan = EpochPlan::Create(dataset_->shard_sizes(), config_, /*epoch=*/2);
+    EXPECT_TRUE(plan.ok());
+    plan_ = *plan;
+    BatchWindow::Options options;
+    options.depth = depth;
+    options.count = count;
+    options.transform = spec_;
+    return BatchWindow::Create(assembler_.get(), plan_->Iterate(0, start), options);
+  }
+
+  // Takes one batch, waiting for the ready callback when needed.
+  BatchWindow::TakeResult TakeWaiting(BatchWindow* window, std::shared_ptr<AssembledBatch>* out) {
+    for (;;) {
+      absl::Mutex mu;
+      bool ready = false;
+      auto result = window->Take(out, [&] {
+        absl::MutexLock lock(&mu);
+        ready = true;
+      });
+      if (result != BatchWindow::TakeResult::kPending) return result;
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&ready));
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<server::ServedDataset> dataset_;
+  server::ServerStats stats_{absl::Now()};
+  std::unique_ptr<server::DecodePool> pool_;
+  std::unique_ptr<server::BatchAssembler> assembler_;
+  std::shared_ptr<const EpochPlan> plan_;
+  PlanConfig config_;
+  TransformSpec spec_;
+};
+
+TEST_F(BatchWindowTest, GivesTheSuffixInOrderThenEnds) {
+  const int64_t n = 120 / 6;
+  auto window = MakeWindow(/*depth=*/3, /*start=*/5, /*count=*/n - 5);
+  window->Start();
+  Reference reference(dir_.path());
+  auto expected = plan_->Iterate(0, 5);
+  PlannedBatch planned;
+  for (int64_t i = 5; i < n; ++i) {
+    std::shared_ptr<AssembledBatch> batch;
+    ASSERT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+    EXPECT_LE(window->depth(), 3);
+    ASSERT_TRUE(expected->Next(&planned));
+    EXPECT_EQ(batch->header().index(), i);
+    const std::string pixels(reinterpret_cast<const char*>(batch->images()), batch->image_bytes());
+    EXPECT_TRUE(pixels == reference.Images(planned, spec_)) << "batch " << i;
+  }
+  std::shared_ptr<AssembledBatch> none;
+  EXPECT_EQ(window->Take(&none, [] {}), BatchWindow::TakeResult::kEnd);
+  EXPECT_EQ(window->taken(), n - 5);
+}
+
+TEST_F(BatchWindowTest, AStalledConsumerHoldsExactlyTheWindow) {
+  const int64_t sample_bytes = 3 * 32 * 32;
+  auto window = MakeWindow(/*depth=*/4, 0, 20);
+  window->Start();
+  // Nobody takes: the window fills to its depth and the pool goes idle.
+  for (int i = 0; i < 500 && (pool_->queue_depth() > 0 || window->depth() < 4); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(window->depth(), 4);
+  EXPECT_EQ(pool_->queue_depth(), 0);
+  EXPECT_EQ(stats_.buffer_bytes.load(), 4 * 6 * sample_bytes);
+  // Taking one launches exactly one more.
+  std::shared_ptr<AssembledBatch> batch;
+  ASSERT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+  EXPECT_EQ(window->depth(), 4);
+  EXPECT_EQ(stats_.buffer_bytes.load(), 5 * 6 * sample_bytes);  // 4 in the window + taken
+  batch.reset();
+  EXPECT_EQ(stats_.buffer_bytes.load(), 4 * 6 * sample_bytes);
+}
+
+TEST_F(BatchWindowTest, CancelReleasesBuffersAndSilencesCallbacks) {
+  auto window = MakeWindow(/*depth=*/4, 0, 20);
+  window->Start();
+  std::atomic<int> calls{0};
+  std::shared_ptr<AssembledBatch> batch;
+  // Arm the callback (the first batch cannot be ready yet, or it is taken here).
+  if (window->Take(&batch, [&] { ++calls; }) == BatchWindow::TakeResult::kBatch) batch.reset();
+  window->Cancel();
+  const int calls_at_cancel = calls.load();
+  EXPECT_EQ(window->depth(), 0);
+  // Queued tasks are skipped; once the pool drains, nothing is held.
+  for (int i = 0; i < 500 && (pool_->queue_depth() > 0 || stats_.buffer_bytes.load() > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(stats_.buffer_bytes.load(), 0);
+  EXPECT_EQ(calls.load(), calls_at_cancel);
+  EXPECT_EQ(window->Take(&batch, [] {}), BatchWindow::TakeResult::kEnd);
+}
+
+TEST_F(BatchWindowTest, APlanShorterThanCountIsAnErrorNotAHang) {
+  // Start at batch 18 of 20 but ask for 5 batches: the plan runs out after 2.
+  auto window = MakeWindow(/*depth=*/2, 18, 5);
+  window->Start();
+  std::shared_ptr<AssembledBatch> batch;
+  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kError);
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
