@@ -13,6 +13,7 @@ namespace shardcast::server_testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 // Runs the binary to completion; returns its exit code and stdout.
@@ -149,6 +150,28 @@ TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
   EXPECT_THAT(logged, HasSubstr("received Terminated; draining"));
   EXPECT_THAT(logged, HasSubstr("cancelling 1 open streams"));
   EXPECT_THAT(logged, HasSubstr("exit 0"));
+}
+
+TEST_F(ServerProcessTest, IndexCacheDirIsUsedOnTheNextStart) {
+  TempDir cache;
+  for (int run = 0; run < 2; ++run) {
+    ChildServer child(
+        {"--shards", data(), "--listen", "127.0.0.1:0", "--index-cache-dir", cache.path()}, log());
+    ASSERT_GT(child.port(), 0);
+    auto stub = v1::Shardcast::NewStub(MakeChannel(child.target()));
+    auto status =
+        WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) { return s.serving(); });
+    EXPECT_EQ(status.num_samples(), 160);
+    kill(child.pid(), SIGTERM);
+    EXPECT_EQ(child.WaitExit(20), 0);
+    const std::string logged = ReadText(log());
+    if (run == 0) {
+      EXPECT_THAT(logged, Not(HasSubstr("from cache")));
+    } else {
+      EXPECT_THAT(logged, HasSubstr("from cache"));
+    }
+  }
+  EXPECT_FALSE(fs::is_empty(cache.path()));
 }
 
 TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
