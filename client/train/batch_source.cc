@@ -39,15 +39,16 @@ class SyntheticBatchSource : public BatchSource {
                            spec_.world_size);
   }
   std::string Describe() const override {
-    return absl::StrFormat("synthetic batches (tests/benchmarks): %d batches/epoch/rank of %d x 3x%dx%d, %d classes",
-                           spec_.batches_per_epoch, spec_.batch_size, spec_.image_size,
-                           spec_.image_size, spec_.num_classes);
+    return absl::StrFormat(
+        "synthetic batches (tests/benchmarks): %d batches/epoch/rank of %d x 3x%dx%d, %d classes",
+        spec_.batches_per_epoch, spec_.batch_size, spec_.image_size, spec_.image_size,
+        spec_.num_classes);
   }
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch) override {
     if (epoch < 0 || start_batch < 0 || start_batch > spec_.batches_per_epoch) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("synthetic StartEpoch(%d, %d): out of range (n = %d)", epoch,
-                          start_batch, spec_.batches_per_epoch));
+          absl::StrFormat("synthetic StartEpoch(%d, %d): out of range (n = %d)", epoch, start_batch,
+                          spec_.batches_per_epoch));
     }
     epoch_ = epoch;
     next_ = start_batch;

@@ -25,7 +25,8 @@ std::string CheckpointFileName(int64_t epoch, int64_t next_batch) {
 }
 
 absl::Status SaveCheckpoint(const std::string& path, TrainableModel& model,
-                            torch::optim::Optimizer& optimizer, const CheckpointPosition& position) {
+                            torch::optim::Optimizer& optimizer,
+                            const CheckpointPosition& position) {
   std::ostringstream bytes;
   try {
     torch::serialize::OutputArchive archive;
@@ -60,17 +61,16 @@ absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, Train
   try {
     archive.load_from(path, device);
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is unreadable: ",
-                                            std::string(e.what()).substr(0, 300)));
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, " is unreadable: ", std::string(e.what()).substr(0, 300)));
   }
   CheckpointPosition position;
   try {
     c10::IValue v;
     archive.read("meta.format_version", v);
     if (v.toInt() != kFormatVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", path, " has format version ", v.toInt(), ", expected ",
-                       kFormatVersion));
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has format version ",
+                                                        v.toInt(), ", expected ", kFormatVersion));
     }
     archive.read("meta.epoch", v);
     position.epoch = v.toInt();
@@ -94,12 +94,12 @@ absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, Train
       torch::Tensor saved;
       try {
         if (!archive.try_read("model." + name, saved, is_buffer)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "checkpoint ", path, " has no tensor '", name, "' (a different model?)"));
+          return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has no tensor '",
+                                                            name, "' (a different model?)"));
         }
       } catch (const std::exception& e) {
-        return absl::DataLossError(absl::StrCat("checkpoint ", path, ": reading '", name, "': ",
-                                                std::string(e.what()).substr(0, 300)));
+        return absl::DataLossError(absl::StrCat("checkpoint ", path, ": reading '", name,
+                                                "': ", std::string(e.what()).substr(0, 300)));
       }
       if (saved.sizes() != tensor.sizes()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -158,19 +158,21 @@ absl::StatusOr<std::string> SaveCheckpointInDir(const std::string& dir, int keep
 absl::StatusOr<std::string> ResolveResumePath(const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat("--resume ", path, ": no such file"));
+    if (!fs::exists(path, ec))
+      return absl::NotFoundError(absl::StrCat("--resume ", path, ": no such file"));
     return path;
   }
   std::ifstream in(fs::path(path) / "latest");
   std::string name;
   if (!in || !std::getline(in, name)) {
-    return absl::NotFoundError(
-        absl::StrCat("--resume ", path, ": a directory without a 'latest' file (no checkpoint yet?)"));
+    return absl::NotFoundError(absl::StrCat(
+        "--resume ", path, ": a directory without a 'latest' file (no checkpoint yet?)"));
   }
   name = std::string(absl::StripAsciiWhitespace(name));
   const std::string file = (fs::path(path) / name).string();
   if (!fs::exists(file, ec)) {
-    return absl::NotFoundError(absl::StrCat("--resume ", path, ": latest names ", name, ", which is missing"));
+    return absl::NotFoundError(
+        absl::StrCat("--resume ", path, ": latest names ", name, ", which is missing"));
   }
   return file;
 }

@@ -3,10 +3,10 @@
 #ifndef SHARDCAST_CLIENT_TRAIN_CHECKPOINT_H_
 #define SHARDCAST_CLIENT_TRAIN_CHECKPOINT_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

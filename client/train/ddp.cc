@@ -3,17 +3,18 @@
 // calls it Backend; both have the same broadcast/allreduce/allgather/barrier methods.
 #include "client/train/ddp.h"
 
+#include <torch/version.h>
+
 #include <cstdlib>
 #include <exception>
-
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #endif
 #ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDAFunctions.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -84,7 +85,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const Rendezv
     return std::unique_ptr<Communicator>(new Communicator(0, 1, nullptr));
   }
   if (rdzv.master_port <= 0 || rdzv.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT ", rdzv.master_port, " is not a port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MASTER_PORT ", rdzv.master_port, " is not a port"));
   }
   auto group = std::make_unique<Group>();
   try {
@@ -131,9 +133,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const Rendezv
       group->name = "gloo";
     }
   } catch (const std::exception& e) {
-    return FromException(absl::StrCat("creating the process group (rank ", rdzv.rank, " of ",
-                                      rdzv.world_size, ")"),
-                         e);
+    return FromException(
+        absl::StrCat("creating the process group (rank ", rdzv.rank, " of ", rdzv.world_size, ")"),
+        e);
   }
   return std::unique_ptr<Communicator>(
       new Communicator(rdzv.rank, rdzv.world_size, std::move(group)));
@@ -164,8 +166,7 @@ absl::Status Communicator::AllReduce(torch::Tensor tensor, ReduceKind kind) {
   return AllReduceAsync(std::move(tensor), kind).Wait();
 }
 
-absl::Status Communicator::BroadcastCoalesced(const std::vector<torch::Tensor>& tensors,
-                                              int root) {
+absl::Status Communicator::BroadcastCoalesced(const std::vector<torch::Tensor>& tensors, int root) {
   if (!group_ || tensors.empty()) return absl::OkStatus();
   // Group by dtype, keeping order, so each group is one contiguous flat buffer.
   std::vector<std::vector<torch::Tensor>> groups;
@@ -244,8 +245,8 @@ GradientReducer::GradientReducer(Communicator* comm, std::vector<torch::Tensor> 
       bucket_used = 0;
     }
     Bucket& bucket = buckets_.back();
-    slots_[k] = Slot{buckets_.size() - 1, bucket_used / static_cast<int64_t>(p.element_size()),
-                     p.numel()};
+    slots_[k] =
+        Slot{buckets_.size() - 1, bucket_used / static_cast<int64_t>(p.element_size()), p.numel()};
     bucket.params.push_back(k);
     bucket_used += bytes;
   }
@@ -256,8 +257,8 @@ GradientReducer::GradientReducer(Communicator* comm, std::vector<torch::Tensor> 
     bucket.flat = torch::zeros({numel}, first.options().requires_grad(false));
   }
   for (size_t k = 0; k < params_.size(); ++k) {
-    hook_handles_.push_back(params_[k].register_hook(
-        [this, k](const torch::Tensor& grad) { OnGradient(k, grad); }));
+    hook_handles_.push_back(
+        params_[k].register_hook([this, k](const torch::Tensor& grad) { OnGradient(k, grad); }));
   }
 }
 

@@ -4,6 +4,8 @@
 #ifndef SHARDCAST_CLIENT_TRAIN_DDP_H_
 #define SHARDCAST_CLIENT_TRAIN_DDP_H_
 
+#include <torch/torch.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -11,8 +13,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -129,11 +129,11 @@ class GradientReducer {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<unsigned> hook_handles_;
-  std::mutex mu_;                     // hooks may run on autograd's device threads
-  size_t next_to_launch_ = 0;         // guarded by mu_
-  bool in_backward_ = false;          // guarded by mu_
+  std::mutex mu_;              // hooks may run on autograd's device threads
+  size_t next_to_launch_ = 0;  // guarded by mu_
+  bool in_backward_ = false;   // guarded by mu_
   int64_t launched_during_backward_ = 0;
-  absl::Status hook_error_;           // guarded by mu_
+  absl::Status hook_error_;  // guarded by mu_
 };
 
 }  // namespace shardcast::train

@@ -58,7 +58,8 @@ int ExitCodeOf(int wstatus) {
 
 std::string Describe(int wstatus) {
   if (WIFEXITED(wstatus)) return "exited with status " + std::to_string(WEXITSTATUS(wstatus));
-  if (WIFSIGNALED(wstatus)) return std::string("was killed by signal ") + strsignal(WTERMSIG(wstatus));
+  if (WIFSIGNALED(wstatus))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(wstatus));
   return "stopped";
 }
 

@@ -13,7 +13,7 @@ struct LaunchSpec {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                // 0: a free port is picked (single node only)
+  int master_port = 0;                 // 0: a free port is picked (single node only)
   std::vector<std::string> rank_args;  // argv[1..] for each rank (launcher flags removed)
 };
 

@@ -18,7 +18,7 @@ class JsonLine {
  public:
   JsonLine& Add(const std::string& key, int64_t value);
   JsonLine& Add(const std::string& key, int value) { return Add(key, static_cast<int64_t>(value)); }
-  JsonLine& Add(const std::string& key, double value);  // non-finite -> null
+  JsonLine& Add(const std::string& key, double value);             // non-finite -> null
   JsonLine& AddTime(const std::string& key, double unix_seconds);  // millisecond resolution
   JsonLine& Add(const std::string& key, bool value);
   JsonLine& Add(const std::string& key, const std::string& value);

@@ -2,6 +2,7 @@
 #include "client/train/model.h"
 
 #include <fcntl.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,8 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
-
-#include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/train/resnet.h"
@@ -113,10 +112,12 @@ class ScriptModel : public TrainableModel {
     try {
       module_.save(tmp);
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("saving TorchScript module to ", path, ": ", e.what()));
+      return absl::InternalError(
+          absl::StrCat("saving TorchScript module to ", path, ": ", e.what()));
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+      return absl::InternalError(
+          absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
@@ -141,14 +142,16 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec)
   if (!spec.torchscript_path.empty()) {
     try {
       torch::jit::Module module = torch::jit::load(spec.torchscript_path);
-      return std::unique_ptr<TrainableModel>(new ScriptModel(std::move(module), spec.torchscript_path));
+      return std::unique_ptr<TrainableModel>(
+          new ScriptModel(std::move(module), spec.torchscript_path));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--model ", spec.torchscript_path, ": not a loadable TorchScript module: ", e.what()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--model ", spec.torchscript_path, ": not a loadable TorchScript module: ", e.what()));
     }
   }
   if (spec.num_classes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("num_classes must be >= 1, got ", spec.num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_classes must be >= 1, got ", spec.num_classes));
   }
   torch::manual_seed(spec.init_seed);
   if (spec.arch == "resnet18") {
@@ -188,7 +191,8 @@ absl::Status WriteFileAtomically(const std::string& path, const char* data, size
     ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      absl::Status status = absl::InternalError(absl::StrCat("write ", tmp, ": ", std::strerror(errno)));
+      absl::Status status =
+          absl::InternalError(absl::StrCat("write ", tmp, ": ", std::strerror(errno)));
       ::close(fd);
       ::unlink(tmp.c_str());
       return status;
@@ -201,7 +205,8 @@ absl::Status WriteFileAtomically(const std::string& path, const char* data, size
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

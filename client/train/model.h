@@ -3,13 +3,13 @@
 #ifndef SHARDCAST_CLIENT_TRAIN_MODEL_H_
 #define SHARDCAST_CLIENT_TRAIN_MODEL_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,7 +43,7 @@ class TrainableModel {
 
 struct ModelSpec {
   std::string arch = "resnet18";  // "resnet18" | "small-cnn"
-  std::string torchscript_path;    // non-empty: load this instead of `arch`
+  std::string torchscript_path;   // non-empty: load this instead of `arch`
   int64_t num_classes = 0;
   uint64_t init_seed = 0;  // random init (not used for TorchScript modules)
 };

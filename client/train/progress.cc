@@ -30,8 +30,7 @@ void ProgressBar::StartEpoch(int64_t epoch, int64_t epochs, int64_t batches, int
   last_plain_decile_ = start_batch * 10 / std::max<int64_t>(1, batches);
 }
 
-std::string ProgressBar::Render(int64_t done, double images_per_s, double loss,
-                                double acc) const {
+std::string ProgressBar::Render(int64_t done, double images_per_s, double loss, double acc) const {
   constexpr int kWidth = 24;
   const double fraction = batches_ > 0 ? static_cast<double>(done) / batches_ : 1.0;
   const int filled = std::clamp(static_cast<int>(fraction * kWidth), 0, kWidth);
@@ -39,10 +38,10 @@ std::string ProgressBar::Render(int64_t done, double images_per_s, double loss,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start_).count();
   const int64_t this_run = done - start_batch_;
   const double eta = this_run > 0 ? elapsed / this_run * (batches_ - done) : -1;
-  return absl::StrFormat("epoch %d/%d [%s%s] %d/%d %3.0f%% | %.1f img/s | loss %.4f | top1 %.2f%% | %s<%s",
-                         epoch_ + 1, epochs_, std::string(filled, '#'),
-                         std::string(kWidth - filled, '.'), done, batches_, 100 * fraction,
-                         images_per_s, loss, 100 * acc, FormatDuration(elapsed), FormatDuration(eta));
+  return absl::StrFormat(
+      "epoch %d/%d [%s%s] %d/%d %3.0f%% | %.1f img/s | loss %.4f | top1 %.2f%% | %s<%s", epoch_ + 1,
+      epochs_, std::string(filled, '#'), std::string(kWidth - filled, '.'), done, batches_,
+      100 * fraction, images_per_s, loss, 100 * acc, FormatDuration(elapsed), FormatDuration(eta));
 }
 
 void ProgressBar::Update(int64_t done, double images_per_s, double loss, double acc) {

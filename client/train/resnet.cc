@@ -7,8 +7,7 @@ namespace {
 namespace nn = torch::nn;
 
 nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
-  return nn::Conv2d(
-      nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
 }
 
 }  // namespace
@@ -20,7 +19,8 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride
   bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
   if (stride != 1 || in_planes != planes) {
     downsample_ = register_module(
-        "downsample", nn::Sequential(Conv(in_planes, planes, 1, stride, 0), nn::BatchNorm2d(planes)));
+        "downsample",
+        nn::Sequential(Conv(in_planes, planes, 1, stride, 0), nn::BatchNorm2d(planes)));
   }
 }
 

@@ -1,12 +1,11 @@
 // shardcast-train: LibTorch data-parallel trainer fed by shardcast-server.
 // See `shardcast-train --help` (text in train_options.cc).
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/batch_stream.h"
@@ -36,13 +35,15 @@ absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
   const bool cuda = torch::cuda::is_available();
   if (o.device.empty()) {
     if (!cuda) return torch::Device(torch::kCPU);
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
-                                           o.local_rank % std::max<int64_t>(1, torch::cuda::device_count())));
+    return torch::Device(torch::kCUDA,
+                         static_cast<c10::DeviceIndex>(
+                             o.local_rank % std::max<int64_t>(1, torch::cuda::device_count())));
   }
   if (o.device == "cpu") return torch::Device(torch::kCPU);
   if (!cuda) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--device ", o.device, ": CUDA is not available (this LibTorch build or "
+        absl::StrCat("--device ", o.device,
+                     ": CUDA is not available (this LibTorch build or "
                      "this machine has no GPU); use --device cpu"));
   }
   if (o.device == "cuda") {
@@ -70,18 +71,20 @@ shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o) {
   } else if (o.shuffle > 0) {
     job.set_shuffle_buffer(o.shuffle);
   }
-  if (o.transform == "center") job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_CENTER);
-  if (o.transform == "random") job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_RANDOM);
+  if (o.transform == "center")
+    job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_CENTER);
+  if (o.transform == "random")
+    job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_RANDOM);
   job.mutable_transform()->set_resize(o.resize);
   job.mutable_transform()->set_crop(o.crop);
   return job;
 }
 
 int RunRank(const TrainOptions& o) {
-  const int threads =
-      o.threads > 0 ? o.threads
-                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                      std::max(1, o.local_world_size));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                            std::max(1, o.local_world_size));
   torch::set_num_threads(threads);
   absl::StatusOr<torch::Device> device = ChooseDevice(o);
   if (!device.ok()) Fail(device.status());
@@ -174,10 +177,12 @@ int RunRank(const TrainOptions& o) {
   absl::StatusOr<TrainerResult> result = trainer.Run();
   if (!result.ok()) Fail(result.status());
   if (show_progress) {
-    std::fprintf(stderr, "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%\n",
-                 static_cast<long long>(result->global_step),
-                 static_cast<long long>(result->epochs_completed), result->last_epoch_loss,
-                 100 * result->last_epoch_acc);
+    std::fprintf(
+        stderr,
+        "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%\n",
+        static_cast<long long>(result->global_step),
+        static_cast<long long>(result->epochs_completed), result->last_epoch_loss,
+        100 * result->last_epoch_acc);
   }
   return 0;
 }

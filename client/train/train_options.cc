@@ -58,7 +58,8 @@ absl::Status EnvInt(const char* name, int* out) {
 struct FlagSpec {
   std::vector<std::string> names;
   int arity;
-  std::function<absl::Status(const std::string& flag, const std::vector<std::string>& values)> apply;
+  std::function<absl::Status(const std::string& flag, const std::vector<std::string>& values)>
+      apply;
 };
 
 bool LooksLikeFlag(const std::string& s) {
@@ -107,14 +108,16 @@ std::vector<FlagSpec> MakeSpecs(TrainOptions* o) {
       {{"--split"}, 1, choice(&o->split, {"shard", "sample"})},
       {{"--remainder"}, 1, choice(&o->remainder, {"drop", "pad"})},
       {{"--workers", "-w", "--num_workers"}, 1, num(&o->workers)},
-      {{"--seed"}, 1,
+      {{"--seed"},
+       1,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          uint64_t seed;
          if (absl::Status s = ParseNumber(flag, v[0], &seed); !s.ok()) return s;
          o->seed = seed;
          return absl::OkStatus();
        }},
-      {{"--shuffle"}, -1,
+      {{"--shuffle"},
+       -1,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          if (v.empty()) {
            o->shuffle = 0;
@@ -125,11 +128,13 @@ std::vector<FlagSpec> MakeSpecs(TrainOptions* o) {
       {{"--transform"}, 1, choice(&o->transform, {"center", "random"})},
       {{"--resize"}, 1, num(&o->resize)},
       {{"--crop"}, 1, num(&o->crop)},
-      {{"--mean"}, 3,
+      {{"--mean"},
+       3,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          return ParseList(flag, v, 3, &o->mean);
        }},
-      {{"--std"}, 3,
+      {{"--std"},
+       3,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          return ParseList(flag, v, 3, &o->std);
        }},
@@ -137,7 +142,8 @@ std::vector<FlagSpec> MakeSpecs(TrainOptions* o) {
       {{"--arch"}, 1, choice(&o->arch, {"resnet18", "small-cnn"})},
       {{"--model"}, 1, str(&o->model_path)},
       {{"--num-classes"}, 1, num(&o->num_classes)},
-      {{"--device"}, 1,
+      {{"--device"},
+       1,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          if (v[0] != "cpu" && v[0] != "cuda" && v[0].rfind("cuda:", 0) != 0) {
            return absl::InvalidArgumentError(
@@ -148,7 +154,8 @@ std::vector<FlagSpec> MakeSpecs(TrainOptions* o) {
        }},
       {{"--n_epochs", "--epochs", "--n-epochs"}, 1, num(&o->epochs)},
       {{"-lr", "--lr"}, 1, num(&o->lr)},
-      {{"--betas"}, 2,
+      {{"--betas"},
+       2,
        [o](const std::string& flag, const std::vector<std::string>& v) {
          return ParseList(flag, v, 2, &o->betas);
        }},
@@ -165,12 +172,14 @@ std::vector<FlagSpec> MakeSpecs(TrainOptions* o) {
       {{"--resume"}, 1, str(&o->resume)},
       {{"--save"}, 1, str(&o->save)},
       {{"--max-steps"}, 1, num(&o->max_steps)},
-      {{"--progress"}, 0,
+      {{"--progress"},
+       0,
        [o](const std::string&, const std::vector<std::string>&) {
          o->progress = true;
          return absl::OkStatus();
        }},
-      {{"--no-progress"}, 0,
+      {{"--no-progress"},
+       0,
        [o](const std::string&, const std::vector<std::string>&) {
          o->progress = false;
          return absl::OkStatus();
@@ -215,9 +224,11 @@ absl::Status Validate(TrainOptions& o) {
   if (o.server.empty() && o.synthetic_batches == 0) {
     return absl::InvalidArgumentError("--server HOST:PORT: where shardcast-server listens");
   }
-  if (o.synthetic_batches < 0) return absl::InvalidArgumentError("--synthetic-batches must be >= 0");
+  if (o.synthetic_batches < 0)
+    return absl::InvalidArgumentError("--synthetic-batches must be >= 0");
   if (o.synthetic_batches > 0 && o.num_classes <= 0) {
-    return absl::InvalidArgumentError("--synthetic-batches needs --num-classes N (no server to ask)");
+    return absl::InvalidArgumentError(
+        "--synthetic-batches needs --num-classes N (no server to ask)");
   }
   if (o.betas[0] < 0 || o.betas[0] >= 1 || o.betas[1] < 0 || o.betas[1] >= 1) {
     return absl::InvalidArgumentError(

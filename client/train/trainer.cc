@@ -28,10 +28,10 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerConfig& c,
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
   }
-  return std::make_unique<torch::optim::Adam>(
-      params, torch::optim::AdamOptions(c.lr)
-                  .betas(std::make_tuple(c.betas[0], c.betas[1]))
-                  .weight_decay(c.weight_decay));
+  return std::make_unique<torch::optim::Adam>(params,
+                                              torch::optim::AdamOptions(c.lr)
+                                                  .betas(std::make_tuple(c.betas[0], c.betas[1]))
+                                                  .weight_decay(c.weight_decay));
 }
 
 absl::Status WithRank(int rank, const absl::Status& status) {
@@ -110,8 +110,8 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
                     "checkpoint %s was taken with world size %d, batch size %d, plan %s; this run "
                     "has world size %d, batch size %d, plan %s. Resuming would not continue the "
                     "same batch sequence; use the same data, job settings and ranks.",
-                    *path, position->world_size, position->batch_size, position->fingerprint,
-                    world, config_.batch_size, source_->fingerprint())));
+                    *path, position->world_size, position->batch_size, position->fingerprint, world,
+                    config_.batch_size, source_->fingerprint())));
     }
     start_epoch = position->epoch;
     start_batch = position->next_batch;
@@ -204,15 +204,17 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
         torch::Tensor valid = batch.labels >= 0;
         if (valid.any().item<bool>()) {
           loss = torch::nn::functional::cross_entropy(
-              logits, batch.labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
+              logits, batch.labels,
+              torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1));
         } else {
           loss = logits.sum() * 0.0;  // all padding: no signal, but join the all-reduce
         }
         loss.backward();
       } catch (const std::exception& e) {
-        return WithRank(rank, absl::InternalError(absl::StrCat(
-                                  "epoch ", epoch, " batch ", consumed, ": forward/backward failed: ",
-                                  std::string(e.what()).substr(0, 500))));
+        return WithRank(rank,
+                        absl::InternalError(absl::StrCat(
+                            "epoch ", epoch, " batch ", consumed,
+                            ": forward/backward failed: ", std::string(e.what()).substr(0, 500))));
       }
       if (reducer) {
         if (absl::Status s = reducer->FinishBackward(); !s.ok()) return WithRank(rank, s);
@@ -228,7 +230,8 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
         torch::NoGradGuard no_grad;
         torch::Tensor valid = batch.labels >= 0;
         torch::Tensor count = valid.sum().to(torch::kFloat64);
-        torch::Tensor correct = (logits.argmax(1).eq(batch.labels) & valid).sum().to(torch::kFloat64);
+        torch::Tensor correct =
+            (logits.argmax(1).eq(batch.labels) & valid).sum().to(torch::kFloat64);
         torch::Tensor loss_total = loss.detach().to(torch::kFloat64) * count;
         stats = torch::stack({loss_total, correct, count}).to(device);
         const double c = count.item<double>();
@@ -273,11 +276,13 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
       }
       if (config_.max_steps > 0 && global_step_ >= config_.max_steps) {
         stop = true;
-        if (absl::Status s = Checkpoint(*optimizer, epoch, consumed); !s.ok()) return WithRank(rank, s);
+        if (absl::Status s = Checkpoint(*optimizer, epoch, consumed); !s.ok())
+          return WithRank(rank, s);
         break;
       }
       if (config_.ckpt_every > 0 && global_step_ % config_.ckpt_every == 0 && consumed < n) {
-        if (absl::Status s = Checkpoint(*optimizer, epoch, consumed); !s.ok()) return WithRank(rank, s);
+        if (absl::Status s = Checkpoint(*optimizer, epoch, consumed); !s.ok())
+          return WithRank(rank, s);
       }
     }
     if (stop && consumed < n) break;  // --max-steps ended the run mid-epoch

@@ -4,11 +4,11 @@
 #ifndef SHARDCAST_CLIENT_TRAIN_TRAINER_H_
 #define SHARDCAST_CLIENT_TRAIN_TRAINER_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "client/train/batch_source.h"

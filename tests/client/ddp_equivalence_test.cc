@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
@@ -45,24 +44,35 @@ std::string ReadFile(const std::string& path) { return testing_util::ReadWholeFi
 // every rank saves its final weights to dir/model.<rank>.pt.
 void TrainTwoRanks(const std::string& dir, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                   "--synthetic-batches", absl::StrCat(kSteps),
-                                   "--num-classes", absl::StrCat(kClasses),
-                                   "-b", absl::StrCat(kBatch),
-                                   "--crop", absl::StrCat(kImage),
-                                   "--epochs", "1",
-                                   "--seed", absl::StrCat(kSeed),
-                                   "--nproc-per-node", "2",
-                                   "--threads", "1",
+                                   "--synthetic-batches",
+                                   absl::StrCat(kSteps),
+                                   "--num-classes",
+                                   absl::StrCat(kClasses),
+                                   "-b",
+                                   absl::StrCat(kBatch),
+                                   "--crop",
+                                   absl::StrCat(kImage),
+                                   "--epochs",
+                                   "1",
+                                   "--seed",
+                                   absl::StrCat(kSeed),
+                                   "--nproc-per-node",
+                                   "2",
+                                   "--threads",
+                                   "1",
                                    "--no-progress",
-                                   "--metrics", dir + "/metrics.{rank}.jsonl",
-                                   "--save", dir + "/model.{rank}.pt"};
+                                   "--metrics",
+                                   dir + "/metrics.{rank}.jsonl",
+                                   "--save",
+                                   dir + "/model.{rank}.pt"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   ChildProcess trainer;
   ASSERT_TRUE(trainer.Start(argv, dir + "/train.out", dir + "/train.err").ok());
   std::optional<int> status = trainer.WaitFor(std::chrono::minutes(5));
   ASSERT_TRUE(status.has_value()) << "shardcast-train did not finish in 5 minutes";
   ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << "status " << *status << ", stderr:\n" << ReadFile(dir + "/train.err");
+      << "status " << *status << ", stderr:\n"
+      << ReadFile(dir + "/train.err");
 }
 
 // The same job in one process: each step sees both ranks' batches concatenated and
@@ -80,8 +90,7 @@ std::map<std::string, torch::Tensor> TrainReference(const std::string& optimizer
                                                     torch::optim::SGDOptions(0.1).momentum(0));
   } else {
     optimizer = std::make_unique<torch::optim::Adam>(
-        (*model)->Parameters(),
-        torch::optim::AdamOptions(1e-2).betas(std::make_tuple(0.9, 0.999)));
+        (*model)->Parameters(), torch::optim::AdamOptions(1e-2).betas(std::make_tuple(0.9, 0.999)));
   }
   for (int step = 0; step < kSteps; ++step) {
     std::vector<torch::Tensor> images, labels;
@@ -99,8 +108,8 @@ std::map<std::string, torch::Tensor> TrainReference(const std::string& optimizer
       labels.push_back(batch.labels);
     }
     optimizer->zero_grad();
-    torch::Tensor loss = torch::nn::functional::cross_entropy(
-        (*model)->Forward(torch::cat(images)), torch::cat(labels));
+    torch::Tensor loss = torch::nn::functional::cross_entropy((*model)->Forward(torch::cat(images)),
+                                                              torch::cat(labels));
     loss.backward();
     optimizer->step();
   }
@@ -137,8 +146,8 @@ void ExpectRanksEqualAndMatchReference(const std::string& dir, const std::string
 TEST(DdpEquivalenceTest, SgdTwoRanksEqualOneProcessOnConcatenatedBatches) {
   ScratchDir dir;
   // 1 KiB buckets: several all-reduces per step, each launched from a gradient hook.
-  TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "sgd", "--momentum", "0",
-                             "-lr", "0.1", "--bucket-mb", "0.001"});
+  TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "sgd", "--momentum", "0", "-lr",
+                             "0.1", "--bucket-mb", "0.001"});
   ExpectRanksEqualAndMatchReference(dir.path(), "sgd");
   const std::string metrics = ReadFile(dir.path() + "/metrics.0.jsonl");
   // conv1.{weight,bias} | conv2.weight | conv2.bias, fc.{weight,bias} (1 KiB cap, back to
@@ -150,16 +159,16 @@ TEST(DdpEquivalenceTest, SgdTwoRanksEqualOneProcessOnConcatenatedBatches) {
 
 TEST(DdpEquivalenceTest, AdamTwoRanksEqualOneProcessOnConcatenatedBatches) {
   ScratchDir dir;
-  TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "adam", "-lr", "1e-2",
-                             "--betas", "0.9", "0.999"});
+  TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "adam", "-lr", "1e-2", "--betas",
+                             "0.9", "0.999"});
   ExpectRanksEqualAndMatchReference(dir.path(), "adam");
   EXPECT_NE(ReadFile(dir.path() + "/metrics.1.jsonl").find("\"buckets\":1"), std::string::npos);
 }
 
 TEST(DdpEquivalenceTest, ResNet18RanksStayIdentical) {
   ScratchDir dir;
-  TrainTwoRanks(dir.path(), {"--arch", "resnet18", "--crop", "32", "-b", "2",
-                             "--synthetic-batches", "2", "-lr", "1e-3", "--bucket-mb", "4"});
+  TrainTwoRanks(dir.path(), {"--arch", "resnet18", "--crop", "32", "-b", "2", "--synthetic-batches",
+                             "2", "-lr", "1e-3", "--bucket-mb", "4"});
   std::map<std::string, torch::Tensor> rank0 = LoadModel(dir.path() + "/model.0.pt");
   std::map<std::string, torch::Tensor> rank1 = LoadModel(dir.path() + "/model.1.pt");
   ASSERT_FALSE(rank0.empty());
@@ -168,7 +177,8 @@ TEST(DdpEquivalenceTest, ResNet18RanksStayIdentical) {
   for (const auto& [name, t] : rank0) {
     // BatchNorm running statistics last saw each rank's own batch (DDP does not
     // synchronize them after the final forward); parameters must match exactly.
-    if (name.find("running_") != std::string::npos || name.find("num_batches") != std::string::npos) {
+    if (name.find("running_") != std::string::npos ||
+        name.find("num_batches") != std::string::npos) {
       continue;
     }
     ++params;
@@ -198,11 +208,27 @@ TEST(DdpEquivalenceTest, RanksWithDifferentBatchCountsStopWithAnError) {
   for (int rank = 0; rank < 2; ++rank) {
     // Rank 1's source has one batch fewer than rank 0's.
     std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                     "--synthetic-batches", rank == 0 ? "3" : "2",
-                                     "--num-classes", "4", "-b", "2", "--crop", "8",
-                                     "--arch", "small-cnn", "--threads", "1", "--no-progress",
-                                     "--rank", absl::StrCat(rank), "--world-size", "2",
-                                     "--master-port", absl::StrCat(port), "--timeout", "60"};
+                                     "--synthetic-batches",
+                                     rank == 0 ? "3" : "2",
+                                     "--num-classes",
+                                     "4",
+                                     "-b",
+                                     "2",
+                                     "--crop",
+                                     "8",
+                                     "--arch",
+                                     "small-cnn",
+                                     "--threads",
+                                     "1",
+                                     "--no-progress",
+                                     "--rank",
+                                     absl::StrCat(rank),
+                                     "--world-size",
+                                     "2",
+                                     "--master-port",
+                                     absl::StrCat(port),
+                                     "--timeout",
+                                     "60"};
     ASSERT_TRUE(ranks[rank]
                     .Start(argv, absl::StrCat(dir.path(), "/r", rank, ".out"),
                            absl::StrCat(dir.path(), "/r", rank, ".err"))

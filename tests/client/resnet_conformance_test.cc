@@ -2,11 +2,11 @@
 // torchvision.models.resnet18 with every key matching, both give the same logits for
 // the same input, and the initialization follows torchvision's (kaiming fan_out for
 // convs, BN 1/0). The reference is Debian's Python torch + torchvision.
+#include <torch/torch.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/train/model.h"
@@ -65,9 +65,9 @@ diff = (out - io["logits"]).abs().max().item()
 print("max_abs_diff", diff)
 sys.exit(0 if diff < 1e-4 else 1)
 )";
-  const std::string command = absl::StrCat(REFERENCE_PYTHON, " ", script, " ", dir.path(),
-                                           "/model.pt ", dir.path(), "/io.pt > ", dir.path(),
-                                           "/py.out 2>&1");
+  const std::string command =
+      absl::StrCat(REFERENCE_PYTHON, " ", script, " ", dir.path(), "/model.pt ", dir.path(),
+                   "/io.pt > ", dir.path(), "/py.out 2>&1");
   const int status = std::system(command.c_str());
   EXPECT_EQ(status, 0) << ReadWholeFile(dir.path() + "/py.out");
 }
@@ -83,7 +83,8 @@ TEST(ResNetConformanceTest, TorchvisionInitialization) {
       const double expected = std::sqrt(2.0 / fan_out);
       EXPECT_NEAR(t.std().item<double>(), expected, 0.1 * expected) << name;
       EXPECT_NEAR(t.mean().item<double>(), 0.0, 0.1 * expected) << name;
-    } else if (name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos) {
+    } else if (name.find("bn") != std::string::npos ||
+               name.find("downsample.1") != std::string::npos) {
       const double want = name.find("weight") != std::string::npos ? 1.0 : 0.0;
       EXPECT_TRUE(torch::equal(t, torch::full_like(t, want))) << name;
     } else if (name == "fc.weight") {

@@ -3,13 +3,12 @@
 // --nproc-per-node stops the other ranks when one fails, and a TorchScript --model
 // trains data-parallel and is saved as TorchScript.
 #include <stdlib.h>
+#include <torch/script.h>
+#include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
-
-#include <torch/script.h>
-#include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/train/metrics.h"
@@ -35,8 +34,8 @@ absl::StatusOr<TrainOptions> Parse(std::vector<std::string> args) {
 class TrainOptionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                          "MASTER_PORT"}) {
+    for (const char* v :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
       unsetenv(v);
     }
   }
@@ -73,7 +72,8 @@ TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
   absl::StatusOr<TrainOptions> off = Parse({"--shuffle", "-1"});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->shuffle, -1);
-  absl::StatusOr<TrainOptions> eq = Parse({"--lr=0.5", "--mean=0.5,0.5,0.5", "--std", "1", "2", "3"});
+  absl::StatusOr<TrainOptions> eq =
+      Parse({"--lr=0.5", "--mean=0.5,0.5,0.5", "--std", "1", "2", "3"});
   ASSERT_TRUE(eq.ok()) << eq.status();
   EXPECT_DOUBLE_EQ(eq->lr, 0.5);
   EXPECT_EQ(eq->mean, (std::vector<double>{0.5, 0.5, 0.5}));
@@ -127,8 +127,8 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
 }
 
 TEST_F(TrainOptionsTest, LauncherFlagsAreStrippedForRanks) {
-  std::vector<std::string> args = {"shardcast-train", "--nproc-per-node", "2", "-b", "4",
-                                   "--nnodes=1", "--node-rank", "0", "--log-keys"};
+  std::vector<std::string> args = {"shardcast-train", "--nproc-per-node", "2", "-b",        "4",
+                                   "--nnodes=1",      "--node-rank",      "0", "--log-keys"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   EXPECT_EQ(ArgsWithoutLauncherFlags(static_cast<int>(argv.size()), argv.data()),
@@ -148,13 +148,13 @@ TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
   // wait there for 300 s unless the launcher stops it.
   std::filesystem::create_directories(dir.path() + "/ok0");
   ChildProcess launcher;
-  ASSERT_TRUE(launcher
-                  .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "2",
-                          "--num-classes", "2", "--arch", "small-cnn", "--crop", "8",
-                          "--nproc-per-node", "2", "--timeout", "300", "--metrics",
-                          dir.path() + "/ok{rank}/m.jsonl"},
-                         dir.path() + "/out", dir.path() + "/err")
-                  .ok());
+  ASSERT_TRUE(
+      launcher
+          .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "2", "--num-classes",
+                  "2", "--arch", "small-cnn", "--crop", "8", "--nproc-per-node", "2", "--timeout",
+                  "300", "--metrics", dir.path() + "/ok{rank}/m.jsonl"},
+                 dir.path() + "/out", dir.path() + "/err")
+          .ok());
   std::optional<int> status = launcher.WaitFor(std::chrono::seconds(60));
   ASSERT_TRUE(status.has_value()) << "the launcher did not stop rank 0";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
@@ -189,15 +189,32 @@ torch.jit.script(Net()).save(sys.argv[1])
       << ReadWholeFile(dir.path() + "/py.out");
   ChildProcess trainer;
   ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"), "--model", model,
-                          "--synthetic-batches", "3", "--num-classes", "3", "-b", "4", "--crop",
-                          "16", "--nproc-per-node", "2", "-lr", "0.05", "--threads", "1",
-                          "--no-progress", "--save", dir.path() + "/trained.{rank}.pt"},
+                  .Start({BinaryPath("client/shardcast-train"),
+                          "--model",
+                          model,
+                          "--synthetic-batches",
+                          "3",
+                          "--num-classes",
+                          "3",
+                          "-b",
+                          "4",
+                          "--crop",
+                          "16",
+                          "--nproc-per-node",
+                          "2",
+                          "-lr",
+                          "0.05",
+                          "--threads",
+                          "1",
+                          "--no-progress",
+                          "--save",
+                          dir.path() + "/trained.{rank}.pt"},
                          dir.path() + "/out", dir.path() + "/err")
                   .ok());
   std::optional<int> status = trainer.WaitFor(std::chrono::minutes(3));
   ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadWholeFile(dir.path() + "/err");
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << ReadWholeFile(dir.path() + "/err");
   torch::jit::Module initial = torch::jit::load(model);
   torch::jit::Module rank0 = torch::jit::load(dir.path() + "/trained.0.pt");
   torch::jit::Module rank1 = torch::jit::load(dir.path() + "/trained.1.pt");

@@ -6,15 +6,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <torch/torch.h>
 
 #include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
-#include <thread>
 #include <sstream>
-
-#include <torch/torch.h>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -135,23 +134,38 @@ class TrainResumeTest : public ::testing::Test {
   std::vector<std::string> RankArgs(const std::string& job, const std::string& tag, int rank,
                                     int port, const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                     "--server", server_->address(),
-                                     "--job-id", job,
-                                     "-b", absl::StrCat(kBatch),
-                                     "--epochs", absl::StrCat(kEpochs),
-                                     "--split", "sample",
-                                     "--seed", "3",
-                                     "--arch", "small-cnn",
-                                     "-lr", "3e-3",
-                                     "--threads", "1",
+                                     "--server",
+                                     server_->address(),
+                                     "--job-id",
+                                     job,
+                                     "-b",
+                                     absl::StrCat(kBatch),
+                                     "--epochs",
+                                     absl::StrCat(kEpochs),
+                                     "--split",
+                                     "sample",
+                                     "--seed",
+                                     "3",
+                                     "--arch",
+                                     "small-cnn",
+                                     "-lr",
+                                     "3e-3",
+                                     "--threads",
+                                     "1",
                                      "--no-progress",
                                      "--log-keys",
-                                     "--metrics", dir_.path() + "/" + tag + ".{rank}.jsonl",
-                                     "--save", dir_.path() + "/" + tag + ".{rank}.pt",
-                                     "--rank", absl::StrCat(rank),
-                                     "--world-size", absl::StrCat(kWorld),
-                                     "--master-port", absl::StrCat(port),
-                                     "--timeout", "60"};
+                                     "--metrics",
+                                     dir_.path() + "/" + tag + ".{rank}.jsonl",
+                                     "--save",
+                                     dir_.path() + "/" + tag + ".{rank}.pt",
+                                     "--rank",
+                                     absl::StrCat(rank),
+                                     "--world-size",
+                                     absl::StrCat(kWorld),
+                                     "--master-port",
+                                     absl::StrCat(port),
+                                     "--timeout",
+                                     "60"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -186,7 +200,8 @@ class TrainResumeTest : public ::testing::Test {
       size_t served = 0;
       for (int r = 0; r < kWorld; ++r) {
         size_t batches = 0;
-        for (const MetricsRun& run : ReadRuns(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"))) {
+        for (const MetricsRun& run :
+             ReadRuns(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"))) {
           for (const Step& s : run.steps) {
             if (s.epoch != epoch) continue;
             ++batches;
@@ -194,7 +209,8 @@ class TrainResumeTest : public ::testing::Test {
             seen.insert(s.keys.begin(), s.keys.end());
           }
         }
-        EXPECT_EQ(batches, static_cast<size_t>(kBatchesPerEpoch)) << "rank " << r << " epoch " << epoch;
+        EXPECT_EQ(batches, static_cast<size_t>(kBatchesPerEpoch))
+            << "rank " << r << " epoch " << epoch;
       }
       EXPECT_EQ(served, static_cast<size_t>(kSamples)) << "epoch " << epoch;
       EXPECT_EQ(seen.size(), static_cast<size_t>(kSamples)) << "epoch " << epoch;
@@ -216,7 +232,8 @@ TEST_F(TrainResumeTest, TwoRanksTwoEpochsLossFallsAndEachRankGetsNBatches) {
   ASSERT_TRUE(launcher.Start(argv, dir_.path() + "/e2e.out", dir_.path() + "/e2e.err").ok());
   std::optional<int> status = launcher.WaitFor(std::chrono::minutes(5));
   ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << ReadWholeFile(dir_.path() + "/e2e.err");
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << ReadWholeFile(dir_.path() + "/e2e.err");
   for (int r = 0; r < kWorld; ++r) {
     std::vector<MetricsRun> runs = ReadRuns(absl::StrCat(dir_.path(), "/e2e.", r, ".jsonl"));
     ASSERT_EQ(runs.size(), 1u);
@@ -234,8 +251,9 @@ TEST_F(TrainResumeTest, TwoRanksTwoEpochsLossFallsAndEachRankGetsNBatches) {
   }
   ExpectExactlyOncePerEpoch("e2e");
   // Rank 0 drew the progress bar (plain lines: stderr is a file here).
-  EXPECT_NE(ReadWholeFile(dir_.path() + "/e2e.err").find("epoch 2/2 [########################] 64/64"),
-            std::string::npos)
+  EXPECT_NE(
+      ReadWholeFile(dir_.path() + "/e2e.err").find("epoch 2/2 [########################] 64/64"),
+      std::string::npos)
       << ReadWholeFile(dir_.path() + "/e2e.err");
 }
 
@@ -297,9 +315,11 @@ TEST_F(TrainResumeTest, KilledRankResumesWithThePlannedBatches) {
     ChildProcess ranks[kWorld];
     StartRanks(ranks, "job", "run", ckpt_flags);
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(3);
-    while (!std::filesystem::exists(ckpt_dir + "/latest") && std::chrono::steady_clock::now() < until) {
+    while (!std::filesystem::exists(ckpt_dir + "/latest") &&
+           std::chrono::steady_clock::now() < until) {
       ASSERT_FALSE(ranks[0].WaitFor(std::chrono::milliseconds(5)).has_value())
-          << "rank 0 exited before checkpointing:\n" << ReadWholeFile(dir_.path() + "/run.0.err");
+          << "rank 0 exited before checkpointing:\n"
+          << ReadWholeFile(dir_.path() + "/run.0.err");
     }
     ASSERT_TRUE(std::filesystem::exists(ckpt_dir + "/latest")) << "no checkpoint in 3 minutes";
     const int killed = ranks[1].Kill(SIGKILL);
@@ -332,8 +352,8 @@ TEST_F(TrainResumeTest, KilledRankResumesWithThePlannedBatches) {
     const MetricsRun& resumed = runs[1];
     EXPECT_TRUE(resumed.ended);
     // The checkpoint named in `latest` is where the resumed run starts.
-    EXPECT_NE(latest.find(absl::StrFormat("ckpt-e%04d-b%06d.pt", resumed.start_epoch,
-                                          resumed.start_batch)),
+    EXPECT_NE(latest.find(
+                  absl::StrFormat("ckpt-e%04d-b%06d.pt", resumed.start_epoch, resumed.start_batch)),
               std::string::npos)
         << latest;
     EXPECT_EQ(resumed.start_step % 5, 0);
@@ -341,8 +361,7 @@ TEST_F(TrainResumeTest, KilledRankResumesWithThePlannedBatches) {
     for (const Step& s : first.steps) {
       EXPECT_EQ(s.keys, (planned[{r, s.epoch, s.batch}])) << "before kill, rank " << r;
     }
-    int64_t epoch = resumed.start_epoch, batch = resumed.start_batch,
-            step = resumed.start_step;
+    int64_t epoch = resumed.start_epoch, batch = resumed.start_batch, step = resumed.start_step;
     for (const Step& s : resumed.steps) {
       if (batch == kBatchesPerEpoch) {
         ++epoch;
