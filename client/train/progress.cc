@@ -2,6 +2,7 @@
 #include "client/train/progress.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 
@@ -10,7 +11,7 @@ namespace {
 
 std::string FormatDuration(double seconds) {
   if (!(seconds >= 0) || seconds > 360000) return "--:--";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  const int64_t s = std::llround(seconds);
   if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, (s / 60) % 60, s % 60);
   return absl::StrFormat("%02d:%02d", s / 60, s % 60);
 }

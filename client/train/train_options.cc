@@ -17,10 +17,8 @@ namespace {
 template <typename T>
 absl::Status ParseNumber(const std::string& flag, const std::string& text, T* out) {
   bool ok;
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (std::is_floating_point_v<T>) {
     ok = absl::SimpleAtod(text, out);
-  } else if constexpr (std::is_same_v<T, uint64_t>) {
-    ok = absl::SimpleAtoi(text, out);
   } else {
     ok = absl::SimpleAtoi(text, out);
   }
