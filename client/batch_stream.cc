@@ -60,6 +60,13 @@ std::shared_ptr<grpc::Channel> MakeChannel(const BatchStreamOptions& options) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  // A server host that vanishes without closing the connection (power loss, network
+  // partition) would leave Read() blocked forever; keepalive pings turn that into a
+  // broken stream, which then reconnects. 5 minutes is the least interval a gRPC
+  // server accepts by default (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS)
+  // before it answers pings with GOAWAY.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 300 * 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
 }
 
