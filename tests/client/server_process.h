@@ -94,25 +94,31 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   absl::Status Start(const std::vector<std::string>& argv, const std::string& stdout_path,
-                     const std::string& stderr_path,
-                     const std::vector<std::string>& extra_env = {}) {
+                     const std::string& stderr_path) {
     stdout_path_ = stdout_path;
     stderr_path_ = stderr_path;
+    // Everything the child needs is prepared before fork(): the parent has gRPC and
+    // torch threads, so the child only makes async-signal-safe calls.
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0 || err < 0) {
+      if (out >= 0) close(out);
+      if (err >= 0) close(err);
+      return absl::InternalError(absl::StrCat("cannot create ", stdout_path, " / ", stderr_path));
+    }
     pid_t pid = fork();
-    if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {
-      int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out < 0 || err < 0) _exit(126);
-      dup2(out, 1);
+      dup2(out, 1);  // dup2'ed descriptors do not inherit O_CLOEXEC
       dup2(err, 2);
-      for (const std::string& kv : extra_env) putenv(strdup(kv.c_str()));
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
       execv(args[0], args.data());
       _exit(127);
     }
+    close(out);
+    close(err);
+    if (pid < 0) return absl::InternalError("fork failed");
     pid_ = pid;
     return absl::OkStatus();
   }
