@@ -368,9 +368,10 @@ Model and optimization:
 Outputs:
   --metrics PATH           JSON lines, one file per rank: "{rank}" in PATH is replaced by the
                            rank, otherwise ".rank<R>" is appended. Events: "start", "step"
-                           (epoch, batch, step, loss, acc, images_per_s, global_loss, global_acc),
-                           "checkpoint", "epoch" (batches consumed by every rank, n, averages),
-                           "end". Appended to when resuming.
+                           (epoch, batch, step, loss, acc, images_per_s, step_s, wait_s = time
+                           waiting for input, global_loss, global_acc), "checkpoint", "epoch"
+                           (batches consumed by every rank, n, averages), "end". Appended to
+                           when resuming.
   --log-keys               add the sample keys of each batch to "step" lines
   --ckpt-dir DIR           checkpoints (rank 0 writes DIR/ckpt-e<E>-b<B>.pt and DIR/latest)
                            at every epoch end and every --ckpt-every N steps

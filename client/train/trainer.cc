@@ -164,6 +164,8 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
     while (true) {
       const auto step_start = Clock::now();
       absl::StatusOr<std::optional<TrainingBatch>> next = source_->Next();
+      // Time spent waiting for input: near zero unless the data pipeline stalls training.
+      const double wait_seconds = Seconds(Clock::now() - step_start);
       if (!next.ok()) {
         return WithRank(rank, absl::Status(next.status().code(),
                                            absl::StrCat("epoch ", epoch, " batch ", consumed, ": ",
@@ -264,6 +266,8 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
             .Add("global_loss", g_count > 0 ? g_loss_sum / g_count : 0.0)
             .Add("global_acc", g_count > 0 ? g_correct / g_count : 0.0)
             .Add("images_per_s", step_seconds > 0 ? batch_images / step_seconds : 0.0)
+            .Add("step_s", step_seconds)
+            .Add("wait_s", wait_seconds)
             .AddTime("time", UnixTime());
         // Buckets whose all-reduce started inside backward (overlapping it).
         if (reducer) line.Add("buckets_in_backward", reducer->launched_during_backward());

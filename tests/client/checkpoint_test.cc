@@ -1,0 +1,196 @@
+// Checkpoints: a round trip restores weights, buffers, optimizer state and position;
+// unreadable, foreign or mismatched checkpoints are refused with messages naming the
+// file and the problem; the checkpoint directory keeps the newest N and a `latest`
+// pointer; shardcast-train refuses to resume under a different job configuration.
+#include "client/train/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/train/model.h"
+#include "gtest/gtest.h"
+#include "server_process.h"
+
+namespace shardcast::train {
+namespace {
+
+using testing_util::BinaryPath;
+using testing_util::ChildProcess;
+using testing_util::ReadWholeFile;
+using testing_util::ScratchDir;
+
+std::unique_ptr<TrainableModel> Model(const std::string& arch, int64_t classes, uint64_t seed) {
+  ModelSpec spec;
+  spec.arch = arch;
+  spec.num_classes = classes;
+  spec.init_seed = seed;
+  return std::move(*MakeModel(spec));
+}
+
+std::unique_ptr<torch::optim::Adam> AdamFor(TrainableModel& model) {
+  return std::make_unique<torch::optim::Adam>(model.Parameters(), torch::optim::AdamOptions(1e-2));
+}
+
+void TrainOneStep(TrainableModel& model, torch::optim::Optimizer& optimizer) {
+  optimizer.zero_grad();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(
+      model.Forward(torch::randn({4, 3, 32, 32})), torch::tensor({0, 1, 2, 3}));
+  loss.backward();
+  optimizer.step();
+}
+
+TEST(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/c.pt";
+  std::unique_ptr<TrainableModel> a = Model("resnet18", 4, 1);
+  auto opt_a = AdamFor(*a);
+  TrainOneStep(*a, *opt_a);
+  CheckpointPosition saved{/*epoch=*/2,        /*next_batch=*/17,
+                           /*global_step=*/81, /*world_size=*/2,
+                           /*batch_size=*/8,   "plan-abc"};
+  ASSERT_TRUE(SaveCheckpoint(path, *a, *opt_a, saved).ok());
+
+  std::unique_ptr<TrainableModel> b = Model("resnet18", 4, 2);  // different init
+  auto opt_b = AdamFor(*b);
+  absl::StatusOr<CheckpointPosition> loaded = LoadCheckpoint(path, *b, *opt_b, torch::kCPU);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->epoch, 2);
+  EXPECT_EQ(loaded->next_batch, 17);
+  EXPECT_EQ(loaded->global_step, 81);
+  EXPECT_EQ(loaded->world_size, 2);
+  EXPECT_EQ(loaded->batch_size, 8);
+  EXPECT_EQ(loaded->fingerprint, "plan-abc");
+  NamedTensors pa = a->NamedParameters(), pb = b->NamedParameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i].second, pb[i].second));
+  NamedTensors ba = a->NamedBuffers(), bb = b->NamedBuffers();
+  ASSERT_EQ(ba.size(), 60u);  // running_mean/var + num_batches_tracked of 20 BNs
+  for (size_t i = 0; i < ba.size(); ++i) EXPECT_TRUE(torch::equal(ba[i].second, bb[i].second));
+  // The same next step from both: only equal if Adam's moments and step count came back.
+  torch::manual_seed(9);
+  TrainOneStep(*a, *opt_a);
+  torch::manual_seed(9);
+  TrainOneStep(*b, *opt_b);
+  pa = a->NamedParameters();
+  pb = b->NamedParameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pa[i].second, pb[i].second, 1e-5, 1e-6)) << pa[i].first;
+  }
+}
+
+TEST(CheckpointTest, CorruptOrForeignCheckpointsAreRefused) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/c.pt";
+  std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 4, 1);
+  auto opt = AdamFor(*cnn);
+  ASSERT_TRUE(SaveCheckpoint(path, *cnn, *opt, CheckpointPosition{}).ok());
+
+  // Truncated.
+  const std::string truncated = dir.path() + "/truncated.pt";
+  std::string bytes = ReadWholeFile(path);
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  absl::StatusOr<CheckpointPosition> r = LoadCheckpoint(truncated, *cnn, *opt, torch::kCPU);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find(truncated + " is unreadable"), std::string::npos)
+      << r.status();
+
+  // Another architecture.
+  std::unique_ptr<TrainableModel> resnet = Model("resnet18", 4, 1);
+  auto opt_r = AdamFor(*resnet);
+  r = LoadCheckpoint(path, *resnet, *opt_r, torch::kCPU);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("'conv1.weight' has shape [8, 3, 3, 3], the model's is "
+                                      "[64, 3, 7, 7]"),
+            std::string::npos)
+      << r.status();
+
+  // Same architecture, another class count.
+  std::unique_ptr<TrainableModel> wide = Model("small-cnn", 7, 1);
+  auto opt_w = AdamFor(*wide);
+  r = LoadCheckpoint(path, *wide, *opt_w, torch::kCPU);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("'fc.weight' has shape [4, 16], the model's is [7, 16]"),
+            std::string::npos)
+      << r.status();
+
+  // Optimizer of another kind.
+  torch::optim::SGD sgd(cnn->Parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  r = LoadCheckpoint(path, *cnn, sgd, torch::kCPU);
+  EXPECT_FALSE(r.ok());
+
+  // Not there at all.
+  EXPECT_EQ(ResolveResumePath(dir.path() + "/missing.pt").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ResolveResumePath(dir.path()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, DirectoryKeepsNewestAndLatest) {
+  ScratchDir dir;
+  std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 2, 1);
+  auto opt = AdamFor(*cnn);
+  for (int batch : {5, 10, 15, 20}) {
+    CheckpointPosition p;
+    p.epoch = 1;
+    p.next_batch = batch;
+    ASSERT_TRUE(SaveCheckpointInDir(dir.path(), /*keep=*/2, *cnn, *opt, p).ok());
+  }
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    files.push_back(e.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"ckpt-e0001-b000015.pt", "ckpt-e0001-b000020.pt", "latest"}));
+  absl::StatusOr<std::string> resolved = ResolveResumePath(dir.path());
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(*resolved, dir.path() + "/ckpt-e0001-b000020.pt");
+}
+
+TEST(CheckpointTest, TrainerRefusesToResumeAnotherJobConfiguration) {
+  ScratchDir dir;
+  auto run = [&](const std::vector<std::string>& extra, const std::string& tag) {
+    std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
+                                     "--synthetic-batches",
+                                     "3",
+                                     "--num-classes",
+                                     "2",
+                                     "--arch",
+                                     "small-cnn",
+                                     "--crop",
+                                     "8",
+                                     "--epochs",
+                                     "2",
+                                     "--no-progress",
+                                     "--ckpt-dir",
+                                     dir.path() + "/ckpt"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ChildProcess p;
+    EXPECT_TRUE(
+        p.Start(argv, dir.path() + "/" + tag + ".out", dir.path() + "/" + tag + ".err").ok());
+    std::optional<int> status = p.WaitFor(std::chrono::minutes(2));
+    EXPECT_TRUE(status.has_value());
+    return status.value_or(-1);
+  };
+  int status = run({"-b", "4", "--max-steps", "2"}, "first");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << ReadWholeFile(dir.path() + "/first.err");
+  status = run({"-b", "8", "--resume", dir.path() + "/ckpt"}, "second");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  const std::string err = ReadWholeFile(dir.path() + "/second.err");
+  EXPECT_NE(err.find("was taken with world size 1, batch size 4"), std::string::npos) << err;
+  EXPECT_NE(err.find("this run has world size 1, batch size 8"), std::string::npos) << err;
+  // The same configuration resumes (from batch 2 of epoch 0) and finishes.
+  status = run({"-b", "4", "--resume", dir.path() + "/ckpt", "--metrics", dir.path() + "/m.jsonl"},
+               "third");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << ReadWholeFile(dir.path() + "/third.err");
+  const std::string metrics = ReadWholeFile(dir.path() + "/m.jsonl.rank0");
+  EXPECT_NE(metrics.find("\"event\":\"start\",\"rank\":0,\"world_size\":1"), std::string::npos);
+  EXPECT_NE(metrics.find("\"epoch\":0,\"next_batch\":2,\"step\":2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\"event\":\"end\",\"rank\":0,\"step\":6"), std::string::npos) << metrics;
+}
+
+}  // namespace
+}  // namespace shardcast::train
