@@ -105,7 +105,8 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
       ::setenv("MASTER_ADDR", spec.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       std::vector<std::string> args = {"shardcast-train"};
-      // Explicit rank flags would override the environment we just set.
+      // (Option parsing refuses --rank/--world-size/--local-rank with --nproc-per-node,
+      // so these arguments cannot override the variables set above.)
       for (const auto& a : spec.rank_args) args.push_back(a);
       std::vector<char*> cargv;
       for (auto& a : args) cargv.push_back(a.data());

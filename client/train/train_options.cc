@@ -270,6 +270,7 @@ absl::StatusOr<TrainOptions> ParseTrainOptions(int argc, char** argv) {
 
   std::vector<FlagSpec> specs = MakeSpecs(&o);
   std::vector<std::string> args(argv + 1, argv + argc);
+  std::string rank_flag;  // the last of --rank/--world-size/--local-rank given, if any
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::optional<std::string> inline_value;
@@ -300,8 +301,15 @@ absl::StatusOr<TrainOptions> ParseTrainOptions(int argc, char** argv) {
       }
     }
     if (absl::Status s = spec->apply(name, values); !s.ok()) return s;
+    if (name == "--rank" || name == "--world-size" || name == "--local-rank") {
+      rank_flag = name;
+    }
   }
   if (!local_world_from_env && o.nproc_per_node == 0) o.local_world_size = 1;
+  if (o.nproc_per_node > 0 && !rank_flag.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        rank_flag, " cannot be combined with --nproc-per-node, which numbers the ranks itself"));
+  }
   if (absl::Status s = Validate(o); !s.ok()) return s;
   return o;
 }

@@ -118,6 +118,8 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--device", "tpu"}, "--device: 'tpu' is not cpu, cuda or cuda:N"},
            {{"--betas", "0.9", "1.5"}, "--betas must lie in [0, 1)"},
            {{"--log-keys=1"}, "--log-keys takes no value"},
+           {{"--nproc-per-node", "2", "--rank", "1"},
+            "--rank cannot be combined with --nproc-per-node"},
        }) {
     absl::StatusOr<TrainOptions> o = Parse(c.args);
     ASSERT_FALSE(o.ok()) << c.args[0];
