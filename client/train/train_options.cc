@@ -395,7 +395,7 @@ Outputs:
 Distributed (flags override torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT environment variables):
   --rank R, --world-size W, --local-rank L, --master-addr A (default 127.0.0.1),
-  --master-port P (default 29500)
+  --master-port P (default 29500; --nproc-per-node on one machine picks a free port)
   --nproc-per-node K       start K ranks on this machine (re-executing this program with
                            the variables set); signals are forwarded; if one rank fails the
                            others are stopped and the exit status is non-zero
