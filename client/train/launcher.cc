@@ -23,12 +23,23 @@ namespace {
 constexpr int kMaxRanks = 1024;
 pid_t g_children[kMaxRanks];
 std::atomic<int> g_num_children{0};
+// Set once we were signalled: ranks are stopping cleanly (rank 0 checkpoints), so one
+// rank's exit must not make us terminate the others.
+std::atomic<bool> g_stop_requested{false};
 
 void ForwardSignal(int sig) {
   const int n = g_num_children.load();
   for (int i = 0; i < n; ++i) {
     if (g_children[i] > 0) ::kill(g_children[i], sig);
   }
+}
+
+// Signals sent by a process (kill, systemd, a batch scheduler) are forwarded. Ctrl-C at
+// a terminal is not: the kernel already sent it to the whole foreground process group,
+// ranks included, and a second copy would cut their clean stop short.
+void OnSignal(int sig, siginfo_t* info, void*) {
+  g_stop_requested.store(true);
+  if (info == nullptr || info->si_code <= 0) ForwardSignal(sig);
 }
 
 // Binds port 0 on loopback and returns the port the kernel chose (torchrun standalone
@@ -84,7 +95,8 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
   const int world = k * spec.nnodes;
 
   struct sigaction forward {};
-  forward.sa_handler = ForwardSignal;
+  forward.sa_sigaction = OnSignal;
+  forward.sa_flags = SA_SIGINFO;
   sigemptyset(&forward.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &forward, nullptr);
 
@@ -144,12 +156,12 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
     --alive;
     const int code = ExitCodeOf(wstatus);
     if (code != 0) {
-      if (!stopping) {
+      if (!stopping && !g_stop_requested.load()) {
         std::fprintf(stderr, "shardcast-train: rank %d %s; stopping the other ranks\n",
                      spec.node_rank * k + local, Describe(wstatus).c_str());
       }
       if (result == 0) result = code;
-      if (!stopping) {
+      if (!stopping && !g_stop_requested.load()) {
         stopping = true;
         ForwardSignal(SIGTERM);
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

@@ -1,10 +1,13 @@
 // shardcast-train: LibTorch data-parallel trainer fed by shardcast-server.
 // See `shardcast-train --help` (text in train_options.cc).
+#include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +23,20 @@
 
 namespace shardcast::train {
 namespace {
+
+// The first SIGINT/SIGTERM asks for a clean stop at the next step (all ranks agree on
+// it, rank 0 checkpoints); SA_RESETHAND makes a second one end the process at once.
+std::atomic<int> g_stop_signal{0};
+
+void RequestStop(int sig) { g_stop_signal.store(sig); }
+
+void InstallStopHandlers() {
+  struct sigaction action {};
+  action.sa_handler = RequestStop;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM}) ::sigaction(sig, &action, nullptr);
+}
 
 // Errors end the process at once: a failed rank must not sit in c10d or gRPC
 // destructors waiting for peers that are gone (the launcher or torchrun notices the
@@ -173,9 +190,19 @@ int RunRank(const TrainOptions& o) {
   config.save_path = o.save;
   config.log_keys = o.log_keys;
   config.device = *device;
+  config.stop_signal = &g_stop_signal;
+  InstallStopHandlers();
   Trainer trainer(config, comm->get(), source.get(), model->get(), metrics.get(), &progress);
   absl::StatusOr<TrainerResult> result = trainer.Run();
   if (!result.ok()) Fail(result.status());
+  if (result->stopped_by_signal != 0) {
+    std::fprintf(stderr, "\nshardcast-train: rank %d stopped by %s after step %lld%s\n", o.rank,
+                 strsignal(result->stopped_by_signal), static_cast<long long>(result->global_step),
+                 o.ckpt_dir.empty() ? " (no --ckpt-dir: nothing saved)"
+                                    : "; --resume CKPT_DIR continues from there");
+    std::fflush(stderr);
+    ::_exit(128 + result->stopped_by_signal);
+  }
   if (show_progress) {
     std::fprintf(
         stderr,

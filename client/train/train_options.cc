@@ -402,6 +402,10 @@ MASTER_PORT environment variables):
   --nnodes N, --node-rank I  with --nproc-per-node on several machines (W = N*K)
   --timeout SECONDS        rendezvous and collective timeout (default 300)
 
+Signals: the first SIGINT/SIGTERM stops every rank cleanly at the same step (rank 0 writes
+a checkpoint there when --ckpt-dir is set; exit status 128 + signal); a second one ends
+the process at once.
+
 Tests and benchmarks only:
   --synthetic-batches N    no server: a deterministic in-memory generator of N batches per
                            epoch per rank (images --crop px, default 32; needs --num-classes)

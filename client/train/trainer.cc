@@ -2,6 +2,7 @@
 #include "client/train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <memory>
 
@@ -172,10 +173,34 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
                                                         next.status().message())));
       }
       // Agree first that every rank has a batch: a rank that ran short would otherwise
-      // leave its peers waiting in a gradient all-reduce it never joins.
-      torch::Tensor have = torch::full({1}, next->has_value() ? 1.0 : 0.0, stat_options);
+      // leave its peers waiting in a gradient all-reduce it never joins. The same
+      // all-reduce carries stop requests, so all ranks stop at the same step.
+      const int my_signal = config_.stop_signal ? config_.stop_signal->load() : 0;
+      torch::Tensor have = torch::tensor({next->has_value() ? 1.0 : 0.0, my_signal ? 1.0 : 0.0},
+                                         torch::TensorOptions().dtype(torch::kFloat64))
+                               .to(device);
       if (absl::Status s = comm_->AllReduce(have); !s.ok()) return WithRank(rank, s);
-      const int ranks_with_batch = static_cast<int>(have.item<double>() + 0.5);
+      const torch::Tensor agreed = have.cpu();
+      const int ranks_with_batch = static_cast<int>(agreed[0].item<double>() + 0.5);
+      if (agreed[1].item<double>() > 0) {
+        // The fetched batch is not trained on: the checkpoint points at it.
+        if (absl::Status s = Checkpoint(*optimizer, epoch, consumed); !s.ok()) {
+          return WithRank(rank, s);
+        }
+        result.stopped_by_signal = my_signal ? my_signal : SIGTERM;
+        result.global_step = global_step_;
+        if (metrics_) {
+          metrics_->Write(JsonLine()
+                              .Add("event", "stopped")
+                              .Add("rank", rank)
+                              .Add("signal", result.stopped_by_signal)
+                              .Add("epoch", epoch)
+                              .Add("next_batch", consumed)
+                              .Add("step", global_step_)
+                              .AddTime("time", UnixTime()));
+        }
+        return result;
+      }
       if (ranks_with_batch == 0) break;
       if (ranks_with_batch != world) {
         return WithRank(rank, absl::DataLossError(absl::StrFormat(

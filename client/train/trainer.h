@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct TrainerConfig {
   std::string save_path;    // "{rank}": every rank saves; else rank 0 only
   bool log_keys = false;
   torch::Device device = torch::kCPU;
+  // Set (to the signal number) by a SIGINT/SIGTERM handler: all ranks then stop at the
+  // same step boundary and rank 0 checkpoints there. Null: never stop early.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 struct TrainerResult {
@@ -43,6 +47,9 @@ struct TrainerResult {
   int64_t epochs_completed = 0;
   double last_epoch_loss = 0;  // averaged over ranks
   double last_epoch_acc = 0;
+  // Non-zero when the run stopped early on a signal (this rank's, or a peer's: then
+  // SIGTERM); the position is in the last checkpoint when --ckpt-dir was given.
+  int stopped_by_signal = 0;
 };
 
 class Trainer {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "client/train/metrics.h"
@@ -165,6 +166,83 @@ TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
       << err;
   EXPECT_NE(err.find("rank 1 exited with status 1; stopping the other ranks"), std::string::npos)
       << err;
+}
+
+size_t CountLines(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom) {
+  ScratchDir dir;
+  const std::vector<std::string> common = {BinaryPath("client/shardcast-train"),
+                                           "--synthetic-batches",
+                                           "100000",
+                                           "--num-classes",
+                                           "2",
+                                           "--arch",
+                                           "small-cnn",
+                                           "--crop",
+                                           "8",
+                                           "-b",
+                                           "2",
+                                           "--threads",
+                                           "1",
+                                           "--no-progress",
+                                           "--ckpt-dir",
+                                           dir.path() + "/ckpt",
+                                           "--metrics",
+                                           dir.path() + "/m.{rank}.jsonl"};
+  std::vector<std::string> argv = common;
+  argv.insert(argv.end(), {"--nproc-per-node", "2"});
+  ChildProcess launcher;
+  ASSERT_TRUE(launcher.Start(argv, dir.path() + "/out", dir.path() + "/err").ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (CountLines(ReadWholeFile(dir.path() + "/m.1.jsonl"), "\"event\":\"step\"") < 3 &&
+         std::chrono::steady_clock::now() < until) {
+    ASSERT_FALSE(launcher.WaitFor(std::chrono::milliseconds(10)).has_value())
+        << ReadWholeFile(dir.path() + "/err");
+  }
+  kill(launcher.pid(), SIGTERM);
+  std::optional<int> status = launcher.WaitFor(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value()) << "ranks did not stop";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + SIGTERM) << *status;
+  // Both ranks stopped at the same position; rank 0 checkpointed exactly there.
+  std::string stopped[2];
+  for (int r = 0; r < 2; ++r) {
+    const std::string metrics = ReadWholeFile(absl::StrCat(dir.path(), "/m.", r, ".jsonl"));
+    const size_t at = metrics.find("\"event\":\"stopped\"");
+    ASSERT_NE(at, std::string::npos) << "rank " << r << ":\n" << ReadWholeFile(dir.path() + "/err");
+    stopped[r] = metrics.substr(metrics.find("\"epoch\"", at));
+    stopped[r] = stopped[r].substr(0, stopped[r].find(",\"time\""));
+  }
+  EXPECT_EQ(stopped[0], stopped[1]);
+  const std::string checkpoint = ReadWholeFile(dir.path() + "/m.0.jsonl");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(stopped[0], m, std::regex("\"next_batch\":(\\d+),\"step\":(\\d+)")))
+      << stopped[0];
+  const std::string next_batch = m[1], step = m[2];
+  EXPECT_NE(checkpoint.find(absl::StrCat("\"event\":\"checkpoint\",\"rank\":0,\"epoch\":0,"
+                                         "\"next_batch\":",
+                                         next_batch, ",\"step\":", step)),
+            std::string::npos)
+      << checkpoint;
+  // It resumes from there.
+  argv = common;
+  argv.insert(argv.end(), {"--nproc-per-node", "2", "--resume", dir.path() + "/ckpt", "--max-steps",
+                           absl::StrCat(std::stoi(step) + 2)});
+  ChildProcess resumed;
+  ASSERT_TRUE(resumed.Start(argv, dir.path() + "/out2", dir.path() + "/err2").ok());
+  status = resumed.WaitFor(std::chrono::minutes(2));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << ReadWholeFile(dir.path() + "/err2");
+  EXPECT_NE(ReadWholeFile(dir.path() + "/m.1.jsonl")
+                .find(absl::StrCat("\"epoch\":0,\"next_batch\":", next_batch, ",\"step\":", step)),
+            std::string::npos);
 }
 
 TEST(TrainTorchScriptTest, ScriptedModelTrainsDataParallelAndSavesTorchScript) {
