@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -52,11 +51,23 @@ struct RankMetrics {
   bool ended = false;
 };
 
+// The raw JSON value of `name` in a one-line object written by shardcast-train: a
+// string (with its quotes), an array (with its brackets) or a number.
 std::string Field(const std::string& line, const std::string& name) {
-  const std::regex re("\"" + name + "\":(\"[^\"]*\"|\\[[^\\]]*\\]|[^,}]*)");
-  std::smatch m;
-  if (!std::regex_search(line, m, re)) return "";
-  return m[1];
+  const std::string tag = "\"" + name + "\":";
+  const size_t at = line.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + tag.size();
+  size_t end = begin;
+  if (begin < line.size() && line[begin] == '"') {
+    end = line.find('"', begin + 1) + 1;
+  } else if (begin < line.size() && line[begin] == '[') {
+    end = line.find(']', begin) + 1;
+  } else {
+    end = line.find_first_of(",}", begin);
+  }
+  if (end == std::string::npos || end == 0) return "";
+  return line.substr(begin, end - begin);
 }
 
 RankMetrics ParseMetrics(const std::string& path) {

@@ -11,12 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -207,25 +207,22 @@ class ServerProcess {
   std::string Stderr() const { return child_.Stderr(); }
 
  private:
-  // The port from the server's stdout: the number after the last ':' of the first
-  // line that names an address, or a line that is just a number.
+  // The port from the server's stdout ("shardcast-server listening on HOST:PORT"): the
+  // digits after the last ':' of the first complete line that ends in ":PORT", or a
+  // line that is just a number.
   static std::optional<int> ParsePort(const std::string& text) {
-    static const std::regex address(R"(:(\d{2,5})\b)");
-    static const std::regex bare(R"(^\s*(\d{2,5})\s*$)");
-    std::istringstream lines(text);
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (lines.eof() && text.back() != '\n') break;  // incomplete line
-      std::smatch m;
-      if (std::regex_match(line, m, bare)) return std::stoi(m[1]);
-      std::optional<int> last;
-      for (auto it = std::sregex_iterator(line.begin(), line.end(), address);
-           it != std::sregex_iterator(); ++it) {
-        last = std::stoi((*it)[1]);
-      }
-      if (last) return last;
+    size_t start = 0;
+    while (true) {
+      const size_t end = text.find('\n', start);
+      if (end == std::string::npos) return std::nullopt;  // no complete line yet
+      const std::string line = text.substr(start, end - start);
+      start = end + 1;
+      size_t digits = line.size();
+      while (digits > 0 && std::isdigit(static_cast<unsigned char>(line[digits - 1]))) --digits;
+      const size_t count = line.size() - digits;
+      if (count < 1 || count > 5) continue;
+      if (digits == 0 || line[digits - 1] == ':') return std::stoi(line.substr(digits));
     }
-    return std::nullopt;
   }
 
   std::string shards_dir_;

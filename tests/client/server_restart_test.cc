@@ -44,9 +44,9 @@ class ServerRestartTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_FALSE(scratch_.path().empty());
     shards_ = scratch_.path() + "/shards";
-    // 480 samples, B=8, W=1: n = 60 batches of 96 KiB (crop 64), 5.6 MiB in all: more
-    // than gRPC's flow-control window lets the server send ahead, so the stream is
-    // still open when the server is killed.
+    // 480 samples, B=8, W=1: n = 60 batches of 216 KiB (crop 96), 12.7 MiB in all: far
+    // more than the HTTP/2 flow-control window lets the client buffer, so the stream
+    // is still open when the server is killed.
     ASSERT_TRUE(MakeSyntheticShards(shards_, 480, 4, 32, 60).ok());
     server_ = std::make_unique<ServerProcess>(shards_, scratch_.path());
     absl::Status started = server_->Start();
@@ -62,8 +62,8 @@ class ServerRestartTest : public ::testing::Test {
     options.job.set_batch_size(kBatch);
     options.job.set_split(v1::SPLIT_SAMPLE);
     options.job.set_seed(5);
-    options.job.mutable_transform()->set_resize(64);
-    options.job.mutable_transform()->set_crop(64);
+    options.job.mutable_transform()->set_resize(96);
+    options.job.mutable_transform()->set_crop(96);
     options.prefetch = 2;
     options.reconnect_initial_seconds = 0.05;
     options.reconnect_max_seconds = 0.5;
