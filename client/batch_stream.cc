@@ -98,6 +98,12 @@ class BatchStream::Impl {
     for (double s : options_.std) {
       if (!(s > 0)) return absl::InvalidArgumentError(absl::StrCat("std must be > 0, got ", s));
     }
+    if (options_.device.is_cuda() && !torch::cuda::is_available()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "device %s requested, but this LibTorch has no CUDA or sees no GPU (see README: "
+          "Building with CUDA)",
+          options_.device.str()));
+    }
     if (options_.prefetch < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
@@ -208,7 +214,16 @@ class BatchStream::Impl {
           options_.job.job_id(), options_.job.rank(), epoch, expected_index, msg.epoch(),
           msg.index()));
     }
-    return std::optional<TrainingBatch>(ToTensors(std::move(item.batch)));
+    // Tensor code reports failures (device out of memory, a broken CUDA context) as
+    // c10::Error; they become a status here, as every other failure of Next() does.
+    try {
+      return std::optional<TrainingBatch>(ToTensors(std::move(item.batch)));
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrFormat(
+          "job '%s' rank %d epoch %d batch %d: converting to tensors on %s failed: %s",
+          options_.job.job_id(), options_.job.rank(), epoch, expected_index, options_.device.str(),
+          e.what_without_backtrace()));
+    }
   }
 
  private:

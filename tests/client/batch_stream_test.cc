@@ -288,6 +288,12 @@ TEST_F(BatchStreamTest, BadCallsAndRefusedJobsAreErrors) {
   bad_norm.mean = {0.5};
   EXPECT_EQ(BatchStream::Connect(bad_norm).status().code(), absl::StatusCode::kInvalidArgument);
 
+  if (!torch::cuda::is_available()) {
+    BatchStreamOptions no_gpu = Options("bad", 0, 1);
+    no_gpu.device = torch::Device(torch::kCUDA, 0);
+    EXPECT_EQ(BatchStream::Connect(no_gpu).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+
   auto stream = MustConnect(Options("calls", 0, 1));
   ASSERT_NE(stream, nullptr);
   EXPECT_EQ(stream->Next().status().code(), absl::StatusCode::kFailedPrecondition);
