@@ -9,42 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/json_fields.h"
 
 namespace shardcast::train {
 
-std::string JsonEscape(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 void JsonLine::Key(const std::string& key) {
   if (body_.size() > 1) body_ += ",";
-  body_ += JsonEscape(key) + ":";
+  body_ += JsonQuote(key) + ":";
 }
 
 JsonLine& JsonLine::Add(const std::string& key, int64_t value) {
@@ -77,7 +48,7 @@ JsonLine& JsonLine::Add(const std::string& key, bool value) {
 
 JsonLine& JsonLine::Add(const std::string& key, const std::string& value) {
   Key(key);
-  body_ += JsonEscape(value);
+  body_ += JsonQuote(value);
   return *this;
 }
 
@@ -92,7 +63,7 @@ JsonLine& JsonLine::Add(const std::string& key, const std::vector<int64_t>& valu
 JsonLine& JsonLine::Add(const std::string& key, const std::vector<std::string>& values) {
   Key(key);
   body_ += "[";
-  for (size_t i = 0; i < values.size(); ++i) body_ += (i ? "," : "") + JsonEscape(values[i]);
+  for (size_t i = 0; i < values.size(); ++i) body_ += (i ? "," : "") + JsonQuote(values[i]);
   body_ += "]";
   return *this;
 }

@@ -32,8 +32,6 @@ class JsonLine {
   std::string body_ = "{";
 };
 
-std::string JsonEscape(const std::string& s);
-
 class MetricsWriter {
  public:
   // "{rank}" in `pattern` is replaced by the rank; otherwise ".rank<R>" is appended.

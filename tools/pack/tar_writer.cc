@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_fields.h"
 
 namespace shardcast::pack {
 namespace {
@@ -253,39 +254,6 @@ absl::Status ShardWriter::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;
   return CloseCurrent();
-}
-
-// ---------------------------------------------------------------------------
-
-std::string JsonQuote(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += "\"";
-  return out;
 }
 
 std::string DatasetInfoJson(const DatasetInfo& info) {

@@ -146,9 +146,6 @@ std::string DatasetInfoJson(const DatasetInfo& info);
 // Writes OUT_DIR/info.json (via a temporary file and rename).
 absl::Status WriteDatasetInfo(const std::string& out_dir, const DatasetInfo& info);
 
-// JSON string literal for `s` (quotes included, control characters escaped).
-std::string JsonQuote(absl::string_view s);
-
 }  // namespace shardcast::pack
 
 #endif  // SHARDCAST_TOOLS_PACK_TAR_WRITER_H_
