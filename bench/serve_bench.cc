@@ -44,15 +44,15 @@
 #include "server/log.h"
 #include "server/served_dataset.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 #include "tools/pack/synthetic_dataset.h"
 
 namespace {
 
-namespace fs = std::filesystem;
 namespace v1 = ::shardcast::v1;
 using Clock = std::chrono::steady_clock;
 
-const std::string kServerBinary = SHARDCAST_BINARY_DIR "/server/shardcast-server";
 constexpr int kBatch = 32, kResize = 256, kCrop = 224;
 constexpr int64_t kBatchBytes = int64_t{kBatch} * 3 * kCrop * kCrop;
 
@@ -62,37 +62,20 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 // ------------------------------------------------------------------ child server
 
+// shardcast-server (tests/support) with its CPU time and memory read from /proc.
 class ChildServer {
  public:
-  explicit ChildServer(std::vector<std::string> args) {
-    args.insert(args.begin(), kServerBinary);
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    std::string line;
-    char c;
-    while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-    close(out[0]);
-    const size_t colon = line.rfind(':');
-    if (colon == std::string::npos || !absl::SimpleAtoi(line.substr(colon + 1), &port_)) {
-      std::fprintf(stderr, "serve_bench: server did not start: '%s'\n", line.c_str());
+  ChildServer(std::vector<std::string> args, const std::string& stdout_path) {
+    // stderr stays this process's: the server logs warnings only.
+    absl::Status started = server_.Start(std::move(args), stdout_path, "");
+    if (!started.ok()) {
+      std::fprintf(stderr, "serve_bench: server did not start: %s\n", started.ToString().c_str());
       std::exit(1);
     }
+    pid_ = server_.pid();
   }
-  ~ChildServer() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  ~ChildServer() { server_.Kill(SIGTERM); }
+  std::string target() const { return server_.target(); }
   // User + system CPU seconds the server has used so far.
   double CpuSeconds() const {
     std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
@@ -121,8 +104,8 @@ class ChildServer {
   }
 
  private:
+  shardcast::testing_util::ServerChild server_;
   pid_t pid_ = -1;
-  int port_ = 0;
 };
 
 std::unique_ptr<v1::Shardcast::Stub> Connect(const std::string& target) {
@@ -418,12 +401,11 @@ Flags ParseFlags(int argc, char** argv) {
 int main(int argc, char** argv) {
   const Flags flags = ParseFlags(argc, argv);
   shardcast::server::SetMinLogLevel(shardcast::server::LogLevel::kWarning);
+  // Server stdout files, and the synthetic data unless --data is given.
+  shardcast::testing_util::TempDir scratch("serve_bench");
   std::string data = flags.data;
-  std::string temp;
   if (data.empty()) {
-    temp = (fs::temp_directory_path() / "serve_bench_XXXXXX").string();
-    if (mkdtemp(temp.data()) == nullptr) std::abort();
-    data = temp + "/data";
+    data = scratch / "data";
     shardcast::pack::SyntheticOptions options;
     options.num_samples = flags.images;
     options.width = 500;
@@ -472,7 +454,7 @@ int main(int argc, char** argv) {
   std::map<int, std::vector<double>> round_ratios;
   int64_t base_rss = 0, peak_rss = 0;
   {
-    ChildServer server(common);
+    ChildServer server(common, scratch / "server-1.out");
     auto stub = Connect(server.target());
     WaitServing(stub.get());
     base_rss = server.Memory("VmRSS:");
@@ -495,7 +477,7 @@ int main(int argc, char** argv) {
   {
     std::vector<std::string> args = common;
     args.push_back("--bench-only-resend-first-batch");
-    ChildServer server(args);
+    ChildServer server(args, scratch / "server-2.out");
     auto stub = Connect(server.target());
     WaitServing(stub.get());
     for (int streams : {1, 2})
@@ -541,6 +523,5 @@ int main(int argc, char** argv) {
       "window %d x %.2f MB x 1.5 = %.1f MB: %s\n",
       base_rss / 1e6, peak_rss / 1e6, streams, flags.prefetch, kBatchBytes / 1e6, bound / 1e6,
       peak_rss <= bound ? "within" : "EXCEEDED");
-  if (!temp.empty()) fs::remove_all(temp);
   return 0;
 }

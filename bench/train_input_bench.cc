@@ -22,7 +22,9 @@
 #include "client/batch_stream.h"
 #include "client/train/resnet.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
-#include "tests/client/server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
       Die("unknown flag " + flag + " (see the header of bench/train_input_bench.cc)");
   }
 
-  tu::ScratchDir scratch;
+  tu::TempDir scratch;
   g_scratch = scratch.path();
   const std::string shards = scratch.path() + "/shards";
   if (auto s = tu::MakeSyntheticShards(shards, a.samples, 10, a.size, 256); !s.ok()) {

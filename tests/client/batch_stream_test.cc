@@ -13,14 +13,16 @@
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "common/shard_reader.h"
-#include "tests/client/server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast {
 namespace {
 
 using testing_util::MakeSyntheticShards;
-using testing_util::ScratchDir;
 using testing_util::ServerProcess;
+using testing_util::TempDir;
 
 constexpr int64_t kSamples = 300;
 constexpr int kClasses = 5;
@@ -32,7 +34,7 @@ constexpr int kBatch = 16;
 class BatchStreamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    scratch_ = new ScratchDir();
+    scratch_ = new TempDir();
     ASSERT_FALSE(scratch_->path().empty());
     shards_ = scratch_->path() + "/shards";
     ASSERT_TRUE(MakeSyntheticShards(shards_, kSamples, kClasses, kImageSize, 50).ok());
@@ -86,12 +88,12 @@ class BatchStreamTest : public ::testing::Test {
     return out;
   }
 
-  static ScratchDir* scratch_;
+  static TempDir* scratch_;
   static std::string shards_;
   static ServerProcess* server_;
 };
 
-ScratchDir* BatchStreamTest::scratch_ = nullptr;
+TempDir* BatchStreamTest::scratch_ = nullptr;
 std::string BatchStreamTest::shards_;
 ServerProcess* BatchStreamTest::server_ = nullptr;
 

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/train/model.h"
 #include "gtest/gtest.h"
-#include "server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::train {
 namespace {
@@ -20,7 +22,7 @@ namespace {
 using testing_util::BinaryPath;
 using testing_util::ChildProcess;
 using testing_util::ReadWholeFile;
-using testing_util::ScratchDir;
+using testing_util::TempDir;
 
 std::unique_ptr<TrainableModel> Model(const std::string& arch, int64_t classes, uint64_t seed) {
   ModelSpec spec;
@@ -43,7 +45,7 @@ void TrainOneStep(TrainableModel& model, torch::optim::Optimizer& optimizer) {
 }
 
 TEST(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path = dir.path() + "/c.pt";
   std::unique_ptr<TrainableModel> a = Model("resnet18", 4, 1);
   auto opt_a = AdamFor(*a);
@@ -81,7 +83,7 @@ TEST(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
 }
 
 TEST(CheckpointTest, CorruptOrForeignCheckpointsAreRefused) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path = dir.path() + "/c.pt";
   std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 4, 1);
   auto opt = AdamFor(*cnn);
@@ -127,7 +129,7 @@ TEST(CheckpointTest, CorruptOrForeignCheckpointsAreRefused) {
 }
 
 TEST(CheckpointTest, DirectoryKeepsNewestAndLatest) {
-  ScratchDir dir;
+  TempDir dir;
   std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 2, 1);
   auto opt = AdamFor(*cnn);
   for (int batch : {5, 10, 15, 20}) {
@@ -149,7 +151,7 @@ TEST(CheckpointTest, DirectoryKeepsNewestAndLatest) {
 }
 
 TEST(CheckpointTest, TrainerRefusesToResumeAnotherJobConfiguration) {
-  ScratchDir dir;
+  TempDir dir;
   auto run = [&](const std::vector<std::string>& extra, const std::string& tag) {
     std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
                                      "--synthetic-batches",

@@ -2,23 +2,24 @@
 // ranks end with identical weights, equal to one process training on both ranks'
 // batches with the mean loss; ResNet-18 ranks stay identical; ranks whose batch counts
 // differ stop with an error instead of hanging.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/train/batch_source.h"
 #include "client/train/model.h"
 #include "gtest/gtest.h"
-#include "server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/free_port.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::train {
 namespace {
 
 using testing_util::BinaryPath;
 using testing_util::ChildProcess;
-using testing_util::ScratchDir;
+using testing_util::FreePort;
+using testing_util::TempDir;
 
 constexpr int kClasses = 4;
 constexpr int kBatch = 4;
@@ -144,7 +145,7 @@ void ExpectRanksEqualAndMatchReference(const std::string& dir, const std::string
 }
 
 TEST(DdpEquivalenceTest, SgdTwoRanksEqualOneProcessOnConcatenatedBatches) {
-  ScratchDir dir;
+  TempDir dir;
   // 1 KiB buckets: several all-reduces per step, each launched from a gradient hook.
   TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "sgd", "--momentum", "0", "-lr",
                              "0.1", "--bucket-mb", "0.001"});
@@ -158,7 +159,7 @@ TEST(DdpEquivalenceTest, SgdTwoRanksEqualOneProcessOnConcatenatedBatches) {
 }
 
 TEST(DdpEquivalenceTest, AdamTwoRanksEqualOneProcessOnConcatenatedBatches) {
-  ScratchDir dir;
+  TempDir dir;
   TrainTwoRanks(dir.path(), {"--arch", "small-cnn", "--optimizer", "adam", "-lr", "1e-2", "--betas",
                              "0.9", "0.999"});
   ExpectRanksEqualAndMatchReference(dir.path(), "adam");
@@ -166,7 +167,7 @@ TEST(DdpEquivalenceTest, AdamTwoRanksEqualOneProcessOnConcatenatedBatches) {
 }
 
 TEST(DdpEquivalenceTest, ResNet18RanksStayIdentical) {
-  ScratchDir dir;
+  TempDir dir;
   TrainTwoRanks(dir.path(), {"--arch", "resnet18", "--crop", "32", "-b", "2", "--synthetic-batches",
                              "2", "-lr", "1e-3", "--bucket-mb", "4"});
   std::map<std::string, torch::Tensor> rank0 = LoadModel(dir.path() + "/model.0.pt");
@@ -189,20 +190,8 @@ TEST(DdpEquivalenceTest, ResNet18RanksStayIdentical) {
             std::string::npos);
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(DdpEquivalenceTest, RanksWithDifferentBatchCountsStopWithAnError) {
-  ScratchDir dir;
+  TempDir dir;
   const int port = FreePort();
   ChildProcess ranks[2];
   for (int rank = 0; rank < 2; ++rank) {

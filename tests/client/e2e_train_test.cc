@@ -17,7 +17,9 @@
 #include "absl/strings/str_split.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
-#include "tests/client/server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast {
 namespace {
@@ -26,8 +28,8 @@ using testing_util::BinaryPath;
 using testing_util::ChildProcess;
 using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
-using testing_util::ScratchDir;
 using testing_util::ServerProcess;
+using testing_util::TempDir;
 
 constexpr int64_t kSamples = 512;
 constexpr int kClasses = 4;
@@ -221,7 +223,7 @@ class E2ETrainTest : public ::testing::Test {
     return mean;
   }
 
-  ScratchDir scratch_;
+  TempDir scratch_;
   std::string shards_;
   std::unique_ptr<ServerProcess> server_;
   ChildProcess trainer_;

@@ -11,13 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "client/train/model.h"
 #include "gtest/gtest.h"
-#include "server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::train {
 namespace {
 
 using testing_util::ReadWholeFile;
-using testing_util::ScratchDir;
+using testing_util::TempDir;
 
 std::unique_ptr<TrainableModel> ResNet(int64_t classes, uint64_t seed) {
   ModelSpec spec;
@@ -30,7 +32,7 @@ std::unique_ptr<TrainableModel> ResNet(int64_t classes, uint64_t seed) {
 }
 
 TEST(ResNetConformanceTest, SameKeysAndLogitsAsTorchvision) {
-  ScratchDir dir;
+  TempDir dir;
   std::unique_ptr<TrainableModel> model = ResNet(10, 5);
   {
     // A few training steps first, so running statistics are not the defaults.

@@ -10,14 +10,16 @@
 #include <vector>
 
 #include "client/batch_stream.h"
-#include "tests/client/server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast {
 namespace {
 
 using testing_util::MakeSyntheticShards;
-using testing_util::ScratchDir;
 using testing_util::ServerProcess;
+using testing_util::TempDir;
 
 constexpr int kBatch = 8;
 
@@ -95,7 +97,7 @@ class ServerRestartTest : public ::testing::Test {
     ASSERT_EQ(server_->port(), port);
   }
 
-  ScratchDir scratch_;
+  TempDir scratch_;
   std::string shards_;
   std::unique_ptr<ServerProcess> server_;
 };

@@ -15,7 +15,9 @@
 #include "client/train/metrics.h"
 #include "client/train/train_options.h"
 #include "gtest/gtest.h"
-#include "server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::train {
 namespace {
@@ -23,7 +25,7 @@ namespace {
 using testing_util::BinaryPath;
 using testing_util::ChildProcess;
 using testing_util::ReadWholeFile;
-using testing_util::ScratchDir;
+using testing_util::TempDir;
 
 absl::StatusOr<TrainOptions> Parse(std::vector<std::string> args) {
   args.insert(args.begin(), "shardcast-train");
@@ -146,7 +148,7 @@ TEST(MetricsPathTest, RankPlaceholderOrSuffix) {
 }
 
 TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
-  ScratchDir dir;
+  TempDir dir;
   // Rank 1 cannot open its metrics file and fails before the rendezvous; rank 0 would
   // wait there for 300 s unless the launcher stops it.
   std::filesystem::create_directories(dir.path() + "/ok0");
@@ -177,7 +179,7 @@ size_t CountLines(const std::string& text, const std::string& needle) {
 }
 
 TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom) {
-  ScratchDir dir;
+  TempDir dir;
   const std::vector<std::string> common = {BinaryPath("client/shardcast-train"),
                                            "--synthetic-batches",
                                            "100000",
@@ -246,7 +248,7 @@ TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom
 }
 
 TEST(TrainTorchScriptTest, ScriptedModelTrainsDataParallelAndSavesTorchScript) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string script = dir.path() + "/make.py";
   std::ofstream(script) << R"(import sys, torch
 class Net(torch.nn.Module):

@@ -3,9 +3,6 @@
 // epoch); a rank killed mid-epoch resumes from its checkpoint with exactly the planned
 // batches and ends with the uninterrupted run's weights; a server killed and restarted
 // mid-epoch is reconnected to and training finishes with n batches per rank.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -20,35 +17,27 @@
 #include "absl/strings/str_split.h"
 #include "client/train/model.h"
 #include "gtest/gtest.h"
-#include "server_process.h"
+#include "tests/support/child_process.h"
+#include "tests/support/free_port.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::train {
 namespace {
 
 using testing_util::BinaryPath;
 using testing_util::ChildProcess;
+using testing_util::FreePort;
 using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
-using testing_util::ScratchDir;
 using testing_util::ServerProcess;
+using testing_util::TempDir;
 
 constexpr int kSamples = 256;
 constexpr int kBatch = 2;
 constexpr int kWorld = 2;
 constexpr int kEpochs = 2;
 constexpr int kBatchesPerEpoch = kSamples / (kBatch * kWorld);  // 64
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One "step" line of a metrics file.
 struct Step {
@@ -217,7 +206,7 @@ class TrainResumeTest : public ::testing::Test {
     }
   }
 
-  ScratchDir dir_;
+  TempDir dir_;
   std::string shards_;
   std::unique_ptr<ServerProcess> server_;
 };

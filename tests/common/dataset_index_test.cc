@@ -271,7 +271,7 @@ TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
   ASSERT_TRUE(first.ok());
   const std::string cache_file =
       std::filesystem::directory_iterator(options.cache_dir)->path().string();
-  const std::string good = shard_testing::ReadFile(cache_file);
+  const std::string good = shard_testing::ReadWholeFile(cache_file);
   for (const std::string& bad :
        {good.substr(0, good.size() / 2), std::string("garbage"), std::string(),
         good.substr(0, 100) + std::string(1, static_cast<char>(good[100] ^ 1)) +
@@ -345,7 +345,7 @@ TEST_F(DatasetIndexTest, TruncatedShardKeepsSamplesBeforeTheBreak) {
   MakeTar(tmp_.path(), SampleFiles(Samples("b", 4)), TarWriter::kGnuTarPax, path);
   absl::StatusOr<TarScan> scan = ScanTar(path);
   ASSERT_TRUE(scan.ok() && scan->error.ok());
-  const std::string bytes = shard_testing::ReadFile(path);
+  const std::string bytes = shard_testing::ReadWholeFile(path);
 
   // Cut inside b_2.jpg (member 6): b_0 and b_1 are complete, b_2 is gone.
   ASSERT_EQ(scan->members[6].name, "b_2.jpg");
@@ -406,8 +406,8 @@ TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
   // A copy elsewhere with the same names, sizes and mtimes has the same fingerprint:
   // server replicas on different mount points agree on the plan.
   const std::string copy = tmp_ / "copy";
-  ASSERT_EQ(shard_testing::Run("cp -a " + shard_testing::Quote(data_dir()) + " " +
-                               shard_testing::Quote(copy)),
+  ASSERT_EQ(shard_testing::RunShell("cp -a " + shard_testing::ShellQuote(data_dir()) + " " +
+                               shard_testing::ShellQuote(copy)),
             0);
   absl::StatusOr<DatasetIndex> c = BuildDatasetIndex(copy, many);
   ASSERT_TRUE(c.ok());

@@ -66,7 +66,7 @@ class InspectCommandTest : public ::testing::Test {
 };
 
 TEST_F(InspectCommandTest, JsonSaysWhatTheIndexSays) {
-  const Result r = RunCtl("inspect --json --samples " + shard_testing::Quote(data_));
+  const Result r = RunCtl("inspect --json --samples " + shard_testing::ShellQuote(data_));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::string json_path = tmp_ / "out.json";
   shard_testing::WriteFile(json_path, r.out);
@@ -84,7 +84,7 @@ TEST_F(InspectCommandTest, JsonSaysWhatTheIndexSays) {
       "','.join(s['extensions'])) for s in d['samples']]\n"
       "open(sys.argv[2], 'w', encoding='utf-8').write('\\n'.join(out) + '\\n')\n";
   shard_testing::WriteFile(tmp_ / "check.py", script);
-  ASSERT_EQ(shard_testing::Run(shard_testing::PythonBinary() + " " + tmp_ / "check.py" + " " +
+  ASSERT_EQ(shard_testing::RunShell(shard_testing::PythonBinary() + " " + tmp_ / "check.py" + " " +
                                json_path + " " + tmp_ / "flat.txt"),
             0)
       << r.out;
@@ -97,7 +97,7 @@ TEST_F(InspectCommandTest, JsonSaysWhatTheIndexSays) {
   want += "skip shard-10.tar nolabel\n";
   want += "warn info.json says \"dataset size\" 5 but the scan found 3 usable samples\n";
   want += "sample 0 0 dir/k2 2 png,cls\nsample 1 0 k0 0 jpg,json\nsample 1 1 k1 2 jpg,json\n";
-  EXPECT_EQ(shard_testing::ReadFile(tmp_ / "flat.txt"), want);
+  EXPECT_EQ(shard_testing::ReadWholeFile(tmp_ / "flat.txt"), want);
 }
 
 TEST_F(InspectCommandTest, TableListsShardsClassesSkipsAndSamples) {

@@ -29,6 +29,8 @@
 #include "common/dataset_index.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 #include "tools/pack/image_encode.h"
 #include "tools/pack/image_folder.h"
 #include "tools/pack/synthetic_dataset.h"
@@ -43,32 +45,8 @@ using ::testing::HasSubstr;
 
 // ---------------------------------------------------------------- helpers
 
-// A fresh directory under the test temp dir, removed at scope exit.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (fs::path(::testing::TempDir()) / "pack_test_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_util::ReadWholeFile;
+using testing_util::TempDir;
 
 void WriteFile(const std::string& path, const std::string& data) {
   fs::create_directories(fs::path(path).parent_path());
@@ -89,7 +67,7 @@ std::pair<int, std::string> RunShell(const std::string& cmd) {
 }
 
 // Runs a Python snippet with the reference interpreter (any python3 has tarfile).
-std::pair<int, std::string> RunPython(const ScratchDir& dir, const std::string& code,
+std::pair<int, std::string> RunPython(const TempDir& dir, const std::string& code,
                                       const std::string& args) {
   const std::string script = dir / "check.py";
   WriteFile(script, code);
@@ -141,7 +119,7 @@ std::vector<RawMember> ParseTar(const std::string& tar) {
 std::vector<std::pair<std::string, std::string>> Members(const std::string& tar_path) {
   std::vector<std::pair<std::string, std::string>> out;
   std::string pax_path;
-  for (RawMember& m : ParseTar(ReadFile(tar_path))) {
+  for (RawMember& m : ParseTar(ReadWholeFile(tar_path))) {
     if (m.type == 'x') {
       for (absl::string_view rec : absl::StrSplit(m.data, '\n', absl::SkipEmpty())) {
         const size_t sp = rec.find(' ');
@@ -170,7 +148,7 @@ std::vector<std::string> SortedShards(const std::string& dir) {
 std::map<std::string, std::string> DirContents(const std::string& dir) {
   std::map<std::string, std::string> m;
   for (const auto& e : fs::directory_iterator(dir)) {
-    m[e.path().filename().string()] = ReadFile(e.path().string());
+    m[e.path().filename().string()] = ReadWholeFile(e.path().string());
   }
   return m;
 }
@@ -215,7 +193,7 @@ std::string ExpectedJson(int label, int64_t count) {
 // ---------------------------------------------------------------- synthetic
 
 TEST(SyntheticDatasetTest, LayoutNamesJsonClsAndInfo) {
-  ScratchDir dir;
+  TempDir dir;
   const SyntheticOptions o = SmallSynthetic();
   absl::StatusOr<PackSummary> sum = WriteSyntheticDataset(dir / "out", o);
   ASSERT_TRUE(sum.ok()) << sum.status();
@@ -250,7 +228,7 @@ TEST(SyntheticDatasetTest, LayoutNamesJsonClsAndInfo) {
   EXPECT_EQ(global, 25);
   EXPECT_EQ(sum->bytes, bytes);
 
-  EXPECT_EQ(ReadFile(dir / "out/info.json"),
+  EXPECT_EQ(ReadWholeFile(dir / "out/info.json"),
             "{\n  \"dataset size\": 25,\n  \"num_classes\": 4,\n"
             "  \"class names\": [\"class_000\", \"class_001\", \"class_002\", \"class_003\"],\n"
             "  \"shards\": [\"shard-000000.tar\", \"shard-000001.tar\", \"shard-000002.tar\"],\n"
@@ -260,7 +238,7 @@ TEST(SyntheticDatasetTest, LayoutNamesJsonClsAndInfo) {
 // Python's tarfile (what webdataset uses) reads the shards, and every member
 // has the fixed metadata that makes shards reproducible.
 TEST(SyntheticDatasetTest, PythonTarfileReadsShards) {
-  ScratchDir dir;
+  TempDir dir;
   ASSERT_TRUE(WriteSyntheticDataset(dir / "out", SmallSynthetic()).ok());
   const auto [rc, out] = RunPython(dir, R"(
 import glob, json, re, sys, tarfile
@@ -312,7 +290,7 @@ for path in sorted(glob.glob(d + "/shard-*.tar")):
 
 TEST(SyntheticDatasetTest, GnuTarListsMembers) {
   if (!fs::exists("/usr/bin/tar") && !fs::exists("/bin/tar")) GTEST_SKIP() << "no tar";
-  ScratchDir dir;
+  TempDir dir;
   ASSERT_TRUE(WriteSyntheticDataset(dir / "out", SmallSynthetic()).ok());
   const auto [rc, out] = RunShell("tar -tf " + dir / "out/shard-000002.tar 2>&1");
   ASSERT_EQ(rc, 0) << out;
@@ -348,7 +326,7 @@ TEST(SyntheticDatasetTest, LabelsBalancedAndInterleaved) {
 }
 
 TEST(SyntheticDatasetTest, DeterministicAcrossThreadCountsAndRuns) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.threads = 1;
   ASSERT_TRUE(WriteSyntheticDataset(dir / "a", o).ok());
@@ -365,7 +343,7 @@ TEST(SyntheticDatasetTest, DeterministicAcrossThreadCountsAndRuns) {
 }
 
 TEST(SyntheticDatasetTest, RerunReplacesOldShards) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.per_shard = 2;  // 13 shards
   ASSERT_TRUE(WriteSyntheticDataset(dir / "out", o).ok());
@@ -374,11 +352,11 @@ TEST(SyntheticDatasetTest, RerunReplacesOldShards) {
   o.per_shard = 10;
   ASSERT_TRUE(WriteSyntheticDataset(dir / "out", o).ok());
   EXPECT_EQ(SortedShards(dir / "out").size(), 3u);
-  EXPECT_EQ(ReadFile(dir / "out/README"), "keep me");
+  EXPECT_EQ(ReadWholeFile(dir / "out/README"), "keep me");
 }
 
 TEST(SyntheticDatasetTest, RotationByBytesKeepsShardsUnderLimit) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.num_samples = 40;
   o.per_shard = 0;
@@ -407,7 +385,7 @@ TEST(SyntheticDatasetTest, RotationByBytesKeepsShardsUnderLimit) {
 }
 
 TEST(SyntheticDatasetTest, RotationByCountAndBytesTogether) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.num_samples = 30;
   o.per_shard = 4;
@@ -426,7 +404,7 @@ TEST(SyntheticDatasetTest, RotationByCountAndBytesTogether) {
 // and nearest-class-mean on the mean colour alone already classifies them,
 // so a CNN has an easy signal.
 TEST(SyntheticDatasetTest, ImagesDecodeAndCarryTheClass) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o;
   o.num_samples = 200;
   o.num_classes = 10;
@@ -483,7 +461,7 @@ TEST(SyntheticDatasetTest, ImagesDecodeAndCarryTheClass) {
 }
 
 TEST(SyntheticDatasetTest, PhotoSizedImages) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o;
   o.num_samples = 3;
   o.width = 500;
@@ -501,7 +479,7 @@ TEST(SyntheticDatasetTest, PhotoSizedImages) {
 }
 
 TEST(SyntheticDatasetTest, RejectsBadOptions) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.num_samples = 0;
   EXPECT_EQ(WriteSyntheticDataset(dir / "x", o).status().code(),
@@ -524,7 +502,7 @@ TEST(SyntheticDatasetTest, RejectsBadOptions) {
 // The server's own index sees exactly what was packed: every sample, its
 // label, and member offsets that point at the written bytes.
 TEST(SyntheticDatasetTest, DatasetIndexReadsPackedShards) {
-  ScratchDir dir;
+  TempDir dir;
   SyntheticOptions o = SmallSynthetic();
   o.max_shard_bytes = 16 * 1024;  // rotation by both limits
   absl::StatusOr<PackSummary> sum = WriteSyntheticDataset(dir / "out", o);
@@ -539,7 +517,7 @@ TEST(SyntheticDatasetTest, DatasetIndexReadsPackedShards) {
   const std::vector<int> labels = SyntheticLabels(25, 4, 7);
   int64_t i = 0;
   for (size_t s = 0; s < index->shards.size(); ++s) {
-    const std::string tar = ReadFile(sum->shards[s]);
+    const std::string tar = ReadWholeFile(sum->shards[s]);
     const auto members = Members(sum->shards[s]);
     ASSERT_EQ(index->shards[s].samples.size(), members.size() / 3);
     for (size_t k = 0; k < index->shards[s].samples.size(); ++k, ++i) {
@@ -599,7 +577,7 @@ TEST(ImageEncodeTest, JpegKindsAndPng) {
 // ---------------------------------------------------------------- tar writer
 
 TEST(TarWriterTest, LongNamesDeterministicAndReadable) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string long_name = std::string(150, 'a') + "/b" + std::string(120, 'c') + ".jpg";
   const std::string mid_name = "a " + std::string(99, 'n') + ".txt";  // 106 bytes, a space
   for (const char* name : {"one.tar", "two.tar"}) {
@@ -617,10 +595,10 @@ TEST(TarWriterTest, LongNamesDeterministicAndReadable) {
               TarWriter::MemberBytes(long_name, 5) + TarWriter::MemberBytes(mid_name, 1000) +
                   TarWriter::MemberBytes("empty.bin", 0) + TarWriter::kEndBytes);
   }
-  EXPECT_EQ(ReadFile(dir / "one.tar"), ReadFile(dir / "two.tar"));
+  EXPECT_EQ(ReadWholeFile(dir / "one.tar"), ReadWholeFile(dir / "two.tar"));
   // PAX header names must not embed a pid (that would break reproducibility
   // across processes).
-  for (const RawMember& m : ParseTar(ReadFile(dir / "one.tar"))) {
+  for (const RawMember& m : ParseTar(ReadWholeFile(dir / "one.tar"))) {
     EXPECT_THAT(m.name, ::testing::Not(HasSubstr(absl::StrCat(getpid())))) << m.name;
   }
   EXPECT_THAT(Members(dir / "one.tar"),
@@ -641,7 +619,7 @@ with tarfile.open(sys.argv[1], encoding="utf-8") as t:
 }
 
 TEST(TarWriterTest, UnclosedWriterLeavesNothing) {
-  ScratchDir dir;
+  TempDir dir;
   {
     absl::StatusOr<std::unique_ptr<TarWriter>> w = TarWriter::Open(dir / "x.tar");
     ASSERT_TRUE(w.ok());
@@ -653,7 +631,7 @@ TEST(TarWriterTest, UnclosedWriterLeavesNothing) {
 }
 
 TEST(ShardWriterTest, RejectsBadKeysAndFields) {
-  ScratchDir dir;
+  TempDir dir;
   ShardWriter w({dir.path(), 10, 0});
   EXPECT_THAT(w.AddSample("a.b", {{"jpg", "x"}}).message(), HasSubstr("a.b"));
   EXPECT_FALSE(w.AddSample("", {{"jpg", "x"}}).ok());
@@ -708,7 +686,7 @@ Tree MakeTree(const std::string& root) {
 }
 
 TEST(ImageFolderTest, PacksTreeInClassOrderWithOriginalBytes) {
-  ScratchDir dir;
+  TempDir dir;
   const Tree tree = MakeTree(dir / "src");
   PackOptions opt;
   opt.per_shard = 3;
@@ -757,7 +735,7 @@ TEST(ImageFolderTest, PacksTreeInClassOrderWithOriginalBytes) {
     EXPECT_EQ(all[3 * i + 2].first, w.key + ".cls");
     EXPECT_EQ(all[3 * i + 2].second, absl::StrCat(w.label));
   }
-  EXPECT_EQ(ReadFile(dir / "out/info.json"),
+  EXPECT_EQ(ReadWholeFile(dir / "out/info.json"),
             "{\n  \"dataset size\": 6,\n  \"num_classes\": 4,\n"
             "  \"class names\": [\"cat\", \"dog\", \"empty_class\", \"zebra\"],\n"
             "  \"shards\": [\"shard-000000.tar\", \"shard-000001.tar\"],\n"
@@ -783,7 +761,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/shard-*.tar")):
 }
 
 TEST(ImageFolderTest, ShuffleIsSeededPermutation) {
-  ScratchDir dir;
+  TempDir dir;
   // 3 classes x 8 images: enough that a shuffle visibly interleaves classes.
   SyntheticOptions o;
   o.width = o.height = 16;
@@ -831,7 +809,7 @@ TEST(ImageFolderTest, ShuffleIsSeededPermutation) {
 }
 
 TEST(ImageFolderTest, Errors) {
-  ScratchDir dir;
+  TempDir dir;
   PackOptions opt;
   absl::Status s = PackImageFolder(dir / "missing", dir / "out", opt).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
@@ -873,7 +851,7 @@ TEST(PackCliTest, HelpDocumentsEveryFlag) {
 }
 
 TEST(PackCliTest, SyntheticMatchesLibraryAndGuardsExistingOutput) {
-  ScratchDir dir;
+  TempDir dir;
   const auto [rc, out] = RunShell(absl::StrCat(PackBinary(),
                                                " --synthetic 25 --classes 4 --size 32x24 "
                                                "--per-shard=10 --seed 7 --threads 2 ",
@@ -897,7 +875,7 @@ TEST(PackCliTest, SyntheticMatchesLibraryAndGuardsExistingOutput) {
 }
 
 TEST(PackCliTest, ImageFolderModeAndUsageErrors) {
-  ScratchDir dir;
+  TempDir dir;
   MakeTree(dir / "src");
   auto [rc, out] = RunShell(absl::StrCat(PackBinary(), " ", dir / "src", " ", dir / "out",
                                          " --max-shard-bytes 8K --no-shuffle 2>&1"));

@@ -129,7 +129,7 @@ TEST_F(ShardReaderTest, ChangedOrShrunkFilesAreErrorsNamingShardAndMember) {
   {
     // Shrunk before the first read: refused at open (size differs from the index).
     ShardReader reader(index_);
-    const std::string bytes = shard_testing::ReadFile(path0);
+    const std::string bytes = shard_testing::ReadWholeFile(path0);
     shard_testing::WriteFile(path0, bytes.substr(0, member0.offset + 5));
     absl::StatusOr<std::string> got = reader.ReadMember(0, member0);
     ASSERT_FALSE(got.ok());

@@ -18,43 +18,23 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::shard_testing {
 namespace fs = std::filesystem;
 
-// A fresh directory under testing::TempDir(), removed with everything in it.
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string tmpl = ::testing::TempDir() + "/shardcast_shards_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~ScopedTempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScopedTempDir(const ScopedTempDir&) = delete;
-  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// Temp dirs, reading files and shell commands: the shared test support.
+using ScopedTempDir = testing_util::TempDir;
+using testing_util::ReadWholeFile;
+using testing_util::RunShell;
+using testing_util::ShellQuote;
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Deterministic, size-varied, binary payload (NULs and 0xff included) for a name.
@@ -64,23 +44,6 @@ inline std::string Payload(const std::string& name, size_t size) {
   std::string out(size, '\0');
   for (char& c : out) c = static_cast<char>(rng() & 0xff);
   return out;
-}
-
-inline int Run(const std::string& command) {
-  const int rc = std::system(command.c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-inline std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 struct FileSpec {
@@ -138,8 +101,8 @@ inline void MakeTar(const std::string& scratch, const std::vector<FileSpec>& fil
     case TarWriter::kGnuTarGnu:
     case TarWriter::kGnuTarPax:
       cmd = "tar --format=" + std::string(writer == TarWriter::kGnuTarGnu ? "gnu" : "pax") +
-            (gzip ? " -z" : "") + " --no-recursion -cf " + Quote(out) + " -C " + Quote(stage) +
-            " -T " + Quote(list_path);
+            (gzip ? " -z" : "") + " --no-recursion -cf " + ShellQuote(out) + " -C " +
+            ShellQuote(stage) + " -T " + ShellQuote(list_path);
       break;
     default: {
       const char* fmt = writer == TarWriter::kPythonGnu   ? "GNU_FORMAT"
@@ -155,11 +118,11 @@ inline void MakeTar(const std::string& scratch, const std::vector<FileSpec>& fil
           "    for n in names:\n"
           "        t.add(os.path.join(stage, n), arcname=n, recursive=False)\n";
       WriteFile(stage + ".py", py);
-      cmd = PythonBinary() + " " + Quote(stage + ".py") + " " + Quote(stage) + " " +
-            Quote(list_path) + " " + Quote(out) + (gzip ? " 1" : " 0");
+      cmd = PythonBinary() + " " + ShellQuote(stage + ".py") + " " + ShellQuote(stage) + " " +
+            ShellQuote(list_path) + " " + ShellQuote(out) + (gzip ? " 1" : " 0");
     }
   }
-  ASSERT_EQ(Run(cmd), 0) << cmd;
+  ASSERT_EQ(RunShell(cmd), 0) << cmd;
 }
 
 // Sets a file's mtime (the index keys its cache on shard names, sizes and mtimes).

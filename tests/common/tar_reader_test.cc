@@ -65,10 +65,10 @@ std::map<std::string, uint64_t> PythonOffsets(const ScopedTempDir& tmp, const st
       " -c \"import sys,tarfile\nwith open(sys.argv[2],'w',encoding='utf-8') as o:\n"
       " for m in tarfile.open(sys.argv[1]):\n"
       "  m.isreg() and o.write('%d %s\\n' % (m.offset_data, m.name))\" " +
-      shard_testing::Quote(tar) + " " + shard_testing::Quote(out);
-  EXPECT_EQ(shard_testing::Run(cmd), 0) << cmd;
+      shard_testing::ShellQuote(tar) + " " + shard_testing::ShellQuote(out);
+  EXPECT_EQ(shard_testing::RunShell(cmd), 0) << cmd;
   std::map<std::string, uint64_t> offsets;
-  std::istringstream in(shard_testing::ReadFile(out));
+  std::istringstream in(shard_testing::ReadWholeFile(out));
   std::string line;
   while (std::getline(in, line)) {
     const size_t space = line.find(' ');
@@ -154,10 +154,10 @@ TEST(TarReaderTest, GzipOffsetsIndexTheUncompressedStream) {
     ASSERT_TRUE(stream.ok()) << stream.status();
     // gzip -dc is an independent decompressor: same stream.
     const std::string plain = tmp / "plain.tar";
-    ASSERT_EQ(shard_testing::Run("gzip -dc " + shard_testing::Quote(tgz) + " > " +
-                                 shard_testing::Quote(plain)),
+    ASSERT_EQ(shard_testing::RunShell("gzip -dc " + shard_testing::ShellQuote(tgz) + " > " +
+                                 shard_testing::ShellQuote(plain)),
               0);
-    EXPECT_EQ(*stream, shard_testing::ReadFile(plain));
+    EXPECT_EQ(*stream, shard_testing::ReadWholeFile(plain));
     ASSERT_EQ(scan->members.size(), files.size());
     for (size_t i = 0; i < files.size(); ++i) {
       EXPECT_EQ(stream->substr(scan->members[i].offset, scan->members[i].size), files[i].content)
@@ -174,7 +174,7 @@ TEST(TarReaderTest, SkipsNonRegularEntries) {
   ASSERT_EQ(::link((tmp / "src/a.jpg").c_str(), (tmp / "src/hard.jpg").c_str()), 0);
   std::filesystem::create_directories(tmp / "src/emptydir");
   const std::string tar = tmp / "x.tar";
-  ASSERT_EQ(shard_testing::Run("tar --format=gnu -cf " + tar + " -C " + tmp / "src" +
+  ASSERT_EQ(shard_testing::RunShell("tar --format=gnu -cf " + tar + " -C " + tmp / "src" +
                                " a.jpg emptydir link.jpg hard.jpg b.jpg"),
             0);
   absl::StatusOr<TarScan> scan = ScanTar(tar);
@@ -196,7 +196,7 @@ TEST(TarReaderTest, TruncatedTarKeepsCompleteMembersAndNamesTheBrokenOne) {
   MakeTar(tmp.path(), files, TarWriter::kGnuTarPax, tar);
   absl::StatusOr<TarScan> full = ScanTar(tar);
   ASSERT_TRUE(full.ok() && full->error.ok());
-  const std::string bytes = shard_testing::ReadFile(tar);
+  const std::string bytes = shard_testing::ReadWholeFile(tar);
 
   // Cut in the middle of member 3's data.
   const uint64_t cut = full->members[2].offset + 1000;
@@ -233,7 +233,7 @@ TEST(TarReaderTest, TruncatedGzipIsAnErrorNotACrash) {
   }
   const std::string tgz = tmp / "s.tar.gz";
   MakeTar(tmp.path(), files, TarWriter::kPythonPax, tgz, true);
-  const std::string bytes = shard_testing::ReadFile(tgz);
+  const std::string bytes = shard_testing::ReadWholeFile(tgz);
   // Cut late: members before the cut are listed, the break is reported.
   shard_testing::WriteFile(tgz, bytes.substr(0, bytes.size() / 2));
   absl::StatusOr<TarScan> scan = ScanTar(tgz);
@@ -267,7 +267,7 @@ TEST(TarReaderTest, GarbageEmptyAndMissingFilesAreErrors) {
   // A corrupted header checksum in the middle: members before it survive.
   const std::vector<FileSpec> files = {{"a.jpg", Payload("a", 700)}, {"b.jpg", Payload("b", 700)}};
   MakeTar(tmp.path(), files, TarWriter::kGnuTarGnu, tmp / "flip.tar");
-  std::string bytes = shard_testing::ReadFile(tmp / "flip.tar");
+  std::string bytes = shard_testing::ReadWholeFile(tmp / "flip.tar");
   bytes[1536 + 10] ^= 0x55;  // inside b.jpg's header name field (a.jpg: header + 2 blocks)
   shard_testing::WriteFile(tmp / "flip.tar", bytes);
   absl::StatusOr<TarScan> scan = ScanTar(tmp / "flip.tar");

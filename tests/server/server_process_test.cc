@@ -18,7 +18,7 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 // Runs the binary to completion; returns its exit code and stdout.
 int RunServerBinary(const std::vector<std::string>& args, std::string* out) {
-  std::string command = kServerBinary;
+  std::string command = testing_util::BinaryPath("server/shardcast-server");
   for (const std::string& a : args) command += " '" + a + "'";
   command += " 2>/dev/null";
   FILE* pipe = popen(command.c_str(), "r");
@@ -89,7 +89,7 @@ TEST_F(ServerProcessTest, ServesWithItsFlagDefaults) {
   }
   kill(child.pid(), SIGINT);
   EXPECT_EQ(child.WaitExit(20), 0);
-  const std::string logged = ReadText(log());
+  const std::string logged = ReadWholeFile(log());
   EXPECT_THAT(logged, HasSubstr(" I register: job 'defaults' rank 1/2"));
   EXPECT_THAT(logged, HasSubstr(" I stream: opened job 'defaults' rank 0 epoch 1"));
   EXPECT_THAT(logged, HasSubstr("draining"));
@@ -146,7 +146,7 @@ TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
   while (stalled->Read(&batch)) {
   }
   EXPECT_FALSE(stalled->Finish().ok());
-  const std::string logged = ReadText(log());
+  const std::string logged = ReadWholeFile(log());
   EXPECT_THAT(logged, HasSubstr("received Terminated; draining"));
   EXPECT_THAT(logged, HasSubstr("cancelling 1 open streams"));
   EXPECT_THAT(logged, HasSubstr("exit 0"));
@@ -164,7 +164,7 @@ TEST_F(ServerProcessTest, IndexCacheDirIsUsedOnTheNextStart) {
     EXPECT_EQ(status.num_samples(), 160);
     kill(child.pid(), SIGTERM);
     EXPECT_EQ(child.WaitExit(20), 0);
-    const std::string logged = ReadText(log());
+    const std::string logged = ReadWholeFile(log());
     if (run == 0) {
       EXPECT_THAT(logged, Not(HasSubstr("from cache")));
     } else {

@@ -1,10 +1,10 @@
 // Shared pieces of the server integration tests: small synthetic datasets in temp
 // dirs, an in-process server on port 0, the shardcast-server binary as a child
-// process, gRPC clients, and the data plane's own answer for a planned batch.
+// process (both on tests/support), gRPC clients, and the data plane's own answer for a
+// planned batch.
 #ifndef SHARDCAST_TESTS_SERVER_SERVER_TEST_SUPPORT_H_
 #define SHARDCAST_TESTS_SERVER_SERVER_TEST_SUPPORT_H_
 
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,17 +13,14 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
@@ -32,47 +29,21 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/shardcast_server.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
-#include "tools/pack/synthetic_dataset.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::server_testing {
 
 namespace v1 = ::shardcast::v1;
 namespace fs = std::filesystem;
 
-inline const std::string kServerBinary = SHARDCAST_BINARY_DIR "/server/shardcast-server";
+using testing_util::TempDir;
 
-// A fresh directory under testing::TempDir(), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "/shardcast_server_XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// Writes a small synthetic dataset (64x64 JPEGs by default) into `dir`.
+// Writes a small synthetic dataset (64x64 JPEGs by default, 5 classes) into `dir`.
 inline void MakeDataset(const std::string& dir, int64_t samples, int64_t per_shard, int size = 64) {
-  pack::SyntheticOptions options;
-  options.num_samples = samples;
-  options.per_shard = per_shard;
-  options.width = size;
-  options.height = size;
-  options.num_classes = 5;
-  options.seed = 7;
-  options.threads = 2;
-  auto summary = pack::WriteSyntheticDataset(dir, options);
-  ASSERT_TRUE(summary.ok()) << summary.status();
+  absl::Status made =
+      testing_util::MakeSyntheticShards(dir, samples, /*num_classes=*/5, size, per_shard);
+  ASSERT_TRUE(made.ok()) << made;
 }
 
 inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
@@ -301,83 +272,34 @@ class InProcessServer {
   std::unique_ptr<v1::Shardcast::Stub> stub_;
 };
 
-// shardcast-server as a child process; its stderr goes to `log_path`.
+// shardcast-server as a child process (tests/support), started by the constructor; its
+// stderr goes to `log_path`, its stdout to `log_path`.out. Killed (SIGKILL) if still
+// running at scope exit.
 class ChildServer {
  public:
   ChildServer(std::vector<std::string> args, const std::string& log_path) {
-    args.insert(args.begin(), kServerBinary);
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (log >= 0) dup2(log, STDERR_FILENO);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    stdout_fd_ = out[0];
-    // First stdout line: "shardcast-server listening on HOST:PORT".
-    std::string line;
-    char c;
-    while (read(stdout_fd_, &c, 1) == 1 && c != '\n') line.push_back(c);
-    first_line_ = line;
-    const size_t colon = line.rfind(':');
-    if (absl::StartsWith(line, "shardcast-server listening on ") && colon != std::string::npos) {
-      (void)absl::SimpleAtoi(line.substr(colon + 1), &port_);
-    }
+    // A server that does not come up shows as port() 0 and its first_line().
+    (void)server_.Start(std::move(args), log_path + ".out", log_path);
   }
-  ~ChildServer() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (stdout_fd_ >= 0) close(stdout_fd_);
-  }
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  const std::string& first_line() const { return first_line_; }
-  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  ~ChildServer() { server_.Kill(SIGKILL); }
+  int port() const { return server_.port(); }
+  pid_t pid() const { return server_.pid(); }
+  const std::string& first_line() const { return server_.first_line(); }
+  std::string target() const { return server_.target(); }
 
   // Waits up to `timeout_seconds` for exit; returns the exit code, or -1 (killed by a
-  // signal or still running, in which case it is killed).
+  // signal or still running).
   int WaitExit(double timeout_seconds) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int>(timeout_seconds * 1000));
-    int status = 0;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const pid_t done = waitpid(pid_, &status, WNOHANG);
-      if (done == pid_) {
-        reaped_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
+    const std::optional<int> status =
+        server_.WaitFor(std::chrono::milliseconds(static_cast<int>(timeout_seconds * 1000)));
+    return status.has_value() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
   }
 
  private:
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  int port_ = 0;
-  bool reaped_ = false;
-  std::string first_line_;
+  testing_util::ServerChild server_;
 };
 
-inline std::string ReadText(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return "";
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  std::fclose(f);
-  return text;
-}
+using testing_util::ReadWholeFile;
 
 }  // namespace shardcast::server_testing
 
