@@ -2,11 +2,32 @@
 #include "client/ctl/grpc_channel.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace shardcast::ctl {
+
+std::optional<int> ParseServerCommandFlags(const std::string& command, FlagParser& flags,
+                                           const std::vector<std::string>& args,
+                                           const std::string& server, const char* help,
+                                           const char* exit_codes) {
+  const absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested() && parsed.ok()) {
+    std::printf("%s%s%s", help, flags.FlagsHelp().c_str(), exit_codes);
+    return kExitOk;
+  }
+  if (!parsed.ok() || server.empty()) {
+    const char* cmd = command.c_str();
+    std::fprintf(stderr, "shardcast-ctl %s: %s\n%.*s(shardcast-ctl %s --help for more)\n", cmd,
+                 parsed.ok() ? "--server ADDR is required" : std::string(parsed.message()).c_str(),
+                 static_cast<int>(std::strchr(help, '\n') - help + 1), help, cmd);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   grpc::ChannelArguments args;

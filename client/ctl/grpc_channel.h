@@ -6,7 +6,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "client/ctl/flag_parser.h"
 
 namespace shardcast::ctl {
 
@@ -15,6 +19,15 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitNotServing = 1;  // health: reachable, but not SERVING
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;  // no connection, deadline passed, or RPC failed
+
+// The flag handling `health` and `status` share: parses `args` with `flags`. With
+// --help, prints `help` (usage line first), the flags and `exit_codes` to stdout and
+// returns kExitOk; on a bad flag, or when `server` (bound to --server) is still empty,
+// prints the error and the usage line to stderr and returns kExitUsage. nullopt: go on.
+std::optional<int> ParseServerCommandFlags(const std::string& command, FlagParser& flags,
+                                           const std::vector<std::string>& args,
+                                           const std::string& server, const char* help,
+                                           const char* exit_codes);
 
 // A channel to `target` (host:port, [v6]:port, unix:/path, or any gRPC target
 // string). Nothing connects until the first call.

@@ -1,7 +1,7 @@
 // `shardcast-ctl health`: asks a server's grpc.health.v1.Health service whether
 // it is SERVING; the exit code is made for scripts, probes and HEALTHCHECK.
 #include <cstdio>
-#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,16 +40,9 @@ int RunHealth(const std::vector<std::string>& args) {
                   "ask about one service, e.g. shardcast.v1.Shardcast (default \"\": the server)",
                   /*allow_empty=*/true);
   flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested() && parsed.ok()) {
-    std::printf("%s%s%s", kHelp, flags.FlagsHelp().c_str(), kExitCodes);
-    return kExitOk;
-  }
-  if (!parsed.ok() || server.empty()) {
-    std::fprintf(stderr, "shardcast-ctl health: %s\n%.*s(shardcast-ctl health --help for more)\n",
-                 parsed.ok() ? "--server ADDR is required" : std::string(parsed.message()).c_str(),
-                 static_cast<int>(std::strchr(kHelp, '\n') - kHelp + 1), kHelp);
-    return kExitUsage;
+  if (std::optional<int> done =
+          ParseServerCommandFlags("health", flags, args, server, kHelp, kExitCodes)) {
+    return *done;
   }
 
   auto stub = grpc::health::v1::Health::NewStub(MakeChannel(server));

@@ -1,7 +1,7 @@
 // `shardcast-ctl status`: fetches Shardcast/GetStatus and prints it as tables
 // (jobs, ranks, throughput, errors, memory) or, with --json, as proto3 JSON.
 #include <cstdio>
-#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,16 +39,9 @@ int RunStatus(const std::vector<std::string>& args) {
   flags.AddString("server", "ADDR", &server, "server address, host:port or unix:PATH");
   flags.AddBool("json", &json, "print the reply as JSON (every field, proto3 JSON mapping)");
   flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested() && parsed.ok()) {
-    std::printf("%s%s%s", kHelp, flags.FlagsHelp().c_str(), kExitCodes);
-    return kExitOk;
-  }
-  if (!parsed.ok() || server.empty()) {
-    std::fprintf(stderr, "shardcast-ctl status: %s\n%.*s(shardcast-ctl status --help for more)\n",
-                 parsed.ok() ? "--server ADDR is required" : std::string(parsed.message()).c_str(),
-                 static_cast<int>(std::strchr(kHelp, '\n') - kHelp + 1), kHelp);
-    return kExitUsage;
+  if (std::optional<int> done =
+          ParseServerCommandFlags("status", flags, args, server, kHelp, kExitCodes)) {
+    return *done;
   }
 
   auto stub = shardcast::v1::Shardcast::NewStub(MakeChannel(server));
