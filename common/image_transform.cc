@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/image_decode_internal.h"
+#include "common/splitmix64.h"
 
 namespace shardcast {
 namespace {
@@ -347,31 +348,6 @@ void RegionToChw(const RgbImage& image, const CropParams& p, double factor, int 
   ComputeTaps(y0, rh / crop, crop, ylo, yhi, &yt);
   Resample(image, xt, yt, crop, p.flip, out_chw);
 }
-
-// ------------------------------------------------------------ randomness
-
-// splitmix64 (Steele, Lea, Flood 2014): tiny, stable across platforms and
-// library versions, unlike std:: distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1), 53 bits.
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Uniform integer in [0, n), n >= 1 (Lemire's multiply-shift; bias < n / 2^64).
-  int64_t Below(int64_t n) {
-    return static_cast<int64_t>(
-        (static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(n)) >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
 
 absl::Status CheckRegion(const CropParams& p, int w, int h) {
   if (p.width <= 0 || p.height <= 0 || p.left < 0 || p.top < 0 ||

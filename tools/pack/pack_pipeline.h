@@ -15,31 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/splitmix64.h"
 #include "tools/pack/tar_writer.h"
 
 namespace shardcast::pack {
 
-// splitmix64: a tiny, well-mixed generator whose output is the same on every
-// platform (std:: distributions are implementation-defined, so we avoid them).
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, n) (Lemire's multiply-shift; bias < n / 2^64).
-  uint64_t Below(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
-  }
-  // Uniform in [0, 1).
-  double Unit() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
+using ::shardcast::SplitMix64;  // common/splitmix64.h
 
 // A seeded permutation of 0..n-1 (Fisher-Yates), identical on every platform.
 std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed);

@@ -77,17 +77,17 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
 
   // Class signal: hue label/C (jittered by at most a fifth of the gap to the
   // next class) and stripe angle label*180/C degrees (+-5 degrees).
-  const double hue = (label + (rng.Unit() - 0.5) * 0.4) / classes;
-  const double sat = 0.55 + 0.35 * rng.Unit();
-  const double val = 0.55 + 0.35 * rng.Unit();
+  const double hue = (label + (rng.Uniform() - 0.5) * 0.4) / classes;
+  const double sat = 0.55 + 0.35 * rng.Uniform();
+  const double val = 0.55 + 0.35 * rng.Uniform();
   double base[3];
   HsvToRgb(hue, sat, val, base);
-  const double angle = kPi * label / classes + (rng.Unit() - 0.5) * (kPi / 18);
+  const double angle = kPi * label / classes + (rng.Uniform() - 0.5) * (kPi / 18);
   // Stripe period relative to the image, so the pattern survives resizing;
   // three period families spread neighbouring classes further apart.
   const double period = std::min(w, h) * (0.18 + 0.08 * (label % 3)) + 2.0;
-  const double phase = 2 * kPi * rng.Unit();
-  const double depth = 0.25 + 0.15 * rng.Unit();  // stripe contrast
+  const double phase = 2 * kPi * rng.Uniform();
+  const double depth = 0.25 + 0.15 * rng.Uniform();  // stripe contrast
   constexpr int kNoiseAmp = 10;                   // +-10 levels of uniform pixel noise
 
   // The stripe is sin(2*pi*(x*cos + y*sin)/period + phase), read from a table
