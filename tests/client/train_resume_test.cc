@@ -102,6 +102,16 @@ double DoubleField(const std::string& line, const std::string& name) {
   return std::stod(m[1]);
 }
 
+// Every epoch line says each of the kWorld ranks ran all kBatchesPerEpoch batches.
+void ExpectFullEpochs(const std::vector<std::string>& epoch_lines) {
+  for (const std::string& line : epoch_lines) {
+    EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
+                                        kBatchesPerEpoch)),
+              std::string::npos)
+        << line;
+  }
+}
+
 class TrainResumeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -227,12 +237,7 @@ TEST_F(TrainResumeTest, TwoRanksTwoEpochsLossFallsAndEachRankGetsNBatches) {
     std::vector<MetricsRun> runs = ReadRuns(absl::StrCat(dir_.path(), "/e2e.", r, ".jsonl"));
     ASSERT_EQ(runs.size(), 1u);
     ASSERT_EQ(runs[0].epoch_lines.size(), static_cast<size_t>(kEpochs));
-    for (const std::string& line : runs[0].epoch_lines) {
-      EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
-                                          kBatchesPerEpoch)),
-                std::string::npos)
-          << line;
-    }
+    ExpectFullEpochs(runs[0].epoch_lines);
     const double loss0 = DoubleField(runs[0].epoch_lines[0], "loss");
     const double loss1 = DoubleField(runs[0].epoch_lines[1], "loss");
     EXPECT_LT(loss1, 0.8 * loss0) << "loss did not fall: " << loss0 << " -> " << loss1;
@@ -268,12 +273,7 @@ TEST_F(TrainResumeTest, ServerKilledAndRestartedMidEpochRanksReconnectAndFinish)
     ASSERT_EQ(runs.size(), 1u);
     EXPECT_TRUE(runs[0].ended);
     ASSERT_EQ(runs[0].epoch_lines.size(), static_cast<size_t>(kEpochs));
-    for (const std::string& line : runs[0].epoch_lines) {
-      EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
-                                          kBatchesPerEpoch)),
-                std::string::npos)
-          << line;
-    }
+    ExpectFullEpochs(runs[0].epoch_lines);
   }
   ExpectExactlyOncePerEpoch("srv");
 }
@@ -366,12 +366,7 @@ TEST_F(TrainResumeTest, KilledRankResumesWithThePlannedBatches) {
     EXPECT_EQ(batch, kBatchesPerEpoch);
     EXPECT_EQ(step, kEpochs * kBatchesPerEpoch);
     ASSERT_FALSE(resumed.epoch_lines.empty());
-    for (const std::string& line : resumed.epoch_lines) {
-      EXPECT_NE(line.find(absl::StrFormat("\"batches_per_rank\":[%d,%d]", kBatchesPerEpoch,
-                                          kBatchesPerEpoch)),
-                std::string::npos)
-          << line;
-    }
+    ExpectFullEpochs(resumed.epoch_lines);
   }
 
   // 5. Same batches, same restored model and optimizer state: same final weights.

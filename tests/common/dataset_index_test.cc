@@ -407,7 +407,7 @@ TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
   // server replicas on different mount points agree on the plan.
   const std::string copy = tmp_ / "copy";
   ASSERT_EQ(shard_testing::RunShell("cp -a " + shard_testing::ShellQuote(data_dir()) + " " +
-                               shard_testing::ShellQuote(copy)),
+                                    shard_testing::ShellQuote(copy)),
             0);
   absl::StatusOr<DatasetIndex> c = BuildDatasetIndex(copy, many);
   ASSERT_TRUE(c.ok());

@@ -13,6 +13,7 @@
 #include "common/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
+#include "tests/support/child_process.h"
 
 namespace shardcast {
 namespace {
@@ -24,23 +25,12 @@ using shard_testing::TarWriter;
 
 const std::string kCtl = std::string(SHARDCAST_BINARY_DIR) + "/client/shardcast-ctl";
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
+using Result = testing_util::CommandOutput;
 
 // Runs shardcast-ctl with `args`, capturing stdout (and stderr when `with_stderr`).
 Result RunCtl(const std::string& args, bool with_stderr = false) {
-  Result result;
-  const std::string cmd = kCtl + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, got);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing_util::RunShellCapture(kCtl + " " + args +
+                                       (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 class InspectCommandTest : public ::testing::Test {
@@ -85,7 +75,7 @@ TEST_F(InspectCommandTest, JsonSaysWhatTheIndexSays) {
       "open(sys.argv[2], 'w', encoding='utf-8').write('\\n'.join(out) + '\\n')\n";
   shard_testing::WriteFile(tmp_ / "check.py", script);
   ASSERT_EQ(shard_testing::RunShell(shard_testing::PythonBinary() + " " + tmp_ / "check.py" + " " +
-                               json_path + " " + tmp_ / "flat.txt"),
+                                    json_path + " " + tmp_ / "flat.txt"),
             0)
       << r.out;
 

@@ -56,14 +56,8 @@ void WriteFile(const std::string& path, const std::string& data) {
 
 // Runs a shell command; returns (exit status, stdout).
 std::pair<int, std::string> RunShell(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  testing_util::CommandOutput result = testing_util::RunShellCapture(cmd);
+  return {result.exit_code, std::move(result.out)};
 }
 
 // Runs a Python snippet with the reference interpreter (any python3 has tarfile).

@@ -16,6 +16,7 @@
 #include "common/epoch_plan.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
+#include "tests/support/child_process.h"
 #include "tools/pack/synthetic_dataset.h"
 
 namespace shardcast {
@@ -23,22 +24,11 @@ namespace {
 
 const std::string kCtl = std::string(SHARDCAST_BINARY_DIR) + "/client/shardcast-ctl";
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-};
+using Result = testing_util::CommandOutput;
 
 // Runs shardcast-ctl with `args`; stdout is captured, stderr discarded.
 Result RunCtl(const std::string& args) {
-  Result result;
-  FILE* pipe = popen((kCtl + " " + args + " 2>/dev/null").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, got);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing_util::RunShellCapture(kCtl + " " + args + " 2>/dev/null");
 }
 
 // The lines the command must print, from the library.

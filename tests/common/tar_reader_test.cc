@@ -155,7 +155,7 @@ TEST(TarReaderTest, GzipOffsetsIndexTheUncompressedStream) {
     // gzip -dc is an independent decompressor: same stream.
     const std::string plain = tmp / "plain.tar";
     ASSERT_EQ(shard_testing::RunShell("gzip -dc " + shard_testing::ShellQuote(tgz) + " > " +
-                                 shard_testing::ShellQuote(plain)),
+                                      shard_testing::ShellQuote(plain)),
               0);
     EXPECT_EQ(*stream, shard_testing::ReadWholeFile(plain));
     ASSERT_EQ(scan->members.size(), files.size());
@@ -175,7 +175,7 @@ TEST(TarReaderTest, SkipsNonRegularEntries) {
   std::filesystem::create_directories(tmp / "src/emptydir");
   const std::string tar = tmp / "x.tar";
   ASSERT_EQ(shard_testing::RunShell("tar --format=gnu -cf " + tar + " -C " + tmp / "src" +
-                               " a.jpg emptydir link.jpg hard.jpg b.jpg"),
+                                    " a.jpg emptydir link.jpg hard.jpg b.jpg"),
             0);
   absl::StatusOr<TarScan> scan = ScanTar(tar);
   ASSERT_TRUE(scan.ok()) << scan.status();

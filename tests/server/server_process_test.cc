@@ -19,15 +19,10 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 // Runs the binary to completion; returns its exit code and stdout.
 int RunServerBinary(const std::vector<std::string>& args, std::string* out) {
   std::string command = testing_util::BinaryPath("server/shardcast-server");
-  for (const std::string& a : args) command += " '" + a + "'";
-  command += " 2>/dev/null";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out->append(buf, n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  for (const std::string& a : args) command += " " + testing_util::ShellQuote(a);
+  testing_util::CommandOutput result = testing_util::RunShellCapture(command + " 2>/dev/null");
+  out->append(result.out);
+  return result.exit_code;
 }
 
 class ServerProcessTest : public ::testing::Test {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -56,6 +57,25 @@ inline std::string ShellQuote(const std::string& s) {
 inline int RunShell(const std::string& command) {
   const int rc = std::system(command.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// What a command printed on stdout, and its exit code (-1: it did not exit normally).
+struct CommandOutput {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs `command` with /bin/sh and captures its stdout (redirect stderr in `command`).
+inline CommandOutput RunShellCapture(const std::string& command) {
+  CommandOutput result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.out.append(buf, got);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 // Runs a program as a child process with stdout and stderr redirected to files
