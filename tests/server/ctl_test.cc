@@ -1,12 +1,10 @@
 // shardcast-ctl against a real shardcast-server: both run as child processes on
 // a small synthetic dataset (made by shardcast-pack), talking gRPC on loopback.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -15,17 +13,16 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
+#include "tests/support/child_process.h"
+#include "tests/support/server_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -33,45 +30,11 @@ const std::string kServerBinary = SHARDCAST_BINARY_DIR "/server/shardcast-server
 const std::string kCtlBinary = SHARDCAST_BINARY_DIR "/client/shardcast-ctl";
 const std::string kPackBinary = SHARDCAST_BINARY_DIR "/tools/shardcast-pack";
 
-// Starts argv[0] with argv; its stdout goes to a pipe whose read end is
-// returned in *stdout_fd (stderr is inherited, so it lands in the test log).
-pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  *stdout_fd = fds[0];
-  return pid;
-}
+using RunResult = shardcast::testing_util::CommandOutput;
 
-struct RunResult {
-  int exit_code = -1;  // -1: did not exit normally
-  std::string out;
-};
-
-// Runs a command to completion and captures its stdout.
+// Runs a command to completion and captures its stdout (stderr lands in the test log).
 RunResult RunToEnd(const std::vector<std::string>& argv) {
-  RunResult result;
-  int fd = -1;
-  const pid_t pid = Spawn(argv, &fd);
-  if (pid < 0) return result;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) result.out.append(buf, n);
-  close(fd);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  return result;
+  return shardcast::testing_util::RunShellCapture(shardcast::testing_util::ShellCommand(argv));
 }
 
 RunResult Ctl(std::vector<std::string> args) {
@@ -85,40 +48,23 @@ class CtlTest : public testing::Test {
     for (const std::string& binary : {kServerBinary, kCtlBinary, kPackBinary}) {
       ASSERT_EQ(access(binary.c_str(), X_OK), 0) << binary << " is not built";
     }
-    std::string tmpl = (std::filesystem::path(testing::TempDir()) / "ctl_test.XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = new std::string(tmpl);
-    const std::string shards = *dir_ + "/shards";
+    dir_ = new shardcast::testing_util::TempDir("ctl_test");
+    const std::string shards = *dir_ / "shards";
     const RunResult pack = RunToEnd({kPackBinary, "--synthetic", "64", "--classes", "4", "--size",
                                      "32x32", "--per-shard", "16", "--quiet", shards});
     ASSERT_EQ(pack.exit_code, 0) << pack.out;
 
-    int fd = -1;
-    server_pid_ =
-        Spawn({kServerBinary, "--shards", shards, "--listen", "127.0.0.1:0", "--decode-threads",
-               "1", "--resize", "32", "--crop", "32", "--grace-period", "5s"},
-              &fd);
-    ASSERT_GT(server_pid_, 0);
-    // The first stdout line names the chosen port.
-    // A server that hangs before listening fails the suite instead of the ctest timeout.
-    pollfd ready{fd, POLLIN, 0};
-    ASSERT_EQ(poll(&ready, 1, 60000), 1) << "no listening line from the server within 60 s";
-    FILE* out = fdopen(fd, "r");
-    char line[512] = {};
-    ASSERT_NE(std::fgets(line, sizeof(line), out), nullptr) << "server printed nothing";
-    const std::string text = line;
+    // Start() returns once the first stdout line (the chosen port) is there, or fails
+    // the suite after 60 s instead of the ctest timeout. stderr lands in the test log.
+    server_ = new shardcast::testing_util::ServerChild();
+    const absl::Status started =
+        server_->Start({"--shards", shards, "--listen", "127.0.0.1:0", "--decode-threads", "1",
+                        "--resize", "32", "--crop", "32", "--grace-period", "5s"},
+                       *dir_ / "server.out", "");
+    ASSERT_TRUE(started.ok()) << started;
     const std::string prefix = "shardcast-server listening on 127.0.0.1:";
-    ASSERT_TRUE(absl::StartsWith(text, prefix)) << text;
-    int port = 0;
-    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text.substr(prefix.size())), &port))
-        << text;
-    address_ = new std::string(absl::StrCat("127.0.0.1:", port));
-    // Keep draining the server's stdout so it can never block on a full pipe.
-    std::thread([out] {
-      char buf[512];
-      while (std::fgets(buf, sizeof(buf), out) != nullptr) std::fputs(buf, stderr);
-      std::fclose(out);
-    }).detach();
+    ASSERT_TRUE(absl::StartsWith(server_->first_line(), prefix)) << server_->first_line();
+    address_ = new std::string(absl::StrCat("127.0.0.1:", server_->port()));
 
     // NOT_SERVING (exit 1) while indexing, then SERVING (exit 0).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -135,25 +81,23 @@ class CtlTest : public testing::Test {
   void SetUp() override { ASSERT_NE(address_, nullptr) << "the server did not start"; }
 
   static void TearDownTestSuite() {
-    if (server_pid_ > 0) {
-      kill(server_pid_, SIGKILL);
-      waitpid(server_pid_, nullptr, 0);
-      server_pid_ = -1;
-    }
-    if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
+    if (server_ != nullptr) server_->Kill(SIGKILL);
+    delete server_;
     delete dir_;
     delete address_;
-    dir_ = address_ = nullptr;
+    server_ = nullptr;
+    dir_ = nullptr;
+    address_ = nullptr;
   }
 
-  static std::string* dir_;
+  static shardcast::testing_util::TempDir* dir_;
   static std::string* address_;
-  static pid_t server_pid_;
+  static shardcast::testing_util::ServerChild* server_;
 };
 
-std::string* CtlTest::dir_ = nullptr;
+shardcast::testing_util::TempDir* CtlTest::dir_ = nullptr;
 std::string* CtlTest::address_ = nullptr;
-pid_t CtlTest::server_pid_ = -1;
+shardcast::testing_util::ServerChild* CtlTest::server_ = nullptr;
 
 TEST_F(CtlTest, HealthServing) {
   RunResult r = Ctl({"health", "--server", *address_});
@@ -243,7 +187,7 @@ TEST_F(CtlTest, StatusTableAndJson) {
   for (const std::string& expected : {
            std::string("server           ") + *address_ + "  (shardcast-server ",
            std::string("serving          yes\n"),
-           std::string("shards dir       ") + *dir_ + "/shards",
+           std::string("shards dir       ") + dir_->path() + "/shards",
            std::string("shards/samples   4 / 64\n"),
            std::string("jobs (1):\n  JOB       WORLD  BATCH  N  SPLIT   FINGERPRINT\n"),
            std::string("  ctl-test      2      4  8  sample  "),
@@ -313,7 +257,7 @@ TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
   shardcast::v1::Batch batch;
   ASSERT_TRUE(reader->Read(&batch));
 
-  ASSERT_EQ(kill(server_pid_, SIGTERM), 0);
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
   RunResult health;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   do {
@@ -329,10 +273,9 @@ TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
 
   stream_ctx.TryCancel();
   reader->Finish();
-  int wait_status = 0;
-  ASSERT_EQ(waitpid(server_pid_, &wait_status, 0), server_pid_);
-  server_pid_ = -1;
-  EXPECT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) << wait_status;
+  const std::optional<int> wait_status = server_->WaitFor(std::chrono::seconds(60));
+  ASSERT_TRUE(wait_status.has_value()) << "the server did not exit";
+  EXPECT_TRUE(WIFEXITED(*wait_status) && WEXITSTATUS(*wait_status) == 0) << *wait_status;
   const RunResult r = Ctl({"health", "--server", *address_, "--timeout", "5"});
   EXPECT_EQ(r.exit_code, 3) << r.out;
 }

@@ -18,9 +18,10 @@ using HealthStatus = grpc::health::v1::HealthCheckResponse;
 
 // Runs the binary to completion; returns its exit code and stdout.
 int RunServerBinary(const std::vector<std::string>& args, std::string* out) {
-  std::string command = testing_util::BinaryPath("server/shardcast-server");
-  for (const std::string& a : args) command += " " + testing_util::ShellQuote(a);
-  testing_util::CommandOutput result = testing_util::RunShellCapture(command + " 2>/dev/null");
+  std::vector<std::string> argv = {testing_util::BinaryPath("server/shardcast-server")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  testing_util::CommandOutput result =
+      testing_util::RunShellCapture(testing_util::ShellCommand(argv) + " 2>/dev/null");
   out->append(result.out);
   return result.exit_code;
 }

@@ -33,6 +33,15 @@ v1::StreamBatchesRequest StreamRequest(const std::string& job, int rank) {
   return request;
 }
 
+// A client channel without BDP probing and a small flow-control window, so the
+// transport cannot soak up a stream: what the client does not read stays unsent.
+std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  return MakeChannel(target, args);
+}
+
 class StreamLifecycleTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -51,12 +60,7 @@ class StreamLifecycleTest : public ::testing::Test {
 };
 
 TEST_F(StreamLifecycleTest, SlowClientHoldsTheServerToItsWindow) {
-  // A client channel without BDP probing and a small flow-control window, so the
-  // transport cannot soak up the stream: what the client does not read stays unsent.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  auto channel = MakeChannel(server_->target(), args);
+  auto channel = SlowReaderChannel(server_->target());
   auto slow_stub = v1::Shardcast::NewStub(channel);
   grpc::ClientContext context;
   auto reader = slow_stub->StreamBatches(&context, StreamRequest("life", 0));
@@ -132,10 +136,7 @@ TEST_F(StreamLifecycleTest, ManyDisconnectsLeaveNothingBehind) {
 
 TEST_F(StreamLifecycleTest, DrainLetsReadersFinishAndCancelsStalledStreams) {
   // A stalled stream (client reads one batch and stops).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  auto stalled_channel = MakeChannel(server_->target(), args);
+  auto stalled_channel = SlowReaderChannel(server_->target());
   auto stalled_stub = v1::Shardcast::NewStub(stalled_channel);
   grpc::ClientContext stalled_context;
   auto stalled = stalled_stub->StreamBatches(&stalled_context, StreamRequest("life", 0));

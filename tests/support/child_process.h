@@ -53,6 +53,13 @@ inline std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+// `argv` as one /bin/sh command line, every word quoted.
+inline std::string ShellCommand(const std::vector<std::string>& argv) {
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + ShellQuote(a);
+  return command;
+}
+
 // Runs `command` with /bin/sh; its exit code, or -1 if it did not exit normally.
 inline int RunShell(const std::string& command) {
   const int rc = std::system(command.c_str());
