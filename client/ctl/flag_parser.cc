@@ -2,6 +2,7 @@
 #include "client/ctl/flag_parser.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -24,8 +25,18 @@ void FlagParser::AddBool(const std::string& name, bool* dst, const std::string& 
   flags_.push_back({name, "", Kind::kBool, dst, help, *dst ? "true" : ""});
 }
 
+void FlagParser::AddCustom(const std::string& name, const std::string& value_name,
+                           const std::string& help,
+                           std::function<absl::Status(const std::string& value)> assign) {
+  Flag flag{name, value_name, Kind::kCustom, nullptr, help, ""};
+  flag.assign = std::move(assign);
+  flags_.push_back(std::move(flag));
+}
+
 absl::Status FlagParser::Assign(Flag& flag, const std::string& value) {
   switch (flag.kind) {
+    case Kind::kCustom:
+      return flag.assign(value);
     case Kind::kString:
       if (value.empty() && !flag.allow_empty) {
         return absl::InvalidArgumentError(
@@ -60,6 +71,10 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       help_requested_ = true;
+      continue;
+    }
+    if (positional_ != nullptr && (arg.empty() || arg[0] != '-' || arg == "-")) {
+      positional_->push_back(arg);
       continue;
     }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {

@@ -3,10 +3,16 @@
 #ifndef SHARDCAST_CLIENT_CTL_FLAG_PARSER_H_
 #define SHARDCAST_CLIENT_CTL_FLAG_PARSER_H_
 
+#include <cstdint>
+#include <functional>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace shardcast::ctl {
 
@@ -30,6 +36,16 @@ class FlagParser {
   void AddPositiveDouble(const std::string& name, const std::string& value_name, double* dst,
                          const std::string& help);
   void AddBool(const std::string& name, bool* dst, const std::string& help);
+  // An integer >= `min` that fits `Int`.
+  template <typename Int>
+  void AddInt(const std::string& name, const std::string& value_name, Int* dst, Int min,
+              const std::string& help);
+  // Any other value type: `assign` parses the text and stores it (or says why not).
+  void AddCustom(const std::string& name, const std::string& value_name, const std::string& help,
+                 std::function<absl::Status(const std::string& value)> assign);
+  // Accept arguments that are not flags (e.g. a directory), collected in order into
+  // `*dst`; without this, they are errors.
+  void AcceptPositional(std::vector<std::string>* dst) { positional_ = dst; }
 
   absl::Status Parse(const std::vector<std::string>& args);
 
@@ -39,7 +55,7 @@ class FlagParser {
   std::string FlagsHelp() const;
 
  private:
-  enum class Kind { kString, kPositiveDouble, kBool };
+  enum class Kind { kString, kPositiveDouble, kBool, kCustom };
   struct Flag {
     std::string name;
     std::string value_name;
@@ -49,13 +65,32 @@ class FlagParser {
     std::string default_text;
     bool allow_empty = false;
     bool seen = false;
+    std::function<absl::Status(const std::string&)> assign = nullptr;  // kCustom only
   };
 
   absl::Status Assign(Flag& flag, const std::string& value);
 
   std::vector<Flag> flags_;
   bool help_requested_ = false;
+  std::vector<std::string>* positional_ = nullptr;
 };
+
+template <typename Int>
+void FlagParser::AddInt(const std::string& name, const std::string& value_name, Int* dst, Int min,
+                        const std::string& help) {
+  AddCustom(name, value_name, help, [name, dst, min](const std::string& text) {
+    // Wide enough for every Int we use, signed or not; range is checked against Int.
+    using Wide = std::conditional_t<std::is_signed_v<Int>, int64_t, uint64_t>;
+    Wide value = 0;
+    if (!absl::SimpleAtoi(text, &value) || value < static_cast<Wide>(min) ||
+        value > static_cast<Wide>(std::numeric_limits<Int>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " needs an integer >= ", min, ", got '", text, "'"));
+    }
+    *dst = static_cast<Int>(value);
+    return absl::OkStatus();
+  });
+}
 
 }  // namespace shardcast::ctl
 

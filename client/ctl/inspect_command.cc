@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/ctl/command_registry.h"
+#include "client/ctl/flag_parser.h"
 #include "common/dataset_index.h"
 #include "common/json_fields.h"
 
@@ -39,41 +40,16 @@ struct InspectFlags {
 absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
   InspectFlags flags;
   std::vector<std::string> positional;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
-    bool has_value = false;
-    if (const size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (name == "--help" || name == "-h") {
-      flags.help = true;
-    } else if (name == "--json" || name == "--samples") {
-      if (has_value) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
-      (name == "--json" ? flags.json : flags.samples) = true;
-    } else if (name == "--label-field" || name == "--cache-dir" || name == "--threads") {
-      if (!has_value) {
-        if (i + 1 >= args.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-        }
-        value = args[++i];
-      }
-      if (name == "--label-field") {
-        if (value.empty()) return absl::InvalidArgumentError("--label-field must not be empty");
-        flags.options.label_field = value;
-      } else if (name == "--cache-dir") {
-        flags.options.cache_dir = value;
-      } else if (!absl::SimpleAtoi(value, &flags.options.threads) || flags.options.threads < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--threads needs an integer >= 0, got '", value, "'"));
-      }
-    } else if (name.rfind("-", 0) == 0 && name.size() > 1) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
-    } else {
-      positional.push_back(args[i]);
-    }
-  }
+  FlagParser parser;
+  parser.AddBool("json", &flags.json, "print JSON");
+  parser.AddBool("samples", &flags.samples, "one entry per sample");
+  parser.AddString("label-field", "F", &flags.options.label_field, "json label field");
+  parser.AddString("cache-dir", "D", &flags.options.cache_dir, "index cache directory",
+                   /*allow_empty=*/true);
+  parser.AddInt("threads", "N", &flags.options.threads, 0, "scanner threads");
+  parser.AcceptPositional(&positional);
+  if (absl::Status s = parser.Parse(args); !s.ok()) return s;
+  flags.help = parser.help_requested();
   if (flags.help) return flags;
   if (positional.size() != 1) {
     return absl::InvalidArgumentError(

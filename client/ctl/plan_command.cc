@@ -1,9 +1,6 @@
 // `shardcast-ctl plan`: prints an epoch's plan, one line per batch, for a shard
 // directory (through the dataset index) or for a list of shard sizes.
-#include <algorithm>
 #include <cstdio>
-#include <iterator>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/ctl/command_registry.h"
+#include "client/ctl/flag_parser.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
 
@@ -40,104 +38,59 @@ struct PlanFlags {
   bool help = false;
 };
 
-template <typename Int>
-absl::Status ParseInt(const std::string& flag, const std::string& text, Int min, Int* out) {
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value < static_cast<int64_t>(min) ||
-      value > static_cast<int64_t>(std::numeric_limits<Int>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " needs an integer >= ", min, ", got '", text, "'"));
-  }
-  *out = static_cast<Int>(value);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   PlanFlags flags;
-  bool have_world = false, have_batch = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
-    bool inline_value = false;
-    if (const size_t eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
-    }
-    if (name == "--help" || name == "-h") {
-      flags.help = true;
-      continue;
-    }
-    if (name == "--shuffle-shards") {
-      if (inline_value) return absl::InvalidArgumentError("--shuffle-shards takes no value");
-      flags.config.shuffle_shards = true;
-      continue;
-    }
-    static const char* const kValued[] = {
-        "--shards", "--sizes", "--world", "--batch",          "--workers",    "--split",
-        "--seed",   "--epoch", "--rank",  "--shuffle-buffer", "--block-size", "--remainder"};
-    if (std::find(std::begin(kValued), std::end(kValued), name) == std::end(kValued)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", args[i], "'"));
-    }
-    if (!inline_value) {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(name + " needs a value");
-      value = args[++i];
-    }
-    absl::Status s;
-    if (name == "--shards") {
-      flags.shards_dir = value;
-    } else if (name == "--sizes") {
-      std::vector<uint32_t> sizes;
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        uint32_t size = 0;
-        s = ParseInt("--sizes", std::string(part), uint32_t{0}, &size);
-        if (!s.ok()) break;
-        sizes.push_back(size);
+  PlanConfig& config = flags.config;
+  config.world_size = 0;  // required: 0 = not given
+  config.batch_size = 0;
+  int32_t rank = -1;
+  FlagParser parser;
+  parser.AddString("shards", "DIR", &flags.shards_dir, "shard directory");
+  parser.AddCustom("sizes", "N,N,...", "shard sample counts", [&flags](const std::string& text) {
+    std::vector<uint32_t> sizes;
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      uint32_t size = 0;
+      if (!absl::SimpleAtoi(part, &size)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--sizes needs integers >= 0, got '", part, "'"));
       }
-      flags.sizes = std::move(sizes);
-    } else if (name == "--world") {
-      s = ParseInt(name, value, int32_t{1}, &flags.config.world_size);
-      have_world = true;
-    } else if (name == "--batch") {
-      s = ParseInt(name, value, int32_t{1}, &flags.config.batch_size);
-      have_batch = true;
-    } else if (name == "--workers") {
-      s = ParseInt(name, value, int32_t{1}, &flags.config.workers);
-    } else if (name == "--seed") {
-      if (!absl::SimpleAtoi(value, &flags.config.seed)) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("--seed needs an unsigned 64-bit integer, got '", value, "'"));
-      }
-    } else if (name == "--epoch") {
-      s = ParseInt(name, value, int64_t{0}, &flags.epoch);
-    } else if (name == "--rank") {
-      int32_t rank = 0;
-      s = ParseInt(name, value, int32_t{0}, &rank);
-      flags.rank = rank;
-    } else if (name == "--shuffle-buffer") {
-      s = ParseInt(name, value, int32_t{0}, &flags.config.shuffle_buffer);
-    } else if (name == "--block-size") {
-      s = ParseInt(name, value, int32_t{0}, &flags.config.block_size);
-    } else if (name == "--split") {
-      absl::StatusOr<Split> split = ParseSplit(value);
-      if (split.ok()) flags.config.split = *split;
-      s = split.status();
-    } else if (name == "--remainder") {
-      absl::StatusOr<Remainder> remainder = ParseRemainder(value);
-      if (remainder.ok()) flags.config.remainder = *remainder;
-      s = remainder.status();
+      sizes.push_back(size);
     }
-    if (!s.ok()) return s;
-  }
+    flags.sizes = std::move(sizes);
+    return absl::OkStatus();
+  });
+  parser.AddInt("world", "W", &config.world_size, int32_t{1}, "world size");
+  parser.AddInt("batch", "B", &config.batch_size, int32_t{1}, "batch size");
+  parser.AddInt("workers", "K", &config.workers, int32_t{1}, "virtual workers per rank");
+  parser.AddCustom("split", "shard|sample", "split", [&config](const std::string& text) {
+    absl::StatusOr<Split> split = ParseSplit(text);
+    if (split.ok()) config.split = *split;
+    return split.status();
+  });
+  parser.AddCustom("remainder", "drop|pad", "remainder", [&config](const std::string& text) {
+    absl::StatusOr<Remainder> remainder = ParseRemainder(text);
+    if (remainder.ok()) config.remainder = *remainder;
+    return remainder.status();
+  });
+  parser.AddInt("seed", "S", &config.seed, uint64_t{0}, "seed");
+  parser.AddBool("shuffle-shards", &config.shuffle_shards, "shuffle the shard order");
+  parser.AddInt("shuffle-buffer", "N", &config.shuffle_buffer, int32_t{0}, "shuffle buffer");
+  parser.AddInt("block-size", "N", &config.block_size, int32_t{0}, "shards per block");
+  parser.AddInt("epoch", "E", &flags.epoch, int64_t{0}, "epoch");
+  parser.AddInt("rank", "R", &rank, int32_t{0}, "only this rank");
+  if (absl::Status s = parser.Parse(args); !s.ok()) return s;
+  flags.help = parser.help_requested();
   if (flags.help) return flags;
+  if (rank >= 0) flags.rank = rank;
   if (flags.shards_dir.empty() == !flags.sizes.has_value()) {
     return absl::InvalidArgumentError("give exactly one of --shards DIR or --sizes N,N,...");
   }
-  if (!have_world || !have_batch) {
+  if (config.world_size == 0 || config.batch_size == 0) {
     return absl::InvalidArgumentError("--world and --batch are required");
   }
-  if (flags.rank && *flags.rank >= flags.config.world_size) {
+  if (flags.rank && *flags.rank >= config.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--rank ", *flags.rank, " is out of range for --world ", flags.config.world_size));
+        "--rank ", *flags.rank, " is out of range for --world ", config.world_size));
   }
   return flags;
 }
