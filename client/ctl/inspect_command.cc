@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "client/ctl/command_registry.h"
 #include "client/ctl/flag_parser.h"
+#include "client/ctl/status_report.h"
 #include "common/dataset_index.h"
 #include "common/json_fields.h"
 
@@ -82,17 +83,6 @@ std::vector<std::string> Extensions(const SampleEntry& e) {
   return exts;
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  const char* const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
-}
-
 void PrintTable(const DatasetIndex& index, bool with_samples) {
   uint64_t total_bytes = 0;
   for (const ShardInfo& s : index.shards) total_bytes += s.file_size;
@@ -100,7 +90,7 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
   std::printf("fingerprint  %s (%s)\n", index.fingerprint.c_str(),
               index.loaded_from_cache ? "loaded from cache" : "scanned");
   std::printf("shards %zu (%s), samples %lld, classes %d, skipped %zu, warnings %zu\n\n",
-              index.shards.size(), HumanBytes(total_bytes).c_str(),
+              index.shards.size(), FormatBytes(static_cast<double>(total_bytes)).c_str(),
               static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
               index.warnings.size());
 
@@ -108,7 +98,7 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
   for (size_t i = 0; i < index.shards.size(); ++i) {
     const ShardInfo& s = index.shards[i];
     std::printf("%6zu  %-40s %9zu %11s  %s\n", i, s.path.c_str(), s.samples.size(),
-                HumanBytes(s.file_size).c_str(), s.compressed ? "yes" : "no");
+                FormatBytes(static_cast<double>(s.file_size)).c_str(), s.compressed ? "yes" : "no");
   }
 
   const std::map<int64_t, int64_t> counts = LabelCounts(index);
