@@ -4,13 +4,13 @@
 #ifndef SHARDCAST_CLIENT_BATCH_STREAM_H_
 #define SHARDCAST_CLIENT_BATCH_STREAM_H_
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,9 +19,9 @@
 namespace shardcast {
 
 struct BatchStreamOptions {
-  std::string server;                 // "host:port"
-  shardcast::v1::RegisterRequest job; // job_id, rank, world_size, batch size, split, ...
-  int prefetch = 4;                   // batches buffered ahead of the trainer
+  std::string server;                  // "host:port"
+  shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
+  int prefetch = 4;                    // batches buffered ahead of the trainer
   // Reconnect with exponential backoff (initial..max) for at most this long before
   // giving up on a dead server.
   double reconnect_initial_seconds = 0.1;

@@ -43,10 +43,10 @@ struct SkippedSample {
 };
 
 struct DatasetIndex {
-  std::string root;                      // absolute path of the dataset directory
-  std::vector<ShardInfo> shards;         // natural sorted order ("2" before "10")
-  int64_t num_samples = 0;               // sum of shard sample counts
-  int32_t num_classes = 0;               // info.json's, else max label + 1
+  std::string root;               // absolute path of the dataset directory
+  std::vector<ShardInfo> shards;  // natural sorted order ("2" before "10")
+  int64_t num_samples = 0;        // sum of shard sample counts
+  int32_t num_classes = 0;        // info.json's, else max label + 1
   // By label, from json "class" when present: empty when no sample names its class,
   // else num_classes entries ("" for labels never named; the first name seen wins).
   std::vector<std::string> class_names;
@@ -75,8 +75,7 @@ struct IndexOptions {
 // keeps the samples read completely before the break and adds a warning naming the
 // shard and member; its last sample is skipped too unless the member cut short is
 // known to begin another sample. Warnings are also logged to stderr, one line each.
-absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
-                                               const IndexOptions& options);
+absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir, const IndexOptions& options);
 
 }  // namespace shardcast
 

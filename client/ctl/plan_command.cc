@@ -89,8 +89,8 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError("--world and --batch are required");
   }
   if (flags.rank && *flags.rank >= config.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rank ", *flags.rank, " is out of range for --world ", config.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank ", *flags.rank, " is out of range for --world ", config.world_size));
   }
   return flags;
 }

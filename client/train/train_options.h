@@ -21,8 +21,8 @@ struct TrainOptions {
   std::string remainder;  // "" (server default) | drop | pad
   int workers = 0;        // 0 = server default
   std::optional<uint64_t> seed;
-  int shuffle = -1;  // > 0: shuffle shards and use a shuffle buffer of this size; 0 = server
-                     // default buffer; < 0: no shuffle (the seed's default)
+  int shuffle = -1;       // > 0: shuffle shards and use a shuffle buffer of this size; 0 = server
+                          // default buffer; < 0: no shuffle (the seed's default)
   std::string transform;  // "" | center | random
   int resize = 0;         // 0 = server default
   int crop = 0;

@@ -88,7 +88,7 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
   const double period = std::min(w, h) * (0.18 + 0.08 * (label % 3)) + 2.0;
   const double phase = 2 * kPi * rng.Uniform();
   const double depth = 0.25 + 0.15 * rng.Uniform();  // stripe contrast
-  constexpr int kNoiseAmp = 10;                   // +-10 levels of uniform pixel noise
+  constexpr int kNoiseAmp = 10;                      // +-10 levels of uniform pixel noise
 
   // The stripe is sin(2*pi*(x*cos + y*sin)/period + phase), read from a table
   // indexed by the phase in 1/kLut turns: ~10x faster than std::sin per pixel,
