@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/digest.h"
 #include "common/json_fields.h"
 #include "common/sample_grouping.h"
 #include "common/tar_reader.h"
@@ -47,37 +48,6 @@ constexpr uint32_t kIndexVersion = 1;
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
-
-// 128-bit FNV-1a: stable across processes, machines and builds (unlike std::hash or
-// absl::Hash), so the fingerprint means the same thing to every server replica.
-class Fnv1a128 {
- public:
-  void Add(absl::string_view bytes) {
-    for (unsigned char c : bytes) {
-      state_ ^= c;
-      state_ *= kPrime;
-    }
-  }
-  void AddString(absl::string_view s) {  // length-prefixed: ("ab","c") != ("a","bc")
-    AddU64(s.size());
-    Add(s);
-  }
-  void AddU64(uint64_t v) {
-    char buf[8];
-    for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>(v >> (8 * i));
-    Add(absl::string_view(buf, 8));
-  }
-  std::string Hex() const {
-    return absl::StrFormat("%016x%016x", static_cast<uint64_t>(state_ >> 64),
-                           static_cast<uint64_t>(state_));
-  }
-
- private:
-  static constexpr unsigned __int128 kPrime =
-      (static_cast<unsigned __int128>(0x0000000001000000ULL) << 64) | 0x000000000000013BULL;
-  unsigned __int128 state_ =
-      (static_cast<unsigned __int128>(0x6c62272e07bb0142ULL) << 64) | 0x62b821756295c58dULL;
-};
 
 // "shard-2" < "shard-10": runs of digits compare by value, the rest bytewise.
 bool NaturalLess(const std::string& a, const std::string& b) {
@@ -144,8 +114,12 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root) {
   return shards;
 }
 
-std::string Fingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
-  Fnv1a128 h;
+// The content fingerprint: what the planner and the serve path depend on (shard
+// names and sizes, every sample's key, label and member offsets) and nothing else.
+// Two replicas holding the same bytes agree on it however the files were copied;
+// mtimes only decide whether a cache is still valid.
+std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
+  Digest128 h;
   h.AddString("shardcast-index");
   h.AddU64(kIndexVersion);
   h.AddString(options.label_field);
@@ -153,7 +127,19 @@ std::string Fingerprint(const std::vector<ShardInfo>& shards, const IndexOptions
   for (const ShardInfo& s : shards) {
     h.AddString(s.path);
     h.AddU64(s.file_size);
-    h.AddU64(static_cast<uint64_t>(s.mtime_ns));
+    h.AddU64(s.compressed ? 1 : 0);
+    h.AddU64(s.samples.size());
+    for (const SampleEntry& e : s.samples) {
+      h.AddString(e.key);
+      h.AddU64(static_cast<uint64_t>(e.label));
+      h.AddU64(e.image_member);
+      h.AddU64(e.members.size());
+      for (const MemberRef& m : e.members) {
+        h.AddString(m.ext);
+        h.AddU64(m.offset);
+        h.AddU64(m.size);
+      }
+    }
   }
   return h.Hex();
 }
@@ -247,8 +233,8 @@ class CacheWriter {
     out_.append(s.data(), s.size());
   }
   std::string Finish() {
-    Fnv1a128 h;
-    h.Add(out_);
+    Digest128 h;
+    h.AddBytes(out_);
     Str(h.Hex());
     return std::move(out_);
   }
@@ -348,8 +334,8 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     CacheParser tail(data.substr(data.size() - 40));
     std::string stored;
     if (!tail.Str(&stored)) return corrupt("no checksum");
-    Fnv1a128 h;
-    h.Add(data.substr(0, data.size() - 40));
+    Digest128 h;
+    h.AddBytes(data.substr(0, data.size() - 40));
     if (stored != h.Hex()) return corrupt("checksum mismatch");
   }
   CacheParser p(data.substr(0, data.size() - 40));
@@ -420,7 +406,7 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
 }
 
 std::string CachePath(const std::string& cache_dir, const std::string& root) {
-  Fnv1a128 h;
+  Digest128 h;
   h.AddString(root);
   return (fs::path(cache_dir) / ("shardcast-index-" + h.Hex().substr(0, 16) + ".bin")).string();
 }
@@ -578,7 +564,6 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
 
   DatasetIndex index;
   index.root = root;
-  index.fingerprint = Fingerprint(*listed, options);
 
   std::string cache_path;
   if (!options.cache_dir.empty()) {
@@ -630,6 +615,7 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
 
   for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
   index.shards = std::move(scan.shards);
+  index.fingerprint = ContentFingerprint(index.shards, options);
   index.skipped = std::move(scan.skipped);
   for (const ShardInfo& s : index.shards)
     index.num_samples += static_cast<int64_t>(s.samples.size());

@@ -52,7 +52,9 @@ struct DatasetIndex {
   std::vector<std::string> class_names;
   std::vector<SkippedSample> skipped;
   std::vector<std::string> warnings;  // e.g. info.json disagrees with the scan
-  std::string fingerprint;            // hex digest of shard names/sizes/mtimes/options
+  // Hex digest of the content the plan and the serve path use (shard names and sizes,
+  // sample keys, labels, member offsets, label field); not of mtimes.
+  std::string fingerprint;
   bool loaded_from_cache = false;
 
   // Per-shard sample counts, in shard order: all the planner needs.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/digest.h"
 #include "common/epoch_plan_internal.h"
 
 namespace shardcast {
@@ -499,26 +500,6 @@ uint64_t AugmentSeed(uint64_t seed, int64_t epoch, int32_t shard, int32_t index)
   return plan_internal::AugmentSeedWithKey(plan_internal::AugmentKey(seed, epoch), shard, index);
 }
 
-absl::StatusOr<Split> ParseSplit(absl::string_view name) {
-  if (name == "shard") return Split::kShard;
-  if (name == "sample") return Split::kSample;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown split '", name, "': expected 'shard' or 'sample'"));
-}
-
-absl::StatusOr<Remainder> ParseRemainder(absl::string_view name) {
-  if (name == "drop") return Remainder::kDrop;
-  if (name == "pad") return Remainder::kPad;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown remainder '", name, "': expected 'drop' or 'pad'"));
-}
-
-const char* SplitName(Split split) { return split == Split::kShard ? "shard" : "sample"; }
-
-const char* RemainderName(Remainder remainder) {
-  return remainder == Remainder::kDrop ? "drop" : "pad";
-}
-
 std::string PlanConfigString(const PlanConfig& c) {
   return absl::StrFormat(
       "world_size=%d batch_size=%d split=%s remainder=%s workers=%d seed=%d "
@@ -615,19 +596,9 @@ std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfi
   const PlanConfig c = Normalized(config);
   const std::string canonical = absl::StrCat(kPlannerVersion, "\n", index_fingerprint.size(), ":",
                                              index_fingerprint, "\n", PlanConfigString(c));
-  // Two independent 64-bit chains over the canonical text: a 128-bit digest.
-  uint64_t h1 = 0x243f6a8885a308d3ULL, h2 = 0x13198a2e03707344ULL;
-  for (size_t i = 0; i < canonical.size(); i += 8) {
-    uint64_t word = 0;
-    for (size_t j = i; j < std::min(i + 8, canonical.size()); ++j) {
-      word = (word << 8) | static_cast<unsigned char>(canonical[j]);
-    }
-    h1 = plan_internal::Mix64(h1 ^ word) + 0x9e3779b97f4a7c15ULL;
-    h2 = plan_internal::Mix64(h2 + word * 0xff51afd7ed558ccdULL) ^ h1;
-  }
-  h1 = plan_internal::Mix64(h1 ^ canonical.size());
-  h2 = plan_internal::Mix64(h2 ^ (canonical.size() * 0xc4ceb9fe1a85ec53ULL));
-  return absl::StrFormat("%016x%016x", h1, h2);
+  Digest128 digest;
+  digest.AddString(canonical);
+  return digest.Hex();
 }
 
 }  // namespace shardcast

@@ -12,9 +12,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_config.h"
 
 namespace shardcast {
 
+// The splits and remainders (enums and PlanConfig in common/job_config.h).
 // Semantics, pinned by tests/common/epoch_plan_test.cc:
 //
 // kShard (the seed's loader, batch for batch): the epoch's shard order is 0..S-1, or
@@ -44,32 +46,6 @@ namespace shardcast {
 // materialized); the blocks are concatenated into positions 0..N-1, and batch j of
 // rank r is positions (j*W + r)*B ... (j*W + r + 1)*B - 1. Positions >= N are padding
 // (kPad only). shuffle_shards, workers and shuffle_buffer do not apply to kSample.
-enum class Split {
-  kShard,   // webdataset split_by_node + DataLoader workers + repeat/slice
-  kSample,  // exactly-once: per-epoch permutation dealt round-robin by batch
-};
-enum class Remainder {
-  kDrop,  // n = N // (B*W)
-  kPad,   // n = ceil(N / (B*W)), padding entries invalid (split kSample)
-};
-
-// "shard"/"sample" and "drop"/"pad" (flags, wire, logs).
-absl::StatusOr<Split> ParseSplit(absl::string_view name);
-absl::StatusOr<Remainder> ParseRemainder(absl::string_view name);
-const char* SplitName(Split split);
-const char* RemainderName(Remainder remainder);
-
-struct PlanConfig {
-  int32_t world_size = 1;
-  int32_t batch_size = 1;
-  Split split = Split::kShard;
-  Remainder remainder = Remainder::kDrop;
-  int32_t workers = 1;  // virtual DataLoader workers per rank (split kShard)
-  uint64_t seed = 0;
-  bool shuffle_shards = false;  // shard order shuffled by (seed, epoch)
-  int32_t shuffle_buffer = 0;   // per-worker sample shuffle buffer (split kShard), 0 = off
-  int32_t block_size = 0;       // shards per shuffle block (split kSample), 0 = global
-};
 
 // A reference to one sample: shard position in the sorted shard list and position
 // of the sample inside that shard. Padding entries have shard == index == -1.

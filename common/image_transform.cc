@@ -24,8 +24,6 @@
 namespace shardcast {
 namespace {
 
-constexpr int kMaxCrop = 8192;
-constexpr int kMaxResize = 16384;
 // A thread keeps its decode buffer between images; one bigger than this (a huge
 // photo) is released after use instead.
 constexpr size_t kMaxRetainedScratch = size_t{64} << 20;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_config.h"
 
 namespace shardcast {
 
@@ -35,17 +36,7 @@ struct DecodeOptions {
 // damaged file is substituted rather than served half grey.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
 
-enum class TransformMode {
-  kCenter,  // Resize(short side = resize, bilinear, antialias) + CenterCrop(crop)
-  kRandom,  // RandomResizedCrop(crop, scale=(0.08,1), ratio=(3/4,4/3)) + HFlip(p=0.5)
-};
-
-struct TransformSpec {
-  TransformMode mode = TransformMode::kCenter;
-  int resize = 256;         // short side for kCenter
-  int crop = 224;           // output is crop x crop
-  bool dct_scaling = true;  // allow DCT-domain downscale (never below what's needed)
-};
+// TransformMode and TransformSpec (with their limits) live in common/job_config.h.
 
 // Writes 3 * crop * crop bytes, planar RGB (CHW), to `out_chw`.
 // `augment_seed` drives kRandom (same seed -> same bytes); ignored for kCenter.
