@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/epoch_plan.h"
-#include "common/image_transform.h"
+#include "common/job_config.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
 #include "shardcast/v1/shardcast.pb.h"
@@ -24,12 +24,6 @@
 namespace shardcast::server {
 
 class BatchWindow;
-
-// The effective config of a job: every default filled in.
-struct JobConfig {
-  PlanConfig plan;
-  TransformSpec transform;
-};
 
 // Progress of one rank, as GetStatus reports it.
 struct RankProgress {
@@ -43,7 +37,7 @@ struct RankProgress {
 
 class Job {
  public:
-  Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string plan_fingerprint,
+  Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
       const ServedDataset* dataset);
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -51,7 +45,8 @@ class Job {
   const std::string& id() const { return id_; }
   const JobConfig& config() const { return config_; }
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  const std::string& plan_fingerprint() const { return plan_fingerprint_; }
+  // JobFingerprint(index content, config): what a stream must present.
+  const std::string& job_fingerprint() const { return job_fingerprint_; }
 
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
@@ -81,7 +76,7 @@ class Job {
   const std::string id_;
   const JobConfig config_;
   const int64_t batches_per_epoch_;
-  const std::string plan_fingerprint_;
+  const std::string job_fingerprint_;
   const ServedDataset* const dataset_;
 
   mutable absl::Mutex mu_;
@@ -94,7 +89,7 @@ class Job {
 class JobRegistry {
  public:
   // REQUIRES: `dataset` outlives the registry.
-  JobRegistry(const ServedDataset* dataset, const JobDefaults& defaults, int64_t max_message_bytes);
+  JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, const JobLimits& limits);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -109,22 +104,14 @@ class JobRegistry {
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The effective config a request asks for (defaults applied, fields validated).
-  absl::StatusOr<JobConfig> EffectiveConfig(const shardcast::v1::RegisterRequest& request) const;
-
  private:
   const ServedDataset* const dataset_;
-  const JobDefaults defaults_;
-  const int64_t max_message_bytes_;
+  const JobConfig defaults_;
+  const JobLimits limits_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
 };
-
-// Conversions between the wire enums and the planner's / transform's.
-shardcast::v1::Split ToProto(Split split);
-shardcast::v1::Remainder ToProto(Remainder remainder);
-shardcast::v1::TransformMode ToProto(TransformMode mode);
 
 }  // namespace shardcast::server
 

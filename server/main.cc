@@ -120,44 +120,44 @@ bool ParseOptions(shardcast::server::ServerOptions* options, std::string* error)
     return false;
   }
   options->listen_address = absl::GetFlag(FLAGS_listen);
-  shardcast::server::JobDefaults& d = options->defaults;
-  d.batch_size = absl::GetFlag(FLAGS_batch_size);
+  shardcast::JobConfig& d = options->defaults;
+  d.plan.batch_size = absl::GetFlag(FLAGS_batch_size);
   const std::string split = absl::GetFlag(FLAGS_split);
   if (split == "shard") {
-    d.split = Split::kShard;
+    d.plan.split = Split::kShard;
   } else if (split == "sample") {
-    d.split = Split::kSample;
+    d.plan.split = Split::kSample;
   } else {
     *error = absl::StrCat("--split must be 'shard' or 'sample', got '", split, "'");
     return false;
   }
   const std::string remainder = absl::GetFlag(FLAGS_remainder);
   if (remainder == "drop") {
-    d.remainder = Remainder::kDrop;
+    d.plan.remainder = Remainder::kDrop;
   } else if (remainder == "pad") {
-    d.remainder = Remainder::kPad;
+    d.plan.remainder = Remainder::kPad;
   } else {
     *error = absl::StrCat("--remainder must be 'drop' or 'pad', got '", remainder, "'");
     return false;
   }
-  d.workers = absl::GetFlag(FLAGS_workers);
-  d.seed = absl::GetFlag(FLAGS_seed);
-  d.shuffle_shards = absl::GetFlag(FLAGS_shuffle_shards);
-  d.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
-  d.block_size = absl::GetFlag(FLAGS_block_size);
+  d.plan.workers = absl::GetFlag(FLAGS_workers);
+  d.plan.seed = absl::GetFlag(FLAGS_seed);
+  d.plan.shuffle_shards = absl::GetFlag(FLAGS_shuffle_shards);
+  d.plan.shuffle_buffer = absl::GetFlag(FLAGS_shuffle_buffer);
+  d.plan.block_size = absl::GetFlag(FLAGS_block_size);
   const std::string transform = absl::GetFlag(FLAGS_transform);
   if (transform == "center") {
-    d.transform_mode = TransformMode::kCenter;
+    d.transform.mode = TransformMode::kCenter;
   } else if (transform == "random") {
-    d.transform_mode = TransformMode::kRandom;
+    d.transform.mode = TransformMode::kRandom;
   } else {
     *error = absl::StrCat("--transform must be 'center' or 'random', got '", transform, "'");
     return false;
   }
-  d.resize = absl::GetFlag(FLAGS_resize);
-  d.crop = absl::GetFlag(FLAGS_crop);
-  if (d.batch_size < 1 || d.workers < 1 || d.crop < 1 || d.resize < 1 || d.shuffle_buffer < 0 ||
-      d.block_size < 0) {
+  d.transform.resize = absl::GetFlag(FLAGS_resize);
+  d.transform.crop = absl::GetFlag(FLAGS_crop);
+  if (d.plan.batch_size < 1 || d.plan.workers < 1 || d.transform.crop < 1 || d.transform.resize < 1 || d.plan.shuffle_buffer < 0 ||
+      d.plan.block_size < 0) {
     *error =
         "--batch-size, --workers, --crop and --resize must be >= 1; "
         "--shuffle-buffer and --block-size >= 0";

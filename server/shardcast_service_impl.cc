@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/job_config_proto.h"
 #include "server/log.h"
 #include "server/version.h"
 
@@ -30,8 +31,8 @@ StreamSession::StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job>
 
 StreamSession::~StreamSession() { Close("closed"); }
 
-BatchWindow::TakeResult StreamSession::Take(std::shared_ptr<AssembledBatch>* batch,
-                                            std::function<void()> on_ready) {
+absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(
+    std::shared_ptr<AssembledBatch>* batch, std::function<void()> on_ready) {
   return window_->Take(batch, std::move(on_ready));
 }
 
@@ -107,8 +108,8 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
   serving->dataset = std::move(dataset);
   serving->assembler =
       std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_);
-  serving->registry = std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
-                                                    options_.max_message_bytes);
+  serving->registry = std::make_unique<JobRegistry>(
+      serving->dataset.get(), options_.defaults, JobLimits{options_.max_message_bytes});
   absl::MutexLock lock(&mu_);
   serving_ = std::move(serving);
   if (state_ == State::kIndexing) state_ = State::kServing;
@@ -162,11 +163,11 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
     return response;
   }
   LogInfo("register",
-          absl::StrFormat("job '%s' rank %d/%d: batch %d, crop %d, split %s, n=%d, plan %s",
+          absl::StrFormat("job '%s' rank %d/%d: batch %d, crop %d, split %s, n=%d, job %s",
                           request.job_id(), request.rank(), request.world_size(),
                           response->batch_size(), response->transform().crop(),
                           response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
-                          response->batches_per_epoch(), response->plan_fingerprint()));
+                          response->batches_per_epoch(), response->job_fingerprint()));
   return response;
 }
 
@@ -194,6 +195,15 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
   if (request.rank() < 0 || request.rank() >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank: job '", job->id(), "' has world_size ",
                                                    world_size, ", got rank ", request.rank()));
+  }
+  if (!request.job_fingerprint().empty() && request.job_fingerprint() != job->job_fingerprint()) {
+    // The server was restarted with other data or defaults, or another run took the
+    // job id: this stream would get other samples or other pixels than its rank
+    // registered for.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job_fingerprint: job '", job->id(), "' on this server is ", job->job_fingerprint(),
+        ", the stream asked for ", request.job_fingerprint(),
+        " (the data or the job config changed since the rank registered)"));
   }
   if (!job->IsRegistered(request.rank())) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -255,7 +265,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       job_status->set_world_size(job->config().plan.world_size);
       job_status->set_batch_size(job->config().plan.batch_size);
       job_status->set_batches_per_epoch(job->batches_per_epoch());
-      job_status->set_plan_fingerprint(job->plan_fingerprint());
+      job_status->set_job_fingerprint(job->job_fingerprint());
       job_status->set_split(ToProto(job->config().plan.split));
       const std::vector<RankProgress> ranks = job->Progress();
       const int64_t n = job->batches_per_epoch();

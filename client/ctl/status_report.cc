@@ -149,7 +149,7 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   for (const auto& job : st.jobs()) {
     jobs.AddRow({job.job_id(), absl::StrCat(job.world_size()), absl::StrCat(job.batch_size()),
                  absl::StrCat(job.batches_per_epoch()), SplitName(job.split()),
-                 job.plan_fingerprint()});
+                 job.job_fingerprint()});
   }
   out += jobs.Render("  ");
 

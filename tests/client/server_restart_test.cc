@@ -154,6 +154,33 @@ TEST_F(ServerRestartTest, RestartBetweenEpochsReRegistersTheForgottenJob) {
   EXPECT_EQ(count, 3);
 }
 
+// The job fingerprint covers the transform: a server restarted with another default
+// resize would serve other pixels under the same plan, and the rank must be told
+// rather than resumed (before, only the plan settings were compared and the rank
+// resumed silently onto different bytes).
+TEST_F(ServerRestartTest, RestartWithAnotherDefaultTransformIsRefusedNotResumed) {
+  BatchStreamOptions options = Options("transform");
+  options.job.mutable_transform()->clear_resize();  // the server's default: 96
+  server_->Kill(SIGKILL);
+  ASSERT_TRUE(server_->Start(server_->port(), {"--resize", "96"}).ok());
+  absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(options);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ((*stream)->registration().transform().resize(), 96);
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  ASSERT_TRUE((*stream)->Next().ok());
+  const int port = server_->port();
+  server_->Kill(SIGKILL);
+  ASSERT_TRUE(server_->Start(port, {"--resize", "112"}).ok());
+  absl::Status error;
+  for (int i = 0; i < 100 && error.ok(); ++i) {
+    absl::StatusOr<std::optional<TrainingBatch>> next = (*stream)->Next();
+    if (!next.ok()) error = next.status();
+    else ASSERT_TRUE(next->has_value()) << "the epoch ended on the changed server";
+  }
+  EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
+  EXPECT_NE(error.message().find("job fingerprint"), std::string::npos) << error;
+}
+
 TEST_F(ServerRestartTest, ServerThatNeverComesBackIsAnErrorAfterTheDeadline) {
   BatchStreamOptions options = Options("orphan");
   options.reconnect_deadline_seconds = 1.5;

@@ -228,12 +228,13 @@ TEST_F(DatasetIndexTest, CacheIsReusedAndInvalidated) {
   ASSERT_TRUE(uncached.ok());
   EXPECT_EQ(Dump(*uncached), Dump(*first));
 
-  // Touching a shard (same bytes, new mtime) invalidates; the next build reuses again.
+  // Touching a shard (same bytes, new mtime) invalidates the cache, but the content
+  // and so the fingerprint are the same; the next build reuses the cache again.
   shard_testing::SetMtime(shard("shard-1.tar"), 1700000000, 123);
   absl::StatusOr<DatasetIndex> touched = BuildDatasetIndex(data_dir(), options);
   ASSERT_TRUE(touched.ok());
   EXPECT_FALSE(touched->loaded_from_cache);
-  EXPECT_NE(touched->fingerprint, first->fingerprint);
+  EXPECT_EQ(touched->fingerprint, first->fingerprint);
   EXPECT_EQ(touched->shards[0].mtime_ns, 1700000000LL * 1000000000 + 123);
   absl::StatusOr<DatasetIndex> again = BuildDatasetIndex(data_dir(), options);
   ASSERT_TRUE(again.ok());
@@ -246,6 +247,7 @@ TEST_F(DatasetIndexTest, CacheIsReusedAndInvalidated) {
   ASSERT_TRUE(modified.ok());
   EXPECT_FALSE(modified->loaded_from_cache);
   EXPECT_EQ(modified->num_samples, 7);
+  EXPECT_NE(modified->fingerprint, first->fingerprint);
 
   // Adding a shard invalidates.
   MakeTar(tmp_.path(), SampleFiles(Samples("c", 1)), TarWriter::kGnuTarGnu, shard("shard-3.tar"));
@@ -261,6 +263,7 @@ TEST_F(DatasetIndexTest, CacheIsReusedAndInvalidated) {
   absl::StatusOr<DatasetIndex> relabelled = BuildDatasetIndex(data_dir(), other);
   ASSERT_TRUE(relabelled.ok());
   EXPECT_FALSE(relabelled->loaded_from_cache);
+  EXPECT_NE(relabelled->fingerprint, added->fingerprint);
 }
 
 TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
@@ -413,6 +416,38 @@ TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->fingerprint, a->fingerprint);
   EXPECT_NE(c->root, a->root);
+
+  // A copy that does not preserve mtimes (`cp -r`, most object-store syncs) holds the
+  // same bytes and deals the same plan: same fingerprint.
+  const std::string fresh_copy = tmp_ / "fresh-copy";
+  ASSERT_EQ(shard_testing::RunShell("cp -r " + shard_testing::ShellQuote(data_dir()) + " " +
+                                    shard_testing::ShellQuote(fresh_copy)),
+            0);
+  for (const auto& e : std::filesystem::directory_iterator(fresh_copy)) {
+    shard_testing::SetMtime(e.path().string(), 1600000000, 7);
+  }
+  absl::StatusOr<DatasetIndex> d = BuildDatasetIndex(fresh_copy, many);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->shards[0].mtime_ns, a->shards[0].mtime_ns);
+  EXPECT_EQ(d->fingerprint, a->fingerprint);
+
+  // One label changed (same sizes, same offsets): another fingerprint.
+  const std::string relabelled = tmp_ / "relabelled";
+  std::filesystem::create_directories(relabelled);
+  for (int i = 0; i < 7; ++i) {
+    std::vector<Sample> samples = Samples(absl::StrCat("k", i), 1 + i % 3, i);
+    if (i == 3) {  // label 3 -> 2 (and its class name), every member the same size
+      samples[0].label = 2;
+      samples[0].cls = "class2";
+    }
+    MakeTar(tmp_.path(), SampleFiles(samples), i % 2 ? TarWriter::kGnuTarPax : TarWriter::kPythonGnu,
+            relabelled + "/" + absl::StrCat("part-", i, ".tar"));
+  }
+  absl::StatusOr<DatasetIndex> changed = BuildDatasetIndex(relabelled, many);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(changed->num_samples, a->num_samples);
+  EXPECT_EQ(changed->shards[3].file_size, a->shards[3].file_size);
+  EXPECT_NE(changed->fingerprint, a->fingerprint);
 }
 
 }  // namespace

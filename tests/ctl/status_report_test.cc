@@ -105,7 +105,7 @@ shardcast::v1::GetStatusResponse SampleStatus() {
   job->set_world_size(2);
   job->set_batch_size(16);
   job->set_batches_per_epoch(2);
-  job->set_plan_fingerprint("plan-fp-abcd");
+  job->set_job_fingerprint("plan-fp-abcd");
   job->set_split(shardcast::v1::SPLIT_SAMPLE);
   // Out of order on purpose: the report lists ranks by rank.
   auto* r1 = job->add_ranks();

@@ -56,6 +56,9 @@ TEST_F(BadRequestTest, RegisterRejectsBadFields) {
   cases.push_back({"negative batch", MakeRegister("f", 0, 1, -3), "batch_size"});
   auto crop = MakeRegister("f", 0, 1, 4, v1::SPLIT_SAMPLE, 32, 40);
   cases.push_back({"resize < crop", crop, "transform.resize"});
+  // Once accepted, then every sample failed the transform and was served grey.
+  auto resize = MakeRegister("f", 0, 1, 4, v1::SPLIT_SAMPLE, 20000, 32);
+  cases.push_back({"resize above the limit", resize, "transform.resize: 20000 is outside"});
   auto huge = MakeRegister("f", 0, 1, 4000, v1::SPLIT_SAMPLE, 1024, 1024);
   cases.push_back({"message too large", huge, "max message size"});
   auto workers = MakeRegister("f", 0, 1, 4);
@@ -149,6 +152,22 @@ TEST_F(BadRequestTest, StreamRequestsAreChecked) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << start;
     EXPECT_THAT(status.error_message(), HasSubstr("start_batch"));
   }
+  // A stream whose job changed since its rank registered (another run took the id,
+  // or the server restarted with other data or defaults) is refused.
+  v1::StreamBatchesRequest changed;
+  changed.set_job_id("stream");
+  changed.set_rank(0);
+  changed.set_job_fingerprint("00000000000000000000000000000000");
+  StreamResult stale = StreamAll(stub(), changed);
+  EXPECT_EQ(stale.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(stale.status.error_message(), HasSubstr("job_fingerprint"));
+  EXPECT_TRUE(stale.batches.empty());
+  changed.set_job_fingerprint(response.job_fingerprint());
+  changed.set_start_batch(n - 1);
+  StreamResult fresh = StreamAll(stub(), changed);
+  EXPECT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+  EXPECT_EQ(fresh.batches.size(), 1u);
+
   // start_batch == n is a resume after the last batch: no message, then OK.
   size_t messages = 99;
   EXPECT_TRUE(StreamStatus("stream", 0, 0, n, &messages).ok());

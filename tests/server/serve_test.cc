@@ -70,13 +70,13 @@ TEST_F(ServeTest, RegisterReportsTheJob) {
   EXPECT_EQ(response.split(), v1::SPLIT_SAMPLE);
   EXPECT_EQ(response.seed(), 11u);
   EXPECT_EQ(response.index_fingerprint(), reference_->index().fingerprint);
-  EXPECT_FALSE(response.plan_fingerprint().empty());
+  EXPECT_FALSE(response.job_fingerprint().empty());
   EXPECT_FALSE(response.server_version().empty());
   EXPECT_EQ(response.shards_size(), 0);  // split sample reads every shard
   // A second rank of the same job sees the same plan.
   v1::RegisterResponse rank0;
   ASSERT_TRUE(Register(stub(), MakeRegister("job", 0, 2, 8), &rank0).ok());
-  EXPECT_EQ(rank0.plan_fingerprint(), response.plan_fingerprint());
+  EXPECT_EQ(rank0.job_fingerprint(), response.job_fingerprint());
 }
 
 TEST_F(ServeTest, TwoRanksSplitSampleGetExactlyTheirPlannedBatches) {

@@ -1,0 +1,170 @@
+// Wire <-> JobConfig (see job_config_proto.h).
+#include "proto/job_config_proto.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace shardcast {
+namespace {
+
+namespace v1 = ::shardcast::v1;
+
+absl::StatusOr<std::optional<Split>> FromProto(v1::Split split) {
+  switch (split) {
+    case v1::SPLIT_UNSPECIFIED:
+      return std::optional<Split>();
+    case v1::SPLIT_SHARD:
+      return Split::kShard;
+    case v1::SPLIT_SAMPLE:
+      return Split::kSample;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("split: unknown value ", split));
+  }
+}
+
+absl::StatusOr<std::optional<Remainder>> FromProto(v1::Remainder remainder) {
+  switch (remainder) {
+    case v1::REMAINDER_UNSPECIFIED:
+      return std::optional<Remainder>();
+    case v1::REMAINDER_DROP:
+      return Remainder::kDrop;
+    case v1::REMAINDER_PAD:
+      return Remainder::kPad;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("remainder: unknown value ", remainder));
+  }
+}
+
+absl::StatusOr<std::optional<TransformMode>> FromProto(v1::TransformMode mode) {
+  switch (mode) {
+    case v1::TRANSFORM_MODE_UNSPECIFIED:
+      return std::optional<TransformMode>();
+    case v1::TRANSFORM_MODE_CENTER:
+      return TransformMode::kCenter;
+    case v1::TRANSFORM_MODE_RANDOM:
+      return TransformMode::kRandom;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("transform.mode: unknown value ", mode));
+  }
+}
+
+// Zero means "the server's default" for these fields; negative is an error.
+absl::Status PositiveOrUnset(const char* field, int32_t value, std::optional<int32_t>* out) {
+  if (value < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be >= 0 (0 = server default), got ", value));
+  }
+  if (value > 0) *out = value;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+v1::Split ToProto(Split split) {
+  return split == Split::kShard ? v1::SPLIT_SHARD : v1::SPLIT_SAMPLE;
+}
+v1::Remainder ToProto(Remainder remainder) {
+  return remainder == Remainder::kDrop ? v1::REMAINDER_DROP : v1::REMAINDER_PAD;
+}
+v1::TransformMode ToProto(TransformMode mode) {
+  return mode == TransformMode::kCenter ? v1::TRANSFORM_MODE_CENTER : v1::TRANSFORM_MODE_RANDOM;
+}
+
+absl::StatusOr<JobOverrides> OverridesFromRequest(const v1::RegisterRequest& r) {
+  JobOverrides o;
+  for (absl::Status status : {
+           PositiveOrUnset("batch_size", r.batch_size(), &o.batch_size),
+           PositiveOrUnset("workers", r.workers(), &o.workers),
+           PositiveOrUnset("transform.resize", r.transform().resize(), &o.resize),
+           PositiveOrUnset("transform.crop", r.transform().crop(), &o.crop),
+       }) {
+    if (!status.ok()) return status;
+  }
+  absl::StatusOr<std::optional<Split>> split = FromProto(r.split());
+  if (!split.ok()) return split.status();
+  o.split = *split;
+  absl::StatusOr<std::optional<Remainder>> remainder = FromProto(r.remainder());
+  if (!remainder.ok()) return remainder.status();
+  o.remainder = *remainder;
+  absl::StatusOr<std::optional<TransformMode>> mode = FromProto(r.transform().mode());
+  if (!mode.ok()) return mode.status();
+  o.transform_mode = *mode;
+  if (r.has_seed()) o.seed = r.seed();
+  if (r.has_shuffle_shards()) o.shuffle_shards = r.shuffle_shards();
+  if (r.has_shuffle_buffer()) o.shuffle_buffer = r.shuffle_buffer();
+  if (r.has_block_size()) o.block_size = r.block_size();
+  return o;
+}
+
+void SetRequestOverrides(const JobOverrides& o, v1::RegisterRequest* r) {
+  if (o.batch_size) r->set_batch_size(*o.batch_size);
+  if (o.split) r->set_split(ToProto(*o.split));
+  if (o.remainder) r->set_remainder(ToProto(*o.remainder));
+  if (o.workers) r->set_workers(*o.workers);
+  if (o.seed) r->set_seed(*o.seed);
+  if (o.shuffle_shards) r->set_shuffle_shards(*o.shuffle_shards);
+  if (o.shuffle_buffer) r->set_shuffle_buffer(*o.shuffle_buffer);
+  if (o.block_size) r->set_block_size(*o.block_size);
+  if (o.transform_mode) r->mutable_transform()->set_mode(ToProto(*o.transform_mode));
+  if (o.resize) r->mutable_transform()->set_resize(*o.resize);
+  if (o.crop) r->mutable_transform()->set_crop(*o.crop);
+}
+
+absl::StatusOr<JobConfig> EffectiveJobConfig(const v1::RegisterRequest& request,
+                                             const JobConfig& defaults, const JobLimits& limits) {
+  absl::StatusOr<JobOverrides> overrides = OverridesFromRequest(request);
+  if (!overrides.ok()) return overrides.status();
+  JobConfig config = ApplyOverrides(*overrides, defaults);
+  config.plan.world_size = request.world_size();
+  absl::Status valid = Validate(config, limits);
+  if (!valid.ok()) return valid;
+  return config;
+}
+
+void SetResponseConfig(const JobConfig& config, v1::RegisterResponse* response) {
+  const PlanConfig& p = config.plan;
+  const TransformSpec& t = config.transform;
+  response->set_world_size(p.world_size);
+  response->set_batch_size(p.batch_size);
+  response->set_split(ToProto(p.split));
+  response->set_remainder(ToProto(p.remainder));
+  response->set_workers(p.workers);
+  response->set_seed(p.seed);
+  response->set_shuffle_shards(p.shuffle_shards);
+  response->set_shuffle_buffer(p.shuffle_buffer);
+  response->set_block_size(p.block_size);
+  response->mutable_transform()->set_mode(ToProto(t.mode));
+  response->mutable_transform()->set_resize(t.resize);
+  response->mutable_transform()->set_crop(t.crop);
+}
+
+absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
+  JobConfig config;
+  PlanConfig& p = config.plan;
+  TransformSpec& t = config.transform;
+  absl::StatusOr<std::optional<Split>> split = FromProto(response.split());
+  absl::StatusOr<std::optional<Remainder>> remainder = FromProto(response.remainder());
+  absl::StatusOr<std::optional<TransformMode>> mode = FromProto(response.transform().mode());
+  for (const absl::Status& status : {split.status(), remainder.status(), mode.status()}) {
+    if (!status.ok()) return status;
+  }
+  if (!split->has_value() || !remainder->has_value() || !mode->has_value()) {
+    return absl::InvalidArgumentError(
+        "the server's RegisterResponse leaves split, remainder or transform.mode unset");
+  }
+  p.world_size = response.world_size();
+  p.batch_size = response.batch_size();
+  p.split = **split;
+  p.remainder = **remainder;
+  p.workers = response.workers();
+  p.seed = response.seed();
+  p.shuffle_shards = response.shuffle_shards();
+  p.shuffle_buffer = response.shuffle_buffer();
+  p.block_size = response.block_size();
+  t.mode = **mode;
+  t.resize = response.transform().resize();
+  t.crop = response.transform().crop();
+  return config;
+}
+
+}  // namespace shardcast

@@ -1,0 +1,34 @@
+// The one mapping between the wire's job fields (RegisterRequest, RegisterResponse)
+// and common/job_config.h, used by the server and by every client.
+#ifndef SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
+#define SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
+
+#include "absl/status/statusor.h"
+#include "common/job_config.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast {
+
+shardcast::v1::Split ToProto(Split split);
+shardcast::v1::Remainder ToProto(Remainder remainder);
+shardcast::v1::TransformMode ToProto(TransformMode mode);
+
+// The request's settings, unset/zero fields left unset. INVALID_ARGUMENT for an
+// enum value this build does not know or a negative number (naming the field).
+absl::StatusOr<JobOverrides> OverridesFromRequest(const shardcast::v1::RegisterRequest& request);
+// Sets the request's job fields from `overrides` (unset ones stay unset: the
+// server's defaults apply). Leaves job_id, rank and world_size alone.
+void SetRequestOverrides(const JobOverrides& overrides, shardcast::v1::RegisterRequest* request);
+
+// The config a request asks for: its overrides on the server's `defaults`, world
+// size from the request, then Validate(limits).
+absl::StatusOr<JobConfig> EffectiveJobConfig(const shardcast::v1::RegisterRequest& request,
+                                             const JobConfig& defaults, const JobLimits& limits);
+
+// The effective config in a RegisterResponse: written by the server, read by clients.
+void SetResponseConfig(const JobConfig& config, shardcast::v1::RegisterResponse* response);
+absl::StatusOr<JobConfig> ResponseConfig(const shardcast::v1::RegisterResponse& response);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_

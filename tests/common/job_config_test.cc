@@ -1,0 +1,198 @@
+// The job config module: names, overrides, every limit, the difference check and
+// the job fingerprint (what it covers and what it leaves to be compared apart).
+#include "common/job_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace shardcast {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(JobConfigNames, EveryNameParsesBackToItsValue) {
+  for (const std::string& name : SplitNames()) EXPECT_EQ(SplitName(*ParseSplit(name)), name);
+  for (const std::string& name : RemainderNames()) {
+    EXPECT_EQ(RemainderName(*ParseRemainder(name)), name);
+  }
+  for (const std::string& name : TransformModeNames()) {
+    EXPECT_EQ(TransformModeName(*ParseTransformMode(name)), name);
+  }
+  EXPECT_EQ(SplitNames(), (std::vector<std::string>{"shard", "sample"}));
+  EXPECT_EQ(*ParseTransformMode("random"), TransformMode::kRandom);
+  absl::StatusOr<Split> bad = ParseSplit("node");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("'node': expected shard or sample"));
+  EXPECT_FALSE(ParseRemainder("").ok());
+  EXPECT_FALSE(ParseTransformMode("Center").ok());
+}
+
+TEST(JobConfigOverrides, OnlySetFieldsReplaceTheBase) {
+  JobConfig base;
+  base.plan.batch_size = 32;
+  base.transform.resize = 256;
+  JobOverrides o;
+  EXPECT_EQ(JobConfigString(ApplyOverrides(o, base)), JobConfigString(base));
+  o.batch_size = 8;
+  o.split = Split::kSample;
+  o.seed = 7;
+  o.shuffle_shards = false;
+  o.transform_mode = TransformMode::kRandom;
+  o.crop = 96;
+  const JobConfig c = ApplyOverrides(o, base);
+  EXPECT_EQ(c.plan.batch_size, 8);
+  EXPECT_EQ(c.plan.split, Split::kSample);
+  EXPECT_EQ(c.plan.seed, 7u);
+  EXPECT_EQ(c.transform.mode, TransformMode::kRandom);
+  EXPECT_EQ(c.transform.crop, 96);
+  EXPECT_EQ(c.transform.resize, 256);  // not overridden
+  EXPECT_EQ(c.plan.remainder, base.plan.remainder);
+}
+
+JobConfig Valid() {
+  JobConfig c;
+  c.plan.world_size = 4;
+  c.plan.batch_size = 32;
+  return c;  // center 256/224
+}
+
+TEST(JobConfigValidate, EveryLimitIsCheckedAndNamed) {
+  EXPECT_TRUE(Validate(Valid()).ok());
+  struct Case {
+    const char* field;
+    std::function<void(JobConfig&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"world_size", [](JobConfig& c) { c.plan.world_size = 0; }},
+      {"world_size", [](JobConfig& c) { c.plan.world_size = kMaxWorldSize + 1; }},
+      {"batch_size", [](JobConfig& c) { c.plan.batch_size = 0; }},
+      {"batch_size", [](JobConfig& c) { c.plan.batch_size = kMaxBatchSize + 1; }},
+      {"workers", [](JobConfig& c) { c.plan.workers = 0; }},
+      {"workers", [](JobConfig& c) { c.plan.workers = kMaxWorkers + 1; }},
+      {"shuffle_buffer", [](JobConfig& c) { c.plan.shuffle_buffer = -1; }},
+      {"shuffle_buffer", [](JobConfig& c) { c.plan.shuffle_buffer = kMaxShuffleBuffer + 1; }},
+      {"block_size", [](JobConfig& c) { c.plan.block_size = -1; }},
+      {"transform.crop", [](JobConfig& c) { c.transform.crop = 0; }},
+      {"transform.crop",
+       [](JobConfig& c) {
+         c.transform.crop = kMaxCrop + 1;
+         c.transform.resize = kMaxCrop + 1;
+       }},
+      // The bug this module fixes: a center job with resize 20000 was accepted at
+      // Register, then every sample failed the transform and was served grey.
+      {"transform.resize", [](JobConfig& c) { c.transform.resize = 20000; }},
+      {"transform.resize", [](JobConfig& c) { c.transform.resize = 0; }},
+      {"transform.resize",  // center: the short side cannot be below the crop
+       [](JobConfig& c) {
+         c.transform.resize = 200;
+         c.transform.crop = 224;
+       }},
+      {"max message size",
+       [](JobConfig& c) {
+         c.plan.batch_size = 4000;
+         c.transform.crop = 1024;
+         c.transform.resize = 1024;
+       }},
+  };
+  for (const Case& c : cases) {
+    JobConfig config = Valid();
+    c.change(config);
+    absl::Status status = Validate(config);
+    SCOPED_TRACE(JobConfigString(config));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr(c.field));
+  }
+  // Random mode takes no resize, but an out-of-range one is still refused; a resize
+  // below the crop is fine there.
+  JobConfig random = Valid();
+  random.transform.mode = TransformMode::kRandom;
+  random.transform.resize = 16;
+  EXPECT_TRUE(Validate(random).ok());
+  // The message limit is the server's.
+  JobConfig big = Valid();
+  EXPECT_TRUE(Validate(big, JobLimits{BatchMessageBytes(big)}).ok());
+  EXPECT_FALSE(Validate(big, JobLimits{BatchMessageBytes(big) - 1}).ok());
+}
+
+TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
+  const JobConfig base = Valid();
+  const std::string fp = JobFingerprint("index-a", base);
+  EXPECT_EQ(fp.size(), 32u);
+  // Pinned: ranks, replicas and checkpoints compare it across builds and machines.
+  EXPECT_EQ(fp, JobFingerprint("index-a", Valid()));
+  EXPECT_EQ(fp, "5853a10a168042fb18566922de97b7ed");
+  EXPECT_NE(fp, JobFingerprint("index-b", base));
+
+  // World and batch size are compared apart from it.
+  JobConfig other_shape = base;
+  other_shape.plan.world_size = 3;
+  other_shape.plan.batch_size = 7;
+  EXPECT_EQ(JobFingerprint("index-a", other_shape), fp);
+
+  // Every setting that changes samples or bytes changes it (the second bug: a server
+  // restarted with another default resize resumed trainers onto other pixels).
+  const std::vector<std::function<void(JobConfig&)>> changes = {
+      [](JobConfig& c) { c.plan.split = Split::kSample; },
+      [](JobConfig& c) {
+        c.plan.split = Split::kSample;
+        c.plan.remainder = Remainder::kPad;
+      },
+      [](JobConfig& c) { c.plan.workers = 2; },
+      [](JobConfig& c) {
+        c.plan.shuffle_shards = true;
+        c.plan.seed = 1;
+      },
+      [](JobConfig& c) { c.plan.shuffle_buffer = 100; },
+      [](JobConfig& c) { c.transform.mode = TransformMode::kRandom; },
+      [](JobConfig& c) { c.transform.resize = 288; },
+      [](JobConfig& c) { c.transform.crop = 192; },
+      [](JobConfig& c) { c.transform.dct_scaling = false; },
+  };
+  std::set<std::string> seen = {fp};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    JobConfig c = base;
+    changes[i](c);
+    EXPECT_TRUE(seen.insert(JobFingerprint("index-a", c)).second) << "change " << i;
+  }
+
+  // Settings that cannot change the batches are normalized away: the seed of an
+  // unshuffled shard split, and resize in random mode.
+  JobConfig seeded = base;
+  seeded.plan.seed = 99;
+  EXPECT_EQ(JobFingerprint("index-a", seeded), fp);
+  JobConfig random_a = base;
+  random_a.transform.mode = TransformMode::kRandom;
+  JobConfig random_b = random_a;
+  random_b.transform.resize = 512;
+  EXPECT_EQ(JobFingerprint("index-a", random_a), JobFingerprint("index-a", random_b));
+}
+
+TEST(JobConfigDifference, NamesTheFirstDifferingField) {
+  const JobConfig a = Valid();
+  EXPECT_FALSE(FirstDifference(a, a).has_value());
+  JobConfig b = a;
+  b.transform.crop = 160;
+  std::optional<ConfigDifference> diff = FirstDifference(a, b);
+  ASSERT_TRUE(diff.has_value());
+  EXPECT_EQ(diff->field, "transform.crop");
+  EXPECT_EQ(diff->a, "224");
+  EXPECT_EQ(diff->b, "160");
+  b.plan.split = Split::kSample;
+  diff = FirstDifference(a, b);
+  ASSERT_TRUE(diff.has_value());
+  EXPECT_EQ(diff->field, "split");
+  EXPECT_EQ(diff->b, "sample");
+  EXPECT_EQ(JobConfigString(a),
+            "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
+            "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
+            "transform.resize=256 transform.crop=224 transform.dct_scaling=true");
+}
+
+}  // namespace
+}  // namespace shardcast
