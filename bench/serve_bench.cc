@@ -268,8 +268,12 @@ class InProcessPipeline {
               absl::MutexLock lock(&mu);
               ready = true;
             });
-            if (result == shardcast::server::BatchWindow::TakeResult::kEnd) break;
-            if (result == shardcast::server::BatchWindow::TakeResult::kPending) {
+            if (!result.ok()) {
+              std::fprintf(stderr, "serve_bench: %s\n", result.status().ToString().c_str());
+              std::exit(1);
+            }
+            if (*result == shardcast::server::BatchWindow::TakeResult::kEnd) break;
+            if (*result == shardcast::server::BatchWindow::TakeResult::kPending) {
               absl::MutexLock lock(&mu);
               mu.Await(absl::Condition(&ready));
               ready = false;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <new>
 #include <string>
@@ -12,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "server/log.h"
 
 namespace shardcast::server {
@@ -22,16 +22,29 @@ namespace {
 constexpr uint8_t kSubstituteByte = 128;
 }  // namespace
 
-AssembledBatch::AssembledBatch(int batch_size, int crop, std::atomic<int64_t>* buffer_gauge)
-    : sample_bytes_(3 * static_cast<size_t>(crop) * static_cast<size_t>(crop)),
-      image_bytes_(static_cast<size_t>(batch_size) * sample_bytes_),
-      buffer_gauge_(buffer_gauge) {
+absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
+    int batch_size, int crop, std::atomic<int64_t>* buffer_gauge) {
+  const size_t sample_bytes = 3 * static_cast<size_t>(crop) * static_cast<size_t>(crop);
+  const size_t image_bytes = static_cast<size_t>(batch_size) * sample_bytes;
   // Every byte is written by decode, substitution or padding; MAP_POPULATE faults the
   // pages in with one call instead of one fault per page while decoding.
-  void* mapped = mmap(nullptr, std::max<size_t>(image_bytes_, 1), PROT_READ | PROT_WRITE,
+  void* mapped = mmap(nullptr, std::max<size_t>(image_bytes, 1), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mapped == MAP_FAILED) throw std::bad_alloc();  // as `new` would
-  images_ = static_cast<uint8_t*>(mapped);
+  if (mapped == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", image_bytes, " bytes for a batch of ", batch_size,
+                     " images of 3x", crop, "x", crop, ": ", std::strerror(errno)));
+  }
+  return std::shared_ptr<AssembledBatch>(new AssembledBatch(
+      sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge));
+}
+
+AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
+                               std::atomic<int64_t>* buffer_gauge)
+    : sample_bytes_(sample_bytes),
+      image_bytes_(image_bytes),
+      images_(images),
+      buffer_gauge_(buffer_gauge) {
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_add(static_cast<int64_t>(image_bytes_));
 }
 
@@ -65,11 +78,13 @@ struct BatchAssembler::PendingBatch {
 BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats)
     : dataset_(dataset), pool_(pool), stats_(stats) {}
 
-std::shared_ptr<AssembledBatch> BatchAssembler::Prepare(const PlannedBatch& planned,
-                                                        const TransformSpec& spec) {
+absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(
+    const PlannedBatch& planned, const TransformSpec& spec) {
   const int batch_size = static_cast<int>(planned.samples.size());
-  auto batch = std::make_shared<AssembledBatch>(batch_size, spec.crop,
-                                                stats_ ? &stats_->buffer_bytes : nullptr);
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
+      batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr);
+  if (!created.ok()) return created.status();
+  std::shared_ptr<AssembledBatch> batch = *std::move(created);
   shardcast::v1::Batch& header = batch->header();
   header.set_epoch(planned.epoch);
   header.set_index(planned.index);
@@ -138,10 +153,16 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   if (entry.image_member >= entry.members.size()) {
     status = absl::InternalError("sample has no image member in the index");
   } else {
-    absl::StatusOr<std::string> encoded = dataset_->reader().ReadMember(
-        static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]);
-    status = encoded.ok() ? DecodeAndTransform(*encoded, pending->spec, ref.augment_seed, out)
-                          : encoded.status();
+    // The read buffer and the decoder's allocate; running out of memory there is
+    // this sample's failure, not the process's (an exception must not leave a pool task).
+    try {
+      absl::StatusOr<std::string> encoded = dataset_->reader().ReadMember(
+          static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]);
+      status = encoded.ok() ? DecodeAndTransform(*encoded, pending->spec, ref.augment_seed, out)
+                            : encoded.status();
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError("out of memory while reading or decoding");
+    }
   }
   if (status.ok()) return;
   std::memset(out, kSubstituteByte, batch.sample_bytes());
@@ -154,16 +175,6 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
              absl::StrCat("substituted sample: shard ", shard.path, " key '", entry.key,
                           "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),
                           " slot ", slot, "): ", status.ToString()));
-}
-
-std::shared_ptr<AssembledBatch> BatchAssembler::AssembleBlocking(const PlannedBatch& planned,
-                                                                 const TransformSpec& spec) {
-  auto batch = Prepare(planned, spec);
-  auto never_cancelled = std::make_shared<std::atomic<bool>>(false);
-  absl::Notification finished;
-  Launch(batch, planned, spec, never_cancelled, [&finished](bool) { finished.Notify(); });
-  finished.WaitForNotification();
-  return batch;
 }
 
 }  // namespace shardcast::server

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "server/decode_pool.h"
@@ -23,7 +24,9 @@ namespace shardcast::server {
 // ServerStats::buffer_bytes for as long as the object lives.
 class AssembledBatch {
  public:
-  AssembledBatch(int batch_size, int crop, std::atomic<int64_t>* buffer_gauge);
+  // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped.
+  static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(
+      int batch_size, int crop, std::atomic<int64_t>* buffer_gauge);
   ~AssembledBatch();
   AssembledBatch(const AssembledBatch&) = delete;
   AssembledBatch& operator=(const AssembledBatch&) = delete;
@@ -36,13 +39,16 @@ class AssembledBatch {
   size_t sample_bytes() const { return sample_bytes_; }
 
  private:
+  AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
+                 std::atomic<int64_t>* buffer_gauge);
+
   shardcast::v1::Batch header_;  // every field but `images`
   const size_t sample_bytes_;    // 3 * C * C
   const size_t image_bytes_;     // batch_size * sample_bytes_
   // Mapped for this batch alone and unmapped when it dies (not malloc'ed): freed
   // batch memory goes back to the system at once, so the server's RSS follows the
   // buffers it holds instead of malloc's arenas keeping their high-water mark.
-  uint8_t* images_ = nullptr;
+  uint8_t* const images_;
   std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
 };
 
@@ -54,14 +60,18 @@ class AssembledBatch {
 // label and key, and is flagged `substituted`; the failure is counted in
 // ServerStats::decode_errors / substitutions and logged with shard, key and error.
 // Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
+// No exception leaves a decode task: an allocation failure while reading or decoding
+// one sample is that sample's error (substituted, counted, logged).
 class BatchAssembler {
  public:
   BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats);
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
-  // Allocates the batch and fills its message fields (no I/O).
-  std::shared_ptr<AssembledBatch> Prepare(const PlannedBatch& planned, const TransformSpec& spec);
+  // Allocates the batch and fills its message fields (no I/O). RESOURCE_EXHAUSTED
+  // when its buffer cannot be allocated.
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
+                                                          const TransformSpec& spec);
 
   // Queues one decode task per valid sample of `batch` (made by Prepare from
   // `planned`). `done(complete)` runs exactly once when every sample is finished,
@@ -72,9 +82,6 @@ class BatchAssembler {
               const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
               std::function<void(bool complete)> done);
 
-  // Prepare + Launch + wait (benchmarks, tools).
-  std::shared_ptr<AssembledBatch> AssembleBlocking(const PlannedBatch& planned,
-                                                   const TransformSpec& spec);
 
   const ServedDataset& dataset() const { return *dataset_; }
 

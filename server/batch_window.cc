@@ -39,14 +39,21 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   const int64_t limit =
       options_.resend_first_batch ? std::min<int64_t>(1, options_.count) : options_.count;
   const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
-  while (slots_.size() < depth && launched_ < limit && !plan_ended_early_) {
+  while (slots_.size() < depth && launched_ < limit && launch_error_.ok()) {
     Launch launch;
     if (!batches_->Next(&launch.planned)) {
-      plan_ended_early_ = true;
+      launch_error_ = absl::InternalError(absl::StrCat(
+          "the epoch plan ended after ", launched_, " of ", options_.count, " batches"));
       break;
     }
+    absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =
+        assembler_->Prepare(launch.planned, options_.transform);
+    if (!batch.ok()) {
+      launch_error_ = batch.status();
+      break;
+    }
+    launch.batch = *std::move(batch);
     launch.sequence = launched_++;
-    launch.batch = assembler_->Prepare(launch.planned, options_.transform);
     slots_.push_back(Slot{launch.sequence, launch.batch, false});
     launches.push_back(std::move(launch));
   }
@@ -82,8 +89,8 @@ void BatchWindow::OnAssembled(int64_t sequence, bool complete) {
   --callbacks_running_;
 }
 
-BatchWindow::TakeResult BatchWindow::Take(std::shared_ptr<AssembledBatch>* batch,
-                                          std::function<void()> on_ready) {
+absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<AssembledBatch>* batch,
+                                                          std::function<void()> on_ready) {
   std::vector<Launch> launches;
   {
     absl::MutexLock lock(&mu_);
@@ -94,8 +101,9 @@ BatchWindow::TakeResult BatchWindow::Take(std::shared_ptr<AssembledBatch>* batch
       return TakeResult::kBatch;
     }
     if (slots_.empty()) {
-      // Below `count`, a slot is always launched unless the plan ran out early.
-      return TakeResult::kError;
+      // Below `count`, a slot is always launched unless launching failed.
+      return launch_error_.ok() ? absl::InternalError("batch window: nothing launched")
+                                : launch_error_;
     }
     if (!slots_.front().ready) {
       on_ready_ = std::move(on_ready);

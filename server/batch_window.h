@@ -12,6 +12,8 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
@@ -41,12 +43,15 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     kBatch,    // *batch is the next batch in order; the window refills behind it
     kPending,  // the next batch is not ready; `on_ready` will be called once when it is
     kEnd,      // all `count` batches were taken (or the window was cancelled)
-    kError,    // the plan ended before `count` batches (a planner bug; never expected)
   };
   // Never blocks. `on_ready` runs on a pool thread (or the thread that made the batch
   // ready) without any window lock held; it may call Take() again.
-  TakeResult Take(std::shared_ptr<AssembledBatch>* batch, std::function<void()> on_ready)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // An error ends the stream, after every batch launched before it was taken:
+  // RESOURCE_EXHAUSTED (a batch buffer could not be allocated) or INTERNAL (the plan
+  // ended before `count` batches: a planner bug, never expected). It is returned
+  // again by later calls.
+  absl::StatusOr<TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
+                                  std::function<void()> on_ready) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops the stream's work: queued decode tasks are skipped, buffers not yet
   // taken are released, and no callback fires afterwards. Idempotent.
@@ -88,7 +93,9 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;               // batches handed to the client
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);  // armed by a kPending Take
   bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
-  bool plan_ended_early_ ABSL_GUARDED_BY(mu_) = false;
+  // Why no more batches are launched before `count` (plan ended early, allocation
+  // failed); delivered by Take once the batches launched before it are taken.
+  absl::Status launch_error_ ABSL_GUARDED_BY(mu_);
   // on_ready callbacks running right now; Cancel() waits for them so that the
   // callback's owner may be destroyed as soon as Cancel() returns.
   int callbacks_running_ ABSL_GUARDED_BY(mu_) = 0;

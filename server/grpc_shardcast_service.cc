@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/batch_encoding.h"
 
@@ -86,26 +87,20 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         action = Action::kFinish;
       } else {
         std::shared_ptr<AssembledBatch> batch;
-        switch (session_->Take(&batch, [this] { Pump(); })) {
-          case BatchWindow::TakeResult::kPending:
-            break;
-          case BatchWindow::TakeResult::kBatch:
-            write_in_flight_ = true;
-            in_flight_bytes_ = EncodeBatch(batch, &message_);
-            in_flight_ = std::move(batch);
-            action = Action::kWrite;
-            break;
-          case BatchWindow::TakeResult::kEnd:
-            how_ = "complete";
-            action = Action::kFinish;
-            break;
-          case BatchWindow::TakeResult::kError:
-            how_ = "plan error";
-            status = grpc::Status(grpc::StatusCode::INTERNAL,
-                                  "the epoch plan ended before batches_per_epoch batches");
-            action = Action::kFinish;
-            break;
-        }
+        absl::StatusOr<BatchWindow::TakeResult> taken = session_->Take(&batch, [this] { Pump(); });
+        if (!taken.ok()) {
+          how_ = absl::StrCat("error: ", taken.status().ToString());
+          status = ToGrpcStatus(taken.status());
+          action = Action::kFinish;
+        } else if (*taken == BatchWindow::TakeResult::kBatch) {
+          write_in_flight_ = true;
+          in_flight_bytes_ = EncodeBatch(batch, &message_);
+          in_flight_ = std::move(batch);
+          action = Action::kWrite;
+        } else if (*taken == BatchWindow::TakeResult::kEnd) {
+          how_ = "complete";
+          action = Action::kFinish;
+        }  // kPending: the window calls Pump again once the batch is ready.
       }
       if (action == Action::kFinish) finish_called_ = true;
     }

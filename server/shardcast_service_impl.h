@@ -35,7 +35,7 @@ class StreamSession {
   StreamSession& operator=(const StreamSession&) = delete;
 
   // See BatchWindow::Take.
-  BatchWindow::TakeResult Take(std::shared_ptr<AssembledBatch>* batch,
+  absl::StatusOr<BatchWindow::TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
                                std::function<void()> on_ready);
   // The client's transport took `batch` (a message of `message_bytes` bytes).
   void Sent(const AssembledBatch& batch, int64_t message_bytes);

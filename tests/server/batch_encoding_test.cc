@@ -13,7 +13,7 @@ namespace shardcast::server {
 namespace {
 
 std::shared_ptr<AssembledBatch> MakeBatch(int batch_size, int crop, std::atomic<int64_t>* gauge) {
-  auto batch = std::make_shared<AssembledBatch>(batch_size, crop, gauge);
+  std::shared_ptr<AssembledBatch> batch = *AssembledBatch::Create(batch_size, crop, gauge);
   auto& header = batch->header();
   header.set_epoch(3);
   header.set_index(17);

@@ -16,6 +16,19 @@ namespace {
 using server::AssembledBatch;
 using server::BatchWindow;
 
+std::string Describe(const absl::StatusOr<BatchWindow::TakeResult>& result) {
+  if (!result.ok()) return result.status().ToString();
+  switch (*result) {
+    case BatchWindow::TakeResult::kBatch:
+      return "batch";
+    case BatchWindow::TakeResult::kPending:
+      return "pending";
+    case BatchWindow::TakeResult::kEnd:
+      return "end";
+  }
+  return "?";
+}
+
 class BatchWindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,8 +56,9 @@ class BatchWindowTest : public ::testing::Test {
     return BatchWindow::Create(assembler_.get(), plan_->Iterate(0, start), options);
   }
 
-  // Takes one batch, waiting for the ready callback when needed.
-  BatchWindow::TakeResult TakeWaiting(BatchWindow* window, std::shared_ptr<AssembledBatch>* out) {
+  // Takes one batch, waiting for the ready callback when needed; "batch", "end", or
+  // the error status as text.
+  std::string TakeWaiting(BatchWindow* window, std::shared_ptr<AssembledBatch>* out) {
     for (;;) {
       absl::Mutex mu;
       bool ready = false;
@@ -52,7 +66,7 @@ class BatchWindowTest : public ::testing::Test {
         absl::MutexLock lock(&mu);
         ready = true;
       });
-      if (result != BatchWindow::TakeResult::kPending) return result;
+      if (!result.ok() || *result != BatchWindow::TakeResult::kPending) return Describe(result);
       absl::MutexLock lock(&mu);
       mu.Await(absl::Condition(&ready));
     }
@@ -77,7 +91,7 @@ TEST_F(BatchWindowTest, GivesTheSuffixInOrderThenEnds) {
   PlannedBatch planned;
   for (int64_t i = 5; i < n; ++i) {
     std::shared_ptr<AssembledBatch> batch;
-    ASSERT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+    ASSERT_EQ(TakeWaiting(window.get(), &batch), "batch");
     EXPECT_LE(window->depth(), 3);
     ASSERT_TRUE(expected->Next(&planned));
     EXPECT_EQ(batch->header().index(), i);
@@ -85,7 +99,7 @@ TEST_F(BatchWindowTest, GivesTheSuffixInOrderThenEnds) {
     EXPECT_TRUE(pixels == reference.Images(planned, spec_)) << "batch " << i;
   }
   std::shared_ptr<AssembledBatch> none;
-  EXPECT_EQ(window->Take(&none, [] {}), BatchWindow::TakeResult::kEnd);
+  EXPECT_EQ(Describe(window->Take(&none, [] {})), "end");
   EXPECT_EQ(window->taken(), n - 5);
 }
 
@@ -103,7 +117,7 @@ TEST_F(BatchWindowTest, AStalledConsumerHoldsExactlyTheWindow) {
   EXPECT_EQ(stats_.buffer_bytes.load(), 4 * 6 * sample_bytes);
   // Taking one launches exactly one more.
   std::shared_ptr<AssembledBatch> batch;
-  ASSERT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
+  ASSERT_EQ(TakeWaiting(window.get(), &batch), "batch");
   EXPECT_EQ(window->depth(), 4);
   EXPECT_EQ(stats_.buffer_bytes.load(), 5 * 6 * sample_bytes);  // 4 in the window + taken
   batch.reset();
@@ -116,7 +130,7 @@ TEST_F(BatchWindowTest, CancelReleasesBuffersAndSilencesCallbacks) {
   std::atomic<int> calls{0};
   std::shared_ptr<AssembledBatch> batch;
   // Arm the callback (the first batch cannot be ready yet, or it is taken here).
-  if (window->Take(&batch, [&] { ++calls; }) == BatchWindow::TakeResult::kBatch) batch.reset();
+  if (Describe(window->Take(&batch, [&] { ++calls; })) == "batch") batch.reset();
   window->Cancel();
   const int calls_at_cancel = calls.load();
   EXPECT_EQ(window->depth(), 0);
@@ -126,7 +140,7 @@ TEST_F(BatchWindowTest, CancelReleasesBuffersAndSilencesCallbacks) {
   }
   EXPECT_EQ(stats_.buffer_bytes.load(), 0);
   EXPECT_EQ(calls.load(), calls_at_cancel);
-  EXPECT_EQ(window->Take(&batch, [] {}), BatchWindow::TakeResult::kEnd);
+  EXPECT_EQ(Describe(window->Take(&batch, [] {})), "end");
 }
 
 TEST_F(BatchWindowTest, APlanShorterThanCountIsAnErrorNotAHang) {
@@ -134,9 +148,31 @@ TEST_F(BatchWindowTest, APlanShorterThanCountIsAnErrorNotAHang) {
   auto window = MakeWindow(/*depth=*/2, 18, 5);
   window->Start();
   std::shared_ptr<AssembledBatch> batch;
-  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
-  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kBatch);
-  EXPECT_EQ(TakeWaiting(window.get(), &batch), BatchWindow::TakeResult::kError);
+  EXPECT_EQ(TakeWaiting(window.get(), &batch), "batch");
+  EXPECT_EQ(TakeWaiting(window.get(), &batch), "batch");
+  // The error comes in-band, with its status, after the batches launched before it.
+  EXPECT_EQ(TakeWaiting(window.get(), &batch),
+            "INTERNAL: the epoch plan ended after 2 of 5 batches");
+  EXPECT_EQ(TakeWaiting(window.get(), &batch),
+            "INTERNAL: the epoch plan ended after 2 of 5 batches");
+}
+
+TEST(AssembledBatchTest, ABufferThatCannotBeAllocatedIsAStatusNotAnException) {
+  std::atomic<int64_t> gauge{0};
+  // 65536 x 3 x 8192 x 8192 bytes (13 TiB): more than any machine maps.
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> huge =
+      AssembledBatch::Create(65536, 8192, &gauge);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("batch of 65536 images of 3x8192x8192"),
+            std::string::npos)
+      << huge.status();
+  EXPECT_EQ(gauge.load(), 0);
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> small = AssembledBatch::Create(2, 8, &gauge);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(gauge.load(), 2 * 3 * 8 * 8);
+  small->reset();
+  EXPECT_EQ(gauge.load(), 0);
 }
 
 }  // namespace
