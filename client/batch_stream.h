@@ -1,6 +1,8 @@
-// BatchStream: one rank's view of a shardcast job — registers, streams an epoch's
-// batches with prefetch on its own thread, reconnects and resumes on a broken stream,
-// and hands batches out as torch tensors.
+// BatchStream: one rank's stream of a shardcast job as torch tensors. The protocol
+// (register, prefetch, checks, reconnect and resume) is RankStream's
+// (client/protocol/rank_stream.h); this adds the tensors: the received image bytes
+// wrapped without a copy, placed (pinned + non_blocking for CUDA) and normalized on
+// the training device.
 #ifndef SHARDCAST_CLIENT_BATCH_STREAM_H_
 #define SHARDCAST_CLIENT_BATCH_STREAM_H_
 
@@ -14,20 +16,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/protocol/rank_stream.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast {
 
-struct BatchStreamOptions {
-  std::string server;                  // "host:port"
-  shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
-  int prefetch = 4;                    // batches buffered ahead of the trainer
-  // Reconnect with exponential backoff (initial..max) for at most this long before
-  // giving up on a dead server.
-  double reconnect_initial_seconds = 0.1;
-  double reconnect_max_seconds = 2.0;
-  double reconnect_deadline_seconds = 120.0;
-  // Where the tensors go. For CUDA the host tensor is pinned and copied non_blocking.
+// The protocol's options (server, credentials, job, prefetch, reconnect) plus where
+// the tensors go.
+struct BatchStreamOptions : client::RankStreamOptions {
+  // For CUDA the host tensor is pinned and copied non_blocking.
   torch::Device device = torch::kCPU;
   // Normalization applied on `device`: (x/255 - mean) / std, per channel.
   std::vector<double> mean = {0.485, 0.456, 0.406};
@@ -54,9 +51,9 @@ struct TrainingBatch {
 
 class BatchStream {
  public:
-  // Registers the rank (retrying while the server is unreachable, up to the deadline).
+  // Checks mean/std/device, then RankStream::Connect.
   static absl::StatusOr<std::unique_ptr<BatchStream>> Connect(BatchStreamOptions options);
-  ~BatchStream();  // stops the prefetch thread and cancels the open stream
+  ~BatchStream();
   BatchStream(const BatchStream&) = delete;
   BatchStream& operator=(const BatchStream&) = delete;
 
@@ -66,18 +63,21 @@ class BatchStream {
   // Starts streaming `epoch` from `start_batch` (cancels any stream in progress).
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
 
-  // Next batch of the current epoch, or std::nullopt once batches_per_epoch() batches
-  // have been handed out. An error means the server stayed unreachable past the
-  // reconnect deadline or answered with a non-retryable status.
+  // RankStream::Next as tensors; a tensor failure (device out of memory) is a status.
   absl::StatusOr<std::optional<TrainingBatch>> Next();
 
   // Reconnects made so far (for tests and metrics).
   int64_t reconnects() const;
 
  private:
-  class Impl;
-  explicit BatchStream(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankStream> stream);
+  TrainingBatch ToTensors(client::ReceivedBatch msg);
+
+  const BatchStreamOptions options_;
+  const std::unique_ptr<client::RankStream> stream_;
+  // Normalization constants on the device of the last batch (consumer thread only).
+  torch::Tensor mean_;
+  torch::Tensor std_;
 };
 
 }  // namespace shardcast

@@ -12,12 +12,12 @@ class ServerBatchSource : public BatchSource {
   explicit ServerBatchSource(std::unique_ptr<BatchStream> stream) : stream_(std::move(stream)) {}
   int64_t batches_per_epoch() const override { return stream_->batches_per_epoch(); }
   int64_t num_classes() const override { return stream_->registration().num_classes(); }
-  std::string fingerprint() const override { return stream_->registration().plan_fingerprint(); }
+  std::string fingerprint() const override { return stream_->registration().job_fingerprint(); }
   std::string Describe() const override {
     const auto& r = stream_->registration();
-    return absl::StrFormat("server %s: %d samples, %d classes, %d batches/epoch/rank, plan %s",
+    return absl::StrFormat("server %s: %d samples, %d classes, %d batches/epoch/rank, job %s",
                            r.server_version(), r.num_samples(), r.num_classes(),
-                           r.batches_per_epoch(), r.plan_fingerprint());
+                           r.batches_per_epoch(), r.job_fingerprint());
   }
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch) override {
     return stream_->StartEpoch(epoch, start_batch);

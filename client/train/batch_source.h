@@ -19,7 +19,7 @@ class BatchSource {
   virtual ~BatchSource() = default;
   virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t num_classes() const = 0;
-  // Identifies the batch sequence (the server's plan fingerprint); a checkpoint taken
+  // Identifies the batch sequence (the server's job fingerprint); a checkpoint taken
   // under another fingerprint cannot be resumed with this source.
   virtual std::string fingerprint() const = 0;
   virtual std::string Describe() const = 0;

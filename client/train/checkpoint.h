@@ -20,7 +20,7 @@ struct CheckpointPosition {
   int64_t global_step = 0;  // optimizer steps taken so far
   int64_t world_size = 1;
   int64_t batch_size = 0;
-  std::string fingerprint;  // the batch source's plan fingerprint
+  std::string fingerprint;  // the batch source's job fingerprint
 };
 
 // File format: a torch::serialize archive (torch::save/torch::load's format) holding

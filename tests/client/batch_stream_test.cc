@@ -139,7 +139,7 @@ TEST_F(BatchStreamTest, TwoRanksGetDisjointSamplesWithSampleSplit) {
   const int64_t n = kSamples / (kBatch * 2);
   EXPECT_EQ(r0->batches_per_epoch(), n);
   EXPECT_EQ(r1->batches_per_epoch(), n);
-  EXPECT_EQ(r0->registration().plan_fingerprint(), r1->registration().plan_fingerprint());
+  EXPECT_EQ(r0->registration().job_fingerprint(), r1->registration().job_fingerprint());
 
   // Both ranks stream at the same time, as trainers do.
   std::vector<TrainingBatch> b1;

@@ -108,10 +108,8 @@ TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
 
   // A stalled stream: one batch read, then nothing (small client window, so the
   // transport cannot take the rest).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  auto stalled_stub = v1::Shardcast::NewStub(MakeChannel(child.target(), args));
+  auto stalled_stub =
+      v1::Shardcast::NewStub(MakeChannel(child.target(), /*stream_window_bytes=*/64 * 1024));
   grpc::ClientContext stalled_context;
   v1::StreamBatchesRequest request;
   request.set_job_id("drain");

@@ -27,6 +27,7 @@
 #include "common/image_transform.h"
 #include "common/shard_reader.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "client/protocol/channel.h"
 #include "server/shardcast_server.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
@@ -46,10 +47,14 @@ inline void MakeDataset(const std::string& dir, int64_t samples, int64_t per_sha
   ASSERT_TRUE(made.ok()) << made;
 }
 
+// A client channel as every shardcast client makes it; `stream_window_bytes` > 0 makes
+// a slow reader (see client::ChannelOptions).
 inline std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                                  grpc::ChannelArguments args = {}) {
-  args.SetMaxReceiveMessageSize(256 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+                                                  int stream_window_bytes = 0) {
+  client::ChannelOptions options;
+  options.target = target;
+  options.stream_window_bytes = stream_window_bytes;
+  return client::MakeChannel(options);
 }
 
 inline v1::RegisterRequest MakeRegister(const std::string& job, int rank, int world, int batch,
@@ -81,14 +86,8 @@ struct StreamResult {
 };
 
 // Reads a whole stream. `after_each(i)` runs after batch i is received.
-inline StreamResult StreamAll(v1::Shardcast::Stub* stub, const std::string& job, int rank,
-                              int64_t epoch, int64_t start_batch,
+inline StreamResult StreamAll(v1::Shardcast::Stub* stub, const v1::StreamBatchesRequest& request,
                               const std::function<void(int)>& after_each = nullptr) {
-  v1::StreamBatchesRequest request;
-  request.set_job_id(job);
-  request.set_rank(rank);
-  request.set_epoch(epoch);
-  request.set_start_batch(start_batch);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   auto reader = stub->StreamBatches(&context, request);
@@ -100,6 +99,17 @@ inline StreamResult StreamAll(v1::Shardcast::Stub* stub, const std::string& job,
   }
   result.status = reader->Finish();
   return result;
+}
+
+inline StreamResult StreamAll(v1::Shardcast::Stub* stub, const std::string& job, int rank,
+                              int64_t epoch, int64_t start_batch,
+                              const std::function<void(int)>& after_each = nullptr) {
+  v1::StreamBatchesRequest request;
+  request.set_job_id(job);
+  request.set_rank(rank);
+  request.set_epoch(epoch);
+  request.set_start_batch(start_batch);
+  return StreamAll(stub, request, after_each);
 }
 
 inline v1::GetStatusResponse GetStatus(v1::Shardcast::Stub* stub) {

@@ -36,10 +36,7 @@ v1::StreamBatchesRequest StreamRequest(const std::string& job, int rank) {
 // A client channel without BDP probing and a small flow-control window, so the
 // transport cannot soak up a stream: what the client does not read stays unsent.
 std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  return MakeChannel(target, args);
+  return MakeChannel(target, /*stream_window_bytes=*/64 * 1024);
 }
 
 class StreamLifecycleTest : public ::testing::Test {

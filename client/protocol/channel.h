@@ -1,0 +1,56 @@
+// The one way every shardcast client (trainer, ctl, Python-facing tools, tests,
+// benchmarks) opens a gRPC channel to a server: credentials, message size limits,
+// reconnect backoff and keepalive in one place.
+#ifndef SHARDCAST_CLIENT_PROTOCOL_CHANNEL_H_
+#define SHARDCAST_CLIENT_PROTOCOL_CHANNEL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace shardcast::client {
+
+struct ChannelOptions {
+  // host:port, [v6]:port, unix:/path, or any gRPC target string.
+  std::string target;
+  // nullptr = plaintext (grpc::InsecureChannelCredentials).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Batches are tens of MB (B*3*C*C bytes); gRPC's 4 MB default would refuse them.
+  // -1 = no limit.
+  int max_receive_message_bytes = -1;
+  // gRPC's own reconnect backoff (1 s growing to 120 s by default) would keep the
+  // channel in TRANSIENT_FAILURE long after a restarted server is back.
+  absl::Duration reconnect_backoff_initial = absl::Milliseconds(100);
+  absl::Duration reconnect_backoff_max = absl::Seconds(2);
+  // A server host that vanishes without closing the connection (power loss,
+  // partition) would leave a Read() blocked forever; keepalive pings turn that into
+  // a broken stream. 5 minutes is the least interval a gRPC server accepts by
+  // default (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS) before it
+  // answers pings with GOAWAY. Zero = no keepalive pings.
+  absl::Duration keepalive_time = absl::Minutes(5);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+  // > 0: a fixed HTTP/2 stream window of this many bytes (BDP probing off), so the
+  // transport buffers little beyond what the reader took: a slow reader is felt by
+  // the server at once (tests of backpressure, memory benchmarks). 0 = gRPC's own.
+  int stream_window_bytes = 0;
+};
+
+// Nothing connects until the first call.
+std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options);
+
+// grpc::Status -> absl::Status (the codes share their numbering), with `what`
+// prefixed to the message: "register rank 0 of job 'x' at host:port: ...".
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what);
+
+// "UNAVAILABLE: failed to connect to all addresses; ..." — the code by name, then
+// gRPC's message.
+std::string DescribeRpcError(const grpc::Status& status);
+
+}  // namespace shardcast::client
+
+#endif  // SHARDCAST_CLIENT_PROTOCOL_CHANNEL_H_

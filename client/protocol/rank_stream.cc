@@ -1,0 +1,484 @@
+// RankStream: registration with retry, the prefetch thread, batch checks and
+// reconnect/resume (see rank_stream.h).
+#include "client/protocol/rank_stream.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/protocol/channel.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+
+namespace shardcast::client {
+namespace {
+
+namespace v1 = ::shardcast::v1;
+
+// Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
+// with what other ranks registered, or this is not a shardcast server. Everything
+// else (UNAVAILABLE above all: server killed, restarting, network) is retried.
+bool IsPermanent(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& options) {
+  ChannelOptions channel;
+  channel.target = options.server;
+  channel.credentials = options.credentials;
+  channel.reconnect_backoff_initial = absl::Seconds(options.reconnect_initial_seconds);
+  channel.reconnect_backoff_max = absl::Seconds(options.reconnect_max_seconds);
+  return MakeChannel(channel);
+}
+
+// What the prefetch thread hands to Next(): a received batch, or the error that
+// ended the epoch's stream (delivered after every batch received before it).
+struct QueueItem {
+  std::shared_ptr<v1::Batch> batch;
+  absl::Status error;
+};
+
+}  // namespace
+
+class RankStream::Impl {
+ public:
+  explicit Impl(RankStreamOptions options)
+      : options_(std::move(options)),
+        channel_(MakeStreamChannel(options_)),
+        stub_(v1::Shardcast::NewStub(channel_)) {}
+
+  ~Impl() { StopPrefetch(); }
+
+  // Register with retries on the caller's thread (Connect).
+  absl::Status InitialRegister() {
+    if (options_.prefetch < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
+    }
+    const absl::Time give_up = absl::Now() + absl::Seconds(options_.reconnect_deadline_seconds);
+    absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
+    int64_t attempts = 0;
+    while (true) {
+      v1::RegisterResponse response;
+      grpc::Status status = RegisterOnce(give_up, &response);
+      ++attempts;
+      if (status.ok()) {
+        registration_ = std::move(response);
+        if (registration_.batches_per_epoch() <= 0 || registration_.image_shape_size() != 3) {
+          return absl::InternalError(absl::StrFormat(
+              "server %s accepted job %s but replied batches_per_epoch=%d and image_shape of "
+              "%d dims",
+              options_.server, options_.job.job_id(), registration_.batches_per_epoch(),
+              registration_.image_shape_size()));
+        }
+        return absl::OkStatus();
+      }
+      if (IsPermanent(status.error_code()) || status.error_code() == grpc::StatusCode::CANCELLED) {
+        return FromGrpcStatus(status,
+                        absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
+                                        options_.job.job_id(), options_.server));
+      }
+      if (absl::Now() + backoff >= give_up) {
+        return absl::UnavailableError(absl::StrFormat(
+            "register rank %d of job '%s': server %s unreachable for %.1f s (%d attempts); last "
+            "error: %s",
+            options_.job.rank(), options_.job.job_id(), options_.server,
+            options_.reconnect_deadline_seconds, attempts, status.error_message()));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
+    }
+  }
+
+  const RankStreamOptions& options() const { return options_; }
+  const v1::RegisterResponse& registration() const { return registration_; }
+  int64_t batches_per_epoch() const { return registration_.batches_per_epoch(); }
+  int64_t reconnects() const {
+    absl::MutexLock lock(&mu_);
+    return reconnects_;
+  }
+
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch) {
+    const int64_t n = batches_per_epoch();
+    if (epoch < 0 || start_batch < 0 || start_batch > n) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "StartEpoch(epoch=%d, start_batch=%d): need epoch >= 0 and 0 <= start_batch <= %d "
+          "(batches per epoch of job '%s')",
+          epoch, start_batch, n, options_.job.job_id()));
+    }
+    StopPrefetch();
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.clear();
+      stop_ = false;
+      started_ = true;
+      epoch_ = epoch;
+      handed_out_ = start_batch;
+      producer_done_ = start_batch == n;
+    }
+    if (start_batch < n) {
+      thread_ = std::thread([this, epoch, start_batch] { PrefetchLoop(epoch, start_batch); });
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<ReceivedBatch>> Next() {
+    QueueItem item;
+    int64_t epoch = 0;
+    int64_t expected_index = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!started_) {
+        return absl::FailedPreconditionError("Next() before StartEpoch()");
+      }
+      if (handed_out_ >= batches_per_epoch()) return std::optional<ReceivedBatch>();
+      if (!sticky_error_.ok()) return sticky_error_;
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || producer_done_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) {
+        // The producer stopped without delivering the batch: only possible if it
+        // was told to stop, which only StartEpoch/destructor do.
+        return absl::InternalError(absl::StrFormat(
+            "epoch %d of job '%s': prefetch ended at batch %d of %d without an error", epoch_,
+            options_.job.job_id(), handed_out_, batches_per_epoch()));
+      }
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      if (!item.error.ok()) {
+        sticky_error_ = item.error;
+        return item.error;
+      }
+      epoch = epoch_;
+      expected_index = handed_out_;
+      ++handed_out_;
+    }
+    const v1::Batch& msg = *item.batch;
+    if (msg.epoch() != epoch || msg.index() != expected_index) {
+      // The prefetch thread already checks this; a mismatch here is a bug in it.
+      return absl::InternalError(absl::StrFormat(
+          "job '%s' rank %d: expected batch (epoch %d, index %d), got (epoch %d, index %d)",
+          options_.job.job_id(), options_.job.rank(), epoch, expected_index, msg.epoch(),
+          msg.index()));
+    }
+    return std::optional<ReceivedBatch>(std::move(item.batch));
+  }
+
+ private:
+  // One Register call, waiting for the channel to become ready until `give_up`.
+  // Cancellable by StopPrefetch while it is in flight.
+  grpc::Status RegisterOnce(absl::Time give_up, v1::RegisterResponse* response) {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    context.set_deadline(absl::ToChronoTime(give_up));
+    if (!SetActiveContext(&context)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
+    grpc::Status status = stub_->Register(&context, options_.job, response);
+    SetActiveContext(nullptr);
+    return status;
+  }
+
+  // Publishes the context of the RPC in flight so StopPrefetch can cancel it.
+  // Returns false (and publishes nothing) once a stop was requested.
+  bool SetActiveContext(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    if (context != nullptr && stop_) return false;
+    active_context_ = context;
+    return true;
+  }
+
+  bool StopRequested() {
+    absl::MutexLock lock(&mu_);
+    return stop_;
+  }
+
+  void Deliver(QueueItem item) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(item));
+  }
+
+  void DeliverError(absl::Status error) { Deliver(QueueItem{nullptr, std::move(error)}); }
+
+  // Waits for queue space; false if a stop was requested meanwhile.
+  bool WaitForSpace() {
+    absl::MutexLock lock(&mu_);
+    auto space = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || static_cast<int>(queue_.size()) < options_.prefetch;
+    };
+    mu_.Await(absl::Condition(&space));
+    return !stop_;
+  }
+
+  // Sleeps for `d` unless a stop is requested first; false if stopped.
+  bool SleepUnlessStopped(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stopped), d);
+    return !stop_;
+  }
+
+  // After a reconnect: the server must still serve the job this rank started with
+  // (same data and settings, same world size, batch size and n), or resuming would
+  // silently hand out other samples or other pixels.
+  absl::Status SameJob(const v1::RegisterResponse& now, int64_t epoch, int64_t next) const {
+    const v1::RegisterResponse& was = registration_;
+    std::string changed;
+    if (now.job_fingerprint() != was.job_fingerprint()) {
+      changed = absl::StrFormat("job fingerprint %s (was %s: the data or the job config changed)",
+                                now.job_fingerprint(), was.job_fingerprint());
+    } else if (now.world_size() != was.world_size() || now.batch_size() != was.batch_size()) {
+      changed = absl::StrFormat("world size %d and batch size %d (were %d and %d)",
+                                now.world_size(), now.batch_size(), was.world_size(),
+                                was.batch_size());
+    } else if (now.batches_per_epoch() != was.batches_per_epoch()) {
+      changed = absl::StrFormat("%d batches per epoch (was %d)", now.batches_per_epoch(),
+                                was.batches_per_epoch());
+    } else {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "job '%s' rank %d: after reconnecting, server %s has %s; cannot resume epoch %d at "
+        "batch %d",
+        options_.job.job_id(), options_.job.rank(), options_.server, changed, epoch, next));
+  }
+
+  // Checks a received message against what must come next; the error names both.
+  absl::Status CheckBatch(const v1::Batch& msg, int64_t epoch, int64_t expected_index) const {
+    const std::string where =
+        absl::StrFormat("job '%s' rank %d epoch %d batch %d", options_.job.job_id(),
+                        options_.job.rank(), epoch, expected_index);
+    if (msg.epoch() != epoch || msg.index() != expected_index) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: server sent (epoch %d, index %d) instead; the stream is out of sequence", where,
+          msg.epoch(), msg.index()));
+    }
+    const auto& image_shape = registration_.image_shape();
+    if (msg.shape_size() != 4 || msg.shape(1) != image_shape[0] || msg.shape(2) != image_shape[1] ||
+        msg.shape(3) != image_shape[2] || msg.shape(0) <= 0) {
+      return absl::DataLossError(
+          absl::StrFormat("%s: batch shape [%s] does not match registered image shape [%s]", where,
+                          absl::StrJoin(msg.shape(), ","), absl::StrJoin(image_shape, ",")));
+    }
+    const int64_t b = msg.shape(0);
+    const int64_t bytes = b * msg.shape(1) * msg.shape(2) * msg.shape(3);
+    if (static_cast<int64_t>(msg.images().size()) != bytes || msg.labels_size() != b ||
+        msg.samples_size() != b) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: %d image bytes, %d labels, %d samples for shape [%s] (want %d, %d, %d)", where,
+          msg.images().size(), msg.labels_size(), msg.samples_size(),
+          absl::StrJoin(msg.shape(), ","), bytes, b, b));
+    }
+    return absl::OkStatus();
+  }
+
+  // The prefetch thread: streams batches start..n-1 of `epoch` into queue_, resuming
+  // after a broken stream at the first batch not yet received.
+  void PrefetchLoop(int64_t epoch, int64_t start_batch) {
+    const int64_t n = batches_per_epoch();
+    int64_t next = start_batch;  // first batch not yet received
+    absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
+    std::optional<absl::Time> failing_since;  // start of the current run of failures
+    bool need_register = false;               // the server may have forgotten the job
+    bool registered_here = false;             // a Register succeeded since the last batch
+    std::string last_error;
+    int64_t attempts = 0;
+
+    auto finish = [this]() {
+      absl::MutexLock lock(&mu_);
+      producer_done_ = true;
+    };
+
+    while (next < n) {
+      if (StopRequested()) break;
+      grpc::Status status;
+      if (need_register) {
+        const absl::Time give_up =
+            *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
+        v1::RegisterResponse response;
+        status = RegisterOnce(give_up, &response);
+        if (status.ok()) {
+          registered_here = true;
+          absl::Status same = SameJob(response, epoch, next);
+          if (!same.ok()) {
+            DeliverError(same);
+            break;
+          }
+        }
+      }
+      int64_t received_this_attempt = 0;
+      if (status.ok()) {
+        grpc::ClientContext context;
+        if (!SetActiveContext(&context)) break;
+        v1::StreamBatchesRequest request;
+        request.set_job_id(options_.job.job_id());
+        request.set_rank(options_.job.rank());
+        request.set_epoch(epoch);
+        request.set_start_batch(next);
+        request.set_job_fingerprint(registration_.job_fingerprint());
+        std::unique_ptr<grpc::ClientReader<v1::Batch>> reader =
+            stub_->StreamBatches(&context, request);
+        auto msg = std::make_shared<v1::Batch>();
+        absl::Status bad;
+        while (reader->Read(msg.get())) {
+          if (next >= n) {
+            bad = absl::DataLossError(absl::StrFormat(
+                "job '%s' rank %d epoch %d: server sent batch %d past the last one (%d)",
+                options_.job.job_id(), options_.job.rank(), epoch, msg->index(), n - 1));
+          } else {
+            bad = CheckBatch(*msg, epoch, next);
+          }
+          if (!bad.ok()) break;
+          if (!WaitForSpace()) break;
+          Deliver(QueueItem{std::move(msg), absl::OkStatus()});
+          ++next;
+          ++received_this_attempt;
+          msg = std::make_shared<v1::Batch>();
+        }
+        if (!bad.ok() || StopRequested()) context.TryCancel();
+        status = reader->Finish();
+        SetActiveContext(nullptr);
+        if (!bad.ok()) {
+          DeliverError(bad);
+          break;
+        }
+        if (StopRequested()) break;
+        if (status.ok() && next < n) {
+          status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                absl::StrFormat("stream ended after batch %d of %d", next, n));
+        }
+      }
+      if (received_this_attempt > 0) {
+        failing_since.reset();
+        backoff = absl::Seconds(options_.reconnect_initial_seconds);
+        registered_here = false;
+        need_register = false;
+        attempts = 0;
+      }
+      if (status.ok()) break;  // next == n
+      if (StopRequested()) break;
+
+      const grpc::StatusCode code = status.error_code();
+      // A restarted server has forgotten the job: streaming before re-registering
+      // fails with NOT_FOUND/FAILED_PRECONDITION. Re-register once before giving up.
+      const bool unknown_job =
+          (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION) &&
+          !registered_here && !need_register;
+      if (IsPermanent(code) && !unknown_job) {
+        DeliverError(FromGrpcStatus(
+            status, absl::StrFormat("job '%s' rank %d epoch %d batch %d", options_.job.job_id(),
+                                    options_.job.rank(), epoch, next)));
+        break;
+      }
+      const absl::Time now = absl::Now();
+      if (!failing_since) failing_since = now;
+      last_error = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
+                                status.error_message());
+      ++attempts;
+      const absl::Time give_up =
+          *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
+      if (now >= give_up) {
+        DeliverError(absl::UnavailableError(absl::StrFormat(
+            "job '%s' rank %d epoch %d: stream broken at batch %d of %d and server %s not back "
+            "within %.1f s (%d attempts); last error: %s",
+            options_.job.job_id(), options_.job.rank(), epoch, next, n, options_.server,
+            options_.reconnect_deadline_seconds, attempts, last_error)));
+        break;
+      }
+      if (!unknown_job) {
+        if (!SleepUnlessStopped(std::min(backoff, give_up - now))) break;
+        backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
+      }
+      need_register = true;
+      {
+        absl::MutexLock lock(&mu_);
+        ++reconnects_;
+      }
+    }
+    finish();
+  }
+
+  // Cancels the RPC in flight and joins the prefetch thread.
+  void StopPrefetch() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      if (active_context_ != nullptr) active_context_->TryCancel();
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    active_context_ = nullptr;
+    sticky_error_ = absl::OkStatus();
+  }
+
+  const RankStreamOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::Shardcast::Stub> stub_;
+  // Set once by Connect before any other thread exists; read-only afterwards.
+  v1::RegisterResponse registration_;
+  // The prefetch thread of the current epoch (joined by StopPrefetch).
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  // Received batches not yet handed out, then at most one error; <= prefetch batches.
+  std::deque<QueueItem> queue_ ABSL_GUARDED_BY(mu_);
+  // Tells the prefetch thread to stop; set by StopPrefetch.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The prefetch thread has exited (all batches received, error queued, or stopped).
+  bool producer_done_ ABSL_GUARDED_BY(mu_) = true;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches of epoch_ handed out by Next (counting the skipped start_batch ones).
+  int64_t handed_out_ ABSL_GUARDED_BY(mu_) = 0;
+  // The error Next returned; returned again until the next StartEpoch.
+  absl::Status sticky_error_ ABSL_GUARDED_BY(mu_);
+  // The RPC in flight on the prefetch thread, so StopPrefetch can cancel it.
+  grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  absl::Status status = impl->InitialRegister();
+  if (!status.ok()) return status;
+  return std::unique_ptr<RankStream>(new RankStream(std::move(impl)));
+}
+
+RankStream::RankStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RankStream::~RankStream() = default;
+
+const RankStreamOptions& RankStream::options() const { return impl_->options(); }
+const shardcast::v1::RegisterResponse& RankStream::registration() const {
+  return impl_->registration();
+}
+int64_t RankStream::batches_per_epoch() const { return impl_->batches_per_epoch(); }
+
+absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch) {
+  return impl_->StartEpoch(epoch, start_batch);
+}
+
+absl::StatusOr<std::optional<ReceivedBatch>> RankStream::Next() { return impl_->Next(); }
+
+int64_t RankStream::reconnects() const { return impl_->reconnects(); }
+
+}  // namespace shardcast::client

@@ -1,0 +1,78 @@
+// RankStream: one rank's view of a shardcast job over the wire, without torch.
+// Registers (retrying while the server is unreachable), streams an epoch's batches
+// from any start batch on a prefetch thread, checks each batch against the
+// registration, and after a broken stream reconnects, re-registers and resumes at
+// the first batch not yet received — refusing to resume when the job's data or
+// config changed (job fingerprint, world size, batch size or n differ).
+// BatchStream (client/batch_stream.h) builds torch tensors on it; a Python or
+// another-language client follows the same protocol.
+#ifndef SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_
+#define SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace grpc {
+class ChannelCredentials;
+}  // namespace grpc
+
+namespace shardcast::client {
+
+struct RankStreamOptions {
+  std::string server;  // gRPC target, "host:port"
+  // nullptr = plaintext. Passed to MakeChannel (client/protocol/channel.h).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
+  int prefetch = 4;                    // batches buffered ahead of the consumer (>= 1)
+  // Reconnect with exponential backoff (initial..max) for at most this long before
+  // giving up on a dead server.
+  double reconnect_initial_seconds = 0.1;
+  double reconnect_max_seconds = 2.0;
+  double reconnect_deadline_seconds = 120.0;
+};
+
+// A received batch that passed the checks: (epoch, index) in sequence, shape equal
+// to the registration's, B labels, B samples and B*3*C*C image bytes.
+using ReceivedBatch = std::shared_ptr<shardcast::v1::Batch>;
+
+class RankStream {
+ public:
+  // Registers the rank (retrying while the server is unreachable, up to the
+  // deadline). Errors: the server's refusal (INVALID_ARGUMENT, FAILED_PRECONDITION
+  // naming the field, ...), or UNAVAILABLE once the deadline passed.
+  static absl::StatusOr<std::unique_ptr<RankStream>> Connect(RankStreamOptions options);
+  ~RankStream();  // stops the prefetch thread and cancels the open stream
+  RankStream(const RankStream&) = delete;
+  RankStream& operator=(const RankStream&) = delete;
+
+  const RankStreamOptions& options() const;
+  const shardcast::v1::RegisterResponse& registration() const;
+  int64_t batches_per_epoch() const;
+
+  // Starts streaming `epoch` from `start_batch` (cancels any stream in progress).
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
+
+  // Next batch of the current epoch, or std::nullopt once batches_per_epoch()
+  // batches have been handed out. An error (returned again on later calls until the
+  // next StartEpoch) means the server stayed unreachable past the reconnect
+  // deadline, answered with a status a reconnect cannot fix, or changed the job.
+  absl::StatusOr<std::optional<ReceivedBatch>> Next();
+
+  // Reconnects made so far (tests, metrics).
+  int64_t reconnects() const;
+
+ private:
+  class Impl;
+  explicit RankStream(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardcast::client
+
+#endif  // SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_
