@@ -7,17 +7,12 @@
 #include <initializer_list>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 namespace shardcast::plan_internal {
 
-// splitmix64's finalizer: a bijective 64-bit mix. Fixed forever: plans depend on it.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+// splitmix64's finalizer. Fixed forever: plans depend on it.
+inline uint64_t Mix64(uint64_t x) { return SplitMix64::Mix(x); }
 
 // Hashes a sequence of words into one seed (order matters).
 inline uint64_t SeedOf(std::initializer_list<uint64_t> words) {
@@ -34,15 +29,13 @@ enum SeedTag : uint64_t {
   kTagAugment = 4,
 };
 
-// splitmix64 generator with an unbiased bounded draw (no std:: distributions: their
-// output is implementation-defined, and plans must match on every machine).
+// SplitMix64 with an exactly unbiased bounded draw (rejection sampling, unlike
+// SplitMix64::Below's multiply-shift; no std:: distributions: their output is
+// implementation-defined, and plans must match on every machine).
 class PlanRng {
  public:
-  explicit PlanRng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return Mix64(state_);
-  }
+  explicit PlanRng(uint64_t seed) : rng_(seed) {}
+  uint64_t Next() { return rng_.Next(); }
   // Uniform in [0, bound), bound >= 1 (rejection sampling, no modulo bias).
   uint64_t Below(uint64_t bound) {
     const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
@@ -54,7 +47,7 @@ class PlanRng {
   }
 
  private:
-  uint64_t state_;
+  SplitMix64 rng_;
 };
 
 // The epoch's shard order: 0..S-1, or a Fisher-Yates shuffle seeded by (seed, epoch).

@@ -11,8 +11,9 @@ namespace shardcast {
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+  uint64_t Next() { return Mix(state_ += 0x9e3779b97f4a7c15ULL); }
+  // The finalizer alone: a bijective 64-bit mix (seeds of plans, streams, generators).
+  static uint64_t Mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);

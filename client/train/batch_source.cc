@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/splitmix64.h"
 
 namespace shardcast::train {
 namespace {
@@ -68,12 +69,8 @@ class SyntheticBatchSource : public BatchSource {
   bool started_ = false;
 };
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finalizer: distinct streams per (epoch, rank, batch)
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// One splitmix64 step: distinct streams per (epoch, rank, batch).
+uint64_t Mix(uint64_t x) { return SplitMix64(x).Next(); }
 
 }  // namespace
 

@@ -90,7 +90,7 @@ std::vector<uint8_t> PilDecode(const std::string& encoded, const std::string& na
                                           &log);
   EXPECT_EQ(rc, 0) << log;
   std::sscanf(log.c_str(), "%d %d", w, h);
-  const std::string raw = testing_util::ReadFile(out);
+  const std::string raw = testing_util::ReadWholeFile(out);
   return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::testing_util {
 
@@ -106,34 +108,11 @@ inline std::string EncodePng(const std::vector<uint8_t>& samples, int w, int h, 
   return out;
 }
 
-// A fresh temp directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "shardcast_image_XXXXXX";
-    path_ = mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 inline void WriteFile(const std::string& path, const void* data, size_t n) {
   std::ofstream f(path, std::ios::binary);
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
 }
 
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Runs `cmd`, returning its exit status and stdout+stderr.
 inline int RunCommand(const std::string& cmd, std::string* output) {

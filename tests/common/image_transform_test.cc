@@ -80,7 +80,7 @@ void RunAgainstTorchvision(const testing_util::TempDir& dir, std::vector<Job>& j
       &log);
   ASSERT_EQ(rc, 0) << log;
   for (Job& job : jobs) {
-    const std::string ref = testing_util::ReadFile(job.output);
+    const std::string ref = testing_util::ReadWholeFile(job.output);
     const Diff d = Compare(job.ours, std::vector<uint8_t>(ref.begin(), ref.end()));
     std::printf("[ conformance ] %-40s mean %.4f  max %d\n", job.label.c_str(), d.mean, d.max);
     EXPECT_LE(d.mean, 1.0) << job.label;
