@@ -64,7 +64,46 @@ class Trainer {
   absl::StatusOr<TrainerResult> Run();
 
  private:
-  absl::Status Checkpoint(torch::optim::Optimizer& optimizer, int64_t epoch, int64_t next_batch);
+  // Sums over all ranks of the steps of one epoch run so far.
+  struct EpochTotals {
+    double loss_sum = 0;
+    double correct = 0;
+    double count = 0;
+    int64_t images_all_ranks = 0;
+  };
+  // What every rank learns at the top of a step (one all-reduce).
+  enum class StepAgreement {
+    kTrain,     // every rank has a batch
+    kEpochEnd,  // every rank's stream ended
+    kStop,      // some rank was asked to stop (signal)
+  };
+
+  // The optimizer, the resume position, rank 0's initial state on every rank, the
+  // gradient reducer and the "start" metrics line.
+  absl::Status Setup(int64_t* start_epoch, int64_t* start_batch);
+  // Loads --resume's checkpoint after checking it continues this batch sequence.
+  absl::Status Resume(int64_t* start_epoch, int64_t* start_batch);
+  // Runs `epoch` from batch `first`. Sets *stop when the run ends inside it (signal,
+  // --max-steps) and fills *result.
+  absl::Status RunEpoch(int64_t epoch, int64_t first, bool* stop, TrainerResult* result);
+  // Agrees with the peers on whether this step trains (a rank that ran short would
+  // leave its peers waiting in an all-reduce it never joins); the same all-reduce
+  // carries stop requests, so all ranks stop at the same step.
+  absl::StatusOr<StepAgreement> AgreeOnStep(bool have_batch, int my_signal, int64_t epoch,
+                                            int64_t consumed);
+  // Forward, backward with overlapped gradient all-reduce, optimizer step.
+  absl::Status TrainOnBatch(const TrainingBatch& batch, int64_t epoch, torch::Tensor* logits,
+                            torch::Tensor* loss);
+  // All-reduces the step's loss and top-1, adds them to `totals`, draws progress and
+  // writes the "step" metrics line.
+  absl::Status RecordStep(const TrainingBatch& batch, const torch::Tensor& logits,
+                          const torch::Tensor& loss, double wait_seconds, double step_seconds,
+                          double epoch_seconds, int64_t consumed, EpochTotals* totals);
+  // Checks that every rank consumed n batches, writes the "epoch" line, checkpoints.
+  absl::Status FinishEpoch(int64_t epoch, int64_t first, int64_t consumed, double seconds,
+                           const EpochTotals& totals, TrainerResult* result);
+  absl::Status Checkpoint(int64_t epoch, int64_t next_batch);
+  void WriteStopped(int signal, int64_t epoch, int64_t next_batch);
   absl::Status SaveFinalModel();
 
   TrainerConfig config_;
@@ -73,6 +112,11 @@ class Trainer {
   TrainableModel* model_;
   MetricsWriter* metrics_;
   ProgressBar* progress_;
+  // Set up by Setup().
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<GradientReducer> reducer_;  // null for world size 1
+  std::vector<torch::Tensor> buffers_;        // broadcast from rank 0 before every forward
+  int64_t n_ = 0;                             // batches per epoch per rank
   int64_t global_step_ = 0;
 };
 
