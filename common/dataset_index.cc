@@ -114,6 +114,24 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root) {
   return shards;
 }
 
+// A shard's samples as the index holds them (keys, labels, member offsets), written
+// field by field into a digest or the cache file: both read exactly this.
+template <typename Sink>
+void AddSamples(const std::vector<SampleEntry>& samples, Sink* out) {
+  out->AddU64(samples.size());
+  for (const SampleEntry& e : samples) {
+    out->AddString(e.key);
+    out->AddU64(static_cast<uint64_t>(e.label));
+    out->AddU64(e.image_member);
+    out->AddU64(e.members.size());
+    for (const MemberRef& m : e.members) {
+      out->AddString(m.ext);
+      out->AddU64(m.offset);
+      out->AddU64(m.size);
+    }
+  }
+}
+
 // The content fingerprint: what the planner and the serve path depend on (shard
 // names and sizes, every sample's key, label and member offsets) and nothing else.
 // Two replicas holding the same bytes agree on it however the files were copied;
@@ -128,18 +146,7 @@ std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const Index
     h.AddString(s.path);
     h.AddU64(s.file_size);
     h.AddU64(s.compressed ? 1 : 0);
-    h.AddU64(s.samples.size());
-    for (const SampleEntry& e : s.samples) {
-      h.AddString(e.key);
-      h.AddU64(static_cast<uint64_t>(e.label));
-      h.AddU64(e.image_member);
-      h.AddU64(e.members.size());
-      for (const MemberRef& m : e.members) {
-        h.AddString(m.ext);
-        h.AddU64(m.offset);
-        h.AddU64(m.size);
-      }
-    }
+    AddSamples(s.samples, &h);
   }
   return h.Hex();
 }
@@ -225,17 +232,17 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
 
 class CacheWriter {
  public:
-  void U64(uint64_t v) {
+  void AddU64(uint64_t v) {
     for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
   }
-  void Str(absl::string_view s) {
-    U64(s.size());
+  void AddString(absl::string_view s) {
+    AddU64(s.size());
     out_.append(s.data(), s.size());
   }
   std::string Finish() {
     Digest128 h;
     h.AddBytes(out_);
-    Str(h.Hex());
+    AddString(h.Hex());
     return std::move(out_);
   }
 
@@ -283,40 +290,29 @@ struct ScanOutcome {
 std::string SerializeCache(const std::string& root, const IndexOptions& options,
                            const ScanOutcome& scan) {
   CacheWriter w;
-  w.Str(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
-  w.U64(kIndexVersion);
-  w.Str(root);
-  w.Str(options.label_field);
-  w.U64(scan.shards.size());
+  w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
+  w.AddU64(kIndexVersion);
+  w.AddString(root);
+  w.AddString(options.label_field);
+  w.AddU64(scan.shards.size());
   for (const ShardInfo& s : scan.shards) {
-    w.Str(s.path);
-    w.U64(s.file_size);
-    w.U64(static_cast<uint64_t>(s.mtime_ns));
-    w.U64(s.compressed ? 1 : 0);
-    w.U64(s.samples.size());
-    for (const SampleEntry& e : s.samples) {
-      w.Str(e.key);
-      w.U64(static_cast<uint64_t>(e.label));
-      w.U64(e.image_member);
-      w.U64(e.members.size());
-      for (const MemberRef& m : e.members) {
-        w.Str(m.ext);
-        w.U64(m.offset);
-        w.U64(m.size);
-      }
-    }
+    w.AddString(s.path);
+    w.AddU64(s.file_size);
+    w.AddU64(static_cast<uint64_t>(s.mtime_ns));
+    w.AddU64(s.compressed ? 1 : 0);
+    AddSamples(s.samples, &w);
   }
-  w.U64(scan.skipped.size());
+  w.AddU64(scan.skipped.size());
   for (const SkippedSample& s : scan.skipped) {
-    w.Str(s.shard);
-    w.Str(s.key);
-    w.Str(s.reason);
+    w.AddString(s.shard);
+    w.AddString(s.key);
+    w.AddString(s.reason);
   }
-  w.U64(scan.class_names.size());
-  for (const std::string& name : scan.class_names) w.Str(name);
-  w.U64(scan.warnings.size());
-  for (const std::string& warning : scan.warnings) w.Str(warning);
-  w.U64(static_cast<uint64_t>(scan.max_label));
+  w.AddU64(scan.class_names.size());
+  for (const std::string& name : scan.class_names) w.AddString(name);
+  w.AddU64(scan.warnings.size());
+  for (const std::string& warning : scan.warnings) w.AddString(warning);
+  w.AddU64(static_cast<uint64_t>(scan.max_label));
   return w.Finish();
 }
 
