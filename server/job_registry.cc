@@ -17,8 +17,8 @@ namespace v1 = ::shardcast::v1;
 
 namespace {
 
-// World and batch size are the job's shape rather than its data, and are compared
-// with their own message (a later elastic resume may relax exactly these two).
+// Ranks of a job agree on every setting, world and batch size included; the error
+// names the first field that differs.
 absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfig& has,
                             const JobConfig& asked) {
   std::optional<ConfigDifference> diff = FirstDifference(has, asked);
