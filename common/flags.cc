@@ -16,9 +16,10 @@
 namespace shardcast {
 namespace {
 
-// Help text starts in this column when the names fit before it; lines wrap nowhere
-// else (help strings carry their own line breaks).
+// Help text starts in this column when the names fit before it, and is wrapped at
+// spaces to stay within kHelpWidth columns (the project's 100).
 constexpr size_t kHelpColumn = 28;
+constexpr size_t kHelpWidth = 100;
 
 constexpr char kDurationExamples[] = "e.g. 250ms, 30s, 5m, 1h30m; a bare number is seconds";
 constexpr char kSizeExamples[] = "bytes, or e.g. 512KiB, 64MiB, 1.5G, 10MB";
@@ -137,6 +138,24 @@ int64_t SizeMultiplier(absl::string_view suffix) {
   int64_t multiplier = 1;
   for (int i = 0; i < power; ++i) multiplier *= base;
   return multiplier;
+}
+
+// `text`'s lines, each wrapped at spaces into lines of at most `width` characters
+// (a longer word gets a line of its own).
+std::vector<std::string> WrapLines(absl::string_view text, size_t width) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::string current;
+    for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      if (!current.empty() && current.size() + 1 + word.size() > width) {
+        out.push_back(std::move(current));
+        current.clear();
+      }
+      absl::StrAppend(&current, current.empty() ? "" : " ", word);
+    }
+    out.push_back(std::move(current));
+  }
+  return out;
 }
 
 }  // namespace
@@ -473,8 +492,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     }
     Flag* flag = Find(name);
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag ", name, " (", program_, " --help lists the flags)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
     }
     if (flag->given) {
       // Last-wins would silently drop a value the user typed (often an alias of the
@@ -516,8 +534,9 @@ std::string FlagSet::Help() const {
                         const std::string& help, const std::string& default_text) {
     std::string left = absl::StrCat("  ", names);
     if (!value_name.empty()) absl::StrAppend(&left, " ", value_name);
-    std::vector<std::string> lines = absl::StrSplit(help, '\n');
-    if (!default_text.empty()) absl::StrAppend(&lines.back(), " (default ", default_text, ")");
+    const std::vector<std::string> lines =
+        WrapLines(default_text.empty() ? help : absl::StrCat(help, " (default ", default_text, ")"),
+                  kHelpWidth - kHelpColumn);
     const std::string indent(kHelpColumn, ' ');
     if (left.size() + 1 <= kHelpColumn) {
       absl::StrAppend(out, left, std::string(kHelpColumn - left.size(), ' '), lines[0], "\n");

@@ -104,8 +104,8 @@ class FlagSet {
   bool Given(absl::string_view name) const;
 
   // "  --batch-size, -b N     per-rank batch size (default 32)" lines, by section,
-  // then --help. Help text starts in one column; a long name list puts it on the next
-  // line, and each line of a multi-line help is indented to that column.
+  // then --help. Help text starts in one column (a long name list puts it on the next
+  // line); its lines are indented to that column and wrapped at 100 columns.
   std::string Help() const;
 
  private:

@@ -247,6 +247,19 @@ TEST(FlagSetTest, HelpText) {
             "  --n N                     first line\n"
             "                            second line (default three)\n"
             "  --help, -h                print this help and exit\n");
+  // Lines longer than 100 columns wrap at spaces, the default included.
+  FlagSet wide("prog");
+  std::string text;
+  wide.String({{"--text"},
+               "T",
+               "a help line that is much longer than what fits after the names before the "
+               "100th column"},
+              &text);
+  EXPECT_EQ(wide.Help(),
+            "  --text T                  a help line that is much longer than what fits after "
+            "the names before\n"
+            "                            the 100th column\n"
+            "  --help, -h                print this help and exit\n");
 }
 
 TEST(FlagSetTest, Positional) {
@@ -269,9 +282,9 @@ TEST(FlagSetTest, Errors) {
     std::string message;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--bogus"}, "unknown flag --bogus (prog --help lists the flags)"},
-           {{"--bogus=1"}, "unknown flag --bogus (prog --help lists the flags)"},
-           {{"-x"}, "unknown flag -x (prog --help lists the flags)"},
+           {{"--bogus"}, "unknown flag --bogus"},
+           {{"--bogus=1"}, "unknown flag --bogus"},
+           {{"-x"}, "unknown flag -x"},
            {{"--server="}, "--server needs a non-empty ADDR"},
            {{"--server", ""}, "--server needs a non-empty ADDR"},
            {{"--server", "a", "--server", "b"}, "--server given twice (--server are one flag)"},
