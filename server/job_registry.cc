@@ -170,7 +170,7 @@ std::vector<RankProgress> Job::Progress() const {
 
 // ---------------------------------------------------------------------------- JobRegistry
 
-JobRegistry::JobRegistry(const ServedDataset* dataset, const JobDefaults& defaults,
+JobRegistry::JobRegistry(const ServedDataset* dataset, const JobConfig& defaults,
                          int64_t max_message_bytes)
     : dataset_(dataset), defaults_(defaults), max_message_bytes_(max_message_bytes) {}
 
@@ -186,7 +186,7 @@ absl::StatusOr<JobConfig> JobRegistry::EffectiveConfig(const v1::RegisterRequest
   JobConfig config;
   PlanConfig& plan = config.plan;
   plan.world_size = request.world_size();
-  plan.batch_size = request.batch_size() > 0 ? request.batch_size() : defaults_.batch_size;
+  plan.batch_size = request.batch_size() > 0 ? request.batch_size() : defaults_.plan.batch_size;
   switch (request.split()) {
     case v1::SPLIT_SHARD:
       plan.split = Split::kShard;
@@ -195,7 +195,7 @@ absl::StatusOr<JobConfig> JobRegistry::EffectiveConfig(const v1::RegisterRequest
       plan.split = Split::kSample;
       break;
     case v1::SPLIT_UNSPECIFIED:
-      plan.split = defaults_.split;
+      plan.split = defaults_.plan.split;
       break;
     default:
       return absl::InvalidArgumentError(absl::StrCat("split: unknown value ", request.split()));
@@ -208,19 +208,19 @@ absl::StatusOr<JobConfig> JobRegistry::EffectiveConfig(const v1::RegisterRequest
       plan.remainder = Remainder::kPad;
       break;
     case v1::REMAINDER_UNSPECIFIED:
-      plan.remainder = defaults_.remainder;
+      plan.remainder = defaults_.plan.remainder;
       break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("remainder: unknown value ", request.remainder()));
   }
-  plan.workers = request.workers() > 0 ? request.workers() : defaults_.workers;
-  plan.seed = request.has_seed() ? request.seed() : defaults_.seed;
+  plan.workers = request.workers() > 0 ? request.workers() : defaults_.plan.workers;
+  plan.seed = request.has_seed() ? request.seed() : defaults_.plan.seed;
   plan.shuffle_shards =
-      request.has_shuffle_shards() ? request.shuffle_shards() : defaults_.shuffle_shards;
+      request.has_shuffle_shards() ? request.shuffle_shards() : defaults_.plan.shuffle_shards;
   plan.shuffle_buffer =
-      request.has_shuffle_buffer() ? request.shuffle_buffer() : defaults_.shuffle_buffer;
-  plan.block_size = request.has_block_size() ? request.block_size() : defaults_.block_size;
+      request.has_shuffle_buffer() ? request.shuffle_buffer() : defaults_.plan.shuffle_buffer;
+  plan.block_size = request.has_block_size() ? request.block_size() : defaults_.plan.block_size;
 
   TransformSpec& transform = config.transform;
   switch (request.transform().mode()) {
@@ -231,15 +231,16 @@ absl::StatusOr<JobConfig> JobRegistry::EffectiveConfig(const v1::RegisterRequest
       transform.mode = TransformMode::kRandom;
       break;
     case v1::TRANSFORM_MODE_UNSPECIFIED:
-      transform.mode = defaults_.transform_mode;
+      transform.mode = defaults_.transform.mode;
       break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("transform.mode: unknown value ", request.transform().mode()));
   }
-  transform.crop = request.transform().crop() > 0 ? request.transform().crop() : defaults_.crop;
+  transform.crop =
+      request.transform().crop() > 0 ? request.transform().crop() : defaults_.transform.crop;
   transform.resize =
-      request.transform().resize() > 0 ? request.transform().resize() : defaults_.resize;
+      request.transform().resize() > 0 ? request.transform().resize() : defaults_.transform.resize;
   if (transform.crop > kMaxCrop) {
     return absl::InvalidArgumentError(
         absl::StrCat("transform.crop: ", transform.crop, " is above the limit ", kMaxCrop));

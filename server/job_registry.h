@@ -25,12 +25,6 @@ namespace shardcast::server {
 
 class BatchWindow;
 
-// The effective config of a job: every default filled in.
-struct JobConfig {
-  PlanConfig plan;
-  TransformSpec transform;
-};
-
 // Progress of one rank, as GetStatus reports it.
 struct RankProgress {
   int32_t rank = 0;
@@ -94,7 +88,7 @@ class Job {
 class JobRegistry {
  public:
   // REQUIRES: `dataset` outlives the registry.
-  JobRegistry(const ServedDataset* dataset, const JobDefaults& defaults, int64_t max_message_bytes);
+  JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, int64_t max_message_bytes);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -114,7 +108,7 @@ class JobRegistry {
 
  private:
   const ServedDataset* const dataset_;
-  const JobDefaults defaults_;
+  const JobConfig defaults_;
   const int64_t max_message_bytes_;
 
   mutable absl::Mutex mu_;

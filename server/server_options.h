@@ -7,30 +7,25 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "common/epoch_plan.h"
-#include "common/image_transform.h"
+#include "common/job_config.h"
 
 namespace shardcast::server {
 
-// Job settings applied when a RegisterRequest leaves a field unset or zero.
-struct JobDefaults {
-  int32_t batch_size = 32;
-  Split split = Split::kShard;  // the seed's (webdataset split_by_node) semantics
-  Remainder remainder = Remainder::kDrop;
-  int32_t workers = 1;
-  uint64_t seed = 0;
-  bool shuffle_shards = false;
-  int32_t shuffle_buffer = 0;
-  int32_t block_size = 0;
-  TransformMode transform_mode = TransformMode::kCenter;
-  int resize = 256;
-  int crop = 224;
-};
+// The seed's job settings (batch 32, split shard, remainder drop, 1 worker, seed 0, no
+// shuffles, Resize(256) + CenterCrop(224)): what a server started without job flags
+// uses for what a RegisterRequest leaves unset.
+inline JobConfig BuiltInJobDefaults() {
+  JobConfig config;
+  config.plan.batch_size = 32;
+  return config;
+}
 
 struct ServerOptions {
   std::string shards_dir;                      // directory holding the .tar/.tar.gz shards
   std::string listen_address = "127.0.0.1:0";  // port 0 = any free port (see port())
-  JobDefaults defaults;
+  // The job settings a RegisterRequest leaves unset (world_size unused); the server's
+  // job flags change them.
+  JobConfig defaults = BuiltInJobDefaults();
   int decode_threads = 0;                   // 0 = hardware concurrency
   int prefetch = 4;                         // batches assembled ahead of each stream's client
   std::string index_cache_dir;              // empty = no index cache
