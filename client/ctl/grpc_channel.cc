@@ -1,7 +1,6 @@
 // shardcast-ctl's channel set-up and RPC error descriptions.
 #include "client/ctl/grpc_channel.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -10,19 +9,30 @@
 
 namespace shardcast::ctl {
 
-std::optional<int> ParseServerCommandFlags(const std::string& command, FlagParser& flags,
+void AddServerCommandFlags(FlagSet* flags, ServerCommandFlags* dst) {
+  flags->String({{"--server"}, "ADDR", "server address, host:port or unix:PATH (required)"},
+                &dst->server);
+  flags->Duration({{"--rpc-timeout"}, "DURATION", "deadline of the call"}, &dst->rpc_timeout);
+}
+
+std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& flags,
                                            const std::vector<std::string>& args,
-                                           const std::string& server, const char* help,
+                                           const ServerCommandFlags& common, const char* help,
                                            const char* exit_codes) {
-  const absl::Status parsed = flags.Parse(args);
-  if (flags.help_requested() && parsed.ok()) {
-    std::printf("%s%s%s", help, flags.FlagsHelp().c_str(), exit_codes);
+  absl::Status parsed = flags.Parse(args);
+  if (flags.help_requested()) {
+    std::printf("%s%s%s", help, flags.Help().c_str(), exit_codes);
     return kExitOk;
   }
-  if (!parsed.ok() || server.empty()) {
+  if (parsed.ok() && common.server.empty()) {
+    parsed = absl::InvalidArgumentError("--server ADDR is required");
+  } else if (parsed.ok() && common.rpc_timeout <= absl::ZeroDuration()) {
+    parsed = absl::InvalidArgumentError("--rpc-timeout must be above 0");
+  }
+  if (!parsed.ok()) {
     const char* cmd = command.c_str();
     std::fprintf(stderr, "shardcast-ctl %s: %s\n%.*s(shardcast-ctl %s --help for more)\n", cmd,
-                 parsed.ok() ? "--server ADDR is required" : std::string(parsed.message()).c_str(),
+                 std::string(parsed.message()).c_str(),
                  static_cast<int>(std::strchr(help, '\n') - help + 1), help, cmd);
     return kExitUsage;
   }
@@ -36,9 +46,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
-void SetCallOptions(grpc::ClientContext* context, double timeout_seconds) {
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6)));
+void SetCallOptions(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(false);
 }
 
