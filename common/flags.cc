@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,19 +19,18 @@
 namespace shardcast {
 namespace {
 
-// Help text starts in this column when the names fit before it, and is wrapped at
-// spaces to stay within kHelpWidth columns (the project's 100).
+// Help text starts in this column when the names fit before it, and is filled to
+// stay within kHelpWidth columns (the project's 100).
 constexpr size_t kHelpColumn = 28;
 constexpr size_t kHelpWidth = 100;
 
 constexpr char kDurationExamples[] = "e.g. 250ms, 30s, 5m, 1h30m; a bare number is seconds";
 constexpr char kSizeExamples[] = "bytes, or e.g. 512KiB, 64MiB, 1.5G, 10MB";
 
-// "-lr", "--x" and "-b" are flags; "-1", "-0.5", "-" and "" are values.
+// "-lr", "--x" and "-b" are flags; "-1", "-.5", "-0.5,0.5", "-" and "" are values.
 bool LooksLikeFlag(absl::string_view arg) {
-  if (arg.size() < 2 || arg[0] != '-') return false;
-  double unused;
-  return !absl::SimpleAtod(arg, &unused);
+  return arg.size() >= 2 && arg[0] == '-' &&
+         !absl::ascii_isdigit(static_cast<unsigned char>(arg[1])) && arg[1] != '.';
 }
 
 // "--crop takes an integer in [1, 8192], got '0'": the flag as typed, then the problem.
@@ -44,8 +46,9 @@ absl::Status PrefixFlag(absl::string_view flag, const absl::Status& status) {
 // Values in `arg` of a multi-value flag: its comma-separated pieces, at least one.
 size_t CountPieces(absl::string_view arg) {
   size_t pieces = 0;
-  for (absl::string_view p : absl::StrSplit(arg, ',', absl::SkipEmpty())) {
-    if (!p.empty()) ++pieces;
+  for (absl::string_view unused : absl::StrSplit(arg, ',', absl::SkipEmpty())) {
+    static_cast<void>(unused);
+    ++pieces;
   }
   return std::max<size_t>(pieces, 1);
 }
@@ -140,21 +143,19 @@ int64_t SizeMultiplier(absl::string_view suffix) {
   return multiplier;
 }
 
-// `text`'s lines, each wrapped at spaces into lines of at most `width` characters
-// (a longer word gets a line of its own).
+// `text` filled into lines of at most `width` characters, breaking at spaces and
+// newlines alike (a longer word gets a line of its own).
 std::vector<std::string> WrapLines(absl::string_view text, size_t width) {
   std::vector<std::string> out;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    std::string current;
-    for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      if (!current.empty() && current.size() + 1 + word.size() > width) {
-        out.push_back(std::move(current));
-        current.clear();
-      }
-      absl::StrAppend(&current, current.empty() ? "" : " ", word);
+  std::string current;
+  for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    if (!current.empty() && current.size() + 1 + word.size() > width) {
+      out.push_back(std::move(current));
+      current.clear();
     }
-    out.push_back(std::move(current));
+    absl::StrAppend(&current, current.empty() ? "" : " ", word);
   }
+  out.push_back(std::move(current));
   return out;
 }
 

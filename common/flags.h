@@ -5,13 +5,13 @@
 //
 // Syntax: `--name VALUE`, `--name=VALUE`, aliases as registered (`-b 32`); booleans
 // `--name` or `--name=true|false`; `--help`/`-h` sets help_requested(). A value may
-// start with '-' when it is a number (`--shift -1`); anything else starting with '-'
-// is taken as the next flag, never as a value. A flag of N values takes them as N
-// arguments or comma-separated (`--betas 0.9 0.999`, `--betas=0.9,0.999`). `--` ends
-// the flags. `--help` anywhere before `--` wins over every other argument. Durations: `250ms`,
-// `30s`, `5m`, `1h30m` or a bare number of seconds. Sizes: bytes, or with KiB/MiB/GiB/TiB (also
-// K/M/G/T, binary) or kB/MB/GB/TB (decimal). Errors are INVALID_ARGUMENT naming the
-// flag as typed and what it needs.
+// start with '-' when a digit or '.' follows (`--shift -1`); anything else starting
+// with '-' is taken as the next flag, never as a value. A flag of N values takes them
+// as N arguments or comma-separated (`--betas 0.9 0.999`, `--betas=0.9,0.999`). `--`
+// ends the flags. `--help` anywhere before `--` wins over every other argument.
+// Durations: `250ms`, `30s`, `5m`, `1h30m` or a bare number of seconds. Sizes: bytes,
+// or with KiB/MiB/GiB/TiB (also K/M/G/T, binary) or kB/MB/GB/TB (decimal). Errors are
+// INVALID_ARGUMENT naming the flag as typed and what it needs.
 #ifndef SHARDCAST_COMMON_FLAGS_H_
 #define SHARDCAST_COMMON_FLAGS_H_
 
@@ -41,8 +41,9 @@ std::string FormatFlagSize(int64_t bytes);
 class FlagSet {
  public:
   // `names`: the canonical long name first ("--batch-size"), then aliases ("-b",
-  // "--batch_size"). `value_name` is shown in help ("N", "HOST:PORT"). `help` is one
-  // or more lines; the default is shown after it when `default_text` is not empty.
+  // "--batch_size"). `value_name` is shown in help ("N", "HOST:PORT"). `help` is
+  // running text (Help() fills it to the width; a newline in it is a space); the
+  // default is shown after it when `default_text` is not empty.
   struct Spec {
     std::vector<std::string> names;
     std::string value_name;
@@ -105,7 +106,7 @@ class FlagSet {
 
   // "  --batch-size, -b N     per-rank batch size (default 32)" lines, by section,
   // then --help. Help text starts in one column (a long name list puts it on the next
-  // line); its lines are indented to that column and wrapped at 100 columns.
+  // line) and is filled into lines indented to that column, within 100 columns.
   std::string Help() const;
 
  private:

@@ -150,6 +150,9 @@ TEST(FlagSetTest, MultiValueFlags) {
   Flags k;
   ASSERT_TRUE(k.set.Parse({"--betas", "-0.5", "0.5"}).ok());
   EXPECT_THAT(k.betas, ::testing::ElementsAre(-0.5, 0.5));
+  Flags m;
+  ASSERT_TRUE(m.set.Parse({"--betas", "-0.5,-.5"}).ok());
+  EXPECT_THAT(m.betas, ::testing::ElementsAre(-0.5, -0.5));
 }
 
 TEST(FlagSetTest, MultiValueErrors) {
@@ -238,27 +241,26 @@ TEST(FlagSetTest, HelpText) {
   EXPECT_TRUE(absl::EndsWith(help, "  --help, -h                print this help and exit\n"))
       << help;
 
-  // Multi-line help: every line indented to the help column, the default at the end;
-  // a spec's default_text replaces the value's.
+  // A spec's default_text replaces the value's; a newline in help is a space.
   FlagSet set("prog");
   int32_t n = 3;
   set.Int({{"--n"}, "N", "first line\nsecond line", "three"}, &n);
   EXPECT_EQ(set.Help(),
-            "  --n N                     first line\n"
-            "                            second line (default three)\n"
+            "  --n N                     first line second line (default three)\n"
             "  --help, -h                print this help and exit\n");
-  // Lines longer than 100 columns wrap at spaces, the default included.
+  // Help is filled into lines indented to the help column, within 100 columns, the
+  // default included.
   FlagSet wide("prog");
-  std::string text;
+  std::string text = "x";
   wide.String({{"--text"},
                "T",
-               "a help line that is much longer than what fits after the names before the "
-               "100th column"},
+               "a help text that is much longer than what fits after the names\nbefore the "
+               "100th column, so it takes lines"},
               &text);
   EXPECT_EQ(wide.Help(),
-            "  --text T                  a help line that is much longer than what fits after "
+            "  --text T                  a help text that is much longer than what fits after "
             "the names before\n"
-            "                            the 100th column\n"
+            "                            the 100th column, so it takes lines (default x)\n"
             "  --help, -h                print this help and exit\n");
 }
 
