@@ -49,7 +49,8 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
                 &flags.options.label_field);
   parser.String({{"--cache-dir"}, "D", "the server's index cache directory (not inside DIR)"},
                 &flags.options.cache_dir, /*allow_empty=*/true);
-  parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"}, &flags.options.threads, 0);
+  parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"},
+             &flags.options.threads, 0);
   parser.AcceptPositional(&positional);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();

@@ -172,13 +172,30 @@ TEST_F(ServerProcessTest, IndexCacheDirIsUsedOnTheNextStart) {
 }
 
 TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
-  testing_util::ExpectHelpListsEveryFlag(
-      {testing_util::BinaryPath("server/shardcast-server")},
-      {"--shards", "--listen", "--decode-threads", "--prefetch", "--index-cache-dir",
-       "--label-field", "--max-message-size", "--grace-period", "--log-level", "--version",
-       "--batch-size", "--split", "--remainder", "--workers", "--seed", "--shuffle",
-       "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform", "--resize", "--crop",
-       "--bench-only-resend-first-batch"});
+  testing_util::ExpectHelpListsEveryFlag({testing_util::BinaryPath("server/shardcast-server")},
+                                         {"--shards",
+                                          "--listen",
+                                          "--decode-threads",
+                                          "--prefetch",
+                                          "--index-cache-dir",
+                                          "--label-field",
+                                          "--max-message-size",
+                                          "--grace-period",
+                                          "--log-level",
+                                          "--version",
+                                          "--batch-size",
+                                          "--split",
+                                          "--remainder",
+                                          "--workers",
+                                          "--seed",
+                                          "--shuffle",
+                                          "--shuffle-shards",
+                                          "--shuffle-buffer",
+                                          "--block-size",
+                                          "--transform",
+                                          "--resize",
+                                          "--crop",
+                                          "--bench-only-resend-first-batch"});
   std::string out;
   EXPECT_EQ(RunServerBinary({"--version"}, &out), 0);
   EXPECT_THAT(out, HasSubstr("shardcast-server "));
