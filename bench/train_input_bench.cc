@@ -244,13 +244,13 @@ int main(int argc, char** argv) {
     Die(s.ToString());
   }
   std::vector<std::string> flags;
-  if (a.decode_threads > 0) flags.push_back("--decode_threads=" + std::to_string(a.decode_threads));
+  if (a.decode_threads > 0) flags.push_back("--decode-threads=" + std::to_string(a.decode_threads));
   tu::ServerProcess decoding(shards, scratch.path());
   tu::ServerProcess wire(shards, scratch.path());
   g_servers = {&decoding, &wire};
   if (auto s = decoding.Start(0, flags); !s.ok()) Die(s.ToString());
   std::vector<std::string> wire_flags = flags;
-  wire_flags.push_back("--bench_only_resend_first_batch");
+  wire_flags.push_back("--bench-only-resend-first-batch");
   if (auto s = wire.Start(0, wire_flags); !s.ok()) Die(s.ToString());
 
   std::printf(

@@ -5,11 +5,13 @@
 //
 // Syntax: `--name VALUE`, `--name=VALUE`, aliases as registered (`-b 32`); booleans
 // `--name` or `--name=true|false`; `--help`/`-h` sets help_requested(). A value may
-// start with '-' when it is a number (`--shift -1`); anything else starting with '-'
-// is taken as the next flag, never as a value. Durations: `250ms`, `30s`, `5m`,
-// `1h30m` or a bare number of seconds. Sizes: bytes, or with KiB/MiB/GiB/TiB (also
-// K/M/G/T, binary) or kB/MB/GB/TB (decimal). Errors are INVALID_ARGUMENT naming the
-// flag as typed and what it needs.
+// start with '-' when a digit or '.' follows (`--shift -1`); anything else starting
+// with '-' is taken as the next flag, never as a value. A flag of N values takes them
+// as N arguments or comma-separated (`--betas 0.9 0.999`, `--betas=0.9,0.999`). `--`
+// ends the flags. `--help` anywhere before `--` wins over every other argument.
+// Durations: `250ms`, `30s`, `5m`, `1h30m` or a bare number of seconds. Sizes: bytes,
+// or with KiB/MiB/GiB/TiB (also K/M/G/T, binary) or kB/MB/GB/TB (decimal). Errors are
+// INVALID_ARGUMENT naming the flag as typed and what it needs.
 #ifndef SHARDCAST_COMMON_FLAGS_H_
 #define SHARDCAST_COMMON_FLAGS_H_
 
@@ -31,25 +33,27 @@ namespace shardcast {
 absl::StatusOr<absl::Duration> ParseFlagDuration(absl::string_view text);
 // "4096", "512MiB", "4GiB", "1.5G", "10MB". >= 0, fits int64.
 absl::StatusOr<int64_t> ParseFlagSize(absl::string_view text);
-// "1.5s", "5m", "512MiB" (exact unit when it divides, else the closest readable one).
+// "1.5s", "1h30m", "250ms"; "512MiB", "10MB" (the largest unit that divides exactly,
+// else plain bytes). Both parse back to the same value.
 std::string FormatFlagDuration(absl::Duration d);
 std::string FormatFlagSize(int64_t bytes);
 
 class FlagSet {
  public:
   // `names`: the canonical long name first ("--batch-size"), then aliases ("-b",
-  // "--batch_size"). `value_name` is shown in help ("N", "HOST:PORT"). `help` is one
-  // or more lines; the default is shown after it when `default_text` is not empty.
+  // "--batch_size"). `value_name` is shown in help ("N", "HOST:PORT"). `help` is
+  // running text (Help() fills it to the width; a newline in it is a space); the
+  // default is shown after it when `default_text` is not empty.
   struct Spec {
     std::vector<std::string> names;
     std::string value_name;
     std::string help;
-    std::string default_text;
+    std::string default_text = {};  // empty: the destination's value (typed helpers)
   };
   // Takes the flag's values (exactly `arity` of them; for an optional value 0 or 1)
   // and stores them, or says what is wrong. `flag` is the name as typed.
-  using Apply = std::function<absl::Status(const std::string& flag,
-                                           const std::vector<std::string>& values)>;
+  using Apply =
+      std::function<absl::Status(const std::string& flag, const std::vector<std::string>& values)>;
 
   explicit FlagSet(std::string program) : program_(std::move(program)) {}
   FlagSet(const FlagSet&) = delete;
@@ -58,8 +62,9 @@ class FlagSet {
   // Starts a titled group of flags in --help ("Data:", "Distributed:").
   void Section(std::string title);
 
-  // The general form. arity >= 0: exactly that many values; kOptionalValue: the next
-  // argument is taken when it is not a flag.
+  // The general form. arity > 0: exactly that many values; kOptionalValue: the next
+  // argument is taken when it is not a flag; arity 0: a switch, whose `--name=VALUE`
+  // passes VALUE (for `=true|false`).
   static constexpr int kOptionalValue = -1;
   void Add(Spec spec, int arity, Apply apply);
 
@@ -88,10 +93,10 @@ class FlagSet {
 
   // Arguments that are not flags are collected here in order; without this, they are
   // errors. `--` ends the flags: everything after it is positional.
-  void AcceptPositional(std::string value_names, std::vector<std::string>* dst);
+  void AcceptPositional(std::vector<std::string>* dst);
 
-  // Parses args (program name NOT included). A flag given twice is an error, except
-  // those registered with Add's apply that accept it (the typed helpers refuse).
+  // Parses args (program name NOT included). A flag given twice (under any of its
+  // names) is an error. An unknown flag's error names it and points at --help.
   absl::Status Parse(const std::vector<std::string>& args);
   absl::Status Parse(int argc, char** argv);  // skips argv[0]
 
@@ -99,7 +104,9 @@ class FlagSet {
   // Whether the flag whose canonical name is `name` was given.
   bool Given(absl::string_view name) const;
 
-  // "  --batch-size, -b N     per-rank batch size (default 32)" lines, by section.
+  // "  --batch-size, -b N     per-rank batch size (default 32)" lines, by section,
+  // then --help. Help text starts in one column (a long name list puts it on the next
+  // line) and is filled into lines indented to that column, within 100 columns.
   std::string Help() const;
 
  private:
@@ -107,7 +114,6 @@ class FlagSet {
     Spec spec;
     int arity = 0;
     Apply apply;
-    bool repeatable = false;
     bool given = false;
     size_t section = 0;
   };
@@ -118,7 +124,6 @@ class FlagSet {
   std::vector<std::string> sections_ = {""};
   std::vector<Flag> flags_;
   std::vector<std::string>* positional_ = nullptr;
-  std::string positional_names_;
   bool help_requested_ = false;
 };
 

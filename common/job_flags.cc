@@ -10,26 +10,12 @@
 #include "absl/strings/str_join.h"
 
 namespace shardcast {
-namespace {
-
-// A flag whose value is one of an enum's names, stored parsed.
-template <typename Enum>
-FlagSet::Apply EnumFlag(absl::StatusOr<Enum> (*parse)(absl::string_view),
-                        std::optional<Enum>* dst) {
-  return [parse, dst](const std::string& flag, const std::vector<std::string>& values) {
-    absl::StatusOr<Enum> value = parse(values[0]);
-    if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", value.status().message()));
-    *dst = *value;
-    return absl::OkStatus();
-  };
-}
-
-}  // namespace
-
 void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
   const PlanConfig& p = defaults.plan;
   const TransformSpec& t = defaults.transform;
-  flags->OptionalInt({{"--batch-size", "-b", "--batch_size"}, "B", "per-rank batch size",
+  flags->OptionalInt({{"--batch-size", "-b", "--batch_size"},
+                      "B",
+                      "per-rank batch size",
                       absl::StrCat(p.batch_size)},
                      &o->batch_size, 1, kMaxBatchSize);
   flags->Add({{"--split"},
@@ -44,12 +30,13 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
               "(split sample)",
               RemainderName(p.remainder)},
              1, EnumFlag(&ParseRemainder, &o->remainder));
-  flags->OptionalInt({{"--workers", "-w", "--num_workers"}, "K",
-                      "virtual DataLoader workers per rank (split shard)", absl::StrCat(p.workers)},
+  flags->OptionalInt({{"--workers", "-w", "--num_workers"},
+                      "K",
+                      "virtual DataLoader workers per rank (split shard)",
+                      absl::StrCat(p.workers)},
                      &o->workers, 1, kMaxWorkers);
-  flags->OptionalUint64({{"--seed"}, "S", "seed of shuffles and random transforms",
-                         absl::StrCat(p.seed)},
-                        &o->seed);
+  flags->OptionalUint64(
+      {{"--seed"}, "S", "seed of shuffles and random transforms", absl::StrCat(p.seed)}, &o->seed);
   flags->Add({{"--shuffle"},
               "[N]",
               "the seed's flag: shuffle the shard order every epoch and use a shuffle buffer\n"
@@ -70,13 +57,18 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
                if (n != 0) o->shuffle_buffer = static_cast<int32_t>(n < 0 ? 0 : n);
                return absl::OkStatus();
              });
-  flags->OptionalBool({{"--shuffle-shards"}, "", "shuffle the shard order every epoch",
+  flags->OptionalBool({{"--shuffle-shards"},
+                       "",
+                       "shuffle the shard order every epoch",
                        p.shuffle_shards ? "true" : "false"},
                       &o->shuffle_shards);
-  flags->OptionalInt({{"--shuffle-buffer"}, "N", "per-worker sample shuffle buffer (split shard)",
+  flags->OptionalInt({{"--shuffle-buffer"},
+                      "N",
+                      "per-worker sample shuffle buffer (split shard)",
                       absl::StrCat(p.shuffle_buffer)},
                      &o->shuffle_buffer, 0, kMaxShuffleBuffer);
-  flags->OptionalInt({{"--block-size"}, "N",
+  flags->OptionalInt({{"--block-size"},
+                      "N",
                       "shards per shuffle block (split sample); 0 = one global permutation",
                       absl::StrCat(p.block_size)},
                      &o->block_size, 0, std::numeric_limits<int32_t>::max());
@@ -86,12 +78,12 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
               "horizontal flip",
               TransformModeName(t.mode)},
              1, EnumFlag(&ParseTransformMode, &o->transform_mode));
-  flags->OptionalInt({{"--resize"}, "N", "short side of the center transform",
-                      absl::StrCat(t.resize)},
-                     &o->resize, 1, kMaxResize);
-  flags->OptionalInt({{"--crop"}, "N", "output size: images are 3 x N x N uint8",
-                      absl::StrCat(t.crop)},
-                     &o->crop, 1, kMaxCrop);
+  flags->OptionalInt(
+      {{"--resize"}, "N", "short side of the center transform", absl::StrCat(t.resize)}, &o->resize,
+      1, kMaxResize);
+  flags->OptionalInt(
+      {{"--crop"}, "N", "output size: images are 3 x N x N uint8", absl::StrCat(t.crop)}, &o->crop,
+      1, kMaxCrop);
 }
 
 }  // namespace shardcast

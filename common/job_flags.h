@@ -4,6 +4,13 @@
 #ifndef SHARDCAST_COMMON_JOB_FLAGS_H_
 #define SHARDCAST_COMMON_JOB_FLAGS_H_
 
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/flags.h"
 #include "common/job_config.h"
 
@@ -16,6 +23,21 @@ namespace shardcast {
 // `defaults` is what an unset flag means, shown in --help.
 // REQUIRES: `overrides` outlives flags->Parse().
 void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* overrides);
+
+// The apply of a flag whose value is one of an enum's names (`parse` is ParseSplit,
+// ParseRemainder or ParseTransformMode), stored parsed into `*dst` (an Enum or an
+// std::optional<Enum>). Errors name the flag and the accepted values.
+template <typename Enum, typename Dst>
+FlagSet::Apply EnumFlag(absl::StatusOr<Enum> (*parse)(absl::string_view), Dst* dst) {
+  return [parse, dst](const std::string& flag, const std::vector<std::string>& values) {
+    absl::StatusOr<Enum> value = parse(values[0]);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", value.status().message()));
+    }
+    *dst = *value;
+    return absl::OkStatus();
+  };
+}
 
 }  // namespace shardcast
 

@@ -92,10 +92,10 @@ def executables_in(cmake_dir):
     return set(re.findall(r"add_executable\(\s*([A-Za-z0-9_.-]+)", text))
 
 
-def help_flags(binary):
+def help_flags(binary, *subcommand):
     if not binary or not os.access(binary, os.X_OK):
         return None
-    res = subprocess.run([binary, "--help"], capture_output=True, text=True)
+    res = subprocess.run([binary, *subcommand, "--help"], capture_output=True, text=True)
     return set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", res.stdout + res.stderr))
 
 
@@ -226,16 +226,24 @@ def main():
               f"{t}: WORLD_SIZE=2, MASTER_ADDR=trainer0")
     check({services["trainer0"]["environment"]["RANK"],
            services["trainer1"]["environment"]["RANK"]} == {"0", "1"}, "trainers are ranks 0, 1")
-    for name, binary, args_ in (
-            ("server", server_bin, srv.get("command", [])),
-            ("data", pack_bin, services.get("data", {}).get("command", [])),
-            ("trainer0", train_bin, services["trainer0"].get("command", []))):
-        accepted = help_flags(binary)
+    # A healthcheck with a flag `shardcast-ctl health` does not take exits 2 forever: the
+    # server never turns healthy and the trainers never start.
+    compose_hc = srv.get("healthcheck", {}).get("test", [])
+    compose_hc = compose_hc[compose_hc.index("health") + 1:] if "health" in compose_hc else []
+    dockerfile_hc = re.findall(r'"(--[\w-]+)"', hc)
+    for name, binary, sub, args_ in (
+            ("server", server_bin, (), srv.get("command", [])),
+            ("server healthcheck", ctl_bin, ("health",), compose_hc),
+            ("Dockerfile HEALTHCHECK", ctl_bin, ("health",), dockerfile_hc),
+            ("data", pack_bin, (), services.get("data", {}).get("command", [])),
+            ("trainer0", train_bin, (), services["trainer0"].get("command", []))):
+        accepted = help_flags(binary, *sub)
         if accepted is None:
             skip(f"{name}: flags vs --help ({binary} not built)")
             continue
         bad = [f for f in flags_of(args_) if f not in accepted]
-        check(not bad, f"{name}: every flag is in {os.path.basename(binary)} --help {bad or ''}")
+        check(not bad, f"{name}: every flag is in "
+                       f"{' '.join([os.path.basename(binary), *sub])} --help {bad or ''}")
 
     # ------------------------------------------------------------ runtime packages
     print("== runtime packages")

@@ -60,7 +60,7 @@ for _ in $(seq 1 600); do
 done
 [[ -n "$port" ]] || { echo "demo: the server printed no port" >&2; cat "$out/server.log" >&2; exit 1; }
 addr="127.0.0.1:$port"
-until "$bin_ctl" health --server "$addr" --timeout 2 >/dev/null; do
+until "$bin_ctl" health --server "$addr" --rpc-timeout 2s >/dev/null; do
   kill -0 "$server_pid" 2>/dev/null || { cat "$out/server.log" >&2; exit 1; }
   sleep 0.2
 done

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "client/ctl/flag_parser.h"
+#include "absl/time/time.h"
+#include "client/protocol/channel.h"
+#include "common/flags.h"
 
 namespace shardcast::ctl {
 
@@ -20,27 +22,35 @@ inline constexpr int kExitNotServing = 1;  // health: reachable, but not SERVING
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnreachable = 3;  // no connection, deadline passed, or RPC failed
 
-// The flag handling `health` and `status` share: parses `args` with `flags`. With
+// The flags `health` and `status` share.
+struct ServerCommandFlags {
+  std::string server;          // --server ADDR (required)
+  absl::Duration rpc_timeout;  // --rpc-timeout DURATION: the deadline of the call
+};
+
+// Adds --server and --rpc-timeout to `flags`; `dst->rpc_timeout` is the default.
+void AddServerCommandFlags(FlagSet* flags, ServerCommandFlags* dst);
+
+// Parses `args` with `flags` (which AddServerCommandFlags filled `common` through). With
 // --help, prints `help` (usage line first), the flags and `exit_codes` to stdout and
-// returns kExitOk; on a bad flag, or when `server` (bound to --server) is still empty,
-// prints the error and the usage line to stderr and returns kExitUsage. nullopt: go on.
-std::optional<int> ParseServerCommandFlags(const std::string& command, FlagParser& flags,
+// returns kExitOk; on a bad flag, a missing --server or a zero --rpc-timeout, prints
+// the error and the usage line to stderr and returns kExitUsage. nullopt: go on.
+std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& flags,
                                            const std::vector<std::string>& args,
-                                           const std::string& server, const char* help,
+                                           const ServerCommandFlags& common, const char* help,
                                            const char* exit_codes);
 
-// A channel to `target` (host:port, [v6]:port, unix:/path, or any gRPC target
-// string). Nothing connects until the first call.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// The channel to --server (host:port, [v6]:port, unix:/path, or any gRPC target
+// string), made by the clients' one channel factory (client/protocol/channel.h).
+// Nothing connects until the first call.
+std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags);
 
-// Sets a deadline `timeout_seconds` from now. Calls do not wait for the
-// channel to become ready: a refused connection fails at once as UNAVAILABLE
-// instead of retrying until the deadline.
-void SetCallOptions(grpc::ClientContext* context, double timeout_seconds);
+// Sets a deadline `timeout` from now. Calls do not wait for the channel to become
+// ready: a refused connection fails at once as UNAVAILABLE instead of retrying until
+// the deadline.
+void SetCallOptions(grpc::ClientContext* context, absl::Duration timeout);
 
-// "UNAVAILABLE: failed to connect to all addresses; ..." — the code by name,
-// then gRPC's message.
-std::string DescribeRpcError(const grpc::Status& status);
+using client::DescribeRpcError;
 
 }  // namespace shardcast::ctl
 

@@ -6,15 +6,15 @@
 #include <vector>
 
 #include "client/ctl/command_registry.h"
-#include "client/ctl/flag_parser.h"
 #include "client/ctl/grpc_channel.h"
+#include "common/flags.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace shardcast::ctl {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: shardcast-ctl health --server ADDR [--service NAME] [--timeout SECONDS]\n"
+    "usage: shardcast-ctl health --server ADDR [--service NAME] [--rpc-timeout DURATION]\n"
     "\n"
     "Calls grpc.health.v1.Health/Check on the server and prints the answer:\n"
     "SERVING, NOT_SERVING (e.g. while indexing or draining), UNKNOWN,\n"
@@ -31,23 +31,24 @@ constexpr char kExitCodes[] =
     "  3  unreachable: no connection, timeout, or the health RPC failed\n";
 
 int RunHealth(const std::vector<std::string>& args) {
-  std::string server;
+  ServerCommandFlags common{"", absl::Seconds(5)};
   std::string service;
-  double timeout_seconds = 5;
-  FlagParser flags;
-  flags.AddString("server", "ADDR", &server, "server address, host:port or unix:PATH");
-  flags.AddString("service", "NAME", &service,
-                  "ask about one service, e.g. shardcast.v1.Shardcast (default \"\": the server)",
-                  /*allow_empty=*/true);
-  flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
+  FlagSet flags("shardcast-ctl health");
+  AddServerCommandFlags(&flags, &common);
+  flags.String({{"--service"},
+                "NAME",
+                "ask about one service, e.g. shardcast.v1.Shardcast",
+                "\"\": the server"},
+               &service, /*allow_empty=*/true);
   if (std::optional<int> done =
-          ParseServerCommandFlags("health", flags, args, server, kHelp, kExitCodes)) {
+          ParseServerCommandFlags("health", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
+  const std::string& server = common.server;
 
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(server));
+  auto stub = grpc::health::v1::Health::NewStub(ServerChannel(common));
   grpc::ClientContext context;
-  SetCallOptions(&context, timeout_seconds);
+  SetCallOptions(&context, common.rpc_timeout);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;

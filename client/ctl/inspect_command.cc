@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/ctl/command_registry.h"
-#include "client/ctl/flag_parser.h"
 #include "client/ctl/status_report.h"
 #include "common/dataset_index.h"
+#include "common/flags.h"
 #include "common/json_fields.h"
 
 namespace shardcast::ctl {
@@ -35,23 +35,29 @@ struct InspectFlags {
   bool json = false;
   bool samples = false;
   bool help = false;
+  std::string help_text;
   IndexOptions options;
 };
 
 absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
   InspectFlags flags;
   std::vector<std::string> positional;
-  FlagParser parser;
-  parser.AddBool("json", &flags.json, "print JSON");
-  parser.AddBool("samples", &flags.samples, "one entry per sample");
-  parser.AddString("label-field", "F", &flags.options.label_field, "json label field");
-  parser.AddString("cache-dir", "D", &flags.options.cache_dir, "index cache directory",
-                   /*allow_empty=*/true);
-  parser.AddInt("threads", "N", &flags.options.threads, 0, "scanner threads");
+  FlagSet parser("shardcast-ctl inspect");
+  parser.Bool({{"--json"}, "", "print one JSON object"}, &flags.json);
+  parser.Bool({{"--samples"}, "", "add one entry per sample"}, &flags.samples);
+  parser.String({{"--label-field"}, "F", "field of a sample's .json holding its label"},
+                &flags.options.label_field);
+  parser.String({{"--cache-dir"}, "D", "the server's index cache directory (not inside DIR)"},
+                &flags.options.cache_dir, /*allow_empty=*/true);
+  parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"},
+             &flags.options.threads, 0);
   parser.AcceptPositional(&positional);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();
-  if (flags.help) return flags;
+  if (flags.help) {
+    flags.help_text = parser.Help();
+    return flags;
+  }
   if (positional.size() != 1) {
     return absl::InvalidArgumentError(
         positional.empty() ? "missing DIR (the shard directory)"
@@ -201,7 +207,7 @@ int RunInspect(const std::vector<std::string>& args) {
     return 2;
   }
   if (flags->help) {
-    std::printf("%s", kUsage);
+    std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
     return 0;
   }
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(flags->dir, flags->options);

@@ -10,17 +10,20 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/ctl/command_registry.h"
-#include "client/ctl/flag_parser.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
+#include "common/flags.h"
+#include "common/job_config.h"
+#include "common/job_flags.h"
 
 namespace shardcast::ctl {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: shardcast-ctl plan (--shards DIR | --sizes N,N,...) --world W --batch B\n"
+    "usage: shardcast-ctl plan (--shards DIR | --sizes N,N,...) --world-size W --batch-size B\n"
     "         [--workers K] [--split shard|sample] [--remainder drop|pad] [--seed S]\n"
     "         [--shuffle-shards] [--shuffle-buffer N] [--block-size N] [--epoch E] [--rank R]\n"
     "\n"
@@ -36,61 +39,77 @@ struct PlanFlags {
   int64_t epoch = 0;
   std::optional<int32_t> rank;
   bool help = false;
+  std::string help_text;
 };
 
 absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   PlanFlags flags;
   PlanConfig& config = flags.config;
-  config.world_size = 0;  // required: 0 = not given
-  config.batch_size = 0;
-  int32_t rank = -1;
-  FlagParser parser;
-  parser.AddString("shards", "DIR", &flags.shards_dir, "shard directory");
-  parser.AddCustom("sizes", "N,N,...", "shard sample counts", [&flags](const std::string& text) {
-    std::vector<uint32_t> sizes;
-    for (absl::string_view part : absl::StrSplit(text, ',')) {
-      uint32_t size = 0;
-      if (!absl::SimpleAtoi(part, &size)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--sizes needs integers >= 0, got '", part, "'"));
-      }
-      sizes.push_back(size);
-    }
-    flags.sizes = std::move(sizes);
-    return absl::OkStatus();
-  });
-  parser.AddInt("world", "W", &config.world_size, int32_t{1}, "world size");
-  parser.AddInt("batch", "B", &config.batch_size, int32_t{1}, "batch size");
-  parser.AddInt("workers", "K", &config.workers, int32_t{1}, "virtual workers per rank");
-  parser.AddCustom("split", "shard|sample", "split", [&config](const std::string& text) {
-    absl::StatusOr<Split> split = ParseSplit(text);
-    if (split.ok()) config.split = *split;
-    return split.status();
-  });
-  parser.AddCustom("remainder", "drop|pad", "remainder", [&config](const std::string& text) {
-    absl::StatusOr<Remainder> remainder = ParseRemainder(text);
-    if (remainder.ok()) config.remainder = *remainder;
-    return remainder.status();
-  });
-  parser.AddInt("seed", "S", &config.seed, uint64_t{0}, "seed");
-  parser.AddBool("shuffle-shards", &config.shuffle_shards, "shuffle the shard order");
-  parser.AddInt("shuffle-buffer", "N", &config.shuffle_buffer, int32_t{0}, "shuffle buffer");
-  parser.AddInt("block-size", "N", &config.block_size, int32_t{0}, "shards per block");
-  parser.AddInt("epoch", "E", &flags.epoch, int64_t{0}, "epoch");
-  parser.AddInt("rank", "R", &rank, int32_t{0}, "only this rank");
+  FlagSet parser("shardcast-ctl plan");
+  parser.String({{"--shards"}, "DIR", "shard directory"}, &flags.shards_dir);
+  parser.Add({{"--sizes"}, "N,N,...", "shard sample counts (instead of --shards)"}, 1,
+             [&flags](const std::string& flag, const std::vector<std::string>& values) {
+               std::vector<uint32_t> sizes;
+               for (absl::string_view part : absl::StrSplit(values[0], ',')) {
+                 uint32_t size = 0;
+                 if (!absl::SimpleAtoi(part, &size)) {
+                   return absl::InvalidArgumentError(
+                       absl::StrCat(flag, " takes integers >= 0, got '", part, "'"));
+                 }
+                 sizes.push_back(size);
+               }
+               flags.sizes = std::move(sizes);
+               return absl::OkStatus();
+             });
+  // The plan's settings under the names the server's and the trainer's flags give
+  // them (common/job_flags.h); a plan needs no transform.
+  std::optional<int32_t> world_size;
+  std::optional<int32_t> batch_size;
+  parser.OptionalInt({{"--world-size"}, "W", "number of ranks (required)"}, &world_size, 1,
+                     kMaxWorldSize);
+  parser.OptionalInt({{"--batch-size"}, "B", "per-rank batch size (required)"}, &batch_size, 1,
+                     kMaxBatchSize);
+  parser.Int({{"--workers"}, "K", "virtual DataLoader workers per rank (split shard)"},
+             &config.workers, 1, kMaxWorkers);
+  parser.Add({{"--split"},
+              absl::StrJoin(SplitNames(), "|"),
+              "how samples are dealt to ranks",
+              SplitName(config.split)},
+             1, EnumFlag(&ParseSplit, &config.split));
+  parser.Add({{"--remainder"},
+              absl::StrJoin(RemainderNames(), "|"),
+              "what happens to the tail",
+              RemainderName(config.remainder)},
+             1, EnumFlag(&ParseRemainder, &config.remainder));
+  parser.Uint64({{"--seed"}, "S", "seed of the shuffles"}, &config.seed);
+  parser.Bool({{"--shuffle-shards"}, "", "shuffle the shard order every epoch"},
+              &config.shuffle_shards);
+  parser.Int({{"--shuffle-buffer"}, "N", "per-worker sample shuffle buffer (split shard)"},
+             &config.shuffle_buffer, 0, kMaxShuffleBuffer);
+  parser.Int({{"--block-size"},
+              "N",
+              "shards per shuffle block (split sample); 0 = one global permutation"},
+             &config.block_size, 0);
+  parser.Int64({{"--epoch"}, "E", "the epoch to plan"}, &flags.epoch, 0);
+  parser.OptionalInt({{"--rank"}, "R", "only this rank (default: every rank)"}, &flags.rank, 0,
+                     kMaxWorldSize - 1);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();
-  if (flags.help) return flags;
-  if (rank >= 0) flags.rank = rank;
+  if (flags.help) {
+    flags.help_text = parser.Help();
+    return flags;
+  }
   if (flags.shards_dir.empty() == !flags.sizes.has_value()) {
     return absl::InvalidArgumentError("give exactly one of --shards DIR or --sizes N,N,...");
   }
-  if (config.world_size == 0 || config.batch_size == 0) {
-    return absl::InvalidArgumentError("--world and --batch are required");
+  if (!world_size || !batch_size) {
+    return absl::InvalidArgumentError("--world-size and --batch-size are required");
   }
+  config.world_size = *world_size;
+  config.batch_size = *batch_size;
   if (flags.rank && *flags.rank >= config.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rank ", *flags.rank, " is out of range for --world ", config.world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank ", *flags.rank, " is out of range for --world-size ", config.world_size));
   }
   return flags;
 }
@@ -102,7 +121,7 @@ int RunPlan(const std::vector<std::string>& args) {
     return 2;
   }
   if (flags->help) {
-    std::fputs(kUsage, stdout);
+    std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
     return 0;
   }
   std::vector<uint32_t> sizes;

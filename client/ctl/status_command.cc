@@ -6,16 +6,16 @@
 #include <vector>
 
 #include "client/ctl/command_registry.h"
-#include "client/ctl/flag_parser.h"
 #include "client/ctl/grpc_channel.h"
 #include "client/ctl/status_report.h"
+#include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::ctl {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: shardcast-ctl status --server ADDR [--json] [--timeout SECONDS]\n"
+    "usage: shardcast-ctl status --server ADDR [--json] [--rpc-timeout DURATION]\n"
     "\n"
     "Calls shardcast.v1.Shardcast/GetStatus and prints the server's figures\n"
     "(uptime, index, throughput, errors, substitutions, memory), its jobs and the\n"
@@ -32,21 +32,20 @@ constexpr char kExitCodes[] =
     "     (or, never expected, the reply could not be turned into JSON)\n";
 
 int RunStatus(const std::vector<std::string>& args) {
-  std::string server;
+  ServerCommandFlags common{"", absl::Seconds(10)};
   bool json = false;
-  double timeout_seconds = 10;
-  FlagParser flags;
-  flags.AddString("server", "ADDR", &server, "server address, host:port or unix:PATH");
-  flags.AddBool("json", &json, "print the reply as JSON (every field, proto3 JSON mapping)");
-  flags.AddPositiveDouble("timeout", "SECONDS", &timeout_seconds, "deadline of the call");
+  FlagSet flags("shardcast-ctl status");
+  AddServerCommandFlags(&flags, &common);
+  flags.Bool({{"--json"}, "", "print the reply as JSON (every field, proto3 JSON mapping)"}, &json);
   if (std::optional<int> done =
-          ParseServerCommandFlags("status", flags, args, server, kHelp, kExitCodes)) {
+          ParseServerCommandFlags("status", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
+  const std::string& server = common.server;
 
-  auto stub = shardcast::v1::Shardcast::NewStub(MakeChannel(server));
+  auto stub = shardcast::v1::Shardcast::NewStub(ServerChannel(common));
   grpc::ClientContext context;
-  SetCallOptions(&context, timeout_seconds);
+  SetCallOptions(&context, common.rpc_timeout);
   shardcast::v1::GetStatusResponse response;
   const grpc::Status status =
       stub->GetStatus(&context, shardcast::v1::GetStatusRequest(), &response);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "client/batch_stream.h"
 #include "client/train/batch_source.h"
 #include "client/train/ddp.h"
@@ -20,6 +21,7 @@
 #include "client/train/progress.h"
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
+#include "common/job_config.h"
 
 namespace shardcast::train {
 namespace {
@@ -70,30 +72,30 @@ absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
 }
 
 shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o) {
+  namespace v1 = shardcast::v1;
   shardcast::v1::RegisterRequest job;
   job.set_job_id(o.job_id);
   job.set_rank(o.rank);
   job.set_world_size(o.world_size);
-  job.set_batch_size(o.batch_size);
-  if (o.split == "shard") job.set_split(shardcast::v1::SPLIT_SHARD);
-  if (o.split == "sample") job.set_split(shardcast::v1::SPLIT_SAMPLE);
-  if (o.remainder == "drop") job.set_remainder(shardcast::v1::REMAINDER_DROP);
-  if (o.remainder == "pad") job.set_remainder(shardcast::v1::REMAINDER_PAD);
-  job.set_workers(o.workers);
-  if (o.seed) job.set_seed(*o.seed);
-  // The seed's --shuffle: negative = off; otherwise shard shuffle + a shuffle buffer.
-  job.set_shuffle_shards(o.shuffle >= 0);
-  if (o.shuffle < 0) {
-    job.set_shuffle_buffer(0);
-  } else if (o.shuffle > 0) {
-    job.set_shuffle_buffer(o.shuffle);
+  // Unset fields stay unset on the wire: the server's defaults apply.
+  const JobOverrides& j = o.job;
+  if (j.batch_size) job.set_batch_size(*j.batch_size);
+  if (j.split) job.set_split(*j.split == Split::kShard ? v1::SPLIT_SHARD : v1::SPLIT_SAMPLE);
+  if (j.remainder) {
+    job.set_remainder(*j.remainder == Remainder::kDrop ? v1::REMAINDER_DROP : v1::REMAINDER_PAD);
   }
-  if (o.transform == "center")
-    job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_CENTER);
-  if (o.transform == "random")
-    job.mutable_transform()->set_mode(shardcast::v1::TRANSFORM_MODE_RANDOM);
-  job.mutable_transform()->set_resize(o.resize);
-  job.mutable_transform()->set_crop(o.crop);
+  if (j.workers) job.set_workers(*j.workers);
+  if (j.seed) job.set_seed(*j.seed);
+  if (j.shuffle_shards) job.set_shuffle_shards(*j.shuffle_shards);
+  if (j.shuffle_buffer) job.set_shuffle_buffer(*j.shuffle_buffer);
+  if (j.block_size) job.set_block_size(*j.block_size);
+  if (j.transform_mode) {
+    job.mutable_transform()->set_mode(*j.transform_mode == TransformMode::kCenter
+                                          ? v1::TRANSFORM_MODE_CENTER
+                                          : v1::TRANSFORM_MODE_RANDOM);
+  }
+  if (j.resize) job.mutable_transform()->set_resize(*j.resize);
+  if (j.crop) job.mutable_transform()->set_crop(*j.crop);
   return job;
 }
 
@@ -107,16 +109,18 @@ int RunRank(const TrainOptions& o) {
   if (!device.ok()) Fail(device.status());
 
   std::unique_ptr<BatchSource> source;
+  int64_t batch_size = 0;  // as the source deals them: recorded in checkpoints
   if (o.synthetic_batches > 0) {
     SyntheticSpec spec;
     spec.batches_per_epoch = o.synthetic_batches;
-    spec.batch_size = o.batch_size;
-    spec.image_size = o.crop > 0 ? o.crop : 32;
+    spec.batch_size = o.job.batch_size.value_or(kSyntheticBatchSize);
+    spec.image_size = o.job.crop.value_or(kSyntheticImageSize);
     spec.num_classes = o.num_classes;
-    spec.seed = o.seed.value_or(0);
+    spec.seed = o.job.seed.value_or(0);
     spec.rank = o.rank;
     spec.world_size = o.world_size;
     spec.device = *device;
+    batch_size = spec.batch_size;
     source = MakeSyntheticBatchSource(spec);
   } else {
     BatchStreamOptions stream_options;
@@ -132,6 +136,7 @@ int RunRank(const TrainOptions& o) {
                         absl::StrCat("rank ", o.rank, ": registering with ", o.server, ": ",
                                      stream.status().message())));
     }
+    batch_size = (*stream)->registration().batch_size();
     source = MakeServerBatchSource(std::move(*stream));
   }
 
@@ -141,7 +146,7 @@ int RunRank(const TrainOptions& o) {
   model_spec.num_classes = o.num_classes > 0 ? o.num_classes : source->num_classes();
   // Ranks other than 0 start from different weights on purpose: the broadcast from
   // rank 0 is what makes them equal (as with DDP).
-  model_spec.init_seed = o.seed.value_or(0) + static_cast<uint64_t>(o.rank);
+  model_spec.init_seed = o.job.seed.value_or(0) + static_cast<uint64_t>(o.rank);
   absl::StatusOr<std::unique_ptr<TrainableModel>> model = MakeModel(model_spec);
   if (!model.ok()) Fail(model.status());
 
@@ -161,7 +166,7 @@ int RunRank(const TrainOptions& o) {
   rdzv.local_rank = o.local_rank;
   rdzv.master_addr = o.master_addr;
   rdzv.master_port = o.master_port > 0 ? o.master_port : 29500;
-  rdzv.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  rdzv.timeout = absl::ToChronoMilliseconds(o.rendezvous_timeout);
   absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(rdzv, *device);
   if (!comm.ok()) Fail(comm.status());
 
@@ -182,7 +187,7 @@ int RunRank(const TrainOptions& o) {
   config.momentum = o.momentum;
   config.weight_decay = o.weight_decay;
   config.bucket_mb = o.bucket_mb;
-  config.batch_size = o.batch_size;
+  config.batch_size = batch_size;
   config.ckpt_dir = o.ckpt_dir;
   config.ckpt_every = o.ckpt_every;
   config.ckpt_keep = o.ckpt_keep;

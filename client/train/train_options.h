@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/job_config.h"
 
 namespace shardcast::train {
 
@@ -16,16 +18,8 @@ struct TrainOptions {
   // Data (the server's job).
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id = "default";
-  int batch_size = 32;
-  std::string split;      // "" (server default) | shard | sample
-  std::string remainder;  // "" (server default) | drop | pad
-  int workers = 0;        // 0 = server default
-  std::optional<uint64_t> seed;
-  int shuffle = -1;       // > 0: shuffle shards and use a shuffle buffer of this size; 0 = server
-                          // default buffer; < 0: no shuffle (the seed's default)
-  std::string transform;  // "" | center | random
-  int resize = 0;         // 0 = server default
-  int crop = 0;
+  // What the job asks of the server (common/job_flags.h); unset = the server's default.
+  JobOverrides job;
   std::vector<double> mean = {0.485, 0.456, 0.406};
   std::vector<double> std = {0.229, 0.224, 0.225};
   int prefetch = 4;
@@ -62,7 +56,7 @@ struct TrainOptions {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0 = unset (29500 unless --nproc-per-node picks a free one)
-  double timeout_s = 300;
+  absl::Duration rendezvous_timeout = absl::Minutes(5);  // rendezvous and collectives
   int nproc_per_node = 0;  // > 0: launch this many local ranks (see launcher.h)
   int nnodes = 1;
   int node_rank = 0;
@@ -74,10 +68,16 @@ struct TrainOptions {
   bool help = false;
 };
 
+// Batch size and image size of the synthetic source when --batch-size / --crop are
+// not given (there is no server to take a default from).
+inline constexpr int32_t kSyntheticBatchSize = 32;
+inline constexpr int32_t kSyntheticImageSize = 32;
+
 // Parses argv (argv[0] skipped) on top of the environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Errors name the flag and the problem.
 absl::StatusOr<TrainOptions> ParseTrainOptions(int argc, char** argv);
 
+// --help: the usage header, then every flag by section with its default.
 std::string TrainUsage();
 
 // The argument list without --nproc-per-node/--nnodes/--node-rank (and their values),

@@ -216,8 +216,8 @@ TEST(DdpEquivalenceTest, RanksWithDifferentBatchCountsStopWithAnError) {
                                      "2",
                                      "--master-port",
                                      absl::StrCat(port),
-                                     "--timeout",
-                                     "60"};
+                                     "--rendezvous-timeout",
+                                     "60s"};
     ASSERT_TRUE(ranks[rank]
                     .Start(argv, absl::StrCat(dir.path(), "/r", rank, ".out"),
                            absl::StrCat(dir.path(), "/r", rank, ".err"))

@@ -162,7 +162,7 @@ TEST_F(ServerRestartTest, RestartWithAnotherDefaultTransformIsRefusedNotResumed)
   BatchStreamOptions options = Options("transform");
   options.job.mutable_transform()->clear_resize();  // the server's default: 96
   server_->Kill(SIGKILL);
-  ASSERT_TRUE(server_->Start(server_->port(), {"--resize", "96"}).ok());
+  ASSERT_TRUE(server_->Start(server_->port(), {"--resize", "96", "--crop", "96"}).ok());
   absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(options);
   ASSERT_TRUE(stream.ok()) << stream.status();
   ASSERT_EQ((*stream)->registration().transform().resize(), 96);
@@ -170,7 +170,7 @@ TEST_F(ServerRestartTest, RestartWithAnotherDefaultTransformIsRefusedNotResumed)
   ASSERT_TRUE((*stream)->Next().ok());
   const int port = server_->port();
   server_->Kill(SIGKILL);
-  ASSERT_TRUE(server_->Start(port, {"--resize", "112"}).ok());
+  ASSERT_TRUE(server_->Start(port, {"--resize", "112", "--crop", "96"}).ok());
   absl::Status error;
   for (int i = 0; i < 100 && error.ok(); ++i) {
     absl::StatusOr<std::optional<TrainingBatch>> next = (*stream)->Next();

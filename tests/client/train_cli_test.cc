@@ -16,6 +16,7 @@
 #include "client/train/train_options.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"
+#include "tests/support/help_check.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -49,19 +50,31 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   absl::StatusOr<TrainOptions> o = Parse({"-b", "8", "--n_epochs", "3", "-lr", "0.001", "--betas",
                                           "0.8", "0.99", "--shuffle", "100", "--server", "h:1"});
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->batch_size, 8);
+  EXPECT_EQ(o->job.batch_size, 8);
   EXPECT_EQ(o->epochs, 3);
   EXPECT_DOUBLE_EQ(o->lr, 0.001);
   EXPECT_EQ(o->betas, (std::vector<double>{0.8, 0.99}));
-  EXPECT_EQ(o->shuffle, 100);
+  EXPECT_EQ(o->job.shuffle_shards, true);
+  EXPECT_EQ(o->job.shuffle_buffer, 100);
   EXPECT_EQ(o->server, "h:1");
-  // Defaults: the seed's Adam settings, no shuffle, ImageNet normalization.
+  absl::StatusOr<TrainOptions> aliases = Parse({"--batch_size", "4", "--epochs", "2", "--lr", "0.5",
+                                                "-w", "3", "--rendezvous-timeout", "90s"});
+  ASSERT_TRUE(aliases.ok()) << aliases.status();
+  EXPECT_EQ(aliases->job.batch_size, 4);
+  EXPECT_EQ(aliases->epochs, 2);
+  EXPECT_EQ(aliases->job.workers, 3);
+  EXPECT_EQ(aliases->rendezvous_timeout, absl::Seconds(90));
+  // Defaults: the seed's Adam settings, ImageNet normalization; every job setting
+  // left to the server.
   absl::StatusOr<TrainOptions> d = Parse({});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_DOUBLE_EQ(d->lr, 1e-4);
   EXPECT_EQ(d->betas, (std::vector<double>{0.9, 0.999}));
   EXPECT_EQ(d->optimizer, "adam");
-  EXPECT_EQ(d->shuffle, -1);
+  EXPECT_FALSE(d->job.batch_size.has_value());
+  EXPECT_FALSE(d->job.shuffle_shards.has_value());
+  EXPECT_FALSE(d->job.crop.has_value());
+  EXPECT_EQ(d->rendezvous_timeout, absl::Minutes(5));
   EXPECT_EQ(d->job_id, "default");
   EXPECT_DOUBLE_EQ(d->bucket_mb, 25);
   EXPECT_EQ(d->mean, (std::vector<double>{0.485, 0.456, 0.406}));
@@ -70,11 +83,13 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
 TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
   absl::StatusOr<TrainOptions> bare = Parse({"--shuffle", "--log-keys"});
   ASSERT_TRUE(bare.ok()) << bare.status();
-  EXPECT_EQ(bare->shuffle, 0);  // on, with the server's buffer size
+  EXPECT_EQ(bare->job.shuffle_shards, true);  // on, with the server's buffer size
+  EXPECT_FALSE(bare->job.shuffle_buffer.has_value());
   EXPECT_TRUE(bare->log_keys);
   absl::StatusOr<TrainOptions> off = Parse({"--shuffle", "-1"});
   ASSERT_TRUE(off.ok()) << off.status();
-  EXPECT_EQ(off->shuffle, -1);
+  EXPECT_EQ(off->job.shuffle_shards, false);
+  EXPECT_EQ(off->job.shuffle_buffer, 0);
   absl::StatusOr<TrainOptions> eq =
       Parse({"--lr=0.5", "--mean=0.5,0.5,0.5", "--std", "1", "2", "3"});
   ASSERT_TRUE(eq.ok()) << eq.status();
@@ -110,17 +125,26 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
     std::string message;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--bogus"}, "unknown argument '--bogus'"},
+           {{"--bogus"}, "unknown flag --bogus"},
            {{"--betas", "0.9"}, "--betas needs 2 values"},
-           {{"--optimizer", "lamb"}, "--optimizer: 'lamb' is not one of adam, sgd"},
-           {{"-b", "x"}, "-b: 'x' is not a number"},
-           {{"-b", "0"}, "--batch-size must be > 0"},
+           {{"--optimizer", "lamb"}, "--optimizer takes adam or sgd, got 'lamb'"},
+           {{"-b", "x"}, "-b takes an integer in [1, 65536], got 'x'"},
+           {{"-b", "0"}, "-b takes an integer in [1, 65536], got '0'"},
+           {{"-b", "4", "--batch-size", "8"}, "--batch-size given twice"},
+           {{"--split", "node"}, "--split: unknown split 'node': expected shard or sample"},
+           {{"--crop", "0"}, "--crop takes an integer in [1, 8192], got '0'"},
+           {{"--lr", "0"}, "--lr must be > 0, got 0"},
+           {{"--timeout", "300"}, "unknown flag --timeout"},
+           {{"--rendezvous-timeout", "soon"}, "--rendezvous-timeout: 'soon' is not a duration"},
+           {{"--rendezvous-timeout", "0"}, "--rendezvous-timeout must be above 0"},
+           {{"--progress", "--no-progress"}, "--progress and --no-progress contradict"},
            {{"--rank", "2", "--world-size", "2"}, "rank 2 is not in [0, world size 2)"},
            {{"--ckpt-every", "5"}, "--ckpt-every needs --ckpt-dir"},
            {{"--synthetic-batches", "3"}, "--synthetic-batches needs --num-classes"},
-           {{"--device", "tpu"}, "--device: 'tpu' is not cpu, cuda or cuda:N"},
+           {{"--device", "tpu"}, "--device takes cpu, cuda or cuda:N, got 'tpu'"},
            {{"--betas", "0.9", "1.5"}, "--betas must lie in [0, 1)"},
-           {{"--log-keys=1"}, "--log-keys takes no value"},
+           {{"--log-keys=maybe"}, "--log-keys takes true or false, got 'maybe'"},
+           {{"--no-progress=1"}, "--no-progress takes no value"},
            {{"--nproc-per-node", "2", "--rank", "1"},
             "--rank cannot be combined with --nproc-per-node"},
        }) {
@@ -140,6 +164,28 @@ TEST_F(TrainOptionsTest, LauncherFlagsAreStrippedForRanks) {
             (std::vector<std::string>{"-b", "4", "--log-keys"}));
 }
 
+TEST(TrainHelpTest, ListsEveryFlag) {
+  testing_util::ExpectHelpListsEveryFlag(
+      {BinaryPath("client/shardcast-train")},
+      {"--server", "--job-id", "--batch-size", "--split", "--remainder", "--workers", "--seed",
+       "--shuffle", "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform",
+       "--resize", "--crop", "--mean", "--std", "--prefetch", "--arch", "--model", "--num-classes",
+       "--device", "--epochs", "--lr", "--betas", "--optimizer", "--momentum", "--weight-decay",
+       "--bucket-mb", "--threads", "--max-steps", "--metrics", "--log-keys", "--ckpt-dir",
+       "--ckpt-every", "--ckpt-keep", "--resume", "--save", "--progress", "--no-progress", "--rank",
+       "--world-size", "--local-rank", "--master-addr", "--master-port", "--nproc-per-node",
+       "--nnodes", "--node-rank", "--rendezvous-timeout", "--synthetic-batches",
+       // The seed's spellings.
+       "-b", "--batch_size", "--n_epochs", "-lr", "-w", "--num_workers"});
+  const testing_util::CommandOutput out = testing_util::RunShellCapture(
+      testing_util::ShellCommand({BinaryPath("client/shardcast-train"), "--help"}));
+  for (const char* text : {"Usage:", "Data (the job registered with the server",
+                           "Model and optimization:", "Outputs:", "Distributed (flags override",
+                           "Tests and benchmarks only:", "Signals:"}) {
+    EXPECT_NE(out.out.find(text), std::string::npos) << text;
+  }
+}
+
 TEST(MetricsPathTest, RankPlaceholderOrSuffix) {
   EXPECT_EQ(MetricsWriter::PathForRank("/x/m.{rank}.jsonl", 3), "/x/m.3.jsonl");
   EXPECT_EQ(MetricsWriter::PathForRank("/x/m.jsonl", 0), "/x/m.jsonl.rank0");
@@ -156,8 +202,8 @@ TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
   ASSERT_TRUE(
       launcher
           .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "2", "--num-classes",
-                  "2", "--arch", "small-cnn", "--crop", "8", "--nproc-per-node", "2", "--timeout",
-                  "300", "--metrics", dir.path() + "/ok{rank}/m.jsonl"},
+                  "2", "--arch", "small-cnn", "--crop", "8", "--nproc-per-node", "2",
+                  "--rendezvous-timeout", "5m", "--metrics", dir.path() + "/ok{rank}/m.jsonl"},
                  dir.path() + "/out", dir.path() + "/err")
           .ok());
   std::optional<int> status = launcher.WaitFor(std::chrono::seconds(60));

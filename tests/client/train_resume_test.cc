@@ -163,8 +163,8 @@ class TrainResumeTest : public ::testing::Test {
                                      absl::StrCat(kWorld),
                                      "--master-port",
                                      absl::StrCat(port),
-                                     "--timeout",
-                                     "60"};
+                                     "--rendezvous-timeout",
+                                     "60s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -224,7 +224,7 @@ class TrainResumeTest : public ::testing::Test {
 TEST_F(TrainResumeTest, TwoRanksTwoEpochsLossFallsAndEachRankGetsNBatches) {
   // --nproc-per-node: the trainer starts both ranks itself.
   std::vector<std::string> argv = RankArgs("e2e", "e2e", 0, FreePort(), {});
-  argv.resize(argv.size() - 8);  // drop --rank/--world-size/--master-port/--timeout
+  argv.resize(argv.size() - 8);  // drop --rank/--world-size/--master-port/--rendezvous-timeout
   argv.insert(argv.end(), {"--nproc-per-node", "2"});
   argv.erase(std::find(argv.begin(), argv.end(), "--no-progress"));
   ChildProcess launcher;

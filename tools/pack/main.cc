@@ -4,16 +4,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "tools/pack/image_folder.h"
 #include "tools/pack/synthetic_dataset.h"
 
@@ -46,33 +49,14 @@ OUT_DIR/info.json ({"dataset size", "num_classes", "class names", "shards",
 byte-identical shards (fixed tar headers), whatever --threads is.
 
 Flags:
-  --per-shard N        samples per shard (default 1000; 0 = no count limit)
-  --max-shard-bytes B  shard size limit in bytes, K/M/G suffixes allowed
-                       (default 0 = none); a sample is never split, and a
-                       sample larger than B gets a shard of its own
-  --seed S             seed of the shuffle / the synthetic images (default 0)
-  --shuffle            ImageFolder: interleave classes by a permutation seeded
-                       by --seed (default; one-class shards are bad for
-                       shard-split training)
-  --no-shuffle         ImageFolder: keep class-by-class, file-sorted order
-  --threads T          reader/encoder threads (default 0 = all cores)
-  --overwrite          replace shard-*.tar and info.json already in OUT_DIR
-                       (otherwise their presence is an error)
-  --quiet              print only warnings and errors
-  --help               this text
-Synthetic mode only:
-  --synthetic N        number of samples to generate
-  --classes C          number of classes (default 10)
-  --size WxH           image width x height (default 64x64; 500x375 is the
-                       size of a typical ImageNet photo)
-  --quality Q          JPEG quality 1..100 (default 90)
-
-Exit status: 0 packed, 1 failed (nothing written or a write error), 2 bad usage.
 )";
+
+constexpr char kExitStatus[] =
+    "\nExit status: 0 packed, 1 failed (nothing written or a write error), 2 bad usage.\n";
 
 struct Args {
   std::vector<std::string> positional;
-  int64_t synthetic = -1;
+  std::optional<int32_t> synthetic;
   int classes = 10;
   int width = 64, height = 64;
   int quality = 90;
@@ -84,115 +68,65 @@ struct Args {
   bool overwrite = false;
   bool quiet = false;
   bool help = false;
+  std::string help_text;
 };
 
-bool ParseBytes(absl::string_view text, int64_t* out) {
-  int64_t mult = 1;
-  std::string t = absl::AsciiStrToUpper(text);
-  if (absl::EndsWith(t, "B")) t.pop_back();
-  if (!t.empty()) {
-    switch (t.back()) {
-      case 'K':
-        mult = int64_t{1} << 10;
-        break;
-      case 'M':
-        mult = int64_t{1} << 20;
-        break;
-      case 'G':
-        mult = int64_t{1} << 30;
-        break;
-      default:
-        mult = 1;
-    }
-    if (mult != 1) t.pop_back();
+// Parses argv into `a`; an error is a usage error (exit 2).
+absl::Status ParseArgs(int argc, char** argv, Args& a) {
+  shardcast::FlagSet flags("shardcast-pack");
+  flags.Int64({{"--per-shard"}, "N", "samples per shard; 0 = no count limit"}, &a.per_shard, 0);
+  flags.Size({{"--max-shard-bytes"},
+              "SIZE",
+              "shard size limit (e.g. 512MiB; K/M/G are binary); 0 = none. A sample is\n"
+              "never split, and a sample larger than the limit gets a shard of its own"},
+             &a.max_shard_bytes);
+  flags.Uint64({{"--seed"}, "S", "seed of the shuffle / the synthetic images"}, &a.seed);
+  flags.Bool({{"--shuffle"},
+              "",
+              "ImageFolder: interleave classes by a permutation seeded by --seed\n"
+              "(one-class shards are bad for shard-split training)"},
+             &a.shuffle);
+  flags.Add({{"--no-shuffle"}, "", "ImageFolder: keep class-by-class, file-sorted order"}, 0,
+            [&a](const std::string& flag, const std::vector<std::string>& values) {
+              if (!values.empty()) return absl::InvalidArgumentError(flag + " takes no value");
+              a.shuffle = false;
+              return absl::OkStatus();
+            });
+  flags.Int({{"--threads"}, "T", "reader/encoder threads; 0 = all cores"}, &a.threads, 0);
+  flags.Bool({{"--overwrite"},
+              "",
+              "replace shard-*.tar and info.json already in OUT_DIR (otherwise their\n"
+              "presence is an error)"},
+             &a.overwrite);
+  flags.Bool({{"--quiet"}, "", "print only warnings and errors"}, &a.quiet);
+  flags.Section("Synthetic mode only:");
+  flags.OptionalInt({{"--synthetic"}, "N", "number of samples to generate"}, &a.synthetic, 1,
+                    std::numeric_limits<int32_t>::max());
+  flags.Int({{"--classes"}, "C", "number of classes"}, &a.classes, 1);
+  flags.Add({{"--size"},
+             "WxH",
+             "image width x height (500x375 is the size of a typical ImageNet photo)",
+             "64x64"},
+            1, [&a](const std::string& flag, const std::vector<std::string>& values) {
+              const std::vector<std::string> wh =
+                  absl::StrSplit(absl::AsciiStrToLower(values[0]), 'x');
+              if (wh.size() != 2 || !absl::SimpleAtoi(wh[0], &a.width) ||
+                  !absl::SimpleAtoi(wh[1], &a.height) || a.width <= 0 || a.height <= 0) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(flag, " takes WxH (e.g. 64x64), got '", values[0], "'"));
+              }
+              return absl::OkStatus();
+            });
+  flags.Int({{"--quality"}, "Q", "JPEG quality"}, &a.quality, 1, 100);
+  flags.AcceptPositional(&a.positional);
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
+  a.help = flags.help_requested();
+  if (a.help) a.help_text = flags.Help();
+  if (flags.Given("--shuffle") && flags.Given("--no-shuffle")) {
+    return absl::InvalidArgumentError("--shuffle and --no-shuffle contradict each other");
   }
-  int64_t v;
-  if (!absl::SimpleAtoi(t, &v) || v < 0) return false;
-  *out = v * mult;
-  return true;
+  return absl::OkStatus();
 }
-
-// Parses argv; on error returns a message (usage error).
-std::string ParseArgs(int argc, char** argv, Args& a) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      for (++i; i < argc; ++i) a.positional.push_back(argv[i]);
-      break;
-    }
-    if (!absl::StartsWith(arg, "--")) {
-      a.positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(2), value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    absl::StrReplaceAll({{"_", "-"}}, &name);
-    auto flag = [&](bool& b, bool v) -> std::string {
-      if (has_value) return absl::StrCat("--", name, " takes no value");
-      b = v;
-      return "";
-    };
-    if (name == "help") {
-      std::string e = flag(a.help, true);
-      if (!e.empty()) return e;
-      continue;
-    }
-    if (name == "shuffle") {
-      std::string e = flag(a.shuffle, true);
-      if (!e.empty()) return e;
-      continue;
-    }
-    if (name == "no-shuffle") {
-      std::string e = flag(a.shuffle, false);
-      if (!e.empty()) return e;
-      continue;
-    }
-    if (name == "overwrite") {
-      std::string e = flag(a.overwrite, true);
-      if (!e.empty()) return e;
-      continue;
-    }
-    if (name == "quiet") {
-      std::string e = flag(a.quiet, true);
-      if (!e.empty()) return e;
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) return absl::StrCat("--", name, " needs a value");
-      value = argv[++i];
-    }
-    bool ok = true;
-    if (name == "synthetic") {
-      ok = absl::SimpleAtoi(value, &a.synthetic) && a.synthetic > 0;
-    } else if (name == "classes") {
-      ok = absl::SimpleAtoi(value, &a.classes) && a.classes > 0;
-    } else if (name == "size") {
-      std::vector<std::string> wh = absl::StrSplit(absl::AsciiStrToLower(value), 'x');
-      ok = wh.size() == 2 && absl::SimpleAtoi(wh[0], &a.width) &&
-           absl::SimpleAtoi(wh[1], &a.height) && a.width > 0 && a.height > 0;
-    } else if (name == "quality") {
-      ok = absl::SimpleAtoi(value, &a.quality) && a.quality >= 1 && a.quality <= 100;
-    } else if (name == "per-shard") {
-      ok = absl::SimpleAtoi(value, &a.per_shard) && a.per_shard >= 0;
-    } else if (name == "max-shard-bytes") {
-      ok = ParseBytes(value, &a.max_shard_bytes);
-    } else if (name == "seed") {
-      ok = absl::SimpleAtoi(value, &a.seed);
-    } else if (name == "threads") {
-      ok = absl::SimpleAtoi(value, &a.threads) && a.threads >= 0;
-    } else {
-      return absl::StrCat("unknown flag --", name);
-    }
-    if (!ok) return absl::StrCat("bad value '", value, "' for --", name);
-  }
-  return "";
-}
-
 // Refuses to mix a new dataset with an old one unless asked to replace it.
 std::string CheckOutputDir(const std::string& out_dir, bool overwrite) {
   namespace fs = std::filesystem;
@@ -212,15 +146,15 @@ std::string CheckOutputDir(const std::string& out_dir, bool overwrite) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (std::string err = ParseArgs(argc, argv, a); !err.empty()) {
-    std::fprintf(stderr, "shardcast-pack: %s (see --help)\n", err.c_str());
+  if (absl::Status s = ParseArgs(argc, argv, a); !s.ok()) {
+    std::fprintf(stderr, "shardcast-pack: %s (see --help)\n", std::string(s.message()).c_str());
     return 2;
   }
   if (a.help) {
-    std::fputs(kUsage, stdout);
+    std::printf("%s%s%s", kUsage, a.help_text.c_str(), kExitStatus);
     return 0;
   }
-  const bool synthetic = a.synthetic > 0;
+  const bool synthetic = a.synthetic.has_value();
   const size_t want = synthetic ? 1 : 2;
   if (a.positional.size() != want) {
     std::fprintf(stderr, "shardcast-pack: expected %s, got %zu argument(s) (see --help)\n",
@@ -237,7 +171,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<shardcast::pack::PackSummary> result;
   if (synthetic) {
     shardcast::pack::SyntheticOptions o;
-    o.num_samples = a.synthetic;
+    o.num_samples = *a.synthetic;
     o.num_classes = a.classes;
     o.width = a.width;
     o.height = a.height;

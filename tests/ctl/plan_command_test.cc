@@ -74,7 +74,7 @@ TEST_F(PlanCommandTest, RealShardsMatchTheLibraryPlan) {
   PlanConfig c;
   c.world_size = 2;
   c.batch_size = 3;
-  Result r = RunCtl("plan --shards " + dir.path() + " --world 2 --batch 3");
+  Result r = RunCtl("plan --shards " + dir.path() + " --world-size 2 --batch-size 3");
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, Expected(sizes, c, 0));
   // Rank 1 reads shards 1, 3: 14 samples, 4 batches; n = 30 // 6 = 5: it repeats.
@@ -85,7 +85,7 @@ TEST_F(PlanCommandTest, RealShardsMatchTheLibraryPlan) {
   c.seed = 9;
   c.block_size = 2;
   r = RunCtl("plan --shards=" + dir.path() +
-             " --world=2 --batch=4 --split sample --remainder pad --seed 9 --block-size 2"
+             " --world-size=2 --batch-size=4 --split sample --remainder pad --seed 9 --block-size 2"
              " --epoch 3");
   c.batch_size = 4;
   ASSERT_EQ(r.exit_code, 0);
@@ -103,7 +103,7 @@ TEST_F(PlanCommandTest, SizesRankAndShuffleFlags) {
   c.seed = 123;
   const std::vector<uint32_t> sizes(12, 20);
   const std::string flags =
-      "--world 3 --batch 7 --workers 2 --shuffle-shards --shuffle-buffer 10 --seed 123 "
+      "--world-size 3 --batch-size 7 --workers 2 --shuffle-shards --shuffle-buffer 10 --seed 123 "
       "--epoch 2 --sizes " +
       absl::StrJoin(sizes, ",");
   Result all = RunCtl("plan " + flags);
@@ -120,15 +120,17 @@ TEST_F(PlanCommandTest, SizesRankAndShuffleFlags) {
 }
 
 TEST_F(PlanCommandTest, RefusalsAndBadFlagsExitNonZero) {
-  EXPECT_EQ(RunCtl("plan --sizes 5 --world 2 --batch 4").exit_code, 1);    // n == 0
-  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world 3 --batch 1").exit_code, 1);  // S < W
-  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world 1").exit_code, 2);            // no --batch
-  EXPECT_EQ(RunCtl("plan --sizes 5,x --world 1 --batch 1").exit_code, 2);
-  EXPECT_EQ(RunCtl("plan --sizes 5 --world 1 --batch 1 --split node").exit_code, 2);
-  EXPECT_EQ(RunCtl("plan --sizes 5 --world 1 --batch 1 --bogus").exit_code, 2);
-  EXPECT_EQ(RunCtl("plan --sizes 5 --world 2 --batch 1 --rank 2").exit_code, 2);
-  EXPECT_EQ(RunCtl("plan --shards /nonexistent/shardcast --world 1 --batch 1").exit_code, 1);
-  EXPECT_EQ(RunCtl("plan --help").exit_code, 0);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world-size 2 --batch-size 4").exit_code, 1);    // n == 0
+  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world-size 3 --batch-size 1").exit_code, 1);  // S < W
+  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world-size 1").exit_code, 2);  // no --batch-size
+  EXPECT_EQ(RunCtl("plan --sizes 5,x --world-size 1 --batch-size 1").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world-size 1 --batch-size 1 --split node").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world-size 1 --batch-size 1 --bogus").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --sizes 5 --world-size 2 --batch-size 1 --rank 2").exit_code, 2);
+  EXPECT_EQ(RunCtl("plan --shards /nonexistent/shardcast --world-size 1 --batch-size 1").exit_code,
+            1);
+  // The old spellings are gone: every binary names these --world-size, --batch-size.
+  EXPECT_EQ(RunCtl("plan --sizes 5,5 --world 1 --batch 1").exit_code, 2);
 }
 
 }  // namespace

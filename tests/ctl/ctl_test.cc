@@ -70,7 +70,7 @@ class CtlTest : public testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     RunResult health;
     do {
-      health = Ctl({"health", "--server", *address_, "--timeout", "2"});
+      health = Ctl({"health", "--server", *address_, "--rpc-timeout", "2s"});
       if (health.exit_code == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     } while (std::chrono::steady_clock::now() < deadline);
@@ -129,10 +129,10 @@ TEST_F(CtlTest, HealthUnreachableWhenNothingListens) {
   socklen_t len = sizeof(addr);
   ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const std::string dead = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-  RunResult r = Ctl({"health", "--server", dead, "--timeout", "5"});
+  RunResult r = Ctl({"health", "--server", dead, "--rpc-timeout", "5s"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_TRUE(absl::StartsWith(r.out, "unreachable: " + dead + ": UNAVAILABLE")) << r.out;
-  r = Ctl({"status", "--server", dead, "--timeout", "5"});
+  r = Ctl({"status", "--server", dead, "--rpc-timeout", "5s"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.out, "");
   close(sock);
@@ -140,9 +140,14 @@ TEST_F(CtlTest, HealthUnreachableWhenNothingListens) {
 
 TEST_F(CtlTest, UsageErrors) {
   EXPECT_EQ(Ctl({"health"}).exit_code, 2);
-  EXPECT_EQ(Ctl({"health", "--server", *address_, "--timeout", "x"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"health", "--server", *address_, "--rpc-timeout", "x"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"health", "--server", *address_, "--rpc-timeout", "0"}).exit_code, 2);
+  // The old spelling is gone: --timeout meant a call deadline here, a rendezvous
+  // timeout in the trainer.
+  EXPECT_EQ(Ctl({"health", "--server", *address_, "--timeout", "5"}).exit_code, 2);
   EXPECT_EQ(Ctl({"status", "--server", *address_, "--bogus"}).exit_code, 2);
   EXPECT_EQ(Ctl({"status", *address_}).exit_code, 2);
+  EXPECT_EQ(Ctl({"no-such-command"}).exit_code, 2);
   const RunResult help = Ctl({"health", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(help.out, "3  unreachable")) << help.out;
@@ -261,13 +266,13 @@ TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
   RunResult health;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
   do {
-    health = Ctl({"health", "--server", *address_, "--timeout", "1"});
+    health = Ctl({"health", "--server", *address_, "--rpc-timeout", "1s"});
     if (health.exit_code != 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   } while (std::chrono::steady_clock::now() < deadline);
   EXPECT_EQ(health.exit_code, 1) << health.out;
   EXPECT_EQ(health.out, "NOT_SERVING\n");
-  const RunResult status = Ctl({"status", "--server", *address_, "--timeout", "1"});
+  const RunResult status = Ctl({"status", "--server", *address_, "--rpc-timeout", "1s"});
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(status.out, "serving          no\n")) << status.out;
 
@@ -276,7 +281,7 @@ TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
   const std::optional<int> wait_status = server_->WaitFor(std::chrono::seconds(60));
   ASSERT_TRUE(wait_status.has_value()) << "the server did not exit";
   EXPECT_TRUE(WIFEXITED(*wait_status) && WEXITSTATUS(*wait_status) == 0) << *wait_status;
-  const RunResult r = Ctl({"health", "--server", *address_, "--timeout", "5"});
+  const RunResult r = Ctl({"health", "--server", *address_, "--rpc-timeout", "5s"});
   EXPECT_EQ(r.exit_code, 3) << r.out;
 }
 
