@@ -41,18 +41,27 @@ std::map<std::string, torch::Tensor> LoadModel(const std::string& path) {
 
 std::string ReadFile(const std::string& path) { return testing_util::ReadWholeFile(path); }
 
+// The synthetic job's size: steps per epoch, batch and image size (the defaults are
+// what the single-process reference computes).
+struct JobShape {
+  int steps = kSteps;
+  int batch = kBatch;
+  int image = kImage;
+};
+
 // Runs shardcast-train with 2 local ranks (--nproc-per-node) on synthetic batches;
 // every rank saves its final weights to dir/model.<rank>.pt.
-void TrainTwoRanks(const std::string& dir, const std::vector<std::string>& extra) {
+void TrainTwoRanks(const std::string& dir, const std::vector<std::string>& extra,
+                   const JobShape& shape = {}) {
   std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
                                    "--synthetic-batches",
-                                   absl::StrCat(kSteps),
+                                   absl::StrCat(shape.steps),
                                    "--num-classes",
                                    absl::StrCat(kClasses),
                                    "-b",
-                                   absl::StrCat(kBatch),
+                                   absl::StrCat(shape.batch),
                                    "--crop",
-                                   absl::StrCat(kImage),
+                                   absl::StrCat(shape.image),
                                    "--epochs",
                                    "1",
                                    "--seed",
@@ -168,8 +177,8 @@ TEST(DdpEquivalenceTest, AdamTwoRanksEqualOneProcessOnConcatenatedBatches) {
 
 TEST(DdpEquivalenceTest, ResNet18RanksStayIdentical) {
   TempDir dir;
-  TrainTwoRanks(dir.path(), {"--arch", "resnet18", "--crop", "32", "-b", "2", "--synthetic-batches",
-                             "2", "-lr", "1e-3", "--bucket-mb", "4"});
+  TrainTwoRanks(dir.path(), {"--arch", "resnet18", "-lr", "1e-3", "--bucket-mb", "4"},
+                JobShape{/*steps=*/2, /*batch=*/2, /*image=*/32});
   std::map<std::string, torch::Tensor> rank0 = LoadModel(dir.path() + "/model.0.pt");
   std::map<std::string, torch::Tensor> rank1 = LoadModel(dir.path() + "/model.1.pt");
   ASSERT_FALSE(rank0.empty());
