@@ -73,6 +73,15 @@ struct JobConfig {
   TransformSpec transform;
 };
 
+// The built-in job defaults, the seed's: batch 32, split shard, remainder drop, one
+// worker, no shuffles, Resize(256) + CenterCrop(224). A server started without job
+// flags serves these for what a registration leaves unset.
+inline JobConfig DefaultJobConfig() {
+  JobConfig config;
+  config.plan.batch_size = 32;
+  return config;
+}
+
 // A job config with holes: what a trainer asks for (unset = the server's default),
 // and what server flags change in the built-in defaults. Mapped to and from the
 // wire's RegisterRequest by proto/job_config_proto.h.

@@ -53,7 +53,7 @@ shardcast::server::LogLevel LogLevelNamed(const std::string& name) {
 absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   shardcast::server::ServerOptions& o = cl->options;
   o.listen_address = "127.0.0.1:50051";
-  const shardcast::JobConfig built_in = shardcast::server::BuiltInJobDefaults();
+  const shardcast::JobConfig built_in = shardcast::DefaultJobConfig();
   shardcast::JobOverrides job;
   std::string log_level = "info";
 

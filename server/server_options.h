@@ -11,19 +11,12 @@
 
 namespace shardcast::server {
 
-inline JobConfig BuiltInJobDefaults() {
-  JobConfig config;
-  config.plan.batch_size = 32;
-  return config;
-}
-
 struct ServerOptions {
   std::string shards_dir;                      // directory holding the .tar/.tar.gz shards
   std::string listen_address = "127.0.0.1:0";  // port 0 = any free port (see port())
   // The job settings a RegisterRequest leaves unset (world_size unused): server flags
-  // change them; the built-in values are the seed's (batch 32, split shard, remainder
-  // drop, 1 worker, no shuffles, Resize(256) + CenterCrop(224)).
-  JobConfig defaults = BuiltInJobDefaults();
+  // change them.
+  JobConfig defaults = DefaultJobConfig();
   int decode_threads = 0;                   // 0 = hardware concurrency
   int prefetch = 4;                         // batches assembled ahead of each stream's client
   std::string index_cache_dir;              // empty = no index cache

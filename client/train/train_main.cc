@@ -21,6 +21,7 @@
 #include "client/train/progress.h"
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
+#include "proto/job_config_proto.h"
 #include "common/job_config.h"
 
 namespace shardcast::train {
@@ -72,30 +73,12 @@ absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
 }
 
 shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o) {
-  namespace v1 = shardcast::v1;
   shardcast::v1::RegisterRequest job;
   job.set_job_id(o.job_id);
   job.set_rank(o.rank);
   job.set_world_size(o.world_size);
   // Unset fields stay unset on the wire: the server's defaults apply.
-  const JobOverrides& j = o.job;
-  if (j.batch_size) job.set_batch_size(*j.batch_size);
-  if (j.split) job.set_split(*j.split == Split::kShard ? v1::SPLIT_SHARD : v1::SPLIT_SAMPLE);
-  if (j.remainder) {
-    job.set_remainder(*j.remainder == Remainder::kDrop ? v1::REMAINDER_DROP : v1::REMAINDER_PAD);
-  }
-  if (j.workers) job.set_workers(*j.workers);
-  if (j.seed) job.set_seed(*j.seed);
-  if (j.shuffle_shards) job.set_shuffle_shards(*j.shuffle_shards);
-  if (j.shuffle_buffer) job.set_shuffle_buffer(*j.shuffle_buffer);
-  if (j.block_size) job.set_block_size(*j.block_size);
-  if (j.transform_mode) {
-    job.mutable_transform()->set_mode(*j.transform_mode == TransformMode::kCenter
-                                          ? v1::TRANSFORM_MODE_CENTER
-                                          : v1::TRANSFORM_MODE_RANDOM);
-  }
-  if (j.resize) job.mutable_transform()->set_resize(*j.resize);
-  if (j.crop) job.mutable_transform()->set_crop(*j.crop);
+  SetRequestOverrides(o.job, &job);
   return job;
 }
 

@@ -37,21 +37,14 @@ absl::Status EnvInt(const char* name, int* out) {
   return absl::OkStatus();
 }
 
-// The job defaults shown in --help: what an unset job flag means on a server started
-// without job flags (shardcast-server's built-in defaults).
-JobConfig ShownJobDefaults() {
-  JobConfig config;
-  config.plan.batch_size = 32;
-  return config;
-}
-
 // Every flag of shardcast-train, storing into `o`. --progress/--no-progress are
 // checked against each other after parsing.
 void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->Section("Data (the job registered with the server; unset = the server's default):");
   f->String({{"--server"}, "HOST:PORT", "shardcast-server address"}, &o->server);
   f->String({{"--job-id"}, "ID", "job name shared by all ranks"}, &o->job_id);
-  AddJobFlags(f, ShownJobDefaults(), &o->job);
+  // The defaults shown are what an unset flag means on a server started without job flags.
+  AddJobFlags(f, DefaultJobConfig(), &o->job);
   f->DoubleList({{"--mean"}, "R G B", "per-channel mean: (x/255 - mean) / std on the device"}, 3,
                 &o->mean);
   f->DoubleList({{"--std"}, "R G B", "per-channel std (ImageNet's by default, as --mean)"}, 3,
