@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from conftest import REPO
+from server_process import REPO
 
 SCRIPT = """
 import sys, shardcast

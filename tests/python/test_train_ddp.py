@@ -10,7 +10,8 @@ import sys
 import torch
 import torchvision
 
-from conftest import CLASSES, REPO, python_env
+from conftest import BUILD, CLASSES
+from server_process import REPO, python_env
 
 
 def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
@@ -19,7 +20,7 @@ def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
          "--nproc-per-node", "2", "-b", "16", "--n_epochs", "2", "-lr", "1e-3",
          "--job-id", "train-ddp", "--device", "cpu", "--threads", "1",
          "--save", str(tmp_path / "model.{rank}.pt")],
-        env=python_env(), capture_output=True, text=True, timeout=300,
+        env=python_env(BUILD), capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
     assert "2 ranks (gloo), 7 batches of 16 per rank" in out.stdout
