@@ -33,9 +33,11 @@ def normalize(
 ) -> torch.Tensor:
     """(images / 255 - mean) / std per channel, as float32 on `device`.
 
-    `images` is a [B, C, H, W] uint8 tensor (a Loader batch). For a CUDA device it is
-    staged in pinned memory and copied asynchronously (non_blocking) on the current
-    stream. Returns a new tensor; `images` is not modified.
+    `images` is a [B, C, H, W] uint8 tensor (a Loader batch). On the CPU and bound for
+    a CUDA device, it is staged in pinned memory and copied asynchronously
+    (non_blocking) on the current stream; already on the device (Lightning moves
+    batches itself), it is used as it is. Returns a new tensor; `images` is not
+    modified.
     """
     if images.dtype != torch.uint8 or images.dim() != 4:
         raise ValueError(
@@ -50,7 +52,7 @@ def normalize(
     if any(not s > 0 for s in std):
         raise ValueError(f"std must be > 0, got {list(std)}")
     device = torch.device(device)
-    if device.type == "cuda":
+    if device.type == "cuda" and images.device.type == "cpu":
         images = images.pin_memory().to(device, non_blocking=True)
     else:
         images = images.to(device)
