@@ -18,6 +18,7 @@ import grpc
 from shardcast._proto import REGISTER_METHOD, STREAM_BATCHES_METHOD, pb
 from shardcast._wire import check_batch, split_batch
 from shardcast.errors import (
+    BatchCheckError,
     JobChangedError,
     JobRefusedError,
     ServerUnavailableError,
@@ -345,7 +346,7 @@ class RankStream(Generic[T]):
                 )
                 meta, pixels = split_batch(raw, self._image_bytes)
                 if index >= n:
-                    raise ShardcastError(
+                    raise BatchCheckError(
                         f"{where}: server sent batch {meta.index} past the last one ({n - 1})"
                     )
                 check_batch(meta, len(pixels), epoch, index, self.image_shape, where)

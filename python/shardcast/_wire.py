@@ -38,8 +38,8 @@ def split_batch(raw: bytes, image_bytes: int) -> Tuple[pb.Batch, memoryview]:
 
     `image_bytes` is the expected pixel count B*3*C*C. When `raw` ends with field 15 of
     exactly that length and the bytes before it parse as a complete message, the two
-    together are the message (protobuf parses fields left to right, and for a repeated
-    singular field the last value wins), so the view is exact. Anything else (another
+    together are the message (protobuf parses fields left to right, and a singular field
+    seen twice keeps its last value), so the view is exact. Anything else (another
     field order, another size) is parsed in full, with one copy of the pixels; the
     checks then judge it. Raises BatchCheckError when the bytes do not parse.
     """

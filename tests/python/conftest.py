@@ -70,12 +70,12 @@ def own_server(shards):
 def ctl_plan(shards: Path, args: List[str]) -> Dict[Tuple[int, int, int], List[Tuple[int, int]]]:
     """`shardcast-ctl plan` for the config in `args`: (epoch, rank, batch) -> the
     (shard, index in shard) of each sample."""
-    out = subprocess.run(
-        [str(CTL_BIN), "plan", "--shards", str(shards)] + args,
-        check=True, capture_output=True, text=True,
-    ).stdout
+    run = subprocess.run([str(CTL_BIN), "plan", "--shards", str(shards)] + args,
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        pytest.fail(f"shardcast-ctl plan {' '.join(args)} failed: {run.stderr.strip()}")
     plan = {}
-    for line in out.splitlines():
+    for line in run.stdout.splitlines():
         epoch, rank, batch, samples = line.split()
         plan[(int(epoch), int(rank), int(batch))] = [
             tuple(int(x) for x in s.split(":")) for s in samples.split(",")
