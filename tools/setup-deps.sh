@@ -10,6 +10,10 @@ packages=(
   libgtest-dev libgmock-dev
   # Test references: torchvision's transforms (conformance), GNU tar / Python tarfile (tar formats).
   python3 python3-torchvision python3-pil python3-numpy tar gzip
+  # The Python client (python/): its runtime, its offline install (venv + pip without
+  # build isolation) and its tests.
+  python3-torch python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel
+  python3-pytest
 )
 
 missing=()

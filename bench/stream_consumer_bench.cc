@@ -1,0 +1,192 @@
+// The C++ side of bench/python_loader_bench.py: consumes a running server's stream the
+// way a C++ trainer does and prints images/s and this process's CPU time per image as
+// one JSON line, so the Python loader is measured against it on the same server, data
+// and machine in one run.
+//
+//   stream_consumer_bench --server HOST:PORT --job-id ID --mode MODE [--batch B]
+//       [--resize R] [--crop C] [--epochs E] [--threads T]
+// MODE: batch_stream  BatchStream (prefetch thread, checks, from_blob, CPU normalize)
+//       raw           a generated stub reading and parsing each Batch, nothing else
+//       raw_tensors   raw + BatchStream's per-batch tensor work (from_blob, normalize),
+//                     without its sequence check: what reads the bench-only server that
+//                     re-sends batch 0
+#include <grpcpp/grpcpp.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/batch_stream.h"
+#include "client/protocol/channel.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
+
+namespace {
+
+namespace v1 = shardcast::v1;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string server;
+  std::string job_id;
+  std::string mode;
+  int batch = 32;
+  int resize = 72;
+  int crop = 64;
+  int epochs = 2;
+  int threads = 1;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "stream_consumer_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+v1::RegisterRequest Job(const Args& a) {
+  v1::RegisterRequest job;
+  job.set_job_id(a.job_id);
+  job.set_rank(0);
+  job.set_world_size(1);
+  job.set_batch_size(a.batch);
+  job.set_split(v1::SPLIT_SAMPLE);
+  job.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
+  job.mutable_transform()->set_resize(a.resize);
+  job.mutable_transform()->set_crop(a.crop);
+  return job;
+}
+
+// Wall and process CPU time (all threads) of a timed section.
+class Timer {
+ public:
+  Timer() : wall_(Clock::now()), cpu_(std::clock()) {}
+  void Print(const std::string& mode, int64_t images) const {
+    const double wall = std::chrono::duration<double>(Clock::now() - wall_).count();
+    const double cpu = static_cast<double>(std::clock() - cpu_) / CLOCKS_PER_SEC;
+    std::printf("{\"mode\": \"%s\", \"images_per_s\": %.1f, \"cpu_us_per_image\": %.2f}\n",
+                mode.c_str(), images / wall, 1e6 * cpu / images);
+  }
+
+ private:
+  Clock::time_point wall_;
+  std::clock_t cpu_;
+};
+
+// Per-channel ImageNet normalization, as BatchStream does it on the CPU.
+class Normalizer {
+ public:
+  Normalizer()
+      : mean_(torch::tensor({0.485f, 0.456f, 0.406f}).view({1, 3, 1, 1})),
+        std_(torch::tensor({0.229f, 0.224f, 0.225f}).view({1, 3, 1, 1})) {}
+  torch::Tensor operator()(v1::Batch* msg) const {
+    std::vector<int64_t> shape(msg->shape().begin(), msg->shape().end());
+    torch::Tensor u8 = torch::from_blob(msg->mutable_images()->data(), shape, torch::kUInt8);
+    return u8.to(torch::kFloat32).div_(255.0f).sub_(mean_).div_(std_);
+  }
+
+ private:
+  torch::Tensor mean_;
+  torch::Tensor std_;
+};
+
+// A stub reader over `epochs` epochs (registration not timed). With `tensors`, each
+// batch also becomes a normalized float tensor.
+void Raw(const Args& a, bool tensors) {
+  shardcast::client::ChannelOptions options;
+  options.target = a.server;
+  auto stub = v1::Shardcast::NewStub(shardcast::client::MakeChannel(options));
+  v1::RegisterResponse reg;
+  grpc::ClientContext register_context;
+  register_context.set_wait_for_ready(true);
+  register_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  grpc::Status s = stub->Register(&register_context, Job(a), &reg);
+  if (!s.ok()) Die("register: " + s.error_message());
+  const Normalizer normalize;
+  int64_t images = 0;
+  double checksum = 0;
+  const Timer timer;
+  for (int e = 0; e < a.epochs; ++e) {
+    grpc::ClientContext context;
+    v1::StreamBatchesRequest request;
+    request.set_job_id(a.job_id);
+    request.set_epoch(e);
+    request.set_job_fingerprint(reg.job_fingerprint());
+    auto reader = stub->StreamBatches(&context, request);
+    v1::Batch batch;
+    while (reader->Read(&batch)) {
+      images += batch.labels_size();
+      if (tensors) checksum += normalize(&batch).data_ptr<float>()[0];
+    }
+    s = reader->Finish();
+    if (!s.ok()) Die("stream: " + s.error_message());
+  }
+  timer.Print(a.mode, images);
+  if (checksum == 12345.678) std::printf(" ");  // keeps the tensor work observable
+}
+
+// BatchStream, the C++ trainer's input.
+void ThroughBatchStream(const Args& a) {
+  shardcast::BatchStreamOptions options;
+  options.server = a.server;
+  options.job = Job(a);
+  auto stream = shardcast::BatchStream::Connect(options);
+  if (!stream.ok()) Die(stream.status().ToString());
+  int64_t images = 0;
+  double checksum = 0;
+  const Timer timer;
+  for (int e = 0; e < a.epochs; ++e) {
+    if (auto s = (*stream)->StartEpoch(e); !s.ok()) Die(s.ToString());
+    while (true) {
+      auto next = (*stream)->Next();
+      if (!next.ok()) Die(next.status().ToString());
+      if (!next->has_value()) break;
+      images += (*next)->images.size(0);
+      checksum += (*next)->images.data_ptr<float>()[0];
+    }
+  }
+  timer.Print(a.mode, images);
+  if (checksum == 12345.678) std::printf(" ");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) Die("missing value for " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--server") {
+      a.server = value;
+    } else if (flag == "--job-id") {
+      a.job_id = value;
+    } else if (flag == "--mode") {
+      a.mode = value;
+    } else if (flag == "--batch") {
+      a.batch = std::atoi(value.c_str());
+    } else if (flag == "--resize") {
+      a.resize = std::atoi(value.c_str());
+    } else if (flag == "--crop") {
+      a.crop = std::atoi(value.c_str());
+    } else if (flag == "--epochs") {
+      a.epochs = std::atoi(value.c_str());
+    } else if (flag == "--threads") {
+      a.threads = std::atoi(value.c_str());
+    } else {
+      Die("unknown flag " + flag + " (see the header of bench/stream_consumer_bench.cc)");
+    }
+  }
+  if (a.server.empty() || a.job_id.empty()) Die("--server and --job-id are required");
+  torch::set_num_threads(a.threads);
+  if (a.mode == "batch_stream") {
+    ThroughBatchStream(a);
+  } else if (a.mode == "raw" || a.mode == "raw_tensors") {
+    Raw(a, a.mode == "raw_tensors");
+  } else {
+    Die("--mode must be batch_stream, raw or raw_tensors, got '" + a.mode + "'");
+  }
+  return 0;
+}

@@ -1,0 +1,448 @@
+"""One rank's view of a shardcast job over the wire: the protocol of the C++ RankStream
+(client/protocol/rank_stream.cc), which every client follows.
+
+Registers (retrying while the server is unreachable), streams an epoch's batches from
+any start batch on a prefetch thread, checks each batch against the registration, and
+after a broken stream re-registers and resumes at the first batch not yet received,
+refusing to resume when the job changed (job fingerprint, world size, batch size or n).
+"""
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Generic, Optional, TypeVar
+
+import grpc
+
+from shardcast._proto import REGISTER_METHOD, STREAM_BATCHES_METHOD, pb
+from shardcast._wire import check_batch, split_batch
+from shardcast.errors import (
+    BatchCheckError,
+    JobChangedError,
+    JobRefusedError,
+    ServerUnavailableError,
+    ShardcastError,
+)
+
+# Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts with
+# what other ranks registered, or this is not a shardcast server. Everything else
+# (UNAVAILABLE above all: server killed, restarting, network) is retried.
+_PERMANENT = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+
+# A restarted server has forgotten the job: a stream opened before re-registering
+# fails with one of these, and is answered by re-registering at once.
+_UNKNOWN_JOB = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION})
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """What RankStream needs: where, which job, how much to buffer, how long to retry."""
+
+    server: str  # gRPC target, "host:port"
+    job: pb.RegisterRequest  # job_id, rank, world_size, batch size, split, ...
+    credentials: Optional[grpc.ChannelCredentials] = None  # None = plaintext
+    prefetch: int = 4  # batches buffered ahead of the consumer (>= 1)
+    # Exponential backoff initial..max seconds, for at most `reconnect_deadline` seconds
+    # of failures in a row before giving up on a dead server.
+    reconnect_initial: float = 0.1
+    reconnect_max: float = 2.0
+    reconnect_deadline: float = 120.0
+
+
+def make_channel(options: StreamOptions) -> grpc.Channel:
+    """The one place the client opens channels (the settings of client/protocol/channel.cc)."""
+    initial_ms = max(1, int(options.reconnect_initial * 1000))
+    max_ms = max(initial_ms, int(options.reconnect_max * 1000))
+    channel_options = [
+        # Batches are tens of MB; gRPC's 4 MB default would refuse them.
+        ("grpc.max_receive_message_length", -1),
+        # gRPC's own backoff (1 s growing to 120 s) would keep the channel failing long
+        # after a restarted server is back.
+        ("grpc.initial_reconnect_backoff_ms", initial_ms),
+        ("grpc.min_reconnect_backoff_ms", initial_ms),
+        ("grpc.max_reconnect_backoff_ms", max_ms),
+        # A server host that vanishes without closing the connection would leave a read
+        # blocked forever; 5 min is the least interval a gRPC server accepts by default.
+        ("grpc.keepalive_time_ms", 5 * 60 * 1000),
+        ("grpc.keepalive_timeout_ms", 20 * 1000),
+    ]
+    if options.credentials is None:
+        return grpc.insecure_channel(options.server, options=channel_options)
+    return grpc.secure_channel(options.server, options.credentials, options=channel_options)
+
+
+class _Failure(Exception):
+    """An RPC failure inside the prefetch loop, for the retry logic: the status, and how
+    many batches the broken stream delivered before it."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, received: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.received = received
+
+
+class _Stopped(Exception):
+    """The consumer stopped the prefetch thread (new epoch, close)."""
+
+
+def _describe(code: grpc.StatusCode, message: str) -> str:
+    return f"{code.name}: {message}" if message else code.name
+
+
+class RankStream(Generic[T]):
+    """Registers on construction; then start_epoch() / next() per epoch.
+
+    `convert` runs on the prefetch thread on every checked batch, as
+    convert(meta, pixels) with `meta` the Batch without its images and `pixels` a
+    memoryview of them; next() returns what it made. Not thread-safe: one consumer.
+    """
+
+    def __init__(self, options: StreamOptions, convert: Callable[[pb.Batch, memoryview], T]):
+        if options.prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {options.prefetch}")
+        if options.reconnect_deadline < 0:
+            raise ValueError(f"reconnect_deadline must be >= 0, got {options.reconnect_deadline}")
+        self._options = options
+        self._convert = convert
+        self._job = options.job
+        self._channel = make_channel(options)
+        self._register = self._channel.unary_unary(
+            REGISTER_METHOD,
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.RegisterResponse.FromString,
+        )
+        # No deserializer: each message arrives as the received bytes (see _wire).
+        self._stream = self._channel.unary_stream(
+            STREAM_BATCHES_METHOD, request_serializer=pb.StreamBatchesRequest.SerializeToString
+        )
+        self._lock = threading.Condition()
+        # Guarded by _lock: checked batches not yet handed out, then at most one error.
+        self._queue: Deque[Any] = collections.deque()
+        self._stop = False  # tells the prefetch thread to stop
+        self._producer_done = True  # the prefetch thread has exited
+        self._active_call: Optional[Any] = None  # the RPC in flight, for cancel()
+        self._sticky_error: Optional[BaseException] = None  # raised again until start_epoch
+        self._reconnects = 0
+        self._epoch = 0
+        self._handed_out = 0  # batches of _epoch handed out (counting skipped ones)
+        self._started = False
+        self._thread: Optional[threading.Thread] = None
+        try:
+            self.registration = self._initial_register()
+        except BaseException:
+            self._channel.close()
+            raise
+        shape = list(self.registration.image_shape)
+        self.image_shape = shape
+        self._image_bytes = self.registration.batch_size * shape[0] * shape[1] * shape[2]
+
+    # ---- consumer side -------------------------------------------------------------
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.registration.batches_per_epoch
+
+    @property
+    def reconnects(self) -> int:
+        """Reconnects made so far (tests, metrics)."""
+        with self._lock:
+            return self._reconnects
+
+    def start_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Streams `epoch` from `start_batch`, cancelling any stream in progress."""
+        n = self.batches_per_epoch
+        if epoch < 0 or not 0 <= start_batch <= n:
+            raise ValueError(
+                f"start_epoch(epoch={epoch}, start_batch={start_batch}): need epoch >= 0 and "
+                f"0 <= start_batch <= {n} (batches per epoch of job '{self._job.job_id}')"
+            )
+        self._stop_prefetch()
+        with self._lock:
+            self._queue.clear()
+            self._stop = False
+            self._started = True
+            self._epoch = epoch
+            self._handed_out = start_batch
+            self._producer_done = start_batch == n
+        if start_batch < n:
+            self._thread = threading.Thread(
+                target=self._prefetch_loop,
+                args=(epoch, start_batch),
+                name=f"shardcast-prefetch-rank{self._job.rank}",
+                daemon=True,
+            )
+            self._thread.start()
+
+    def next(self) -> Optional[T]:
+        """The next batch of the epoch, or None once all n were handed out.
+
+        Raises the ShardcastError that ended the stream (again on every later call until
+        the next start_epoch).
+        """
+        with self._lock:
+            if not self._started:
+                raise RuntimeError("next() before start_epoch()")
+            if self._handed_out >= self.batches_per_epoch:
+                return None
+            if self._sticky_error is not None:
+                raise self._sticky_error
+            self._lock.wait_for(lambda: self._queue or self._producer_done)
+            if not self._queue:
+                raise RuntimeError(
+                    f"epoch {self._epoch} of job '{self._job.job_id}': prefetch ended at batch "
+                    f"{self._handed_out} of {self.batches_per_epoch} without an error"
+                )
+            item = self._queue.popleft()
+            self._lock.notify_all()
+            if isinstance(item, BaseException):
+                self._sticky_error = item
+                raise item
+            self._handed_out += 1
+            return item
+
+    def close(self) -> None:
+        """Stops the prefetch thread, cancels the open stream, closes the channel."""
+        self._stop_prefetch()
+        self._channel.close()
+
+    # ---- registration ------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"rank {self._job.rank} of job '{self._job.job_id}' at {self._options.server}"
+
+    def _register_once(self, give_up: float) -> pb.RegisterResponse:
+        """One Register call that waits for the channel to become ready until `give_up`
+        (time.monotonic()); cancellable by _stop_prefetch. Raises _Failure or _Stopped."""
+        future = self._register.future(
+            self._job, timeout=max(0.0, give_up - time.monotonic()), wait_for_ready=True
+        )
+        with self._lock:
+            if self._stop:
+                future.cancel()
+                raise _Stopped()
+            self._active_call = future
+        try:
+            return future.result()
+        except grpc.FutureCancelledError as e:
+            raise _Stopped() from e
+        except grpc.RpcError as e:
+            raise _Failure(e.code(), e.details() or "") from e
+        finally:
+            with self._lock:
+                self._active_call = None
+
+    def _initial_register(self) -> pb.RegisterResponse:
+        opts = self._options
+        give_up = time.monotonic() + opts.reconnect_deadline
+        backoff = opts.reconnect_initial
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                response = self._register_once(give_up)
+            except _Failure as f:
+                if f.code in _PERMANENT or f.code == grpc.StatusCode.CANCELLED:
+                    raise JobRefusedError(
+                        f"register {self._where()}: {_describe(f.code, f.message)}", f.code
+                    ) from None
+                if time.monotonic() + backoff >= give_up:
+                    raise ServerUnavailableError(
+                        f"register {self._where()}: server unreachable for "
+                        f"{opts.reconnect_deadline:.1f} s ({attempts} attempts); last error: "
+                        f"{_describe(f.code, f.message)}",
+                        f.code,
+                    ) from None
+                time.sleep(backoff)
+                backoff = min(backoff * 2, opts.reconnect_max)
+                continue
+            if response.batches_per_epoch <= 0 or len(response.image_shape) != 3:
+                raise ShardcastError(
+                    f"register {self._where()}: server accepted the job but replied "
+                    f"batches_per_epoch={response.batches_per_epoch} and an image_shape of "
+                    f"{len(response.image_shape)} dims"
+                )
+            return response
+
+    def _same_job(self, now: pb.RegisterResponse, epoch: int, next_batch: int) -> None:
+        """Raises JobChangedError unless the re-registration serves the job this rank
+        started with: same data and settings, world size, batch size and n."""
+        was = self.registration
+        if now.job_fingerprint != was.job_fingerprint:
+            changed = (
+                f"job fingerprint {now.job_fingerprint} (was {was.job_fingerprint}: the data "
+                "or the job config changed)"
+            )
+        elif now.world_size != was.world_size or now.batch_size != was.batch_size:
+            changed = (
+                f"world size {now.world_size} and batch size {now.batch_size} (were "
+                f"{was.world_size} and {was.batch_size})"
+            )
+        elif now.batches_per_epoch != was.batches_per_epoch:
+            changed = f"{now.batches_per_epoch} batches per epoch (was {was.batches_per_epoch})"
+        else:
+            return
+        raise JobChangedError(
+            f"job '{self._job.job_id}' rank {self._job.rank}: after reconnecting, server "
+            f"{self._options.server} has {changed}; cannot resume epoch {epoch} at batch "
+            f"{next_batch}",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        )
+
+    # ---- the prefetch thread -----------------------------------------------------
+
+    def _deliver(self, item: Any) -> None:
+        """Queues a batch (waiting for space) or an error; raises _Stopped on stop."""
+        with self._lock:
+            if not isinstance(item, BaseException):
+                self._lock.wait_for(
+                    lambda: self._stop or len(self._queue) < self._options.prefetch
+                )
+            if self._stop:
+                raise _Stopped()
+            self._queue.append(item)
+            self._lock.notify_all()
+
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        with self._lock:
+            if self._lock.wait_for(lambda: self._stop, timeout=seconds):
+                raise _Stopped()
+
+    def _receive(self, epoch: int, start: int) -> int:
+        """Streams `epoch` from `start` into the queue; returns the batches received.
+        Raises _Failure (with the batches received before the break) when it breaks."""
+        n = self.batches_per_epoch
+        request = pb.StreamBatchesRequest(
+            job_id=self._job.job_id,
+            rank=self._job.rank,
+            epoch=epoch,
+            start_batch=start,
+            job_fingerprint=self.registration.job_fingerprint,
+        )
+        call = self._stream(request)
+        with self._lock:
+            if self._stop:
+                call.cancel()
+                raise _Stopped()
+            self._active_call = call
+        index = start
+        try:
+            for raw in call:
+                where = (
+                    f"job '{self._job.job_id}' rank {self._job.rank} epoch {epoch} batch {index}"
+                )
+                meta, pixels = split_batch(raw, self._image_bytes)
+                if index >= n:
+                    raise BatchCheckError(
+                        f"{where}: server sent batch {meta.index} past the last one ({n - 1})"
+                    )
+                check_batch(meta, len(pixels), epoch, index, self.image_shape, where)
+                self._deliver(self._convert(meta, pixels))
+                index += 1
+        except grpc.RpcError as e:
+            if self._stop:
+                raise _Stopped() from None
+            raise _Failure(e.code(), e.details() or "", index - start) from None
+        finally:
+            call.cancel()  # a no-op once the stream ended; stops it after an error
+            with self._lock:
+                self._active_call = None
+        if index < n:
+            raise _Failure(
+                grpc.StatusCode.UNAVAILABLE,
+                f"stream ended after batch {index} of {n}",
+                index - start,
+            )
+        return index - start
+
+    def _prefetch_loop(self, epoch: int, start: int) -> None:
+        try:
+            self._prefetch(epoch, start)
+        except _Stopped:
+            pass
+        except BaseException as e:  # delivered to the consumer instead of dying unseen
+            with self._lock:
+                self._queue.append(e)
+        finally:
+            with self._lock:
+                self._producer_done = True
+                self._lock.notify_all()
+
+    def _prefetch(self, epoch: int, start: int) -> None:
+        opts = self._options
+        n = self.batches_per_epoch
+        next_batch = start  # first batch not yet received
+        backoff = opts.reconnect_initial
+        failing_since: Optional[float] = None  # start of the current run of failures
+        need_register = False  # the server may have forgotten the job
+        registered_here = False  # a Register succeeded since the last batch
+        attempts = 0
+        while next_batch < n:
+            try:
+                if need_register:
+                    assert failing_since is not None
+                    response = self._register_once(failing_since + opts.reconnect_deadline)
+                    registered_here = True
+                    self._same_job(response, epoch, next_batch)
+                next_batch += self._receive(epoch, next_batch)
+                return
+            except _Failure as f:
+                failure = f
+            next_batch += failure.received
+            if failure.received > 0:
+                failing_since = None
+                backoff = opts.reconnect_initial
+                registered_here = False
+                need_register = False
+                attempts = 0
+            code = failure.code
+            unknown_job = code in _UNKNOWN_JOB and not registered_here and not need_register
+            where = f"job '{self._job.job_id}' rank {self._job.rank} epoch {epoch}"
+            if code in _PERMANENT and not unknown_job:
+                raise JobRefusedError(
+                    f"{where} batch {next_batch}: {_describe(code, failure.message)}", code
+                )
+            now = time.monotonic()
+            if failing_since is None:
+                failing_since = now
+            attempts += 1
+            give_up = failing_since + opts.reconnect_deadline
+            if now >= give_up:
+                raise ServerUnavailableError(
+                    f"{where}: stream broken at batch {next_batch} of {n} and server "
+                    f"{opts.server} not back within {opts.reconnect_deadline:.1f} s "
+                    f"({attempts} attempts); last error: {_describe(code, failure.message)}",
+                    code,
+                )
+            if not unknown_job:
+                self._sleep_unless_stopped(min(backoff, give_up - now))
+                backoff = min(backoff * 2, opts.reconnect_max)
+            need_register = True
+            with self._lock:
+                self._reconnects += 1
+
+    def _stop_prefetch(self) -> None:
+        with self._lock:
+            self._stop = True
+            if self._active_call is not None:
+                self._active_call.cancel()
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            self._active_call = None
+            self._sticky_error = None

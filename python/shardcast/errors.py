@@ -1,0 +1,38 @@
+"""The exceptions the shardcast client raises, one class per thing a caller can act on.
+
+Every error is a ShardcastError; its message names the server, job and rank, and for a
+server's refusal carries the server's own text (which names the offending field).
+"""
+
+from typing import Optional
+
+import grpc
+
+
+class ShardcastError(Exception):
+    """Base class. `code` is the gRPC status behind the error, when there was one."""
+
+    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ServerUnavailableError(ShardcastError):
+    """The server stayed unreachable past the reconnect deadline (wrong address, server
+    down or still indexing): retrying later may work."""
+
+
+class JobRefusedError(ShardcastError):
+    """The server refused the job or the stream with a status a retry cannot fix
+    (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND, ...): the request must change."""
+
+
+class JobChangedError(ShardcastError):
+    """The job is not the one this rank started with (after a reconnect, or in a state
+    given to load_state_dict): its data, config, world size, batch size or batch count
+    differ, so resuming would silently hand out other samples or pixels."""
+
+
+class BatchCheckError(ShardcastError):
+    """The server sent a batch that fails the checks (out of sequence, wrong shape or
+    byte count): a bug or a server speaking another version of the protocol."""

@@ -1,0 +1,282 @@
+"""shardcast.Loader: a rank's batches from shardcast-server as torch tensors, for a
+PyTorch (or Lightning) training loop in place of a DataLoader.
+
+Every rank gets exactly len(loader) batches per epoch, whatever the data; the server
+decodes and transforms, the loader only receives (on a background thread) and wraps
+the received pixels as a uint8 tensor without copying them.
+"""
+
+import os
+import warnings
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+import grpc
+import torch
+
+from shardcast._proto import enum_name, enum_value, pb
+from shardcast._rank_stream import RankStream, StreamOptions
+from shardcast.errors import JobChangedError
+
+# The pixels are a view of the received `bytes`, which Python marks read-only; torch
+# warns about that once per process. Nothing writes to them (treat them as read-only;
+# normalize() makes a new tensor), so the warning only alarms users.
+warnings.filterwarnings(
+    "ignore", message="The given buffer is not writable", category=UserWarning,
+    module=r"shardcast\.loader",
+)
+
+
+class SampleInfo(NamedTuple):
+    """Where a sample of a batch came from."""
+
+    key: str  # the sample's key in its shard ("" for padding)
+    shard: int  # position in the server's sorted shard list; -1 for padding
+    index_in_shard: int  # sample position in its shard; -1 for padding
+    valid: bool  # False for padding (remainder "pad"; its label is -1)
+    substituted: bool  # the image could not be decoded; a mid-gray substitute was sent
+
+
+class Batch(NamedTuple):
+    """One batch: unpack it as `images, labels, info = batch`."""
+
+    images: torch.Tensor  # [B, 3, C, C] uint8 NCHW on the CPU, a view of the received bytes
+    labels: torch.Tensor  # [B] int64 (-1 for padding)
+    info: List[SampleInfo]
+
+
+def _to_batch(meta: pb.Batch, pixels: memoryview) -> Batch:
+    """Runs on the prefetch thread, so the consumer only takes finished batches."""
+    images = torch.frombuffer(pixels, dtype=torch.uint8).view(*meta.shape)
+    labels = torch.tensor(meta.labels, dtype=torch.int64)
+    info = [
+        SampleInfo(s.key, s.shard, s.index_in_shard, s.valid, s.substituted)
+        for s in meta.samples
+    ]
+    return Batch(images, labels, info)
+
+
+def _default_rank_and_world() -> Tuple[int, int]:
+    """torch.distributed's when a process group exists, else torchrun's RANK and
+    WORLD_SIZE, else a single process."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Loader:
+    """Registers this rank's job with the server on construction and iterates its batches.
+
+    Job settings left as None take the server's defaults (its flags); every rank of a
+    job must ask for the same. Names (split, remainder, transform) are the proto's:
+    split "shard" | "sample", remainder "drop" | "pad", transform "center" | "random".
+
+    Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
+    load_state_dict() chose the position first. Each epoch yields exactly len(loader)
+    batches (fewer when resumed mid-epoch).
+
+    Raises ServerUnavailableError when the server cannot be reached within
+    `reconnect_deadline` seconds, JobRefusedError when it refuses the job (the message
+    is the server's and names the field), ValueError for a bad argument.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        batch_size: Optional[int] = None,
+        job_id: str = "default",
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        split: Optional[str] = None,
+        remainder: Optional[str] = None,
+        workers: Optional[int] = None,
+        seed: Optional[int] = None,
+        shuffle_shards: Optional[bool] = None,
+        shuffle_buffer: Optional[int] = None,
+        block_size: Optional[int] = None,
+        transform: Optional[str] = None,
+        resize: Optional[int] = None,
+        crop: Optional[int] = None,
+        prefetch: int = 4,
+        reconnect_deadline: float = 120.0,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+    ) -> None:
+        default_rank, default_world = _default_rank_and_world()
+        rank = default_rank if rank is None else rank
+        world_size = default_world if world_size is None else world_size
+        job = pb.RegisterRequest(
+            job_id=job_id,
+            rank=rank,
+            world_size=world_size,
+            batch_size=batch_size or 0,
+            split=enum_value(pb.Split, split, "split"),
+            remainder=enum_value(pb.Remainder, remainder, "remainder"),
+            workers=workers or 0,
+            transform=pb.Transform(
+                mode=enum_value(pb.TransformMode, transform, "transform"),
+                resize=resize or 0,
+                crop=crop or 0,
+            ),
+        )
+        # Optional fields: unset means "server default", so only set what was given.
+        if seed is not None:
+            job.seed = seed
+        if shuffle_shards is not None:
+            job.shuffle_shards = shuffle_shards
+        if shuffle_buffer is not None:
+            job.shuffle_buffer = shuffle_buffer
+        if block_size is not None:
+            job.block_size = block_size
+        self._stream: RankStream[Batch] = RankStream(
+            StreamOptions(
+                server=server,
+                job=job,
+                credentials=credentials,
+                prefetch=prefetch,
+                reconnect_deadline=reconnect_deadline,
+            ),
+            _to_batch,
+        )
+        self.job_id = job_id
+        self.rank = rank
+        self.world_size = world_size
+        # The position: the next batch handed out is batch `_done` of epoch `_epoch`.
+        # `_pinned`: set_epoch/load_state_dict (or construction) chose it for the next
+        # iter(); otherwise iter() moves on to the next epoch.
+        self._epoch = 0
+        self._done = 0
+        self._pinned = True
+        self._iteration = 0  # bumped by each iter(), so an older iterator stops
+
+    # ---- what the server said ------------------------------------------------------
+
+    @property
+    def registration(self) -> pb.RegisterResponse:
+        """The server's RegisterResponse: the effective job config, defaults filled in."""
+        return self._stream.registration
+
+    @property
+    def batch_size(self) -> int:
+        return self.registration.batch_size
+
+    @property
+    def num_classes(self) -> int:
+        return self.registration.num_classes
+
+    @property
+    def class_names(self) -> List[str]:
+        return list(self.registration.class_names)
+
+    @property
+    def image_shape(self) -> Tuple[int, int, int]:
+        """(3, C, C): the shape of one image."""
+        c, h, w = self.registration.image_shape
+        return (c, h, w)
+
+    @property
+    def split(self) -> str:
+        return enum_name(pb.Split, self.registration.split)
+
+    @property
+    def job_fingerprint(self) -> str:
+        return self.registration.job_fingerprint
+
+    @property
+    def epoch(self) -> int:
+        """The epoch being iterated (or the one the next iter() streams, before it)."""
+        return self._epoch
+
+    @property
+    def reconnects(self) -> int:
+        """How often the stream broke and was resumed so far."""
+        return self._stream.reconnects
+
+    def __len__(self) -> int:
+        """n: the batches every rank gets per epoch."""
+        return self._stream.batches_per_epoch
+
+    # ---- position --------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iter() streams `epoch` from its first batch."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch, self._done, self._pinned = epoch, 0, True
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The position (the next batch to hand out is batch `batches_done` of `epoch`) and
+        the job it belongs to. Take it after a training step; load_state_dict of a new
+        Loader then yields the rest of the epoch, the same samples and bytes."""
+        reg = self.registration
+        return {
+            "epoch": self._epoch,
+            "batches_done": self._done,
+            "job_id": self.job_id,
+            "rank": self.rank,
+            "world_size": reg.world_size,
+            "batch_size": reg.batch_size,
+            "batches_per_epoch": reg.batches_per_epoch,
+            "job_fingerprint": reg.job_fingerprint,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues where `state` (from state_dict) was taken: the next iter() streams the
+        rest of that epoch, or the next epoch when it was finished.
+
+        Raises JobChangedError when `state` belongs to another job: other data or config
+        (job fingerprint), world size, batch size or batches per epoch.
+        """
+        reg = self.registration
+        for field, have in (
+            ("job_fingerprint", reg.job_fingerprint),
+            ("world_size", reg.world_size),
+            ("batch_size", reg.batch_size),
+            ("batches_per_epoch", reg.batches_per_epoch),
+        ):
+            if state[field] != have:
+                raise JobChangedError(
+                    f"load_state_dict: the state is of a job with {field} {state[field]!r}, "
+                    f"this loader's job '{self.job_id}' has "
+                    f"{have!r}; cannot resume epoch {state['epoch']} at batch "
+                    f"{state['batches_done']}"
+                )
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        if epoch < 0 or not 0 <= done <= len(self):
+            raise ValueError(f"bad position in state: epoch {epoch}, batches_done {done}")
+        if done == len(self):
+            epoch, done = epoch + 1, 0
+        self._epoch, self._done, self._pinned = epoch, done, True
+
+    # ---- iteration -------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        if not self._pinned:
+            self._epoch, self._done = self._epoch + 1, 0
+        self._pinned = False
+        self._iteration += 1
+        self._stream.start_epoch(self._epoch, self._done)
+        return self._batches(self._iteration)
+
+    def _batches(self, iteration: int) -> Iterator[Batch]:
+        while True:
+            if iteration != self._iteration:
+                raise RuntimeError(
+                    "this iterator of the shardcast Loader was superseded by a newer iter()"
+                )
+            batch = self._stream.next()
+            if batch is None:
+                return
+            self._done += 1
+            yield batch
+
+    def close(self) -> None:
+        """Stops the prefetch thread, cancels the open stream and closes the connection.
+        A loader dropped mid-epoch without close() keeps its stream open (its prefetch
+        thread waits for queue space) until the process exits: use `with` or close()."""
+        self._stream.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
