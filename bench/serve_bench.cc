@@ -108,6 +108,8 @@ class ChildServer {
   pid_t pid_ = -1;
 };
 
+// Not client::MakeChannel: the bench needs a distinct channel argument per rank so
+// that gRPC does not share one TCP connection between its ranks.
 std::unique_ptr<v1::Shardcast::Stub> Connect(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "client/batch_stream.h"
+#include "client/protocol/channel.h"
 #include "client/train/resnet.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/child_process.h"
@@ -79,10 +80,9 @@ v1::RegisterRequest Job(const Args& a, const std::string& id) {
 // Raw gRPC consumption: read every message of `epochs` epochs, touch nothing.
 double RawGrpcImagesPerSecond(const std::string& server, const Args& a, const std::string& id,
                               int epochs) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  auto stub = v1::Shardcast::NewStub(
-      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  shardcast::client::ChannelOptions channel;
+  channel.target = server;
+  auto stub = v1::Shardcast::NewStub(shardcast::client::MakeChannel(channel));
   v1::RegisterResponse reg;
   // UNAVAILABLE while the server is still indexing: retry for up to a minute.
   for (int attempt = 0;; ++attempt) {

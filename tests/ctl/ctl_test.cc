@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "client/protocol/channel.h"
 #include "absl/strings/str_cat.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/child_process.h"
@@ -156,8 +157,9 @@ TEST_F(CtlTest, UsageErrors) {
 // Registers both ranks of a job and streams rank 0's whole epoch 0 over gRPC,
 // so the status has a job, ranks and served images to show.
 TEST_F(CtlTest, StatusTableAndJson) {
-  auto stub = shardcast::v1::Shardcast::NewStub(
-      grpc::CreateChannel(*address_, grpc::InsecureChannelCredentials()));
+  shardcast::client::ChannelOptions channel;
+  channel.target = *address_;
+  auto stub = shardcast::v1::Shardcast::NewStub(shardcast::client::MakeChannel(channel));
   int64_t batches_per_epoch = 0;
   for (int rank = 0; rank < 2; ++rank) {
     shardcast::v1::RegisterRequest req;
@@ -234,12 +236,10 @@ TEST_F(CtlTest, StatusTableAndJson) {
 TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
   // Small HTTP/2 windows and 2.4 MB batches: the server cannot finish the stream
   // while this client reads nothing, so the drain waits for it.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = shardcast::v1::Shardcast::NewStub(
-      grpc::CreateCustomChannel(*address_, grpc::InsecureChannelCredentials(), args));
+  shardcast::client::ChannelOptions channel;
+  channel.target = *address_;
+  channel.stream_window_bytes = 64 * 1024;
+  auto stub = shardcast::v1::Shardcast::NewStub(shardcast::client::MakeChannel(channel));
   shardcast::v1::RegisterRequest reg;
   reg.set_job_id("drain");
   reg.set_rank(0);
