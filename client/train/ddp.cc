@@ -225,6 +225,21 @@ absl::Status Communicator::Barrier() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Communicator::ShareFromRankZero(const std::string& key,
+                                                           const std::string& value) {
+  if (!group_) return value;
+  const std::string store_key = absl::StrCat("shardcast/", key);
+  try {
+    if (rank_ == 0) {
+      group_->store->set(store_key, std::vector<uint8_t>(value.begin(), value.end()));
+    }
+    const std::vector<uint8_t> shared = group_->store->get(store_key);
+    return std::string(shared.begin(), shared.end());
+  } catch (const std::exception& e) {
+    return FromException(absl::StrCat("sharing '", key, "' from rank 0"), e);
+  }
+}
+
 // --- GradientReducer ---
 
 GradientReducer::GradientReducer(Communicator* comm, std::vector<torch::Tensor> params,

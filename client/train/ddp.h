@@ -72,6 +72,11 @@ class Communicator {
   absl::StatusOr<std::vector<torch::Tensor>> AllGather(torch::Tensor tensor);
   absl::Status Barrier();
 
+  // Rank 0's `value` on every rank, through the rendezvous store: for what rank 0
+  // decides alone and every rank must use (a generated job id). With world size 1,
+  // `value` itself. Waits for rank 0 up to the rendezvous timeout.
+  absl::StatusOr<std::string> ShareFromRankZero(const std::string& key, const std::string& value);
+
  private:
   struct Group;
   Communicator(int rank, int world_size, std::unique_ptr<Group> group);

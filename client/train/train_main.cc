@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/batch_stream.h"
 #include "client/train/batch_source.h"
@@ -72,9 +74,17 @@ absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
   return torch::Device(o.device);
 }
 
-shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o) {
+// "run-<host>-<pid>-<random>": unique per run, readable in the server's status.
+std::string GenerateJobId() {
+  char host[64] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
+  std::random_device entropy;
+  return absl::StrFormat("run-%s-%d-%08x", host, ::getpid(), entropy());
+}
+
+shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o, const std::string& job_id) {
   shardcast::v1::RegisterRequest job;
-  job.set_job_id(o.job_id);
+  job.set_job_id(job_id);
   job.set_rank(o.rank);
   job.set_world_size(o.world_size);
   // Unset fields stay unset on the wire: the server's defaults apply.
@@ -90,6 +100,32 @@ int RunRank(const TrainOptions& o) {
   torch::set_num_threads(threads);
   absl::StatusOr<torch::Device> device = ChooseDevice(o);
   if (!device.ok()) Fail(device.status());
+
+  // Outputs are opened before the rendezvous: a rank that cannot write them fails
+  // before its peers start waiting for it.
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!o.metrics_path.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsWriter>> writer =
+        MetricsWriter::Open(o.metrics_path, o.rank, /*append=*/!o.resume.empty());
+    if (!writer.ok()) Fail(writer.status());
+    metrics = std::move(*writer);
+  }
+
+  Rendezvous rdzv;
+  rdzv.rank = o.rank;
+  rdzv.world_size = o.world_size;
+  rdzv.local_rank = o.local_rank;
+  rdzv.master_addr = o.master_addr;
+  rdzv.master_port = o.master_port > 0 ? o.master_port : 29500;
+  rdzv.timeout = absl::ToChronoMilliseconds(o.rendezvous_timeout);
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(rdzv, *device);
+  if (!comm.ok()) Fail(comm.status());
+  // Without --job-id every run is its own job (rank 0 names it, the others take its
+  // name through the rendezvous store): a rerun with other flags never collides with
+  // the job an earlier run left on the server.
+  absl::StatusOr<std::string> job_id = o.job_id;
+  if (o.job_id.empty()) job_id = (*comm)->ShareFromRankZero("job_id", GenerateJobId());
+  if (!job_id.ok()) Fail(job_id.status());
 
   std::unique_ptr<BatchSource> source;
   int64_t batch_size = 0;  // as the source deals them: recorded in checkpoints
@@ -108,7 +144,7 @@ int RunRank(const TrainOptions& o) {
   } else {
     BatchStreamOptions stream_options;
     stream_options.server = o.server;
-    stream_options.job = MakeJob(o);
+    stream_options.job = MakeJob(o, *job_id);
     stream_options.prefetch = o.prefetch;
     stream_options.device = *device;
     stream_options.mean = o.mean;
@@ -132,26 +168,6 @@ int RunRank(const TrainOptions& o) {
   model_spec.init_seed = o.job.seed.value_or(0) + static_cast<uint64_t>(o.rank);
   absl::StatusOr<std::unique_ptr<TrainableModel>> model = MakeModel(model_spec);
   if (!model.ok()) Fail(model.status());
-
-  // Outputs are opened before the rendezvous: a rank that cannot write them fails
-  // before its peers start waiting for it.
-  std::unique_ptr<MetricsWriter> metrics;
-  if (!o.metrics_path.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsWriter>> writer =
-        MetricsWriter::Open(o.metrics_path, o.rank, /*append=*/!o.resume.empty());
-    if (!writer.ok()) Fail(writer.status());
-    metrics = std::move(*writer);
-  }
-
-  Rendezvous rdzv;
-  rdzv.rank = o.rank;
-  rdzv.world_size = o.world_size;
-  rdzv.local_rank = o.local_rank;
-  rdzv.master_addr = o.master_addr;
-  rdzv.master_port = o.master_port > 0 ? o.master_port : 29500;
-  rdzv.timeout = absl::ToChronoMilliseconds(o.rendezvous_timeout);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(rdzv, *device);
-  if (!comm.ok()) Fail(comm.status());
 
   const bool show_progress = o.rank == 0 && o.progress.value_or(true);
   ProgressBar progress(stderr, show_progress, ::isatty(STDERR_FILENO) != 0);

@@ -42,7 +42,10 @@ absl::Status EnvInt(const char* name, int* out) {
 void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->Section("Data (the job registered with the server; unset = the server's default):");
   f->String({{"--server"}, "HOST:PORT", "shardcast-server address"}, &o->server);
-  f->String({{"--job-id"}, "ID", "job name shared by all ranks"}, &o->job_id);
+  f->String({{"--job-id"}, "ID",
+             "job name shared by all ranks; give one to attach several launches to one job "
+             "(default: a new job per run, named by rank 0)"},
+            &o->job_id);
   // The defaults shown are what an unset flag means on a server started without job flags.
   AddJobFlags(f, DefaultJobConfig(), &o->job);
   f->DoubleList({{"--mean"}, "R G B", "per-channel mean: (x/255 - mean) / std on the device"}, 3,

@@ -15,8 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/protocol/channel.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
+#include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -30,6 +32,7 @@ using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
 using testing_util::ServerProcess;
 using testing_util::TempDir;
+namespace v1 = ::shardcast::v1;
 
 constexpr int64_t kSamples = 512;
 constexpr int kClasses = 4;
@@ -241,6 +244,36 @@ TEST_F(E2ETrainTest, TwoRanksTwoEpochsLossFallsExactlyNBatchesEach) {
                               << loss[1];
   // 4 classes: chance is ln 4 = 1.39; the data is learnable within two short epochs.
   EXPECT_LT(loss[1], 1.0);
+}
+
+// Tried as a new user would: run the trainer, then run it again with another batch
+// size against the same server, no --job-id either time. Before, both runs were job
+// "default" and the second was refused (FAILED_PRECONDITION batch_size) until the
+// server restarted; now each run is its own job, named by its rank 0.
+TEST_F(E2ETrainTest, RerunWithOtherFlagsIsANewJobNotAConflict) {
+  for (const char* batch : {"16", "8"}) {
+    const testing_util::CommandOutput run = testing_util::RunShellCapture(
+        testing_util::ShellCommand({BinaryPath("client/shardcast-train"), "--server",
+                                    server_->address(), "--nproc-per-node", "2", "-b", batch,
+                                    "--resize", "32", "--crop", "32", "--arch", "small-cnn",
+                                    "--max-steps", "2", "--threads", "1", "--no-progress"}) +
+        " 2>&1");
+    ASSERT_EQ(run.exit_code, 0) << "-b " << batch << ":\n" << run.out;
+  }
+  client::ChannelOptions channel;
+  channel.target = server_->address();
+  auto stub = v1::Shardcast::NewStub(client::MakeChannel(channel));
+  grpc::ClientContext context;
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(stub->GetStatus(&context, v1::GetStatusRequest(), &status).ok());
+  ASSERT_EQ(status.jobs_size(), 2);
+  std::set<int32_t> batch_sizes;
+  for (const v1::JobStatus& job : status.jobs()) {
+    EXPECT_EQ(job.job_id().rfind("run-", 0), 0u) << job.job_id();
+    EXPECT_EQ(job.ranks_size(), 2) << job.job_id();  // both ranks agreed on the name
+    batch_sizes.insert(job.batch_size());
+  }
+  EXPECT_EQ(batch_sizes, (std::set<int32_t>{8, 16}));
 }
 
 TEST_F(E2ETrainTest, ServerKilledMidEpochAndRestartedOnSamePortRanksFinish) {

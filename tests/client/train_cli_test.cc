@@ -75,7 +75,7 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   EXPECT_FALSE(d->job.shuffle_shards.has_value());
   EXPECT_FALSE(d->job.crop.has_value());
   EXPECT_EQ(d->rendezvous_timeout, absl::Minutes(5));
-  EXPECT_EQ(d->job_id, "default");
+  EXPECT_EQ(d->job_id, "");  // a new job per run
   EXPECT_DOUBLE_EQ(d->bucket_mb, 25);
   EXPECT_EQ(d->mean, (std::vector<double>{0.485, 0.456, 0.406}));
 }
