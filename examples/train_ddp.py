@@ -51,7 +51,8 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
                    "workers (split shard); default: the server's")
     # The server and the job.
     p.add_argument("--server", default="127.0.0.1:50051", help="shardcast-server HOST:PORT")
-    p.add_argument("--job-id", default="train_ddp", help="job name shared by all ranks")
+    p.add_argument("--job-id", default=None,
+                   help="job name shared by all ranks (default: a new job per run, named by rank 0)")
     p.add_argument("--split", choices=["shard", "sample"], default=None,
                    help="shard: the seed's split_by_node semantics; sample: exactly once "
                    "per epoch (default: the server's)")

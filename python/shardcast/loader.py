@@ -7,6 +7,8 @@ the received pixels as a uint8 tensor without copying them.
 """
 
 import os
+import secrets
+import socket
 import warnings
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -63,11 +65,37 @@ def _default_rank_and_world() -> Tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
+    """The given id, else a new job per run: rank 0 names it and the torch.distributed
+    process group hands the name to the other ranks, so a rerun with other settings
+    never collides with the job an earlier run left on the server (as shardcast-train
+    does through its rendezvous store)."""
+    if job_id is not None:
+        return job_id
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        name = [_new_job_id() if torch.distributed.get_rank() == 0 else None]
+        torch.distributed.broadcast_object_list(name, src=0)
+        return str(name[0])
+    if world_size == 1:
+        return _new_job_id()
+    raise ValueError(
+        "job_id: with several ranks and no torch.distributed process group the ranks "
+        "cannot agree on a generated name; pass the same job_id on every rank"
+    )
+
+
+def _new_job_id() -> str:
+    """run-<host>-<pid>-<random>: unique per run, readable in the server's status."""
+    return f"run-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
 class Loader:
     """Registers this rank's job with the server on construction and iterates its batches.
 
     Job settings left as None take the server's defaults (its flags); every rank of a
-    job must ask for the same. Names (split, remainder, transform) are the proto's:
+    job must ask for the same. Without `job_id` every run is a new job (rank 0 names it
+    and shares the name through the torch.distributed process group; a single rank
+    needs no group); with several ranks and no process group, pass `job_id`. Names (split, remainder, transform) are the proto's:
     split "shard" | "sample", remainder "drop" | "pad", transform "center" | "random".
 
     Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
@@ -84,7 +112,7 @@ class Loader:
         server: str,
         *,
         batch_size: Optional[int] = None,
-        job_id: str = "default",
+        job_id: Optional[str] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         split: Optional[str] = None,
@@ -104,6 +132,7 @@ class Loader:
         default_rank, default_world = _default_rank_and_world()
         rank = default_rank if rank is None else rank
         world_size = default_world if world_size is None else world_size
+        job_id = _resolve_job_id(job_id, world_size)
         job = pb.RegisterRequest(
             job_id=job_id,
             rank=rank,

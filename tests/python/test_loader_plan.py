@@ -102,3 +102,18 @@ def test_an_older_iterator_stops_when_a_new_one_starts(server):
             next(first)
         assert loader.epoch == 1
         assert len(list(second)) == len(loader)
+
+
+def test_without_a_job_id_each_run_is_its_own_job(server):
+    """A rerun with another batch size is a new job, not a refusal by the old one."""
+    with shardcast.Loader(server.address, batch_size=8, world_size=1, rank=0) as first:
+        assert first.job_id.startswith("run-")
+        assert len(first) > 0
+    with shardcast.Loader(server.address, batch_size=4, world_size=1, rank=0) as second:
+        assert second.job_id != first.job_id
+        assert len(second) == 2 * len(first)
+
+
+def test_several_ranks_without_a_process_group_need_a_job_id(server):
+    with pytest.raises(ValueError, match="pass the same job_id on every rank"):
+        shardcast.Loader(server.address, batch_size=8, world_size=2, rank=0)
