@@ -61,6 +61,12 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
 void Job::MarkRegistered(int32_t rank) {
   absl::MutexLock lock(&mu_);
   ranks_[rank].progress.rank = rank;
+  last_active_ = absl::Now();
+}
+
+bool Job::IdleFor(absl::Duration ttl, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return open_streams_ == 0 && now - last_active_ >= ttl;
 }
 
 bool Job::IsRegistered(int32_t rank) const {
@@ -78,6 +84,8 @@ int64_t Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
   state.progress.streaming = true;
   state.stream_id = next_stream_id_++;
   state.window = std::move(window);
+  ++open_streams_;
+  last_active_ = absl::Now();
   return state.stream_id;
 }
 
@@ -90,6 +98,8 @@ void Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) {
 
 void Job::CloseStream(int32_t rank, int64_t stream_id) {
   absl::MutexLock lock(&mu_);
+  --open_streams_;
+  last_active_ = absl::Now();
   RankState& state = ranks_[rank];
   if (state.stream_id != stream_id) return;
   state.progress.streaming = false;
@@ -117,8 +127,23 @@ std::vector<RankProgress> Job::Progress() const {
 // ---------------------------------------------------------------------------- JobRegistry
 
 JobRegistry::JobRegistry(const ServedDataset* dataset, const JobConfig& defaults,
-                         const JobLimits& limits)
-    : dataset_(dataset), defaults_(defaults), limits_(limits) {}
+                         const JobLimits& limits, absl::Duration job_ttl)
+    : dataset_(dataset), defaults_(defaults), limits_(limits), job_ttl_(job_ttl) {}
+
+std::vector<std::string> JobRegistry::DropExpired(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> dropped;
+  if (job_ttl_ <= absl::ZeroDuration()) return dropped;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (it->second->IdleFor(job_ttl_, now)) {
+      dropped.push_back(it->first);
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
 
 absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request) {
   const std::string& job_id = request.job_id();

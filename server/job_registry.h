@@ -15,6 +15,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/epoch_plan.h"
 #include "common/job_config.h"
 #include "server/served_dataset.h"
@@ -65,6 +67,10 @@ class Job {
   // Registered ranks, in rank order, with live window depths.
   std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // True when no rank has a stream open and none has registered, opened or closed one
+  // for `ttl` before `now`.
+  bool IdleFor(absl::Duration ttl, absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct RankState {
     RankProgress progress;
@@ -82,6 +88,8 @@ class Job {
   mutable absl::Mutex mu_;
   std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
   int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int open_streams_ ABSL_GUARDED_BY(mu_) = 0;  // of all ranks, replaced ones included
+  absl::Time last_active_ ABSL_GUARDED_BY(mu_) = absl::Now();
   // Most recently used first: (epoch, plan).
   std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
 };
@@ -89,7 +97,9 @@ class Job {
 class JobRegistry {
  public:
   // REQUIRES: `dataset` outlives the registry.
-  JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, const JobLimits& limits);
+  // `job_ttl`: see ServerOptions::job_ttl (zero = jobs never expire).
+  JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, const JobLimits& limits,
+              absl::Duration job_ttl);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -104,10 +114,16 @@ class JobRegistry {
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Drops the jobs idle for the TTL and returns their ids, for the log. The service
+  // calls it before every Register and GetStatus, so an expired job's id is free and
+  // status never lists it.
+  std::vector<std::string> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   const ServedDataset* const dataset_;
   const JobConfig defaults_;
   const JobLimits limits_;
+  const absl::Duration job_ttl_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

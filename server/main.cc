@@ -90,6 +90,11 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                   "on SIGTERM/SIGINT: how long open streams may go on before they are\n"
                   "cancelled"},
                  &o.grace_period);
+  flags.Duration({{"--job-ttl"},
+                  "DURATION",
+                  "drop a job once none of its ranks has had a stream open for this long "
+                  "(0 = never); a rank that comes back re-registers it"},
+                 &o.job_ttl);
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);

@@ -23,6 +23,10 @@ struct ServerOptions {
   std::string label_field = "label";        // .json field holding the label (no .cls)
   int64_t max_message_bytes = 512ll << 20;  // largest Batch message a job may need
   absl::Duration grace_period = absl::Seconds(10);  // drain: how long open streams may run on
+  // A job none of whose ranks has had a stream open for this long is dropped, so its id
+  // and config are free again (a rank that comes back later simply re-registers).
+  // Zero = jobs never expire.
+  absl::Duration job_ttl = absl::Hours(1);
   // BENCHMARK ONLY: each stream assembles its first batch once and re-sends that same
   // buffer for every message, so a benchmark measures the wire without decode cost.
   // Clients receive wrong data in this mode; never set it when serving a trainer.

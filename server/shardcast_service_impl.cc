@@ -108,8 +108,9 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
   serving->dataset = std::move(dataset);
   serving->assembler =
       std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_);
-  serving->registry = std::make_unique<JobRegistry>(
-      serving->dataset.get(), options_.defaults, JobLimits{options_.max_message_bytes});
+  serving->registry =
+      std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
+                                    JobLimits{options_.max_message_bytes}, options_.job_ttl);
   absl::MutexLock lock(&mu_);
   serving_ = std::move(serving);
   if (state_ == State::kIndexing) state_ = State::kServing;
@@ -155,6 +156,7 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
     const v1::RegisterRequest& request) {
   absl::StatusOr<const Serving*> serving = Available();
   if (!serving.ok()) return serving.status();
+  DropExpiredJobs(*(*serving)->registry);
   absl::StatusOr<v1::RegisterResponse> response = (*serving)->registry->Register(request);
   if (!response.ok()) {
     LogWarning("register",
@@ -169,6 +171,13 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
                           response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
                           response->batches_per_epoch(), response->job_fingerprint()));
   return response;
+}
+
+void ShardcastServiceImpl::DropExpiredJobs(JobRegistry& registry) const {
+  for (const std::string& id : registry.DropExpired(absl::Now())) {
+    LogInfo("register", absl::StrCat("dropped job '", id, "': no stream open for ",
+                                     absl::FormatDuration(options_.job_ttl), " (--job-ttl)"));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::OpenStream(
@@ -259,6 +268,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
     response.set_num_samples(index.num_samples);
     response.set_index_fingerprint(index.fingerprint);
     response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+    DropExpiredJobs(*serving->registry);
     for (const std::shared_ptr<Job>& job : serving->registry->Jobs()) {
       v1::JobStatus* job_status = response.add_jobs();
       job_status->set_job_id(job->id());

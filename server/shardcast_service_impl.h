@@ -114,6 +114,8 @@ class ShardcastServiceImpl {
   // OpenStream without the log line for a refusal.
   absl::StatusOr<std::unique_ptr<StreamSession>> StartStream(
       const shardcast::v1::StreamBatchesRequest& request);
+  // Drops the jobs idle for --job-ttl, with a log line each.
+  void DropExpiredJobs(JobRegistry& registry) const;
   // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
   absl::StatusOr<const Serving*> Available() const ABSL_LOCKS_EXCLUDED(mu_);
 

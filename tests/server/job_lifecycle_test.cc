@@ -1,0 +1,72 @@
+// Jobs expire: once none of a job's ranks has had a stream open for --job-ttl, the job
+// is dropped (logged, gone from status) and its id takes a new config. Before, a job
+// lived until the server restarted, so rerunning with another batch size under the same
+// id was refused with FAILED_PRECONDITION forever.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr auto kTtl = std::chrono::milliseconds(400);
+
+server::ServerOptions WithTtl() {
+  server::ServerOptions options;
+  options.job_ttl = absl::FromChrono(kTtl);
+  return options;
+}
+
+TEST(JobLifecycleTest, AnIdleJobExpiresAndItsIdTakesANewConfig) {
+  TempDir dir;
+  MakeDataset(dir.path(), /*samples=*/48, /*per_shard=*/12);
+  InProcessServer server(dir.path(), WithTtl());
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("rerun", 0, 1, 8), &response).ok());
+  ASSERT_TRUE(StreamAll(server.stub(), "rerun", 0, 0, 0).status.ok());
+
+  // Within the TTL the job is alive: another batch size is refused, naming the field.
+  grpc::Status conflict = Register(server.stub(), MakeRegister("rerun", 0, 1, 4), &response);
+  EXPECT_EQ(conflict.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(conflict.error_message(), HasSubstr("batch_size"));
+
+  std::this_thread::sleep_for(kTtl + std::chrono::milliseconds(200));
+  EXPECT_EQ(GetStatus(server.stub()).jobs_size(), 0);  // dropped
+  grpc::Status rerun = Register(server.stub(), MakeRegister("rerun", 0, 1, 4), &response);
+  ASSERT_TRUE(rerun.ok()) << rerun.error_message();
+  EXPECT_EQ(response.batch_size(), 4);
+  EXPECT_EQ(response.batches_per_epoch(), 48 / 4);
+}
+
+TEST(JobLifecycleTest, AJobWithAnOpenStreamNeverExpires) {
+  TempDir dir;
+  MakeDataset(dir.path(), /*samples=*/480, /*per_shard=*/120);
+  InProcessServer server(dir.path(), WithTtl());
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("slow", 0, 1, 8), &response).ok());
+  // A reader that takes one batch, then nothing for longer than the TTL.
+  auto slow_stub =
+      v1::Shardcast::NewStub(MakeChannel(server.target(), /*stream_window_bytes=*/64 * 1024));
+  grpc::ClientContext context;
+  v1::StreamBatchesRequest request;
+  request.set_job_id("slow");
+  request.set_rank(0);
+  auto reader = slow_stub->StreamBatches(&context, request);
+  v1::Batch batch;
+  ASSERT_TRUE(reader->Read(&batch));
+  std::this_thread::sleep_for(kTtl * 2);
+  v1::GetStatusResponse status = GetStatus(server.stub());
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_EQ(status.jobs(0).job_id(), "slow");
+  context.TryCancel();
+  reader->Finish();
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
