@@ -23,8 +23,7 @@ absl::StatusOr<std::unique_ptr<BatchStream>> BatchStream::Connect(BatchStreamOpt
         "Building with CUDA)",
         options.device.str()));
   }
-  absl::StatusOr<std::unique_ptr<client::RankStream>> stream =
-      client::RankStream::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(options);
   if (!stream.ok()) return stream.status();
   return std::unique_ptr<BatchStream>(new BatchStream(std::move(options), *std::move(stream)));
 }
@@ -83,8 +82,8 @@ TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
     const shardcast::v1::SampleInfo& info = msg->samples(i);
     labels_data[i] = msg->labels(i);
     valid_data[i] = info.valid();
-    out.samples.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(),
-                                     info.valid(), info.substituted()});
+    out.samples.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(), info.valid(),
+                                     info.substituted()});
   }
 
   const torch::Device device = options_.device;

@@ -29,8 +29,8 @@ absl::StatusOr<Enum> ParseName(const char* what, const char* const (&names)[N],
   for (size_t i = 0; i < N; ++i) {
     if (name == names[i]) return static_cast<Enum>(i);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", name, "': expected ",
-                                                 absl::StrJoin(names, " or ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", name, "': expected ", absl::StrJoin(names, " or ")));
 }
 
 template <size_t N>

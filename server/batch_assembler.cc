@@ -35,8 +35,8 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
         absl::StrCat("cannot allocate ", image_bytes, " bytes for a batch of ", batch_size,
                      " images of 3x", crop, "x", crop, ": ", std::strerror(errno)));
   }
-  return std::shared_ptr<AssembledBatch>(new AssembledBatch(
-      sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge));
+  return std::shared_ptr<AssembledBatch>(
+      new AssembledBatch(sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge));
 }
 
 AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
@@ -78,11 +78,11 @@ struct BatchAssembler::PendingBatch {
 BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats)
     : dataset_(dataset), pool_(pool), stats_(stats) {}
 
-absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(
-    const PlannedBatch& planned, const TransformSpec& spec) {
+absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
+                                                                        const TransformSpec& spec) {
   const int batch_size = static_cast<int>(planned.samples.size());
-  absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
-      batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr);
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> created =
+      AssembledBatch::Create(batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr);
   if (!created.ok()) return created.status();
   std::shared_ptr<AssembledBatch> batch = *std::move(created);
   shardcast::v1::Batch& header = batch->header();

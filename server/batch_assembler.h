@@ -25,8 +25,8 @@ namespace shardcast::server {
 class AssembledBatch {
  public:
   // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped.
-  static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(
-      int batch_size, int crop, std::atomic<int64_t>* buffer_gauge);
+  static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(int batch_size, int crop,
+                                                                std::atomic<int64_t>* buffer_gauge);
   ~AssembledBatch();
   AssembledBatch(const AssembledBatch&) = delete;
   AssembledBatch& operator=(const AssembledBatch&) = delete;
@@ -81,7 +81,6 @@ class BatchAssembler {
   void Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
               const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
               std::function<void(bool complete)> done);
-
 
   const ServedDataset& dataset() const { return *dataset_; }
 

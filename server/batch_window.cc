@@ -42,8 +42,8 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   while (slots_.size() < depth && launched_ < limit && launch_error_.ok()) {
     Launch launch;
     if (!batches_->Next(&launch.planned)) {
-      launch_error_ = absl::InternalError(absl::StrCat(
-          "the epoch plan ended after ", launched_, " of ", options_.count, " batches"));
+      launch_error_ = absl::InternalError(absl::StrCat("the epoch plan ended after ", launched_,
+                                                       " of ", options_.count, " batches"));
       break;
     }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =

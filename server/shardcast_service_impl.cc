@@ -31,8 +31,8 @@ StreamSession::StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job>
 
 StreamSession::~StreamSession() { Close("closed"); }
 
-absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(
-    std::shared_ptr<AssembledBatch>* batch, std::function<void()> on_ready) {
+absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(std::shared_ptr<AssembledBatch>* batch,
+                                                            std::function<void()> on_ready) {
   return window_->Take(batch, std::move(on_ready));
 }
 
@@ -209,10 +209,10 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
     // The server was restarted with other data or defaults, or another run took the
     // job id: this stream would get other samples or other pixels than its rank
     // registered for.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job_fingerprint: job '", job->id(), "' on this server is ", job->job_fingerprint(),
-        ", the stream asked for ", request.job_fingerprint(),
-        " (the data or the job config changed since the rank registered)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job_fingerprint: job '", job->id(), "' on this server is ",
+                     job->job_fingerprint(), ", the stream asked for ", request.job_fingerprint(),
+                     " (the data or the job config changed since the rank registered)"));
   }
   if (!job->IsRegistered(request.rank())) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -36,7 +36,7 @@ class StreamSession {
 
   // See BatchWindow::Take.
   absl::StatusOr<BatchWindow::TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
-                               std::function<void()> on_ready);
+                                               std::function<void()> on_ready);
   // The client's transport took `batch` (a message of `message_bytes` bytes).
   void Sent(const AssembledBatch& batch, int64_t message_bytes);
   // Ends the stream: stops decode work, frees its buffers, logs `how`. Idempotent.

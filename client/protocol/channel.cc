@@ -10,8 +10,8 @@ namespace shardcast::client {
 std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  const int initial_ms =
-      std::max<int>(1, static_cast<int>(absl::ToInt64Milliseconds(options.reconnect_backoff_initial)));
+  const int initial_ms = std::max<int>(
+      1, static_cast<int>(absl::ToInt64Milliseconds(options.reconnect_backoff_initial)));
   const int max_ms = std::max<int>(
       initial_ms, static_cast<int>(absl::ToInt64Milliseconds(options.reconnect_backoff_max)));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);

@@ -95,9 +95,9 @@ class RankStream::Impl {
         return absl::OkStatus();
       }
       if (IsPermanent(status.error_code()) || status.error_code() == grpc::StatusCode::CANCELLED) {
-        return FromGrpcStatus(status,
-                        absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
-                                        options_.job.job_id(), options_.server));
+        return FromGrpcStatus(
+            status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
+                                    options_.job.job_id(), options_.server));
       }
       if (absl::Now() + backoff >= give_up) {
         return absl::UnavailableError(absl::StrFormat(
@@ -248,9 +248,9 @@ class RankStream::Impl {
       changed = absl::StrFormat("job fingerprint %s (was %s: the data or the job config changed)",
                                 now.job_fingerprint(), was.job_fingerprint());
     } else if (now.world_size() != was.world_size() || now.batch_size() != was.batch_size()) {
-      changed = absl::StrFormat("world size %d and batch size %d (were %d and %d)",
-                                now.world_size(), now.batch_size(), was.world_size(),
-                                was.batch_size());
+      changed =
+          absl::StrFormat("world size %d and batch size %d (were %d and %d)", now.world_size(),
+                          now.batch_size(), was.world_size(), was.batch_size());
     } else if (now.batches_per_epoch() != was.batches_per_epoch()) {
       changed = absl::StrFormat("%d batches per epoch (was %d)", now.batches_per_epoch(),
                                 was.batches_per_epoch());

@@ -226,7 +226,7 @@ absl::Status Communicator::Barrier() {
 }
 
 absl::StatusOr<std::string> Communicator::ShareFromRankZero(const std::string& key,
-                                                           const std::string& value) {
+                                                            const std::string& value) {
   if (!group_) return value;
   const std::string store_key = absl::StrCat("shardcast/", key);
   try {

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +23,8 @@
 #include "client/train/progress.h"
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
-#include "proto/job_config_proto.h"
 #include "common/job_config.h"
+#include "proto/job_config_proto.h"
 
 namespace shardcast::train {
 namespace {

@@ -42,7 +42,8 @@ absl::Status EnvInt(const char* name, int* out) {
 void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->Section("Data (the job registered with the server; unset = the server's default):");
   f->String({{"--server"}, "HOST:PORT", "shardcast-server address"}, &o->server);
-  f->String({{"--job-id"}, "ID",
+  f->String({{"--job-id"},
+             "ID",
              "job name shared by all ranks; give one to attach several launches to one job "
              "(default: a new job per run, named by rank 0)"},
             &o->job_id);

@@ -17,7 +17,7 @@ namespace shardcast::train {
 struct TrainOptions {
   // Data (the server's job).
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
-  std::string job_id;  // empty: a new job per run (rank 0 names it)
+  std::string job_id;                      // empty: a new job per run (rank 0 names it)
   // What the job asks of the server (common/job_flags.h); unset = the server's default.
   JobOverrides job;
   std::vector<double> mean = {0.485, 0.456, 0.406};

@@ -133,21 +133,22 @@ absl::Status Trainer::Setup(int64_t* start_epoch, int64_t* start_batch) {
   }
   n_ = source_->batches_per_epoch();
   if (metrics_) {
-    metrics_->Write(JsonLine()
-                        .Add("event", "start")
-                        .Add("rank", comm_->rank())
-                        .Add("world_size", world)
-                        .Add("backend", comm_->backend())
-                        .Add("device", config_.device.str())
-                        .Add("model", model_->Describe())
-                        .Add("source", source_->Describe())
-                        .Add("n", n_)
-                        .Add("epoch", *start_epoch)
-                        .Add("next_batch", *start_batch)
-                        .Add("step", global_step_)
-                        .Add("resumed_from", config_.resume_path)
-                        .Add("buckets", static_cast<int64_t>(reducer_ ? reducer_->num_buckets() : 0))
-                        .AddTime("time", UnixTime()));
+    metrics_->Write(
+        JsonLine()
+            .Add("event", "start")
+            .Add("rank", comm_->rank())
+            .Add("world_size", world)
+            .Add("backend", comm_->backend())
+            .Add("device", config_.device.str())
+            .Add("model", model_->Describe())
+            .Add("source", source_->Describe())
+            .Add("n", n_)
+            .Add("epoch", *start_epoch)
+            .Add("next_batch", *start_batch)
+            .Add("step", global_step_)
+            .Add("resumed_from", config_.resume_path)
+            .Add("buckets", static_cast<int64_t>(reducer_ ? reducer_->num_buckets() : 0))
+            .AddTime("time", UnixTime()));
   }
   return absl::OkStatus();
 }
@@ -172,8 +173,8 @@ absl::StatusOr<Trainer::StepAgreement> Trainer::AgreeOnStep(bool have_batch, int
   return StepAgreement::kTrain;
 }
 
-absl::Status Trainer::TrainOnBatch(const TrainingBatch& batch, int64_t epoch,
-                                   torch::Tensor* logits, torch::Tensor* loss) {
+absl::Status Trainer::TrainOnBatch(const TrainingBatch& batch, int64_t epoch, torch::Tensor* logits,
+                                   torch::Tensor* loss) {
   // DDP's broadcast_buffers: rank 0's BatchNorm statistics before every forward.
   if (comm_->world_size() > 1 && !buffers_.empty()) {
     if (absl::Status s = comm_->BroadcastCoalesced(buffers_, 0); !s.ok()) return s;
@@ -191,9 +192,9 @@ absl::Status Trainer::TrainOnBatch(const TrainingBatch& batch, int64_t epoch,
     }
     loss->backward();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("epoch ", epoch, " batch ", batch.index,
-                                            ": forward/backward failed: ",
-                                            std::string(e.what()).substr(0, 500)));
+    return absl::InternalError(
+        absl::StrCat("epoch ", epoch, " batch ", batch.index,
+                     ": forward/backward failed: ", std::string(e.what()).substr(0, 500)));
   }
   if (reducer_) {
     if (absl::Status s = reducer_->FinishBackward(); !s.ok()) return s;
@@ -353,9 +354,9 @@ absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, bool* stop, Trainer
     torch::Tensor logits, loss;
     if (absl::Status s = TrainOnBatch(batch, epoch, &logits, &loss); !s.ok()) return s;
     ++consumed;
-    if (absl::Status s = RecordStep(batch, logits, loss, wait_seconds,
-                                    Seconds(Clock::now() - step_start),
-                                    Seconds(Clock::now() - epoch_start), consumed, &totals);
+    if (absl::Status s =
+            RecordStep(batch, logits, loss, wait_seconds, Seconds(Clock::now() - step_start),
+                       Seconds(Clock::now() - epoch_start), consumed, &totals);
         !s.ok()) {
       return s;
     }

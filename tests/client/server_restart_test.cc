@@ -174,8 +174,10 @@ TEST_F(ServerRestartTest, RestartWithAnotherDefaultTransformIsRefusedNotResumed)
   absl::Status error;
   for (int i = 0; i < 100 && error.ok(); ++i) {
     absl::StatusOr<std::optional<TrainingBatch>> next = (*stream)->Next();
-    if (!next.ok()) error = next.status();
-    else ASSERT_TRUE(next->has_value()) << "the epoch ended on the changed server";
+    if (!next.ok())
+      error = next.status();
+    else
+      ASSERT_TRUE(next->has_value()) << "the epoch ended on the changed server";
   }
   EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
   EXPECT_NE(error.message().find("job fingerprint"), std::string::npos) << error;

@@ -440,7 +440,8 @@ TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
       samples[0].label = 2;
       samples[0].cls = "class2";
     }
-    MakeTar(tmp_.path(), SampleFiles(samples), i % 2 ? TarWriter::kGnuTarPax : TarWriter::kPythonGnu,
+    MakeTar(tmp_.path(), SampleFiles(samples),
+            i % 2 ? TarWriter::kGnuTarPax : TarWriter::kPythonGnu,
             relabelled + "/" + absl::StrCat("part-", i, ".tar"));
   }
   absl::StatusOr<DatasetIndex> changed = BuildDatasetIndex(relabelled, many);

@@ -113,7 +113,6 @@ inline void WriteFile(const std::string& path, const void* data, size_t n) {
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
 }
 
-
 // Runs `cmd`, returning its exit status and stdout+stderr.
 inline int RunCommand(const std::string& cmd, std::string* output) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");

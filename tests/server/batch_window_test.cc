@@ -164,8 +164,7 @@ TEST(AssembledBatchTest, ABufferThatCannotBeAllocatedIsAStatusNotAnException) {
       AssembledBatch::Create(65536, 8192, &gauge);
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(huge.status().message().find("batch of 65536 images of 3x8192x8192"),
-            std::string::npos)
+  EXPECT_NE(huge.status().message().find("batch of 65536 images of 3x8192x8192"), std::string::npos)
       << huge.status();
   EXPECT_EQ(gauge.load(), 0);
   absl::StatusOr<std::shared_ptr<AssembledBatch>> small = AssembledBatch::Create(2, 8, &gauge);

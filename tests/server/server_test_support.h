@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/protocol/channel.h"
 #include "common/dataset_index.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "common/shard_reader.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "client/protocol/channel.h"
 #include "server/shardcast_server.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"

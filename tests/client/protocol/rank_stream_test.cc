@@ -65,8 +65,7 @@ TEST(RankStreamTest, AJobChangedUnderTheRankIsRefusedOnReconnect) {
   const int port = server->server().port();
   client::RankStreamOptions options = Options(server->target(), "taken");
   options.job.set_batch_size(2);
-  absl::StatusOr<std::unique_ptr<client::RankStream>> stream =
-      client::RankStream::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(options);
   ASSERT_TRUE(stream.ok()) << stream.status();
   ASSERT_TRUE((*stream)->StartEpoch(0).ok());
   ASSERT_TRUE((*stream)->Next().ok());
@@ -90,8 +89,10 @@ TEST(RankStreamTest, AJobChangedUnderTheRankIsRefusedOnReconnect) {
   absl::Status error;
   for (int i = 0; i < 400 && error.ok(); ++i) {
     absl::StatusOr<std::optional<client::ReceivedBatch>> next = (*stream)->Next();
-    if (!next.ok()) error = next.status();
-    else ASSERT_TRUE(next->has_value()) << "resumed onto the other run's job";
+    if (!next.ok())
+      error = next.status();
+    else
+      ASSERT_TRUE(next->has_value()) << "resumed onto the other run's job";
   }
   // The re-registration with the old seed conflicts with the new job's.
   EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
