@@ -209,10 +209,16 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
     // The server was restarted with other data or defaults, or another run took the
     // job id: this stream would get other samples or other pixels than its rank
     // registered for.
-    return absl::FailedPreconditionError(
-        absl::StrCat("job_fingerprint: job '", job->id(), "' on this server is ",
-                     job->job_fingerprint(), ", the stream asked for ", request.job_fingerprint(),
-                     " (the data or the job config changed since the rank registered)"));
+    // The asked value is the client's: echoed only when it has a fingerprint's shape,
+    // so a huge or binary field never lands in the status message and the log.
+    const std::string& asked = request.job_fingerprint();
+    const bool printable = asked.size() == job->job_fingerprint().size() &&
+                           asked.find_first_not_of("0123456789abcdef") == std::string::npos;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job_fingerprint: job '", job->id(), "' on this server is ", job->job_fingerprint(),
+        ", the stream asked for ",
+        printable ? asked : absl::StrCat("a malformed value of ", asked.size(), " bytes"),
+        " (the data or the job config changed since the rank registered)"));
   }
   if (!job->IsRegistered(request.rank())) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -162,6 +162,12 @@ TEST_F(BadRequestTest, StreamRequestsAreChecked) {
   EXPECT_EQ(stale.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(stale.status.error_message(), HasSubstr("job_fingerprint"));
   EXPECT_TRUE(stale.batches.empty());
+  // A hostile value (1 MiB) is refused the same way, without echoing it back.
+  changed.set_job_fingerprint(std::string(1 << 20, 'z'));
+  StreamResult huge = StreamAll(stub(), changed);
+  EXPECT_EQ(huge.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(huge.status.error_message(), HasSubstr("a malformed value of 1048576 bytes"));
+  EXPECT_LT(huge.status.error_message().size(), 1000u);
   changed.set_job_fingerprint(response.job_fingerprint());
   changed.set_start_batch(n - 1);
   StreamResult fresh = StreamAll(stub(), changed);
