@@ -81,7 +81,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const Rendezv
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rdzv.rank, " is not in [0, world size ", rdzv.world_size, ")"));
   }
-  if (rdzv.world_size == 1) {
+  // One rank has nothing to synchronize, so no process group by default.
+  // SHARDCAST_FORCE_PROCESS_GROUP=1 builds one anyway: the only way to exercise the
+  // NCCL path on a machine with one GPU (NCCL refuses two ranks on one device).
+  const char* force_group = std::getenv("SHARDCAST_FORCE_PROCESS_GROUP");
+  if (rdzv.world_size == 1 && !(force_group != nullptr && std::string(force_group) == "1")) {
     return std::unique_ptr<Communicator>(new Communicator(0, 1, nullptr));
   }
   if (rdzv.master_port <= 0 || rdzv.master_port > 65535) {
