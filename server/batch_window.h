@@ -18,6 +18,7 @@
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "server/batch_assembler.h"
+#include "server/batch_memory.h"
 
 namespace shardcast::server {
 
@@ -28,6 +29,10 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     int64_t count = 0;                // batches this stream sends (n - start_batch)
     TransformSpec transform;          // the job's transform
     bool resend_first_batch = false;  // BENCHMARK ONLY, see ServerOptions
+    // The stream's share of --max-batch-memory: every batch is launched only with a
+    // grant from it, so the window is as deep as `depth` only while the budget allows
+    // (and at least one batch). Null: no budget (tests, benchmarks).
+    std::shared_ptr<StreamMemory> memory;
   };
 
   // REQUIRES: `assembler` outlives the window and every batch it launched.
@@ -41,7 +46,8 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   enum class TakeResult {
     kBatch,    // *batch is the next batch in order; the window refills behind it
-    kPending,  // the next batch is not ready; `on_ready` will be called once when it is
+    kPending,  // the next batch is not ready (or waits for memory); `on_ready` will be
+               // called once when it is
     kEnd,      // all `count` batches were taken (or the window was cancelled)
   };
   // Never blocks. `on_ready` runs on a pool thread (or the thread that made the batch
@@ -80,6 +86,8 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   std::vector<Launch> PlanLaunchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchAll(std::vector<Launch> launches) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAssembled(int64_t sequence, bool complete) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream's guaranteed batch came back after a launch found no memory.
+  void OnMemoryFreed() ABSL_LOCKS_EXCLUDED(mu_);
 
   BatchAssembler* const assembler_;
   const Options options_;
