@@ -7,7 +7,8 @@
 // batch of its window (prefetch) is an extra reservation granted per batch, only
 // while one more batch of that size would still fit afterwards, so that a newly
 // arriving stream can still be admitted; extras go back to the budget as soon as the
-// batch is sent and freed, which is how windows shrink under pressure.
+// batch is sent and freed. Under pressure the service also makes windows give their
+// prefetched batches back (BatchWindow::Shrink) and reclaims idle streams.
 #ifndef SHARDCAST_SERVER_BATCH_MEMORY_H_
 #define SHARDCAST_SERVER_BATCH_MEMORY_H_
 

@@ -51,7 +51,10 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
     BatchGrant grant;
     if (options_.memory != nullptr && !options_.memory->TryAcquire(&grant)) break;
     Launch launch;
-    if (!batches_->Next(&launch.planned)) {
+    if (!relaunch_.empty()) {
+      launch.planned = std::move(relaunch_.front());
+      relaunch_.pop_front();
+    } else if (!batches_->Next(&launch.planned)) {
       launch_error_ = absl::InternalError(absl::StrCat("the epoch plan ended after ", launched_,
                                                        " of ", options_.count, " batches"));
       break;
@@ -64,7 +67,7 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
     }
     launch.batch = *std::move(batch);
     launch.sequence = launched_++;
-    slots_.push_back(Slot{launch.sequence, launch.batch, false});
+    slots_.push_back(Slot{launch.sequence, launch.batch, false, launch.planned});
     launches.push_back(std::move(launch));
   }
   return launches;
@@ -79,6 +82,25 @@ void BatchWindow::LaunchAll(std::vector<Launch> launches) {
                          if (auto self = weak.lock()) self->OnAssembled(sequence, complete);
                        });
   }
+}
+
+int BatchWindow::Shrink() {
+  std::vector<std::shared_ptr<AssembledBatch>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_locked_ || options_.resend_first_batch) return 0;
+    // From the back, so the sequence numbers stay contiguous: a dropped batch gets its
+    // sequence again when relaunched. Only ready slots: a batch still being assembled
+    // would call OnAssembled later for a sequence that may have been relaunched.
+    while (slots_.size() > 1 && slots_.back().ready) {
+      relaunch_.push_front(std::move(slots_.back().planned));
+      dropped.push_back(std::move(slots_.back().batch));
+      slots_.pop_back();
+      --launched_;
+    }
+  }
+  // The buffers and their grants go back here, outside the lock.
+  return static_cast<int>(dropped.size());
 }
 
 void BatchWindow::OnMemoryFreed() {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -63,6 +64,11 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   // taken are released, and no callback fires afterwards. Idempotent.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Memory pressure: gives back the batches assembled ahead of the client beyond the
+  // next one (ready ones only; a batch being assembled is left alone). They are
+  // assembled again, byte for byte, when the window refills. Returns how many.
+  int Shrink() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Batches assembled or being assembled ahead of the client.
   int64_t depth() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t taken() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -75,6 +81,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     int64_t sequence = 0;                   // 0-based position in this stream
     std::shared_ptr<AssembledBatch> batch;  // allocated when launched
     bool ready = false;                     // assembly finished
+    PlannedBatch planned;                   // to assemble it again after a Shrink
   };
   struct Launch {
     std::shared_ptr<AssembledBatch> batch;
@@ -96,10 +103,11 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<RankBatchIterator> batches_ ABSL_GUARDED_BY(mu_);  // the plan, lazily
-  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);          // launched, not yet taken, in order
-  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;            // batches launched (or resent) so far
-  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;               // batches handed to the client
-  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);  // armed by a kPending Take
+  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order
+  std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);  // given back by Shrink, in order
+  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched (or resent) so far
+  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;                  // batches handed to the client
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);     // armed by a kPending Take
   bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
   // Why no more batches are launched before `count` (plan ended early, allocation
   // failed); delivered by Take once the batches launched before it are taken.

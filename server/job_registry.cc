@@ -106,6 +106,16 @@ std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> Job::Str
   return {it->second.control, it->second.window.lock()};
 }
 
+std::vector<std::shared_ptr<BatchWindow>> Job::OpenWindows() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<BatchWindow>> windows;
+  for (const auto& [rank, state] : ranks_) {
+    if (!state.progress.streaming) continue;
+    if (std::shared_ptr<BatchWindow> window = state.window.lock()) windows.push_back(window);
+  }
+  return windows;
+}
+
 std::vector<std::shared_ptr<StreamControl>> Job::OpenStreams() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<StreamControl>> controls;

@@ -75,6 +75,8 @@ class Job {
   // The newest stream of `rank` while open (nulls otherwise).
   std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> StreamOf(
       int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The windows of the ranks' open streams (to shrink them under memory pressure).
+  std::vector<std::shared_ptr<BatchWindow>> OpenWindows() const ABSL_LOCKS_EXCLUDED(mu_);
   // The controls of the ranks' open streams (for the idle reaper).
   std::vector<std::shared_ptr<StreamControl>> OpenStreams() const ABSL_LOCKS_EXCLUDED(mu_);
 

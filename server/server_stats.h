@@ -50,6 +50,7 @@ struct ServerStats {
   std::atomic<int64_t> streams_refused_memory{0};  // not even one batch fit the budget
   std::atomic<int64_t> streams_replaced{0};        // a newer stream of the same rank came
   std::atomic<int64_t> streams_reclaimed_idle{0};  // client took nothing for the timeout
+  std::atomic<int64_t> batches_given_back{0};      // prefetched batches dropped under pressure
 };
 
 // Resident set size of this process, from /proc/self/statm (0 when unavailable).

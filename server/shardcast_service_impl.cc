@@ -115,6 +115,23 @@ int ShardcastServiceImpl::ReclaimIdleStreams() {
   return reclaimed;
 }
 
+int ShardcastServiceImpl::ShrinkWindows() {
+  JobRegistry* jobs = registry();
+  if (jobs == nullptr) return 0;
+  int given_back = 0;
+  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+    for (const std::shared_ptr<BatchWindow>& window : job->OpenWindows()) {
+      given_back += window->Shrink();
+    }
+  }
+  if (given_back > 0) {
+    stats_.batches_given_back.fetch_add(given_back);
+    LogInfo("stream",
+            absl::StrCat("memory pressure: windows gave back ", given_back, " prefetched batches"));
+  }
+  return given_back;
+}
+
 void ShardcastServiceImpl::EndStream(const std::shared_ptr<StreamControl>& control,
                                      const std::shared_ptr<BatchWindow>& window,
                                      const absl::Status& status) {
@@ -136,11 +153,13 @@ absl::StatusOr<std::shared_ptr<StreamMemory>> ShardcastServiceImpl::AdmitStream(
   absl::StatusOr<std::shared_ptr<StreamMemory>> memory =
       StreamMemory::Create(&budget_, batch_bytes);
   if (memory.ok()) return memory;
-  // Idle streams are reclaimed first. A stream just ended (replaced or idle) gives its
-  // memory back once gRPC drops the batch it was writing, within moments: wait that
-  // long, not more (this runs on a gRPC thread).
+  // Idle streams are reclaimed first, then every window gives back its prefetch beyond
+  // the next batch. A stream just ended (replaced or idle) gives its memory back once
+  // gRPC drops the batch it was writing, within moments: wait that long, not more
+  // (this runs on a gRPC thread).
   if (ReclaimIdleStreams() > 0) ended_another = true;
-  if (ended_another) {
+  if (ShrinkWindows() > 0) memory = StreamMemory::Create(&budget_, batch_bytes);
+  if (!memory.ok() && ended_another) {
     const absl::Time deadline = absl::Now() + absl::Seconds(1);
     while (!memory.ok() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -444,6 +463,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_streams_refused_memory(stats_.streams_refused_memory.load());
   response.set_streams_replaced(stats_.streams_replaced.load());
   response.set_streams_reclaimed_idle(stats_.streams_reclaimed_idle.load());
+  response.set_batches_given_back(stats_.batches_given_back.load());
   response.set_stream_idle_timeout_seconds(absl::ToDoubleSeconds(options_.stream_idle_timeout));
   return response;
 }

@@ -142,6 +142,8 @@ class ShardcastServiceImpl {
   // ended streams' batches when it does not fit at once.
   absl::StatusOr<std::shared_ptr<StreamMemory>> AdmitStream(int64_t batch_bytes,
                                                             bool ended_another);
+  // Shrinks every open window to its next batch; returns the batches given back.
+  int ShrinkWindows() ABSL_LOCKS_EXCLUDED(mu_);
   void ReaperLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs(JobRegistry& registry) const;

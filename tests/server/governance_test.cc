@@ -154,6 +154,61 @@ TEST_F(GovernanceTest, AWindowShrinksToOneBatchUnderATightBudgetAndStillDelivers
   EXPECT_LE(status.batch_memory_peak_reserved_bytes(), 16 * kSampleBytes);
 }
 
+TEST_F(GovernanceTest, UnderPressureWindowsGiveBackPrefetchSoANewStreamIsAdmitted) {
+  constexpr int64_t kBatchBytes = 16 * kSampleBytes;
+  constexpr int64_t kBudget = 6 * kBatchBytes;
+  server::ServerOptions options;
+  options.prefetch = 4;
+  options.max_batch_memory_bytes = kBudget;
+  options.stream_idle_timeout = absl::ZeroDuration();
+  Start(options);
+  const v1::RegisterResponse hog_job = RegisterOk("hog", 0, 1, 16);
+  RegisterOk("hog2", 0, 1, 16);
+  const v1::RegisterResponse new_job = RegisterOk("new", 0, 1, 16);
+
+  // A stalled stream with a full window: its guaranteed batch and 4 extras (one
+  // being written, 4 ready), leaving room for one more batch.
+  auto channel = SlowReaderChannel(server_->target());
+  auto slow_stub = v1::Shardcast::NewStub(channel);
+  OpenCall hog;
+  hog.reader = slow_stub->StreamBatches(&hog.context, StreamRequest("hog", 0));
+  std::vector<v1::Batch> hog_batches(1);
+  ASSERT_TRUE(hog.reader->Read(&hog_batches[0]));
+  WaitForStatus(stub(), [&](const v1::GetStatusResponse& s) {
+    return s.batch_memory_reserved_bytes() == 5 * kBatchBytes && s.queue_depth() == 0;
+  });
+  // A second stalled stream takes that last batch: the budget is full.
+  OpenCall hog2;
+  hog2.reader = slow_stub->StreamBatches(&hog2.context, StreamRequest("hog2", 0));
+  v1::GetStatusResponse status = WaitForStatus(stub(), [&](const v1::GetStatusResponse& s) {
+    return s.batch_memory_reserved_bytes() == kBudget && s.queue_depth() == 0;
+  });
+  ASSERT_EQ(status.batch_memory_reserved_bytes(), kBudget);
+
+  // A new stream is admitted: the first window gives back its prefetch.
+  StreamResult result = StreamAll(stub(), "new", 0, 0, 0);
+  EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+  EXPECT_EQ(static_cast<int64_t>(result.batches.size()), new_job.batches_per_epoch());
+  status = GetStatus(stub());
+  EXPECT_GE(status.batches_given_back(), 1);
+  EXPECT_EQ(status.streams_refused_memory(), 0);
+  EXPECT_LE(status.batch_memory_peak_reserved_bytes(), kBudget);
+
+  // The stalled client reads again and gets every batch, the given-back ones
+  // assembled again byte for byte.
+  v1::Batch batch;
+  while (hog.reader->Read(&batch)) hog_batches.push_back(batch);
+  EXPECT_TRUE(hog.reader->Finish().ok());
+  ASSERT_EQ(static_cast<int64_t>(hog_batches.size()), hog_job.batches_per_epoch());
+  Reference reference(dir_.path());
+  const std::vector<PlannedBatch> planned = reference.Plan(hog_job, 1, 0, 0);
+  for (size_t i = 0; i < hog_batches.size(); ++i) {
+    reference.ExpectBatch(hog_batches[i], planned[i], Reference::Spec(hog_job));
+  }
+  hog2.context.TryCancel();
+  hog2.Drain();
+}
+
 TEST_F(GovernanceTest, ABatchLargerThanTheWholeBudgetIsRefusedSayingWhatToChange) {
   server::ServerOptions options;
   options.max_batch_memory_bytes = 4 * kSampleBytes;
