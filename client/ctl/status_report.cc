@@ -143,7 +143,8 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
               FormatBytes(static_cast<double>(st.batch_memory_peak_reserved_bytes())), ")"));
     field("streams ended",
           absl::StrCat(st.streams_refused_memory(), " refused (memory), ", st.streams_replaced(),
-                       " replaced, ", st.streams_reclaimed_idle(), " reclaimed idle"));
+                       " replaced, ", st.streams_reclaimed_idle(), " reclaimed idle; ",
+                       st.batches_given_back(), " prefetched batches given back"));
   } else {  // a server older than the budget
     field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
   }
