@@ -23,7 +23,7 @@ constexpr uint8_t kSubstituteByte = 128;
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
-    int batch_size, int crop, std::atomic<int64_t>* buffer_gauge) {
+    int batch_size, int crop, std::atomic<int64_t>* buffer_gauge, BatchGrant grant) {
   const size_t sample_bytes = 3 * static_cast<size_t>(crop) * static_cast<size_t>(crop);
   const size_t image_bytes = static_cast<size_t>(batch_size) * sample_bytes;
   // Every byte is written by decode, substitution or padding; MAP_POPULATE faults the
@@ -35,16 +35,17 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
         absl::StrCat("cannot allocate ", image_bytes, " bytes for a batch of ", batch_size,
                      " images of 3x", crop, "x", crop, ": ", std::strerror(errno)));
   }
-  return std::shared_ptr<AssembledBatch>(
-      new AssembledBatch(sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge));
+  return std::shared_ptr<AssembledBatch>(new AssembledBatch(
+      sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge, std::move(grant)));
 }
 
 AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
-                               std::atomic<int64_t>* buffer_gauge)
+                               std::atomic<int64_t>* buffer_gauge, BatchGrant grant)
     : sample_bytes_(sample_bytes),
       image_bytes_(image_bytes),
       images_(images),
-      buffer_gauge_(buffer_gauge) {
+      buffer_gauge_(buffer_gauge),
+      grant_(std::move(grant)) {
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_add(static_cast<int64_t>(image_bytes_));
 }
 
@@ -79,10 +80,11 @@ BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, S
     : dataset_(dataset), pool_(pool), stats_(stats) {}
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
-                                                                        const TransformSpec& spec) {
+                                                                        const TransformSpec& spec,
+                                                                        BatchGrant grant) {
   const int batch_size = static_cast<int>(planned.samples.size());
-  absl::StatusOr<std::shared_ptr<AssembledBatch>> created =
-      AssembledBatch::Create(batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr);
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
+      batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr, std::move(grant));
   if (!created.ok()) return created.status();
   std::shared_ptr<AssembledBatch> batch = *std::move(created);
   shardcast::v1::Batch& header = batch->header();
@@ -172,7 +174,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
     stats_->substitutions.fetch_add(1, std::memory_order_relaxed);
   }
   LogWarning("assembler",
-             absl::StrCat("substituted sample: shard ", shard.path, " key '", entry.key,
+             absl::StrCat("substituted sample: shard ", shard.path, " key '", LogSafe(entry.key),
                           "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),
                           " slot ", slot, "): ", status.ToString()));
 }

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
+#include "server/batch_memory.h"
 #include "server/decode_pool.h"
 #include "server/served_dataset.h"
 #include "server/server_stats.h"
@@ -21,12 +22,14 @@ namespace shardcast::server {
 
 // One batch: the Batch message without its images, plus the image buffer
 // (B x 3 x C x C bytes, uint8 NCHW, page-aligned). The buffer is counted in
-// ServerStats::buffer_bytes for as long as the object lives.
+// ServerStats::buffer_bytes for as long as the object lives, and holds its grant of
+// batch memory (batch_memory.h) until the buffer is unmapped.
 class AssembledBatch {
  public:
   // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped.
   static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(int batch_size, int crop,
-                                                                std::atomic<int64_t>* buffer_gauge);
+                                                                std::atomic<int64_t>* buffer_gauge,
+                                                                BatchGrant grant = {});
   ~AssembledBatch();
   AssembledBatch(const AssembledBatch&) = delete;
   AssembledBatch& operator=(const AssembledBatch&) = delete;
@@ -40,7 +43,7 @@ class AssembledBatch {
 
  private:
   AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
-                 std::atomic<int64_t>* buffer_gauge);
+                 std::atomic<int64_t>* buffer_gauge, BatchGrant grant);
 
   shardcast::v1::Batch header_;  // every field but `images`
   const size_t sample_bytes_;    // 3 * C * C
@@ -50,6 +53,8 @@ class AssembledBatch {
   // buffers it holds instead of malloc's arenas keeping their high-water mark.
   uint8_t* const images_;
   std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
+  // Given back after the destructor unmapped the buffer (members die after its body).
+  BatchGrant grant_;
 };
 
 // Thread-safe. REQUIRES: `dataset`, `pool` and `stats` outlive the assembler and
@@ -69,9 +74,11 @@ class BatchAssembler {
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
   // Allocates the batch and fills its message fields (no I/O). RESOURCE_EXHAUSTED
-  // when its buffer cannot be allocated.
+  // when its buffer cannot be allocated. The batch keeps `grant` (its reservation of
+  // batch memory) for its life.
   absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
-                                                          const TransformSpec& spec);
+                                                          const TransformSpec& spec,
+                                                          BatchGrant grant = {});
 
   // Queues one decode task per valid sample of `batch` (made by Prepare from
   // `planned`). `done(complete)` runs exactly once when every sample is finished,

@@ -11,7 +11,14 @@ namespace shardcast::server {
 std::shared_ptr<BatchWindow> BatchWindow::Create(BatchAssembler* assembler,
                                                  std::unique_ptr<RankBatchIterator> batches,
                                                  const Options& options) {
-  return std::shared_ptr<BatchWindow>(new BatchWindow(assembler, std::move(batches), options));
+  std::shared_ptr<BatchWindow> window(new BatchWindow(assembler, std::move(batches), options));
+  if (options.memory != nullptr) {
+    std::weak_ptr<BatchWindow> weak = window;
+    options.memory->SetOnFreed([weak] {
+      if (auto self = weak.lock()) self->OnMemoryFreed();
+    });
+  }
+  return window;
 }
 
 BatchWindow::BatchWindow(BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
@@ -40,21 +47,27 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
       options_.resend_first_batch ? std::min<int64_t>(1, options_.count) : options_.count;
   const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
   while (slots_.size() < depth && launched_ < limit && launch_error_.ok()) {
+    // No memory, no launch: the window stays shallower until a batch comes back.
+    BatchGrant grant;
+    if (options_.memory != nullptr && !options_.memory->TryAcquire(&grant)) break;
     Launch launch;
-    if (!batches_->Next(&launch.planned)) {
+    if (!relaunch_.empty()) {
+      launch.planned = std::move(relaunch_.front());
+      relaunch_.pop_front();
+    } else if (!batches_->Next(&launch.planned)) {
       launch_error_ = absl::InternalError(absl::StrCat("the epoch plan ended after ", launched_,
                                                        " of ", options_.count, " batches"));
       break;
     }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =
-        assembler_->Prepare(launch.planned, options_.transform);
+        assembler_->Prepare(launch.planned, options_.transform, std::move(grant));
     if (!batch.ok()) {
       launch_error_ = batch.status();
       break;
     }
     launch.batch = *std::move(batch);
     launch.sequence = launched_++;
-    slots_.push_back(Slot{launch.sequence, launch.batch, false});
+    slots_.push_back(Slot{launch.sequence, launch.batch, false, launch.planned});
     launches.push_back(std::move(launch));
   }
   return launches;
@@ -69,6 +82,34 @@ void BatchWindow::LaunchAll(std::vector<Launch> launches) {
                          if (auto self = weak.lock()) self->OnAssembled(sequence, complete);
                        });
   }
+}
+
+int BatchWindow::Shrink() {
+  std::vector<std::shared_ptr<AssembledBatch>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_locked_ || options_.resend_first_batch) return 0;
+    // From the back, so the sequence numbers stay contiguous: a dropped batch gets its
+    // sequence again when relaunched. Only ready slots: a batch still being assembled
+    // would call OnAssembled later for a sequence that may have been relaunched.
+    while (slots_.size() > 1 && slots_.back().ready) {
+      relaunch_.push_front(std::move(slots_.back().planned));
+      dropped.push_back(std::move(slots_.back().batch));
+      slots_.pop_back();
+      --launched_;
+    }
+  }
+  // The buffers and their grants go back here, outside the lock.
+  return static_cast<int>(dropped.size());
+}
+
+void BatchWindow::OnMemoryFreed() {
+  std::vector<Launch> launches;
+  {
+    absl::MutexLock lock(&mu_);
+    launches = PlanLaunchesLocked();
+  }
+  LaunchAll(std::move(launches));
 }
 
 void BatchWindow::OnAssembled(int64_t sequence, bool complete) {
@@ -95,13 +136,38 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
+    if (slots_.empty() && !(options_.resend_first_batch && first_batch_ != nullptr)) {
+      // Below `count` the window is empty only when a launch failed or found no memory
+      // (the stream's own batch still held by gRPC): try again now.
+      if (!launch_error_.ok()) return launch_error_;
+      launches = PlanLaunchesLocked();
+      if (slots_.empty()) {
+        if (!launch_error_.ok()) return launch_error_;
+        if (options_.memory == nullptr) {
+          return absl::InternalError("batch window: nothing launched");
+        }
+        // OnMemoryFreed launches once the guaranteed batch is back; OnAssembled then
+        // calls on_ready.
+        on_ready_ = std::move(on_ready);
+        return TakeResult::kPending;
+      }
+    }
+  }
+  // Launched outside the lock, before on_ready is armed: a batch with nothing to decode
+  // completes inline, and its callback must not re-enter the caller.
+  LaunchAll(std::move(launches));
+  launches.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
     if (options_.resend_first_batch && first_batch_ != nullptr) {
       *batch = first_batch_;
       ++taken_;
       return TakeResult::kBatch;
     }
     if (slots_.empty()) {
-      // Below `count`, a slot is always launched unless launching failed.
+      // Cancelled meanwhile, or another caller took it: the caller serializes Take,
+      // so only an error can bring us here.
       return launch_error_.ok() ? absl::InternalError("batch window: nothing launched")
                                 : launch_error_;
     }
@@ -131,6 +197,8 @@ void BatchWindow::Cancel() {
     mu_.Await(absl::Condition(
         +[](int* running) { return *running == 0; }, &callbacks_running_));
   }
+  // The guaranteed batch goes back to the budget now unless a batch still holds it.
+  if (options_.memory != nullptr) options_.memory->Close();
   // Buffers of batches not yet taken are released here (decode tasks still queued
   // hold theirs until they are skipped).
 }

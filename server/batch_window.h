@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -18,6 +19,7 @@
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "server/batch_assembler.h"
+#include "server/batch_memory.h"
 
 namespace shardcast::server {
 
@@ -28,6 +30,10 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     int64_t count = 0;                // batches this stream sends (n - start_batch)
     TransformSpec transform;          // the job's transform
     bool resend_first_batch = false;  // BENCHMARK ONLY, see ServerOptions
+    // The stream's share of --max-batch-memory: every batch is launched only with a
+    // grant from it, so the window is as deep as `depth` only while the budget allows
+    // (and at least one batch). Null: no budget (tests, benchmarks).
+    std::shared_ptr<StreamMemory> memory;
   };
 
   // REQUIRES: `assembler` outlives the window and every batch it launched.
@@ -41,7 +47,8 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   enum class TakeResult {
     kBatch,    // *batch is the next batch in order; the window refills behind it
-    kPending,  // the next batch is not ready; `on_ready` will be called once when it is
+    kPending,  // the next batch is not ready (or waits for memory); `on_ready` will be
+               // called once when it is
     kEnd,      // all `count` batches were taken (or the window was cancelled)
   };
   // Never blocks. `on_ready` runs on a pool thread (or the thread that made the batch
@@ -57,6 +64,11 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   // taken are released, and no callback fires afterwards. Idempotent.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Memory pressure: gives back the batches assembled ahead of the client beyond the
+  // next one (ready ones only; a batch being assembled is left alone). They are
+  // assembled again, byte for byte, when the window refills. Returns how many.
+  int Shrink() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Batches assembled or being assembled ahead of the client.
   int64_t depth() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t taken() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,6 +81,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     int64_t sequence = 0;                   // 0-based position in this stream
     std::shared_ptr<AssembledBatch> batch;  // allocated when launched
     bool ready = false;                     // assembly finished
+    PlannedBatch planned;                   // to assemble it again after a Shrink
   };
   struct Launch {
     std::shared_ptr<AssembledBatch> batch;
@@ -80,6 +93,8 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   std::vector<Launch> PlanLaunchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchAll(std::vector<Launch> launches) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAssembled(int64_t sequence, bool complete) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream's guaranteed batch came back after a launch found no memory.
+  void OnMemoryFreed() ABSL_LOCKS_EXCLUDED(mu_);
 
   BatchAssembler* const assembler_;
   const Options options_;
@@ -88,10 +103,11 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<RankBatchIterator> batches_ ABSL_GUARDED_BY(mu_);  // the plan, lazily
-  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);          // launched, not yet taken, in order
-  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;            // batches launched (or resent) so far
-  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;               // batches handed to the client
-  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);  // armed by a kPending Take
+  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order
+  std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);  // given back by Shrink, in order
+  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched (or resent) so far
+  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;                  // batches handed to the client
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);     // armed by a kPending Take
   bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
   // Why no more batches are launched before `count` (plan ended early, allocation
   // failed); delivered by Take once the batches launched before it are taken.

@@ -2,12 +2,14 @@
 #include "server/grpc_shardcast_service.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "server/batch_encoding.h"
 
 namespace shardcast::server {
@@ -25,9 +27,21 @@ namespace {
 // Writes one stream's batches: one write in flight; the next batch is written from
 // OnWriteDone, or from the window's ready callback when it was not assembled yet.
 // Reactions never block. Deletes itself in OnDone.
+//
+// The server may end the stream from outside (StreamControl: replaced by a newer
+// stream of its rank, or idle): the window is cancelled at once; with no write in
+// flight the call finishes with that status, else the call is cancelled (a write
+// waiting on a client that does not read would hold the status back forever).
 class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  explicit BatchWriter(std::unique_ptr<StreamSession> session) : session_(std::move(session)) {
+  BatchWriter(grpc::CallbackServerContext* context, std::unique_ptr<StreamSession> session)
+      : context_(context), session_(std::move(session)) {
+    std::optional<absl::Status> ended =
+        session_->control()->Attach([this](const absl::Status& status) { End(status); });
+    if (ended.has_value()) {
+      absl::MutexLock lock(&mu_);
+      end_status_ = *ended;
+    }
     Pump();
   }
   // A refused stream: finishes at once with `error` (later reactions, e.g. OnCancel
@@ -41,6 +55,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
+    session_->control()->WriteDone();
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
@@ -64,11 +79,32 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnDone() override {
     // gRPC calls OnDone after every other reaction; Close() cancels the window and
     // waits for a ready callback in progress, so none can touch `this` afterwards.
-    if (session_ != nullptr) session_->Close(how_unlocked());
+    // Detach waits for an End in progress, which uses context_.
+    if (session_ != nullptr) {
+      session_->control()->Detach();
+      session_->Close(how_unlocked());
+    }
     delete this;
   }
 
  private:
+  // StreamControl's ender: runs on the replacing stream's or the reaper's thread.
+  void End(const absl::Status& status) {
+    bool write_in_flight = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finish_called_) return;
+      end_status_ = status;
+      write_in_flight = write_in_flight_;
+    }
+    session_->CancelWindow();
+    if (write_in_flight) {
+      context_->TryCancel();  // OnWriteDone(false) and OnCancel follow, then Pump finishes
+    } else {
+      Pump();
+    }
+  }
+
   // Starts the next write, or the Finish, when one is due. The gRPC call is made
   // outside the lock and is the last thing Pump does.
   void Pump() {
@@ -77,7 +113,11 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     {
       absl::MutexLock lock(&mu_);
       if (write_in_flight_ || finish_called_) return;
-      if (write_failed_) {
+      if (end_status_.has_value()) {
+        how_ = std::string(end_status_->message());
+        status = ToGrpcStatus(*end_status_);
+        action = Action::kFinish;
+      } else if (write_failed_) {
         how_ = "write failed (client gone)";
         status = grpc::Status(grpc::StatusCode::CANCELLED, "stream write failed");
         action = Action::kFinish;
@@ -104,20 +144,25 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       }
       if (action == Action::kFinish) finish_called_ = true;
     }
-    if (action == Action::kWrite) StartWrite(&message_);
+    if (action == Action::kWrite) {
+      session_->control()->WriteStarted(absl::Now());
+      StartWrite(&message_);
+    }
     if (action == Action::kFinish) Finish(status);
   }
 
   // OnDone runs after every reaction has returned; nothing else holds the lock.
   std::string how_unlocked() ABSL_NO_THREAD_SAFETY_ANALYSIS { return how_; }
 
+  grpc::CallbackServerContext* const context_ = nullptr;  // null for a refused stream
   absl::Mutex mu_;
-  std::unique_ptr<StreamSession> session_;             // null for a refused stream
-  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;  // one write at a time
-  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;    // Finish() issued (exactly once)
-  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;     // OnWriteDone(false) seen
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;        // OnCancel seen
-  std::string how_ ABSL_GUARDED_BY(mu_) = "refused";   // for the close log line
+  std::unique_ptr<StreamSession> session_;                       // null for a refused stream
+  std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);  // ended from outside
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;            // one write at a time
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;              // Finish() issued (exactly once)
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;               // OnWriteDone(false) seen
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;                  // OnCancel seen
+  std::string how_ ABSL_GUARDED_BY(mu_) = "refused";             // for the close log line
   grpc::ByteBuffer message_;  // the write in flight; touched only by the Pump that starts it
   std::shared_ptr<AssembledBatch> in_flight_ ABSL_GUARDED_BY(mu_);
   int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -136,7 +181,7 @@ grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerCon
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
-    grpc::CallbackServerContext* /*context*/, const grpc::ByteBuffer* request) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   v1::StreamBatchesRequest parsed;
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; this copy is a ref
   grpc::Status parse =
@@ -146,7 +191,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
   }
   absl::StatusOr<std::unique_ptr<StreamSession>> session = impl_->OpenStream(parsed);
   if (!session.ok()) return new BatchWriter(session.status());
-  return new BatchWriter(*std::move(session));
+  return new BatchWriter(context, *std::move(session));
 }
 
 grpc::ServerUnaryReactor* GrpcShardcastService::GetStatus(grpc::CallbackServerContext* context,

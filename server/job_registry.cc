@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "proto/job_config_proto.h"
 #include "server/batch_window.h"
+#include "server/log.h"
 #include "server/version.h"
 
 namespace shardcast::server {
@@ -23,9 +24,9 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
                             const JobConfig& asked) {
   std::optional<ConfigDifference> diff = FirstDifference(has, asked);
   if (!diff.has_value()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(diff->field, ": job '", job, "' has ", diff->a, ", rank ", rank, " asked ",
-                   diff->b, " (ranks of a job must agree; use another job id for another config)"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      diff->field, ": job '", LogSafe(job), "' has ", diff->a, ", rank ", rank, " asked ", diff->b,
+      " (ranks of a job must agree; use another job id for another config)"));
 }
 
 }  // namespace
@@ -74,10 +75,17 @@ bool Job::IsRegistered(int32_t rank) const {
   return ranks_.count(rank) > 0;
 }
 
-int64_t Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
-                        std::weak_ptr<BatchWindow> window) {
+Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
+                            std::weak_ptr<BatchWindow> window,
+                            std::shared_ptr<StreamControl> control) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
+  Opened opened;
+  if (state.progress.streaming) {
+    opened.replaced = std::move(state.control);
+    opened.replaced_window = state.window.lock();
+  }
+  state.control = std::move(control);
   state.progress.rank = rank;
   state.progress.epoch = epoch;
   state.progress.next_batch = start_batch;
@@ -86,7 +94,35 @@ int64_t Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
   state.window = std::move(window);
   ++open_streams_;
   last_active_ = absl::Now();
-  return state.stream_id;
+  opened.stream_id = state.stream_id;
+  return opened;
+}
+
+std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> Job::StreamOf(
+    int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || !it->second.progress.streaming) return {nullptr, nullptr};
+  return {it->second.control, it->second.window.lock()};
+}
+
+std::vector<std::shared_ptr<BatchWindow>> Job::OpenWindows() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<BatchWindow>> windows;
+  for (const auto& [rank, state] : ranks_) {
+    if (!state.progress.streaming) continue;
+    if (std::shared_ptr<BatchWindow> window = state.window.lock()) windows.push_back(window);
+  }
+  return windows;
+}
+
+std::vector<std::shared_ptr<StreamControl>> Job::OpenStreams() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<StreamControl>> controls;
+  for (const auto& [rank, state] : ranks_) {
+    if (state.progress.streaming && state.control != nullptr) controls.push_back(state.control);
+  }
+  return controls;
 }
 
 void Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) {
@@ -105,6 +141,7 @@ void Job::CloseStream(int32_t rank, int64_t stream_id) {
   state.progress.streaming = false;
   state.progress.window_depth = 0;
   state.window.reset();
+  state.control.reset();
 }
 
 std::vector<RankProgress> Job::Progress() const {
@@ -127,8 +164,12 @@ std::vector<RankProgress> Job::Progress() const {
 // ---------------------------------------------------------------------------- JobRegistry
 
 JobRegistry::JobRegistry(const ServedDataset* dataset, const JobConfig& defaults,
-                         const JobLimits& limits, absl::Duration job_ttl)
-    : dataset_(dataset), defaults_(defaults), limits_(limits), job_ttl_(job_ttl) {}
+                         const JobLimits& limits, absl::Duration job_ttl, int max_jobs)
+    : dataset_(dataset),
+      defaults_(defaults),
+      limits_(limits),
+      job_ttl_(job_ttl),
+      max_jobs_(max_jobs) {}
 
 std::vector<std::string> JobRegistry::DropExpired(absl::Time now) {
   absl::MutexLock lock(&mu_);
@@ -168,10 +209,16 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       absl::Status agree = CheckAgreement(job_id, request.rank(), job->config(), *config);
       if (!agree.ok()) return agree;
     } else {
+      if (max_jobs_ > 0 && jobs_.size() >= static_cast<size_t>(max_jobs_)) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
+                         " jobs, its limit (--max-jobs ", max_jobs_,
+                         "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
+      }
       absl::StatusOr<int64_t> n = BatchesPerRank(dataset_->shard_sizes(), config->plan);
       if (!n.ok()) {
         return absl::Status(n.status().code(),
-                            absl::StrCat("job '", job_id, "': ", n.status().message()));
+                            absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
       }
       job = std::make_shared<Job>(job_id, *config, *n,
                                   JobFingerprint(dataset_->index().fingerprint, *config), dataset_);
@@ -208,6 +255,11 @@ std::shared_ptr<Job> JobRegistry::Find(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : it->second;
+}
+
+size_t JobRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
 }
 
 std::vector<std::shared_ptr<Job>> JobRegistry::Jobs() const {

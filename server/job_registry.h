@@ -21,6 +21,7 @@
 #include "common/job_config.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
+#include "server/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
@@ -57,12 +58,27 @@ class Job {
   void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stream bookkeeping. OpenStream returns a stream id; later calls with an id that
-  // is no longer the rank's newest stream (a reconnect replaced it) only count bytes.
-  int64_t OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
-                     std::weak_ptr<BatchWindow> window) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stream bookkeeping. OpenStream returns a stream id and the rank's stream it
+  // replaces, if one was open (one open stream per rank: the caller ends it); later
+  // calls with an id that is no longer the rank's newest stream only count bytes.
+  struct Opened {
+    int64_t stream_id = 0;
+    std::shared_ptr<StreamControl> replaced;       // null when none was open
+    std::shared_ptr<BatchWindow> replaced_window;  // null when gone already
+  };
+  Opened OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
+                    std::weak_ptr<BatchWindow> window, std::shared_ptr<StreamControl> control)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) ABSL_LOCKS_EXCLUDED(mu_);
   void CloseStream(int32_t rank, int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The newest stream of `rank` while open (nulls otherwise).
+  std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> StreamOf(
+      int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The windows of the ranks' open streams (to shrink them under memory pressure).
+  std::vector<std::shared_ptr<BatchWindow>> OpenWindows() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The controls of the ranks' open streams (for the idle reaper).
+  std::vector<std::shared_ptr<StreamControl>> OpenStreams() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registered ranks, in rank order, with live window depths.
   std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -74,8 +90,9 @@ class Job {
  private:
   struct RankState {
     RankProgress progress;
-    int64_t stream_id = 0;              // newest stream of this rank (0 = none yet)
-    std::weak_ptr<BatchWindow> window;  // of the newest open stream
+    int64_t stream_id = 0;                   // newest stream of this rank (0 = none yet)
+    std::weak_ptr<BatchWindow> window;       // of the newest open stream
+    std::shared_ptr<StreamControl> control;  // of the newest open stream
   };
   static constexpr size_t kPlanCacheSize = 4;
 
@@ -97,22 +114,26 @@ class Job {
 class JobRegistry {
  public:
   // REQUIRES: `dataset` outlives the registry.
-  // `job_ttl`: see ServerOptions::job_ttl (zero = jobs never expire).
+  // `job_ttl`: see ServerOptions::job_ttl (zero = jobs never expire). `max_jobs`: see
+  // ServerOptions::max_jobs (zero = no limit).
   JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, const JobLimits& limits,
-              absl::Duration job_ttl);
+              absl::Duration job_ttl, int max_jobs = 0);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
   // Validates the request, fills defaults, creates the job on its first rank or checks
   // that the rank agrees with it, and answers with n, shapes and fingerprints.
   // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
-  // job's, naming the field; or the data cannot serve the job, with the planner's reason).
+  // job's, naming the field; or the data cannot serve the job, with the planner's
+  // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs; expired jobs are dropped
+  // before, by the caller).
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
       const shardcast::v1::RegisterRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
   // nullptr when no rank has registered job `id`.
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops the jobs idle for the TTL and returns their ids, for the log. The service
   // calls it before every Register and GetStatus, so an expired job's id is free and
@@ -124,6 +145,7 @@ class JobRegistry {
   const JobConfig defaults_;
   const JobLimits limits_;
   const absl::Duration job_ttl_;
+  const int max_jobs_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -26,6 +27,12 @@ char LevelLetter(LogLevel level) {
   return '?';
 }
 }  // namespace
+
+std::string LogSafe(absl::string_view untrusted, size_t max_bytes) {
+  if (untrusted.size() <= max_bytes) return absl::CHexEscape(untrusted);
+  return absl::StrCat(absl::CHexEscape(untrusted.substr(0, max_bytes)), "...(", untrusted.size(),
+                      " bytes)");
+}
 
 void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
 

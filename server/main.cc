@@ -12,12 +12,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
 #include "server/log.h"
+#include "server/memory_limit.h"
 #include "server/shardcast_server.h"
 #include "server/version.h"
 
@@ -95,6 +97,30 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                   "drop a job once none of its ranks has had a stream open for this long "
                   "(0 = never); a rank that comes back re-registers it"},
                  &o.job_ttl);
+  // The default budget is computed here so that --help shows the figure and its source.
+  const shardcast::server::MemoryLimit available = shardcast::server::AvailableMemory();
+  o.max_batch_memory_bytes = shardcast::server::DefaultBatchMemoryBytes(available);
+  flags.Size({{"--max-batch-memory"},
+              "SIZE",
+              "batch buffers in flight, all streams together, never exceed this. Each\n"
+              "stream is guaranteed one batch (a stream that cannot get one is refused\n"
+              "with RESOURCE_EXHAUSTED); prefetch beyond it only while the budget allows.\n"
+              "Default: half of the memory available to the process (the cgroup's\n"
+              "memory.max, e.g. docker -m or systemd MemoryMax=, else physical memory)",
+              absl::StrFormat(
+                  "%s: half of %.1fGiB, %s", shardcast::FormatFlagSize(o.max_batch_memory_bytes),
+                  static_cast<double>(available.bytes) / (int64_t{1} << 30), available.source)},
+             &o.max_batch_memory_bytes);
+  flags.Duration({{"--stream-idle-timeout"},
+                  "DURATION",
+                  "cancel a stream whose client has not taken a batch for this long and free\n"
+                  "its memory (0 = never); a training step is far shorter"},
+                 &o.stream_idle_timeout);
+  flags.Int({{"--max-jobs"},
+             "N",
+             "jobs registered at once; Register of one more job id is refused with\n"
+             "RESOURCE_EXHAUSTED (expired jobs are dropped first; 0 = no limit)"},
+            &o.max_jobs, 0);
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);
@@ -115,6 +141,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   if (o.max_message_bytes < (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("--max-message-size must be at least 1MiB, got ",
                                                    shardcast::FormatFlagSize(o.max_message_bytes)));
+  }
+  if (o.max_batch_memory_bytes <= 0) {
+    return absl::InvalidArgumentError("--max-batch-memory must be more than 0");
   }
   o.defaults = shardcast::ApplyOverrides(job, built_in);
   shardcast::JobLimits limits;

@@ -27,6 +27,16 @@ struct ServerOptions {
   // and config are free again (a rank that comes back later simply re-registers).
   // Zero = jobs never expire.
   absl::Duration job_ttl = absl::Hours(1);
+  // Batch buffers in flight, all streams together, never exceed this (see
+  // batch_memory.h for the admission policy). 0 = the default: half of the memory
+  // available to the process (memory_limit.h).
+  int64_t max_batch_memory_bytes = 0;
+  // A stream whose client has not taken a batch (a write waited) this long is
+  // cancelled and its memory freed. Zero = never.
+  absl::Duration stream_idle_timeout = absl::Minutes(5);
+  // Register of a new job id beyond this many jobs is refused (RESOURCE_EXHAUSTED).
+  // Zero = no limit.
+  int max_jobs = 64;
   // BENCHMARK ONLY: each stream assembles its first batch once and re-sends that same
   // buffer for every message, so a benchmark measures the wire without decode cost.
   // Clients receive wrong data in this mode; never set it when serving a trainer.

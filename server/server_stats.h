@@ -46,6 +46,11 @@ struct ServerStats {
   std::atomic<int64_t> decode_errors{0};  // read or decode failures
   std::atomic<int64_t> substitutions{0};  // substitutes sent (one per failure)
   std::atomic<int64_t> buffer_bytes{0};   // bytes held in live batch buffers
+  // Resource governance (see batch_memory.h, stream_control.h).
+  std::atomic<int64_t> streams_refused_memory{0};  // not even one batch fit the budget
+  std::atomic<int64_t> streams_replaced{0};        // a newer stream of the same rank came
+  std::atomic<int64_t> streams_reclaimed_idle{0};  // client took nothing for the timeout
+  std::atomic<int64_t> batches_given_back{0};      // prefetched batches dropped under pressure
 };
 
 // Resident set size of this process, from /proc/self/statm (0 when unavailable).

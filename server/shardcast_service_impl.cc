@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/flags.h"
 #include "proto/job_config_proto.h"
 #include "server/log.h"
+#include "server/memory_limit.h"
 #include "server/version.h"
 
 namespace shardcast::server {
@@ -20,14 +22,15 @@ namespace v1 = ::shardcast::v1;
 
 StreamSession::StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job> job, int32_t rank,
                              int64_t count, std::shared_ptr<BatchWindow> window, int64_t stream_id,
-                             std::string description)
+                             std::string description, std::shared_ptr<StreamControl> control)
     : service_(service),
       job_(std::move(job)),
       rank_(rank),
       count_(count),
       window_(std::move(window)),
       stream_id_(stream_id),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      control_(std::move(control)) {}
 
 StreamSession::~StreamSession() { Close("closed"); }
 
@@ -58,12 +61,114 @@ void StreamSession::Close(const std::string& how) {
 
 // ---------------------------------------------------------------------------- service
 
+namespace {
+
+int64_t BatchMemoryLimit(const ServerOptions& options) {
+  if (options.max_batch_memory_bytes > 0) return options.max_batch_memory_bytes;
+  return DefaultBatchMemoryBytes(AvailableMemory());
+}
+
+}  // namespace
+
 ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
     : options_(options),
       stats_(absl::Now()),
-      pool_(std::make_unique<DecodePool>(options.decode_threads)) {}
+      budget_(BatchMemoryLimit(options)),
+      pool_(std::make_unique<DecodePool>(options.decode_threads)) {
+  if (options_.stream_idle_timeout > absl::ZeroDuration()) {
+    reaper_ = std::thread([this] { ReaperLoop(); });
+  }
+}
 
-ShardcastServiceImpl::~ShardcastServiceImpl() { pool_.reset(); }
+ShardcastServiceImpl::~ShardcastServiceImpl() {
+  stop_reaper_.Notify();
+  if (reaper_.joinable()) reaper_.join();
+  pool_.reset();
+}
+
+void ShardcastServiceImpl::ReaperLoop() {
+  // A quarter of the timeout: a stream is reclaimed between 1x and 1.25x of it.
+  const absl::Duration interval =
+      std::clamp(options_.stream_idle_timeout / 4, absl::Milliseconds(10), absl::Seconds(5));
+  while (!stop_reaper_.WaitForNotificationWithTimeout(interval)) ReclaimIdleStreams();
+}
+
+int ShardcastServiceImpl::ReclaimIdleStreams() {
+  if (options_.stream_idle_timeout <= absl::ZeroDuration()) return 0;
+  JobRegistry* jobs = registry();
+  if (jobs == nullptr) return 0;
+  const absl::Time now = absl::Now();
+  int reclaimed = 0;
+  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+    for (const std::shared_ptr<StreamControl>& control : job->OpenStreams()) {
+      std::optional<absl::Duration> waiting = control->WriteWaiting(now);
+      if (!waiting.has_value() || *waiting < options_.stream_idle_timeout) continue;
+      const std::string why = absl::StrCat(
+          "idle: the client took no batch for ", absl::FormatDuration(*waiting),
+          " (--stream-idle-timeout ", absl::FormatDuration(options_.stream_idle_timeout), ")");
+      if (!control->End(absl::CancelledError(why))) continue;
+      ++reclaimed;
+      stats_.streams_reclaimed_idle.fetch_add(1);
+      LogWarning("stream", absl::StrCat("reclaimed ", control->description(), ": ", why));
+    }
+  }
+  return reclaimed;
+}
+
+int ShardcastServiceImpl::ShrinkWindows() {
+  JobRegistry* jobs = registry();
+  if (jobs == nullptr) return 0;
+  int given_back = 0;
+  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+    for (const std::shared_ptr<BatchWindow>& window : job->OpenWindows()) {
+      given_back += window->Shrink();
+    }
+  }
+  if (given_back > 0) {
+    stats_.batches_given_back.fetch_add(given_back);
+    LogInfo("stream",
+            absl::StrCat("memory pressure: windows gave back ", given_back, " prefetched batches"));
+  }
+  return given_back;
+}
+
+void ShardcastServiceImpl::EndStream(const std::shared_ptr<StreamControl>& control,
+                                     const std::shared_ptr<BatchWindow>& window,
+                                     const absl::Status& status) {
+  if (control != nullptr && control->End(status)) stats_.streams_replaced.fetch_add(1);
+  // The reactor's ender cancels the window too; this frees it even when the reactor
+  // is not attached yet or already finishing.
+  if (window != nullptr) window->Cancel();
+}
+
+absl::StatusOr<std::shared_ptr<StreamMemory>> ShardcastServiceImpl::AdmitStream(
+    int64_t batch_bytes, bool ended_another) {
+  if (batch_bytes > budget_.limit()) {
+    stats_.streams_refused_memory.fetch_add(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "batch memory: one batch of this job takes ", FormatFlagSize(batch_bytes),
+        ", more than the server's whole --max-batch-memory ", FormatFlagSize(budget_.limit()),
+        "; lower the batch size or crop, or raise --max-batch-memory"));
+  }
+  absl::StatusOr<std::shared_ptr<StreamMemory>> memory =
+      StreamMemory::Create(&budget_, batch_bytes);
+  if (memory.ok()) return memory;
+  // Idle streams are reclaimed first, then every window gives back its prefetch beyond
+  // the next batch. A stream just ended (replaced or idle) gives its memory back once
+  // gRPC drops the batch it was writing, within moments: wait that long, not more
+  // (this runs on a gRPC thread).
+  if (ReclaimIdleStreams() > 0) ended_another = true;
+  if (ShrinkWindows() > 0) memory = StreamMemory::Create(&budget_, batch_bytes);
+  if (!memory.ok() && ended_another) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(1);
+    while (!memory.ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+      memory = StreamMemory::Create(&budget_, batch_bytes);
+    }
+  }
+  if (!memory.ok()) stats_.streams_refused_memory.fetch_add(1);
+  return memory;
+}
 
 absl::Status ShardcastServiceImpl::LoadDataset() {
   IndexOptions index_options;
@@ -108,9 +213,9 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
   serving->dataset = std::move(dataset);
   serving->assembler =
       std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_);
-  serving->registry =
-      std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
-                                    JobLimits{options_.max_message_bytes}, options_.job_ttl);
+  serving->registry = std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
+                                                    JobLimits{options_.max_message_bytes},
+                                                    options_.job_ttl, options_.max_jobs);
   absl::MutexLock lock(&mu_);
   serving_ = std::move(serving);
   if (state_ == State::kIndexing) state_ = State::kServing;
@@ -160,13 +265,13 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
   absl::StatusOr<v1::RegisterResponse> response = (*serving)->registry->Register(request);
   if (!response.ok()) {
     LogWarning("register",
-               absl::StrCat("refused job '", request.job_id(), "' rank ", request.rank(), "/",
-                            request.world_size(), ": ", response.status().ToString()));
+               absl::StrCat("refused job '", LogSafe(request.job_id()), "' rank ", request.rank(),
+                            "/", request.world_size(), ": ", response.status().ToString()));
     return response;
   }
   LogInfo("register",
           absl::StrFormat("job '%s' rank %d/%d: batch %d, crop %d, split %s, n=%d, job %s",
-                          request.job_id(), request.rank(), request.world_size(),
+                          LogSafe(request.job_id()), request.rank(), request.world_size(),
                           response->batch_size(), response->transform().crop(),
                           response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
                           response->batches_per_epoch(), response->job_fingerprint()));
@@ -175,7 +280,7 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
 
 void ShardcastServiceImpl::DropExpiredJobs(JobRegistry& registry) const {
   for (const std::string& id : registry.DropExpired(absl::Now())) {
-    LogInfo("register", absl::StrCat("dropped job '", id, "': no stream open for ",
+    LogInfo("register", absl::StrCat("dropped job '", LogSafe(id), "': no stream open for ",
                                      absl::FormatDuration(options_.job_ttl), " (--job-ttl)"));
   }
 }
@@ -184,8 +289,8 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::OpenStream(
     const v1::StreamBatchesRequest& request) {
   absl::StatusOr<std::unique_ptr<StreamSession>> session = StartStream(request);
   if (!session.ok()) {
-    LogWarning("stream", absl::StrCat("refused job '", request.job_id(), "' rank ", request.rank(),
-                                      " epoch ", request.epoch(), " from batch ",
+    LogWarning("stream", absl::StrCat("refused job '", LogSafe(request.job_id()), "' rank ",
+                                      request.rank(), " epoch ", request.epoch(), " from batch ",
                                       request.start_batch(), ": ", session.status().ToString()));
   }
   return session;
@@ -197,13 +302,14 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
   if (!serving.ok()) return serving.status();
   std::shared_ptr<Job> job = (*serving)->registry->Find(request.job_id());
   if (job == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("job '", request.job_id(), "' is not registered (call Register first)"));
+    return absl::NotFoundError(absl::StrCat("job '", LogSafe(request.job_id()),
+                                            "' is not registered (call Register first)"));
   }
   const int32_t world_size = job->config().plan.world_size;
   if (request.rank() < 0 || request.rank() >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank: job '", job->id(), "' has world_size ",
-                                                   world_size, ", got rank ", request.rank()));
+    return absl::InvalidArgumentError(absl::StrCat("rank: job '", LogSafe(job->id()),
+                                                   "' has world_size ", world_size, ", got rank ",
+                                                   request.rank()));
   }
   if (!request.job_fingerprint().empty() && request.job_fingerprint() != job->job_fingerprint()) {
     // The server was restarted with other data or defaults, or another run took the
@@ -215,14 +321,15 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
     const bool printable = asked.size() == job->job_fingerprint().size() &&
                            asked.find_first_not_of("0123456789abcdef") == std::string::npos;
     return absl::FailedPreconditionError(absl::StrCat(
-        "job_fingerprint: job '", job->id(), "' on this server is ", job->job_fingerprint(),
-        ", the stream asked for ",
+        "job_fingerprint: job '", LogSafe(job->id()), "' on this server is ",
+        job->job_fingerprint(), ", the stream asked for ",
         printable ? asked : absl::StrCat("a malformed value of ", asked.size(), " bytes"),
         " (the data or the job config changed since the rank registered)"));
   }
   if (!job->IsRegistered(request.rank())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", request.rank(), " of job '", job->id(), "' has not registered (call Register)"));
+    return absl::FailedPreconditionError(absl::StrCat("rank ", request.rank(), " of job '",
+                                                      LogSafe(job->id()),
+                                                      "' has not registered (call Register)"));
   }
   const int64_t n = job->batches_per_epoch();
   if (request.epoch() < 0) {
@@ -235,25 +342,51 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(request.epoch());
   if (!plan.ok()) return plan.status();
 
+  std::string description =
+      absl::StrCat("job '", LogSafe(job->id()), "' rank ", request.rank(), " epoch ",
+                   request.epoch(), " batches [", request.start_batch(), ", ", n, ")");
+  // One open stream per (job, rank): a reconnect replaces the stream the rank left
+  // behind, whose client is gone or no longer reading; ended first, so its memory can
+  // go to the new one.
+  const absl::Status replaced =
+      absl::AbortedError(absl::StrCat("replaced by a newer stream for the same rank (job '",
+                                      LogSafe(job->id()), "' rank ", request.rank(), ")"));
+  bool ended_another = false;
+  {
+    auto [old_control, old_window] = job->StreamOf(request.rank());
+    if (old_control != nullptr) {
+      LogInfo("stream",
+              absl::StrCat("replacing ", old_control->description(), " by ", description));
+      EndStream(old_control, old_window, replaced);
+      ended_another = true;
+    }
+  }
+  const TransformSpec& transform = job->config().transform;
+  const int64_t batch_bytes =
+      int64_t{job->config().plan.batch_size} * 3 * transform.crop * transform.crop;
+  absl::StatusOr<std::shared_ptr<StreamMemory>> memory = AdmitStream(batch_bytes, ended_another);
+  if (!memory.ok()) return memory.status();
+
   BatchWindow::Options window_options;
   window_options.depth = std::max(1, options_.prefetch);
   window_options.count = n - request.start_batch();
-  window_options.transform = job->config().transform;
+  window_options.transform = transform;
   window_options.resend_first_batch = options_.bench_only_resend_first_batch;
+  window_options.memory = *std::move(memory);
   std::shared_ptr<BatchWindow> window =
       BatchWindow::Create((*serving)->assembler.get(),
                           (*plan)->Iterate(request.rank(), request.start_batch()), window_options);
-  const int64_t stream_id =
-      job->OpenStream(request.rank(), request.epoch(), request.start_batch(), window);
+  auto control = std::make_shared<StreamControl>(description);
+  Job::Opened opened =
+      job->OpenStream(request.rank(), request.epoch(), request.start_batch(), window, control);
+  // Another stream of this rank that opened meanwhile is replaced as well.
+  if (opened.replaced != nullptr) EndStream(opened.replaced, opened.replaced_window, replaced);
   open_streams_.fetch_add(1);
-  std::string description =
-      absl::StrCat("job '", job->id(), "' rank ", request.rank(), " epoch ", request.epoch(),
-                   " batches [", request.start_batch(), ", ", n, ")");
   LogInfo("stream", absl::StrCat("opened ", description));
   window->Start();
-  return std::unique_ptr<StreamSession>(new StreamSession(this, std::move(job), request.rank(),
-                                                          window_options.count, std::move(window),
-                                                          stream_id, std::move(description)));
+  return std::unique_ptr<StreamSession>(new StreamSession(
+      this, std::move(job), request.rank(), window_options.count, std::move(window),
+      opened.stream_id, std::move(description), std::move(control)));
 }
 
 v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
@@ -275,7 +408,11 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
     response.set_index_fingerprint(index.fingerprint);
     response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
     DropExpiredJobs(*serving->registry);
-    for (const std::shared_ptr<Job>& job : serving->registry->Jobs()) {
+    const std::vector<std::shared_ptr<Job>> jobs = serving->registry->Jobs();
+    response.set_total_jobs(static_cast<int32_t>(jobs.size()));
+    response.set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
+    for (const std::shared_ptr<Job>& job : jobs) {
+      if (response.jobs_size() >= kMaxListedJobs) break;
       v1::JobStatus* job_status = response.add_jobs();
       job_status->set_job_id(job->id());
       job_status->set_world_size(job->config().plan.world_size);
@@ -289,7 +426,10 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       for (const RankProgress& rank : ranks) {
         most_advanced = std::max(most_advanced, rank.epoch * n + rank.next_batch);
       }
+      job_status->set_total_ranks(static_cast<int32_t>(ranks.size()));
+      job_status->set_ranks_truncated(ranks.size() > static_cast<size_t>(kMaxListedRanks));
       for (const RankProgress& rank : ranks) {
+        if (job_status->ranks_size() >= kMaxListedRanks) break;
         v1::RankStatus* rank_status = job_status->add_ranks();
         rank_status->set_rank(rank.rank);
         rank_status->set_epoch(rank.epoch);
@@ -314,6 +454,17 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_memory_in_use_bytes(stats_.buffer_bytes.load());
   response.set_rss_bytes(ResidentSetBytes());
   response.set_decode_threads(pool_->threads());
+  response.set_max_listed_jobs(kMaxListedJobs);
+  response.set_max_listed_ranks(kMaxListedRanks);
+  response.set_max_jobs(options_.max_jobs);
+  response.set_batch_memory_limit_bytes(budget_.limit());
+  response.set_batch_memory_reserved_bytes(budget_.reserved());
+  response.set_batch_memory_peak_reserved_bytes(budget_.peak_reserved());
+  response.set_streams_refused_memory(stats_.streams_refused_memory.load());
+  response.set_streams_replaced(stats_.streams_replaced.load());
+  response.set_streams_reclaimed_idle(stats_.streams_reclaimed_idle.load());
+  response.set_batches_given_back(stats_.batches_given_back.load());
+  response.set_stream_idle_timeout_seconds(absl::ToDoubleSeconds(options_.stream_idle_timeout));
   return response;
 }
 

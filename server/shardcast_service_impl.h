@@ -8,17 +8,21 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "server/batch_assembler.h"
+#include "server/batch_memory.h"
 #include "server/batch_window.h"
 #include "server/decode_pool.h"
 #include "server/job_registry.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
 #include "server/server_stats.h"
+#include "server/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
@@ -42,15 +46,20 @@ class StreamSession {
   // Ends the stream: stops decode work, frees its buffers, logs `how`. Idempotent.
   void Close(const std::string& how);
 
+  // Stops the stream's work and frees its batches not yet taken, from any thread (a
+  // stream ended from outside its call); Close() still follows.
+  void CancelWindow() { window_->Cancel(); }
+
   int64_t count() const { return count_; }
   int64_t sent() const { return sent_; }
   const std::string& description() const { return description_; }
+  const std::shared_ptr<StreamControl>& control() const { return control_; }
 
  private:
   friend class ShardcastServiceImpl;
   StreamSession(ShardcastServiceImpl* service, std::shared_ptr<Job> job, int32_t rank,
                 int64_t count, std::shared_ptr<BatchWindow> window, int64_t stream_id,
-                std::string description);
+                std::string description, std::shared_ptr<StreamControl> control);
 
   ShardcastServiceImpl* const service_;
   const std::shared_ptr<Job> job_;
@@ -59,6 +68,7 @@ class StreamSession {
   const std::shared_ptr<BatchWindow> window_;
   const int64_t stream_id_;
   const std::string description_;  // "job 'x' rank 0 epoch 1 batches [0, 12)"
+  const std::shared_ptr<StreamControl> control_;
   int64_t sent_ = 0;
   bool closed_ = false;
 };
@@ -89,13 +99,24 @@ class ShardcastServiceImpl {
   // Validates the request and starts assembling its window. Errors: UNAVAILABLE
   // (indexing/draining), NOT_FOUND (unknown job), INVALID_ARGUMENT (rank outside the
   // job's world), FAILED_PRECONDITION (rank not registered), OUT_OF_RANGE (epoch < 0,
-  // start_batch outside [0, n]).
+  // start_batch outside [0, n]), RESOURCE_EXHAUSTED (not even one batch fits
+  // --max-batch-memory, after idle streams were reclaimed). A stream of the same
+  // (job, rank) still open is ended first (ABORTED, "replaced ...").
   absl::StatusOr<std::unique_ptr<StreamSession>> OpenStream(
       const shardcast::v1::StreamBatchesRequest& request);
 
   shardcast::v1::GetStatusResponse GetStatus() const;
 
+  // Ends the streams whose client has not taken a batch for --stream-idle-timeout
+  // (CANCELLED, counted, logged); returns how many. The reaper thread calls it.
+  int ReclaimIdleStreams() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // GetStatus lists at most this many jobs, and ranks per job.
+  static constexpr int kMaxListedJobs = 100;
+  static constexpr int kMaxListedRanks = 256;
+
   int64_t open_streams() const { return open_streams_.load(); }
+  const BatchMemoryBudget& budget() const { return budget_; }
   ServerStats& stats() { return stats_; }
   DecodePool& pool() { return *pool_; }
   // nullptr until the dataset is loaded.
@@ -114,6 +135,16 @@ class ShardcastServiceImpl {
   // OpenStream without the log line for a refusal.
   absl::StatusOr<std::unique_ptr<StreamSession>> StartStream(
       const shardcast::v1::StreamBatchesRequest& request);
+  // Ends `control`'s stream (if still open) with `status` and frees its window.
+  void EndStream(const std::shared_ptr<StreamControl>& control,
+                 const std::shared_ptr<BatchWindow>& window, const absl::Status& status);
+  // The stream's share of the budget; reclaims idle streams and waits briefly for
+  // ended streams' batches when it does not fit at once.
+  absl::StatusOr<std::shared_ptr<StreamMemory>> AdmitStream(int64_t batch_bytes,
+                                                            bool ended_another);
+  // Shrinks every open window to its next batch; returns the batches given back.
+  int ShrinkWindows() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReaperLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs(JobRegistry& registry) const;
   // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
@@ -121,6 +152,7 @@ class ShardcastServiceImpl {
 
   const ServerOptions options_;
   ServerStats stats_;
+  BatchMemoryBudget budget_;  // --max-batch-memory
   // Stopped first by the destructor: its tasks use the dataset and the stats.
   std::unique_ptr<DecodePool> pool_;
   std::atomic<int64_t> open_streams_{0};
@@ -129,6 +161,10 @@ class ShardcastServiceImpl {
   State state_ ABSL_GUARDED_BY(mu_) = State::kIndexing;
   absl::Status load_error_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Serving> serving_ ABSL_GUARDED_BY(mu_);  // set once, never replaced
+
+  // Runs ReclaimIdleStreams every quarter of --stream-idle-timeout (when set).
+  absl::Notification stop_reaper_;
+  std::thread reaper_;
 };
 
 }  // namespace shardcast::server

@@ -134,7 +134,20 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   field("substitutions", absl::StrCat(st.substitutions()));
   field("skipped samples", absl::StrCat(st.skipped_samples()));
   field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks"));
-  field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
+  if (st.batch_memory_limit_bytes() > 0) {
+    field("batch memory",
+          absl::StrCat(
+              FormatBytes(static_cast<double>(st.memory_in_use_bytes())), " in buffers, ",
+              FormatBytes(static_cast<double>(st.batch_memory_reserved_bytes())), " reserved of ",
+              FormatBytes(static_cast<double>(st.batch_memory_limit_bytes())), " (peak ",
+              FormatBytes(static_cast<double>(st.batch_memory_peak_reserved_bytes())), ")"));
+    field("streams ended",
+          absl::StrCat(st.streams_refused_memory(), " refused (memory), ", st.streams_replaced(),
+                       " replaced, ", st.streams_reclaimed_idle(), " reclaimed idle; ",
+                       st.batches_given_back(), " prefetched batches given back"));
+  } else {  // a server older than the budget
+    field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
+  }
   field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
   field("decode threads", absl::StrCat(st.decode_threads()));
 
@@ -143,7 +156,12 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
     out += "jobs: none registered\n";
     return out;
   }
-  absl::StrAppend(&out, "jobs (", st.jobs_size(), "):\n");
+  if (st.jobs_truncated()) {
+    absl::StrAppend(&out, "jobs (", st.jobs_size(), " of ", st.total_jobs(),
+                    " listed; the server lists at most ", st.max_listed_jobs(), "):\n");
+  } else {
+    absl::StrAppend(&out, "jobs (", st.jobs_size(), "):\n");
+  }
   TextTable jobs({"JOB", "WORLD", "BATCH", "N", "SPLIT", "FINGERPRINT"},
                  {false, true, true, true, false, false});
   for (const auto& job : st.jobs()) {
@@ -154,8 +172,10 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   out += jobs.Render("  ");
 
   for (const auto& job : st.jobs()) {
-    absl::StrAppend(&out, "\njob ", job.job_id(), ": ", job.ranks_size(), " of ", job.world_size(),
-                    " ranks registered\n");
+    absl::StrAppend(
+        &out, "\njob ", job.job_id(), ": ", std::max(job.ranks_size(), job.total_ranks()), " of ",
+        job.world_size(), " ranks registered",
+        job.ranks_truncated() ? absl::StrCat(", ", job.ranks_size(), " listed") : "", "\n");
     if (job.ranks().empty()) continue;
     std::vector<const shardcast::v1::RankStatus*> ranks;
     for (const auto& r : job.ranks()) ranks.push_back(&r);

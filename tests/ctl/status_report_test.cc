@@ -164,6 +164,33 @@ TEST(RenderStatusReportTest, JobsAndRanksTables) {
       << out;
 }
 
+TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.set_batch_memory_limit_bytes(128000000);
+  st.set_batch_memory_reserved_bytes(30000000);
+  st.set_batch_memory_peak_reserved_bytes(64000000);
+  st.set_streams_refused_memory(3);
+  st.set_streams_replaced(1);
+  st.set_streams_reclaimed_idle(2);
+  st.set_batches_given_back(5);
+  st.set_total_jobs(105);
+  st.set_jobs_truncated(true);
+  st.set_max_listed_jobs(100);
+  st.mutable_jobs(0)->set_total_ranks(300);
+  st.mutable_jobs(0)->set_world_size(300);
+  st.mutable_jobs(0)->set_ranks_truncated(true);
+  const std::string out = RenderStatusReport(st, "h:1");
+  for (const char* line : {
+           "batch memory     25 MB in buffers, 30 MB reserved of 128 MB (peak 64 MB)\n",
+           "streams ended    3 refused (memory), 1 replaced, 2 reclaimed idle; 5 prefetched "
+           "batches given back\n",
+           "jobs (1 of 105 listed; the server lists at most 100):\n",
+           "job train: 300 of 300 ranks registered, 2 listed\n",
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
+  }
+}
+
 TEST(RenderStatusReportTest, NoJobsAndEmptyReply) {
   shardcast::v1::GetStatusResponse st;
   const std::string out = RenderStatusReport(st, "h:1");

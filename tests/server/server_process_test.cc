@@ -179,6 +179,9 @@ TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
                                           "--label-field",
                                           "--max-message-size",
                                           "--grace-period",
+                                          "--max-batch-memory",
+                                          "--stream-idle-timeout",
+                                          "--max-jobs",
                                           "--log-level",
                                           "--version",
                                           "--batch-size",
@@ -197,6 +200,10 @@ TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
   std::string out;
   EXPECT_EQ(RunServerBinary({"--version"}, &out), 0);
   EXPECT_THAT(out, HasSubstr("shardcast-server "));
+  // The budget's default is shown with where it comes from.
+  EXPECT_EQ(RunServerBinary({"--help"}, &out), 0);
+  EXPECT_THAT(out, ::testing::ContainsRegex(
+                       "default [0-9]+[KMGT]iB: half[[:space:]]+of[[:space:]]+[0-9.]+GiB"));
 }
 
 TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
@@ -207,6 +214,8 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "stray"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--grace-period", "soon"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-message-size", "1KiB"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-batch-memory", "0"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-jobs", "-1"}, &out), 2);
   // Job defaults are validated as a job would be: center mode needs resize >= crop.
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--resize", "100"}, &out), 2);
   // A directory without shards: the server starts listening, fails indexing, exits 1.

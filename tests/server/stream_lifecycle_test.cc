@@ -132,11 +132,16 @@ TEST_F(StreamLifecycleTest, ManyDisconnectsLeaveNothingBehind) {
 }
 
 TEST_F(StreamLifecycleTest, DrainLetsReadersFinishAndCancelsStalledStreams) {
-  // A stalled stream (client reads one batch and stops).
+  // A stalled stream (client reads one batch and stops), of another job: a second
+  // stream of the same rank would replace it.
+  v1::RegisterResponse stalled_job;
+  ASSERT_TRUE(Register(stub(), MakeRegister("stalled", 0, 1, kBatch, v1::SPLIT_SAMPLE, 64, kCrop),
+                       &stalled_job)
+                  .ok());
   auto stalled_channel = SlowReaderChannel(server_->target());
   auto stalled_stub = v1::Shardcast::NewStub(stalled_channel);
   grpc::ClientContext stalled_context;
-  auto stalled = stalled_stub->StreamBatches(&stalled_context, StreamRequest("life", 0));
+  auto stalled = stalled_stub->StreamBatches(&stalled_context, StreamRequest("stalled", 0));
   v1::Batch batch;
   ASSERT_TRUE(stalled->Read(&batch));
   // A reader that keeps reading, a little slowly, across the start of the drain.
