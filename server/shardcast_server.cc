@@ -22,7 +22,17 @@ constexpr int64_t kSendSizeMargin = 1 << 20;
 ShardcastServer::ShardcastServer(ServerOptions options)
     : options_(std::move(options)),
       impl_(std::make_unique<ShardcastServiceImpl>(options_)),
-      service_(impl_.get()) {}
+      tokens_(options_.auth_token_file.empty()
+                  ? nullptr
+                  : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
+      service_(impl_.get(), tokens_.get()) {}
+
+absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
+  if (tokens_ == nullptr) {
+    return absl::FailedPreconditionError("no --auth-token-file: the server takes no tokens");
+  }
+  return tokens_->Reload();
+}
 
 ShardcastServer::~ShardcastServer() {
   Shutdown();
@@ -42,10 +52,26 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     if (started_) return absl::FailedPreconditionError("server already started");
     started_ = true;
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options_);
+  if (!credentials.ok()) return credentials.status();
+  if (tokens_ != nullptr) {
+    absl::StatusOr<size_t> loaded = tokens_->Reload();
+    if (!loaded.ok()) return loaded.status();
+    LogInfo("server",
+            absl::StrFormat("bearer tokens required on shardcast.v1 calls (%d accepted)", *loaded));
+    if (options_.tls_cert_file.empty()) {
+      LogWarning("server",
+                 "--auth-token-file without --tls-cert: bearer tokens travel in plaintext and "
+                 "anyone on the network path can read and reuse them");
+    }
+  }
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The plugin is process-wide: once initialized, every server built later in this
+  // process offers reflection too (only tests build several).
+  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(&service_);
   // Find dead peers (a trainer host that vanished without closing its connection) so
   // their streams are cancelled and their buffers freed, and accept the keepalive
@@ -62,8 +88,11 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
   }
   SetServing(false);
-  LogInfo("server", absl::StrFormat("listening on port %d (%d decode threads, prefetch %d)", port_,
-                                    impl_->pool().threads(), options_.prefetch));
+  LogInfo("server",
+          absl::StrFormat("listening on port %d (%s%s, %d decode threads, prefetch %d)", port_,
+                          options_.tls_cert_file.empty() ? "plaintext" : "TLS",
+                          options_.tls_client_ca_file.empty() ? "" : " + client certificates",
+                          impl_->pool().threads(), options_.prefetch));
   if (dataset != nullptr) {
     impl_->SetDataset(std::move(dataset));
     absl::MutexLock lock(&mu_);
