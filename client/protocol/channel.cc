@@ -86,7 +86,11 @@ bool IsHandshakeFailure(const grpc::Status& status) {
   // a plaintext port), "Handshake read failed" / "handshake failed" (the server refused
   // the client's certificate, or a TLS server got plaintext), "Trying to connect an
   // http1.x server" (not HTTP/2 at all).
-  for (absl::string_view marker : {"handshake", "ssl_error", "certificate", "http1.x"}) {
+  // Not "handshaker shutdown": gRPC's TCP handshaker says that when the peer closed the
+  // connection, which IsClosedDuringConnect covers.
+  for (absl::string_view marker :
+       {"ssl handshake", "handshake failed", "handshake read failed", "handshake write failed",
+        "ssl_error", "certificate", "http1.x"}) {
     if (absl::StrContains(message, marker)) return true;
   }
   return false;
@@ -97,7 +101,8 @@ bool IsClosedDuringConnect(const grpc::Status& status) {
   const std::string message = absl::AsciiStrToLower(status.error_message());
   return absl::StrContains(message, "failed to connect") &&
          (absl::StrContains(message, "socket closed") ||
-          absl::StrContains(message, "connection reset"));
+          absl::StrContains(message, "connection reset") ||
+          absl::StrContains(message, "handshaker shutdown"));
 }
 
 bool IsSecurityRefusal(const grpc::Status& status) {

@@ -68,7 +68,8 @@ std::string DescribeRpcError(const grpc::Status& status);
 bool IsHandshakeFailure(const grpc::Status& status);
 
 // Whether `status` says the peer accepted the TCP connection and closed it before HTTP/2
-// was set up ("failed to connect ... Socket closed" or a reset): what a TLS server does
+// was set up ("failed to connect ... Socket closed", a reset, or "tcp handshaker
+// shutdown"): what a TLS server does
 // to a plaintext client or to a client without the certificate it requires, but also
 // what a proxy in front of a server still starting does, so callers only give up after
 // it persisted (RankStreamOptions::handshake_refusal_seconds).

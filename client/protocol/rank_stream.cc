@@ -110,6 +110,7 @@ class RankStream::Impl {
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     int64_t attempts = 0;
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
+    std::string last_error;
     while (true) {
       v1::RegisterResponse response;
       grpc::Status status = RegisterOnce(give_up, &response);
@@ -136,14 +137,21 @@ class RankStream::Impl {
           !refused.ok()) {
         return refused;
       }
-      if (absl::Now() + backoff >= give_up) {
+      // The attempt that starts at the deadline ends at once with DEADLINE_EXCEEDED; the
+      // error of the attempt before says more.
+      if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || last_error.empty()) {
+        last_error = status.error_message();
+      }
+      const absl::Time now = absl::Now();
+      if (now >= give_up) {
         return absl::UnavailableError(absl::StrFormat(
             "register rank %d of job '%s': server %s unreachable for %.1f s (%d attempts); last "
             "error: %s",
             options_.job.rank(), options_.job.job_id(), options_.server,
-            options_.reconnect_deadline_seconds, attempts, status.error_message()));
+            options_.reconnect_deadline_seconds, attempts, last_error));
       }
-      absl::SleepFor(backoff);
+      // Attempts fail fast, so the loop itself waits out the whole deadline.
+      absl::SleepFor(std::min(backoff, give_up - now));
       backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
     }
   }
