@@ -203,6 +203,8 @@ int main(int argc, char** argv) {
         if (reloaded.ok()) {
           LogInfo("server",
                   absl::StrCat("SIGHUP: token file reloaded, ", *reloaded, " tokens accepted"));
+        } else if (absl::IsFailedPrecondition(reloaded.status())) {
+          LogInfo("server", "SIGHUP: nothing to reload (no --auth-token-file)");
         } else {
           LogError("server", absl::StrCat("SIGHUP: token reload failed, the previous tokens stay "
                                           "in force: ",

@@ -3,9 +3,12 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +20,23 @@ namespace shardcast::server {
 namespace {
 // Room above the largest batch for the message's other fields.
 constexpr int64_t kSendSizeMargin = 1 << 20;
+
+// Takes gRPC's reflection plugin out of one server. Loading libgrpc++_reflection
+// registers the plugin for every server of the process (a static initializer), so
+// "reflection off" has to remove it from the builder rather than just not ask for it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    plugin.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
+};
 }  // namespace
 
 ShardcastServer::ShardcastServer(ServerOptions options)
@@ -67,10 +87,9 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     }
   }
   grpc::EnableDefaultHealthCheckService(true);
-  // The plugin is process-wide: once initialized, every server built later in this
-  // process offers reflection too (only tests build several).
-  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(&service_);
   // Find dead peers (a trainer host that vanished without closing its connection) so
