@@ -13,8 +13,9 @@
 
 namespace shardcast {
 
-// The tokens of `text`, in file order. A token holding whitespace inside is refused
-// (it could not travel in an `authorization: Bearer` header unchanged).
+// The tokens of `text`, in file order. A token holding whitespace, a control character
+// or a non-ASCII byte is refused (it could not travel in an `authorization: Bearer`
+// header unchanged).
 absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text);
 
 // Reads and parses `path`. Errors name the file; a file without any token is an error

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/token_file.h"
@@ -82,7 +81,12 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const ClientSecurityFlags& fla
     }
     out.bearer_token = tokens->front();
   } else if (const char* env = std::getenv(kTokenEnvVar); env != nullptr) {
-    out.bearer_token = std::string(absl::StripAsciiWhitespace(env));
+    absl::StatusOr<std::vector<std::string>> tokens = ParseTokens(env);
+    if (!tokens.ok() || tokens->size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kTokenEnvVar, ": one token of visible ASCII without whitespace, or empty for none"));
+    }
+    if (!tokens->empty()) out.bearer_token = tokens->front();
   }
   return out;
 }
