@@ -5,6 +5,7 @@
 // process (SIGHUP); shardcast-ctl is run as a child process too.
 #include "server/security.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -308,6 +309,30 @@ TEST_F(SecurityTest, TlsAndTokenTogether) {
   EXPECT_TRUE(status.ok()) << client::DescribeRpcError(status);
 }
 
+// Without --reflection (ServerOptions::reflection) the reflection service is not there,
+// although linking gRPC's reflection library registers it for every server.
+TEST_F(SecurityTest, ReflectionIsOffByDefault) {
+  InProcessServer server(Path("shards"), {});
+  grpc::GenericStub generic(server.channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = generic.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  // An unknown streaming method is answered once the client half-closes.
+  call->WritesDone(reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(3));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(3)) {
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+}
+
 TEST_F(SecurityTest, BadSecurityFilesAreStartErrorsNamingTheFlag) {
   server::ServerOptions options = TlsOptions();
   options.tls_key_file = Path("missing.key");
@@ -407,6 +432,7 @@ TEST(TokenFileTest, ParsesOneTokenALineSkippingBlanksAndComments) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   EXPECT_EQ(*tokens, (std::vector<std::string>{"a", "b"}));
   EXPECT_FALSE(ParseTokens("two words\n").ok());
+  EXPECT_FALSE(ParseTokens("caf\xc3\xa9\n").ok());
 }
 
 TEST(TokenAuthenticatorTest, ChecksTheSchemeAndTheToken) {
