@@ -113,6 +113,9 @@ bool IsSecurityRefusal(const grpc::Status& status) {
 std::string SecurityHint(const grpc::Status& status) {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
+      // shardcast-server's own refusals already say what to pass; other servers and
+      // proxies may not.
+      if (absl::StrContains(status.error_message(), "SHARDCAST_TOKEN")) return "";
       return " (hint: the server refused this client's bearer token or got none: give the "
              "client --auth-token-file FILE or SHARDCAST_TOKEN with a token from the server's "
              "--auth-token-file)";

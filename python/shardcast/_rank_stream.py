@@ -81,6 +81,8 @@ def closed_during_connect(code: grpc.StatusCode, message: str) -> bool:
 
 def _hint(code: grpc.StatusCode, message: str) -> str:
     if code == grpc.StatusCode.UNAUTHENTICATED:
+        if TOKEN_ENV in message:  # shardcast-server's refusals already say what to pass
+            return ""
         return (
             " (hint: the server refused this client's bearer token or got none: pass "
             f"token=... or set {TOKEN_ENV} to a token of the server's --auth-token-file)"
