@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "client/protocol/channel.h"
 #include "server/batch_assembler.h"
 #include "server/batch_window.h"
 #include "server/decode_pool.h"
@@ -108,16 +109,14 @@ class ChildServer {
   pid_t pid_ = -1;
 };
 
-// Not client::MakeChannel: the bench needs a distinct channel argument per rank so
-// that gRPC does not share one TCP connection between its ranks.
+// One connection per rank, as separate trainer processes would have (own_connection).
+// The bench starts its own plaintext server, so it takes no security flags.
 std::unique_ptr<v1::Shardcast::Stub> Connect(const std::string& target) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  // One connection per rank, as separate trainer processes would have.
-  static std::atomic<int> connections{0};
-  args.SetInt("serve_bench.connection", connections++);
-  return v1::Shardcast::NewStub(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  shardcast::client::ChannelOptions options;
+  options.target = target;
+  options.max_receive_message_bytes = 64 << 20;
+  options.own_connection = true;
+  return v1::Shardcast::NewStub(shardcast::client::MakeChannel(options));
 }
 
 v1::RegisterRequest JobRequest(const std::string& job, int rank, int world) {

@@ -5,6 +5,7 @@
 //
 //   stream_consumer_bench --server HOST:PORT --job-id ID --mode MODE [--batch B]
 //       [--resize R] [--crop C] [--epochs E] [--threads T]
+//       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--auth-token-file FILE]
 // MODE: batch_stream  BatchStream (prefetch thread, checks, from_blob, CPU normalize)
 //       raw           a generated stub reading and parsing each Batch, nothing else
 //       raw_tensors   raw + BatchStream's per-batch tensor work (from_blob, normalize),
@@ -23,6 +24,8 @@
 
 #include "client/batch_stream.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/client_security.h"
+#include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace {
@@ -39,6 +42,7 @@ struct Args {
   int crop = 64;
   int epochs = 2;
   int threads = 1;
+  shardcast::client::ClientSecurity security;  // from the shared client security flags
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -97,6 +101,8 @@ class Normalizer {
 void Raw(const Args& a, bool tensors) {
   shardcast::client::ChannelOptions options;
   options.target = a.server;
+  options.credentials = a.security.credentials;
+  options.bearer_token = a.security.bearer_token;
   auto stub = v1::Shardcast::NewStub(shardcast::client::MakeChannel(options));
   v1::RegisterResponse reg;
   grpc::ClientContext register_context;
@@ -131,6 +137,8 @@ void Raw(const Args& a, bool tensors) {
 void ThroughBatchStream(const Args& a) {
   shardcast::BatchStreamOptions options;
   options.server = a.server;
+  options.credentials = a.security.credentials;
+  options.bearer_token = a.security.bearer_token;
   options.job = Job(a);
   auto stream = shardcast::BatchStream::Connect(options);
   if (!stream.ok()) Die(stream.status().ToString());
@@ -155,30 +163,26 @@ void ThroughBatchStream(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) Die("missing value for " + flag);
-    const std::string value = argv[++i];
-    if (flag == "--server") {
-      a.server = value;
-    } else if (flag == "--job-id") {
-      a.job_id = value;
-    } else if (flag == "--mode") {
-      a.mode = value;
-    } else if (flag == "--batch") {
-      a.batch = std::atoi(value.c_str());
-    } else if (flag == "--resize") {
-      a.resize = std::atoi(value.c_str());
-    } else if (flag == "--crop") {
-      a.crop = std::atoi(value.c_str());
-    } else if (flag == "--epochs") {
-      a.epochs = std::atoi(value.c_str());
-    } else if (flag == "--threads") {
-      a.threads = std::atoi(value.c_str());
-    } else {
-      Die("unknown flag " + flag + " (see the header of bench/stream_consumer_bench.cc)");
-    }
+  shardcast::client::ClientSecurityFlags security;
+  shardcast::FlagSet flags("stream_consumer_bench");
+  flags.String({{"--server"}, "HOST:PORT", "a running shardcast-server"}, &a.server);
+  flags.String({{"--job-id"}, "ID", "job to register"}, &a.job_id);
+  flags.String({{"--mode"}, "MODE", "batch_stream, raw or raw_tensors"}, &a.mode);
+  flags.Int({{"--batch"}, "B", "batch size"}, &a.batch, 1);
+  flags.Int({{"--resize"}, "R", "resize"}, &a.resize, 1);
+  flags.Int({{"--crop"}, "C", "crop"}, &a.crop, 1);
+  flags.Int({{"--epochs"}, "E", "epochs"}, &a.epochs, 1);
+  flags.Int({{"--threads"}, "T", "torch threads"}, &a.threads, 1);
+  shardcast::client::AddClientSecurityFlags(&flags, &security);
+  if (absl::Status s = flags.Parse(argc, argv); !s.ok()) Die(std::string(s.message()));
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Help().c_str());
+    return 0;
   }
+  absl::StatusOr<shardcast::client::ClientSecurity> loaded =
+      shardcast::client::LoadClientSecurity(security);
+  if (!loaded.ok()) Die(std::string(loaded.status().message()));
+  a.security = *std::move(loaded);
   if (a.server.empty() || a.job_id.empty()) Die("--server and --job-id are required");
   torch::set_num_threads(a.threads);
   if (a.mode == "batch_stream") {

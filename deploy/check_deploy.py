@@ -308,7 +308,8 @@ def main():
                 "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
                 "SystemCallFilter=@system-service", "Restart=on-failure",
                 "EnvironmentFile=-/etc/shardcast/server.env", "KillSignal=SIGTERM",
-                "CacheDirectory=shardcast"):
+                "CacheDirectory=shardcast", "MemoryMax=", "TasksMax=",
+                "ExecReload=/bin/kill -HUP $MAINPID"):
         check(key in unit, f"unit has {key.strip()}")
     exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     stop = re.search(r"^TimeoutStopSec=(\d+)s?$", unit, re.M)

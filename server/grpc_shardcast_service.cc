@@ -170,10 +170,22 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
+absl::Status GrpcShardcastService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return tokens_->Check("");
+  return tokens_->Check(absl::string_view(it->second.data(), it->second.size()));
+}
+
 grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerContext* context,
                                                          const v1::RegisterRequest* request,
                                                          v1::RegisterResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = Authorize(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   absl::StatusOr<v1::RegisterResponse> result = impl_->Register(*request);
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
@@ -182,6 +194,7 @@ grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  if (absl::Status auth = Authorize(*context); !auth.ok()) return new BatchWriter(auth);
   v1::StreamBatchesRequest parsed;
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; this copy is a ref
   grpc::Status parse =
@@ -198,6 +211,10 @@ grpc::ServerUnaryReactor* GrpcShardcastService::GetStatus(grpc::CallbackServerCo
                                                           const v1::GetStatusRequest* /*request*/,
                                                           v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status auth = Authorize(*context); !auth.ok()) {
+    reactor->Finish(ToGrpcStatus(auth));
+    return reactor;
+  }
   *response = impl_->GetStatus();
   reactor->Finish(grpc::Status::OK);
   return reactor;

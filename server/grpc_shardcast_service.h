@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "server/security.h"
 #include "server/shardcast_service_impl.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
@@ -18,10 +19,15 @@ using ShardcastCallbackBase = shardcast::v1::Shardcast::WithCallbackMethod_Regis
     shardcast::v1::Shardcast::WithRawCallbackMethod_StreamBatches<
         shardcast::v1::Shardcast::WithCallbackMethod_GetStatus<shardcast::v1::Shardcast::Service>>>;
 
-// REQUIRES: `impl` outlives the service (and the grpc::Server it is registered with).
+// Every method checks the bearer token first when `tokens` is given (health and
+// reflection are other services and stay open, so probes need no token).
+// REQUIRES: `impl` and `tokens` outlive the service (and the grpc::Server it is
+// registered with).
 class GrpcShardcastService final : public ShardcastCallbackBase {
  public:
-  explicit GrpcShardcastService(ShardcastServiceImpl* impl) : impl_(impl) {}
+  explicit GrpcShardcastService(ShardcastServiceImpl* impl,
+                                const TokenAuthenticator* tokens = nullptr)
+      : impl_(impl), tokens_(tokens) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const shardcast::v1::RegisterRequest* request,
@@ -33,7 +39,11 @@ class GrpcShardcastService final : public ShardcastCallbackBase {
                                       shardcast::v1::GetStatusResponse* response) override;
 
  private:
+  // OK without a token file; else the token check of the call's metadata.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+
   ShardcastServiceImpl* const impl_;
+  const TokenAuthenticator* const tokens_;  // null: no token required
 };
 
 }  // namespace shardcast::server

@@ -32,9 +32,9 @@ constexpr char kUsage[] =
     "usage: shardcast-server --shards DIR [--listen HOST:PORT] [flags]\n"
     "\n"
     "Serves fixed-count batches of a WebDataset shard directory over gRPC\n"
-    "(service shardcast.v1.Shardcast, grpc.health.v1, server reflection).\n"
+    "(service shardcast.v1.Shardcast, grpc.health.v1; reflection with --reflection).\n"
     "SIGTERM/SIGINT drain: health NOT_SERVING, streams finish or are cancelled\n"
-    "after --grace-period, exit 0.\n"
+    "after --grace-period, exit 0. SIGHUP re-reads --auth-token-file.\n"
     "\n";
 
 // What the command line asks for besides ServerOptions.
@@ -124,6 +124,28 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);
+  flags.Section("Security (docs/server.md):");
+  flags.String({{"--tls-cert"},
+                "FILE",
+                "serve TLS with this PEM certificate chain (needs --tls-key); empty = plaintext"},
+               &o.tls_cert_file, /*allow_empty=*/true);
+  flags.String({{"--tls-key"}, "FILE", "PEM private key of --tls-cert"}, &o.tls_key_file,
+               /*allow_empty=*/true);
+  flags.String({{"--tls-client-ca"},
+                "FILE",
+                "mutual TLS: clients must present a certificate signed by this PEM CA"},
+               &o.tls_client_ca_file, /*allow_empty=*/true);
+  flags.String({{"--auth-token-file"},
+                "FILE",
+                "require 'authorization: Bearer <token>' on Register, StreamBatches and "
+                "GetStatus; one accepted token a line ('#' comments), re-read on SIGHUP. "
+                "Health stays open. Without TLS the tokens cross the network in clear"},
+               &o.auth_token_file, /*allow_empty=*/true);
+  flags.Bool({{"--reflection"},
+              "",
+              "offer grpc.reflection (grpcurl, grpc_cli). Off by default: it lets any peer "
+              "that reaches the port list and describe the whole API"},
+             &o.reflection);
   flags.Section("Job defaults (for what a RegisterRequest leaves unset):");
   shardcast::AddJobFlags(&flags, built_in, &job);
   flags.Section("Benchmarks only:");
@@ -170,6 +192,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // reload the token file, never stop
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   CommandLine cl;
@@ -199,16 +222,35 @@ int main(int argc, char** argv) {
 
   absl::Notification stop;
   std::atomic<int> received{0};
-  std::thread signal_waiter([&stop, &received, stop_signals] {
-    int signal_number = 0;
-    if (sigwait(&stop_signals, &signal_number) != 0) return;
-    received.store(signal_number);
-    stop.Notify();
-    // A second signal while draining means "now".
-    if (sigwait(&stop_signals, &signal_number) != 0) return;
-    LogError("server", absl::StrCat("second signal (", strsignal(signal_number),
-                                    "): exiting without draining"));
-    std::_Exit(1);
+  std::thread signal_waiter([&stop, &received, &server, stop_signals] {
+    int stops = 0;
+    while (true) {
+      int signal_number = 0;
+      if (sigwait(&stop_signals, &signal_number) != 0) return;
+      if (signal_number == SIGHUP) {
+        absl::StatusOr<size_t> reloaded = server.ReloadTokens();
+        if (reloaded.ok()) {
+          LogInfo("server",
+                  absl::StrCat("SIGHUP: token file reloaded, ", *reloaded, " tokens accepted"));
+        } else if (absl::IsFailedPrecondition(reloaded.status())) {
+          LogInfo("server", "SIGHUP: nothing to reload (no --auth-token-file)");
+        } else {
+          LogError("server", absl::StrCat("SIGHUP: token reload failed, the previous tokens stay "
+                                          "in force: ",
+                                          reloaded.status().ToString()));
+        }
+        continue;
+      }
+      if (++stops == 1) {
+        received.store(signal_number);
+        stop.Notify();
+        continue;
+      }
+      // A second stop signal while draining means "now".
+      LogError("server", absl::StrCat("second signal (", strsignal(signal_number),
+                                      "): exiting without draining"));
+      std::_Exit(1);
+    }
   });
   signal_waiter.detach();
 

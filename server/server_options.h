@@ -37,6 +37,15 @@ struct ServerOptions {
   // Register of a new job id beyond this many jobs is refused (RESOURCE_EXHAUSTED).
   // Zero = no limit.
   int max_jobs = 64;
+  // Security (server/security.h). Empty paths: plaintext, no client certificates, no
+  // tokens.
+  std::string tls_cert_file;       // PEM certificate chain served (with tls_key_file)
+  std::string tls_key_file;        // PEM private key of tls_cert_file
+  std::string tls_client_ca_file;  // PEM CA: clients must present a certificate it signed
+  std::string auth_token_file;     // accepted bearer tokens, one a line (re-read on SIGHUP)
+  // grpc.reflection: off unless asked for, since it lets any peer that reaches the port
+  // enumerate the API (debugging with grpcurl/grpc_cli is what it is for).
+  bool reflection = false;
   // BENCHMARK ONLY: each stream assembles its first batch once and re-sends that same
   // buffer for every message, so a benchmark measures the wire without decode cost.
   // Clients receive wrong data in this mode; never set it when serving a trainer.

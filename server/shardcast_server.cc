@@ -3,9 +3,12 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,12 +20,39 @@ namespace shardcast::server {
 namespace {
 // Room above the largest batch for the message's other fields.
 constexpr int64_t kSendSizeMargin = 1 << 20;
+
+// Takes gRPC's reflection plugin out of one server. Loading libgrpc++_reflection
+// registers the plugin for every server of the process (a static initializer), so
+// "reflection off" has to remove it from the builder rather than just not ask for it.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& plugin) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    plugin.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
+};
 }  // namespace
 
 ShardcastServer::ShardcastServer(ServerOptions options)
     : options_(std::move(options)),
       impl_(std::make_unique<ShardcastServiceImpl>(options_)),
-      service_(impl_.get()) {}
+      tokens_(options_.auth_token_file.empty()
+                  ? nullptr
+                  : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
+      service_(impl_.get(), tokens_.get()) {}
+
+absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
+  if (tokens_ == nullptr) {
+    return absl::FailedPreconditionError("no --auth-token-file: the server takes no tokens");
+  }
+  return tokens_->Reload();
+}
 
 ShardcastServer::~ShardcastServer() {
   Shutdown();
@@ -42,10 +72,25 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     if (started_) return absl::FailedPreconditionError("server already started");
     started_ = true;
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options_);
+  if (!credentials.ok()) return credentials.status();
+  if (tokens_ != nullptr) {
+    absl::StatusOr<size_t> loaded = tokens_->Reload();
+    if (!loaded.ok()) return loaded.status();
+    LogInfo("server",
+            absl::StrFormat("bearer tokens required on shardcast.v1 calls (%d accepted)", *loaded));
+    if (options_.tls_cert_file.empty()) {
+      LogWarning("server",
+                 "--auth-token-file without --tls-cert: bearer tokens travel in plaintext and "
+                 "anyone on the network path can read and reuse them");
+    }
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+  if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(&service_);
   // Find dead peers (a trainer host that vanished without closing its connection) so
   // their streams are cancelled and their buffers freed, and accept the keepalive
@@ -62,8 +107,11 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
   }
   SetServing(false);
-  LogInfo("server", absl::StrFormat("listening on port %d (%d decode threads, prefetch %d)", port_,
-                                    impl_->pool().threads(), options_.prefetch));
+  LogInfo("server",
+          absl::StrFormat("listening on port %d (%s%s, %d decode threads, prefetch %d)", port_,
+                          options_.tls_cert_file.empty() ? "plaintext" : "TLS",
+                          options_.tls_client_ca_file.empty() ? "" : " + client certificates",
+                          impl_->pool().threads(), options_.prefetch));
   if (dataset != nullptr) {
     impl_->SetDataset(std::move(dataset));
     absl::MutexLock lock(&mu_);

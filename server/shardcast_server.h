@@ -1,6 +1,6 @@
-// The daemon as an object: a gRPC server (shardcast service, health, reflection)
-// over a ShardcastServiceImpl, listening first and indexing in the background,
-// with a graceful drain for SIGTERM.
+// The daemon as an object: a gRPC server (shardcast service, health, reflection when
+// asked for) over a ShardcastServiceImpl, listening first and indexing in the
+// background, with a graceful drain for SIGTERM; TLS and bearer tokens per options.
 #ifndef SHARDCAST_SERVER_SHARDCAST_SERVER_H_
 #define SHARDCAST_SERVER_SHARDCAST_SERVER_H_
 
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/grpc_shardcast_service.h"
+#include "server/security.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
 #include "server/shardcast_service_impl.h"
@@ -52,6 +53,10 @@ class ShardcastServer {
   // Drain with no grace period.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Re-reads options.auth_token_file (SIGHUP). On failure the old tokens stay in
+  // force. FAILED_PRECONDITION when the server takes no tokens.
+  absl::StatusOr<size_t> ReloadTokens();
+
   ShardcastServiceImpl& impl() { return *impl_; }
   const ServerOptions& options() const { return options_; }
 
@@ -61,7 +66,8 @@ class ShardcastServer {
 
   const ServerOptions options_;
   const std::unique_ptr<ShardcastServiceImpl> impl_;
-  GrpcShardcastService service_;  // refers to impl_
+  const std::unique_ptr<TokenAuthenticator> tokens_;  // null without auth_token_file
+  GrpcShardcastService service_;                      // refers to impl_ and tokens_
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread indexer_;  // builds the index after Start()

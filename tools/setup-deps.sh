@@ -8,6 +8,9 @@ packages=(
   libarchive-dev libturbojpeg0-dev libpng-dev libabsl-dev
   libtorch-dev libgloo-dev
   libgtest-dev libgmock-dev
+  # libcrypto for the server's token check (gRPC's own dependency too); the openssl CLI
+  # makes the certificates of tests/server/security_test.cc.
+  libssl-dev openssl
   # Test references: torchvision's transforms (conformance), GNU tar / Python tarfile (tar formats).
   python3 python3-torchvision python3-pil python3-numpy tar gzip
   # The Python client (python/): its runtime, its offline install (venv + pip without

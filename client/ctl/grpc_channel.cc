@@ -13,11 +13,12 @@ void AddServerCommandFlags(FlagSet* flags, ServerCommandFlags* dst) {
   flags->String({{"--server"}, "ADDR", "server address, host:port or unix:PATH (required)"},
                 &dst->server);
   flags->Duration({{"--rpc-timeout"}, "DURATION", "deadline of the call"}, &dst->rpc_timeout);
+  client::AddClientSecurityFlags(flags, &dst->security);
 }
 
 std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& flags,
                                            const std::vector<std::string>& args,
-                                           const ServerCommandFlags& common, const char* help,
+                                           ServerCommandFlags& common, const char* help,
                                            const char* exit_codes) {
   absl::Status parsed = flags.Parse(args);
   if (flags.help_requested()) {
@@ -28,6 +29,13 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
     parsed = absl::InvalidArgumentError("--server ADDR is required");
   } else if (parsed.ok() && common.rpc_timeout <= absl::ZeroDuration()) {
     parsed = absl::InvalidArgumentError("--rpc-timeout must be above 0");
+  } else if (parsed.ok()) {
+    absl::StatusOr<client::ClientSecurity> loaded = client::LoadClientSecurity(common.security);
+    if (loaded.ok()) {
+      common.loaded = *std::move(loaded);
+    } else {
+      parsed = loaded.status();
+    }
   }
   if (!parsed.ok()) {
     const char* cmd = command.c_str();
@@ -42,6 +50,8 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
 std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags) {
   client::ChannelOptions options;
   options.target = flags.server;
+  options.credentials = flags.loaded.credentials;
+  options.bearer_token = flags.loaded.bearer_token;
   // One call per invocation: no keepalive pings (a status report of a server with many
   // jobs can outgrow gRPC's 4 MB default; the factory sets no receive limit).
   options.keepalive_time = absl::ZeroDuration();

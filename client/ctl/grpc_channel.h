@@ -1,5 +1,6 @@
-// How shardcast-ctl reaches a server: one insecure channel per invocation, a
-// deadline per call, and the exit codes its server-facing subcommands share.
+// How shardcast-ctl reaches a server: one channel per invocation (plaintext, or TLS
+// and a bearer token per the security flags), a deadline per call, and the exit
+// codes its server-facing subcommands share.
 #ifndef SHARDCAST_CLIENT_CTL_GRPC_CHANNEL_H_
 #define SHARDCAST_CLIENT_CTL_GRPC_CHANNEL_H_
 
@@ -12,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/client_security.h"
 #include "common/flags.h"
 
 namespace shardcast::ctl {
@@ -24,20 +26,24 @@ inline constexpr int kExitUnreachable = 3;  // no connection, deadline passed, o
 
 // The flags `health` and `status` share.
 struct ServerCommandFlags {
-  std::string server;          // --server ADDR (required)
-  absl::Duration rpc_timeout;  // --rpc-timeout DURATION: the deadline of the call
+  std::string server;                    // --server ADDR (required)
+  absl::Duration rpc_timeout;            // --rpc-timeout DURATION: the deadline of the call
+  client::ClientSecurityFlags security;  // --tls-ca, --tls-cert, --tls-key, --auth-token-file
+  client::ClientSecurity loaded;         // what `security` named, read by ParseServerCommandFlags
 };
 
-// Adds --server and --rpc-timeout to `flags`; `dst->rpc_timeout` is the default.
+// Adds --server, --rpc-timeout and the client security flags to `flags`;
+// `dst->rpc_timeout` is the default.
 void AddServerCommandFlags(FlagSet* flags, ServerCommandFlags* dst);
 
 // Parses `args` with `flags` (which AddServerCommandFlags filled `common` through). With
 // --help, prints `help` (usage line first), the flags and `exit_codes` to stdout and
-// returns kExitOk; on a bad flag, a missing --server or a zero --rpc-timeout, prints
-// the error and the usage line to stderr and returns kExitUsage. nullopt: go on.
+// returns kExitOk; on a bad flag, a missing --server, a zero --rpc-timeout or an
+// unreadable certificate or token file, prints the error and the usage line to stderr
+// and returns kExitUsage. nullopt: go on (`common.loaded` is filled).
 std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& flags,
                                            const std::vector<std::string>& args,
-                                           const ServerCommandFlags& common, const char* help,
+                                           ServerCommandFlags& common, const char* help,
                                            const char* exit_codes);
 
 // The channel to --server (host:port, [v6]:port, unix:/path, or any gRPC target

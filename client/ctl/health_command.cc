@@ -31,7 +31,8 @@ constexpr char kExitCodes[] =
     "  3  unreachable: no connection, timeout, or the health RPC failed\n";
 
 int RunHealth(const std::vector<std::string>& args) {
-  ServerCommandFlags common{"", absl::Seconds(5)};
+  ServerCommandFlags common;
+  common.rpc_timeout = absl::Seconds(5);
   std::string service;
   FlagSet flags("shardcast-ctl health");
   AddServerCommandFlags(&flags, &common);

@@ -32,7 +32,8 @@ constexpr char kExitCodes[] =
     "     (or, never expected, the reply could not be turned into JSON)\n";
 
 int RunStatus(const std::vector<std::string>& args) {
-  ServerCommandFlags common{"", absl::Seconds(10)};
+  ServerCommandFlags common;
+  common.rpc_timeout = absl::Seconds(10);
   bool json = false;
   FlagSet flags("shardcast-ctl status");
   AddServerCommandFlags(&flags, &common);

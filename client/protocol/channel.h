@@ -1,6 +1,7 @@
 // The one way every shardcast client (trainer, ctl, Python-facing tools, tests,
-// benchmarks) opens a gRPC channel to a server: credentials, message size limits,
-// reconnect backoff and keepalive in one place.
+// benchmarks) opens a gRPC channel to a server: credentials, bearer token, message
+// size limits, reconnect backoff and keepalive in one place. The flags that fill the
+// credentials and the token are in client_security.h.
 #ifndef SHARDCAST_CLIENT_PROTOCOL_CHANNEL_H_
 #define SHARDCAST_CLIENT_PROTOCOL_CHANNEL_H_
 
@@ -20,6 +21,10 @@ struct ChannelOptions {
   std::string target;
   // nullptr = plaintext (grpc::InsecureChannelCredentials).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Non-empty: every call on the channel carries "authorization: Bearer <token>". Sent
+  // as metadata by a client interceptor, not as call credentials, because gRPC refuses
+  // call credentials on plaintext channels and a server may take tokens without TLS.
+  std::string bearer_token;
   // Batches are tens of MB (B*3*C*C bytes); gRPC's 4 MB default would refuse them.
   // -1 = no limit.
   int max_receive_message_bytes = -1;
@@ -38,6 +43,10 @@ struct ChannelOptions {
   // transport buffers little beyond what the reader took: a slow reader is felt by
   // the server at once (tests of backpressure, memory benchmarks). 0 = gRPC's own.
   int stream_window_bytes = 0;
+  // true: this channel shares no TCP connection with other channels of the process
+  // (gRPC pools them by target and arguments otherwise). Benchmarks that stand in for
+  // several trainer processes need it.
+  bool own_connection = false;
 };
 
 // Nothing connects until the first call.
@@ -48,8 +57,30 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options);
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view what);
 
 // "UNAVAILABLE: failed to connect to all addresses; ..." — the code by name, then
-// gRPC's message.
+// gRPC's message, then SecurityHint's advice when there is one.
 std::string DescribeRpcError(const grpc::Status& status);
+
+// Whether `status` is a failed TLS handshake or a plaintext/TLS mismatch rather than
+// an unreachable server. gRPC reports both as UNAVAILABLE, so this reads the message
+// of the connect failure: a retry cannot fix a wrong CA, a missing client certificate
+// or a client speaking plaintext to a TLS port (or the reverse), so clients give up
+// at once instead of retrying as for a network outage.
+bool IsHandshakeFailure(const grpc::Status& status);
+
+// Whether `status` says the peer accepted the TCP connection and closed it before HTTP/2
+// was set up ("failed to connect ... Socket closed", a reset, or "tcp handshaker
+// shutdown"): what a TLS server does
+// to a plaintext client or to a client without the certificate it requires, but also
+// what a proxy in front of a server still starting does, so callers only give up after
+// it persisted (RankStreamOptions::handshake_refusal_seconds).
+bool IsClosedDuringConnect(const grpc::Status& status);
+
+// Whether a reconnect could ever fix `status`: false for a refused token or
+// certificate (UNAUTHENTICATED, PERMISSION_DENIED) and for IsHandshakeFailure.
+bool IsSecurityRefusal(const grpc::Status& status);
+
+// For a security refusal, what to check on which side (" (hint: ...)"); else "".
+std::string SecurityHint(const grpc::Status& status);
 
 }  // namespace shardcast::client
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -26,10 +27,13 @@ namespace {
 namespace v1 = ::shardcast::v1;
 
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
-// with what other ranks registered, or this is not a shardcast server. Everything
-// else (UNAVAILABLE above all: server killed, restarting, network) is retried.
-bool IsPermanent(grpc::StatusCode code) {
-  switch (code) {
+// with what other ranks registered, this is not a shardcast server, or the server
+// refused this client's token or certificate (IsSecurityRefusal: also the TLS
+// handshake failures gRPC reports as UNAVAILABLE). Everything else (UNAVAILABLE above
+// all: server killed, restarting, network) is retried.
+bool IsPermanent(const grpc::Status& status) {
+  if (IsSecurityRefusal(status)) return true;
+  switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::NOT_FOUND:
     case grpc::StatusCode::FAILED_PRECONDITION:
@@ -43,10 +47,36 @@ bool IsPermanent(grpc::StatusCode code) {
   }
 }
 
+// Watches a run of register attempts for a peer that keeps closing the connection
+// during the handshake (IsClosedDuringConnect); once that lasted `limit`, Observe
+// returns the error to give up with. Any other outcome ends the run.
+class HandshakeRefusalWatch {
+ public:
+  explicit HandshakeRefusalWatch(absl::Duration limit) : limit_(limit) {}
+  absl::Status Observe(const grpc::Status& status, absl::string_view what) {
+    if (!IsClosedDuringConnect(status)) {
+      since_.reset();
+      return absl::OkStatus();
+    }
+    const absl::Time now = absl::Now();
+    if (!since_) since_ = now;
+    if (now - *since_ < limit_) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(what, ": the server accepted every connection for ",
+                                               absl::FormatDuration(limit_),
+                                               " but closed it during the handshake (",
+                                               status.error_message(), ")", SecurityHint(status)));
+  }
+
+ private:
+  const absl::Duration limit_;
+  std::optional<absl::Time> since_;
+};
+
 std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& options) {
   ChannelOptions channel;
   channel.target = options.server;
   channel.credentials = options.credentials;
+  channel.bearer_token = options.bearer_token;
   channel.reconnect_backoff_initial = absl::Seconds(options.reconnect_initial_seconds);
   channel.reconnect_backoff_max = absl::Seconds(options.reconnect_max_seconds);
   return MakeChannel(channel);
@@ -79,6 +109,8 @@ class RankStream::Impl {
     const absl::Time give_up = absl::Now() + absl::Seconds(options_.reconnect_deadline_seconds);
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     int64_t attempts = 0;
+    HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
+    std::string last_error;
     while (true) {
       v1::RegisterResponse response;
       grpc::Status status = RegisterOnce(give_up, &response);
@@ -94,19 +126,32 @@ class RankStream::Impl {
         }
         return absl::OkStatus();
       }
-      if (IsPermanent(status.error_code()) || status.error_code() == grpc::StatusCode::CANCELLED) {
+      if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
         return FromGrpcStatus(
             status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
                                     options_.job.job_id(), options_.server));
       }
-      if (absl::Now() + backoff >= give_up) {
+      if (absl::Status refused = refusal.Observe(
+              status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
+                                      options_.job.job_id(), options_.server));
+          !refused.ok()) {
+        return refused;
+      }
+      // The attempt that starts at the deadline ends at once with DEADLINE_EXCEEDED; the
+      // error of the attempt before says more.
+      if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || last_error.empty()) {
+        last_error = status.error_message();
+      }
+      const absl::Time now = absl::Now();
+      if (now >= give_up) {
         return absl::UnavailableError(absl::StrFormat(
             "register rank %d of job '%s': server %s unreachable for %.1f s (%d attempts); last "
             "error: %s",
             options_.job.rank(), options_.job.job_id(), options_.server,
-            options_.reconnect_deadline_seconds, attempts, status.error_message()));
+            options_.reconnect_deadline_seconds, attempts, last_error));
       }
-      absl::SleepFor(backoff);
+      // Attempts fail fast, so the loop itself waits out the whole deadline.
+      absl::SleepFor(std::min(backoff, give_up - now));
       backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
     }
   }
@@ -187,11 +232,14 @@ class RankStream::Impl {
   }
 
  private:
-  // One Register call, waiting for the channel to become ready until `give_up`.
+  // One Register call, failing fast when the channel cannot connect: the callers retry
+  // with their own backoff until `give_up`, and a failed connect returns gRPC's reason
+  // at once, so a failed TLS handshake is told apart from an unreachable server
+  // (wait_for_ready would hide it behind DEADLINE_EXCEEDED at the deadline).
   // Cancellable by StopPrefetch while it is in flight.
   grpc::Status RegisterOnce(absl::Time give_up, v1::RegisterResponse* response) {
     grpc::ClientContext context;
-    context.set_wait_for_ready(true);
+    context.set_wait_for_ready(false);
     context.set_deadline(absl::ToChronoTime(give_up));
     if (!SetActiveContext(&context)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
     grpc::Status status = stub_->Register(&context, options_.job, response);
@@ -300,7 +348,8 @@ class RankStream::Impl {
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     std::optional<absl::Time> failing_since;  // start of the current run of failures
     bool need_register = false;               // the server may have forgotten the job
-    bool registered_here = false;             // a Register succeeded since the last batch
+    HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
+    bool registered_here = false;  // a Register succeeded since the last batch
     std::string last_error;
     int64_t attempts = 0;
 
@@ -317,6 +366,14 @@ class RankStream::Impl {
             *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
         v1::RegisterResponse response;
         status = RegisterOnce(give_up, &response);
+        if (absl::Status refused = refusal.Observe(
+                status, absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s",
+                                        options_.job.job_id(), options_.job.rank(), epoch,
+                                        options_.server));
+            !refused.ok()) {
+          DeliverError(refused);
+          break;
+        }
         if (status.ok()) {
           registered_here = true;
           absl::Status same = SameJob(response, epoch, next);
@@ -384,7 +441,7 @@ class RankStream::Impl {
       const bool unknown_job =
           (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION) &&
           !registered_here && !need_register;
-      if (IsPermanent(code) && !unknown_job) {
+      if (IsPermanent(status) && !unknown_job) {
         DeliverError(FromGrpcStatus(
             status, absl::StrFormat("job '%s' rank %d epoch %d batch %d", options_.job.job_id(),
                                     options_.job.rank(), epoch, next)));

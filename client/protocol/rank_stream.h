@@ -26,8 +26,10 @@ namespace shardcast::client {
 
 struct RankStreamOptions {
   std::string server;  // gRPC target, "host:port"
-  // nullptr = plaintext. Passed to MakeChannel (client/protocol/channel.h).
+  // nullptr = plaintext. Passed to MakeChannel (client/protocol/channel.h), as is the
+  // bearer token (empty = none); client_security.h makes both from the flags.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string bearer_token;
   shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
   int prefetch = 4;                    // batches buffered ahead of the consumer (>= 1)
   // Reconnect with exponential backoff (initial..max) for at most this long before
@@ -35,6 +37,13 @@ struct RankStreamOptions {
   double reconnect_initial_seconds = 0.1;
   double reconnect_max_seconds = 2.0;
   double reconnect_deadline_seconds = 120.0;
+  // A peer that keeps accepting the connection and closing it during the handshake
+  // (ClosedDuringConnect: a TLS server this client speaks plaintext to, or one that
+  // requires a client certificate this client lacks) for this long is reported as such
+  // instead of being retried until the reconnect deadline. Not immediately, because a
+  // proxy in front of a server that is still starting (docker's port publishing) looks
+  // the same for a few seconds.
+  double handshake_refusal_seconds = 10.0;
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
@@ -45,7 +54,9 @@ class RankStream {
  public:
   // Registers the rank (retrying while the server is unreachable, up to the
   // deadline). Errors: the server's refusal (INVALID_ARGUMENT, FAILED_PRECONDITION
-  // naming the field, ...), or UNAVAILABLE once the deadline passed.
+  // naming the field, UNAUTHENTICATED for a missing or wrong token, ...), a failed TLS
+  // handshake (UNAVAILABLE with a hint; never retried), or UNAVAILABLE once the
+  // deadline passed.
   static absl::StatusOr<std::unique_ptr<RankStream>> Connect(RankStreamOptions options);
   ~RankStream();  // stops the prefetch thread and cancels the open stream
   RankStream(const RankStream&) = delete;

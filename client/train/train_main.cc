@@ -144,6 +144,10 @@ int RunRank(const TrainOptions& o) {
   } else {
     BatchStreamOptions stream_options;
     stream_options.server = o.server;
+    absl::StatusOr<client::ClientSecurity> security = client::LoadClientSecurity(o.security);
+    if (!security.ok()) Fail(security.status());
+    stream_options.credentials = security->credentials;
+    stream_options.bearer_token = security->bearer_token;
     stream_options.job = MakeJob(o, *job_id);
     stream_options.prefetch = o.prefetch;
     stream_options.device = *device;

@@ -54,6 +54,8 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->DoubleList({{"--std"}, "R G B", "per-channel std (ImageNet's by default, as --mean)"}, 3,
                 &o->std);
   f->Int({{"--prefetch"}, "N", "batches buffered ahead of the trainer"}, &o->prefetch, 1);
+  f->Section("Security (the server's --tls-cert, --tls-client-ca, --auth-token-file):");
+  client::AddClientSecurityFlags(f, &o->security);
 
   f->Section("Model and optimization:");
   f->Choice({{"--arch"},

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/protocol/client_security.h"
 #include "common/job_config.h"
 
 namespace shardcast::train {
@@ -23,6 +24,8 @@ struct TrainOptions {
   std::vector<double> mean = {0.485, 0.456, 0.406};
   std::vector<double> std = {0.229, 0.224, 0.225};
   int prefetch = 4;
+  // --tls-ca, --tls-cert/--tls-key, --auth-token-file (or SHARDCAST_TOKEN).
+  client::ClientSecurityFlags security;
 
   // Model and optimization.
   std::string arch = "resnet18";

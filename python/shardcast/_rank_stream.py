@@ -8,6 +8,7 @@ refusing to resume when the job changed (job fingerprint, world size, batch size
 """
 
 import collections
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -40,6 +41,67 @@ _PERMANENT = frozenset(
     }
 )
 
+# The environment variable a token is taken from when none is given (as the C++ clients).
+TOKEN_ENV = "SHARDCAST_TOKEN"
+
+
+def is_handshake_failure(code: grpc.StatusCode, message: str) -> bool:
+    """A failed TLS handshake or a plaintext/TLS mismatch (gRPC reports both as
+    UNAVAILABLE): a retry cannot fix a wrong CA or a missing client certificate, so it is
+    not retried like an outage (client/protocol/channel.cc IsHandshakeFailure)."""
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return False
+    lower = message.lower()
+    # Not "handshaker shutdown": gRPC's TCP handshaker says that when the peer closed the
+    # connection (closed_during_connect).
+    markers = (
+        "ssl handshake",
+        "handshake failed",
+        "handshake read failed",
+        "handshake write failed",
+        "ssl_error",
+        "certificate",
+        "http1.x",
+    )
+    return any(m in lower for m in markers)
+
+
+def closed_during_connect(code: grpc.StatusCode, message: str) -> bool:
+    """The peer accepted the connection and closed it before HTTP/2 was set up: a TLS
+    server this client speaks plaintext to, or one requiring a client certificate, but
+    also a proxy whose server is still starting; given up on after it persisted for
+    StreamOptions.handshake_refusal (channel.h IsClosedDuringConnect)."""
+    lower = message.lower()
+    return (
+        code == grpc.StatusCode.UNAVAILABLE
+        and "failed to connect" in lower
+        and any(m in lower for m in ("socket closed", "connection reset", "handshaker shutdown"))
+    )
+
+
+def _hint(code: grpc.StatusCode, message: str) -> str:
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        if TOKEN_ENV in message:  # shardcast-server's refusals already say what to pass
+            return ""
+        return (
+            " (hint: the server refused this client's bearer token or got none: pass "
+            f"token=... or set {TOKEN_ENV} to a token of the server's --auth-token-file)"
+        )
+    if is_handshake_failure(code, message):
+        return (
+            " (hint: the TLS handshake failed: check that client and server both use TLS or "
+            "both plaintext, that tls_ca signed the server's certificate and the certificate "
+            "names the host dialed, and whether the server requires a client certificate)"
+        )
+    if closed_during_connect(code, message):
+        return (
+            " (hint: the server closed the connection before answering: if it serves TLS, pass "
+            "tls_ca; if it requires client certificates, credentials with one; a proxy in front "
+            "of a server that is not up yet does the same)"
+        )
+    return ""
+
+
 # A restarted server has forgotten the job: a stream opened before re-registering
 # fails with one of these, and is answered by re-registering at once.
 _UNKNOWN_JOB = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION})
@@ -54,12 +116,18 @@ class StreamOptions:
     server: str  # gRPC target, "host:port"
     job: pb.RegisterRequest  # job_id, rank, world_size, batch size, split, ...
     credentials: Optional[grpc.ChannelCredentials] = None  # None = plaintext
+    # Sent as "authorization: Bearer <token>" metadata on every call (works on plaintext
+    # channels too, where gRPC refuses call credentials). None = none.
+    token: Optional[str] = None
     prefetch: int = 4  # batches buffered ahead of the consumer (>= 1)
     # Exponential backoff initial..max seconds, for at most `reconnect_deadline` seconds
     # of failures in a row before giving up on a dead server.
     reconnect_initial: float = 0.1
     reconnect_max: float = 2.0
     reconnect_deadline: float = 120.0
+    # A peer that keeps closing the connection during the handshake for this long is
+    # reported (ServerUnavailableError naming the likely cause) instead of retried on.
+    handshake_refusal: float = 10.0
 
 
 def make_channel(options: StreamOptions) -> grpc.Channel:
@@ -119,6 +187,7 @@ class RankStream(Generic[T]):
         self._options = options
         self._convert = convert
         self._job = options.job
+        self._metadata = (("authorization", f"Bearer {options.token}"),) if options.token else None
         self._channel = make_channel(options)
         self._register = self._channel.unary_unary(
             REGISTER_METHOD,
@@ -225,10 +294,15 @@ class RankStream(Generic[T]):
         return f"rank {self._job.rank} of job '{self._job.job_id}' at {self._options.server}"
 
     def _register_once(self, give_up: float) -> pb.RegisterResponse:
-        """One Register call that waits for the channel to become ready until `give_up`
-        (time.monotonic()); cancellable by _stop_prefetch. Raises _Failure or _Stopped."""
+        """One Register call, failing fast when the channel cannot connect (the callers
+        retry with backoff until `give_up`, time.monotonic()), so a failed TLS handshake
+        shows as itself rather than as a deadline; cancellable by _stop_prefetch. Raises
+        _Failure or _Stopped."""
         future = self._register.future(
-            self._job, timeout=max(0.0, give_up - time.monotonic()), wait_for_ready=True
+            self._job,
+            timeout=max(0.0, give_up - time.monotonic()),
+            wait_for_ready=False,
+            metadata=self._metadata,
         )
         with self._lock:
             if self._stop:
@@ -250,23 +324,50 @@ class RankStream(Generic[T]):
         give_up = time.monotonic() + opts.reconnect_deadline
         backoff = opts.reconnect_initial
         attempts = 0
+        closed_since: Optional[float] = None  # start of a run of closed-during-connect
+        last: Optional[_Failure] = None  # the most telling failure so far
         while True:
             attempts += 1
             try:
                 response = self._register_once(give_up)
             except _Failure as f:
+                if not closed_during_connect(f.code, f.message):
+                    closed_since = None
+                elif closed_since is None:
+                    closed_since = time.monotonic()
+                elif time.monotonic() - closed_since >= opts.handshake_refusal:
+                    raise ServerUnavailableError(
+                        f"register {self._where()}: the server accepted every connection for "
+                        f"{opts.handshake_refusal:.1f} s but closed it during the handshake "
+                        f"({f.message}){_hint(f.code, f.message)}",
+                        f.code,
+                    ) from None
+                if is_handshake_failure(f.code, f.message):
+                    raise ServerUnavailableError(
+                        f"register {self._where()}: {_describe(f.code, f.message)}"
+                        f"{_hint(f.code, f.message)}",
+                        f.code,
+                    ) from None
                 if f.code in _PERMANENT or f.code == grpc.StatusCode.CANCELLED:
                     raise JobRefusedError(
-                        f"register {self._where()}: {_describe(f.code, f.message)}", f.code
+                        f"register {self._where()}: {_describe(f.code, f.message)}"
+                        f"{_hint(f.code, f.message)}",
+                        f.code,
                     ) from None
-                if time.monotonic() + backoff >= give_up:
+                # The attempt that starts at the deadline ends at once with
+                # DEADLINE_EXCEEDED; the error of the attempt before says more.
+                if f.code != grpc.StatusCode.DEADLINE_EXCEEDED or last is None:
+                    last = f
+                now = time.monotonic()
+                if now >= give_up:
                     raise ServerUnavailableError(
                         f"register {self._where()}: server unreachable for "
                         f"{opts.reconnect_deadline:.1f} s ({attempts} attempts); last error: "
-                        f"{_describe(f.code, f.message)}",
-                        f.code,
+                        f"{_describe(last.code, last.message)}",
+                        last.code,
                     ) from None
-                time.sleep(backoff)
+                # Attempts fail fast, so the loop itself waits out the whole deadline.
+                time.sleep(min(backoff, give_up - now))
                 backoff = min(backoff * 2, opts.reconnect_max)
                 continue
             if response.batches_per_epoch <= 0 or len(response.image_shape) != 3:
@@ -332,7 +433,7 @@ class RankStream(Generic[T]):
             start_batch=start,
             job_fingerprint=self.registration.job_fingerprint,
         )
-        call = self._stream(request)
+        call = self._stream(request, metadata=self._metadata)
         with self._lock:
             if self._stop:
                 call.cancel()
@@ -411,9 +512,17 @@ class RankStream(Generic[T]):
             code = failure.code
             unknown_job = code in _UNKNOWN_JOB and not registered_here and not need_register
             where = f"job '{self._job.job_id}' rank {self._job.rank} epoch {epoch}"
+            if is_handshake_failure(code, failure.message):
+                raise ServerUnavailableError(
+                    f"{where} batch {next_batch}: {_describe(code, failure.message)}"
+                    f"{_hint(code, failure.message)}",
+                    code,
+                )
             if code in _PERMANENT and not unknown_job:
                 raise JobRefusedError(
-                    f"{where} batch {next_batch}: {_describe(code, failure.message)}", code
+                    f"{where} batch {next_batch}: {_describe(code, failure.message)}"
+                    f"{_hint(code, failure.message)}",
+                    code,
                 )
             now = time.monotonic()
             if failing_since is None:

@@ -19,12 +19,15 @@ class ShardcastError(Exception):
 
 class ServerUnavailableError(ShardcastError):
     """The server stayed unreachable past the reconnect deadline (wrong address, server
-    down or still indexing): retrying later may work."""
+    down or still indexing): retrying later may work. Also raised at once, without
+    retrying, for a failed TLS handshake (wrong CA, missing client certificate, TLS vs
+    plaintext): the message then says so and which setting to check."""
 
 
 class JobRefusedError(ShardcastError):
     """The server refused the job or the stream with a status a retry cannot fix
-    (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND, ...): the request must change."""
+    (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND, UNAUTHENTICATED for a missing or
+    wrong token, ...): the request must change."""
 
 
 class JobChangedError(ShardcastError):

@@ -16,7 +16,7 @@ import grpc
 import torch
 
 from shardcast._proto import enum_name, enum_value, pb
-from shardcast._rank_stream import RankStream, StreamOptions
+from shardcast._rank_stream import TOKEN_ENV, RankStream, StreamOptions
 from shardcast.errors import JobChangedError
 
 # The pixels are a view of the received `bytes`, which Python marks read-only; torch
@@ -84,6 +84,19 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
+def _channel_credentials(
+    credentials: Optional[grpc.ChannelCredentials], tls_ca: Optional[str]
+) -> Optional[grpc.ChannelCredentials]:
+    """`credentials` as given, or TLS trusting the PEM CA file `tls_ca` (the C++ clients'
+    --tls-ca); both at once is ambiguous."""
+    if tls_ca is None:
+        return credentials
+    if credentials is not None:
+        raise ValueError("pass credentials or tls_ca, not both")
+    with open(tls_ca, "rb") as f:
+        return grpc.ssl_channel_credentials(root_certificates=f.read())
+
+
 def _new_job_id() -> str:
     """run-<host>-<pid>-<random>: unique per run, readable in the server's status."""
     return f"run-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -102,9 +115,15 @@ class Loader:
     load_state_dict() chose the position first. Each epoch yields exactly len(loader)
     batches (fewer when resumed mid-epoch).
 
+    Security (docs/deploy.md, "TLS and tokens"): `tls_ca` (a PEM file) connects with TLS
+    trusting that CA, or pass any `credentials` (e.g. grpc.ssl_channel_credentials with a
+    client certificate for mTLS); `token` is sent as "authorization: Bearer <token>",
+    default $SHARDCAST_TOKEN.
+
     Raises ServerUnavailableError when the server cannot be reached within
-    `reconnect_deadline` seconds, JobRefusedError when it refuses the job (the message
-    is the server's and names the field), ValueError for a bad argument.
+    `reconnect_deadline` seconds (at once for a failed TLS handshake), JobRefusedError
+    when it refuses the job (the message is the server's and names the field; code
+    UNAUTHENTICATED for a missing or wrong token), ValueError for a bad argument.
     """
 
     def __init__(
@@ -128,6 +147,8 @@ class Loader:
         prefetch: int = 4,
         reconnect_deadline: float = 120.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
+        tls_ca: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> None:
         default_rank, default_world = _default_rank_and_world()
         rank = default_rank if rank is None else rank
@@ -160,7 +181,8 @@ class Loader:
             StreamOptions(
                 server=server,
                 job=job,
-                credentials=credentials,
+                credentials=_channel_credentials(credentials, tls_ca),
+                token=token if token is not None else (os.environ.get(TOKEN_ENV, "").strip() or None),
                 prefetch=prefetch,
                 reconnect_deadline=reconnect_deadline,
             ),

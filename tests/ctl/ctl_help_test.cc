@@ -27,11 +27,13 @@ TEST(CtlHelpTest, ListsEveryCommand) {
 }
 
 TEST(CtlHelpTest, Health) {
-  ExpectHelpListsEveryFlag({kCtl, "health"}, {"--server", "--service", "--rpc-timeout"});
+  ExpectHelpListsEveryFlag({kCtl, "health"}, {"--server", "--service", "--rpc-timeout", "--tls-ca",
+                                              "--tls-cert", "--tls-key", "--auth-token-file"});
 }
 
 TEST(CtlHelpTest, Status) {
-  ExpectHelpListsEveryFlag({kCtl, "status"}, {"--server", "--json", "--rpc-timeout"});
+  ExpectHelpListsEveryFlag({kCtl, "status"}, {"--server", "--json", "--rpc-timeout", "--tls-ca",
+                                              "--tls-cert", "--tls-key", "--auth-token-file"});
 }
 
 TEST(CtlHelpTest, Plan) {

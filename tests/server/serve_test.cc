@@ -16,7 +16,9 @@ class ServeTest : public ::testing::Test {
   void SetUp() override {
     dir_ = std::make_unique<TempDir>();
     MakeDataset(dir_->path(), /*samples=*/300, /*per_shard=*/75);  // 4 shards
-    server_ = std::make_unique<InProcessServer>(dir_->path());
+    server::ServerOptions options;
+    options.reflection = true;  // HealthAndReflectionAnswer (off by default: --reflection)
+    server_ = std::make_unique<InProcessServer>(dir_->path(), options);
     reference_ = std::make_unique<Reference>(dir_->path());
   }
   v1::Shardcast::Stub* stub() { return server_->stub(); }

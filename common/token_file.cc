@@ -1,0 +1,58 @@
+// Bearer-token files (see token_file.h).
+#include "common/token_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace shardcast {
+
+absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text) {
+  std::vector<std::string> tokens;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    for (char c : line) {
+      // What an HTTP/2 header value can carry unchanged: visible ASCII.
+      const unsigned char u = static_cast<unsigned char>(c);
+      if (u < 0x21 || u > 0x7e) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("line ", line_number,
+                         ": a token is visible ASCII without whitespace or control characters"));
+      }
+    }
+    tokens.emplace_back(line);
+  }
+  return tokens;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("token file '", path, "': cannot open: ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("token file '", path, "': read failed"));
+  absl::StatusOr<std::vector<std::string>> tokens = ParseTokens(text.str());
+  if (!tokens.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file '", path, "': ", tokens.status().message()));
+  }
+  if (tokens->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file '", path, "' holds no token (one a line; blank and '#' lines are ignored)"));
+  }
+  return tokens;
+}
+
+}  // namespace shardcast

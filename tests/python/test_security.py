@@ -1,0 +1,96 @@
+"""TLS and bearer tokens from Python: the Loader's tls_ca / token / SHARDCAST_TOKEN
+against the real shardcast-server with --tls-cert and --auth-token-file, certificates
+made here by Debian's openssl CLI (as tests/server/security_test.cc does for C++)."""
+
+import signal
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+
+import shardcast
+from conftest import BUILD, SERVER_FLAGS
+from server_process import ServerProcess
+
+TOKEN = "python-test-token"
+
+
+def _openssl(cwd: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _ca(cwd: Path, name: str) -> None:
+    _openssl(cwd, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
+             "-subj", f"/CN={name}")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    _ca(d, "ca")
+    _ca(d, "other_ca")
+    _openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+    (d / "tokens").write_text(f"# test\n{TOKEN}\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def secure_server(shards, certs):
+    s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
+        "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+        "--auth-token-file", str(certs / "tokens")])
+    s.start()
+    yield s
+    s.kill(signal.SIGTERM)
+
+
+def _address(server) -> str:
+    return f"localhost:{server.port}"  # the name the certificate carries
+
+
+def test_tls_and_token_stream_a_batch(secure_server, certs):
+    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                          tls_ca=str(certs / "ca.pem"), token=TOKEN) as loader:
+        images, labels, _ = next(iter(loader))
+        assert images.shape[0] == 8 and labels.shape[0] == 8
+
+
+def test_token_from_the_environment(secure_server, certs, monkeypatch):
+    monkeypatch.setenv("SHARDCAST_TOKEN", TOKEN)
+    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                          tls_ca=str(certs / "ca.pem")) as loader:
+        assert len(loader) > 0
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_no_or_wrong_token_is_refused_at_once(secure_server, certs, monkeypatch, token):
+    monkeypatch.delenv("SHARDCAST_TOKEN", raising=False)
+    with pytest.raises(shardcast.JobRefusedError, match="SHARDCAST_TOKEN") as e:
+        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                         tls_ca=str(certs / "ca.pem"), token=token, reconnect_deadline=300)
+    assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_wrong_ca_is_a_handshake_failure_not_retried(secure_server, certs):
+    # With a 300 s deadline, a retried handshake would end as "unreachable for 300.0 s".
+    with pytest.raises(shardcast.ServerUnavailableError, match="TLS handshake failed") as e:
+        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                         tls_ca=str(certs / "other_ca.pem"), token=TOKEN,
+                         reconnect_deadline=300)
+    assert "unreachable for" not in str(e.value)
+
+
+def test_plaintext_to_a_tls_server_is_reported_not_retried_to_the_deadline(secure_server):
+    # The server closes a plaintext connection during the handshake; after the
+    # handshake_refusal period (10 s) the loader says so instead of retrying for 300 s.
+    with pytest.raises(shardcast.ServerUnavailableError,
+                       match="closed it during the handshake") as e:
+        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                         token=TOKEN, reconnect_deadline=300)
+    assert "tls_ca" in str(e.value)
