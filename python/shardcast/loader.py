@@ -103,8 +103,11 @@ class Loader:
     batches (fewer when resumed mid-epoch).
 
     Raises ServerUnavailableError when the server cannot be reached within
-    `reconnect_deadline` seconds, JobRefusedError when it refuses the job (the message
-    is the server's and names the field), ValueError for a bad argument.
+    `reconnect_deadline` seconds (StreamTimeoutError, a kind of it, when a stream
+    delivers nothing for `stream_timeout` seconds and reconnecting brings nothing
+    within another `stream_timeout`; 0 = never), JobRefusedError when it refuses the
+    job (the message is the server's and names the field), ValueError for a bad
+    argument.
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class Loader:
         crop: Optional[int] = None,
         prefetch: int = 4,
         reconnect_deadline: float = 120.0,
+        stream_timeout: float = 120.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
     ) -> None:
         default_rank, default_world = _default_rank_and_world()
@@ -163,6 +167,7 @@ class Loader:
                 credentials=credentials,
                 prefetch=prefetch,
                 reconnect_deadline=reconnect_deadline,
+                stream_timeout=stream_timeout,
             ),
             _to_batch,
         )
