@@ -146,6 +146,7 @@ int RunRank(const TrainOptions& o) {
     stream_options.server = o.server;
     stream_options.job = MakeJob(o, *job_id);
     stream_options.prefetch = o.prefetch;
+    stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
     stream_options.device = *device;
     stream_options.mean = o.mean;
     stream_options.std = o.std;

@@ -23,6 +23,9 @@ struct TrainOptions {
   std::vector<double> mean = {0.485, 0.456, 0.406};
   std::vector<double> std = {0.229, 0.224, 0.225};
   int prefetch = 4;
+  // Progress deadline of each rank's stream (RankStreamOptions::stream_timeout_seconds);
+  // zero = off.
+  absl::Duration stream_timeout = absl::Minutes(2);
 
   // Model and optimization.
   std::string arch = "resnet18";
