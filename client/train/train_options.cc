@@ -134,8 +134,11 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
              "own copy."},
             &o->save);
   f->OptionalBool({{"--progress"}, "", "progress bar on rank 0's stderr", "on"}, &o->progress);
-  f->Add({{"--no-progress"}, "", "no progress bar"}, 0,
-         [o](const std::string& flag, const std::vector<std::string>& values) {
+  f->Add({{"--no-progress"},
+          "",
+          "no live progress bar: rank 0 prints only each epoch's summary line and the\n"
+          "final line, on stdout"},
+         0, [o](const std::string& flag, const std::vector<std::string>& values) {
            if (!values.empty()) return absl::InvalidArgumentError(flag + " takes no value");
            o->progress = false;
            return absl::OkStatus();

@@ -304,6 +304,34 @@ TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom
             std::string::npos);
 }
 
+TEST(TrainProgressTest, NoProgressStillPrintsEpochSummariesAndTheFinalLine) {
+  TempDir dir;
+  ChildProcess trainer;
+  ASSERT_TRUE(trainer
+                  .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "3",
+                          "--num-classes", "2", "--arch", "small-cnn", "--crop", "8", "-b", "2",
+                          "--epochs", "2", "--threads", "1", "--no-progress"},
+                         dir.path() + "/out", dir.path() + "/err")
+                  .ok());
+  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(2));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadWholeFile(dir.path() + "/out");
+  const std::string err = ReadWholeFile(dir.path() + "/err");
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << err;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("(^|\n)epoch 1/2: 3/3 batches \\| [0-9.]+ img/s \\| loss [0-9.]+ \\| top1 "
+                      "[0-9.]+% \\| [0-9.]+ s\n")))
+      << out;
+  EXPECT_NE(out.find("\nepoch 2/2: 3/3 batches | "), std::string::npos) << out;
+  EXPECT_NE(out.find("shardcast-train: done: 6 steps, 2 epochs, last epoch loss "),
+            std::string::npos)
+      << out;
+  // No live bar anywhere.
+  for (const std::string& text : {out, err}) {
+    EXPECT_EQ(text.find("epoch 1/2 ["), std::string::npos) << text;
+  }
+}
+
 TEST(TrainStreamTimeoutTest, AStalledServerFailsItsRankAndTheDdpPeerWithIt) {
   // Two ranks started as torchrun would, each fed by its own server: only rank 1's
   // server is stopped, as when one data host hangs. Rank 0 meanwhile waits for rank 1
