@@ -1,5 +1,5 @@
-// RankStream: registration with retry, the prefetch thread, batch checks and
-// reconnect/resume (see rank_stream.h).
+// RankStream: registration with retry, the prefetch thread, batch checks,
+// reconnect/resume and the progress watchdog (see rank_stream.h).
 #include "client/protocol/rank_stream.h"
 
 #include <grpcpp/grpcpp.h>
@@ -106,6 +106,10 @@ class RankStream::Impl {
       return absl::InvalidArgumentError(
           absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
     }
+    if (!(options_.stream_timeout_seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("stream timeout must be >= 0 seconds, got ",
+                                                     options_.stream_timeout_seconds));
+    }
     const absl::Time give_up = absl::Now() + absl::Seconds(options_.reconnect_deadline_seconds);
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     int64_t attempts = 0;
@@ -184,6 +188,7 @@ class RankStream::Impl {
     }
     if (start_batch < n) {
       thread_ = std::thread([this, epoch, start_batch] { PrefetchLoop(epoch, start_batch); });
+      if (stream_timeout() > absl::ZeroDuration()) watchdog_ = std::thread([this] { Watchdog(); });
     }
     return absl::OkStatus();
   }
@@ -286,6 +291,45 @@ class RankStream::Impl {
     return !stop_;
   }
 
+  absl::Duration stream_timeout() const { return absl::Seconds(options_.stream_timeout_seconds); }
+
+  // Arms the watchdog: the message the prefetch thread is about to wait for must
+  // arrive by `deadline` (InfiniteFuture: disarmed, e.g. while the queue is full).
+  void WatchRead(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    read_deadline_ = deadline;
+  }
+
+  // Whether the watchdog cancelled the stream in flight since the last call.
+  bool TakeStalled() {
+    absl::MutexLock lock(&mu_);
+    const bool stalled = stalled_;
+    stalled_ = false;
+    return stalled;
+  }
+
+  // The watchdog thread (stream timeout > 0): cancels the RPC in flight once the
+  // message the prefetch thread waits for is overdue. The sync Read() cannot be given
+  // a deadline of its own, and a call deadline would also cut a healthy long epoch.
+  void Watchdog() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_ && !producer_done_) {
+      const absl::Time deadline = read_deadline_;
+      if (absl::Now() >= deadline) {
+        stalled_ = true;
+        read_deadline_ = absl::InfiniteFuture();
+        if (active_context_ != nullptr) active_context_->TryCancel();
+        continue;
+      }
+      // Woken early only when the deadline moves closer (armed after being disarmed);
+      // a deadline pushed later by a received batch is seen when the old one passes.
+      auto woken = [this, deadline]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || producer_done_ || read_deadline_ < deadline;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), deadline);
+    }
+  }
+
   // After a reconnect: the server must still serve the job this rank started with
   // (same data and settings, same world size, batch size and n), or resuming would
   // silently hand out other samples or other pixels.
@@ -347,7 +391,10 @@ class RankStream::Impl {
     int64_t next = start_batch;  // first batch not yet received
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     std::optional<absl::Time> failing_since;  // start of the current run of failures
-    bool need_register = false;               // the server may have forgotten the job
+    // When the watchdog first cut a stream that delivered nothing, since the last batch:
+    // reconnecting then gets one more stream timeout to bring a batch.
+    std::optional<absl::Time> stalled_since;
+    bool need_register = false;    // the server may have forgotten the job
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
     bool registered_here = false;  // a Register succeeded since the last batch
     std::string last_error;
@@ -357,15 +404,27 @@ class RankStream::Impl {
       absl::MutexLock lock(&mu_);
       producer_done_ = true;
     };
+    // Until when the current run of failures is retried.
+    auto give_up_time = [&]() {
+      absl::Time give_up = *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
+      if (stalled_since) give_up = std::min(give_up, *stalled_since + stream_timeout());
+      return give_up;
+    };
+    // When the next awaited message is overdue; no later than give_up_time() while
+    // reconnecting after a stall.
+    auto read_deadline = [&]() {
+      if (stream_timeout() <= absl::ZeroDuration()) return absl::InfiniteFuture();
+      absl::Time deadline = absl::Now() + stream_timeout();
+      if (stalled_since) deadline = std::min(deadline, give_up_time());
+      return deadline;
+    };
 
     while (next < n) {
       if (StopRequested()) break;
       grpc::Status status;
       if (need_register) {
-        const absl::Time give_up =
-            *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
         v1::RegisterResponse response;
-        status = RegisterOnce(give_up, &response);
+        status = RegisterOnce(give_up_time(), &response);
         if (absl::Status refused = refusal.Observe(
                 status, absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s",
                                         options_.job.job_id(), options_.job.rank(), epoch,
@@ -384,6 +443,7 @@ class RankStream::Impl {
         }
       }
       int64_t received_this_attempt = 0;
+      bool stalled = false;  // the watchdog cut this attempt's stream
       if (status.ok()) {
         grpc::ClientContext context;
         if (!SetActiveContext(&context)) break;
@@ -393,11 +453,13 @@ class RankStream::Impl {
         request.set_epoch(epoch);
         request.set_start_batch(next);
         request.set_job_fingerprint(registration_.job_fingerprint());
+        WatchRead(read_deadline());  // the first batch counts from the request
         std::unique_ptr<grpc::ClientReader<v1::Batch>> reader =
             stub_->StreamBatches(&context, request);
         auto msg = std::make_shared<v1::Batch>();
         absl::Status bad;
         while (reader->Read(msg.get())) {
+          WatchRead(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
           if (next >= n) {
             bad = absl::DataLossError(absl::StrFormat(
                 "job '%s' rank %d epoch %d: server sent batch %d past the last one (%d)",
@@ -410,17 +472,26 @@ class RankStream::Impl {
           Deliver(QueueItem{std::move(msg), absl::OkStatus()});
           ++next;
           ++received_this_attempt;
+          stalled_since.reset();
           msg = std::make_shared<v1::Batch>();
+          WatchRead(read_deadline());
         }
+        WatchRead(absl::InfiniteFuture());
         if (!bad.ok() || StopRequested()) context.TryCancel();
         status = reader->Finish();
         SetActiveContext(nullptr);
+        stalled = TakeStalled();
         if (!bad.ok()) {
           DeliverError(bad);
           break;
         }
         if (StopRequested()) break;
-        if (status.ok() && next < n) {
+        if (stalled && next < n) {
+          status = grpc::Status(
+              grpc::StatusCode::DEADLINE_EXCEEDED,
+              absl::StrFormat("no batch for %s (stream timeout); stream cancelled after batch %d",
+                              absl::FormatDuration(stream_timeout()), next));
+        } else if (status.ok() && next < n) {
           status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 absl::StrFormat("stream ended after batch %d of %d", next, n));
         }
@@ -449,11 +520,23 @@ class RankStream::Impl {
       }
       const absl::Time now = absl::Now();
       if (!failing_since) failing_since = now;
+      // The first stall since the last batch starts the stall clock; later stalls and
+      // other failures while reconnecting do not restart it.
+      if (stalled && !stalled_since) stalled_since = now;
       last_error = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
                                 status.error_message());
       ++attempts;
-      const absl::Time give_up =
-          *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
+      const absl::Time give_up = give_up_time();
+      if (now >= give_up && stalled_since) {
+        DeliverError(absl::DeadlineExceededError(absl::StrFormat(
+            "job '%s' rank %d epoch %d: no batch from server %s for %s (the stream timeout) at "
+            "batch %d of %d, and reconnecting brought none within another %s (%d attempts); "
+            "last error: %s",
+            options_.job.job_id(), options_.job.rank(), epoch, options_.server,
+            absl::FormatDuration(stream_timeout()), next, n, absl::FormatDuration(stream_timeout()),
+            attempts, last_error)));
+        break;
+      }
       if (now >= give_up) {
         DeliverError(absl::UnavailableError(absl::StrFormat(
             "job '%s' rank %d epoch %d: stream broken at batch %d of %d and server %s not back "
@@ -483,9 +566,12 @@ class RankStream::Impl {
       if (active_context_ != nullptr) active_context_->TryCancel();
     }
     if (thread_.joinable()) thread_.join();
+    if (watchdog_.joinable()) watchdog_.join();
     absl::MutexLock lock(&mu_);
     active_context_ = nullptr;
     sticky_error_ = absl::OkStatus();
+    read_deadline_ = absl::InfiniteFuture();
+    stalled_ = false;
   }
 
   const RankStreamOptions options_;
@@ -493,8 +579,9 @@ class RankStream::Impl {
   const std::unique_ptr<v1::Shardcast::Stub> stub_;
   // Set once by Connect before any other thread exists; read-only afterwards.
   v1::RegisterResponse registration_;
-  // The prefetch thread of the current epoch (joined by StopPrefetch).
+  // The prefetch thread of the current epoch and its watchdog (joined by StopPrefetch).
   std::thread thread_;
+  std::thread watchdog_;
 
   mutable absl::Mutex mu_;
   // Received batches not yet handed out, then at most one error; <= prefetch batches.
@@ -512,6 +599,10 @@ class RankStream::Impl {
   // The RPC in flight on the prefetch thread, so StopPrefetch can cancel it.
   grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the message the prefetch thread waits for is overdue (InfiniteFuture: it is
+  // not waiting on the server); the watchdog cancels the stream then and sets stalled_.
+  absl::Time read_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options) {

@@ -3,7 +3,9 @@
 // from any start batch on a prefetch thread, checks each batch against the
 // registration, and after a broken stream reconnects, re-registers and resumes at
 // the first batch not yet received — refusing to resume when the job's data or
-// config changed (job fingerprint, world size, batch size or n differ).
+// config changed (job fingerprint, world size, batch size or n differ). A stream that
+// stops delivering without breaking (a stalled server) is cut by a progress deadline
+// and handled as a broken one.
 // BatchStream (client/batch_stream.h) builds torch tensors on it; a Python or
 // another-language client follows the same protocol.
 #ifndef SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_
@@ -44,6 +46,15 @@ struct RankStreamOptions {
   // proxy in front of a server that is still starting (docker's port publishing) looks
   // the same for a few seconds.
   double handshake_refusal_seconds = 10.0;
+  // Progress deadline, 0 = off. gRPC's sync Read() waits forever on a server that
+  // keeps the connection open but sends nothing (stopped, deadlocked, swapping), so a
+  // watchdog cancels a stream that has delivered no batch for this long, counted from
+  // the request or from when the next message was asked for (time the consumer takes
+  // before making room in the prefetch queue never counts). The rank then reconnects
+  // as after a broken stream; if that brings no batch within another such period
+  // either, Next() fails with DEADLINE_EXCEEDED naming server, job, rank, epoch, batch
+  // and the timeout. Generous by default: an epoch's first batch waits for decoding.
+  double stream_timeout_seconds = 120.0;
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
@@ -72,7 +83,8 @@ class RankStream {
   // Next batch of the current epoch, or std::nullopt once batches_per_epoch()
   // batches have been handed out. An error (returned again on later calls until the
   // next StartEpoch) means the server stayed unreachable past the reconnect
-  // deadline, answered with a status a reconnect cannot fix, or changed the job.
+  // deadline, answered with a status a reconnect cannot fix, changed the job, or
+  // delivered nothing within the stream timeout (also after reconnecting).
   absl::StatusOr<std::optional<ReceivedBatch>> Next();
 
   // Reconnects made so far (tests, metrics).

@@ -18,8 +18,8 @@ std::string FormatDuration(double seconds) {
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::FILE* out, bool enabled, bool tty)
-    : out_(out), enabled_(enabled), tty_(tty) {}
+ProgressBar::ProgressBar(std::FILE* out, bool enabled, bool tty, bool live)
+    : out_(out), enabled_(enabled), tty_(tty && live), live_(live) {}
 
 void ProgressBar::StartEpoch(int64_t epoch, int64_t epochs, int64_t batches, int64_t start_batch) {
   epoch_ = epoch;
@@ -45,8 +45,15 @@ std::string ProgressBar::Render(int64_t done, double images_per_s, double loss, 
       100 * fraction, images_per_s, loss, 100 * acc, FormatDuration(elapsed), FormatDuration(eta));
 }
 
+std::string ProgressBar::Summary(int64_t done, double images_per_s, double loss, double acc,
+                                 double seconds) const {
+  return absl::StrFormat(
+      "epoch %d/%d: %d/%d batches | %.1f img/s | loss %.4f | top1 %.2f%% | %.1f s", epoch_ + 1,
+      epochs_, done, batches_, images_per_s, loss, 100 * acc, seconds);
+}
+
 void ProgressBar::Update(int64_t done, double images_per_s, double loss, double acc) {
-  if (!enabled_) return;
+  if (!enabled_ || !live_) return;
   const auto now = std::chrono::steady_clock::now();
   if (tty_) {
     if (now - last_draw_ < std::chrono::milliseconds(100) && done < batches_) return;
@@ -70,6 +77,11 @@ void ProgressBar::Update(int64_t done, double images_per_s, double loss, double 
 void ProgressBar::FinishEpoch(int64_t done, double images_per_s, double loss, double acc,
                               double seconds) {
   if (!enabled_) return;
+  if (!live_) {
+    std::fprintf(out_, "%s\n", Summary(done, images_per_s, loss, acc, seconds).c_str());
+    std::fflush(out_);
+    return;
+  }
   std::fprintf(out_, "%s%s (%.1f s)\n", tty_ ? "\r" : "",
                Render(done, images_per_s, loss, acc).c_str(), seconds);
   std::fflush(out_);

@@ -150,6 +150,7 @@ int RunRank(const TrainOptions& o) {
     stream_options.bearer_token = security->bearer_token;
     stream_options.job = MakeJob(o, *job_id);
     stream_options.prefetch = o.prefetch;
+    stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
     stream_options.device = *device;
     stream_options.mean = o.mean;
     stream_options.std = o.std;
@@ -174,7 +175,12 @@ int RunRank(const TrainOptions& o) {
   if (!model.ok()) Fail(model.status());
 
   const bool show_progress = o.rank == 0 && o.progress.value_or(true);
-  ProgressBar progress(stderr, show_progress, ::isatty(STDERR_FILENO) != 0);
+  // --no-progress drops the live bar, not the outcome: rank 0 still prints each epoch's
+  // summary and the final line, on stdout, so a log or a container's output says how
+  // the run went.
+  std::FILE* summary_out = show_progress ? stderr : stdout;
+  ProgressBar progress(summary_out, o.rank == 0, ::isatty(STDERR_FILENO) != 0,
+                       /*live=*/show_progress);
   if (show_progress) {
     std::fprintf(stderr, "shardcast-train: %d rank(s), %s on %s, %s; %s\n", o.world_size,
                  (*comm)->backend().c_str(), device->str().c_str(), (*model)->Describe().c_str(),
@@ -211,13 +217,14 @@ int RunRank(const TrainOptions& o) {
     std::fflush(stderr);
     ::_exit(128 + result->stopped_by_signal);
   }
-  if (show_progress) {
+  if (o.rank == 0) {
     std::fprintf(
-        stderr,
+        summary_out,
         "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%\n",
         static_cast<long long>(result->global_step),
         static_cast<long long>(result->epochs_completed), result->last_epoch_loss,
         100 * result->last_epoch_acc);
+    std::fflush(summary_out);
   }
   return 0;
 }

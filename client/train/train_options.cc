@@ -54,6 +54,14 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->DoubleList({{"--std"}, "R G B", "per-channel std (ImageNet's by default, as --mean)"}, 3,
                 &o->std);
   f->Int({{"--prefetch"}, "N", "batches buffered ahead of the trainer"}, &o->prefetch, 1);
+  f->Duration({{"--stream-timeout"},
+               "DURATION",
+               "a stream that delivers no batch for this long (counted from the request, or\n"
+               "from when the next batch was asked for) is treated as broken: the rank\n"
+               "reconnects, and if that brings no batch within another DURATION it fails with\n"
+               "an error naming server, job, rank, epoch and batch, which stops every rank.\n"
+               "Mind an epoch's first batch waits for decoding; 0 = off (wait forever)"},
+              &o->stream_timeout);
   f->Section("Security (the server's --tls-cert, --tls-client-ca, --auth-token-file):");
   client::AddClientSecurityFlags(f, &o->security);
 
@@ -128,8 +136,11 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
              "own copy."},
             &o->save);
   f->OptionalBool({{"--progress"}, "", "progress bar on rank 0's stderr", "on"}, &o->progress);
-  f->Add({{"--no-progress"}, "", "no progress bar"}, 0,
-         [o](const std::string& flag, const std::vector<std::string>& values) {
+  f->Add({{"--no-progress"},
+          "",
+          "no live progress bar: rank 0 prints only each epoch's summary line and the\n"
+          "final line, on stdout"},
+         0, [o](const std::string& flag, const std::vector<std::string>& values) {
            if (!values.empty()) return absl::InvalidArgumentError(flag + " takes no value");
            o->progress = false;
            return absl::OkStatus();

@@ -26,6 +26,9 @@ struct TrainOptions {
   int prefetch = 4;
   // --tls-ca, --tls-cert/--tls-key, --auth-token-file (or SHARDCAST_TOKEN).
   client::ClientSecurityFlags security;
+  // Progress deadline of each rank's stream (RankStreamOptions::stream_timeout_seconds);
+  // zero = off.
+  absl::Duration stream_timeout = absl::Minutes(2);
 
   // Model and optimization.
   std::string arch = "resnet18";

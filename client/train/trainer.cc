@@ -158,7 +158,15 @@ absl::StatusOr<Trainer::StepAgreement> Trainer::AgreeOnStep(bool have_batch, int
   torch::Tensor have = torch::tensor({have_batch ? 1.0 : 0.0, my_signal ? 1.0 : 0.0},
                                      torch::TensorOptions().dtype(torch::kFloat64))
                            .to(config_.device);
-  if (absl::Status s = comm_->AllReduce(have); !s.ok()) return s;
+  if (absl::Status s = comm_->AllReduce(have); !s.ok()) {
+    // Usually a peer failed (its stream timed out, its server refused it) and exited,
+    // which Gloo reports as a closed connection: point at the peer's own error.
+    return absl::Status(
+        s.code(), absl::StrFormat("epoch %d batch %d: the step agreement with the other ranks "
+                                  "failed; a peer rank has probably failed or exited (its own "
+                                  "error says why): %s",
+                                  epoch, consumed, s.message()));
+  }
   const torch::Tensor agreed = have.cpu();
   const int ranks_with_batch = static_cast<int>(agreed[0].item<double>() + 0.5);
   if (agreed[1].item<double>() > 0) return StepAgreement::kStop;

@@ -19,6 +19,7 @@ from shardcast.errors import (  # noqa: E402
     JobChangedError,
     JobRefusedError,
     ServerUnavailableError,
+    StreamTimeoutError,
     ShardcastError,
 )
 from shardcast.loader import Batch, Loader, SampleInfo  # noqa: E402
@@ -36,6 +37,7 @@ __all__ = [
     "Loader",
     "SampleInfo",
     "ServerUnavailableError",
+    "StreamTimeoutError",
     "ShardcastError",
     "normalize",
 ]

@@ -5,6 +5,8 @@ Registers (retrying while the server is unreachable), streams an epoch's batches
 any start batch on a prefetch thread, checks each batch against the registration, and
 after a broken stream re-registers and resumes at the first batch not yet received,
 refusing to resume when the job changed (job fingerprint, world size, batch size or n).
+A stream that delivers nothing for `stream_timeout` seconds is cut by a watchdog and
+handled as a broken one.
 """
 
 import collections
@@ -24,6 +26,7 @@ from shardcast.errors import (
     JobRefusedError,
     ServerUnavailableError,
     ShardcastError,
+    StreamTimeoutError,
 )
 
 # Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts with
@@ -128,6 +131,11 @@ class StreamOptions:
     # A peer that keeps closing the connection during the handshake for this long is
     # reported (ServerUnavailableError naming the likely cause) instead of retried on.
     handshake_refusal: float = 10.0
+    # Progress deadline, 0 = off: a stream that delivers no batch for this long (counted
+    # from the request, or from when the next message was asked for; time the consumer
+    # leaves the prefetch queue full never counts) is cancelled and handled as broken;
+    # if reconnecting brings no batch within another such period, StreamTimeoutError.
+    stream_timeout: float = 120.0
 
 
 def make_channel(options: StreamOptions) -> grpc.Channel:
@@ -156,11 +164,14 @@ class _Failure(Exception):
     """An RPC failure inside the prefetch loop, for the retry logic: the status, and how
     many batches the broken stream delivered before it."""
 
-    def __init__(self, code: grpc.StatusCode, message: str, received: int = 0) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, message: str, received: int = 0, stalled: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.received = received
+        self.stalled = stalled  # the watchdog cut the stream (stream timeout)
 
 
 class _Stopped(Exception):
@@ -184,6 +195,8 @@ class RankStream(Generic[T]):
             raise ValueError(f"prefetch must be >= 1, got {options.prefetch}")
         if options.reconnect_deadline < 0:
             raise ValueError(f"reconnect_deadline must be >= 0, got {options.reconnect_deadline}")
+        if not options.stream_timeout >= 0:
+            raise ValueError(f"stream_timeout must be >= 0, got {options.stream_timeout}")
         self._options = options
         self._convert = convert
         self._job = options.job
@@ -210,6 +223,12 @@ class RankStream(Generic[T]):
         self._handed_out = 0  # batches of _epoch handed out (counting skipped ones)
         self._started = False
         self._thread: Optional[threading.Thread] = None
+        self._watchdog: Optional[threading.Thread] = None
+        # Guarded by _lock: when the message the prefetch thread waits for is overdue
+        # (time.monotonic(); None: it is not waiting on the server), and whether the
+        # watchdog cancelled the stream for it.
+        self._read_deadline: Optional[float] = None
+        self._stalled = False
         try:
             self.registration = self._initial_register()
         except BaseException:
@@ -255,6 +274,13 @@ class RankStream(Generic[T]):
                 daemon=True,
             )
             self._thread.start()
+            if self._options.stream_timeout > 0:
+                self._watchdog = threading.Thread(
+                    target=self._watch_loop,
+                    name=f"shardcast-watchdog-rank{self._job.rank}",
+                    daemon=True,
+                )
+                self._watchdog.start()
 
     def next(self) -> Optional[T]:
         """The next batch of the epoch, or None once all n were handed out.
@@ -422,10 +448,41 @@ class RankStream(Generic[T]):
             if self._lock.wait_for(lambda: self._stop, timeout=seconds):
                 raise _Stopped()
 
-    def _receive(self, epoch: int, start: int) -> int:
+    def _watch(self, deadline: Optional[float]) -> None:
+        """Arms the watchdog for the message about to be awaited (None: disarmed)."""
+        with self._lock:
+            self._read_deadline = deadline
+            self._lock.notify_all()
+
+    def _watch_loop(self) -> None:
+        """The watchdog thread (stream_timeout > 0): cancels the stream in flight once
+        the message the prefetch thread waits for is overdue. A call timeout would also
+        cut a healthy long epoch; a blocked iterator has no timeout of its own."""
+        with self._lock:
+            while not self._stop and not self._producer_done:
+                deadline = self._read_deadline
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    self._stalled = True
+                    self._read_deadline = None
+                    if self._active_call is not None:
+                        self._active_call.cancel()
+                    continue
+                self._lock.wait(None if deadline is None else deadline - now)
+
+    def _receive(self, epoch: int, start: int, not_after: Optional[float] = None) -> int:
         """Streams `epoch` from `start` into the queue; returns the batches received.
-        Raises _Failure (with the batches received before the break) when it breaks."""
+        Raises _Failure (with the batches received before the break) when it breaks.
+        The first message is overdue after the stream timeout, or at `not_after`."""
         n = self.batches_per_epoch
+        timeout = self._options.stream_timeout
+
+        def overdue(cap: Optional[float] = None) -> Optional[float]:
+            if timeout <= 0:
+                return None
+            deadline = time.monotonic() + timeout
+            return deadline if cap is None else min(deadline, cap)
+
         request = pb.StreamBatchesRequest(
             job_id=self._job.job_id,
             rank=self._job.rank,
@@ -440,8 +497,10 @@ class RankStream(Generic[T]):
                 raise _Stopped()
             self._active_call = call
         index = start
+        self._watch(overdue(not_after))  # the first batch counts from the request
         try:
             for raw in call:
+                self._watch(None)  # waiting for queue space is the consumer's time
                 where = (
                     f"job '{self._job.job_id}' rank {self._job.rank} epoch {epoch} batch {index}"
                 )
@@ -453,14 +512,27 @@ class RankStream(Generic[T]):
                 check_batch(meta, len(pixels), epoch, index, self.image_shape, where)
                 self._deliver(self._convert(meta, pixels))
                 index += 1
+                self._watch(overdue())
         except grpc.RpcError as e:
             if self._stop:
                 raise _Stopped() from None
+            with self._lock:
+                stalled = self._stalled
+            if stalled:
+                raise _Failure(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no batch for {timeout:g} s (stream timeout); stream cancelled after "
+                    f"batch {index}",
+                    index - start,
+                    stalled=True,
+                ) from None
             raise _Failure(e.code(), e.details() or "", index - start) from None
         finally:
             call.cancel()  # a no-op once the stream ended; stops it after an error
             with self._lock:
                 self._active_call = None
+                self._read_deadline = None
+                self._stalled = False
         if index < n:
             raise _Failure(
                 grpc.StatusCode.UNAVAILABLE,
@@ -488,23 +560,33 @@ class RankStream(Generic[T]):
         next_batch = start  # first batch not yet received
         backoff = opts.reconnect_initial
         failing_since: Optional[float] = None  # start of the current run of failures
+        # When the watchdog first cut a stream since the last batch: reconnecting then
+        # gets one more stream timeout to bring a batch.
+        stalled_since: Optional[float] = None
         need_register = False  # the server may have forgotten the job
         registered_here = False  # a Register succeeded since the last batch
         attempts = 0
         while next_batch < n:
             try:
+                give_up = None
                 if need_register:
                     assert failing_since is not None
-                    response = self._register_once(failing_since + opts.reconnect_deadline)
+                    give_up = failing_since + opts.reconnect_deadline
+                    if stalled_since is not None:
+                        give_up = min(give_up, stalled_since + opts.stream_timeout)
+                    response = self._register_once(give_up)
                     registered_here = True
                     self._same_job(response, epoch, next_batch)
-                next_batch += self._receive(epoch, next_batch)
+                next_batch += self._receive(
+                    epoch, next_batch, give_up if stalled_since is not None else None
+                )
                 return
             except _Failure as f:
                 failure = f
             next_batch += failure.received
             if failure.received > 0:
                 failing_since = None
+                stalled_since = None
                 backoff = opts.reconnect_initial
                 registered_here = False
                 need_register = False
@@ -527,8 +609,23 @@ class RankStream(Generic[T]):
             now = time.monotonic()
             if failing_since is None:
                 failing_since = now
+            # The first stall since the last batch starts the stall clock; later stalls
+            # and other failures while reconnecting do not restart it.
+            if failure.stalled and stalled_since is None:
+                stalled_since = now
             attempts += 1
             give_up = failing_since + opts.reconnect_deadline
+            if stalled_since is not None:
+                give_up = min(give_up, stalled_since + opts.stream_timeout)
+                if now >= give_up:
+                    raise StreamTimeoutError(
+                        f"{where}: no batch from server {opts.server} for "
+                        f"{opts.stream_timeout:g} s (the stream timeout) at batch {next_batch} "
+                        f"of {n}, and reconnecting brought none within another "
+                        f"{opts.stream_timeout:g} s ({attempts} attempts); last error: "
+                        f"{_describe(code, failure.message)}",
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
             if now >= give_up:
                 raise ServerUnavailableError(
                     f"{where}: stream broken at batch {next_batch} of {n} and server "
@@ -552,6 +649,9 @@ class RankStream(Generic[T]):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._watchdog is not None:
+            self._watchdog.join()
+            self._watchdog = None
         with self._lock:
             self._active_call = None
             self._sticky_error = None

@@ -24,6 +24,13 @@ class ServerUnavailableError(ShardcastError):
     plaintext): the message then says so and which setting to check."""
 
 
+class StreamTimeoutError(ServerUnavailableError):
+    """The server kept the connection open but sent no batch for `stream_timeout`
+    seconds, and reconnecting brought none within another `stream_timeout` either (a
+    stopped, deadlocked or swapping server). A ServerUnavailableError, so code that
+    handles an unreachable server handles a stalled one too."""
+
+
 class JobRefusedError(ShardcastError):
     """The server refused the job or the stream with a status a retry cannot fix
     (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND, UNAUTHENTICATED for a missing or

@@ -121,9 +121,12 @@ class Loader:
     default $SHARDCAST_TOKEN.
 
     Raises ServerUnavailableError when the server cannot be reached within
-    `reconnect_deadline` seconds (at once for a failed TLS handshake), JobRefusedError
-    when it refuses the job (the message is the server's and names the field; code
-    UNAUTHENTICATED for a missing or wrong token), ValueError for a bad argument.
+    `reconnect_deadline` seconds (at once for a failed TLS handshake; StreamTimeoutError,
+    a kind of it, when a stream delivers nothing for `stream_timeout` seconds and
+    reconnecting brings nothing within another `stream_timeout`; 0 = never),
+    JobRefusedError when it refuses the job (the message is the server's and names the
+    field; code UNAUTHENTICATED for a missing or wrong token), ValueError for a bad
+    argument.
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Loader:
         crop: Optional[int] = None,
         prefetch: int = 4,
         reconnect_deadline: float = 120.0,
+        stream_timeout: float = 120.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
         tls_ca: Optional[str] = None,
         token: Optional[str] = None,
@@ -185,6 +189,7 @@ class Loader:
                 token=token if token is not None else (os.environ.get(TOKEN_ENV, "").strip() or None),
                 prefetch=prefetch,
                 reconnect_deadline=reconnect_deadline,
+                stream_timeout=stream_timeout,
             ),
             _to_batch,
         )

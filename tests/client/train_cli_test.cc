@@ -1,7 +1,8 @@
 // shardcast-train's command line and launcher: the seed's flags and torchrun's
 // environment parse as documented, bad flags are refused with a message naming them,
-// --nproc-per-node stops the other ranks when one fails, and a TorchScript --model
-// trains data-parallel and is saved as TorchScript.
+// --nproc-per-node stops the other ranks when one fails, a rank whose server stalls
+// fails on --stream-timeout and takes its DDP peer down with it, and a TorchScript
+// --model trains data-parallel and is saved as TorchScript.
 #include <stdlib.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 #include "client/train/train_options.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"
+#include "tests/support/free_port.h"
 #include "tests/support/help_check.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -78,6 +80,13 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   EXPECT_EQ(d->job_id, "");  // a new job per run
   EXPECT_DOUBLE_EQ(d->bucket_mb, 25);
   EXPECT_EQ(d->mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(d->stream_timeout, absl::Minutes(2));
+  absl::StatusOr<TrainOptions> timeouts = Parse({"--stream-timeout", "2s"});
+  ASSERT_TRUE(timeouts.ok()) << timeouts.status();
+  EXPECT_EQ(timeouts->stream_timeout, absl::Seconds(2));
+  absl::StatusOr<TrainOptions> off = Parse({"--stream-timeout", "0"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->stream_timeout, absl::ZeroDuration());
 }
 
 TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
@@ -137,6 +146,8 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--timeout", "300"}, "unknown flag --timeout"},
            {{"--rendezvous-timeout", "soon"}, "--rendezvous-timeout: 'soon' is not a duration"},
            {{"--rendezvous-timeout", "0"}, "--rendezvous-timeout must be above 0"},
+           {{"--stream-timeout", "-1s"}, "--stream-timeout: '-1s' is not a duration >= 0"},
+           {{"--stream-timeout", "soon"}, "--stream-timeout: 'soon' is not a duration"},
            {{"--progress", "--no-progress"}, "--progress and --no-progress contradict"},
            {{"--rank", "2", "--world-size", "2"}, "rank 2 is not in [0, world size 2)"},
            {{"--ckpt-every", "5"}, "--ckpt-every needs --ckpt-dir"},
@@ -169,7 +180,7 @@ TEST(TrainHelpTest, ListsEveryFlag) {
       {BinaryPath("client/shardcast-train")},
       {"--server", "--job-id", "--batch-size", "--split", "--remainder", "--workers", "--seed",
        "--shuffle", "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform",
-       "--resize", "--crop", "--mean", "--std", "--prefetch", "--tls-ca", "--tls-cert", "--tls-key",
+       "--resize", "--crop", "--mean", "--std", "--prefetch", "--stream-timeout", "--tls-ca", "--tls-cert", "--tls-key",
        "--auth-token-file", "--arch", "--model", "--num-classes", "--device", "--epochs", "--lr",
        "--betas", "--optimizer", "--momentum", "--weight-decay", "--bucket-mb", "--threads",
        "--max-steps", "--metrics", "--log-keys", "--ckpt-dir", "--ckpt-every", "--ckpt-keep",
@@ -292,6 +303,121 @@ TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom
   EXPECT_NE(ReadWholeFile(dir.path() + "/m.1.jsonl")
                 .find(absl::StrCat("\"epoch\":0,\"next_batch\":", next_batch, ",\"step\":", step)),
             std::string::npos);
+}
+
+TEST(TrainProgressTest, NoProgressStillPrintsEpochSummariesAndTheFinalLine) {
+  TempDir dir;
+  ChildProcess trainer;
+  ASSERT_TRUE(trainer
+                  .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "3",
+                          "--num-classes", "2", "--arch", "small-cnn", "--crop", "8", "-b", "2",
+                          "--epochs", "2", "--threads", "1", "--no-progress"},
+                         dir.path() + "/out", dir.path() + "/err")
+                  .ok());
+  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(2));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadWholeFile(dir.path() + "/out");
+  const std::string err = ReadWholeFile(dir.path() + "/err");
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << err;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("(^|\n)epoch 1/2: 3/3 batches \\| [0-9.]+ img/s \\| loss [0-9.]+ \\| top1 "
+                      "[0-9.]+% \\| [0-9.]+ s\n")))
+      << out;
+  EXPECT_NE(out.find("\nepoch 2/2: 3/3 batches | "), std::string::npos) << out;
+  EXPECT_NE(out.find("shardcast-train: done: 6 steps, 2 epochs, last epoch loss "),
+            std::string::npos)
+      << out;
+  // No live bar anywhere.
+  for (const std::string& text : {out, err}) {
+    EXPECT_EQ(text.find("epoch 1/2 ["), std::string::npos) << text;
+  }
+}
+
+TEST(TrainStreamTimeoutTest, AStalledServerFailsItsRankAndTheDdpPeerWithIt) {
+  // Two ranks started as torchrun would, each fed by its own server: only rank 1's
+  // server is stopped, as when one data host hangs. Rank 0 meanwhile waits for rank 1
+  // in the per-step all-reduce; with a collective timeout of 5 min it must fail because
+  // its peer exited, not because that timeout ran out.
+  TempDir dir;
+  const std::string shards = dir.path() + "/shards";
+  ASSERT_TRUE(testing_util::MakeSyntheticShards(shards, 64, 2, 16, 16).ok());
+  std::vector<std::unique_ptr<testing_util::ServerProcess>> servers;
+  for (int r = 0; r < 2; ++r) {
+    const std::string logs = absl::StrCat(dir.path(), "/server", r);
+    std::filesystem::create_directories(logs);
+    servers.push_back(std::make_unique<testing_util::ServerProcess>(shards, logs));
+    absl::Status started = servers.back()->Start();
+    ASSERT_TRUE(started.ok()) << started;
+  }
+  const std::string master_port = absl::StrCat(testing_util::FreePort());
+  ChildProcess ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ranks[r]
+                    .Start({BinaryPath("client/shardcast-train"),
+                            "--server",
+                            servers[r]->address(),
+                            "--job-id",
+                            "stall",
+                            "--rank",
+                            absl::StrCat(r),
+                            "--world-size",
+                            "2",
+                            "--master-port",
+                            master_port,
+                            "--rendezvous-timeout",
+                            "5m",
+                            "--stream-timeout",
+                            "2s",
+                            "--arch",
+                            "small-cnn",
+                            "--resize",
+                            "16",
+                            "--crop",
+                            "16",
+                            "-b",
+                            "4",
+                            "--epochs",
+                            "100000",
+                            "--threads",
+                            "1",
+                            "--device",
+                            "cpu",
+                            "--no-progress",
+                            "--metrics",
+                            dir.path() + "/m.{rank}.jsonl"},
+                           absl::StrCat(dir.path(), "/out", r), absl::StrCat(dir.path(), "/err", r))
+                    .ok());
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (CountLines(ReadWholeFile(dir.path() + "/m.1.jsonl"), "\"event\":\"step\"") < 2 &&
+         std::chrono::steady_clock::now() < until) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(ranks[r].WaitFor(std::chrono::milliseconds(10)).has_value())
+          << ReadWholeFile(absl::StrCat(dir.path(), "/err", r));
+    }
+  }
+  ASSERT_EQ(::kill(servers[1]->pid(), SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  std::optional<int> status[2];
+  for (int r : {1, 0}) status[r] = ranks[r].WaitFor(std::chrono::seconds(60));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  ::kill(servers[1]->pid(), SIGCONT);
+  const std::string err1 = ReadWholeFile(dir.path() + "/err1");
+  const std::string err0 = ReadWholeFile(dir.path() + "/err0");
+  ASSERT_TRUE(status[1].has_value()) << "the stalled rank did not fail; stderr:\n" << err1;
+  ASSERT_TRUE(status[0].has_value()) << "its peer did not fail; stderr:\n" << err0;
+  EXPECT_LT(seconds, 60);
+  EXPECT_TRUE(WIFEXITED(*status[1]) && WEXITSTATUS(*status[1]) == 1) << *status[1] << err1;
+  for (const std::string& part :
+       {std::string("shardcast-train: error: rank 1: epoch "),
+        std::string("job 'stall' rank 1 epoch "),
+        "no batch from server " + servers[1]->address() + " for 2s (the stream timeout)"}) {
+    EXPECT_NE(err1.find(part), std::string::npos) << part << "\n" << err1;
+  }
+  EXPECT_TRUE(WIFEXITED(*status[0]) && WEXITSTATUS(*status[0]) != 0) << *status[0] << err0;
+  EXPECT_NE(err0.find("shardcast-train: error: rank 0: epoch "), std::string::npos) << err0;
+  EXPECT_NE(err0.find("a peer rank has probably failed or exited"), std::string::npos) << err0;
 }
 
 TEST(TrainTorchScriptTest, ScriptedModelTrainsDataParallelAndSavesTorchScript) {

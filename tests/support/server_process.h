@@ -137,6 +137,8 @@ class ServerProcess {
   }
 
   int Kill(int sig) { return server_.Kill(sig); }
+  // For signals that do not end it (SIGSTOP/SIGCONT: a stalled server).
+  pid_t pid() const { return server_.pid(); }
   int port() const { return server_.port(); }
   std::string address() const { return server_.target(); }
   std::string Stderr() const { return server_.Stderr(); }
