@@ -1,4 +1,4 @@
-// Bearer-token files (see token_file.h).
+// PEM and bearer-token files (see token_file.h).
 #include "common/token_file.h"
 
 #include <cerrno>
@@ -32,6 +32,23 @@ absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text) {
     tokens.emplace_back(line);
   }
   return tokens;
+}
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat(flag, " '", path, "': cannot open: ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad() || text.str().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': empty or unreadable"));
+  }
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': not a PEM file"));
+  }
+  return text.str();
 }
 
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path) {

@@ -1,7 +1,8 @@
-// The bearer-token file shared by shardcast-server (--auth-token-file: every token it
-// accepts) and its clients (--auth-token-file: the first token is the one sent). One
-// token a line; blank lines and lines starting with '#' are ignored; surrounding
-// whitespace is trimmed, so a file written by `echo` or an editor works as is.
+// The security files shared by shardcast-server and its clients: PEM certificates and
+// keys (--tls-*), and the bearer-token file (--auth-token-file: the server accepts every
+// token in it, a client sends the first). One token a line; blank lines and lines starting with '#'
+// are ignored; surrounding whitespace is trimmed, so a file written by `echo` or an editor works as
+// is.
 #ifndef SHARDCAST_COMMON_TOKEN_FILE_H_
 #define SHARDCAST_COMMON_TOKEN_FILE_H_
 
@@ -17,6 +18,10 @@ namespace shardcast {
 // or a non-ASCII byte is refused (it could not travel in an `authorization: Bearer`
 // header unchanged).
 absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text);
+
+// The text of the PEM file `path` given as `flag` (for the message): NOT_FOUND when it
+// cannot be opened, INVALID_ARGUMENT when it is empty or holds no PEM block.
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path);
 
 // Reads and parses `path`. Errors name the file; a file without any token is an error
 // (an empty allow-list would lock every client out, which is never what is meant).

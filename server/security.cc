@@ -5,10 +5,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -19,23 +15,6 @@
 namespace shardcast::server {
 
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(flag, " '", path, "': cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad() || text.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': empty or unreadable"));
-  }
-  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': not a PEM file"));
-  }
-  return text.str();
-}
 
 constexpr char kTokenHint[] =
     "send metadata 'authorization: Bearer <token>' (shardcast clients: --auth-token-file FILE "
@@ -56,16 +35,16 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     }
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadPem("--tls-cert", options.tls_cert_file);
+  absl::StatusOr<std::string> cert = ReadPemFile("--tls-cert", options.tls_cert_file);
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem("--tls-key", options.tls_key_file);
+  absl::StatusOr<std::string> key = ReadPemFile("--tls-key", options.tls_key_file);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*std::move(key), *std::move(cert)});
   if (options.tls_client_ca_file.empty()) {
     ssl.client_certificate_request = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
   } else {
-    absl::StatusOr<std::string> ca = ReadPem("--tls-client-ca", options.tls_client_ca_file);
+    absl::StatusOr<std::string> ca = ReadPemFile("--tls-client-ca", options.tls_client_ca_file);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *std::move(ca);
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;

@@ -1,37 +1,14 @@
 // Client security flags -> credentials and token (see client_security.h).
 #include "client/protocol/client_security.h"
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/token_file.h"
 
 namespace shardcast::client {
-
-namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(flag, " '", path, "': cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad() || !absl::StrContains(text.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': not a PEM file"));
-  }
-  return text.str();
-}
-
-}  // namespace
 
 void AddClientSecurityFlags(FlagSet* flags, ClientSecurityFlags* dst) {
   flags->String({{"--tls-ca"},
@@ -59,14 +36,14 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const ClientSecurityFlags& fla
   if (!flags.tls_ca.empty() || !flags.tls_cert.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!flags.tls_ca.empty()) {
-      absl::StatusOr<std::string> ca = ReadPem("--tls-ca", flags.tls_ca);
+      absl::StatusOr<std::string> ca = ReadPemFile("--tls-ca", flags.tls_ca);
       if (!ca.ok()) return ca.status();
       ssl.pem_root_certs = *std::move(ca);
     }
     if (!flags.tls_cert.empty()) {
-      absl::StatusOr<std::string> cert = ReadPem("--tls-cert", flags.tls_cert);
+      absl::StatusOr<std::string> cert = ReadPemFile("--tls-cert", flags.tls_cert);
       if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadPem("--tls-key", flags.tls_key);
+      absl::StatusOr<std::string> key = ReadPemFile("--tls-key", flags.tls_key);
       if (!key.ok()) return key.status();
       ssl.pem_cert_chain = *std::move(cert);
       ssl.pem_private_key = *std::move(key);
