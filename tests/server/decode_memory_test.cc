@@ -113,6 +113,9 @@ TEST(DecodeMemoryTest, SixtyFourHugePngsOnAllThreadsStayWithinTheBudget) {
   stream_options.job.mutable_transform()->set_resize(16);
   stream_options.job.mutable_transform()->set_crop(16);
   stream_options.prefetch = 4;  // every batch's samples queued on the pool at once
+  // A batch of these takes tens of seconds on a loaded 2-core machine: no stall
+  // deadline (a reconnect would only redo the work).
+  stream_options.stream_timeout_seconds = 0;
   absl::StatusOr<std::unique_ptr<client::RankStream>> stream =
       client::RankStream::Connect(stream_options);
   ASSERT_TRUE(stream.ok()) << stream.status();
