@@ -44,10 +44,12 @@ namespace {
 
 // Bump when the scan's rules or the cache layout change: old caches and fingerprints
 // then no longer match.
-constexpr uint32_t kIndexVersion = 1;
+constexpr uint32_t kIndexVersion = 2;  // 2: labels bounded by max_classes
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
+// WarnIfClassesSparse stays quiet for small gaps (a few classes without samples).
+constexpr int64_t kSparseClassesMinGap = 10;
 
 // "shard-2" < "shard-10": runs of digits compare by value, the rest bytewise.
 bool NaturalLess(const std::string& a, const std::string& b) {
@@ -214,7 +216,7 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
   for (size_t g = 0; g < usable_groups; ++g) {
     const MemberGroup& group = grouping.groups[g];
     absl::StatusOr<LabeledSample> sample =
-        MakeSampleEntry(group, scan->members, options.label_field);
+        MakeSampleEntry(group, scan->members, options.label_field, options.max_classes);
     if (!sample.ok()) {
       result.skipped.push_back(
           SkippedSample{shard.path, group.key, std::string(sample.status().message())});
@@ -294,6 +296,7 @@ std::string SerializeCache(const std::string& root, const IndexOptions& options,
   w.AddU64(kIndexVersion);
   w.AddString(root);
   w.AddString(options.label_field);
+  w.AddU64(static_cast<uint64_t>(options.max_classes));
   w.AddU64(scan.shards.size());
   for (const ShardInfo& s : scan.shards) {
     w.AddString(s.path);
@@ -336,7 +339,7 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
   }
   CacheParser p(data.substr(0, data.size() - 40));
   std::string magic, stored_root, label_field;
-  uint64_t version = 0, n = 0;
+  uint64_t version = 0, n = 0, max_classes = 0;
   if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
     return corrupt("bad magic");
   }
@@ -344,8 +347,11 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     *stale = true;  // another layout: rebuild without complaint
     return absl::OkStatus();
   }
-  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.Count(&n)) return corrupt("header");
-  if (stored_root != root || label_field != options.label_field || n != listed.size()) {
+  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) || !p.Count(&n)) {
+    return corrupt("header");
+  }
+  if (stored_root != root || label_field != options.label_field ||
+      max_classes != static_cast<uint64_t>(options.max_classes) || n != listed.size()) {
     *stale = true;
     return absl::OkStatus();
   }
@@ -485,7 +491,8 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
 
 // info.json (or another top-level *.json with "dataset size" / "num_classes"): the
 // seed's description of the data. The scan is the truth; disagreement is a warning.
-void CheckInfoJson(const std::string& root, int64_t max_label, DatasetIndex* index) {
+void CheckInfoJson(const std::string& root, int64_t max_label, int32_t max_classes,
+                   DatasetIndex* index) {
   std::vector<fs::path> candidates;
   std::error_code ec;
   for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator();
@@ -528,6 +535,11 @@ void CheckInfoJson(const std::string& root, int64_t max_label, DatasetIndex* ind
       if (classes_it->second.kind != JsonValue::Kind::kInteger ||
           classes_it->second.integer > std::numeric_limits<int32_t>::max()) {
         Warn(&index->warnings, absl::StrCat(name, ": \"num_classes\" is not a usable integer"));
+      } else if (classes_it->second.integer > max_classes) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
+                          ", above --max-classes ", max_classes, "; using ", scanned_classes,
+                          " from the labels"));
       } else if (classes_it->second.integer < scanned_classes) {
         Warn(&index->warnings,
              absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
@@ -537,6 +549,32 @@ void CheckInfoJson(const std::string& root, int64_t max_label, DatasetIndex* ind
       }
     }
     return;  // the first describing file wins (info.json first)
+  }
+}
+
+// num_classes sizes the trainer's last layer: far more classes than distinct labels
+// usually means one stray label or a wrong info.json, so it is worth a warning.
+void WarnIfClassesSparse(DatasetIndex* index) {
+  if (index->num_classes <= 0) return;
+  std::vector<bool> seen(static_cast<size_t>(index->num_classes), false);
+  int64_t distinct = 0;
+  int64_t max_label = -1;
+  for (const ShardInfo& shard : index->shards) {
+    for (const SampleEntry& e : shard.samples) {
+      if (e.label < 0 || e.label >= index->num_classes) continue;  // bounded by the scan
+      max_label = std::max(max_label, e.label);
+      if (!seen[static_cast<size_t>(e.label)]) {
+        seen[static_cast<size_t>(e.label)] = true;
+        ++distinct;
+      }
+    }
+  }
+  if (index->num_classes > 2 * distinct && index->num_classes - distinct >= kSparseClassesMinGap) {
+    Warn(&index->warnings,
+         absl::StrCat("num_classes is ", index->num_classes, " but only ", distinct,
+                      " distinct labels occur (largest ", max_label,
+                      "): the model gets an output per class; check for a stray label or "
+                      "info.json's \"num_classes\""));
   }
 }
 
@@ -615,7 +653,8 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
   index.skipped = std::move(scan.skipped);
   for (const ShardInfo& s : index.shards)
     index.num_samples += static_cast<int64_t>(s.samples.size());
-  CheckInfoJson(root, scan.max_label, &index);
+  CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+  WarnIfClassesSparse(&index);
   index.class_names = std::move(scan.class_names);
   if (!index.class_names.empty() &&
       index.class_names.size() < static_cast<size_t>(index.num_classes)) {

@@ -61,9 +61,16 @@ struct DatasetIndex {
   std::vector<uint32_t> ShardSampleCounts() const;
 };
 
+// Labels are accepted in [0, max_classes); see IndexOptions::max_classes.
+inline constexpr int32_t kDefaultMaxClasses = 1000000;
+
 struct IndexOptions {
   // Field of the .json member holding the integer label (when there is no .cls).
   std::string label_field = "label";
+  // A sample whose label is outside [0, max_classes) is skipped with that reason, and
+  // an info.json "num_classes" above it is ignored: num_classes sizes the class-name
+  // list and the trainer's last layer, so it is never taken from data unbounded.
+  int32_t max_classes = kDefaultMaxClasses;
   // Where the index cache lives; empty = no cache. Never inside the dataset dir.
   std::string cache_dir;
   // Scanner threads; 0 = one per shard up to hardware concurrency.

@@ -44,7 +44,7 @@ absl::Status UnknownFormatError(absl::string_view b) {
   const size_t n = std::min<size_t>(b.size(), 8);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t c = static_cast<uint8_t>(b[i]);
-    absl::StrAppendFormat(&hex, i ? " %02x" : "%02x", c);
+    absl::StrAppendFormat(&hex, "%s%02x", i ? " " : "", c);  // constexpr format (clang checks)
     text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '.');
   }
   return absl::InvalidArgumentError(absl::StrFormat(
@@ -110,6 +110,44 @@ struct JpegHeader {
   int colorspace = 0;
 };
 
+// What TurboJPEG's header call does not say: whether the frame is progressive (SOF2,
+// SOF6, SOF10, SOF14) and its component count. Walks the marker segments up to the
+// first SOF; every length is checked against the data, so any bytes are safe here.
+struct JpegFrame {
+  bool found = false;
+  bool progressive = false;
+  int components = 0;
+};
+
+JpegFrame ScanJpegFrame(absl::string_view b) {
+  JpegFrame frame;
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
+  size_t pos = 2;  // after SOI
+  while (pos + 1 < b.size()) {
+    if (byte(pos) != 0xFF) return frame;  // not at a marker: corrupt, let libjpeg say so
+    uint8_t marker = byte(pos + 1);
+    pos += 2;
+    if (marker == 0xFF) {  // fill byte
+      --pos;
+      continue;
+    }
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD9)) continue;  // no length
+    if (pos + 2 > b.size()) return frame;
+    const size_t length = (size_t{byte(pos)} << 8) | byte(pos + 1);
+    if (length < 2 || pos + length > b.size()) return frame;
+    const bool sof =
+        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (sof) {
+      frame.found = true;
+      frame.progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
+      if (length >= 8) frame.components = byte(pos + 7);
+      return frame;
+    }
+    pos += length;
+  }
+  return frame;
+}
+
 absl::StatusOr<JpegHeader> ReadJpegHeader(tjhandle tj, absl::string_view b) {
   JpegHeader h;
   if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(b.data()),
@@ -158,8 +196,10 @@ absl::Status DecodeJpeg(absl::string_view b, internal::ScalingFactor f, RgbImage
   // Warnings (e.g. "Premature end of JPEG file" on a truncated file, whose tail
   // libjpeg fills with grey) are errors: a half-grey image is not the sample, and
   // the server substitutes a failed sample deterministically. STOPONWARNING also
-  // saves decoding the rest of a broken file.
-  const int flags = TJFLAG_STOPONWARNING;
+  // saves decoding the rest of a broken file. LIMITSCANS refuses a progressive JPEG
+  // with more than 500 scans: each scan re-walks the whole coefficient buffer, so a
+  // small file of thousands of scans can hold a decode thread for minutes.
+  const int flags = TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
   if (tjDecompress2(*tj, reinterpret_cast<const unsigned char*>(b.data()),
                     static_cast<unsigned long>(b.size()), out->pixels.data(), w, w * channels, ht,
                     cmyk ? TJPF_CMYK : TJPF_RGB, flags) != 0) {
@@ -347,6 +387,10 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
       info.width = h->width;
       info.height = h->height;
       info.is_jpeg = true;
+      info.cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
+      const JpegFrame frame = ScanJpegFrame(encoded);
+      info.progressive = frame.progressive;
+      info.components = frame.components > 0 ? frame.components : (info.cmyk ? 4 : 3);
       return info;
     }
     case Format::kPng:
@@ -355,6 +399,25 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
       break;
   }
   return UnknownFormatError(encoded);
+}
+
+int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom) {
+  if (!info.is_jpeg) {
+    // Pixels plus libpng's row pointer array.
+    return int64_t{info.width} * info.height * 3 + int64_t{info.height} * sizeof(void*);
+  }
+  const internal::ScalingFactor f{scale_num, scale_denom};
+  const int64_t w = internal::ScaledSize(info.width, f);
+  const int64_t h = internal::ScaledSize(info.height, f);
+  int64_t bytes = w * h * (info.cmyk ? 4 : 3);
+  if (info.progressive) {
+    // Whole-image coefficient arrays at full resolution; blocks padded to the largest
+    // MCU (16x16), every component counted at full resolution (an upper bound for
+    // subsampled chroma), 2 bytes per coefficient.
+    const auto round16 = [](int64_t v) { return (v + 15) / 16 * 16; };
+    bytes += int64_t{info.components} * round16(info.width) * round16(info.height) * 2;
+  }
+  return bytes;
 }
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #if defined(__SSE2__)
@@ -424,8 +425,28 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
   return absl::OkStatus();
 }
 
+namespace {
+
+// Holds an admission's bytes for one decode and gives them back on every path.
+class AdmittedBytes {
+ public:
+  AdmittedBytes(DecodeAdmission* admission, int64_t bytes) : admission_(admission), bytes_(bytes) {}
+  ~AdmittedBytes() {
+    if (admission_ != nullptr) admission_->Release(bytes_);
+  }
+  AdmittedBytes(const AdmittedBytes&) = delete;
+  AdmittedBytes& operator=(const AdmittedBytes&) = delete;
+
+ private:
+  DecodeAdmission* const admission_;  // null: nothing held
+  const int64_t bytes_;
+};
+
+}  // namespace
+
 absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,
-                                uint64_t augment_seed, uint8_t* out_chw) {
+                                uint64_t augment_seed, uint8_t* out_chw,
+                                DecodeAdmission* admission) {
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
   absl::StatusOr<ImageInfo> info = ReadImageInfo(encoded);
   if (!info.ok()) return info.status();
@@ -452,6 +473,14 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
     f = internal::ChooseScalingFactor([&](internal::ScalingFactor s) {
       return region_w * s.num >= need_w * s.denom && region_h * s.num >= need_h * s.denom;
     });
+  }
+
+  // Decided from the header alone, before any pixel buffer exists.
+  std::optional<AdmittedBytes> admitted;
+  if (admission != nullptr) {
+    const int64_t bytes = DecodeBufferBytes(*info, f.num, f.denom);
+    if (absl::Status s = admission->Acquire(bytes); !s.ok()) return s;
+    admitted.emplace(admission, bytes);
   }
 
   thread_local RgbImage scratch;

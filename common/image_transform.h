@@ -43,6 +43,18 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOpti
 absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
                             uint8_t* out_chw);
 
+// Server-wide admission of decode memory (the server's DecodeBudget implements it).
+// DecodeAndTransform asks for the bytes an image's decode buffers need, computed from
+// the header alone, before it allocates any of them, and gives them back when done.
+class DecodeAdmission {
+ public:
+  virtual ~DecodeAdmission() = default;
+  // OK: `bytes` are held until Release(bytes). An error fails the decode with it,
+  // before anything is allocated. May block until the bytes are free.
+  virtual absl::Status Acquire(int64_t bytes) = 0;
+  virtual void Release(int64_t bytes) = 0;
+};
+
 // Decode + transform in one call, choosing the DCT scale from the transform
 // (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
 // least the target size). Each calling thread keeps its decode buffer between
@@ -50,8 +62,11 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
 // holds N buffers of its largest recent image.
 // kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
 // scale changes only the resampling source, never which region is taken.
+// With `admission`, DecodeBufferBytes(...) are acquired from it before decoding (its
+// error is returned as it is) and released afterwards, whatever the outcome.
 absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,
-                                uint64_t augment_seed, uint8_t* out_chw);
+                                uint64_t augment_seed, uint8_t* out_chw,
+                                DecodeAdmission* admission = nullptr);
 
 // --- Lower-level pieces (exposed for tests and benchmarks) ---
 
@@ -59,9 +74,18 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
 struct ImageInfo {
   int width = 0;
   int height = 0;
-  bool is_jpeg = false;  // else PNG
+  bool is_jpeg = false;      // else PNG
+  bool cmyk = false;         // JPEG in CMYK/YCCK: decoded with 4 bytes per pixel
+  bool progressive = false;  // progressive JPEG: libjpeg keeps every coefficient
+  int components = 3;        // JPEG colour components (1 grey, 3, 4)
 };
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
+
+// An upper bound of the bytes decoding `info`'s image at DCT scale num/denom (JPEG; a
+// PNG is always decoded at full size) allocates: the decoded pixels, plus for a
+// progressive JPEG libjpeg's whole-image coefficient buffer (2 bytes per coefficient,
+// full resolution whatever the scale). Row buffers and tables are not counted.
+int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom);
 
 // A region of an image (pixel coordinates of the original image) and whether
 // the result is mirrored left-right.

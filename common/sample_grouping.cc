@@ -3,7 +3,6 @@
 #include "common/sample_grouping.h"
 
 #include <cstdint>
-#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -82,13 +81,18 @@ bool IsLabelExt(absl::string_view lower_ext) { return lower_ext == "cls" || lowe
 
 namespace {
 
-// Largest label we accept: num_classes (label + 1) must fit the int32 of the index.
-constexpr int64_t kMaxLabel = std::numeric_limits<int32_t>::max() - 1;
-
-absl::StatusOr<int64_t> CheckLabel(int64_t label, absl::string_view from) {
-  if (label < 0) return absl::InvalidArgumentError(absl::StrCat("negative label ", label, from));
-  if (label > kMaxLabel) {
-    return absl::InvalidArgumentError(absl::StrCat("label ", label, " too large", from));
+// Labels size the class-name list, info.json's check and the trainer's last layer, so
+// a label is only accepted below a configured bound: one hostile .cls must not make
+// every consumer allocate gigabytes.
+absl::StatusOr<int64_t> CheckLabel(int64_t label, int64_t max_classes, absl::string_view from) {
+  if (label < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative label ", label, from,
+                                                   " (labels must be in [0, ", max_classes, "))"));
+  }
+  if (label >= max_classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label ", label, from, " is outside [0, ", max_classes,
+                     ") (raise --max-classes if the dataset has that many classes)"));
   }
   return label;
 }
@@ -97,7 +101,7 @@ absl::StatusOr<int64_t> CheckLabel(int64_t label, absl::string_view from) {
 
 absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
                                               absl::Span<const TarMember> members,
-                                              absl::string_view label_field) {
+                                              absl::string_view label_field, int64_t max_classes) {
   if (!group.error.empty()) return absl::InvalidArgumentError(group.error);
   LabeledSample out;
   out.entry.key = group.key;
@@ -153,7 +157,8 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
       return absl::InvalidArgumentError(absl::StrCat(
           "label member '", m.name, "' is not an integer: '", text.substr(0, 40), "'"));
     }
-    absl::StatusOr<int64_t> checked = CheckLabel(label, absl::StrCat(" in '", m.name, "'"));
+    absl::StatusOr<int64_t> checked =
+        CheckLabel(label, max_classes, absl::StrCat(" in '", m.name, "'"));
     if (!checked.ok()) return checked.status();
     out.entry.label = *checked;
   }
@@ -184,8 +189,9 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
         return absl::InvalidArgumentError(
             absl::StrCat("field '", label_field, "' of '", m.name, "' is not an integer"));
       }
-      absl::StatusOr<int64_t> checked = CheckLabel(
-          it->second.integer, absl::StrCat(" in field '", label_field, "' of '", m.name, "'"));
+      absl::StatusOr<int64_t> checked =
+          CheckLabel(it->second.integer, max_classes,
+                     absl::StrCat(" in field '", label_field, "' of '", m.name, "'"));
       if (!checked.ok()) return checked.status();
       out.entry.label = *checked;
     }

@@ -4,6 +4,7 @@
 #define SHARDCAST_COMMON_SAMPLE_GROUPING_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,10 +59,12 @@ struct LabeledSample {
 // exactly jpg/jpeg/png, else the first whose last extension component is (e.g.
 // "seg.png"). Label: the integer text of ".cls" when there is one, else the integer
 // field `label_field` of ".json" (their contents must be in TarMember::content).
-// Errors (the skip reason): no image, no label, unreadable label, negative label.
+// Errors (the skip reason): no image, no label, unreadable label, a label outside
+// [0, max_classes).
 absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
                                               absl::Span<const TarMember> members,
-                                              absl::string_view label_field);
+                                              absl::string_view label_field,
+                                              int64_t max_classes = kDefaultMaxClasses);
 
 // Whether the scan must read this member's bytes to label samples (.cls / .json).
 bool IsLabelExt(absl::string_view lower_ext);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "server/log.h"
 
 namespace shardcast::server {
@@ -76,8 +77,9 @@ struct BatchAssembler::PendingBatch {
   }
 };
 
-BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats)
-    : dataset_(dataset), pool_(pool), stats_(stats) {}
+BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
+                               DecodeLimits limits)
+    : dataset_(dataset), pool_(pool), stats_(stats), limits_(limits) {}
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
                                                                         const TransformSpec& spec,
@@ -109,7 +111,9 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
     }
     const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
     header.add_labels(entry.label);
-    info->set_key(entry.key);
+    // proto3 strings must be UTF-8: a key that is not (a Latin-1 member name) is
+    // escaped one-to-one (common/utf8.h) so the client can parse the batch.
+    info->set_key(EscapeToUtf8(entry.key));
     info->set_shard(ref.shard);
     info->set_index_in_shard(ref.index);
     info->set_valid(true);
@@ -139,33 +143,52 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
     if (!ref.valid()) continue;
     pool_->Submit([this, pending, slot = static_cast<int>(i), ref] {
       if (!pending->cancelled->load(std::memory_order_relaxed)) {
-        DecodeSample(pending.get(), slot, ref);
+        // DecodeSample turns its failures into substitutes; whatever escapes it all
+        // the same must not skip the count below, or the batch would never finish.
+        try {
+          DecodeSample(pending.get(), slot, ref);
+        } catch (...) {
+          AssembledBatch& batch = *pending->batch;
+          std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
+                      batch.sample_bytes());
+          pending->substituted[slot] = 1;
+        }
       }
       if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) pending->Finish();
     });
   }
 }
 
+absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
+                                           uint8_t* out) {
+  const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+  if (entry.image_member >= entry.members.size()) {
+    return absl::InternalError("sample has no image member in the index");
+  }
+  const MemberRef& member = entry.members[entry.image_member];
+  if (limits_.max_member_bytes > 0 &&
+      member.size > static_cast<uint64_t>(limits_.max_member_bytes)) {
+    if (stats_ != nullptr) stats_->images_over_member_limit.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat("image member of ", member.size,
+                                                     " bytes is over --max-member-bytes ",
+                                                     limits_.max_member_bytes, "; not read"));
+  }
+  // The read buffer and the decoder allocate; running out of memory there is this
+  // sample's failure, not the process's (an exception must not leave a pool task).
+  try {
+    absl::StatusOr<std::string> encoded =
+        dataset_->reader().ReadMember(static_cast<uint32_t>(ref.shard), member);
+    if (!encoded.ok()) return encoded.status();
+    return DecodeAndTransform(*encoded, pending.spec, ref.augment_seed, out, limits_.budget);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory while reading or decoding");
+  }
+}
+
 void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref) {
   AssembledBatch& batch = *pending->batch;
   uint8_t* out = batch.images() + slot * batch.sample_bytes();
-  const ShardInfo& shard = dataset_->index().shards[ref.shard];
-  const SampleEntry& entry = shard.samples[ref.index];
-  absl::Status status;
-  if (entry.image_member >= entry.members.size()) {
-    status = absl::InternalError("sample has no image member in the index");
-  } else {
-    // The read buffer and the decoder's allocate; running out of memory there is
-    // this sample's failure, not the process's (an exception must not leave a pool task).
-    try {
-      absl::StatusOr<std::string> encoded = dataset_->reader().ReadMember(
-          static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]);
-      status = encoded.ok() ? DecodeAndTransform(*encoded, pending->spec, ref.augment_seed, out)
-                            : encoded.status();
-    } catch (const std::bad_alloc&) {
-      status = absl::ResourceExhaustedError("out of memory while reading or decoding");
-    }
-  }
+  const absl::Status status = ReadAndDecode(*pending, ref, out);
   if (status.ok()) return;
   std::memset(out, kSubstituteByte, batch.sample_bytes());
   pending->substituted[slot] = 1;
@@ -173,6 +196,8 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
     stats_->decode_errors.fetch_add(1, std::memory_order_relaxed);
     stats_->substitutions.fetch_add(1, std::memory_order_relaxed);
   }
+  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const SampleEntry& entry = shard.samples[ref.index];
   LogWarning("assembler",
              absl::StrCat("substituted sample: shard ", shard.path, " key '", LogSafe(entry.key),
                           "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),

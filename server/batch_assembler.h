@@ -13,6 +13,7 @@
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "server/batch_memory.h"
+#include "server/decode_budget.h"
 #include "server/decode_pool.h"
 #include "server/served_dataset.h"
 #include "server/server_stats.h"
@@ -57,19 +58,30 @@ class AssembledBatch {
   BatchGrant grant_;
 };
 
-// Thread-safe. REQUIRES: `dataset`, `pool` and `stats` outlive the assembler and
-// every batch it has started.
+// What the serve path refuses to decode, and the budget decodes share.
+struct DecodeLimits {
+  DecodeBudget* budget = nullptr;  // not owned; null = no server-wide budget
+  int64_t max_member_bytes = 0;    // image members larger than this are not read; 0 = no limit
+};
+
+// Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the
+// assembler and every batch it has started.
 //
 // A sample whose member cannot be read or decoded is replaced by a mid-gray image
 // (every byte 128, a deterministic substitute that needs no other sample), keeps its
 // label and key, and is flagged `substituted`; the failure is counted in
 // ServerStats::decode_errors / substitutions and logged with shard, key and error.
 // Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
+// So is an image member over `limits.max_member_bytes` (not read; counted in
+// ServerStats::images_over_member_limit) and an image whose decode buffers alone
+// exceed the decode budget (not decoded; counted by the budget). Every decode waits
+// for its bytes of the budget, so the decode threads together never hold more.
 // No exception leaves a decode task: an allocation failure while reading or decoding
 // one sample is that sample's error (substituted, counted, logged).
 class BatchAssembler {
  public:
-  BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats);
+  BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
+                 DecodeLimits limits = {});
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
@@ -94,10 +106,13 @@ class BatchAssembler {
  private:
   struct PendingBatch;
   void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+  // Reads and decodes one sample into `out` (3 x crop x crop bytes).
+  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out);
 
   const ServedDataset* const dataset_;
   DecodePool* const pool_;
   ServerStats* const stats_;
+  const DecodeLimits limits_;
 };
 
 }  // namespace shardcast::server

@@ -1,7 +1,11 @@
 // Fixed-size FIFO thread pool (see decode_pool.h).
 #include "server/decode_pool.h"
 
+#include <exception>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/log.h"
 
 namespace shardcast::server {
 
@@ -33,6 +37,27 @@ int64_t DecodePool::queue_depth() const {
   return static_cast<int64_t>(queue_.size());
 }
 
+void DecodePool::RunGuarded(std::function<void()>& task) {
+  // An exception leaving a std::thread's function calls std::terminate: one image
+  // that could not be allocated would take every trainer's server down.
+  try {
+    task();
+    return;
+  } catch (const std::exception& e) {
+    task_exceptions_.fetch_add(1, std::memory_order_relaxed);
+    try {  // the log line allocates too; without memory it is dropped, the count stays
+      LogError("pool", absl::StrCat("a decode task failed with an exception: ", e.what()));
+    } catch (...) {
+    }
+  } catch (...) {
+    task_exceptions_.fetch_add(1, std::memory_order_relaxed);
+    try {
+      LogError("pool", "a decode task failed with an exception of unknown type");
+    } catch (...) {
+    }
+  }
+}
+
 void DecodePool::WorkerLoop() {
   for (;;) {
     std::function<void()> task;
@@ -47,7 +72,7 @@ void DecodePool::WorkerLoop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    task();
+    RunGuarded(task);
   }
 }
 

@@ -3,6 +3,7 @@
 #ifndef SHARDCAST_SERVER_DECODE_POOL_H_
 #define SHARDCAST_SERVER_DECODE_POOL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -25,19 +26,26 @@ class DecodePool {
   DecodePool& operator=(const DecodePool&) = delete;
 
   // Queues `task`; it runs on a pool thread. Tasks must not block on other tasks.
+  // A task should not throw; one that does (std::bad_alloc, say) is logged and counted
+  // in task_exceptions(), and the worker goes on: it never terminates the process.
   void Submit(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
   int threads() const { return static_cast<int>(workers_.size()); }
   // Tasks waiting for a thread (not counting running ones).
   int64_t queue_depth() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Tasks that ended with an exception (see Submit).
+  int64_t task_exceptions() const { return task_exceptions_.load(std::memory_order_relaxed); }
 
  private:
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs one task; an exception is logged and counted instead of escaping the thread.
+  void RunGuarded(std::function<void()>& task);
 
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);  // FIFO of pending tasks
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;                    // set by the destructor
   std::vector<std::thread> workers_;                              // fixed after construction
+  std::atomic<int64_t> task_exceptions_{0};                       // tasks that threw
 };
 
 }  // namespace shardcast::server

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/batch_window.h"
 #include "server/log.h"
@@ -232,7 +233,8 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   v1::RegisterResponse response;
   response.set_batches_per_epoch(job->batches_per_epoch());
   response.set_num_classes(index.num_classes);
-  for (const std::string& name : index.class_names) response.add_class_names(name);
+  // Wire strings are UTF-8: label text and shard names are escaped (common/utf8.h).
+  for (const std::string& name : index.class_names) response.add_class_names(EscapeToUtf8(name));
   response.set_num_samples(index.num_samples);
   response.add_image_shape(3);
   response.add_image_shape(effective.transform.crop);
@@ -242,7 +244,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
     absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(0);
     if (!plan.ok()) return plan.status();
     for (int32_t shard : (*plan)->ShardsOfRank(request.rank())) {
-      response.add_shards(index.shards[shard].path);
+      response.add_shards(EscapeToUtf8(index.shards[shard].path));
     }
   }
   SetResponseConfig(effective, &response);

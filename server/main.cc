@@ -82,6 +82,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                 "F",
                 "field of a sample's .json holding its integer label (when it has no .cls)"},
                &o.label_field);
+  flags.Int({{"--max-classes"},
+             "N",
+             "labels must be in [0, N): a sample with another label is skipped (listed by\n"
+             "shardcast-ctl inspect, counted in status), and an info.json \"num_classes\"\n"
+             "above N is ignored. num_classes sizes the trainer's last layer"},
+            &o.max_classes, 1);
   flags.Size({{"--max-message-size"},
               "SIZE",
               "largest Batch message (at least 1MiB); jobs whose batches exceed it are\n"
@@ -111,6 +117,23 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                   "%s: half of %.1fGiB, %s", shardcast::FormatFlagSize(o.max_batch_memory_bytes),
                   static_cast<double>(available.bytes) / (int64_t{1} << 30), available.source)},
              &o.max_batch_memory_bytes);
+  o.max_decode_memory_bytes = shardcast::server::DefaultDecodeMemoryBytes(available);
+  flags.Size({{"--max-decode-memory"},
+              "SIZE",
+              "decode buffers of the images being decoded, all decode threads together,\n"
+              "never exceed this; the size is read from the image header before anything\n"
+              "is allocated. An image waits until its buffer fits; one that needs more than\n"
+              "SIZE alone is substituted (counted in status). Default: an eighth of the\n"
+              "memory available to the process, at most 4GiB",
+              absl::StrFormat("%s: an eighth of %.1fGiB",
+                              shardcast::FormatFlagSize(o.max_decode_memory_bytes),
+                              static_cast<double>(available.bytes) / (int64_t{1} << 30))},
+             &o.max_decode_memory_bytes);
+  flags.Size({{"--max-member-bytes"},
+              "SIZE",
+              "an image member larger than this is substituted without being read\n"
+              "(counted in status)"},
+             &o.max_member_bytes);
   flags.Duration({{"--stream-idle-timeout"},
                   "DURATION",
                   "cancel a stream whose client has not taken a batch for this long and free\n"
@@ -166,6 +189,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   }
   if (o.max_batch_memory_bytes <= 0) {
     return absl::InvalidArgumentError("--max-batch-memory must be more than 0");
+  }
+  if (o.max_decode_memory_bytes <= 0) {
+    return absl::InvalidArgumentError("--max-decode-memory must be more than 0");
+  }
+  if (o.max_member_bytes <= 0) {
+    return absl::InvalidArgumentError("--max-member-bytes must be more than 0");
   }
   o.defaults = shardcast::ApplyOverrides(job, built_in);
   shardcast::JobLimits limits;

@@ -1,7 +1,7 @@
 // How much memory this process may use: the limit of its cgroup (v2 memory.max, as set
 // by `docker run -m` or systemd's MemoryMax=, else v1 memory.limit_in_bytes) when there
 // is one below the machine's memory, else the machine's physical memory. The default
-// of --max-batch-memory is a fraction of it.
+// of --max-batch-memory and --max-decode-memory are fractions of it.
 #ifndef SHARDCAST_SERVER_MEMORY_LIMIT_H_
 #define SHARDCAST_SERVER_MEMORY_LIMIT_H_
 
@@ -28,6 +28,18 @@ MemoryLimit AvailableMemory();
 inline constexpr int64_t kDefaultBatchMemoryDivisor = 2;
 inline int64_t DefaultBatchMemoryBytes(const MemoryLimit& available) {
   return available.bytes / kDefaultBatchMemoryDivisor / (int64_t{1} << 20) * (int64_t{1} << 20);
+}
+
+// --max-decode-memory's default: an eighth of AvailableMemory() (the batch buffers take
+// half), at most 4 GiB, rounded down to a MiB. Typical photos need a few MiB each while
+// decoding; the budget is for the rare huge image, of which it admits a few at a time.
+inline constexpr int64_t kDefaultDecodeMemoryDivisor = 8;
+inline constexpr int64_t kMaxDefaultDecodeMemoryBytes = int64_t{4} << 30;
+inline int64_t DefaultDecodeMemoryBytes(const MemoryLimit& available) {
+  const int64_t eighth = available.bytes / kDefaultDecodeMemoryDivisor;
+  const int64_t bytes =
+      eighth < kMaxDefaultDecodeMemoryBytes ? eighth : kMaxDefaultDecodeMemoryBytes;
+  return bytes / (int64_t{1} << 20) * (int64_t{1} << 20);
 }
 
 }  // namespace shardcast::server

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/dataset_index.h"
 #include "common/job_config.h"
 
 namespace shardcast::server {
@@ -23,6 +24,8 @@ struct ServerOptions {
   std::string label_field = "label";        // .json field holding the label (no .cls)
   int64_t max_message_bytes = 512ll << 20;  // largest Batch message a job may need
   absl::Duration grace_period = absl::Seconds(10);  // drain: how long open streams may run on
+  // Labels outside [0, max_classes) are skipped (IndexOptions::max_classes).
+  int max_classes = kDefaultMaxClasses;
   // A job none of whose ranks has had a stream open for this long is dropped, so its id
   // and config are free again (a rank that comes back later simply re-registers).
   // Zero = jobs never expire.
@@ -31,6 +34,12 @@ struct ServerOptions {
   // batch_memory.h for the admission policy). 0 = the default: half of the memory
   // available to the process (memory_limit.h).
   int64_t max_batch_memory_bytes = 0;
+  // Decode buffers of the images being decoded, all decode threads together, never
+  // exceed this (decode_budget.h); an image that alone needs more is substituted.
+  // 0 = the default: DefaultDecodeMemoryBytes (memory_limit.h).
+  int64_t max_decode_memory_bytes = 0;
+  // An image member larger than this is substituted without being read.
+  int64_t max_member_bytes = int64_t{64} << 20;
   // A stream whose client has not taken a batch (a write waited) this long is
   // cancelled and its memory freed. Zero = never.
   absl::Duration stream_idle_timeout = absl::Minutes(5);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/flags.h"
+#include "common/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
@@ -68,12 +69,18 @@ int64_t BatchMemoryLimit(const ServerOptions& options) {
   return DefaultBatchMemoryBytes(AvailableMemory());
 }
 
+int64_t DecodeMemoryLimit(const ServerOptions& options) {
+  if (options.max_decode_memory_bytes > 0) return options.max_decode_memory_bytes;
+  return DefaultDecodeMemoryBytes(AvailableMemory());
+}
+
 }  // namespace
 
 ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
     : options_(options),
       stats_(absl::Now()),
       budget_(BatchMemoryLimit(options)),
+      decode_budget_(DecodeMemoryLimit(options)),
       pool_(std::make_unique<DecodePool>(options.decode_threads)) {
   if (options_.stream_idle_timeout > absl::ZeroDuration()) {
     reaper_ = std::thread([this] { ReaperLoop(); });
@@ -173,6 +180,7 @@ absl::StatusOr<std::shared_ptr<StreamMemory>> ShardcastServiceImpl::AdmitStream(
 absl::Status ShardcastServiceImpl::LoadDataset() {
   IndexOptions index_options;
   index_options.label_field = options_.label_field;
+  index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
   const absl::Time start = absl::Now();
   LogInfo("index", absl::StrCat("indexing ", options_.shards_dir));
@@ -212,7 +220,8 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
   auto serving = std::make_unique<Serving>();
   serving->dataset = std::move(dataset);
   serving->assembler =
-      std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_);
+      std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_,
+                                       DecodeLimits{&decode_budget_, options_.max_member_bytes});
   serving->registry = std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
                                                     JobLimits{options_.max_message_bytes},
                                                     options_.job_ttl, options_.max_jobs);
@@ -394,7 +403,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   const absl::Time now = absl::Now();
   response.set_version(kServerVersion);
   response.set_uptime_seconds(absl::ToDoubleSeconds(now - stats_.start_time));
-  response.set_shards_dir(options_.shards_dir);
+  response.set_shards_dir(EscapeToUtf8(options_.shards_dir));
   const Serving* serving = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -407,6 +416,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
     response.set_num_samples(index.num_samples);
     response.set_index_fingerprint(index.fingerprint);
     response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+    response.set_num_classes(index.num_classes);
     DropExpiredJobs(*serving->registry);
     const std::vector<std::shared_ptr<Job>> jobs = serving->registry->Jobs();
     response.set_total_jobs(static_cast<int32_t>(jobs.size()));
@@ -464,6 +474,14 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_streams_replaced(stats_.streams_replaced.load());
   response.set_streams_reclaimed_idle(stats_.streams_reclaimed_idle.load());
   response.set_batches_given_back(stats_.batches_given_back.load());
+  response.set_decode_memory_limit_bytes(decode_budget_.limit());
+  response.set_decode_memory_in_use_bytes(decode_budget_.in_use());
+  response.set_decode_memory_peak_bytes(decode_budget_.peak_in_use());
+  response.set_images_over_decode_memory(decode_budget_.refused());
+  response.set_decode_memory_waits(decode_budget_.waited());
+  response.set_max_member_bytes(options_.max_member_bytes);
+  response.set_images_over_member_limit(stats_.images_over_member_limit.load());
+  response.set_decode_task_exceptions(pool_->task_exceptions());
   response.set_stream_idle_timeout_seconds(absl::ToDoubleSeconds(options_.stream_idle_timeout));
   return response;
 }

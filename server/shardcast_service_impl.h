@@ -17,6 +17,7 @@
 #include "server/batch_assembler.h"
 #include "server/batch_memory.h"
 #include "server/batch_window.h"
+#include "server/decode_budget.h"
 #include "server/decode_pool.h"
 #include "server/job_registry.h"
 #include "server/served_dataset.h"
@@ -117,6 +118,7 @@ class ShardcastServiceImpl {
 
   int64_t open_streams() const { return open_streams_.load(); }
   const BatchMemoryBudget& budget() const { return budget_; }
+  const DecodeBudget& decode_budget() const { return decode_budget_; }
   ServerStats& stats() { return stats_; }
   DecodePool& pool() { return *pool_; }
   // nullptr until the dataset is loaded.
@@ -153,6 +155,8 @@ class ShardcastServiceImpl {
   const ServerOptions options_;
   ServerStats stats_;
   BatchMemoryBudget budget_;  // --max-batch-memory
+  // --max-decode-memory; outlives the pool (declared before it), whose tasks use it.
+  DecodeBudget decode_budget_;
   // Stopped first by the destructor: its tasks use the dataset and the stats.
   std::unique_ptr<DecodePool> pool_;
   std::atomic<int64_t> open_streams_{0};

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, runs every test: ctest, then the
-# Python client's pytest suite (tests/python) against the binaries just built.
+# Python client's pytest suite (tests/python) against the binaries just built, then the
+# fuzz harnesses (tools/fuzz.sh: their own clang tree, corpus replay, 20 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup-deps.sh
@@ -9,3 +10,5 @@ build_dir="$(realpath "${BUILD_DIR:-build}")"
 (cd "$build_dir" && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900)
 # pytest exits non-zero when a test fails and 5 when it collected none: both fail here.
 SHARDCAST_BUILD_DIR="$build_dir" /usr/bin/python3 -m pytest -q tests/python
+# About 2.5 minutes on 2 cores, the clang build included (docs/fuzzing.md).
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" tools/fuzz.sh

@@ -47,6 +47,10 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.Bool({{"--samples"}, "", "add one entry per sample"}, &flags.samples);
   parser.String({{"--label-field"}, "F", "field of a sample's .json holding its label"},
                 &flags.options.label_field);
+  parser.Int({{"--max-classes"},
+              "N",
+              "labels must be in [0, N), as the server's --max-classes; others are skipped"},
+             &flags.options.max_classes, 1);
   parser.String({{"--cache-dir"}, "D", "the server's index cache directory (not inside DIR)"},
                 &flags.options.cache_dir, /*allow_empty=*/true);
   parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"},

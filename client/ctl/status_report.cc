@@ -124,6 +124,7 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   field("serving", YesNo(st.serving()));
   field("shards dir", st.shards_dir());
   field("shards/samples", absl::StrCat(st.num_shards(), " / ", st.num_samples()));
+  if (st.num_classes() > 0) field("classes", absl::StrCat(st.num_classes()));
   field("index", st.index_fingerprint().empty() ? "-" : st.index_fingerprint());
   field("open streams", absl::StrCat(st.open_streams()));
   field("throughput", absl::StrCat(FormatCount(st.images_per_second()), " images/s, ",
@@ -147,6 +148,19 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                        st.batches_given_back(), " prefetched batches given back"));
   } else {  // a server older than the budget
     field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
+  }
+  if (st.decode_memory_limit_bytes() > 0) {
+    field("decode memory",
+          absl::StrCat(FormatBytes(static_cast<double>(st.decode_memory_in_use_bytes())),
+                       " in use of ",
+                       FormatBytes(static_cast<double>(st.decode_memory_limit_bytes())), " (peak ",
+                       FormatBytes(static_cast<double>(st.decode_memory_peak_bytes())), "), ",
+                       st.decode_memory_waits(), " decodes waited"));
+    field("refused images",
+          absl::StrCat(st.images_over_decode_memory(), " over decode memory, ",
+                       st.images_over_member_limit(), " over --max-member-bytes (",
+                       FormatBytes(static_cast<double>(st.max_member_bytes())), "), ",
+                       st.decode_task_exceptions(), " decode task exceptions"));
   }
   field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
   field("decode threads", absl::StrCat(st.decode_threads()));

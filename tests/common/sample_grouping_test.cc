@@ -234,7 +234,34 @@ TEST(MakeSampleEntryTest, Table) {
        "",
        "",
        "invalid JSON"},
-      {"huge label", {{"k.jpg", "J"}, {"k.cls", "99999999999"}}, "label", -1, "", "", "too large"},
+      {"huge label",
+       {{"k.jpg", "J"}, {"k.cls", "99999999999"}},
+       "label",
+       -1,
+       "",
+       "",
+       "label 99999999999 in 'k.cls' is outside [0, 1000000)"},
+      {"label at the default --max-classes",
+       {{"k.jpg", "J"}, {"k.cls", "1000000"}},
+       "label",
+       -1,
+       "",
+       "",
+       "outside [0, 1000000)"},
+      {"json label over --max-classes",
+       {{"k.jpg", "J"}, {"k.json", "{\"label\": 2147483646, \"class\": \"x\"}"}},
+       "label",
+       -1,
+       "",
+       "",
+       "label 2147483646 in field 'label' of 'k.json' is outside [0, 1000000)"},
+      {"largest label below --max-classes",
+       {{"k.jpg", "J"}, {"k.cls", "999999"}},
+       "label",
+       999999,
+       "jpg",
+       "",
+       ""},
   };
   for (const EntryCase& c : cases) {
     SCOPED_TRACE(c.label);
@@ -272,6 +299,23 @@ TEST(MakeSampleEntryTest, Table) {
       EXPECT_EQ(got->entry.members[i].size, members[i].size);
     }
   }
+}
+
+TEST(MakeSampleEntryTest, MaxClassesIsTheBound) {
+  const std::vector<absl::string_view> names = {"k.jpg", "k.cls"};
+  std::vector<TarMember> members(2);
+  members[0].name = "k.jpg";
+  members[1].name = "k.cls";
+  members[1].content = "9";
+  members[1].has_content = true;
+  const Grouping g = GroupByKeys(names);
+  absl::StatusOr<LabeledSample> fits = MakeSampleEntry(g.groups[0], members, "label", 10);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->entry.label, 9);
+  absl::StatusOr<LabeledSample> over = MakeSampleEntry(g.groups[0], members, "label", 9);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("outside [0, 9) (raise --max-classes"), std::string::npos)
+      << over.status();
 }
 
 TEST(MakeSampleEntryTest, BadGroupIsSkippedWithItsReason) {

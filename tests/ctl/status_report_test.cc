@@ -149,6 +149,31 @@ TEST(RenderStatusReportTest, HeaderBlockShowsEveryServerFigure) {
   }
 }
 
+TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.set_num_classes(1000);
+  st.set_decode_memory_limit_bytes(2000000000);
+  st.set_decode_memory_in_use_bytes(500000000);
+  st.set_decode_memory_peak_bytes(1500000000);
+  st.set_decode_memory_waits(12);
+  st.set_images_over_decode_memory(2);
+  st.set_images_over_member_limit(3);
+  st.set_max_member_bytes(64 << 20);
+  st.set_decode_task_exceptions(1);
+  const std::string out = RenderStatusReport(st, "h:1");
+  for (const char* line : {
+           "classes          1000\n",
+           "decode memory    500 MB in use of 2 GB (peak 1.5 GB), 12 decodes waited\n",
+           "refused images   2 over decode memory, 3 over --max-member-bytes (67.1 MB), 1 decode "
+           "task exceptions\n",
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
+  }
+  // A server older than the decode budget: no such lines.
+  const std::string old = RenderStatusReport(SampleStatus(), "h:1");
+  EXPECT_EQ(old.find("decode memory"), std::string::npos) << old;
+}
+
 TEST(RenderStatusReportTest, JobsAndRanksTables) {
   const std::string out = RenderStatusReport(SampleStatus(), "h:1");
   EXPECT_NE(out.find("jobs (1):\n"

@@ -1,0 +1,61 @@
+// Fuzzes JPEG and PNG decoding and the transforms (DecodeAndTransform, DecodeImage,
+// ReadImageInfo) on arbitrary bytes. The first byte picks the transform (center or
+// random crop, sizes, DCT scaling); the rest is the image. Decode memory goes through a
+// DecodeAdmission of 64 MiB, as the server's budget would: a header that claims a
+// huge image is refused before anything is allocated, so the fuzzer's RSS limit
+// measures leaks and bugs, not legitimate big images.
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/image_transform.h"
+
+namespace {
+
+constexpr int64_t kDecodeBudgetBytes = int64_t{64} << 20;
+
+class FuzzAdmission : public shardcast::DecodeAdmission {
+ public:
+  absl::Status Acquire(int64_t bytes) override {
+    if (bytes < 0) std::abort();  // a negative figure would be an overflow
+    if (bytes > kDecodeBudgetBytes) return absl::ResourceExhaustedError("over the fuzz budget");
+    held_ += bytes;
+    return absl::OkStatus();
+  }
+  void Release(int64_t bytes) override { held_ -= bytes; }
+  int64_t held() const { return held_; }
+
+ private:
+  int64_t held_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const uint8_t selector = data[0];
+  const absl::string_view image(reinterpret_cast<const char*>(data) + 1, size - 1);
+
+  shardcast::TransformSpec spec;
+  spec.mode =
+      (selector & 1) ? shardcast::TransformMode::kRandom : shardcast::TransformMode::kCenter;
+  spec.crop = 1 + ((selector >> 1) & 15);  // 1..16
+  spec.resize = spec.crop + ((selector >> 5) & 3) * 5;
+  spec.dct_scaling = (selector & 0x80) == 0;
+  std::vector<uint8_t> out(3 * static_cast<size_t>(spec.crop) * spec.crop);
+  FuzzAdmission admission;
+  (void)shardcast::DecodeAndTransform(image, spec, /*augment_seed=*/selector, out.data(),
+                                      &admission);
+  if (admission.held() != 0) std::abort();  // every acquired byte is given back
+
+  absl::StatusOr<shardcast::ImageInfo> info = shardcast::ReadImageInfo(image);
+  if (info.ok() && shardcast::DecodeBufferBytes(*info, 1, 1) <= kDecodeBudgetBytes) {
+    absl::StatusOr<shardcast::RgbImage> decoded = shardcast::DecodeImage(image);
+    if (decoded.ok() &&
+        decoded->pixels.size() != static_cast<size_t>(decoded->width) * decoded->height * 3) {
+      std::abort();
+    }
+  }
+  return 0;
+}
