@@ -22,7 +22,8 @@ struct ChangedShard {
 // Thread-safe. Plain tars are read with one pread per member on a cached file
 // descriptor; gzip shards through a GzipIndex per shard (built on first use by
 // inflating the shard once, then every read inflates at most GzipIndex::kDefaultSpan
-// bytes before its member), kept in an LRU bounded by `max_gzip_index_bytes`.
+// bytes before its member), kept in an LRU bounded by `max_gzip_index_bytes` (an index
+// evicted is built again on the shard's next read).
 //
 // Every read is followed by an fstat of the descriptor it used: when the file's size,
 // mtime, ctime, inode or device differ from the index's, the bytes are dropped and the
