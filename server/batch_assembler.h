@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
@@ -41,6 +43,11 @@ class AssembledBatch {
   size_t image_bytes() const { return image_bytes_; }
   size_t sample_bytes() const { return sample_bytes_; }
 
+  // Why this batch must not be sent (OK when it may): a sample's shard changed since
+  // indexing (IsShardChanged). Set by the assembler before `done` runs; read after it.
+  const absl::Status& failure() const { return failure_; }
+  void set_failure(absl::Status failure) { failure_ = std::move(failure); }
+
  private:
   AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
                  std::atomic<int64_t>* buffer_gauge, BatchGrant grant);
@@ -55,6 +62,7 @@ class AssembledBatch {
   std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
   // Given back after the destructor unmapped the buffer (members die after its body).
   BatchGrant grant_;
+  absl::Status failure_;
 };
 
 // Thread-safe. REQUIRES: `dataset`, `pool` and `stats` outlive the assembler and
@@ -65,7 +73,10 @@ class AssembledBatch {
 // label and key, and is flagged `substituted`; the failure is counted in
 // ServerStats::decode_errors / substitutions and logged with shard, key and error.
 // Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
-// No exception leaves a decode task: an allocation failure while reading or decoding
+// A sample whose shard changed since indexing (IsShardChanged) is not substituted: the
+// batch fails (AssembledBatch::failure), and the stream ends with that
+// FAILED_PRECONDITION naming the shard, since every later sample of the shard would
+// be as wrong. No exception leaves a decode task: an allocation failure while reading or decoding
 // one sample is that sample's error (substituted, counted, logged).
 class BatchAssembler {
  public:

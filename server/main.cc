@@ -82,6 +82,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                 "F",
                 "field of a sample's .json holding its integer label (when it has no .cls)"},
                &o.label_field);
+  flags.Size({{"--gzip-index-memory"},
+              "SIZE",
+              "memory for the seek indexes of .tar.gz shards (about 1/8 of a shard's\n"
+              "uncompressed size each, built on its first read); beyond it the least\n"
+              "recently used are dropped and rebuilt when needed"},
+             &o.gzip_index_memory_bytes);
   flags.Size({{"--max-message-size"},
               "SIZE",
               "largest Batch message (at least 1MiB); jobs whose batches exceed it are\n"
