@@ -123,6 +123,7 @@ class ShardReader::Impl {
     // Opened outside the lock: a slow filesystem must not stall reads of other shards.
     const std::string path = ShardPath(info);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return RecordChange(shard, info, "the file was removed");
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
     }
@@ -153,9 +154,14 @@ class ShardReader::Impl {
     }
     std::string change = ShardChange(info, st);
     if (change.empty()) return absl::OkStatus();
+    return RecordChange(shard, info, std::move(change));
+  }
+
+  // Makes the shard's change sticky (the first one found is kept) and returns its error.
+  absl::Status RecordChange(uint32_t shard, const ShardInfo& info, std::string change) {
     absl::MutexLock lock(&mu_);
     auto [it, first] = changed_by_shard_.emplace(shard, changed_.size());
-    if (first) changed_.push_back(ChangedShard{info.path, change});
+    if (first) changed_.push_back(ChangedShard{info.path, std::move(change)});
     return ShardChangedError(ShardPath(info), changed_[it->second].change);
   }
 

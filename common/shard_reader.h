@@ -28,9 +28,10 @@ struct ChangedShard {
 // Every read is followed by an fstat of the descriptor it used: when the file's size,
 // mtime, ctime, inode or device differ from the index's, the bytes are dropped and the
 // read fails with ShardChangedError, for this and every later read of that shard
-// (even if the file changes back). A shard replaced by rename while its descriptor is
-// cached keeps serving the indexed bytes, which are still the indexed ones, until the
-// descriptor is reopened.
+// (even if the file changes back). A shard removed is such a change once it must be
+// opened again. A shard replaced by rename while its descriptor is cached keeps
+// serving the indexed bytes, which are still the indexed ones, until the descriptor is
+// reopened.
 // REQUIRES: `index` outlives the reader.
 class ShardReader {
  public:

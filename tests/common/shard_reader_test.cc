@@ -243,5 +243,14 @@ TEST_F(ShardReaderTest, ShardReplacedByRenameIsDetectedWhenReopened) {
                      "inode");
 }
 
+TEST_F(ShardReaderTest, RemovedShardIsAChangeNotAnUnreadableSample) {
+  MakeShards(1);
+  std::filesystem::remove(index_.root + "/" + index_.shards[0].path);
+  ShardReader reader(index_);
+  ExpectShardChanged(reader.ReadMember(0, index_.shards[0].samples[0].members[0]), "shard-0.tar",
+                     "removed");
+  EXPECT_EQ(reader.ChangedShards().size(), 1u);
+}
+
 }  // namespace
 }  // namespace shardcast
