@@ -1,27 +1,52 @@
 #!/usr/bin/env bash
-# The libFuzzer harnesses (fuzz/): builds them with clang-14 in build-fuzz (ASan + UBSan
-# + libFuzzer on every non-torch target), replays each harness's corpus
-# (fuzz/corpus/<harness>/) and fuzzes each for FUZZ_SECONDS (default 10). New inputs go
-# to a scratch dir; a crash is saved as crash-* in the current directory: move it into
-# the corpus with the fix. Needs clang-14 and libclang-rt-14-dev.
-#   tools/fuzz.sh [HARNESS...]         FUZZ_SECONDS=3600 tools/fuzz.sh tar_scan_fuzzer
+# Builds the libFuzzer harnesses (fuzz/, -DSHARDCAST_FUZZ=ON) in a separate clang tree,
+# replays every seed corpus (fuzz/corpus/<harness>/), then runs each harness for
+# FUZZ_SECONDS (default 20). New inputs go to a scratch dir, not into the repo; a crash
+# leaves its input in $FUZZ_BUILD_DIR/artifacts/ and fails the script.
+#   FUZZ_SECONDS=3600 tools/fuzz.sh          a longer campaign (docs/fuzzing.md)
+#   FUZZ_HARNESSES="json_fields_fuzzer" ...   only some harnesses
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
-seconds="${FUZZ_SECONDS:-10}"
-harnesses=("$@")
-if [[ ${#harnesses[@]} -eq 0 ]]; then
-  harnesses=(tar_scan_fuzzer sample_grouping_fuzzer index_cache_fuzzer)
+cd "$(dirname "$0")/.."
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+JOBS=${JOBS:-$(nproc)}
+HARNESSES=${FUZZ_HARNESSES:-$(cd fuzz && ls ./*_fuzzer.cc | sed 's|^\./||; s|\.cc$||')}
+
+if ! command -v clang++-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  echo "fuzz.sh: needs clang-14 and libclang-rt-14-dev (tools/setup-deps.sh installs them)" >&2
+  exit 1
 fi
-CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$build" -G Ninja -DSHARDCAST_FUZZ=ON \
-  -DSHARDCAST_BUILD_TRAINER=OFF -DSHARDCAST_BUILD_TESTS=OFF -DSHARDCAST_BUILD_BENCH=OFF >/dev/null
-ninja -C "$build" -j "${JOBS:-$(nproc)}" "${harnesses[@]}"
-for h in "${harnesses[@]}"; do
-  corpus="$root/fuzz/corpus/$h"
-  scratch="$(mktemp -d)"
-  echo "== $h: replay $(ls "$corpus" | wc -l) corpus inputs, then fuzz ${seconds}s"
-  "$build/fuzz/$h" -runs=0 "$corpus"
-  "$build/fuzz/$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -close_fd_mask=2 "$scratch" "$corpus" 2>&1 | tail -12
-  rm -rf "$scratch"
+cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DSHARDCAST_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 >/dev/null
+# shellcheck disable=SC2086
+cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target $HARNESSES
+
+artifacts="$FUZZ_BUILD_DIR/artifacts"
+scratch="$FUZZ_BUILD_DIR/new-inputs"
+mkdir -p "$artifacts"
+# libFuzzer: -rss_limit_mb bounds each harness (the image harness admits at most 64 MiB
+# of decode buffers, see fuzz/image_transform_fuzzer.cc); -timeout flags a slow input.
+common=(-rss_limit_mb=2048 -timeout=25 -artifact_prefix="$artifacts/" -print_final_stats=1)
+run() {  # run HARNESS LOG ARGS...: fails the script with the log's tail on a finding
+  local h=$1 log=$2
+  shift 2
+  if ! "$FUZZ_BUILD_DIR/fuzz/$h" "${common[@]}" "$@" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "fuzz.sh: $h failed; the input is kept in $artifacts (log: $log)" >&2
+    exit 1
+  fi
+  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$log" | tr '\n' ' '
+  echo
+}
+for h in $HARNESSES; do
+  corpus="fuzz/corpus/$h"
+  echo "== $h: replaying $(find "$corpus" -type f | wc -l) corpus inputs"
+  run "$h" "$FUZZ_BUILD_DIR/$h.replay.log" -runs=0 "$corpus"
+  if ((FUZZ_SECONDS > 0)); then
+    echo "== $h: fuzzing for ${FUZZ_SECONDS}s"
+    rm -rf "${scratch:?}/$h"
+    mkdir -p "$scratch/$h"
+    run "$h" "$FUZZ_BUILD_DIR/$h.fuzz.log" -max_total_time="$FUZZ_SECONDS" "$scratch/$h" "$corpus"
+  fi
 done
+echo "fuzz.sh: all harnesses clean"
