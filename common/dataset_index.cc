@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/digest.h"
 #include "common/json_fields.h"
 #include "common/sample_grouping.h"
@@ -44,12 +45,25 @@ namespace {
 
 // Bump when the scan's rules or the cache layout change: old caches and fingerprints
 // then no longer match.
-constexpr uint32_t kIndexVersion = 2;  // 2: labels bounded by max_classes
+// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards
+constexpr uint32_t kIndexVersion = 3;
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
 // WarnIfClassesSparse stays quiet for small gaps (a few classes without samples).
 constexpr int64_t kSparseClassesMinGap = 10;
+// Deflate cannot expand data more than about 1032:1, so no member of a gzip shard ends
+// past this multiple of the compressed size: the bound a cached offset is checked
+// against where the uncompressed size is not known without inflating.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+int64_t Nanos(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+std::string FormatNanos(int64_t ns) {
+  return absl::StrFormat("%d.%09d", ns / 1000000000, ns % 1000000000);
+}
 
 // "shard-2" < "shard-10": runs of digits compare by value, the rest bytewise.
 bool NaturalLess(const std::string& a, const std::string& b) {
@@ -88,8 +102,11 @@ void Warn(std::vector<std::string>* warnings, std::string message) {
   warnings->push_back(std::move(message));
 }
 
-// Shards directly in `root` (symlinks followed), natural order, without samples.
-absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root) {
+// Shards directly in `root` (symlinks followed), natural order, without samples. A shard
+// name that cannot be stat'ed (a dangling symlink, a permission problem) goes to
+// `*unlisted` with the reason.
+absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
+                                                  std::vector<SkippedShard>* unlisted) {
   std::vector<ShardInfo> shards;
   std::error_code ec;
   fs::directory_iterator it(root, ec);
@@ -100,14 +117,13 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root) {
     if (!IsShardName(name)) continue;
     struct stat st;
     if (::stat(it->path().c_str(), &st) != 0) {
-      return absl::UnavailableError(
-          absl::StrCat(it->path().string(), ": cannot stat: ", std::strerror(errno)));
+      unlisted->push_back(SkippedShard{name, absl::StrCat("cannot stat: ", std::strerror(errno))});
+      continue;
     }
     if (!S_ISREG(st.st_mode)) continue;
     ShardInfo shard;
     shard.path = name;
-    shard.file_size = static_cast<uint64_t>(st.st_size);
-    shard.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    SetShardIdentity(st, &shard);
     shard.compressed = !absl::EndsWith(name, ".tar");
     shards.push_back(std::move(shard));
   }
@@ -167,18 +183,34 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
                           const IndexOptions& options) {
   ShardScanResult result;
   const std::string path = (fs::path(root) / shard.path).string();
+  if (shard.file_size == 0) {
+    // libarchive reads an empty file as an empty archive; webdataset fails on it.
+    result.fatal = absl::DataLossError("empty file (0 bytes)");
+    return result;
+  }
   const auto want_content = [](absl::string_view name, uint64_t size) {
     if (size > kMaxLabelMemberBytes) return false;
     std::optional<KeyExt> split = SplitKeyExt(name);
     return split.has_value() && IsLabelExt(absl::AsciiStrToLower(split->ext));
   };
-  absl::StatusOr<TarScan> scan = ScanTar(path, want_content);
+  absl::StatusOr<TarScan> scan = ScanTar(path, want_content, options.cancelled);
   if (!scan.ok()) {
     result.fatal = scan.status();
     return result;
   }
-  if (!scan->error.ok() && scan->members.empty()) {
+  if (!scan->error.ok() && (scan->members.empty() || absl::IsCancelled(scan->error))) {
     result.fatal = scan->error;
+    return result;
+  }
+  // Offsets and labels read from a file that changed meanwhile describe neither version.
+  struct stat after;
+  if (::stat(path.c_str(), &after) != 0) {
+    result.fatal = absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
+    return result;
+  }
+  if (std::string change = ShardChange(shard, after); !change.empty()) {
+    result.fatal = absl::AbortedError(
+        absl::StrCat("changed while it was indexed (", change, "); restart to index it again"));
     return result;
   }
   result.compressed = scan->compressed;
@@ -282,7 +314,8 @@ class CacheParser {
 
 // The scan results that the cache keeps (info.json checks are redone on every load).
 struct ScanOutcome {
-  std::vector<ShardInfo> shards;
+  std::vector<ShardInfo> shards;          // every listed shard, skipped ones included
+  std::vector<std::string> skip_reasons;  // by shard: why it is left out, "" = served
   std::vector<SkippedSample> skipped;
   std::vector<std::string> class_names;  // by label, "" where unknown
   std::vector<std::string> warnings;
@@ -298,11 +331,15 @@ std::string SerializeCache(const std::string& root, const IndexOptions& options,
   w.AddString(options.label_field);
   w.AddU64(static_cast<uint64_t>(options.max_classes));
   w.AddU64(scan.shards.size());
-  for (const ShardInfo& s : scan.shards) {
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    const ShardInfo& s = scan.shards[i];
     w.AddString(s.path);
     w.AddU64(s.file_size);
     w.AddU64(static_cast<uint64_t>(s.mtime_ns));
+    w.AddU64(static_cast<uint64_t>(s.ctime_ns));
+    w.AddU64(s.inode);
     w.AddU64(s.compressed ? 1 : 0);
+    w.AddString(scan.skip_reasons[i]);
     AddSamples(s.samples, &w);
   }
   w.AddU64(scan.skipped.size());
@@ -356,34 +393,61 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     return absl::OkStatus();
   }
   scan->shards.resize(n);
+  scan->skip_reasons.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     ShardInfo& s = scan->shards[i];
-    uint64_t size = 0, mtime = 0, compressed = 0, samples = 0;
-    if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&compressed) ||
-        !p.Count(&samples)) {
+    uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
+    if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
+        !p.U64(&compressed) || !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples)) {
       return corrupt("shard record");
     }
     s.file_size = size;
     s.mtime_ns = static_cast<int64_t>(mtime);
+    s.ctime_ns = static_cast<int64_t>(ctime);
+    s.inode = inode;
+    s.device = listed[i].device;  // not kept: device numbers may change across reboots
     s.compressed = compressed != 0;
     if (s.path != listed[i].path || s.file_size != listed[i].file_size ||
-        s.mtime_ns != listed[i].mtime_ns) {
+        s.mtime_ns != listed[i].mtime_ns || s.ctime_ns != listed[i].ctime_ns ||
+        s.inode != listed[i].inode) {
       *stale = true;
       return absl::OkStatus();
     }
+    if (compressed > 1) return corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
+    if (!scan->skip_reasons[i].empty() && samples != 0) {
+      return corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
+    }
+    if (samples > std::numeric_limits<uint32_t>::max()) {
+      return corrupt(absl::StrCat(s.path, ": ", samples, " samples"));
+    }
+    // Where member data may lie: inside a plain tar; within deflate's largest expansion
+    // of a compressed one (the reader checks the exact end when it inflates).
+    const uint64_t data_end = s.compressed ? s.file_size * kMaxDeflateRatio : s.file_size;
     s.samples.resize(samples);
     for (SampleEntry& e : s.samples) {
       uint64_t label = 0, image = 0, members = 0;
       if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) || !p.Count(&members)) {
         return corrupt("sample record");
       }
+      const std::string where = absl::StrCat(s.path, " sample '", e.key, "': ");
+      if (e.key.empty()) return corrupt(absl::StrCat(s.path, ": a sample without a key"));
+      // The scan admits labels in [0, max_classes) only (and max_classes matched above).
+      if (label >= static_cast<uint64_t>(options.max_classes)) {
+        return corrupt(absl::StrCat(where, "label ", static_cast<int64_t>(label)));
+      }
       e.label = static_cast<int64_t>(label);
+      if (image >= members) return corrupt(absl::StrCat(where, "image member out of range"));
       e.image_member = static_cast<uint32_t>(image);
-      if (image >= members) return corrupt("image member out of range");
       e.members.resize(members);
       for (MemberRef& m : e.members) {
         if (!p.Str(&m.ext) || !p.U64(&m.offset) || !p.U64(&m.size)) return corrupt("member");
+        if (m.ext.empty() || m.offset > data_end || m.size > data_end - m.offset) {
+          return corrupt(absl::StrCat(where, "member '.", m.ext, "' at ", m.offset, " (", m.size,
+                                      " bytes) lies past the shard's end (", s.file_size,
+                                      s.compressed ? " bytes compressed)" : " bytes)"));
+        }
       }
+      scan->max_label = std::max(scan->max_label, e.label);
     }
   }
   if (!p.Count(&n)) return corrupt("skipped count");
@@ -403,7 +467,14 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
   }
   uint64_t max_label = 0;
   if (!p.U64(&max_label)) return corrupt("max label");
-  scan->max_label = static_cast<int64_t>(max_label);
+  // Recomputed from the samples above, never trusted: it sizes num_classes.
+  if (static_cast<int64_t>(max_label) != scan->max_label) return corrupt("max label");
+  if (!scan->class_names.empty() &&
+      scan->class_names.size() != static_cast<size_t>(scan->max_label + 1)) {
+    return corrupt(
+        absl::StrCat(scan->class_names.size(), " class names for labels up to ", scan->max_label));
+  }
+  if (p.pos() != data.size() - 40) return corrupt("trailing bytes");
   return absl::OkStatus();
 }
 
@@ -449,8 +520,11 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
   std::atomic<size_t> next{0};
+  const auto stopping = [&] {
+    return options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed);
+  };
   const auto worker = [&] {
-    for (size_t i = next++; i < shards.size(); i = next++) {
+    for (size_t i = next++; i < shards.size() && !stopping(); i = next++) {
       results[i] = ScanShard(root, shards[i], options);
     }
   };
@@ -458,13 +532,20 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
+  if (stopping()) return absl::CancelledError(absl::StrCat("indexing ", root, " was cancelled"));
 
   ScanOutcome out;
+  out.skip_reasons.resize(shards.size());
   std::map<int64_t, std::string> names;
   std::set<int64_t> warned_labels;  // one warning per label with conflicting names
   for (size_t i = 0; i < shards.size(); ++i) {
     ShardScanResult& r = results[i];
-    if (!r.fatal.ok()) return r.fatal;
+    if (!r.fatal.ok()) {
+      out.skip_reasons[i] = std::string(r.fatal.message());
+      out.warnings.push_back(absl::StrCat("shard ", shards[i].path, " skipped: ", r.fatal.message(),
+                                          "; serving the other shards"));
+      continue;
+    }
     shards[i].compressed = r.compressed;
     shards[i].samples = std::move(r.samples);
     for (const SampleEntry& e : shards[i].samples) out.max_label = std::max(out.max_label, e.label);
@@ -580,6 +661,36 @@ void WarnIfClassesSparse(DatasetIndex* index) {
 
 }  // namespace
 
+void SetShardIdentity(const struct stat& st, ShardInfo* shard) {
+  shard->file_size = static_cast<uint64_t>(st.st_size);
+  shard->mtime_ns = Nanos(st.st_mtim);
+  shard->ctime_ns = Nanos(st.st_ctim);
+  shard->inode = static_cast<uint64_t>(st.st_ino);
+  shard->device = static_cast<uint64_t>(st.st_dev);
+}
+
+std::string ShardChange(const ShardInfo& shard, const struct stat& st) {
+  ShardInfo now;
+  SetShardIdentity(st, &now);
+  std::vector<std::string> changes;
+  if (now.file_size != shard.file_size) {
+    changes.push_back(absl::StrCat("size ", shard.file_size, " -> ", now.file_size, " bytes"));
+  }
+  if (now.mtime_ns != shard.mtime_ns) {
+    changes.push_back(
+        absl::StrCat("mtime ", FormatNanos(shard.mtime_ns), " -> ", FormatNanos(now.mtime_ns)));
+  }
+  if (now.ctime_ns != shard.ctime_ns) {
+    changes.push_back(
+        absl::StrCat("ctime ", FormatNanos(shard.ctime_ns), " -> ", FormatNanos(now.ctime_ns)));
+  }
+  if (now.inode != shard.inode || now.device != shard.device) {
+    changes.push_back(absl::StrCat("inode ", shard.device, ":", shard.inode, " -> ", now.device,
+                                   ":", now.inode, " (replaced)"));
+  }
+  return absl::StrJoin(changes, ", ");
+}
+
 absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
                                                const IndexOptions& options) {
   std::error_code ec;
@@ -589,9 +700,10 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
     return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
   }
   const std::string root = root_path.string();
-  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(root);
+  std::vector<SkippedShard> unlisted;
+  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(root, &unlisted);
   if (!listed.ok()) return listed.status();
-  if (listed->empty()) {
+  if (listed->empty() && unlisted.empty()) {
     return absl::NotFoundError(
         absl::StrCat(root, ": no shard (*.tar, *.tar.gz, *.tgz) directly in this directory"));
   }
@@ -648,7 +760,26 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
   }
 
   for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
-  index.shards = std::move(scan.shards);
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) {
+      index.shards.push_back(std::move(scan.shards[i]));
+    } else {
+      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i]});
+    }
+  }
+  for (SkippedShard& skipped : unlisted) {
+    Warn(&index.warnings, absl::StrCat("shard ", skipped.path, " skipped: ", skipped.reason,
+                                       "; serving the other shards"));
+    index.skipped_shards.push_back(std::move(skipped));
+  }
+  std::sort(
+      index.skipped_shards.begin(), index.skipped_shards.end(),
+      [](const SkippedShard& a, const SkippedShard& b) { return NaturalLess(a.path, b.path); });
+  if (index.shards.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        root, ": none of its ", index.skipped_shards.size(), " shard(s) could be read (",
+        index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
+  }
   index.fingerprint = ContentFingerprint(index.shards, options);
   index.skipped = std::move(scan.skipped);
   for (const ShardInfo& s : index.shards)

@@ -1,5 +1,6 @@
 // Member reads for the serve path: one pread per member of a plain tar on a cached
-// descriptor; compressed shards are inflated once and kept in a small LRU.
+// descriptor; gzip shards through a per-shard GzipIndex; every read checked against the
+// shard's indexed identity afterwards.
 #include "common/shard_reader.h"
 
 #include <fcntl.h>
@@ -11,20 +12,21 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/tar_reader.h"
+#include "common/gzip_index.h"
 
 namespace shardcast {
 namespace {
 
-// Inflated shards kept in memory. Each is a whole uncompressed shard (often hundreds of
-// MB), so a few only; serve plain .tar shards where that matters.
-constexpr size_t kMaxInflatedShards = 3;
+// The payload that marks ShardChangedError.
+constexpr char kShardChangedPayload[] = "type.shardcast.dev/shard-changed";
 
 // Open descriptors kept: a dataset may have thousands of shards, more than the fd limit.
 size_t MaxOpenFiles() {
@@ -42,11 +44,12 @@ struct OpenFile {
   const int fd;
 };
 
-struct InflatedShard {
-  absl::Mutex mu;  // held by the one thread inflating; others wait on it
+struct IndexedGzip {
+  absl::Mutex mu;  // held by the one thread building the index; others wait on it
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
-  std::string data;  // immutable once `done`
+  std::optional<GzipIndex> index;  // immutable once `done` with an OK status
+  size_t bytes = 0;                // index->memory_bytes(), for the LRU's budget
 };
 
 template <typename T>
@@ -55,10 +58,11 @@ struct LruSlot {
   uint64_t last_use = 0;
 };
 
-// Drops the least recently used slot when `map` holds more than `cap`.
-template <typename T>
-void EvictOver(std::map<uint32_t, LruSlot<T>>* map, size_t cap) {
-  while (map->size() > cap) {
+// Drops least recently used slots while `over(map)` says the map is too big (never
+// the last one: the slot just used is needed).
+template <typename T, typename Over>
+void EvictWhile(std::map<uint32_t, LruSlot<T>>* map, Over over) {
+  while (map->size() > 1 && over(*map)) {
     auto oldest = map->begin();
     for (auto it = map->begin(); it != map->end(); ++it) {
       if (it->second.last_use < oldest->second.last_use) oldest = it;
@@ -71,7 +75,10 @@ void EvictOver(std::map<uint32_t, LruSlot<T>>* map, size_t cap) {
 
 class ShardReader::Impl {
  public:
-  explicit Impl(const DatasetIndex& index) : index_(index), max_open_files_(MaxOpenFiles()) {}
+  Impl(const DatasetIndex& index, size_t max_gzip_index_bytes)
+      : index_(index),
+        max_open_files_(MaxOpenFiles()),
+        max_gzip_index_bytes_(max_gzip_index_bytes) {}
 
   absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member) {
     if (shard >= index_.shards.size()) {
@@ -79,7 +86,21 @@ class ShardReader::Impl {
                                                 index_.shards.size(), " shards)"));
     }
     const ShardInfo& info = index_.shards[shard];
-    return info.compressed ? ReadInflated(shard, info, member) : ReadPlain(shard, info, member);
+    if (absl::Status changed = KnownChange(shard); !changed.ok()) return changed;
+    absl::StatusOr<std::shared_ptr<OpenFile>> file = File(shard, info);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<std::string> bytes =
+        info.compressed ? ReadGzip(shard, info, **file, member) : ReadPlain(info, **file, member);
+    // Checked after the read: the bytes are the indexed ones only if the file still is.
+    if (absl::Status unchanged = CheckUnchanged(shard, info, **file); !unchanged.ok()) {
+      return unchanged;
+    }
+    return bytes;
+  }
+
+  std::vector<ChangedShard> ChangedShards() const {
+    absl::MutexLock lock(&mu_);
+    return changed_;
   }
 
  private:
@@ -102,34 +123,58 @@ class ShardReader::Impl {
     // Opened outside the lock: a slow filesystem must not stall reads of other shards.
     const std::string path = ShardPath(info);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return RecordChange(shard, info, "the file was removed");
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
     }
     auto file = std::make_shared<OpenFile>(fd);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      return absl::UnavailableError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
-    }
-    if (static_cast<uint64_t>(st.st_size) != info.file_size) {
-      return absl::FailedPreconditionError(absl::StrCat(path, ": changed since indexing (size ",
-                                                        info.file_size, ", now ", st.st_size,
-                                                        " bytes); rebuild the index"));
+    if (absl::Status unchanged = CheckUnchanged(shard, info, *file); !unchanged.ok()) {
+      return unchanged;
     }
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = files_.emplace(shard, LruSlot<OpenFile>{file, ++clock_});
     if (!inserted) return it->second.value;  // another thread won the race: use its fd
-    EvictOver(&files_, max_open_files_);
+    EvictWhile(&files_, [this](const auto& map) { return map.size() > max_open_files_; });
     return file;
   }
 
-  absl::StatusOr<std::string> ReadPlain(uint32_t shard, const ShardInfo& info,
+  // The sticky error of a shard already found changed.
+  absl::Status KnownChange(uint32_t shard) const {
+    absl::MutexLock lock(&mu_);
+    auto it = changed_by_shard_.find(shard);
+    if (it == changed_by_shard_.end()) return absl::OkStatus();
+    return ShardChangedError(ShardPath(index_.shards[shard]), changed_[it->second].change);
+  }
+
+  absl::Status CheckUnchanged(uint32_t shard, const ShardInfo& info, const OpenFile& file) {
+    struct stat st;
+    if (::fstat(file.fd, &st) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat(ShardPath(info), ": cannot stat: ", std::strerror(errno)));
+    }
+    std::string change = ShardChange(info, st);
+    if (change.empty()) return absl::OkStatus();
+    return RecordChange(shard, info, std::move(change));
+  }
+
+  // Makes the shard's change sticky (the first one found is kept) and returns its error.
+  absl::Status RecordChange(uint32_t shard, const ShardInfo& info, std::string change) {
+    absl::MutexLock lock(&mu_);
+    auto [it, first] = changed_by_shard_.emplace(shard, changed_.size());
+    if (first) changed_.push_back(ChangedShard{info.path, std::move(change)});
+    return ShardChangedError(ShardPath(info), changed_[it->second].change);
+  }
+
+  absl::StatusOr<std::string> ReadPlain(const ShardInfo& info, const OpenFile& file,
                                         const MemberRef& member) {
-    absl::StatusOr<std::shared_ptr<OpenFile>> file = File(shard, info);
-    if (!file.ok()) return file.status();
+    if (member.offset > info.file_size || member.size > info.file_size - member.offset) {
+      return absl::DataLossError(absl::StrCat(Where(info, member), ": past the end of the ",
+                                              info.file_size, "-byte shard"));
+    }
     std::string out(member.size, '\0');
     size_t got = 0;
     while (got < member.size) {
-      const ssize_t n = ::pread((*file)->fd, out.data() + got, member.size - got,
+      const ssize_t n = ::pread(file.fd, out.data() + got, member.size - got,
                                 static_cast<off_t>(member.offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
@@ -145,77 +190,94 @@ class ShardReader::Impl {
     return out;
   }
 
-  absl::StatusOr<std::string> ReadInflated(uint32_t shard, const ShardInfo& info,
-                                           const MemberRef& member) {
-    std::shared_ptr<InflatedShard> inflated;
+  absl::StatusOr<std::string> ReadGzip(uint32_t shard, const ShardInfo& info, const OpenFile& file,
+                                       const MemberRef& member) {
+    std::shared_ptr<IndexedGzip> indexed;
     {
       absl::MutexLock lock(&mu_);
-      LruSlot<InflatedShard>& slot = inflated_[shard];
-      if (slot.value == nullptr) slot.value = std::make_shared<InflatedShard>();
+      LruSlot<IndexedGzip>& slot = gzip_[shard];
+      if (slot.value == nullptr) slot.value = std::make_shared<IndexedGzip>();
       slot.last_use = ++clock_;
-      inflated = slot.value;
-      EvictOver(&inflated_, kMaxInflatedShards);
+      indexed = slot.value;
     }
     {
-      absl::MutexLock lock(&inflated->mu);
-      if (!inflated->done) {
-        absl::StatusOr<std::string> data = InflateUnchanged(info);
-        inflated->done = true;
-        if (data.ok()) {
-          inflated->data = *std::move(data);
+      absl::MutexLock lock(&indexed->mu);
+      if (!indexed->done) {
+        absl::StatusOr<GzipIndex> built = GzipIndex::Build(file.fd);
+        indexed->done = true;
+        if (built.ok()) {
+          indexed->bytes = built->memory_bytes();
+          indexed->index.emplace(*std::move(built));
         } else {
-          inflated->status = data.status();
+          indexed->status = built.status();
         }
       }
-      if (!inflated->status.ok()) {
-        Forget(shard, inflated);  // let a later read try again
-        return absl::Status(inflated->status.code(),
-                            absl::StrCat(Where(info, member), ": ", inflated->status.message()));
+      if (!indexed->status.ok()) {
+        Forget(shard, indexed);  // let a later read try again
+        return absl::Status(indexed->status.code(),
+                            absl::StrCat(Where(info, member), ": ", indexed->status.message()));
       }
     }
-    const std::string& data = inflated->data;
-    if (member.offset > data.size() || member.size > data.size() - member.offset) {
+    {
+      absl::MutexLock lock(&mu_);
+      EvictWhile(&gzip_, [this](const auto& map) {
+        size_t total = 0;
+        for (const auto& [unused, slot] : map) total += slot.value->bytes;
+        return total > max_gzip_index_bytes_;
+      });
+    }
+    // Checked before the buffer is allocated: the size comes from the index.
+    const uint64_t stream_size = indexed->index->uncompressed_size();
+    if (member.offset > stream_size || member.size > stream_size - member.offset) {
       return absl::DataLossError(absl::StrCat(Where(info, member), ": past the end of the ",
-                                              data.size(), "-byte uncompressed stream"));
+                                              stream_size, "-byte uncompressed stream"));
     }
-    return data.substr(member.offset, member.size);
+    std::string out(member.size, '\0');
+    absl::Status read = indexed->index->Read(file.fd, member.offset, member.size, out.data());
+    if (!read.ok()) {
+      return absl::Status(read.code(), absl::StrCat(Where(info, member), ": ", read.message()));
+    }
+    return out;
   }
 
-  // The shard's uncompressed stream, provided the file still has its indexed size (a
-  // replaced file would otherwise be served as if the old offsets still applied).
-  absl::StatusOr<std::string> InflateUnchanged(const ShardInfo& info) const {
-    const std::string path = ShardPath(info);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
-    }
-    if (static_cast<uint64_t>(st.st_size) != info.file_size) {
-      return absl::FailedPreconditionError(absl::StrCat("shard changed since indexing (size ",
-                                                        info.file_size, ", now ", st.st_size,
-                                                        " bytes); rebuild the index"));
-    }
-    return ReadUncompressedStream(path);
-  }
-
-  void Forget(uint32_t shard, const std::shared_ptr<InflatedShard>& entry) {
+  void Forget(uint32_t shard, const std::shared_ptr<IndexedGzip>& entry) {
     absl::MutexLock lock(&mu_);
-    auto it = inflated_.find(shard);
-    if (it != inflated_.end() && it->second.value == entry) inflated_.erase(it);
+    auto it = gzip_.find(shard);
+    if (it != gzip_.end() && it->second.value == entry) gzip_.erase(it);
   }
 
   const DatasetIndex& index_;
   const size_t max_open_files_;
-  absl::Mutex mu_;
+  const size_t max_gzip_index_bytes_;
+  mutable absl::Mutex mu_;
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU time: bumped on every use
   std::map<uint32_t, LruSlot<OpenFile>> files_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, LruSlot<InflatedShard>> inflated_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, LruSlot<IndexedGzip>> gzip_ ABSL_GUARDED_BY(mu_);
+  std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);            // in the order found
+  std::map<uint32_t, size_t> changed_by_shard_ ABSL_GUARDED_BY(mu_);  // shard -> changed_ index
 };
 
-ShardReader::ShardReader(const DatasetIndex& index) : impl_(std::make_unique<Impl>(index)) {}
+ShardReader::ShardReader(const DatasetIndex& index, size_t max_gzip_index_bytes)
+    : impl_(std::make_unique<Impl>(index, max_gzip_index_bytes)) {}
 ShardReader::~ShardReader() = default;
 
 absl::StatusOr<std::string> ShardReader::ReadMember(uint32_t shard, const MemberRef& member) {
   return impl_->ReadMember(shard, member);
+}
+
+std::vector<ChangedShard> ShardReader::ChangedShards() const { return impl_->ChangedShards(); }
+
+absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change) {
+  absl::Status status = absl::FailedPreconditionError(
+      absl::StrCat(shard_path, ": the shard changed since indexing (", change,
+                   "); its samples are not served under the old index; restart the server "
+                   "to index the shards again"));
+  status.SetPayload(kShardChangedPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsShardChanged(const absl::Status& status) {
+  return status.GetPayload(kShardChangedPayload).has_value();
 }
 
 }  // namespace shardcast

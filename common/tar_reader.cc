@@ -31,6 +31,18 @@ std::string ArchiveError(archive* a) {
   return msg != nullptr ? msg : "unknown libarchive error";
 }
 
+// Only gzip under the tar (besides none): libarchive's other filters include ones that
+// run external programs (lrzip, lzop, grzip, ...) on untrusted input, and the serve path
+// can seek in gzip alone (gzip_index.h). A gzip filter that would itself need the
+// external `gzip` program (libarchive built without zlib) is refused too.
+absl::Status AllowGzipOnly(archive* a, const std::string& path) {
+  if (archive_read_support_filter_gzip(a) != ARCHIVE_OK) {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": this libarchive cannot read gzip without an external program"));
+  }
+  return absl::OkStatus();
+}
+
 std::string EntryName(archive_entry* entry) {
   // The UTF-8 form survives a C locale where converting PAX (UTF-8) names may fail.
   if (const char* utf8 = archive_entry_pathname_utf8(entry); utf8 != nullptr) return utf8;
@@ -40,7 +52,8 @@ std::string EntryName(archive_entry* entry) {
 
 }  // namespace
 
-absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& want_content) {
+absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& want_content,
+                                const std::atomic<bool>* cancelled) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
@@ -48,11 +61,11 @@ absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& wa
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   ArchivePtr a(archive_read_new());
-  archive_read_support_filter_all(a.get());
+  if (absl::Status allowed = AllowGzipOnly(a.get(), path); !allowed.ok()) return allowed;
   archive_read_support_format_tar(a.get());
   if (archive_read_open_filename(a.get(), path.c_str(), kReadBlockBytes) != ARCHIVE_OK) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": not a readable tar archive: ", ArchiveError(a.get())));
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a readable tar archive (plain or gzip): ", ArchiveError(a.get())));
   }
 
   TarScan scan;
@@ -64,6 +77,10 @@ absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& wa
 
   archive_entry* entry = nullptr;
   while (true) {
+    if (cancelled != nullptr && cancelled->load(std::memory_order_relaxed)) {
+      scan.error = absl::CancelledError(absl::StrCat(path, ": scan cancelled"));
+      break;
+    }
     const int r = archive_read_next_header(a.get(), &entry);
     if (r == ARCHIVE_EOF) break;
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
@@ -125,7 +142,7 @@ absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& wa
 
 absl::StatusOr<std::string> ReadUncompressedStream(const std::string& path) {
   ArchivePtr a(archive_read_new());
-  archive_read_support_filter_all(a.get());
+  if (absl::Status allowed = AllowGzipOnly(a.get(), path); !allowed.ok()) return allowed;
   // "raw" hands back the filtered (decompressed) bytes as one entry: the tar stream itself.
   archive_read_support_format_raw(a.get());
   if (archive_read_open_filename(a.get(), path.c_str(), kReadBlockBytes) != ARCHIVE_OK) {

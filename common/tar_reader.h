@@ -3,6 +3,7 @@
 #ifndef SHARDCAST_COMMON_TAR_READER_H_
 #define SHARDCAST_COMMON_TAR_READER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,15 +38,18 @@ struct TarScan {
 // Asked once per regular member: true = read its data into TarMember::content.
 using ContentFilter = std::function<bool(absl::string_view name, uint64_t size)>;
 
-// Scans the tar at `path`. The returned StatusOr is an error only when the file cannot be
-// opened at all; a damaged or truncated archive yields the members before the damage plus
-// TarScan::error. Non-regular entries (directories, links, devices) are not listed, as in
-// webdataset. Data of a plain .tar is skipped with lseek, so a scan reads only headers
-// (and the members `want_content` asks for).
-absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& want_content = {});
+// Scans the tar at `path`: a plain tar or a gzip-compressed one (no other compression is
+// accepted). The returned StatusOr is an error only when the file cannot be opened at all; a
+// damaged or truncated archive yields the members before the damage plus TarScan::error.
+// Non-regular entries (directories, links, devices) are not listed, as in webdataset. Data of a
+// plain .tar is skipped with lseek, so a scan reads only headers (and the members `want_content`
+// asks for). When `cancelled` becomes true the scan stops before the next member with
+// TarScan::error CANCELLED.
+absl::StatusOr<TarScan> ScanTar(const std::string& path, const ContentFilter& want_content = {},
+                                const std::atomic<bool>* cancelled = nullptr);
 
-// The whole uncompressed stream of a tar file, compressed or not: the bytes that
-// TarMember::offset indexes into.
+// The whole uncompressed stream of a tar file, plain or gzip: the bytes that
+// TarMember::offset indexes into (tests compare the serve path's reads with it).
 absl::StatusOr<std::string> ReadUncompressedStream(const std::string& path);
 
 }  // namespace shardcast

@@ -13,6 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shard_reader.h"
 #include "common/utf8.h"
 #include "server/log.h"
 
@@ -62,10 +64,16 @@ struct BatchAssembler::PendingBatch {
   std::function<void(bool)> done;
   std::atomic<int> remaining{0};
   std::vector<char> substituted;  // per slot; each written by one task only
+  absl::Mutex failure_mu;
+  absl::Status failure ABSL_GUARDED_BY(failure_mu);  // the first changed-shard error
 
   // Called by whoever finishes the last sample.
   void Finish() {
     const bool complete = !cancelled->load(std::memory_order_acquire);
+    {
+      absl::MutexLock lock(&failure_mu);
+      if (!failure.ok()) batch->set_failure(failure);
+    }
     if (complete) {
       for (size_t i = 0; i < substituted.size(); ++i) {
         if (substituted[i])
@@ -190,6 +198,11 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   uint8_t* out = batch.images() + slot * batch.sample_bytes();
   const absl::Status status = ReadAndDecode(*pending, ref, out);
   if (status.ok()) return;
+  if (IsShardChanged(status)) {
+    absl::MutexLock lock(&pending->failure_mu);
+    if (pending->failure.ok()) pending->failure = status;
+    return;
+  }
   std::memset(out, kSubstituteByte, batch.sample_bytes());
   pending->substituted[slot] = 1;
   if (stats_ != nullptr) {

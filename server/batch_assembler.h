@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
@@ -42,6 +44,11 @@ class AssembledBatch {
   size_t image_bytes() const { return image_bytes_; }
   size_t sample_bytes() const { return sample_bytes_; }
 
+  // Why this batch must not be sent (OK when it may): a sample's shard changed since
+  // indexing (IsShardChanged). Set by the assembler before `done` runs; read after it.
+  const absl::Status& failure() const { return failure_; }
+  void set_failure(absl::Status failure) { failure_ = std::move(failure); }
+
  private:
   AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
                  std::atomic<int64_t>* buffer_gauge, BatchGrant grant);
@@ -56,6 +63,7 @@ class AssembledBatch {
   std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
   // Given back after the destructor unmapped the buffer (members die after its body).
   BatchGrant grant_;
+  absl::Status failure_;
 };
 
 // What the serve path refuses to decode, and the budget decodes share.
@@ -76,7 +84,11 @@ struct DecodeLimits {
 // ServerStats::images_over_member_limit) and an image whose decode buffers alone
 // exceed the decode budget (not decoded; counted by the budget). Every decode waits
 // for its bytes of the budget, so the decode threads together never hold more.
-// No exception leaves a decode task: an allocation failure while reading or decoding
+// A sample whose shard changed since indexing (IsShardChanged) is not substituted: the
+// batch fails (AssembledBatch::failure), and the stream ends with that
+// FAILED_PRECONDITION naming the shard, since every later sample of the shard would
+// be as wrong. No exception leaves a decode task: an allocation failure while reading or
+// decoding
 // one sample is that sample's error (substituted, counted, logged).
 class BatchAssembler {
  public:

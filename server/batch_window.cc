@@ -175,6 +175,13 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
       on_ready_ = std::move(on_ready);
       return TakeResult::kPending;
     }
+    if (const absl::Status& failure = slots_.front().batch->failure(); !failure.ok()) {
+      // Nothing after it is sent or launched: the same shard would fail again.
+      launch_error_ = failure;
+      slots_.clear();
+      relaunch_.clear();
+      return launch_error_;
+    }
     *batch = std::move(slots_.front().batch);
     slots_.pop_front();
     ++taken_;

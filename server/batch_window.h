@@ -54,8 +54,10 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   // Never blocks. `on_ready` runs on a pool thread (or the thread that made the batch
   // ready) without any window lock held; it may call Take() again.
   // An error ends the stream, after every batch launched before it was taken:
-  // RESOURCE_EXHAUSTED (a batch buffer could not be allocated) or INTERNAL (the plan
-  // ended before `count` batches: a planner bug, never expected). It is returned
+  // RESOURCE_EXHAUSTED (a batch buffer could not be allocated), FAILED_PRECONDITION (a
+  // sample's shard changed since indexing: AssembledBatch::failure; that batch and the
+  // ones after it are dropped) or INTERNAL (the plan ended before `count` batches: a
+  // planner bug, never expected). It is returned
   // again by later calls.
   absl::StatusOr<TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
                                   std::function<void()> on_ready) ABSL_LOCKS_EXCLUDED(mu_);

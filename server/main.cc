@@ -88,6 +88,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
              "shardcast-ctl inspect, counted in status), and an info.json \"num_classes\"\n"
              "above N is ignored. num_classes sizes the trainer's last layer"},
             &o.max_classes, 1);
+  flags.Size({{"--gzip-index-memory"},
+              "SIZE",
+              "memory for the seek indexes of .tar.gz shards (about 1/8 of a shard's\n"
+              "uncompressed size each, built on its first read); beyond it the least\n"
+              "recently used are dropped and rebuilt when needed"},
+             &o.gzip_index_memory_bytes);
   flags.Size({{"--max-message-size"},
               "SIZE",
               "largest Batch message (at least 1MiB); jobs whose batches exceed it are\n"

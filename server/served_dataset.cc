@@ -6,15 +6,16 @@
 namespace shardcast::server {
 
 absl::StatusOr<std::unique_ptr<ServedDataset>> ServedDataset::Load(const std::string& dir,
-                                                                   const IndexOptions& options) {
+                                                                   const IndexOptions& options,
+                                                                   size_t gzip_index_memory_bytes) {
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir, options);
   if (!index.ok()) return index.status();
-  return std::make_unique<ServedDataset>(*std::move(index));
+  return std::make_unique<ServedDataset>(*std::move(index), gzip_index_memory_bytes);
 }
 
-ServedDataset::ServedDataset(DatasetIndex index)
+ServedDataset::ServedDataset(DatasetIndex index, size_t gzip_index_memory_bytes)
     : index_(std::move(index)),
       shard_sizes_(index_.ShardSampleCounts()),
-      reader_(std::make_unique<ShardReader>(index_)) {}
+      reader_(std::make_unique<ShardReader>(index_, gzip_index_memory_bytes)) {}
 
 }  // namespace shardcast::server

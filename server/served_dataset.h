@@ -17,10 +17,13 @@ namespace shardcast::server {
 class ServedDataset {
  public:
   // Scans (or loads from the index cache) the shards in `dir`.
-  static absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const std::string& dir,
-                                                             const IndexOptions& options);
+  // `gzip_index_memory_bytes` bounds the reader's gzip seek indexes (ShardReader).
+  static absl::StatusOr<std::unique_ptr<ServedDataset>> Load(
+      const std::string& dir, const IndexOptions& options,
+      size_t gzip_index_memory_bytes = ShardReader::kDefaultMaxGzipIndexBytes);
   // Wraps an index built elsewhere (tests, benchmarks).
-  explicit ServedDataset(DatasetIndex index);
+  explicit ServedDataset(DatasetIndex index,
+                         size_t gzip_index_memory_bytes = ShardReader::kDefaultMaxGzipIndexBytes);
   ServedDataset(const ServedDataset&) = delete;
   ServedDataset& operator=(const ServedDataset&) = delete;
 

@@ -18,11 +18,13 @@ struct ServerOptions {
   // The job settings a RegisterRequest leaves unset (world_size unused): server flags
   // change them.
   JobConfig defaults = DefaultJobConfig();
-  int decode_threads = 0;                   // 0 = hardware concurrency
-  int prefetch = 4;                         // batches assembled ahead of each stream's client
-  std::string index_cache_dir;              // empty = no index cache
-  std::string label_field = "label";        // .json field holding the label (no .cls)
-  int64_t max_message_bytes = 512ll << 20;  // largest Batch message a job may need
+  int decode_threads = 0;             // 0 = hardware concurrency
+  int prefetch = 4;                   // batches assembled ahead of each stream's client
+  std::string index_cache_dir;        // empty = no index cache
+  std::string label_field = "label";  // .json field holding the label (no .cls)
+  // Memory for the seek indexes of .tar.gz shards (ShardReader's LRU).
+  int64_t gzip_index_memory_bytes = int64_t{1} << 30;
+  int64_t max_message_bytes = 512ll << 20;          // largest Batch message a job may need
   absl::Duration grace_period = absl::Seconds(10);  // drain: how long open streams may run on
   // Labels outside [0, max_classes) are skipped (IndexOptions::max_classes).
   int max_classes = kDefaultMaxClasses;

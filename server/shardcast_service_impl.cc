@@ -182,13 +182,18 @@ absl::Status ShardcastServiceImpl::LoadDataset() {
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
+  index_options.cancelled = &stop_indexing_;
   const absl::Time start = absl::Now();
   LogInfo("index", absl::StrCat("indexing ", options_.shards_dir));
-  absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
-      ServedDataset::Load(options_.shards_dir, index_options);
+  absl::StatusOr<std::unique_ptr<ServedDataset>> dataset = ServedDataset::Load(
+      options_.shards_dir, index_options, static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
-    LogError("index",
-             absl::StrCat("cannot index ", options_.shards_dir, ": ", dataset.status().ToString()));
+    if (absl::IsCancelled(dataset.status())) {
+      LogInfo("index", "indexing stopped: the server is shutting down");
+    } else {
+      LogError("index", absl::StrCat("cannot index ", options_.shards_dir, ": ",
+                                     dataset.status().ToString()));
+    }
     absl::MutexLock lock(&mu_);
     state_ = State::kFailed;
     load_error_ = dataset.status();
@@ -196,10 +201,10 @@ absl::Status ShardcastServiceImpl::LoadDataset() {
   }
   const DatasetIndex& index = (*dataset)->index();
   LogInfo("index",
-          absl::StrFormat("%d shards, %d samples, %d classes, %d skipped, fingerprint %s%s "
-                          "(%.2f s)",
-                          index.shards.size(), index.num_samples, index.num_classes,
-                          index.skipped.size(), index.fingerprint,
+          absl::StrFormat("%d shards (%d skipped), %d samples, %d classes, %d samples skipped, "
+                          "fingerprint %s%s (%.2f s)",
+                          index.shards.size(), index.skipped_shards.size(), index.num_samples,
+                          index.num_classes, index.skipped.size(), index.fingerprint,
                           index.loaded_from_cache ? ", from cache" : "",
                           absl::ToDoubleSeconds(absl::Now() - start)));
   for (const std::string& warning : index.warnings) LogWarning("index", warning);
@@ -231,6 +236,7 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
 }
 
 void ShardcastServiceImpl::BeginDrain() {
+  stop_indexing_.store(true);
   absl::MutexLock lock(&mu_);
   if (state_ != State::kFailed) state_ = State::kDraining;
 }
@@ -417,6 +423,22 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
     response.set_index_fingerprint(index.fingerprint);
     response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
     response.set_num_classes(index.num_classes);
+    response.set_max_listed_shard_problems(kMaxListedShardProblems);
+    response.set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
+    for (const SkippedShard& skipped : index.skipped_shards) {
+      if (response.skipped_shards_size() >= kMaxListedShardProblems) break;
+      v1::ShardProblem* problem = response.add_skipped_shards();
+      problem->set_path(LogSafe(skipped.path, kMaxShardNameBytes));
+      problem->set_reason(LogSafe(skipped.reason, kMaxShardReasonBytes));
+    }
+    const std::vector<ChangedShard> changed = serving->dataset->reader().ChangedShards();
+    response.set_total_changed_shards(static_cast<int32_t>(changed.size()));
+    for (const ChangedShard& shard : changed) {
+      if (response.changed_shards_size() >= kMaxListedShardProblems) break;
+      v1::ShardProblem* problem = response.add_changed_shards();
+      problem->set_path(LogSafe(shard.path, kMaxShardNameBytes));
+      problem->set_reason(LogSafe(shard.change, kMaxShardReasonBytes));
+    }
     DropExpiredJobs(*serving->registry);
     const std::vector<std::shared_ptr<Job>> jobs = serving->registry->Jobs();
     response.set_total_jobs(static_cast<int32_t>(jobs.size()));

@@ -115,6 +115,11 @@ class ShardcastServiceImpl {
   // GetStatus lists at most this many jobs, and ranks per job.
   static constexpr int kMaxListedJobs = 100;
   static constexpr int kMaxListedRanks = 256;
+  // ... and at most this many skipped shards, and changed shards; their names and
+  // reasons cut to these sizes (LogSafe).
+  static constexpr int kMaxListedShardProblems = 100;
+  static constexpr size_t kMaxShardNameBytes = 256;
+  static constexpr size_t kMaxShardReasonBytes = 512;
 
   int64_t open_streams() const { return open_streams_.load(); }
   const BatchMemoryBudget& budget() const { return budget_; }
@@ -164,6 +169,9 @@ class ShardcastServiceImpl {
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kIndexing;
   absl::Status load_error_ ABSL_GUARDED_BY(mu_);
+  // Set by BeginDrain: a scan still running stops within one tar member, so SIGTERM
+  // during a long indexing exits promptly.
+  std::atomic<bool> stop_indexing_{false};
   std::unique_ptr<Serving> serving_ ABSL_GUARDED_BY(mu_);  // set once, never replaced
 
   // Runs ReclaimIdleStreams every quarter of --stream-idle-timeout (when set).

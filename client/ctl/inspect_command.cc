@@ -25,8 +25,10 @@ constexpr char kUsage[] =
     "         [--threads N]\n"
     "\n"
     "Indexes the shards directly in DIR (*.tar, *.tar.gz, *.tgz) as shardcast-server does and\n"
-    "prints shards with sample counts, totals, classes, skipped samples and why, warnings and\n"
-    "the index fingerprint. --samples adds one line per sample (shard, index in shard, key,\n"
+    "prints shards with sample counts, totals, classes, skipped shards and samples and why,\n"
+    "warnings and the index fingerprint. A shard that cannot be read (0 bytes, unreadable,\n"
+    "not a tar or gzip tar) is listed as skipped; the server serves the others. --samples adds one "
+    "line per sample (shard, index in shard, key,\n"
     "label, extensions). --json prints the same as one JSON object. --cache-dir reuses (or\n"
     "writes) the server's index cache; it must not be inside DIR.\n";
 
@@ -99,10 +101,12 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
   std::printf("dataset      %s\n", index.root.c_str());
   std::printf("fingerprint  %s (%s)\n", index.fingerprint.c_str(),
               index.loaded_from_cache ? "loaded from cache" : "scanned");
-  std::printf("shards %zu (%s), samples %lld, classes %d, skipped %zu, warnings %zu\n\n",
-              index.shards.size(), FormatBytes(static_cast<double>(total_bytes)).c_str(),
-              static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
-              index.warnings.size());
+  std::printf(
+      "shards %zu (%s), samples %lld, classes %d, skipped %zu, skipped shards %zu, warnings "
+      "%zu\n\n",
+      index.shards.size(), FormatBytes(static_cast<double>(total_bytes)).c_str(),
+      static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
+      index.skipped_shards.size(), index.warnings.size());
 
   std::printf("%6s  %-40s %9s %11s  %s\n", "SHARD", "PATH", "SAMPLES", "SIZE", "COMPRESSED");
   for (size_t i = 0; i < index.shards.size(); ++i) {
@@ -120,6 +124,12 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
                 ClassName(index, label).c_str());
   }
 
+  if (!index.skipped_shards.empty()) {
+    std::printf("\nskipped shards (%zu, not served):\n", index.skipped_shards.size());
+    for (const SkippedShard& s : index.skipped_shards) {
+      std::printf("  %s: %s\n", s.path.c_str(), s.reason.c_str());
+    }
+  }
   if (!index.skipped.empty()) {
     std::printf("\nskipped (%zu):\n", index.skipped.size());
     for (const SkippedSample& s : index.skipped) {
@@ -177,6 +187,13 @@ void PrintJson(const DatasetIndex& index, bool with_samples) {
                     ", \"key\": ", JsonQuote(s.key), ", \"reason\": ", JsonQuote(s.reason), "}");
   }
   out += index.skipped.empty() ? "],\n" : "\n  ],\n";
+  out += "  \"skipped_shards\": [";
+  for (size_t i = 0; i < index.skipped_shards.size(); ++i) {
+    const SkippedShard& s = index.skipped_shards[i];
+    absl::StrAppend(&out, i ? ",\n    " : "\n    ", "{\"path\": ", JsonQuote(s.path),
+                    ", \"reason\": ", JsonQuote(s.reason), "}");
+  }
+  out += index.skipped_shards.empty() ? "],\n" : "\n  ],\n";
   out += "  \"warnings\": [";
   for (size_t i = 0; i < index.warnings.size(); ++i) {
     absl::StrAppend(&out, i ? ",\n    " : "\n    ", JsonQuote(index.warnings[i]));

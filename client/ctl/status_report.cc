@@ -112,6 +112,26 @@ std::string TextTable::Render(const std::string& indent) const {
   return out;
 }
 
+namespace {
+
+// "skipped shards (2):" and one indented "path: reason" line per listed shard.
+void AppendShardProblems(
+    absl::string_view title,
+    const google::protobuf::RepeatedPtrField<shardcast::v1::ShardProblem>& list, int32_t total,
+    int32_t max_listed, std::string* out) {
+  if (list.empty()) return;
+  absl::StrAppend(
+      out, "\n", title, " (", total, ")",
+      total > list.size()
+          ? absl::StrCat(", ", list.size(), " listed; the server lists at most ", max_listed)
+          : "",
+      ":\n");
+  for (const auto& shard : list)
+    absl::StrAppend(out, "  ", shard.path(), ": ", shard.reason(), "\n");
+}
+
+}  // namespace
+
 std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                                const std::string& server) {
   std::string out;
@@ -134,6 +154,11 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   field("decode errors", absl::StrCat(st.decode_errors()));
   field("substitutions", absl::StrCat(st.substitutions()));
   field("skipped samples", absl::StrCat(st.skipped_samples()));
+  field("skipped shards", absl::StrCat(st.total_skipped_shards()));
+  field("changed shards", st.total_changed_shards() == 0
+                              ? std::string("0")
+                              : absl::StrCat(st.total_changed_shards(),
+                                             "  (streams reading them fail; restart to re-index)"));
   field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks"));
   if (st.batch_memory_limit_bytes() > 0) {
     field("batch memory",
@@ -164,6 +189,10 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   }
   field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
   field("decode threads", absl::StrCat(st.decode_threads()));
+  AppendShardProblems("skipped shards", st.skipped_shards(), st.total_skipped_shards(),
+                      st.max_listed_shard_problems(), &out);
+  AppendShardProblems("changed since indexing", st.changed_shards(), st.total_changed_shards(),
+                      st.max_listed_shard_problems(), &out);
 
   out += "\n";
   if (st.jobs().empty()) {

@@ -5,11 +5,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/digest.h"
 #include "common/tar_reader.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
@@ -292,6 +295,74 @@ TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
   }
 }
 
+std::string U64Bytes(uint64_t v) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// A cache body with its checksum recomputed: what a cache tampered with on purpose (or
+// written by a buggy version) looks like, since the checksum alone then passes.
+std::string Reseal(const std::string& body) {
+  Digest128 h;
+  h.AddBytes(body);
+  return body + U64Bytes(32) + h.Hex();
+}
+
+TEST_F(DatasetIndexTest, CacheContentsAreBoundsCheckedNotTrusted) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 3)), TarWriter::kGnuTarPax, shard("s.tar"));
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string cache_file =
+      std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  const std::string good = shard_testing::ReadWholeFile(cache_file);
+  const std::string body = good.substr(0, good.size() - 40);
+  ASSERT_EQ(Reseal(body), good);  // the test's idea of the layout is the cache's
+
+  // Sample "a_1": key, label, image member, member count, then its first member
+  // (ext, offset, size).
+  const size_t key_at = body.find(U64Bytes(3) + "a_1");
+  ASSERT_NE(key_at, std::string::npos);
+  const size_t label_at = key_at + 8 + 3;
+  const size_t image_at = label_at + 8;
+  const size_t ext_at = image_at + 16;
+  ASSERT_EQ(body.substr(ext_at, 11), U64Bytes(3) + "jpg");
+  const size_t offset_at = ext_at + 11;
+  const size_t size_at = offset_at + 8;
+  const uint64_t file_size = first->shards[0].file_size;
+  const auto with = [&](size_t at, uint64_t value) {
+    std::string tampered = body;
+    tampered.replace(at, 8, U64Bytes(value));
+    return tampered;
+  };
+  struct Case {
+    std::string name;
+    std::string body;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {"label past int32", with(label_at, uint64_t{1} << 40), "label"},
+      {"negative label", with(label_at, static_cast<uint64_t>(-5)), "label"},
+      {"image member", with(image_at, 7), "image member out of range"},
+      {"offset past the end", with(offset_at, file_size - 10), "past the shard's end"},
+      {"huge size", with(size_at, uint64_t{1} << 62), "past the shard's end"},
+      {"offset overflow", with(offset_at, ~uint64_t{0} - 3), "past the shard's end"},
+      {"max label", with(body.size() - 8, 1000), "max label"},
+      {"trailing bytes", body + U64Bytes(0), "trailing bytes"},
+  };
+  for (const Case& c : cases) {
+    shard_testing::WriteFile(cache_file, Reseal(c.body));
+    absl::StatusOr<DatasetIndex> rebuilt = BuildDatasetIndex(data_dir(), options);
+    ASSERT_TRUE(rebuilt.ok()) << c.name << ": " << rebuilt.status();
+    EXPECT_FALSE(rebuilt->loaded_from_cache) << c.name;
+    EXPECT_TRUE(HasWarning(*rebuilt, "corrupt index cache")) << c.name;
+    EXPECT_TRUE(HasWarning(*rebuilt, c.why)) << c.name;
+    EXPECT_EQ(Dump(*rebuilt), Dump(*first)) << c.name;
+  }
+}
+
 TEST_F(DatasetIndexTest, CacheDirInsideTheDatasetIsRefused) {
   MakeTar(tmp_.path(), SampleFiles(Samples("a", 1)), TarWriter::kGnuTarGnu, shard("s.tar"));
   for (const std::string& cache : {data_dir(), shard("cache"), data_dir() + "/./x/.."}) {
@@ -368,11 +439,16 @@ TEST_F(DatasetIndexTest, TruncatedShardKeepsSamplesBeforeTheBreak) {
   EXPECT_EQ(index->skipped[0].key, "b_1");
   EXPECT_TRUE(absl::StrContains(index->skipped[0].reason, "breaks"));
 
-  // Cut inside the very first member: nothing readable, the build fails naming the shard.
+  // Cut inside the very first member: nothing readable, the shard is skipped naming
+  // the break, and the other shard is indexed.
   shard_testing::WriteFile(path, bytes.substr(0, scan->members[0].offset + 3));
   index = BuildDatasetIndex(data_dir(), IndexOptions());
-  ASSERT_FALSE(index.ok());
-  EXPECT_TRUE(absl::StrContains(index.status().message(), "shard-2.tar")) << index.status();
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->ShardSampleCounts(), (std::vector<uint32_t>{2}));
+  ASSERT_EQ(index->skipped_shards.size(), 1u);
+  EXPECT_EQ(index->skipped_shards[0].path, "shard-2.tar");
+  EXPECT_TRUE(absl::StrContains(index->skipped_shards[0].reason, "truncated"))
+      << index->skipped_shards[0].reason;
 }
 
 TEST_F(DatasetIndexTest, ErrorsNameTheProblem) {
@@ -384,11 +460,117 @@ TEST_F(DatasetIndexTest, ErrorsNameTheProblem) {
   ASSERT_FALSE(index.ok());
   EXPECT_TRUE(absl::StrContains(index.status().message(), "no shard")) << index.status();
 
+  // Shards, but none readable: an error naming one and why.
   shard_testing::WriteFile(shard("garbage-3.tar"), Payload("garbage", 3000));
-  MakeTar(tmp_.path(), SampleFiles(Samples("a", 1)), TarWriter::kGnuTarGnu, shard("ok-1.tar"));
-  index = BuildDatasetIndex(data_dir(), IndexOptions());
+  shard_testing::WriteFile(shard("empty-4.tar"), "");
+  index = BuildDatasetIndex(data_dir(), IndexOptions());  // names the first in order
   ASSERT_FALSE(index.ok());
-  EXPECT_TRUE(absl::StrContains(index.status().message(), "garbage-3.tar")) << index.status();
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "none of its 2 shard(s)"))
+      << index.status();
+  EXPECT_TRUE(absl::StrContains(index.status().message(), "empty-4.tar: empty file"))
+      << index.status();
+}
+
+// What BuildDatasetIndex says about each skipped shard, as "path: reason" lines.
+std::string SkippedShards(const DatasetIndex& index) {
+  std::string out;
+  for (const SkippedShard& s : index.skipped_shards)
+    absl::StrAppend(&out, s.path, ": ", s.reason, "\n");
+  return out;
+}
+
+TEST_F(DatasetIndexTest, BadShardsAreSkippedWithAWarningAndTheRestIsIndexed) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 3)), TarWriter::kGnuTarPax, shard("a-1.tar"));
+  MakeTar(tmp_.path(), SampleFiles(Samples("b", 2)), TarWriter::kPythonGnu, shard("b-2.tar.gz"),
+          true);
+  shard_testing::WriteFile(shard("zzz.tar"), "");                      // 0 bytes
+  shard_testing::WriteFile(shard("junk.tar"), Payload("junk", 5000));  // not a tar
+  shard_testing::WriteFile(shard("junk.tgz"), std::string("\x1f\x8b") + Payload("j", 900));
+  // A tar under bzip2: libarchive could read it, but only gzip is accepted.
+  MakeTar(tmp_.path(), SampleFiles(Samples("c", 2)), TarWriter::kGnuTarGnu, tmp_ / "c.tar");
+  ASSERT_EQ(shard_testing::RunShell("bzip2 -c " + shard_testing::ShellQuote(tmp_ / "c.tar") +
+                                    " > " + shard_testing::ShellQuote(shard("c-3.tar.gz"))),
+            0);
+  std::filesystem::create_symlink(tmp_ / "gone.tar", shard("dangling.tar"));
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->num_samples, 5);
+  ASSERT_EQ(index->shards.size(), 2u);
+  EXPECT_EQ(index->shards[0].path, "a-1.tar");
+  EXPECT_EQ(index->shards[1].path, "b-2.tar.gz");
+  ASSERT_EQ(index->skipped_shards.size(), 5u) << SkippedShards(*index);
+  const std::string skipped = SkippedShards(*index);
+  EXPECT_TRUE(absl::StrContains(skipped, "zzz.tar: empty file (0 bytes)")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "junk.tar: ")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "junk.tgz: ")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "c-3.tar.gz: ")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "dangling.tar: cannot stat")) << skipped;
+  EXPECT_TRUE(HasWarning(*index, "shard zzz.tar skipped: empty file (0 bytes); serving the other"));
+  EXPECT_TRUE(HasWarning(*index, "shard c-3.tar.gz skipped"));
+
+  // The same from the cache, warnings included; the good shards alone give the same
+  // fingerprint (skipped shards are not part of what is served).
+  absl::StatusOr<DatasetIndex> cached = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  EXPECT_TRUE(cached->loaded_from_cache);
+  EXPECT_EQ(SkippedShards(*cached), skipped);
+  EXPECT_EQ(Dump(*cached), Dump(*index));
+  EXPECT_TRUE(HasWarning(*cached, "shard zzz.tar skipped"));
+  for (const char* bad : {"zzz.tar", "junk.tar", "junk.tgz", "c-3.tar.gz", "dangling.tar"}) {
+    std::filesystem::remove(shard(bad));
+  }
+  absl::StatusOr<DatasetIndex> clean = BuildDatasetIndex(data_dir(), IndexOptions());
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_EQ(clean->fingerprint, index->fingerprint);
+
+  // A skipped shard fixed later is picked up (its identity changed: the cache is stale).
+  shard_testing::WriteFile(shard("zzz.tar"), "");
+  ASSERT_TRUE(BuildDatasetIndex(data_dir(), options).ok());
+  MakeTar(tmp_.path(), SampleFiles(Samples("z", 4)), TarWriter::kGnuTarGnu, shard("zzz.tar"));
+  absl::StatusOr<DatasetIndex> fixed = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_FALSE(fixed->loaded_from_cache);
+  EXPECT_TRUE(fixed->skipped_shards.empty()) << SkippedShards(*fixed);
+  EXPECT_EQ(fixed->num_samples, 9);
+}
+
+TEST_F(DatasetIndexTest, CancelledIndexingStopsWithCancelled) {
+  for (int i = 0; i < 3; ++i) {
+    MakeTar(tmp_.path(), SampleFiles(Samples(absl::StrCat("s", i), 2)), TarWriter::kGnuTarGnu,
+            shard(absl::StrCat("s-", i, ".tar")));
+  }
+  std::atomic<bool> cancelled{true};
+  IndexOptions options;
+  options.cancelled = &cancelled;
+  options.cache_dir = tmp_ / "cache";
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), options);
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), absl::StatusCode::kCancelled) << index.status();
+  // Nothing half-scanned was cached.
+  EXPECT_FALSE(std::filesystem::exists(options.cache_dir));
+  cancelled = false;
+  index = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->num_samples, 6);
+}
+
+TEST(TarScanCancelTest, ScanStopsBeforeTheNextMember) {
+  ScopedTempDir tmp;
+  MakeTar(tmp.path(), SampleFiles(Samples("a", 2)), TarWriter::kGnuTarGnu, tmp / "a.tar");
+  std::atomic<bool> cancelled{false};
+  int asked = 0;
+  absl::StatusOr<TarScan> scan = ScanTar(
+      tmp / "a.tar",
+      [&](absl::string_view, uint64_t) {
+        if (++asked == 2) cancelled = true;
+        return false;
+      },
+      &cancelled);
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  EXPECT_EQ(scan->error.code(), absl::StatusCode::kCancelled) << scan->error;
+  EXPECT_EQ(scan->members.size(), 2u);  // of 6
 }
 
 TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {

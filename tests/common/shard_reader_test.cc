@@ -2,6 +2,10 @@
 // from many threads at once, and names the shard and member when the file changed.
 #include "common/shard_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <map>
 #include <string>
@@ -43,6 +47,10 @@ class ShardReaderTest : public ::testing::Test {
       MakeTar(tmp_.path(), files, s % 3 ? TarWriter::kPythonPax : TarWriter::kGnuTarGnu,
               tmp_ / absl::StrCat("data/shard-", s, gz ? ".tar.gz" : ".tar"), gz);
     }
+    Reindex();
+  }
+
+  void Reindex() {
     absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "data", IndexOptions());
     ASSERT_TRUE(index.ok()) << index.status();
     index_ = *std::move(index);
@@ -82,7 +90,8 @@ TEST_F(ShardReaderTest, ReadsOriginalBytesFromPlainAndGzipShards) {
 
 TEST_F(ShardReaderTest, ConcurrentReadsOverMoreGzipShardsThanTheCacheHolds) {
   MakeShards(8, /*all_gzip=*/true);
-  ShardReader reader(index_);
+  // A budget below one index: every shard switch drops the others' and rebuilds.
+  ShardReader reader(index_, /*max_gzip_index_bytes=*/1);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t) {
@@ -121,54 +130,126 @@ TEST_F(ShardReaderTest, ConcurrentPlainReads) {
   EXPECT_EQ(checked.load(), 8 * 18);
 }
 
-TEST_F(ShardReaderTest, ChangedOrShrunkFilesAreErrorsNamingShardAndMember) {
+// The error a changed shard gives: FAILED_PRECONDITION, marked IsShardChanged, naming
+// the shard and `what` changed.
+void ExpectShardChanged(const absl::StatusOr<std::string>& got, absl::string_view shard,
+                        absl::string_view what) {
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+  EXPECT_TRUE(IsShardChanged(got.status())) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), shard)) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "changed since indexing")) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), what)) << got.status();
+}
+
+TEST_F(ShardReaderTest, ChangedOrShrunkFilesAreErrorsNamingTheShard) {
   MakeShards(3);
   const SampleEntry& last0 = index_.shards[0].samples.back();
   const MemberRef member0 = last0.members[last0.image_member];
   const std::string path0 = index_.root + "/" + index_.shards[0].path;
+  const std::string bytes0 = shard_testing::ReadWholeFile(path0);
   {
     // Shrunk before the first read: refused at open (size differs from the index).
     ShardReader reader(index_);
-    const std::string bytes = shard_testing::ReadWholeFile(path0);
-    shard_testing::WriteFile(path0, bytes.substr(0, member0.offset + 5));
-    absl::StatusOr<std::string> got = reader.ReadMember(0, member0);
-    ASSERT_FALSE(got.ok());
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "shard-0.tar")) << got.status();
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "changed since indexing"));
-    shard_testing::WriteFile(path0, bytes);
+    shard_testing::WriteFile(path0, bytes0.substr(0, member0.offset + 5));
+    ExpectShardChanged(reader.ReadMember(0, member0), "shard-0.tar", "size");
+    shard_testing::WriteFile(path0, bytes0);
+    Reindex();  // the restored file is another version as far as timestamps go
   }
   {
-    // Shrunk after the fd was opened: the short read names the member.
+    // Shrunk after the fd was opened: the read that follows is refused, not short.
     ShardReader reader(index_);
     ASSERT_TRUE(reader.ReadMember(0, index_.shards[0].samples[0].members[0]).ok());
     ASSERT_EQ(::truncate(path0.c_str(), static_cast<off_t>(member0.offset + 5)), 0);
-    absl::StatusOr<std::string> got = reader.ReadMember(0, member0);
-    ASSERT_FALSE(got.ok());
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "shard-0.tar")) << got.status();
-    EXPECT_TRUE(absl::StrContains(got.status().message(), absl::StrCat("offset ", member0.offset)))
-        << got.status();
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "short read"));
+    ExpectShardChanged(reader.ReadMember(0, member0), "shard-0.tar", "size");
+    shard_testing::WriteFile(path0, bytes0);
+    Reindex();
   }
   {
-    // A gzip shard replaced by garbage: the inflate error names the shard and member.
+    // A gzip shard replaced by garbage.
     ShardReader reader(index_);
     const std::string path1 = index_.root + "/" + index_.shards[1].path;
     shard_testing::WriteFile(path1, Payload("junk", 4000));
-    const MemberRef& m = index_.shards[1].samples[0].members[0];
-    absl::StatusOr<std::string> got = reader.ReadMember(1, m);
-    ASSERT_FALSE(got.ok());
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "shard-1.tar.gz")) << got.status();
-    EXPECT_TRUE(absl::StrContains(got.status().message(), "offset")) << got.status();
+    ExpectShardChanged(reader.ReadMember(1, index_.shards[1].samples[0].members[0]),
+                       "shard-1.tar.gz", "size");
   }
   {
     ShardReader reader(index_);
     EXPECT_EQ(reader.ReadMember(99, member0).status().code(), absl::StatusCode::kOutOfRange);
     MemberRef beyond = index_.shards[2].samples[0].members[0];
     beyond.offset = 1 << 30;
-    // Shard 2 is a plain tar: pread past the end is a short read, not garbage.
+    // A reference past the end of a plain tar is refused before any buffer is made.
     absl::StatusOr<std::string> got = reader.ReadMember(2, beyond);
-    EXPECT_FALSE(got.ok());
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+    beyond.size = uint64_t{1} << 62;  // a size no buffer could hold
+    beyond.offset = 0;
+    EXPECT_EQ(reader.ReadMember(2, beyond).status().code(), absl::StatusCode::kDataLoss);
   }
+}
+
+// Sets the file's mtime to a fixed past time, so a rewrite now changes it even
+// within the filesystem's timestamp tick.
+void BackdateMtime(const std::string& path) { shard_testing::SetMtime(path, 1600000000, 0); }
+
+// Overwrites the bytes of `path` in place (same inode, same size) with other bytes.
+void RewriteInPlaceSameSize(const std::string& path) {
+  std::string bytes = shard_testing::ReadWholeFile(path);
+  for (char& c : bytes) c = static_cast<char>(c ^ 0x5a);
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+TEST_F(ShardReaderTest, SameSizeRewriteInPlaceIsDetectedAndStaysFailed) {
+  MakeShards(2);
+  for (const ShardInfo& shard : index_.shards) BackdateMtime(index_.root + "/" + shard.path);
+  Reindex();
+  ShardReader reader(index_);
+  int checked = 0;
+  CheckAll(reader, &checked);  // descriptors open, gzip index built
+  EXPECT_TRUE(reader.ChangedShards().empty());
+
+  for (uint32_t s : {0u, 1u}) {  // plain, then gzip
+    const std::string path = index_.root + "/" + index_.shards[s].path;
+    const std::string original = shard_testing::ReadWholeFile(path);
+    RewriteInPlaceSameSize(path);
+    const MemberRef& member = index_.shards[s].samples[1].members[0];
+    ExpectShardChanged(reader.ReadMember(s, member), index_.shards[s].path, "mtime");
+    // Put back byte for byte: still refused (its timestamps cannot be trusted again).
+    shard_testing::WriteFile(path, original);
+    ExpectShardChanged(reader.ReadMember(s, member), index_.shards[s].path, "mtime");
+  }
+  const std::vector<ChangedShard> changed = reader.ChangedShards();
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0].path, "shard-0.tar");
+  EXPECT_EQ(changed[1].path, "shard-1.tar.gz");
+  EXPECT_TRUE(absl::StrContains(changed[0].change, "mtime")) << changed[0].change;
+}
+
+TEST_F(ShardReaderTest, ShardReplacedByRenameIsDetectedWhenReopened) {
+  MakeShards(1);
+  const std::string path = index_.root + "/" + index_.shards[0].path;
+  const std::string original = shard_testing::ReadWholeFile(path);
+  // Same bytes, same size, same mtime, but another inode: another file.
+  shard_testing::WriteFile(path + ".new", original);
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  shard_testing::SetMtime(path + ".new", st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  ASSERT_EQ(::rename((path + ".new").c_str(), path.c_str()), 0);
+  ShardReader reader(index_);
+  ExpectShardChanged(reader.ReadMember(0, index_.shards[0].samples[0].members[0]), "shard-0.tar",
+                     "inode");
+}
+
+TEST_F(ShardReaderTest, RemovedShardIsAChangeNotAnUnreadableSample) {
+  MakeShards(1);
+  std::filesystem::remove(index_.root + "/" + index_.shards[0].path);
+  ShardReader reader(index_);
+  ExpectShardChanged(reader.ReadMember(0, index_.shards[0].samples[0].members[0]), "shard-0.tar",
+                     "removed");
+  EXPECT_EQ(reader.ChangedShards().size(), 1u);
 }
 
 }  // namespace

@@ -105,6 +105,22 @@ TEST_F(InspectCommandTest, TableListsShardsClassesSkipsAndSamples) {
   EXPECT_TRUE(absl::StrContains(r.out, "(loaded from cache)")) << r.out;
 }
 
+TEST_F(InspectCommandTest, UnreadableShardsAreListedAsSkippedNotFatal) {
+  shard_testing::WriteFile(data_ + "/zzz.tar", "");
+  shard_testing::WriteFile(data_ + "/junk.tar", "not a tar at all");
+  Result r = RunCtl("inspect " + data_, true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "samples 3, classes 3, skipped 1, skipped shards 2"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "skipped shards (2, not served):\n  junk.tar: ")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "  zzz.tar: empty file (0 bytes)\n")) << r.out;
+  r = RunCtl("inspect --json " + data_);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(
+      absl::StrContains(r.out, R"j({"path": "zzz.tar", "reason": "empty file (0 bytes)"})j"))
+      << r.out;
+}
+
 TEST_F(InspectCommandTest, LabelFieldFlag) {
   shard_testing::WriteFile(data_ + "/info.json", "{}");
   std::filesystem::remove(data_ + "/shard-9.tar.gz");

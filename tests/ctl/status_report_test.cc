@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace shardcast::ctl {
@@ -214,6 +215,35 @@ TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }
+}
+
+TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.set_max_listed_shard_problems(100);
+  st.set_total_skipped_shards(1);
+  auto* skipped = st.add_skipped_shards();
+  skipped->set_path("zzz.tar");
+  skipped->set_reason("empty file (0 bytes)");
+  st.set_total_changed_shards(102);
+  for (int i = 0; i < 100; ++i) {
+    auto* changed = st.add_changed_shards();
+    changed->set_path(absl::StrCat("shard-", i, ".tar"));
+    changed->set_reason("size 10 -> 20 bytes");
+  }
+  const std::string out = RenderStatusReport(st, "h:1");
+  for (const char* line : {
+           "skipped shards   1\n",
+           "changed shards   102  (streams reading them fail; restart to re-index)\n",
+           "\nskipped shards (1):\n  zzz.tar: empty file (0 bytes)\n",
+           "\nchanged since indexing (102), 100 listed; the server lists at most 100:\n"
+           "  shard-0.tar: size 10 -> 20 bytes\n",
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
+  }
+  // None: a zero, and no list.
+  const std::string clean = RenderStatusReport(SampleStatus(), "h:1");
+  EXPECT_NE(clean.find("skipped shards   0\n"), std::string::npos) << clean;
+  EXPECT_EQ(clean.find("changed since indexing"), std::string::npos) << clean;
 }
 
 TEST(RenderStatusReportTest, NoJobsAndEmptyReply) {

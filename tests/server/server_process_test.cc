@@ -177,6 +177,7 @@ TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
                                           "--prefetch",
                                           "--index-cache-dir",
                                           "--label-field",
+                                          "--gzip-index-memory",
                                           "--max-message-size",
                                           "--grace-period",
                                           "--max-batch-memory",

@@ -1,0 +1,134 @@
+// libFuzzer harness: loading the index cache (common/dataset_index). The input is a
+// cache body; the harness appends the checksum it needs (so the parser's checks, not
+// the checksum, are what is fuzzed) and builds the index of a small real dataset with
+// it. Whatever the cache says, every member of the resulting index must lie inside its
+// shard file and read back with ShardReader (no out-of-bounds read, no huge buffer).
+//
+// The shard's mtime, ctime and inode differ on every machine; in the input they are
+// the placeholders kMtime, kCtime, kInode, replaced by the real values before loading,
+// so a corpus made once reaches the parser's checks anywhere. The seed is written by
+//   SHARDCAST_FUZZ_SEED_OUT=fuzz/corpus/index_cache/valid index_cache_fuzzer -runs=0
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/dataset_index.h"
+#include "common/digest.h"
+#include "common/shard_reader.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+constexpr uint64_t kMtime = 0x1111111111111111, kCtime = 0x2222222222222222,
+                   kInode = 0x3333333333333333;
+
+struct Fixture {
+  std::string data_dir;
+  std::string cache_dir;
+  std::string cache_file;
+  uint64_t mtime = 0, ctime = 0, inode = 0;  // of the shard
+};
+
+std::string U64Bytes(uint64_t v) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// Replaces every 8-byte occurrence of `from` by `to`.
+void ReplaceU64(uint64_t from, uint64_t to, std::string* bytes) {
+  const std::string a = U64Bytes(from), b = U64Bytes(to);
+  for (size_t at = bytes->find(a); at != std::string::npos; at = bytes->find(a, at + 8)) {
+    bytes->replace(at, 8, b);
+  }
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A two-sample plain tar written with GNU tar, indexed once so the cache file exists.
+const Fixture& GetFixture() {
+  static const Fixture* fixture = [] {
+    auto* f = new Fixture;
+    // A fixed root: it is part of the cache, so the corpus must name the same one.
+    const std::string root = "/tmp/shardcast_index_cache_fuzzer";
+    fs::remove_all(root);
+    f->data_dir = root + "/data";
+    f->cache_dir = root + "/cache";
+    fs::create_directories(root + "/stage");
+    fs::create_directories(f->data_dir);
+    for (const char* key : {"a", "b"}) {
+      WriteFile(absl::StrCat(root, "/stage/", key, ".jpg"), std::string(700, key[0]));
+      WriteFile(absl::StrCat(root, "/stage/", key, ".cls"), key[0] == 'a' ? "1\n" : "3\n");
+    }
+    const std::string cmd = absl::StrCat("tar --format=gnu -cf ", f->data_dir, "/s.tar -C ", root,
+                                         "/stage a.jpg a.cls b.jpg b.cls");
+    if (std::system(cmd.c_str()) != 0) std::abort();
+    shardcast::IndexOptions options;
+    options.cache_dir = f->cache_dir;
+    if (!shardcast::BuildDatasetIndex(f->data_dir, options).ok()) std::abort();
+    f->cache_file = fs::directory_iterator(f->cache_dir)->path().string();
+    const shardcast::DatasetIndex index = *shardcast::BuildDatasetIndex(f->data_dir, options);
+    f->mtime = static_cast<uint64_t>(index.shards[0].mtime_ns);
+    f->ctime = static_cast<uint64_t>(index.shards[0].ctime_ns);
+    f->inode = index.shards[0].inode;
+    if (const char* seed_out = std::getenv("SHARDCAST_FUZZ_SEED_OUT"); seed_out != nullptr) {
+      std::ifstream in(f->cache_file, std::ios::binary);
+      std::string cache((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::string body = cache.substr(0, cache.size() - 40);
+      ReplaceU64(f->mtime, kMtime, &body);
+      ReplaceU64(f->ctime, kCtime, &body);
+      ReplaceU64(f->inode, kInode, &body);
+      WriteFile(seed_out, body);
+    }
+    return f;
+  }();
+  return *fixture;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const Fixture& f = GetFixture();
+  std::string body(reinterpret_cast<const char*>(data), size);
+  ReplaceU64(kMtime, f.mtime, &body);
+  ReplaceU64(kCtime, f.ctime, &body);
+  ReplaceU64(kInode, f.inode, &body);
+  shardcast::Digest128 h;
+  h.AddBytes(body);
+  std::string sealed = body;
+  for (int i = 0; i < 8; ++i) sealed.push_back(static_cast<char>(i == 0 ? 32 : 0));
+  sealed += h.Hex();
+  WriteFile(f.cache_file, sealed);
+
+  shardcast::IndexOptions options;
+  options.cache_dir = f.cache_dir;
+  absl::StatusOr<shardcast::DatasetIndex> index = shardcast::BuildDatasetIndex(f.data_dir, options);
+  if (!index.ok()) std::abort();  // the data is fine: a bad cache must only cost a rescan
+  if (index->num_classes < 0) std::abort();
+  shardcast::ShardReader reader(*index);
+  for (uint32_t s = 0; s < index->shards.size(); ++s) {
+    const shardcast::ShardInfo& shard = index->shards[s];
+    for (const shardcast::SampleEntry& e : shard.samples) {
+      if (e.label < 0 || e.image_member >= e.members.size()) std::abort();
+      for (const shardcast::MemberRef& m : e.members) {
+        if (!shard.compressed &&
+            (m.offset > shard.file_size || m.size > shard.file_size - m.offset)) {
+          std::abort();
+        }
+        (void)reader.ReadMember(s, m);
+      }
+    }
+  }
+  return 0;
+}
