@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/log.h"
 
 namespace shardcast::server {
@@ -152,6 +153,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   const ShardInfo& shard = dataset_->index().shards[ref.shard];
   const SampleEntry& entry = shard.samples[ref.index];
   absl::Status status;
+  const absl::Time start = absl::Now();
   if (entry.image_member >= entry.members.size()) {
     status = absl::InternalError("sample has no image member in the index");
   } else {
@@ -166,6 +168,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
       status = absl::ResourceExhaustedError("out of memory while reading or decoding");
     }
   }
+  if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
   std::memset(out, kSubstituteByte, batch.sample_bytes());
   pending->substituted[slot] = 1;
