@@ -17,6 +17,8 @@ packages=(
   # build isolation) and its tests.
   python3-torch python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel
   python3-pytest
+  # Parses the server's /metrics exposition in tests/python/test_metrics.py.
+  python3-prometheus-client
 )
 
 missing=()
