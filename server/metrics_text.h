@@ -37,9 +37,10 @@ inline constexpr const char* kIndexStates[] = {"indexing", "serving", "draining"
 // The exposition text, each family with # HELP and # TYPE, ending in a newline.
 std::string RenderPrometheusText(const MetricsSnapshot& snapshot);
 
-// A label value as the text format wants it: `\`, `"` and newline escaped; bytes that
-// are not printable ASCII are first written as \xNN text (LogSafe), so a job id of
-// any bytes still gives valid UTF-8.
+// A label value as the text format wants it. The value is first written as log lines
+// write it (LogSafe: C escapes such as \" \\ \n \xff, so a job id of any bytes gives
+// printable ASCII and reads the same in the log and in Prometheus), then the format's
+// own escaping of `\` and `"` is applied.
 std::string PrometheusLabelValue(const std::string& value);
 
 }  // namespace shardcast::server
