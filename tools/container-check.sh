@@ -25,21 +25,24 @@ step() { echo "== [$(date -u +%H:%M:%S)] $*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 prepare() {
-  step "packages (podman, runc, debootstrap, podman-compose, netavark)"
+  step "packages (podman, runc, debootstrap, podman-compose, netavark, iptables)"
   local missing=()
-  for p in podman runc debootstrap podman-compose netavark aardvark-dns; do
+  for p in podman runc debootstrap podman-compose netavark aardvark-dns iptables; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
-  # podman's default ulimits and crun do not work in this sandbox (containers.md);
-  # compose's project network needs a network backend: netavark (+ aardvark-dns for the
-  # service names), since Debian's podman otherwise picks CNI without its plugins.
-  if [[ ! -e /etc/containers/containers.conf ]] || ! grep -q netavark /etc/containers/containers.conf; then
+  # podman's default ulimits and crun do not work in this sandbox (containers.md); the
+  # same settings as engine defaults, so that podman-compose's plain `podman` calls get
+  # them too. Compose's project network needs a network backend: netavark (+
+  # aardvark-dns for the service names), since Debian's podman otherwise picks CNI
+  # without its plugins.
+  if ! grep -q netavark /etc/containers/containers.conf 2>/dev/null; then
     mkdir -p /etc/containers
-    printf '[containers]\ndefault_ulimits = []\n[network]\nnetwork_backend = "netavark"\n' \
-      > /etc/containers/containers.conf
+    printf '%s\n' '[containers]' 'default_ulimits = []' '[engine]' 'runtime = "runc"' \
+      'cgroup_manager = "cgroupfs"' 'events_logger = "file"' '[network]' \
+      'network_backend = "netavark"' > /etc/containers/containers.conf
   fi
   step "base image debian:bookworm (debootstrap)"
   if ! "${P[@]}" image exists docker.io/library/debian:bookworm; then
