@@ -74,7 +74,7 @@ build_images() {
   for target in server trainer; do
     # No package cache in the final image (lists and .debs were cleaned in each layer).
     local left
-    left=$("${P[@]}" run --rm --network host "shardcast-$target" sh -c \
+    left=$("${P[@]}" run --rm --network host --entrypoint /bin/sh "shardcast-$target" -c \
       'ls /var/lib/apt/lists | grep -vc "^lock$\|^partial$\|^auxfiles$"; ls /var/cache/apt/archives/*.deb 2>/dev/null | wc -l' \
       2>&1 || true)
     echo "shardcast-$target: apt list files, cached .debs: $(echo $left)"
