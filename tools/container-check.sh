@@ -169,9 +169,12 @@ compose_check() {
   # podman-compose 1.0.3 ignores depends_on conditions: the data job runs to its end
   # first, then the server, and the trainers once it is healthy.
   step "compose: data job"
-  "${compose[@]}" up --no-deps data > "$WORK/compose-data.log" 2>&1 || {
+  "${compose[@]}" up -d --no-deps data > "$WORK/compose-data.log" 2>&1 || {
     tail -20 "$WORK/compose-data.log"; fail "compose data job"; }
-  tail -2 "$WORK/compose-data.log"
+  local data_exit
+  data_exit=$("${P[@]}" wait shardcast_data_1)
+  echo "data job exit $data_exit"
+  [[ $data_exit == 0 ]] || { "${P[@]}" logs shardcast_data_1 2>&1 | tail; fail "compose data job"; }
   step "compose: server"
   "${compose[@]}" up -d --no-deps server > "$WORK/compose-server.log" 2>&1 || {
     tail -20 "$WORK/compose-server.log"; fail "compose server"; }
