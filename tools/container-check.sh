@@ -166,18 +166,17 @@ compose_check() {
   local compose=(podman-compose -p shardcast -f deploy/docker-compose.yml)
   step "podman-compose $(dpkg-query -W -f='${Version}' podman-compose)"
   "${compose[@]}" down -v > /dev/null 2>&1 || true
-  # podman-compose 1.0.3 ignores depends_on conditions: the data job runs to its end
-  # first, then the server, and the trainers once it is healthy.
-  step "compose: data job"
-  "${compose[@]}" up -d --no-deps data > "$WORK/compose-data.log" 2>&1 || {
-    tail -20 "$WORK/compose-data.log"; fail "compose data job"; }
+  # podman-compose 1.0.3 ignores depends_on conditions (and --no-deps), and `up SERVICE`
+  # would start an exited data job again: everything starts at once; the server waits
+  # for the data's info.json (SHARDCAST_WAIT_FOR) and the trainers retry registration.
+  step "compose: up -d (data, server, trainer0, trainer1)"
+  local start=$SECONDS
+  "${compose[@]}" up -d > "$WORK/compose-up.log" 2>&1 || {
+    tail -20 "$WORK/compose-up.log"; fail "podman-compose up"; }
   local data_exit
   data_exit=$("${P[@]}" wait shardcast_data_1)
-  echo "data job exit $data_exit"
+  echo "data job exit $data_exit after $((SECONDS - start)) s"
   [[ $data_exit == 0 ]] || { "${P[@]}" logs shardcast_data_1 2>&1 | tail; fail "compose data job"; }
-  step "compose: server"
-  "${compose[@]}" up -d --no-deps server > "$WORK/compose-server.log" 2>&1 || {
-    tail -20 "$WORK/compose-server.log"; fail "compose server"; }
   local i
   for i in $(seq 1 60); do
     "${P[@]}" exec shardcast_server_1 shardcast-ctl health --server 127.0.0.1:50051 \
@@ -186,10 +185,11 @@ compose_check() {
   done
   "${P[@]}" exec shardcast_server_1 shardcast-ctl health --server 127.0.0.1:50051 --rpc-timeout 3s \
     || { "${P[@]}" logs shardcast_server_1 2>&1 | tail; fail "compose server not healthy"; }
+  step "compose: server SERVING; its HEALTHCHECK as podman-compose wrote it"
+  "${P[@]}" healthcheck run shardcast_server_1 && echo "healthy" \
+    || echo "podman healthcheck run: exit $? (see docs/deploy.md)"
+  "${P[@]}" logs shardcast_server_1 2>&1 | grep -m3 "entrypoint\|index:" || true
   step "compose: trainer0 + trainer1 (2 epochs)"
-  local start=$SECONDS
-  "${compose[@]}" up -d --no-deps trainer0 trainer1 > "$WORK/compose-trainers.log" 2>&1 || {
-    tail -20 "$WORK/compose-trainers.log"; fail "compose trainers"; }
   local r code
   for r in 0 1; do
     code=$("${P[@]}" wait "shardcast_trainer${r}_1")
