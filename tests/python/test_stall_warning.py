@@ -1,8 +1,12 @@
 """The DDP-hang early warning with real trainers: two shardcast-train ranks (Gloo DDP)
-on one job, rank 1 stopped with SIGSTOP. Rank 0 then blocks in all-reduce a batch
-ahead of it; after --stall-warn the server logs rank 1 once and flags it in GetStatus
-(shardcast-ctl status) and in /metrics; after SIGCONT rank 1 takes batches again and
-the flag clears."""
+on one job, rank 1 stopped with SIGSTOP, so rank 0 blocks in all-reduce. After
+--stall-warn the server logs the stall once and flags it in GetStatus (shardcast-ctl
+status) and in /metrics; after SIGCONT the ranks take batches again and it clears.
+
+The server flags the rank that is behind the other by its position (what it has been
+sent): usually the stopped rank 1. When rank 1 stopped after its prefetch took one batch
+more than rank 0's, the stopped rank is the one ahead and rank 0 is flagged instead
+(docs/server.md says why); the test then checks the same chain for rank 0."""
 
 import json
 import signal
@@ -92,31 +96,37 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
 
         ranks[1].send_signal(signal.SIGSTOP)
         log_before_stop = len(log.read_text())
-        status = wait_for("rank 1 flagged",
-                          lambda s: ranks_of(s).get(1, {}).get("stalled", False),
+        status = wait_for("a rank flagged", lambda s: s.get("stalledRanks", 0) >= 1,
                           server.address)
-        assert not ranks_of(status)[0].get("stalled", False)
+        flagged = [r for r, v in ranks_of(status).items() if v.get("stalled", False)]
+        assert len(flagged) == 1, status
+        behind, ahead = flagged[0], 1 - flagged[0]
+        assert int(ranks_of(status)[behind]["lagBatches"]) > 0
+        assert int(ranks_of(status)[ahead]["lagBatches"]) == 0
         assert status["stalledRanks"] == 1
-        assert int(ranks_of(status)[1]["lagBatches"]) > 0
         assert status["stallWarnSeconds"] == 4
-        assert stalled_metric(server.metrics_port, "1") == 1
-        assert stalled_metric(server.metrics_port, "0") == 0
+        assert stalled_metric(server.metrics_port, str(behind)) == 1
+        assert stalled_metric(server.metrics_port, str(ahead)) == 0
         human = subprocess.run([str(CTL_BIN), "status", "--server", server.address],
                                capture_output=True, text=True, timeout=30).stdout
         assert "1 STALLED RANKS" in human, human
         assert "STALLED (no batch for --stall-warn" in human, human
-        # Logged once while it is stopped (however often the server checks).
+        # Logged once while the job stands still (however often the server checks).
+        time.sleep(1.5)
         warnings = [line for line in log.read_text()[log_before_stop:].splitlines()
-                    if f"job '{JOB}' rank 1 has taken no batch for" in line]
+                    if f"job '{JOB}' rank " in line and "has taken no batch for" in line]
         assert len(warnings) == 1, log.read_text()
+        assert f"rank {behind} has taken no batch" in warnings[0]
         assert " W stall: " in warnings[0] and " at epoch " in warnings[0]
 
         ranks[1].send_signal(signal.SIGCONT)
-        status = wait_for("rank 1 cleared",
-                          lambda s: not ranks_of(s).get(1, {}).get("stalled", False) and
-                          status_moved(s, ranks_of(status)[1]), server.address)
-        assert status["stalledRanks"] == 0
-        assert stalled_metric(server.metrics_port, "1") == 0
+        stopped = ranks_of(status)
+        status = wait_for("flag cleared and both ranks moving",
+                          lambda s: s.get("stalledRanks", 0) == 0 and all(
+                              int(ranks_of(s).get(r, {}).get("batchesSent", 0)) >
+                              int(stopped[r]["batchesSent"]) for r in (0, 1)),
+                          server.address)
+        assert stalled_metric(server.metrics_port, str(behind)) == 0
         for proc in ranks:
             assert proc.poll() is None  # both train on
     finally:
@@ -126,8 +136,3 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
             proc.wait(timeout=30)
         server.kill()
 
-
-def status_moved(status: dict, before: dict) -> bool:
-    """Rank 1 has taken batches since `before` (its status while stopped)."""
-    now = ranks_of(status).get(1, {})
-    return int(now.get("batchesSent", 0)) > int(before.get("batchesSent", 0))
