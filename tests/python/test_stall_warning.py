@@ -136,4 +136,3 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
             proc.kill()
             proc.wait(timeout=30)
         server.kill()
-
