@@ -3,7 +3,8 @@
 # for real: the server container on a generated dataset (written by the server image's
 # own shardcast-pack), health and status with shardcast-ctl, one epoch of DDP with two
 # trainer containers, a /metrics scrape, SIGTERM -> exit 0; then deploy/docker-compose.yml
-# with podman-compose. Not part of CI: each image build compiles the project (tens of
+# with podman-compose (Debian's /usr/bin/python3 with python3-prometheus-client parses
+# the scrape). Not part of CI: each image build compiles the project (tens of
 # minutes on 2 cores). Recipe: the shared containers.md (podman + runc + a debootstrap
 # debian:bookworm base, host network).
 #
@@ -139,7 +140,7 @@ run_server_and_trainers() {
   done
   echo "trained one epoch in $((SECONDS - start)) s"
   step "metrics scrape from the host"
-  python3 - "$METRICS_PORT" <<'EOF'
+  /usr/bin/python3 - "$METRICS_PORT" <<'EOF'
 import sys, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
