@@ -10,6 +10,8 @@
 #
 #   tools/container-check.sh prepare   # packages + base image only (no compiling)
 #   tools/container-check.sh           # everything; a summary at the end
+#   SKIP_BUILD=1 tools/container-check.sh   # run the images built before
+# (Any change under tools/, this script included, invalidates the images' build cache.)
 #
 # Every step prints "== [HH:MM:SS] step" so a log shows how far a run got.
 # WORK (default /var/tmp/shardcast-containers) holds the data; ports: SERVER_PORT
@@ -207,7 +209,12 @@ compose_check() {
 mkdir -p "$WORK"
 prepare
 [[ ${1:-all} == prepare ]] && exit 0
-build_images
+if [[ -n ${SKIP_BUILD:-} ]]; then
+  step "SKIP_BUILD: using the images built before"
+  "${P[@]}" image inspect shardcast-server shardcast-trainer --format '{{.Id}} {{.Created}}'
+else
+  build_images
+fi
 run_server_and_trainers
 compose_check
 step "all container checks passed"
