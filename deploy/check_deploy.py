@@ -185,6 +185,20 @@ def main():
     check(bool(hc_port and listen) and hc_port.group(1) == listen.group(1)
           and hc_port.group(1) in expose.get("server", []),
           "server: HEALTHCHECK port == CMD --listen port == EXPOSE")
+    # Package caches stay out of the layers: a RUN that installs also cleans, in itself.
+    for word, rest in instrs:
+        if word == "RUN" and "apt-get install" in rest:
+            check("apt-get clean" in rest and "rm -rf /var/lib/apt/lists/*" in rest
+                  and "/var/cache/apt/archives/*.deb" in rest,
+                  f"RUN apt-get install ... cleans apt's lists and .debs in the same layer "
+                  f"({rest.split('--no-install-recommends', 1)[-1].split()[0]} ...)")
+    # `IMAGE shardcast-ctl ...` must reach shardcast-ctl, not the main binary.
+    env = " ".join(rest for word, rest in instrs if word == "ENV")
+    for target, main in (("server", "shardcast-server"), ("trainer", "shardcast-train")):
+        check(entry_cmd.get(target, {}).get("ENTRYPOINT", "") == '["shardcast-entrypoint"]',
+              f"{target}: ENTRYPOINT is the dispatching shardcast-entrypoint")
+    check("SHARDCAST_MAIN=shardcast-server" in env and "SHARDCAST_MAIN=shardcast-train" in env,
+          "SHARDCAST_MAIN names each image's main binary")
     # The repo must configure from the COPY'd files alone: every add_subdirectory
     # the top-level CMakeLists runs (tests/bench off) must have been copied.
     top = open(os.path.join(ROOT, "CMakeLists.txt")).read()

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/shard_reader.h"
 #include "common/utf8.h"
 #include "server/log.h"
@@ -196,7 +197,11 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
 void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref) {
   AssembledBatch& batch = *pending->batch;
   uint8_t* out = batch.images() + slot * batch.sample_bytes();
+  // The histogram's decode time includes the read and any wait for decode memory: the
+  // time one sample holds a decode thread.
+  const absl::Time start = absl::Now();
   const absl::Status status = ReadAndDecode(*pending, ref, out);
+  if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
   if (IsShardChanged(status)) {
     absl::MutexLock lock(&pending->failure_mu);

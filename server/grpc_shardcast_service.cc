@@ -55,11 +55,12 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
+    const std::optional<absl::Duration> waited = session_->control()->WriteWaiting(absl::Now());
     session_->control()->WriteDone();
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
-      session_->Sent(*in_flight_, in_flight_bytes_);
+      session_->Sent(*in_flight_, in_flight_bytes_, waited.value_or(absl::ZeroDuration()));
       in_flight_.reset();
       message_.Clear();  // drop our reference to the sent batch's pixels now
       // A failed write means the transport broke (client gone, call cancelled).

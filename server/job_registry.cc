@@ -11,6 +11,7 @@
 #include "proto/job_config_proto.h"
 #include "server/batch_window.h"
 #include "server/log.h"
+#include "server/stall_watch.h"
 #include "server/version.h"
 
 namespace shardcast::server {
@@ -62,8 +63,11 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
 
 void Job::MarkRegistered(int32_t rank) {
   absl::MutexLock lock(&mu_);
-  ranks_[rank].progress.rank = rank;
+  RankProgress& progress = ranks_[rank].progress;
+  progress.rank = rank;
   last_active_ = absl::Now();
+  // The stall clock of a rank that has not streamed yet starts at its registration.
+  if (progress.last_batch == absl::InfinitePast()) progress.last_batch = last_active_;
 }
 
 bool Job::IdleFor(absl::Duration ttl, absl::Time now) const {
@@ -91,6 +95,8 @@ Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
   state.progress.epoch = epoch;
   state.progress.next_batch = start_batch;
   state.progress.streaming = true;
+  state.progress.last_batch = absl::Now();
+  state.progress.stalled = false;
   state.stream_id = next_stream_id_++;
   state.window = std::move(window);
   ++open_streams_;
@@ -126,11 +132,38 @@ std::vector<std::shared_ptr<StreamControl>> Job::OpenStreams() const {
   return controls;
 }
 
-void Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) {
+bool Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
   ++state.progress.batches_sent;
-  if (state.stream_id == stream_id) state.progress.next_batch = batch_index + 1;
+  if (state.stream_id != stream_id) return false;
+  state.progress.next_batch = batch_index + 1;
+  state.progress.last_batch = now;
+  const bool was_stalled = state.progress.stalled;
+  state.progress.stalled = false;
+  return was_stalled;
+}
+
+std::vector<RankProgress> Job::UpdateStalls(absl::Duration stall_warn, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<RankActivity> activity;
+  activity.reserve(ranks_.size());
+  for (const auto& [rank, state] : ranks_) {
+    activity.push_back({state.progress.epoch * batches_per_epoch_ + state.progress.next_batch,
+                        state.progress.last_batch});
+  }
+  const std::vector<bool> stalled = StalledRanks(activity, stall_warn, now);
+  std::vector<RankProgress> newly_stalled;
+  size_t i = 0;
+  for (auto& [rank, state] : ranks_) {
+    // Flags are only raised here; only a batch or a new stream (the rank moved)
+    // lowers one, so a rank stays flagged while its peers also stop.
+    if (stalled[i++] && !state.progress.stalled) {
+      state.progress.stalled = true;
+      newly_stalled.push_back(state.progress);
+    }
+  }
+  return newly_stalled;
 }
 
 void Job::CloseStream(int32_t rank, int64_t stream_id) {

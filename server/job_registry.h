@@ -36,6 +36,8 @@ struct RankProgress {
   bool streaming = false;
   int64_t batches_sent = 0;
   int64_t window_depth = 0;
+  absl::Time last_batch = absl::InfinitePast();  // last batch taken (or stream opened)
+  bool stalled = false;                          // see Job::UpdateStalls
 };
 
 class Job {
@@ -69,7 +71,9 @@ class Job {
   Opened OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
                     std::weak_ptr<BatchWindow> window, std::shared_ptr<StreamControl> control)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns true when the rank was flagged stalled (the flag is cleared: it moved).
+  bool BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void CloseStream(int32_t rank, int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The newest stream of `rank` while open (nulls otherwise).
@@ -79,6 +83,12 @@ class Job {
   std::vector<std::shared_ptr<BatchWindow>> OpenWindows() const ABSL_LOCKS_EXCLUDED(mu_);
   // The controls of the ranks' open streams (for the idle reaper).
   std::vector<std::shared_ptr<StreamControl>> OpenStreams() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Flags the ranks that StalledRanks (stall_watch.h) finds stalled at `now` and
+  // returns those newly flagged (a flag stays until the rank takes a batch or opens a
+  // stream), so that each stall is logged once.
+  std::vector<RankProgress> UpdateStalls(absl::Duration stall_warn, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registered ranks, in rank order, with live window depths.
   std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);

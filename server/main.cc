@@ -153,6 +153,20 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);
+  flags.Section("Monitoring (docs/server.md, \"Metrics\"):");
+  flags.String({{"--metrics-listen"},
+                "HOST:PORT",
+                "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 = a free port,\n"
+                "printed on stdout). Off by default: it is one more port, plain HTTP, and\n"
+                "shows job ids and progress to whoever reaches it (as GetStatus does); with\n"
+                "--auth-token-file it requires the same bearer tokens"},
+               &o.metrics_listen_address, /*allow_empty=*/true);
+  flags.Duration({{"--stall-warn"},
+                  "DURATION",
+                  "DDP-hang early warning: a rank that has taken no batch for this long while\n"
+                  "another rank of its job is ahead is logged once and flagged in status and\n"
+                  "metrics until it takes a batch (0 = off)"},
+                 &o.stall_warn);
   flags.Section("Security (docs/server.md):");
   flags.String({{"--tls-cert"},
                 "FILE",
@@ -253,6 +267,10 @@ int main(int argc, char** argv) {
   }
   std::printf("shardcast-server listening on %s:%d\n", ListenHost(options.listen_address).c_str(),
               server.port());
+  if (server.metrics_port() != 0) {
+    std::printf("shardcast-server metrics on http://%s:%d/metrics\n",
+                ListenHost(options.metrics_listen_address).c_str(), server.metrics_port());
+  }
   std::fflush(stdout);
 
   absl::Notification stop;

@@ -48,6 +48,13 @@ struct ServerOptions {
   // Register of a new job id beyond this many jobs is refused (RESOURCE_EXHAUSTED).
   // Zero = no limit.
   int max_jobs = 64;
+  // DDP-hang early warning (stall_watch.h): a rank that has taken no batch for this
+  // long while another rank of its job is ahead is logged once and flagged in status
+  // and metrics. Zero = off.
+  absl::Duration stall_warn = absl::Minutes(2);
+  // Prometheus text exposition on http://HOST:PORT/metrics (metrics_http.h). Empty =
+  // off: it is one more port, in plain HTTP, that shows job ids to whoever reaches it.
+  std::string metrics_listen_address;
   // Security (server/security.h). Empty paths: plaintext, no client certificates, no
   // tokens.
   std::string tls_cert_file;       // PEM certificate chain served (with tls_key_file)

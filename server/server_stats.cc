@@ -38,6 +38,23 @@ void RateMeter::Rates(absl::Time now, double* images_per_second, double* bytes_p
   *bytes_per_second = bytes / span;
 }
 
+void DurationHistogram::Observe(absl::Duration duration) {
+  const double seconds = absl::ToDoubleSeconds(duration);
+  const size_t bucket = std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin();
+  counts_[bucket].fetch_add(1, std::memory_order_relaxed);
+  sum_nanos_.fetch_add(absl::ToInt64Nanoseconds(duration), std::memory_order_relaxed);
+}
+
+DurationHistogram::Snapshot DurationHistogram::Read() const {
+  Snapshot snapshot;
+  for (size_t i = 0; i < counts_.size(); ++i) {
+    snapshot.counts[i] = counts_[i].load(std::memory_order_relaxed);
+    snapshot.count += snapshot.counts[i];
+  }
+  snapshot.sum_seconds = static_cast<double>(sum_nanos_.load(std::memory_order_relaxed)) * 1e-9;
+  return snapshot;
+}
+
 int64_t ResidentSetBytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
   if (f == nullptr) return 0;

@@ -1,5 +1,6 @@
-// Server-wide counters for GetStatus: images and bytes served (with a recent rate),
-// decode errors, substitutions, and the memory held in batch buffers.
+// Server-wide counters for GetStatus and /metrics: images and bytes served (with a
+// recent rate), decode errors, substitutions, the memory held in batch buffers, the
+// decode-time histogram and who waits on whom.
 #ifndef SHARDCAST_SERVER_SERVER_STATS_H_
 #define SHARDCAST_SERVER_SERVER_STATS_H_
 
@@ -36,6 +37,29 @@ class RateMeter {
   std::array<Bucket, kWindowSeconds + 1> buckets_ ABSL_GUARDED_BY(mu_);  // ring by second
 };
 
+// A cumulative histogram of durations with fixed bucket bounds, as Prometheus keeps
+// them: lock-free to observe from every decode thread at once.
+class DurationHistogram {
+ public:
+  // Upper bounds in seconds, ascending (the +Inf bucket is implied). Decoding one
+  // image takes from tens of microseconds (a thumbnail) to tens of milliseconds (a
+  // full-size photo); the last bounds catch a slow disk.
+  static constexpr std::array<double, 12> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                     0.01,   0.025,   0.05,   0.1,   0.5,    2.5};
+  struct Snapshot {
+    std::array<int64_t, kBounds.size() + 1> counts{};  // per bucket (not cumulative); last = +Inf
+    int64_t count = 0;
+    double sum_seconds = 0;
+  };
+
+  void Observe(absl::Duration duration);
+  Snapshot Read() const;
+
+ private:
+  std::array<std::atomic<int64_t>, kBounds.size() + 1> counts_{};
+  std::atomic<int64_t> sum_nanos_{0};
+};
+
 struct ServerStats {
   explicit ServerStats(absl::Time start) : start_time(start), rate(start) {}
 
@@ -53,6 +77,11 @@ struct ServerStats {
   std::atomic<int64_t> streams_replaced{0};        // a newer stream of the same rank came
   std::atomic<int64_t> streams_reclaimed_idle{0};  // client took nothing for the timeout
   std::atomic<int64_t> batches_given_back{0};      // prefetched batches dropped under pressure
+  DurationHistogram decode_time;                   // read + decode + transform of one sample
+  // Who is the bottleneck, summed over streams (nanoseconds): a stream waiting for its
+  // next batch to be assembled, and a batch handed to gRPC waiting for the client.
+  std::atomic<int64_t> wait_for_batch_nanos{0};
+  std::atomic<int64_t> wait_for_client_nanos{0};
 };
 
 // Resident set size of this process, from /proc/self/statm (0 when unavailable).

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "server/log.h"
+#include "server/metrics_text.h"
 
 namespace shardcast::server {
 
@@ -107,6 +108,26 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
   }
   SetServing(false);
+  if (!options_.metrics_listen_address.empty()) {
+    metrics_ = std::make_unique<MetricsHttpServer>(
+        options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
+        tokens_.get());
+    if (absl::Status s = metrics_->Start(); !s.ok()) {
+      metrics_.reset();
+      server_->Shutdown();
+      server_.reset();
+      return s;
+    }
+    LogInfo("server", absl::StrFormat("metrics on http://%s/metrics (port %d)%s",
+                                      options_.metrics_listen_address, metrics_->port(),
+                                      tokens_ != nullptr ? ", bearer token required" : ""));
+    if (!options_.tls_cert_file.empty()) {
+      LogWarning("server",
+                 "--metrics-listen is plain HTTP although gRPC uses TLS: job ids and figures "
+                 "(and the bearer token, with --auth-token-file) cross the network in clear; "
+                 "bind it to loopback or a private scrape network");
+    }
+  }
   LogInfo("server",
           absl::StrFormat("listening on port %d (%s%s, %d decode threads, prefetch %d)", port_,
                           options_.tls_cert_file.empty() ? "plaintext" : "TLS",
@@ -169,6 +190,7 @@ void ShardcastServer::StopServer(absl::Duration grace) {
   // Cancels whatever is still open, then waits for every call to finish.
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
+  if (metrics_ != nullptr) metrics_->Stop();
   LogInfo("server", "stopped");
 }
 

@@ -1,6 +1,7 @@
 // The daemon as an object: a gRPC server (shardcast service, health, reflection when
 // asked for) over a ShardcastServiceImpl, listening first and indexing in the
-// background, with a graceful drain for SIGTERM; TLS and bearer tokens per options.
+// background, with a graceful drain for SIGTERM; TLS and bearer tokens per options;
+// the Prometheus /metrics endpoint when asked for.
 #ifndef SHARDCAST_SERVER_SHARDCAST_SERVER_H_
 #define SHARDCAST_SERVER_SHARDCAST_SERVER_H_
 
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/grpc_shardcast_service.h"
+#include "server/metrics_http.h"
 #include "server/security.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
@@ -40,6 +42,8 @@ class ShardcastServer {
 
   // The bound port (after Start).
   int port() const { return port_; }
+  // The bound /metrics port (after Start); 0 when options.metrics_listen_address is empty.
+  int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
 
   // Blocks until indexing has finished; its result.
   absl::Status WaitUntilReady() ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,6 +73,7 @@ class ShardcastServer {
   const std::unique_ptr<TokenAuthenticator> tokens_;  // null without auth_token_file
   GrpcShardcastService service_;                      // refers to impl_ and tokens_
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;  // null without --metrics-listen
   int port_ = 0;
   std::thread indexer_;  // builds the index after Start()
 

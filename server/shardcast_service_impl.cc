@@ -37,17 +37,34 @@ StreamSession::~StreamSession() { Close("closed"); }
 
 absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(std::shared_ptr<AssembledBatch>* batch,
                                                             std::function<void()> on_ready) {
-  return window_->Take(batch, std::move(on_ready));
+  absl::StatusOr<BatchWindow::TakeResult> taken = window_->Take(batch, std::move(on_ready));
+  if (!taken.ok()) return taken;
+  if (*taken == BatchWindow::TakeResult::kPending) {
+    if (pending_since_ == absl::InfinitePast()) pending_since_ = absl::Now();
+  } else if (pending_since_ != absl::InfinitePast()) {
+    service_->stats_.wait_for_batch_nanos.fetch_add(
+        absl::ToInt64Nanoseconds(absl::Now() - pending_since_), std::memory_order_relaxed);
+    pending_since_ = absl::InfinitePast();
+  }
+  return taken;
 }
 
-void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes) {
+void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes,
+                         absl::Duration write_wait) {
   ++sent_;
+  const absl::Time now = absl::Now();
   const int64_t images = batch.header().samples_size();
   ServerStats& stats = service_->stats_;
   stats.images_served.fetch_add(images, std::memory_order_relaxed);
   stats.bytes_served.fetch_add(message_bytes, std::memory_order_relaxed);
-  stats.rate.Add(images, message_bytes, absl::Now());
-  job_->BatchSent(rank_, stream_id_, batch.header().index());
+  stats.wait_for_client_nanos.fetch_add(absl::ToInt64Nanoseconds(write_wait),
+                                        std::memory_order_relaxed);
+  stats.rate.Add(images, message_bytes, now);
+  if (job_->BatchSent(rank_, stream_id_, batch.header().index(), now)) {
+    LogInfo("stall", absl::StrCat("job '", LogSafe(job_->id()), "' rank ", rank_,
+                                  " moves again: took epoch ", batch.header().epoch(), " batch ",
+                                  batch.header().index()));
+  }
 }
 
 void StreamSession::Close(const std::string& how) {
@@ -82,22 +99,68 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       budget_(BatchMemoryLimit(options)),
       decode_budget_(DecodeMemoryLimit(options)),
       pool_(std::make_unique<DecodePool>(options.decode_threads)) {
-  if (options_.stream_idle_timeout > absl::ZeroDuration()) {
-    reaper_ = std::thread([this] { ReaperLoop(); });
+  if (options_.stream_idle_timeout > absl::ZeroDuration() ||
+      options_.stall_warn > absl::ZeroDuration()) {
+    monitor_ = std::thread([this] { MonitorLoop(); });
   }
 }
 
 ShardcastServiceImpl::~ShardcastServiceImpl() {
-  stop_reaper_.Notify();
-  if (reaper_.joinable()) reaper_.join();
+  stop_monitor_.Notify();
+  if (monitor_.joinable()) monitor_.join();
   pool_.reset();
 }
 
-void ShardcastServiceImpl::ReaperLoop() {
-  // A quarter of the timeout: a stream is reclaimed between 1x and 1.25x of it.
-  const absl::Duration interval =
-      std::clamp(options_.stream_idle_timeout / 4, absl::Milliseconds(10), absl::Seconds(5));
-  while (!stop_reaper_.WaitForNotificationWithTimeout(interval)) ReclaimIdleStreams();
+void ShardcastServiceImpl::MonitorLoop() {
+  // A quarter of the shorter period: a stream is reclaimed (a stall flagged) between
+  // 1x and 1.25x of its timeout.
+  absl::Duration period = absl::InfiniteDuration();
+  for (absl::Duration d : {options_.stream_idle_timeout, options_.stall_warn}) {
+    if (d > absl::ZeroDuration()) period = std::min(period, d);
+  }
+  const absl::Duration interval = std::clamp(period / 4, absl::Milliseconds(10), absl::Seconds(5));
+  while (!stop_monitor_.WaitForNotificationWithTimeout(interval)) {
+    ReclaimIdleStreams();
+    CheckStalls();
+  }
+}
+
+int ShardcastServiceImpl::CheckStalls() {
+  if (options_.stall_warn <= absl::ZeroDuration()) return 0;
+  JobRegistry* jobs = registry();
+  if (jobs == nullptr) return 0;
+  const absl::Time now = absl::Now();
+  int flagged = 0;
+  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+    const int64_t n = job->batches_per_epoch();
+    for (const RankProgress& rank : job->UpdateStalls(options_.stall_warn, now)) {
+      ++flagged;
+      LogWarning(
+          "stall",
+          absl::StrCat("job '", LogSafe(job->id()), "' rank ", rank.rank,
+                       " has taken no batch for ", absl::FormatDuration(now - rank.last_batch),
+                       " (--stall-warn ", absl::FormatDuration(options_.stall_warn),
+                       ") while other ranks of its job are ahead; it waits at epoch ", rank.epoch,
+                       " batch ", rank.next_batch, " of ", n,
+                       ": a stuck rank hangs DDP (its peers block in all-reduce)"));
+    }
+  }
+  return flagged;
+}
+
+std::string ShardcastServiceImpl::index_state() const {
+  absl::MutexLock lock(&mu_);
+  switch (state_) {
+    case State::kIndexing:
+      return "indexing";
+    case State::kServing:
+      return "serving";
+    case State::kDraining:
+      return "draining";
+    case State::kFailed:
+      return "failed";
+  }
+  return "unknown";
 }
 
 int ShardcastServiceImpl::ReclaimIdleStreams() {
@@ -404,6 +467,21 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
       opened.stream_id, std::move(description), std::move(control)));
 }
 
+MetricsSnapshot ShardcastServiceImpl::Metrics() const {
+  MetricsSnapshot snapshot;
+  snapshot.status = GetStatus();
+  snapshot.decode_time = stats_.decode_time.Read();
+  // One dataset today; a server that serves several lists each under its own name.
+  DatasetMetrics dataset;
+  dataset.name = "default";
+  dataset.state = snapshot.status.index_state();
+  dataset.shards = snapshot.status.num_shards();
+  dataset.samples = snapshot.status.num_samples();
+  dataset.skipped_samples = snapshot.status.skipped_samples();
+  snapshot.datasets.push_back(std::move(dataset));
+  return snapshot;
+}
+
 v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   v1::GetStatusResponse response;
   const absl::Time now = absl::Now();
@@ -416,6 +494,8 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
     response.set_serving(state_ == State::kServing);
     serving = serving_.get();
   }
+  response.set_index_state(index_state());
+  int32_t total_stalled = 0;
   if (serving != nullptr) {
     const DatasetIndex& index = serving->dataset->index();
     response.set_num_shards(static_cast<int32_t>(index.shards.size()));
@@ -458,6 +538,10 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       for (const RankProgress& rank : ranks) {
         most_advanced = std::max(most_advanced, rank.epoch * n + rank.next_batch);
       }
+      int32_t stalled = 0;
+      for (const RankProgress& rank : ranks) stalled += rank.stalled ? 1 : 0;
+      job_status->set_stalled_ranks(stalled);
+      total_stalled += stalled;
       job_status->set_total_ranks(static_cast<int32_t>(ranks.size()));
       job_status->set_ranks_truncated(ranks.size() > static_cast<size_t>(kMaxListedRanks));
       for (const RankProgress& rank : ranks) {
@@ -470,6 +554,9 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
         rank_status->set_streaming(rank.streaming);
         rank_status->set_batches_sent(rank.batches_sent);
         rank_status->set_window_depth(rank.window_depth);
+        rank_status->set_stalled(rank.stalled);
+        rank_status->set_seconds_since_last_batch(
+            std::max(0.0, absl::ToDoubleSeconds(now - rank.last_batch)));
       }
     }
   }
@@ -505,6 +592,12 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_images_over_member_limit(stats_.images_over_member_limit.load());
   response.set_decode_task_exceptions(pool_->task_exceptions());
   response.set_stream_idle_timeout_seconds(absl::ToDoubleSeconds(options_.stream_idle_timeout));
+  response.set_stall_warn_seconds(absl::ToDoubleSeconds(options_.stall_warn));
+  response.set_stalled_ranks(total_stalled);
+  response.set_stream_wait_for_batch_seconds(
+      static_cast<double>(stats_.wait_for_batch_nanos.load()) * 1e-9);
+  response.set_stream_wait_for_client_seconds(
+      static_cast<double>(stats_.wait_for_client_nanos.load()) * 1e-9);
   return response;
 }
 

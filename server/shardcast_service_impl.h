@@ -20,6 +20,7 @@
 #include "server/decode_budget.h"
 #include "server/decode_pool.h"
 #include "server/job_registry.h"
+#include "server/metrics_text.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
 #include "server/server_stats.h"
@@ -39,11 +40,13 @@ class StreamSession {
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
 
-  // See BatchWindow::Take.
+  // See BatchWindow::Take. A kPending result starts the clock of the client waiting
+  // on the server; the next kBatch stops it (counted in ServerStats).
   absl::StatusOr<BatchWindow::TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
                                                std::function<void()> on_ready);
-  // The client's transport took `batch` (a message of `message_bytes` bytes).
-  void Sent(const AssembledBatch& batch, int64_t message_bytes);
+  // The client's transport took `batch` (a message of `message_bytes` bytes) after
+  // the write had waited `write_wait` on it.
+  void Sent(const AssembledBatch& batch, int64_t message_bytes, absl::Duration write_wait);
   // Ends the stream: stops decode work, frees its buffers, logs `how`. Idempotent.
   void Close(const std::string& how);
 
@@ -72,6 +75,7 @@ class StreamSession {
   const std::shared_ptr<StreamControl> control_;
   int64_t sent_ = 0;
   bool closed_ = false;
+  absl::Time pending_since_ = absl::InfinitePast();  // Take said kPending (not yet a batch)
 };
 
 class ShardcastServiceImpl {
@@ -107,10 +111,18 @@ class ShardcastServiceImpl {
       const shardcast::v1::StreamBatchesRequest& request);
 
   shardcast::v1::GetStatusResponse GetStatus() const;
+  // GetStatus plus what only /metrics shows (the decode-time histogram, one entry per
+  // served dataset), taken together.
+  MetricsSnapshot Metrics() const;
 
   // Ends the streams whose client has not taken a batch for --stream-idle-timeout
-  // (CANCELLED, counted, logged); returns how many. The reaper thread calls it.
+  // (CANCELLED, counted, logged); returns how many. The monitor thread calls it.
   int ReclaimIdleStreams() ABSL_LOCKS_EXCLUDED(mu_);
+  // Flags the ranks stalled for --stall-warn (stall_watch.h) and logs each new one
+  // once; returns how many were newly flagged. The monitor thread calls it.
+  int CheckStalls() ABSL_LOCKS_EXCLUDED(mu_);
+  // "indexing", "serving", "draining" or "failed".
+  std::string index_state() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetStatus lists at most this many jobs, and ranks per job.
   static constexpr int kMaxListedJobs = 100;
@@ -151,7 +163,7 @@ class ShardcastServiceImpl {
                                                             bool ended_another);
   // Shrinks every open window to its next batch; returns the batches given back.
   int ShrinkWindows() ABSL_LOCKS_EXCLUDED(mu_);
-  void ReaperLoop();
+  void MonitorLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs(JobRegistry& registry) const;
   // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
@@ -174,9 +186,10 @@ class ShardcastServiceImpl {
   std::atomic<bool> stop_indexing_{false};
   std::unique_ptr<Serving> serving_ ABSL_GUARDED_BY(mu_);  // set once, never replaced
 
-  // Runs ReclaimIdleStreams every quarter of --stream-idle-timeout (when set).
-  absl::Notification stop_reaper_;
-  std::thread reaper_;
+  // Runs ReclaimIdleStreams and CheckStalls every quarter of the shorter of
+  // --stream-idle-timeout and --stall-warn (when either is set).
+  absl::Notification stop_monitor_;
+  std::thread monitor_;
 };
 
 }  // namespace shardcast::server

@@ -20,6 +20,8 @@ packages=(
   # libFuzzer: clang and its runtime (which --no-install-recommends leaves out), for the
   # separate fuzz tree of tools/fuzz.sh (docs/fuzzing.md).
   clang-14 libclang-rt-14-dev
+  # Parses the server's /metrics exposition in tests/python/test_metrics.py.
+  python3-prometheus-client
 )
 
 missing=()

@@ -1,10 +1,15 @@
 // `shardcast-ctl status`: fetches Shardcast/GetStatus and prints it as tables
-// (jobs, ranks, throughput, errors, memory) or, with --json, as proto3 JSON.
+// (jobs, ranks, throughput, errors, memory) or, with --json, as proto3 JSON; with
+// --watch, again and again as a live view, like top.
+#include <unistd.h>
+
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/ctl/command_registry.h"
 #include "client/ctl/grpc_channel.h"
 #include "client/ctl/status_report.h"
@@ -15,36 +20,89 @@ namespace shardcast::ctl {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: shardcast-ctl status --server ADDR [--json] [--rpc-timeout DURATION]\n"
+    "usage: shardcast-ctl status --server ADDR [--json | --watch [--interval D]]\n"
+    "                            [--rpc-timeout DURATION]\n"
     "\n"
     "Calls shardcast.v1.Shardcast/GetStatus and prints the server's figures\n"
-    "(uptime, index, throughput, errors, substitutions, memory), its jobs and the\n"
-    "progress of every rank. Sizes use decimal units (1 MB = 10^6 bytes).\n"
+    "(uptime, index, throughput, errors, substitutions, memory, stalled ranks), its\n"
+    "jobs and the progress of every rank. Sizes use decimal units (1 MB = 10^6 bytes).\n"
+    "--watch redraws the report every --interval until Ctrl-C (on a terminal it\n"
+    "clears the screen first; elsewhere reports follow one another); a failed call\n"
+    "is shown in place of the report and the watch goes on.\n"
     "\n"
     "flags:\n";
 
 constexpr char kExitCodes[] =
     "\n"
     "exit codes:\n"
-    "  0  the status was printed\n"
+    "  0  the status was printed (--watch: --count reports were shown)\n"
     "  2  usage error\n"
-    "  3  unreachable: no connection, timeout, or the GetStatus RPC failed\n"
+    "  3  unreachable (never with --watch): no connection, timeout, or the GetStatus\n"
+    "     RPC failed\n"
     "     (or, never expected, the reply could not be turned into JSON)\n";
+
+// The live view: one GetStatus per `interval`, `count` times (0 = until interrupted).
+int Watch(shardcast::v1::Shardcast::Stub& stub, const ServerCommandFlags& common,
+          absl::Duration interval, int count) {
+  // Clearing the screen only makes sense on a terminal; a pipe or a log file gets
+  // the reports one after another.
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  for (int shown = 0; count == 0 || shown < count; ++shown) {
+    if (shown > 0) absl::SleepFor(interval);
+    grpc::ClientContext context;
+    SetCallOptions(&context, common.rpc_timeout);
+    shardcast::v1::GetStatusResponse response;
+    const grpc::Status status =
+        stub.GetStatus(&context, shardcast::v1::GetStatusRequest(), &response);
+    std::string frame =
+        absl::StrCat("shardcast-ctl status --watch: every ", FormatFlagDuration(interval), ", ",
+                     absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()),
+                     " (Ctrl-C to stop)\n\n");
+    if (status.ok()) {
+      frame += RenderStatusReport(response, common.server);
+    } else {
+      absl::StrAppend(&frame, common.server, ": ", DescribeRpcError(status), "\n");
+    }
+    if (terminal) {
+      std::fputs("\x1b[H\x1b[2J", stdout);  // cursor home, clear screen
+    } else if (shown > 0) {
+      std::fputs("\n", stdout);
+    }
+    std::fputs(frame.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
 
 int RunStatus(const std::vector<std::string>& args) {
   ServerCommandFlags common;
   common.rpc_timeout = absl::Seconds(10);
   bool json = false;
+  bool watch = false;
+  absl::Duration interval = absl::Seconds(2);
+  int count = 0;
   FlagSet flags("shardcast-ctl status");
   AddServerCommandFlags(&flags, &common);
   flags.Bool({{"--json"}, "", "print the reply as JSON (every field, proto3 JSON mapping)"}, &json);
+  flags.Bool({{"--watch"}, "", "redraw the report every --interval, like top"}, &watch);
+  flags.Duration({{"--interval"}, "DURATION", "--watch: time between two reports"}, &interval);
+  flags.Int({{"--count"}, "N", "--watch: stop after N reports (0 = until Ctrl-C)"}, &count, 0);
   if (std::optional<int> done =
           ParseServerCommandFlags("status", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
   const std::string& server = common.server;
+  if (watch && json) {
+    std::fprintf(stderr, "shardcast-ctl status: --watch and --json cannot be combined\n");
+    return kExitUsage;
+  }
+  if (interval <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "shardcast-ctl status: --interval must be more than 0\n");
+    return kExitUsage;
+  }
 
   auto stub = shardcast::v1::Shardcast::NewStub(ServerChannel(common));
+  if (watch) return Watch(*stub, common, interval, count);
   grpc::ClientContext context;
   SetCallOptions(&context, common.rpc_timeout);
   shardcast::v1::GetStatusResponse response;

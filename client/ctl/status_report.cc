@@ -141,7 +141,9 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   field("server", absl::StrCat(server, "  (shardcast-server ",
                                st.version().empty() ? "?" : st.version(), ")"));
   field("uptime", FormatDuration(st.uptime_seconds()));
-  field("serving", YesNo(st.serving()));
+  field("serving", st.index_state().empty()
+                       ? YesNo(st.serving())
+                       : absl::StrCat(YesNo(st.serving()), " (index ", st.index_state(), ")"));
   field("shards dir", st.shards_dir());
   field("shards/samples", absl::StrCat(st.num_shards(), " / ", st.num_samples()));
   if (st.num_classes() > 0) field("classes", absl::StrCat(st.num_classes()));
@@ -160,6 +162,18 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                               : absl::StrCat(st.total_changed_shards(),
                                              "  (streams reading them fail; restart to re-index)"));
   field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks"));
+  field("waiting",
+        absl::StrCat("streams waited ", FormatDuration(st.stream_wait_for_batch_seconds()),
+                     " for batches (clients on the server), ",
+                     FormatDuration(st.stream_wait_for_client_seconds()),
+                     " for clients (the server on them)"));
+  field("stall warning",
+        st.stall_warn_seconds() > 0
+            ? absl::StrCat(st.stalled_ranks() == 0
+                               ? std::string("no rank stalled")
+                               : absl::StrCat(st.stalled_ranks(), " STALLED RANKS"),
+                           " (--stall-warn ", FormatDuration(st.stall_warn_seconds()), ")")
+            : std::string("off"));
   if (st.batch_memory_limit_bytes() > 0) {
     field("batch memory",
           absl::StrCat(
@@ -218,19 +232,28 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
     absl::StrAppend(
         &out, "\njob ", job.job_id(), ": ", std::max(job.ranks_size(), job.total_ranks()), " of ",
         job.world_size(), " ranks registered",
-        job.ranks_truncated() ? absl::StrCat(", ", job.ranks_size(), " listed") : "", "\n");
+        job.ranks_truncated() ? absl::StrCat(", ", job.ranks_size(), " listed") : "",
+        job.stalled_ranks() > 0
+            ? absl::StrCat("; ", job.stalled_ranks(),
+                           " STALLED (no batch for --stall-warn while peers are ahead: a DDP hang "
+                           "in the making)")
+            : "",
+        "\n");
     if (job.ranks().empty()) continue;
     std::vector<const shardcast::v1::RankStatus*> ranks;
     for (const auto& r : job.ranks()) ranks.push_back(&r);
     std::sort(ranks.begin(), ranks.end(),
               [](const auto* a, const auto* b) { return a->rank() < b->rank(); });
-    TextTable table({"RANK", "EPOCH", "NEXT / N", "LAG", "STREAMING", "SENT", "WINDOW"},
-                    {true, true, true, true, false, true, true});
+    TextTable table({"RANK", "EPOCH", "NEXT / N", "LAG", "STREAMING", "SENT", "WINDOW",
+                     "LAST BATCH", "STALLED"},
+                    {true, true, true, true, false, true, true, true, false});
     for (const auto* r : ranks) {
       table.AddRow({absl::StrCat(r->rank()), absl::StrCat(r->epoch()),
                     absl::StrCat(r->next_batch(), " / ", job.batches_per_epoch()),
                     absl::StrCat(r->lag_batches()), YesNo(r->streaming()),
-                    absl::StrCat(r->batches_sent()), absl::StrCat(r->window_depth())});
+                    absl::StrCat(r->batches_sent()), absl::StrCat(r->window_depth()),
+                    absl::StrCat(FormatDuration(r->seconds_since_last_batch()), " ago"),
+                    r->stalled() ? "STALLED" : "-"});
     }
     out += table.Render("  ");
   }

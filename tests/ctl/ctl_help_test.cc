@@ -32,8 +32,9 @@ TEST(CtlHelpTest, Health) {
 }
 
 TEST(CtlHelpTest, Status) {
-  ExpectHelpListsEveryFlag({kCtl, "status"}, {"--server", "--json", "--rpc-timeout", "--tls-ca",
-                                              "--tls-cert", "--tls-key", "--auth-token-file"});
+  ExpectHelpListsEveryFlag(
+      {kCtl, "status"}, {"--server", "--json", "--watch", "--interval", "--count", "--rpc-timeout",
+                         "--tls-ca", "--tls-cert", "--tls-key", "--auth-token-file"});
 }
 
 TEST(CtlHelpTest, Plan) {

@@ -193,13 +193,15 @@ TEST_F(CtlTest, StatusTableAndJson) {
   ASSERT_EQ(table.exit_code, 0) << table.out;
   for (const std::string& expected : {
            std::string("server           ") + *address_ + "  (shardcast-server ",
-           std::string("serving          yes\n"),
+           std::string("serving          yes (index serving)\n"),
+           std::string("stall warning    no rank stalled (--stall-warn 2m00s)\n"),
            std::string("shards dir       ") + dir_->path() + "/shards",
            std::string("shards/samples   4 / 64\n"),
            std::string("jobs (1):\n  JOB       WORLD  BATCH  N  SPLIT   FINGERPRINT\n"),
            std::string("  ctl-test      2      4  8  sample  "),
            std::string("job ctl-test: 2 of 2 ranks registered\n"
-                       "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW\n"
+                       "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW  LAST BATCH  "
+                       "STALLED\n"
                        "     0      0     8 / 8"),
        }) {
     EXPECT_TRUE(absl::StrContains(table.out, expected)) << "missing:\n"
@@ -228,6 +230,23 @@ TEST_F(CtlTest, StatusTableAndJson) {
   }
   // Zero-valued fields are printed too (always_print_primitive_fields).
   EXPECT_TRUE(absl::StrContains(json.out, "\"decodeErrors\": \"0\"")) << json.out;
+  EXPECT_EQ(status.index_state(), "serving");
+  EXPECT_EQ(status.stall_warn_seconds(), 120);
+
+  // --watch, stdout not a terminal: --count reports one after another, no screen clearing.
+  const RunResult watch =
+      Ctl({"status", "--server", *address_, "--watch", "--interval", "50ms", "--count", "3"});
+  EXPECT_EQ(watch.exit_code, 0) << watch.out;
+  size_t reports = 0;
+  for (size_t at = 0; (at = watch.out.find("job ctl-test: 2 of 2", at)) != std::string::npos;
+       ++at) {
+    ++reports;
+  }
+  EXPECT_EQ(reports, 3u) << watch.out;
+  EXPECT_TRUE(absl::StartsWith(watch.out, "shardcast-ctl status --watch: every ")) << watch.out;
+  EXPECT_FALSE(absl::StrContains(watch.out, "\x1b[")) << watch.out;
+  EXPECT_EQ(Ctl({"status", "--server", *address_, "--watch", "--json"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"status", "--server", *address_, "--watch", "--interval", "0s"}).exit_code, 2);
 }
 
 // Last in the file: SIGTERM with a stream open drains: health says NOT_SERVING
@@ -274,7 +293,8 @@ TEST_F(CtlTest, ZzDrainingIsNotServingThenUnreachable) {
   EXPECT_EQ(health.out, "NOT_SERVING\n");
   const RunResult status = Ctl({"status", "--server", *address_, "--rpc-timeout", "1s"});
   EXPECT_EQ(status.exit_code, 0);
-  EXPECT_TRUE(absl::StrContains(status.out, "serving          no\n")) << status.out;
+  EXPECT_TRUE(absl::StrContains(status.out, "serving          no (index draining)\n"))
+      << status.out;
 
   stream_ctx.TryCancel();
   reader->Finish();

@@ -183,11 +183,45 @@ TEST(RenderStatusReportTest, JobsAndRanksTables) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("job train: 2 of 2 ranks registered\n"
-                     "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW\n"
-                     "     0      3     2 / 2    0  yes           8       4\n"
-                     "     1      3     1 / 2    1  no            7       0\n"),
+                     "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW  LAST BATCH  STALLED\n"
+                     "     0      3     2 / 2    0  yes           8       4    0.0s ago  -\n"
+                     "     1      3     1 / 2    1  no            7       0    0.0s ago  -\n"),
             std::string::npos)
       << out;
+}
+
+TEST(RenderStatusReportTest, StalledRanksStandOut) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.set_stall_warn_seconds(30);
+  EXPECT_NE(
+      RenderStatusReport(st, "h:1").find("stall warning    no rank stalled (--stall-warn 30.0s)\n"),
+      std::string::npos);
+  st.set_stalled_ranks(1);
+  st.set_index_state("serving");
+  st.set_stream_wait_for_batch_seconds(3.5);
+  st.set_stream_wait_for_client_seconds(125);
+  shardcast::v1::JobStatus* job = st.mutable_jobs(0);
+  job->set_stalled_ranks(1);
+  for (auto& rank : *job->mutable_ranks()) {
+    if (rank.rank() != 1) continue;
+    rank.set_stalled(true);
+    rank.set_seconds_since_last_batch(42);
+  }
+  const std::string out = RenderStatusReport(st, "h:1");
+  for (const char* line : {
+           "serving          yes (index serving)\n",
+           "waiting          streams waited 3.5s for batches (clients on the server), 2m05s for "
+           "clients (the server on them)\n",
+           "stall warning    1 STALLED RANKS (--stall-warn 30.0s)\n",
+           "job train: 2 of 2 ranks registered; 1 STALLED (no batch for --stall-warn while peers "
+           "are ahead: a DDP hang in the making)\n",
+           "     1      3     1 / 2    1  no            7       0   42.0s ago  STALLED\n",
+       }) {
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
+  }
+  // Off: said so.
+  st.set_stall_warn_seconds(0);
+  EXPECT_NE(RenderStatusReport(st, "h:1").find("stall warning    off\n"), std::string::npos);
 }
 
 TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {

@@ -55,11 +55,14 @@ class ServerProcess:
     """shardcast-server over `shards`; start() returns once it listens (its first stdout
     line names the port). restart() reuses the port, as a restarted daemon would."""
 
-    def __init__(self, build: Path, shards: Path, flags: List[str]) -> None:
+    def __init__(self, build: Path, shards: Path, flags: List[str],
+                 log: Optional[Path] = None) -> None:
         self.binary = build / "server" / "shardcast-server"
         self.shards = shards
         self.flags = flags
+        self.log = log  # its stderr goes there (appended) when set
         self.port = 0
+        self.metrics_port = 0  # with --metrics-listen: the port of /metrics
         self.proc: Optional[subprocess.Popen] = None
 
     @property
@@ -69,13 +72,23 @@ class ServerProcess:
     def start(self, extra_flags: Optional[List[str]] = None, timeout: float = 60.0) -> None:
         args = [str(self.binary), "--shards", str(self.shards), "--listen", self.address]
         args += ["--log-level", "warning"] + self.flags + (extra_flags or [])
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        stderr = open(self.log, "a") if self.log is not None else None
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        if stderr is not None:
+            stderr.close()
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline().strip() if ready else ""
         if not line.startswith("shardcast-server listening on "):
             self.kill()
             raise RuntimeError(f"shardcast-server did not start: first line {line!r}")
         self.port = int(line.rsplit(":", 1)[1])
+        if any(a.startswith("--metrics-listen") for a in args):
+            # The second line: "shardcast-server metrics on http://HOST:PORT/metrics".
+            line = self.proc.stdout.readline().strip()
+            if not line.startswith("shardcast-server metrics on http://"):
+                self.kill()
+                raise RuntimeError(f"no metrics line: {line!r}")
+            self.metrics_port = int(line.rsplit(":", 1)[1].split("/")[0])
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None:

@@ -183,6 +183,8 @@ TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
                                           "--max-batch-memory",
                                           "--stream-idle-timeout",
                                           "--max-jobs",
+                                          "--metrics-listen",
+                                          "--stall-warn",
                                           "--tls-cert",
                                           "--tls-key",
                                           "--tls-client-ca",

@@ -1,0 +1,323 @@
+// The operator's view: the Prometheus exposition (text, HTTP endpoint, tokens), and the
+// DDP-hang early warning (the rule, and a real stream whose client stops reading while
+// its peer goes on).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/metrics_http.h"
+#include "server/metrics_text.h"
+#include "server/stall_watch.h"
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using server::DurationHistogram;
+using server::MetricsSnapshot;
+using server::RankActivity;
+using server::StalledRanks;
+
+// ------------------------------------------------------------------ the stall rule
+
+TEST(StallRuleTest, OnlyAnIdleRankBehindAPeerIsStalled) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  const absl::Duration warn = absl::Seconds(30);
+  // Rank 1 idle for 31 s, 5 batches behind rank 0: stalled. Rank 2 as idle but level
+  // with rank 0: rank 0 waits on rank 1 only... and rank 2 too is not ahead of anyone.
+  std::vector<RankActivity> ranks = {{105, now - absl::Seconds(31)},
+                                     {100, now - absl::Seconds(31)},
+                                     {105, now - absl::Seconds(31)}};
+  EXPECT_EQ(StalledRanks(ranks, warn, now), (std::vector<bool>{false, true, false}));
+  // Behind but it took a batch 29 s ago: not yet.
+  ranks[1].last_batch = now - absl::Seconds(29);
+  EXPECT_EQ(StalledRanks(ranks, warn, now), (std::vector<bool>{false, false, false}));
+  // Exactly at the threshold: stalled.
+  ranks[1].last_batch = now - warn;
+  EXPECT_EQ(StalledRanks(ranks, warn, now), (std::vector<bool>{false, true, false}));
+}
+
+TEST(StallRuleTest, AWholeJobPausedAtOnePositionIsNoStall) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  std::vector<RankActivity> ranks = {{7, now - absl::Hours(1)}, {7, now - absl::Hours(1)}};
+  EXPECT_EQ(StalledRanks(ranks, absl::Seconds(1), now), (std::vector<bool>{false, false}));
+  // One rank alone waits on nobody; a zero --stall-warn is off.
+  EXPECT_EQ(StalledRanks({{0, now - absl::Hours(1)}}, absl::Seconds(1), now),
+            (std::vector<bool>{false}));
+  ranks[0].position = 9;
+  EXPECT_EQ(StalledRanks(ranks, absl::ZeroDuration(), now), (std::vector<bool>{false, false}));
+}
+
+// ------------------------------------------------------------------ exposition text
+
+// Sample lines of `text` by their name and labels ("name{labels}" -> value), checking
+// the format on the way: every family has one HELP and one TYPE, before its samples,
+// and a family's samples are not split by another family's.
+std::map<std::string, std::string> ParseExposition(const std::string& text) {
+  std::map<std::string, std::string> samples;
+  std::set<std::string> families;
+  std::string current;
+  EXPECT_TRUE(absl::EndsWith(text, "\n"));
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "# HELP ")) continue;
+    if (absl::StartsWith(line, "# TYPE ")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ');
+      EXPECT_EQ(parts.size(), 4u) << line;
+      current = parts[2];
+      EXPECT_TRUE(families.insert(current).second) << "family twice: " << current;
+      EXPECT_TRUE(absl::StartsWith(current, "shardcast_")) << current;
+      continue;
+    }
+    const size_t space = line.rfind(' ');
+    const std::string key(line.substr(0, space));
+    const std::string name = key.substr(0, key.find('{'));
+    EXPECT_TRUE(name == current || name == current + "_bucket" || name == current + "_sum" ||
+                name == current + "_count")
+        << "sample " << name << " outside its family " << current;
+    EXPECT_TRUE(samples.emplace(key, std::string(line.substr(space + 1))).second)
+        << "duplicate series " << key;
+  }
+  return samples;
+}
+
+MetricsSnapshot ExampleSnapshot() {
+  MetricsSnapshot snapshot;
+  v1::GetStatusResponse& s = snapshot.status;
+  s.set_version("1.2.3");
+  s.set_serving(true);
+  s.set_images_served(1200);
+  s.set_bytes_served(int64_t{5} << 40);  // above 2^32: still an exact integer
+  s.set_stream_wait_for_batch_seconds(1.5);
+  s.set_stalled_ranks(1);
+  v1::JobStatus* job = s.add_jobs();
+  job->set_job_id("a\"b\\c\nd");
+  job->set_world_size(2);
+  job->set_batches_per_epoch(10);
+  job->set_total_ranks(2);
+  v1::RankStatus* r0 = job->add_ranks();
+  r0->set_rank(0);
+  r0->set_epoch(1);
+  r0->set_next_batch(4);
+  v1::RankStatus* r1 = job->add_ranks();
+  r1->set_rank(1);
+  r1->set_epoch(1);
+  r1->set_next_batch(1);
+  r1->set_lag_batches(3);
+  r1->set_stalled(true);
+  r1->set_seconds_since_last_batch(42.25);
+  DurationHistogram histogram;
+  histogram.Observe(absl::Microseconds(50));
+  histogram.Observe(absl::Microseconds(50));
+  histogram.Observe(absl::Milliseconds(3));
+  histogram.Observe(absl::Seconds(10));
+  snapshot.decode_time = histogram.Read();
+  snapshot.datasets.push_back({"default", "serving", 5, 240, 2});
+  return snapshot;
+}
+
+TEST(MetricsTextTest, NamesUnitsLabelsAndValues) {
+  const std::map<std::string, std::string> m =
+      ParseExposition(server::RenderPrometheusText(ExampleSnapshot()));
+  EXPECT_EQ(m.at("shardcast_images_served_total"), "1200");
+  EXPECT_EQ(m.at("shardcast_bytes_served_total"), "5497558138880");
+  EXPECT_EQ(m.at("shardcast_stream_wait_for_batch_seconds_total"), "1.5");
+  EXPECT_EQ(m.at("shardcast_build_info{version=\"1.2.3\"}"), "1");
+  // The id as log lines show it (C escapes: \" \\ \n), then the format's escaping.
+  const std::string job = R"(job="a\\\"b\\\\c\\nd")";
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_lag_batches{", job, ",rank=\"1\"}")), "3");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_position_batches{", job, ",rank=\"0\"}")), "14");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_stalled{", job, ",rank=\"1\"}")), "1");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_stalled{", job, ",rank=\"0\"}")), "0");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_seconds_since_last_batch{", job, ",rank=\"1\"}")),
+            "42.25");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_job_registered_ranks{", job, "}")), "2");
+  EXPECT_EQ(m.at("shardcast_stalled_ranks"), "1");
+  EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"serving\"}"), "1");
+  EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"indexing\"}"), "0");
+  EXPECT_EQ(m.at("shardcast_index_samples{dataset=\"default\"}"), "240");
+  EXPECT_EQ(m.at("shardcast_index_skipped_samples{dataset=\"default\"}"), "2");
+  // Cumulative buckets: 2 at 100us, 3 from 5ms on, the 10 s one only in +Inf.
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"0.0001\"}"), "2");
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"0.0025\"}"), "2");
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"0.005\"}"), "3");
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"2.5\"}"), "3");
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"+Inf\"}"), "4");
+  EXPECT_EQ(m.at("shardcast_decode_duration_seconds_count"), "4");
+  EXPECT_EQ(std::stod(m.at("shardcast_decode_duration_seconds_sum")), 10.0031);
+}
+
+TEST(MetricsTextTest, LabelValuesOfAnyBytesStayValidText) {
+  EXPECT_EQ(server::PrometheusLabelValue("plain-job_1"), "plain-job_1");
+  // LogSafe's C escapes first (so the label reads as the log line does), then the
+  // format's own: what a parser returns is the logged form, `q\"b\\` and `\xff\x01`.
+  EXPECT_EQ(server::PrometheusLabelValue("q\"b\\"), R"(q\\\"b\\\\)");
+  EXPECT_EQ(server::PrometheusLabelValue(std::string("\xff\x01", 2)), R"(\\xff\\x01)");
+}
+
+// ------------------------------------------------------------------ HTTP
+
+TEST(MetricsHttpTest, ParsesRequestHeadsAndRefusesGarbage) {
+  absl::StatusOr<server::HttpRequest> r = server::ParseHttpRequestHead(
+      "GET /metrics?name[]=x HTTP/1.1\r\nHost: h\r\nauthorization:  Bearer tok  ");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method, "GET");
+  EXPECT_EQ(r->path, "/metrics");
+  EXPECT_EQ(r->authorization, "Bearer tok");
+  for (const std::string& bad :
+       {std::string(""), std::string("GET"), std::string("GET /metrics"),
+        std::string("GET /metrics SPDY/3"), std::string("GET  /metrics HTTP/1.1"),
+        std::string("GET /metrics HTTP/1.1\r\nno colon here"), std::string("\0\0\0", 3)}) {
+    EXPECT_FALSE(server::ParseHttpRequestHead(bad).ok()) << bad;
+  }
+}
+
+TEST(MetricsHttpTest, AnswersOnlyGetMetricsAndChecksTokens) {
+  TempDir dir;
+  const std::string tokens_path = dir.path() + "/tokens";
+  std::ofstream(tokens_path) << "# scrape token\nsecret-token\n";
+  server::TokenAuthenticator tokens(tokens_path);
+  ASSERT_TRUE(tokens.Reload().ok());
+  const auto render = [] { return std::string("shardcast_up 1\n"); };
+  const auto respond = [&](const std::string& method, const std::string& path,
+                           const std::string& auth, const server::TokenAuthenticator* t) {
+    return server::RespondToMetricsRequest({method, path, auth}, t, render);
+  };
+  std::string ok = respond("GET", "/metrics", "", nullptr);
+  EXPECT_TRUE(absl::StartsWith(ok, "HTTP/1.1 200 OK\r\n")) << ok;
+  EXPECT_TRUE(absl::StrContains(ok, "Content-Type: text/plain; version=0.0.4")) << ok;
+  EXPECT_TRUE(absl::EndsWith(ok, "\r\n\r\nshardcast_up 1\n")) << ok;
+  EXPECT_TRUE(absl::EndsWith(respond("HEAD", "/metrics", "", nullptr), "\r\n\r\n"));
+  EXPECT_TRUE(absl::StartsWith(respond("GET", "/", "", nullptr), "HTTP/1.1 404"));
+  EXPECT_TRUE(absl::StartsWith(respond("POST", "/metrics", "", nullptr), "HTTP/1.1 405"));
+  EXPECT_TRUE(absl::StartsWith(respond("GET", "/metrics", "", &tokens), "HTTP/1.1 401"));
+  const std::string wrong = respond("GET", "/metrics", "Bearer guess", &tokens);
+  EXPECT_TRUE(absl::StartsWith(wrong, "HTTP/1.1 401")) << wrong;
+  EXPECT_FALSE(absl::StrContains(wrong, "shardcast_up")) << wrong;
+  EXPECT_TRUE(
+      absl::StartsWith(respond("GET", "/metrics", "Bearer secret-token", &tokens), "HTTP/1.1 200"));
+}
+
+// Sends `request` to 127.0.0.1:`port` and returns everything the server answers.
+std::string HttpExchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  EXPECT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
+  ::close(fd);
+  return response;
+}
+
+// ------------------------------------------------------------------ the real server
+
+class MetricsServerTest : public ::testing::Test {
+ protected:
+  void Start() {
+    MakeDataset(dir_.path(), /*samples=*/240, /*per_shard=*/60);
+    server::ServerOptions options;
+    options.metrics_listen_address = "127.0.0.1:0";
+    options.stall_warn = absl::Milliseconds(300);
+    server_ = std::make_unique<InProcessServer>(dir_.path(), options);
+  }
+  TempDir dir_;
+  std::unique_ptr<InProcessServer> server_;
+};
+
+TEST_F(MetricsServerTest, ServesTheExpositionAndSurvivesBadRequests) {
+  Start();
+  const int port = server_->server().metrics_port();
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(absl::StartsWith(HttpExchange(port, "BREW /pot HTCPCP/1.0\r\n\r\n"), "HTTP/1.1 400"));
+  EXPECT_TRUE(absl::StartsWith(
+      HttpExchange(port, absl::StrCat("GET /metrics HTTP/1.1\r\nX: ", std::string(10000, 'x'))),
+      "HTTP/1.1 431"));
+  const std::string response = HttpExchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(absl::StartsWith(response, "HTTP/1.1 200 OK\r\n")) << response;
+  const std::map<std::string, std::string> m =
+      ParseExposition(response.substr(response.find("\r\n\r\n") + 4));
+  EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"serving\"}"), "1");
+  EXPECT_EQ(m.at("shardcast_index_samples{dataset=\"default\"}"), "240");
+  EXPECT_EQ(m.at("shardcast_stall_warn_seconds"), "0.3");
+}
+
+// Rank 0 reads its epoch while rank 1 stops reading (a stuck trainer, as far as the server
+// can see): after --stall-warn rank 1 is flagged in GetStatus and /metrics, once; it is
+// cleared as soon as rank 1 takes a batch again.
+TEST_F(MetricsServerTest, AStoppedRankBehindItsPeerIsFlaggedOnceAndClearedWhenItMoves) {
+  Start();
+  const std::string job = "stall";
+  std::shared_ptr<grpc::Channel> slow = MakeChannel(server_->target(), 64 * 1024);
+  auto stub = v1::Shardcast::NewStub(slow);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterResponse response;
+    ASSERT_TRUE(Register(stub.get(), MakeRegister(job, rank, 2, 4), &response).ok());
+    ASSERT_EQ(response.batches_per_epoch(), 30);
+  }
+  grpc::ClientContext contexts[2];
+  std::unique_ptr<grpc::ClientReader<v1::Batch>> readers[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::StreamBatchesRequest request;
+    request.set_job_id(job);
+    request.set_rank(rank);
+    readers[rank] = stub->StreamBatches(&contexts[rank], request);
+  }
+  v1::Batch batch;
+  ASSERT_TRUE(readers[1]->Read(&batch));  // rank 1 takes one batch, then stops
+  while (readers[0]->Read(&batch)) {      // rank 0 takes its whole epoch
+  }
+  ASSERT_TRUE(readers[0]->Finish().ok());
+
+  auto rank1 = [](const v1::GetStatusResponse& s) -> const v1::RankStatus* {
+    if (s.jobs_size() != 1 || s.jobs(0).ranks_size() != 2) return nullptr;
+    return &s.jobs(0).ranks(1);
+  };
+  v1::GetStatusResponse status = WaitForStatus(
+      server_->stub(),
+      [&](const v1::GetStatusResponse& s) { return rank1(s) != nullptr && rank1(s)->stalled(); },
+      30);
+  ASSERT_NE(rank1(status), nullptr);
+  EXPECT_TRUE(rank1(status)->stalled()) << status.DebugString();
+  EXPECT_FALSE(status.jobs(0).ranks(0).stalled());
+  EXPECT_EQ(status.jobs(0).stalled_ranks(), 1);
+  EXPECT_EQ(status.stalled_ranks(), 1);
+  EXPECT_GT(rank1(status)->lag_batches(), 0);
+  EXPECT_GE(rank1(status)->seconds_since_last_batch(), 0.3);
+  // Flagged once: the next check finds nothing new.
+  EXPECT_EQ(server_->server().impl().CheckStalls(), 0);
+  const std::string flagged = server::RenderPrometheusText(server_->server().impl().Metrics());
+  EXPECT_TRUE(absl::StrContains(flagged, "shardcast_rank_stalled{job=\"stall\",rank=\"1\"} 1\n"))
+      << flagged;
+  EXPECT_TRUE(absl::StrContains(flagged, "shardcast_stalled_ranks 1\n")) << flagged;
+
+  // Rank 1 reads again, to the end of the epoch: every write of its stream has
+  // completed (and cleared the flag) before its stream ends.
+  int64_t read = 1;
+  while (readers[1]->Read(&batch)) ++read;
+  EXPECT_EQ(read, 30);
+  EXPECT_TRUE(readers[1]->Finish().ok());
+  status = GetStatus(server_->stub());
+  ASSERT_NE(rank1(status), nullptr);
+  EXPECT_FALSE(rank1(status)->stalled()) << status.DebugString();
+  EXPECT_EQ(status.stalled_ranks(), 0);
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
