@@ -261,12 +261,11 @@ absl::Status ShardcastServiceImpl::Available() const {
 absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
     const v1::RegisterRequest& request) {
   if (absl::Status s = Available(); !s.ok()) return s;
-  absl::StatusOr<v1::RegisterResponse> response = datasets_.Resolve(request.dataset()).status();
-  if (absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
-      dataset.ok()) {
-    DropExpiredJobs();
-    response = jobs_.Register(request, *dataset);
-  }
+  absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
+  if (dataset.ok()) DropExpiredJobs();
+  absl::StatusOr<v1::RegisterResponse> response =
+      dataset.ok() ? jobs_.Register(request, *dataset)
+                   : absl::StatusOr<v1::RegisterResponse>(dataset.status());
   if (!response.ok()) {
     LogWarning("register",
                absl::StrCat("refused job '", LogSafe(request.job_id()), "' rank ", request.rank(),
