@@ -402,7 +402,9 @@ TEST(EpochPlanSampleSplit, ElasticResumeFromAnOffsetServesEachSampleAtMostOnce) 
     served.erase({-1, -1});  // padding
     const std::set<std::pair<int32_t, int32_t>> unique(served.begin(), served.end());
     ASSERT_EQ(unique.size(), served.size()) << "a sample twice, round " << round;
-    if (after.remainder == Remainder::kPad) ASSERT_EQ(served.size(), total) << round;
+    if (after.remainder == Remainder::kPad) {
+      ASSERT_EQ(served.size(), total) << round;
+    }
   }
 }
 
