@@ -70,9 +70,9 @@ absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch, int64_t samp
                         .Add("rank", comm_->rank())
                         .Add("epoch", epoch)
                         .Add("next_batch", next_batch)
-                        .Add("samples_consumed", position.SamplesConsumed())
                         .Add("step", global_step_)
                         .Add("path", *path)
+                        .Add("samples_consumed", position.SamplesConsumed())
                         .AddTime("time", UnixTime()));
   }
   return absl::OkStatus();
