@@ -38,8 +38,10 @@ const shardcast::v1::RegisterResponse& BatchStream::registration() const {
 int64_t BatchStream::batches_per_epoch() const { return stream_->batches_per_epoch(); }
 int64_t BatchStream::reconnects() const { return stream_->reconnects(); }
 
-absl::Status BatchStream::StartEpoch(int64_t epoch, int64_t start_batch) {
-  return stream_->StartEpoch(epoch, start_batch);
+int64_t BatchStream::batches_in_epoch() const { return stream_->batches_in_epoch(); }
+
+absl::Status BatchStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+  return stream_->StartEpoch(epoch, start_batch, sample_offset);
 }
 
 absl::StatusOr<std::optional<TrainingBatch>> BatchStream::Next() {

@@ -60,8 +60,11 @@ class BatchStream {
   const shardcast::v1::RegisterResponse& registration() const;
   int64_t batches_per_epoch() const;
 
-  // Starts streaming `epoch` from `start_batch` (cancels any stream in progress).
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
+  // Starts streaming `epoch` from `start_batch` (cancels any stream in progress);
+  // `sample_offset` > 0: an elastic resume (RankStream::StartEpoch).
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0);
+  // Batches of the epoch last started (RankStream::batches_in_epoch).
+  int64_t batches_in_epoch() const;
 
   // RankStream::Next as tensors; a tensor failure (device out of memory) is a status.
   absl::StatusOr<std::optional<TrainingBatch>> Next();

@@ -405,6 +405,8 @@ class SampleSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sa
   int64_t batches_per_rank() const override { return n_; }
   std::vector<int32_t> ShardsOfRank(int32_t) const override { return {}; }
   std::unique_ptr<RankBatchIterator> Iterate(int32_t rank, int64_t start_batch) const override;
+  absl::StatusOr<std::unique_ptr<RankBatchIterator>> IterateFrom(
+      int32_t rank, int64_t start_batch, int64_t sample_offset) const override;
 
   const PlanConfig& config() const { return config_; }
   int64_t epoch() const { return epoch_; }
@@ -439,10 +441,11 @@ class SampleSplitPlan : public EpochPlan, public std::enable_shared_from_this<Sa
 
 class SampleSplitIterator : public RankBatchIterator {
  public:
+  // `end_batch`: batches of the epoch dealt from `sample_offset`.
   SampleSplitIterator(std::shared_ptr<const SampleSplitPlan> plan, int32_t rank,
-                      int64_t start_batch)
-      : plan_(std::move(plan)), rank_(rank) {
-    end_batch_ = plan_->batches_per_rank();
+                      int64_t start_batch, uint64_t sample_offset, int64_t end_batch)
+      : plan_(std::move(plan)), rank_(rank), sample_offset_(sample_offset) {
+    end_batch_ = end_batch;
     next_batch_ = std::clamp<int64_t>(start_batch, 0, end_batch_);
     if (rank < 0 || rank >= plan_->config().world_size) next_batch_ = end_batch_;
   }
@@ -455,7 +458,7 @@ class SampleSplitIterator : public RankBatchIterator {
     batch->index = next_batch_;
     batch->samples.assign(c.batch_size, SampleRef{});
     const uint64_t first =
-        (static_cast<uint64_t>(next_batch_) * c.world_size + rank_) * c.batch_size;
+        sample_offset_ + (static_cast<uint64_t>(next_batch_) * c.world_size + rank_) * c.batch_size;
     for (int32_t i = 0; i < c.batch_size; ++i) {
       const uint64_t pos = first + i;
       if (pos >= plan_->num_samples()) break;  // padding (remainder pad) from here on
@@ -471,13 +474,24 @@ class SampleSplitIterator : public RankBatchIterator {
  private:
   std::shared_ptr<const SampleSplitPlan> plan_;
   int32_t rank_;
+  uint64_t sample_offset_;  // the epoch is dealt from this position (elastic resume)
   int64_t next_batch_;
   int64_t end_batch_;
 };
 
 std::unique_ptr<RankBatchIterator> SampleSplitPlan::Iterate(int32_t rank,
                                                             int64_t start_batch) const {
-  return std::make_unique<SampleSplitIterator>(shared_from_this(), rank, start_batch);
+  return std::make_unique<SampleSplitIterator>(shared_from_this(), rank, start_batch,
+                                               /*sample_offset=*/0, n_);
+}
+
+absl::StatusOr<std::unique_ptr<RankBatchIterator>> SampleSplitPlan::IterateFrom(
+    int32_t rank, int64_t start_batch, int64_t sample_offset) const {
+  absl::StatusOr<int64_t> n =
+      BatchesFromOffset(static_cast<int64_t>(num_samples()), config_, sample_offset);
+  if (!n.ok()) return n.status();
+  return std::unique_ptr<RankBatchIterator>(std::make_unique<SampleSplitIterator>(
+      shared_from_this(), rank, start_batch, static_cast<uint64_t>(sample_offset), *n));
 }
 
 // Config as the plan sees it: fields that cannot change the plan are reset.
@@ -580,6 +594,41 @@ absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
     if (!passes.ok()) return passes;
   }
   return static_cast<int64_t>(n);
+}
+
+namespace {
+
+absl::Status ElasticNeedsSampleSplit() {
+  return absl::FailedPreconditionError(
+      "an elastic resume (another world size or batch size mid-epoch) needs split sample: "
+      "split shard deals whole shards by rank and repeats them, so there is no global "
+      "position to continue from; resume with the same world size and batch size, or "
+      "start the next epoch");
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> BatchesFromOffset(int64_t num_samples, const PlanConfig& c,
+                                          int64_t sample_offset) {
+  if (sample_offset < 0 || sample_offset > num_samples) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "sample offset %d is outside the epoch's [0, %d] positions", sample_offset, num_samples));
+  }
+  if (sample_offset > 0 && c.split != Split::kSample) {
+    return ElasticNeedsSampleSplit();
+  }
+  const int64_t per_step = int64_t{c.batch_size} * c.world_size;
+  if (per_step <= 0) return absl::InvalidArgumentError("batch size x world size must be > 0");
+  const int64_t left = num_samples - sample_offset;
+  return c.remainder == Remainder::kDrop ? left / per_step : (left + per_step - 1) / per_step;
+}
+
+absl::StatusOr<std::unique_ptr<RankBatchIterator>> EpochPlan::IterateFrom(
+    int32_t rank, int64_t start_batch, int64_t sample_offset) const {
+  if (sample_offset != 0) {
+    return ElasticNeedsSampleSplit();
+  }
+  return Iterate(rank, start_batch);
 }
 
 absl::StatusOr<std::shared_ptr<const EpochPlan>> EpochPlan::Create(

@@ -46,6 +46,14 @@ namespace shardcast {
 // materialized); the blocks are concatenated into positions 0..N-1, and batch j of
 // rank r is positions (j*W + r)*B ... (j*W + r + 1)*B - 1. Positions >= N are padding
 // (kPad only). shuffle_shards, workers and shuffle_buffer do not apply to kSample.
+//
+// Elastic resume (kSample only): the permutation depends on neither W nor B, so an
+// epoch interrupted after G of its positions were consumed continues on W' ranks with
+// batch B' from position G: batch j of rank r is positions G + (j*W' + r)*B' ...
+// +B'-1, n' = (N-G) // (B'*W') with kDrop, ceil((N-G) / (B'*W')) with kPad. Positions
+// before G are never dealt again, so across the change no sample is served twice, and
+// with kPad every one exactly once. kShard is refused: its rank-to-shard assignment
+// and repeat/slice depend on W, so there is no position to continue from.
 
 // A reference to one sample: shard position in the sorted shard list and position
 // of the sample inside that shard. Padding entries have shard == index == -1.
@@ -91,7 +99,20 @@ class EpochPlan {
   // sequence from 0. REQUIRES: 0 <= rank < world_size, 0 <= start_batch <= n.
   // The iterator keeps the plan alive.
   virtual std::unique_ptr<RankBatchIterator> Iterate(int32_t rank, int64_t start_batch) const = 0;
+  // Elastic resume: batches start_batch .. of `rank` when the epoch is dealt from
+  // position `sample_offset` (see above). sample_offset 0 is Iterate. REQUIRES:
+  // 0 <= start_batch <= BatchesFromOffset(...). FAILED_PRECONDITION for kShard with
+  // an offset; OUT_OF_RANGE for an offset outside [0, N].
+  virtual absl::StatusOr<std::unique_ptr<RankBatchIterator>> IterateFrom(
+      int32_t rank, int64_t start_batch, int64_t sample_offset) const;
 };
+
+// Batches per rank of an epoch dealt from position `sample_offset` of N samples
+// (split kSample; see above): the n of the rest of an elastically resumed epoch.
+// OUT_OF_RANGE for an offset outside [0, N]; FAILED_PRECONDITION for kShard with an
+// offset (the message says what to do instead).
+absl::StatusOr<int64_t> BatchesFromOffset(int64_t num_samples, const PlanConfig& config,
+                                          int64_t sample_offset);
 
 // n for (data, config) without building an epoch, or the refusal.
 absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,

@@ -495,7 +495,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args) {
     if (flag == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
     }
-    if (flag->given) {
+    if (flag->given && !flag->spec.repeatable) {
       // Last-wins would silently drop a value the user typed (often an alias of the
       // other spelling); refusing says which one.
       return absl::InvalidArgumentError(absl::StrCat(

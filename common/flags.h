@@ -49,6 +49,8 @@ class FlagSet {
     std::string value_name;
     std::string help;
     std::string default_text = {};  // empty: the destination's value (typed helpers)
+    // May be given several times (e.g. --dataset NAME=DIR); Apply sees each in turn.
+    bool repeatable = false;
   };
   // Takes the flag's values (exactly `arity` of them; for an optional value 0 or 1)
   // and stores them, or says what is wrong. `flag` is the name as typed.
@@ -96,7 +98,8 @@ class FlagSet {
   void AcceptPositional(std::vector<std::string>* dst);
 
   // Parses args (program name NOT included). A flag given twice (under any of its
-  // names) is an error. An unknown flag's error names it and points at --help.
+  // names) is an error, unless its spec is repeatable. An unknown flag's error names
+  // it and points at --help.
   absl::Status Parse(const std::vector<std::string>& args);
   absl::Status Parse(int argc, char** argv);  // skips argv[0]
 

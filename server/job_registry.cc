@@ -36,7 +36,7 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
 // ---------------------------------------------------------------------------- Job
 
 Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-         const ServedDataset* dataset)
+         const NamedDataset* dataset)
     : id_(std::move(id)),
       config_(config),
       batches_per_epoch_(batches_per_epoch),
@@ -54,7 +54,7 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   // Built under the lock: ranks asking for the same new epoch wait for one build
   // instead of each building it.
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
-      EpochPlan::Create(dataset_->shard_sizes(), config_.plan, epoch);
+      EpochPlan::Create(dataset_->data->shard_sizes(), config_.plan, epoch);
   if (!plan.ok()) return plan.status();
   plans_.emplace_front(epoch, *plan);
   if (plans_.size() > kPlanCacheSize) plans_.pop_back();
@@ -197,13 +197,9 @@ std::vector<RankProgress> Job::Progress() const {
 
 // ---------------------------------------------------------------------------- JobRegistry
 
-JobRegistry::JobRegistry(const ServedDataset* dataset, const JobConfig& defaults,
-                         const JobLimits& limits, absl::Duration job_ttl, int max_jobs)
-    : dataset_(dataset),
-      defaults_(defaults),
-      limits_(limits),
-      job_ttl_(job_ttl),
-      max_jobs_(max_jobs) {}
+JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
+                         int max_jobs)
+    : defaults_(defaults), limits_(limits), job_ttl_(job_ttl), max_jobs_(max_jobs) {}
 
 std::vector<std::string> JobRegistry::DropExpired(absl::Time now) {
   absl::MutexLock lock(&mu_);
@@ -220,7 +216,8 @@ std::vector<std::string> JobRegistry::DropExpired(absl::Time now) {
   return dropped;
 }
 
-absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request) {
+absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request,
+                                                           const NamedDataset* dataset) {
   const std::string& job_id = request.job_id();
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   if (job_id.size() > kMaxJobIdLength) {
@@ -240,6 +237,12 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) {
       job = it->second;
+      if (&job->dataset() != dataset) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "dataset: job '", LogSafe(job_id), "' reads dataset '", job->dataset().name, "', rank ",
+            request.rank(), " asked for '", dataset->name,
+            "' (ranks of a job must agree; use another job id for another dataset)"));
+      }
       absl::Status agree = CheckAgreement(job_id, request.rank(), job->config(), *config);
       if (!agree.ok()) return agree;
     } else {
@@ -249,19 +252,20 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
                          " jobs, its limit (--max-jobs ", max_jobs_,
                          "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
       }
-      absl::StatusOr<int64_t> n = BatchesPerRank(dataset_->shard_sizes(), config->plan);
+      absl::StatusOr<int64_t> n = BatchesPerRank(dataset->data->shard_sizes(), config->plan);
       if (!n.ok()) {
         return absl::Status(n.status().code(),
                             absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
       }
       job = std::make_shared<Job>(job_id, *config, *n,
-                                  JobFingerprint(dataset_->index().fingerprint, *config), dataset_);
+                                  JobFingerprint(dataset->data->index().fingerprint, *config),
+                                  dataset);
       jobs_.emplace(job_id, job);
     }
   }
   job->MarkRegistered(request.rank());
 
-  const DatasetIndex& index = dataset_->index();
+  const DatasetIndex& index = dataset->data->index();
   const JobConfig& effective = job->config();
   v1::RegisterResponse response;
   response.set_batches_per_epoch(job->batches_per_epoch());
@@ -283,6 +287,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   SetResponseConfig(effective, &response);
   response.set_index_fingerprint(index.fingerprint);
   response.set_server_version(kServerVersion);
+  response.set_dataset(dataset->name);
   return response;
 }
 

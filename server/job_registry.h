@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/epoch_plan.h"
 #include "common/job_config.h"
-#include "server/served_dataset.h"
+#include "server/dataset_registry.h"
 #include "server/server_options.h"
 #include "server/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
@@ -42,8 +42,9 @@ struct RankProgress {
 
 class Job {
  public:
+  // REQUIRES: `dataset` outlives the job.
   Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-      const ServedDataset* dataset);
+      const NamedDataset* dataset);
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -52,6 +53,8 @@ class Job {
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // JobFingerprint(index content, config): what a stream must present.
   const std::string& job_fingerprint() const { return job_fingerprint_; }
+  // The dataset the job reads (RegisterRequest.dataset, resolved).
+  const NamedDataset& dataset() const { return *dataset_; }
 
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
@@ -110,7 +113,7 @@ class Job {
   const JobConfig config_;
   const int64_t batches_per_epoch_;
   const std::string job_fingerprint_;
-  const ServedDataset* const dataset_;
+  const NamedDataset* const dataset_;
 
   mutable absl::Mutex mu_;
   std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
@@ -123,22 +126,26 @@ class Job {
 
 class JobRegistry {
  public:
-  // REQUIRES: `dataset` outlives the registry.
+  // Jobs of every dataset share one registry: job ids are the server's, and
+  // --max-jobs counts them all.
   // `job_ttl`: see ServerOptions::job_ttl (zero = jobs never expire). `max_jobs`: see
   // ServerOptions::max_jobs (zero = no limit).
-  JobRegistry(const ServedDataset* dataset, const JobConfig& defaults, const JobLimits& limits,
-              absl::Duration job_ttl, int max_jobs = 0);
+  JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
+              int max_jobs = 0);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
   // Validates the request, fills defaults, creates the job on its first rank or checks
-  // that the rank agrees with it, and answers with n, shapes and fingerprints.
+  // that the rank agrees with it (dataset included), and answers with n, shapes and
+  // fingerprints. `dataset` is the one the request names (DatasetRegistry::Resolve).
+  // REQUIRES: `dataset` outlives the registry.
   // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
   // job's, naming the field; or the data cannot serve the job, with the planner's
   // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs; expired jobs are dropped
   // before, by the caller).
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
-      const shardcast::v1::RegisterRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+      const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // nullptr when no rank has registered job `id`.
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -151,7 +158,6 @@ class JobRegistry {
   std::vector<std::string> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const ServedDataset* const dataset_;
   const JobConfig defaults_;
   const JobLimits limits_;
   const absl::Duration job_ttl_;

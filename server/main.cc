@@ -18,6 +18,7 @@
 #include "common/flags.h"
 #include "common/job_config.h"
 #include "common/job_flags.h"
+#include "server/dataset_registry.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
 #include "server/shardcast_server.h"
@@ -29,9 +30,10 @@ using shardcast::server::LogError;
 using shardcast::server::LogInfo;
 
 constexpr char kUsage[] =
-    "usage: shardcast-server --shards DIR [--listen HOST:PORT] [flags]\n"
+    "usage: shardcast-server --shards DIR [--dataset NAME=DIR ...] [--listen HOST:PORT] "
+    "[flags]\n"
     "\n"
-    "Serves fixed-count batches of a WebDataset shard directory over gRPC\n"
+    "Serves fixed-count batches of WebDataset shard directories over gRPC\n"
     "(service shardcast.v1.Shardcast, grpc.health.v1; reflection with --reflection).\n"
     "SIGTERM/SIGINT drain: health NOT_SERVING, streams finish or are cancelled\n"
     "after --grace-period, exit 0. SIGHUP re-reads --auth-token-file.\n"
@@ -60,8 +62,27 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   std::string log_level = "info";
 
   shardcast::FlagSet flags("shardcast-server");
-  flags.String({{"--shards"}, "DIR", "directory holding the .tar/.tar.gz shards (required)"},
+  flags.String({{"--shards"},
+                "DIR",
+                "directory holding the .tar/.tar.gz shards, served as the dataset \"default\"\n"
+                "(what a trainer gets without --dataset); needed unless --dataset is given"},
                &o.shards_dir);
+  flags.Add({{"--dataset"},
+             "NAME=DIR",
+             "also serve the shards in DIR as the dataset NAME (repeatable; e.g.\n"
+             "--dataset val=/data/val). A trainer picks one with --dataset NAME /\n"
+             "--val-dataset NAME; each is indexed on its own and shown by name in status",
+             "none",
+             /*repeatable=*/true},
+            1, [&o](const std::string& flag, const std::vector<std::string>& values) {
+              const size_t eq = values[0].find('=');
+              if (eq == std::string::npos) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat(flag, " takes NAME=DIR, got '", values[0], "'"));
+              }
+              o.datasets.push_back({values[0].substr(0, eq), values[0].substr(eq + 1)});
+              return absl::OkStatus();
+            });
   flags.String({{"--listen"},
                 "HOST:PORT",
                 "address to listen on; port 0 picks a free port\n"
@@ -202,7 +223,7 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   cl->help = flags.help_requested();
   if (cl->help) cl->help_text = flags.Help();
   if (cl->help || cl->version) return absl::OkStatus();
-  if (o.shards_dir.empty()) return absl::InvalidArgumentError("--shards DIR is required");
+  if (absl::Status s = shardcast::server::DatasetsToServe(o).status(); !s.ok()) return s;
   if (o.max_message_bytes < (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("--max-message-size must be at least 1MiB, got ",
                                                    shardcast::FormatFlagSize(o.max_message_bytes)));

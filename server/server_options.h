@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/dataset_index.h"
@@ -12,8 +13,17 @@
 
 namespace shardcast::server {
 
+// A dataset served under a name (--dataset NAME=DIR).
+struct DatasetSpec {
+  std::string name;
+  std::string dir;  // directory holding its .tar/.tar.gz shards
+};
+
 struct ServerOptions {
-  std::string shards_dir;                      // directory holding the .tar/.tar.gz shards
+  // The dataset "default" (--shards DIR): its shard directory; empty = none.
+  std::string shards_dir;
+  // More datasets by name (--dataset NAME=DIR, repeatable); see dataset_registry.h.
+  std::vector<DatasetSpec> datasets;
   std::string listen_address = "127.0.0.1:0";  // port 0 = any free port (see port())
   // The job settings a RegisterRequest leaves unset (world_size unused): server flags
   // change them.

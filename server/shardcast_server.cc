@@ -60,11 +60,26 @@ ShardcastServer::~ShardcastServer() {
   if (indexer_.joinable()) indexer_.join();
 }
 
+std::string ShardcastServer::DatasetHealthName(const std::string& dataset) {
+  return absl::StrCat(kServiceName, "/", dataset);
+}
+
 void ShardcastServer::SetServing(bool serving) {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   if (health == nullptr) return;
   health->SetServingStatus("", serving);
   health->SetServingStatus(kServiceName, serving);
+  for (const DatasetRegistry::Entry& entry : impl_->datasets().Entries()) {
+    health->SetServingStatus(DatasetHealthName(entry.spec.name),
+                             serving && entry.state == DatasetRegistry::State::kServing);
+  }
+}
+
+void ShardcastServer::SetDatasetServing(const std::string& dataset) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(DatasetHealthName(dataset), true);
 }
 
 absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
@@ -135,13 +150,15 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
                           impl_->pool().threads(), options_.prefetch));
   if (dataset != nullptr) {
     impl_->SetDataset(std::move(dataset));
+    SetDatasetServing(kDefaultDatasetName);
     absl::MutexLock lock(&mu_);
     ready_ = absl::OkStatus();
     if (!stopped_) SetServing(true);
     return absl::OkStatus();
   }
   indexer_ = std::thread([this] {
-    absl::Status status = impl_->LoadDataset();
+    absl::Status status =
+        impl_->LoadDatasets([this](const std::string& name) { SetDatasetServing(name); });
     absl::MutexLock lock(&mu_);
     ready_ = status;
     if (status.ok() && !stopped_) {

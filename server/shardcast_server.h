@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -35,10 +36,14 @@ class ShardcastServer {
 
   // Binds options.listen_address and starts answering (health NOT_SERVING, requests
   // UNAVAILABLE "indexing") while the index is built on a background thread; then
-  // SERVING. Kept apart from the constructor so a bind failure is a Status and the
-  // port chosen for port 0 is known when it returns. With `dataset` given, that
-  // dataset is served and nothing is indexed.
+  // SERVING (each dataset's health name as soon as it is indexed). Kept apart from the constructor
+  // so a bind failure is a Status and the port chosen for port 0 is known when it returns. With
+  // `dataset` given, that dataset is served and nothing is indexed.
   absl::Status Start(std::unique_ptr<ServedDataset> dataset = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The health service name of one dataset, e.g. "shardcast.v1.Shardcast/val":
+  // SERVING once it is indexed (the server's own name waits for all of them).
+  static std::string DatasetHealthName(const std::string& dataset);
 
   // The bound port (after Start).
   int port() const { return port_; }
@@ -66,6 +71,7 @@ class ShardcastServer {
 
  private:
   void SetServing(bool serving);
+  void SetDatasetServing(const std::string& dataset) ABSL_LOCKS_EXCLUDED(mu_);
   void StopServer(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerOptions options_;

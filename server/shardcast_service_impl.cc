@@ -91,6 +91,41 @@ int64_t DecodeMemoryLimit(const ServerOptions& options) {
   return DefaultDecodeMemoryBytes(AvailableMemory());
 }
 
+v1::DatasetStatus::State ToProto(DatasetRegistry::State state) {
+  switch (state) {
+    case DatasetRegistry::State::kIndexing:
+      return v1::DatasetStatus::INDEXING;
+    case DatasetRegistry::State::kServing:
+      return v1::DatasetStatus::SERVING;
+    case DatasetRegistry::State::kFailed:
+      return v1::DatasetStatus::FAILED;
+  }
+  return v1::DatasetStatus::STATE_UNSPECIFIED;
+}
+
+// The skipped and changed shards of `dataset` into the single-dataset status fields,
+// bounded and made log-safe.
+void AddShardProblems(const ServedDataset& dataset, v1::GetStatusResponse* response) {
+  using Impl = ShardcastServiceImpl;
+  const DatasetIndex& index = dataset.index();
+  response->set_max_listed_shard_problems(Impl::kMaxListedShardProblems);
+  response->set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
+  for (const SkippedShard& skipped : index.skipped_shards) {
+    if (response->skipped_shards_size() >= Impl::kMaxListedShardProblems) break;
+    v1::ShardProblem* problem = response->add_skipped_shards();
+    problem->set_path(LogSafe(skipped.path, Impl::kMaxShardNameBytes));
+    problem->set_reason(LogSafe(skipped.reason, Impl::kMaxShardReasonBytes));
+  }
+  const std::vector<ChangedShard> changed = dataset.reader().ChangedShards();
+  response->set_total_changed_shards(static_cast<int32_t>(changed.size()));
+  for (const ChangedShard& shard : changed) {
+    if (response->changed_shards_size() >= Impl::kMaxListedShardProblems) break;
+    v1::ShardProblem* problem = response->add_changed_shards();
+    problem->set_path(LogSafe(shard.path, Impl::kMaxShardNameBytes));
+    problem->set_reason(LogSafe(shard.change, Impl::kMaxShardReasonBytes));
+  }
+}
+
 }  // namespace
 
 ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
@@ -98,7 +133,11 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       stats_(absl::Now()),
       budget_(BatchMemoryLimit(options)),
       decode_budget_(DecodeMemoryLimit(options)),
-      pool_(std::make_unique<DecodePool>(options.decode_threads)) {
+      pool_(std::make_unique<DecodePool>(options.decode_threads)),
+      options_error_(DatasetsToServe(options).status()),
+      datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
+      jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
+            options.max_jobs) {
   if (options_.stream_idle_timeout > absl::ZeroDuration() ||
       options_.stall_warn > absl::ZeroDuration()) {
     monitor_ = std::thread([this] { MonitorLoop(); });
@@ -127,11 +166,9 @@ void ShardcastServiceImpl::MonitorLoop() {
 
 int ShardcastServiceImpl::CheckStalls() {
   if (options_.stall_warn <= absl::ZeroDuration()) return 0;
-  JobRegistry* jobs = registry();
-  if (jobs == nullptr) return 0;
   const absl::Time now = absl::Now();
   int flagged = 0;
-  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+  for (const std::shared_ptr<Job>& job : jobs_.Jobs()) {
     const int64_t n = job->batches_per_epoch();
     for (const RankProgress& rank : job->UpdateStalls(options_.stall_warn, now)) {
       ++flagged;
@@ -148,16 +185,17 @@ int ShardcastServiceImpl::CheckStalls() {
   return flagged;
 }
 
-std::string ShardcastServiceImpl::index_state() const {
-  absl::MutexLock lock(&mu_);
-  switch (state_) {
-    case State::kIndexing:
+std::string ShardcastServiceImpl::IndexState(DatasetRegistry::State dataset) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return "draining";
+  }
+  switch (dataset) {
+    case DatasetRegistry::State::kIndexing:
       return "indexing";
-    case State::kServing:
+    case DatasetRegistry::State::kServing:
       return "serving";
-    case State::kDraining:
-      return "draining";
-    case State::kFailed:
+    case DatasetRegistry::State::kFailed:
       return "failed";
   }
   return "unknown";
@@ -165,11 +203,9 @@ std::string ShardcastServiceImpl::index_state() const {
 
 int ShardcastServiceImpl::ReclaimIdleStreams() {
   if (options_.stream_idle_timeout <= absl::ZeroDuration()) return 0;
-  JobRegistry* jobs = registry();
-  if (jobs == nullptr) return 0;
   const absl::Time now = absl::Now();
   int reclaimed = 0;
-  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+  for (const std::shared_ptr<Job>& job : jobs_.Jobs()) {
     for (const std::shared_ptr<StreamControl>& control : job->OpenStreams()) {
       std::optional<absl::Duration> waiting = control->WriteWaiting(now);
       if (!waiting.has_value() || *waiting < options_.stream_idle_timeout) continue;
@@ -186,10 +222,8 @@ int ShardcastServiceImpl::ReclaimIdleStreams() {
 }
 
 int ShardcastServiceImpl::ShrinkWindows() {
-  JobRegistry* jobs = registry();
-  if (jobs == nullptr) return 0;
   int given_back = 0;
-  for (const std::shared_ptr<Job>& job : jobs->Jobs()) {
+  for (const std::shared_ptr<Job>& job : jobs_.Jobs()) {
     for (const std::shared_ptr<BatchWindow>& window : job->OpenWindows()) {
       given_back += window->Shrink();
     }
@@ -240,36 +274,45 @@ absl::StatusOr<std::shared_ptr<StreamMemory>> ShardcastServiceImpl::AdmitStream(
   return memory;
 }
 
-absl::Status ShardcastServiceImpl::LoadDataset() {
+absl::Status ShardcastServiceImpl::LoadDatasets(
+    const std::function<void(const std::string&)>& on_ready) {
+  if (!options_error_.ok()) return options_error_;
+  for (const DatasetRegistry::Entry& entry : datasets_.Entries()) {
+    if (entry.state != DatasetRegistry::State::kIndexing) continue;
+    if (absl::Status s = LoadDataset(entry.spec); !s.ok()) return s;
+    if (on_ready) on_ready(entry.spec.name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   IndexOptions index_options;
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
   index_options.cancelled = &stop_indexing_;
   const absl::Time start = absl::Now();
-  LogInfo("index", absl::StrCat("indexing ", options_.shards_dir));
+  const std::string what = absl::StrCat("dataset '", spec.name, "' (", spec.dir, ")");
+  LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset = ServedDataset::Load(
-      options_.shards_dir, index_options, static_cast<size_t>(options_.gzip_index_memory_bytes));
+      spec.dir, index_options, static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
     if (absl::IsCancelled(dataset.status())) {
-      LogInfo("index", "indexing stopped: the server is shutting down");
+      LogInfo("index", absl::StrCat("indexing ", what, " stopped: the server is shutting down"));
     } else {
-      LogError("index", absl::StrCat("cannot index ", options_.shards_dir, ": ",
-                                     dataset.status().ToString()));
+      LogError("index", absl::StrCat("cannot index ", what, ": ", dataset.status().ToString()));
     }
-    absl::MutexLock lock(&mu_);
-    state_ = State::kFailed;
-    load_error_ = dataset.status();
-    return dataset.status();
+    datasets_.Fail(spec.name, dataset.status());
+    return absl::Status(dataset.status().code(),
+                        absl::StrCat(what, ": ", dataset.status().message()));
   }
   const DatasetIndex& index = (*dataset)->index();
-  LogInfo("index",
-          absl::StrFormat("%d shards (%d skipped), %d samples, %d classes, %d samples skipped, "
-                          "fingerprint %s%s (%.2f s)",
-                          index.shards.size(), index.skipped_shards.size(), index.num_samples,
-                          index.num_classes, index.skipped.size(), index.fingerprint,
-                          index.loaded_from_cache ? ", from cache" : "",
-                          absl::ToDoubleSeconds(absl::Now() - start)));
+  LogInfo("index", absl::StrFormat("%s: %d shards (%d skipped), %d samples, %d classes, %d samples "
+                                   "skipped, fingerprint %s%s (%.2f s)",
+                                   what, index.shards.size(), index.skipped_shards.size(),
+                                   index.num_samples, index.num_classes, index.skipped.size(),
+                                   index.fingerprint, index.loaded_from_cache ? ", from cache" : "",
+                                   absl::ToDoubleSeconds(absl::Now() - start)));
   for (const std::string& warning : index.warnings) LogWarning("index", warning);
   size_t shown = 0;
   for (const SkippedSample& skipped : index.skipped) {
@@ -280,67 +323,49 @@ absl::Status ShardcastServiceImpl::LoadDataset() {
     LogWarning("index",
                absl::StrCat("skipped ", skipped.shard, " '", skipped.key, "': ", skipped.reason));
   }
-  SetDataset(*std::move(dataset));
+  SetDataset(*std::move(dataset), spec.name);
   return absl::OkStatus();
 }
 
-void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset) {
-  auto serving = std::make_unique<Serving>();
-  serving->dataset = std::move(dataset);
-  serving->assembler =
-      std::make_unique<BatchAssembler>(serving->dataset.get(), pool_.get(), &stats_,
+void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
+                                      const std::string& name) {
+  auto named = std::make_unique<NamedDataset>();
+  named->data = std::move(dataset);
+  named->dir = named->data->index().root;
+  named->assembler =
+      std::make_unique<BatchAssembler>(named->data.get(), pool_.get(), &stats_,
                                        DecodeLimits{&decode_budget_, options_.max_member_bytes});
-  serving->registry = std::make_unique<JobRegistry>(serving->dataset.get(), options_.defaults,
-                                                    JobLimits{options_.max_message_bytes},
-                                                    options_.job_ttl, options_.max_jobs);
-  absl::MutexLock lock(&mu_);
-  serving_ = std::move(serving);
-  if (state_ == State::kIndexing) state_ = State::kServing;
+  datasets_.Publish(name, std::move(named));
 }
 
 void ShardcastServiceImpl::BeginDrain() {
   stop_indexing_.store(true);
   absl::MutexLock lock(&mu_);
-  if (state_ != State::kFailed) state_ = State::kDraining;
+  draining_ = true;
 }
 
 bool ShardcastServiceImpl::serving() const {
-  absl::MutexLock lock(&mu_);
-  return state_ == State::kServing;
-}
-
-BatchAssembler* ShardcastServiceImpl::assembler() const {
-  absl::MutexLock lock(&mu_);
-  return serving_ ? serving_->assembler.get() : nullptr;
-}
-
-JobRegistry* ShardcastServiceImpl::registry() const {
-  absl::MutexLock lock(&mu_);
-  return serving_ ? serving_->registry.get() : nullptr;
-}
-
-absl::StatusOr<const ShardcastServiceImpl::Serving*> ShardcastServiceImpl::Available() const {
-  absl::MutexLock lock(&mu_);
-  switch (state_) {
-    case State::kIndexing:
-      return absl::UnavailableError("indexing shards; retry shortly");
-    case State::kDraining:
-      return absl::UnavailableError("draining: the server is shutting down");
-    case State::kFailed:
-      return absl::FailedPreconditionError(
-          absl::StrCat("the server could not index its shards: ", load_error_.message()));
-    case State::kServing:
-      break;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) return false;
   }
-  return serving_.get();
+  return datasets_.AllServing();
+}
+
+absl::Status ShardcastServiceImpl::Available() const {
+  absl::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("draining: the server is shutting down");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
     const v1::RegisterRequest& request) {
-  absl::StatusOr<const Serving*> serving = Available();
-  if (!serving.ok()) return serving.status();
-  DropExpiredJobs(*(*serving)->registry);
-  absl::StatusOr<v1::RegisterResponse> response = (*serving)->registry->Register(request);
+  if (absl::Status s = Available(); !s.ok()) return s;
+  absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
+  if (dataset.ok()) DropExpiredJobs();
+  absl::StatusOr<v1::RegisterResponse> response =
+      dataset.ok() ? jobs_.Register(request, *dataset)
+                   : absl::StatusOr<v1::RegisterResponse>(dataset.status());
   if (!response.ok()) {
     LogWarning("register",
                absl::StrCat("refused job '", LogSafe(request.job_id()), "' rank ", request.rank(),
@@ -348,16 +373,17 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
     return response;
   }
   LogInfo("register",
-          absl::StrFormat("job '%s' rank %d/%d: batch %d, crop %d, split %s, n=%d, job %s",
+          absl::StrFormat("job '%s' rank %d/%d: dataset '%s', batch %d, crop %d, split %s, "
+                          "n=%d, job %s",
                           LogSafe(request.job_id()), request.rank(), request.world_size(),
-                          response->batch_size(), response->transform().crop(),
+                          response->dataset(), response->batch_size(), response->transform().crop(),
                           response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
                           response->batches_per_epoch(), response->job_fingerprint()));
   return response;
 }
 
-void ShardcastServiceImpl::DropExpiredJobs(JobRegistry& registry) const {
-  for (const std::string& id : registry.DropExpired(absl::Now())) {
+void ShardcastServiceImpl::DropExpiredJobs() const {
+  for (const std::string& id : jobs_.DropExpired(absl::Now())) {
     LogInfo("register", absl::StrCat("dropped job '", LogSafe(id), "': no stream open for ",
                                      absl::FormatDuration(options_.job_ttl), " (--job-ttl)"));
   }
@@ -376,9 +402,12 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::OpenStream(
 
 absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream(
     const v1::StreamBatchesRequest& request) {
-  absl::StatusOr<const Serving*> serving = Available();
-  if (!serving.ok()) return serving.status();
-  std::shared_ptr<Job> job = (*serving)->registry->Find(request.job_id());
+  if (absl::Status s = Available(); !s.ok()) return s;
+  std::shared_ptr<Job> job = jobs_.Find(request.job_id());
+  if (job == nullptr && !datasets_.AllServing()) {
+    // A restarted server still indexing: the client retries, then registers again.
+    return absl::UnavailableError("indexing datasets; retry shortly");
+  }
   if (job == nullptr) {
     return absl::NotFoundError(absl::StrCat("job '", LogSafe(request.job_id()),
                                             "' is not registered (call Register first)"));
@@ -409,20 +438,33 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
                                                       LogSafe(job->id()),
                                                       "' has not registered (call Register)"));
   }
-  const int64_t n = job->batches_per_epoch();
   if (request.epoch() < 0) {
     return absl::OutOfRangeError(absl::StrCat("epoch: must be >= 0, got ", request.epoch()));
   }
-  if (request.start_batch() < 0 || request.start_batch() > n) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "start_batch: must be in [0, ", n, "] (batches per epoch), got ", request.start_batch()));
+  // Batches of this epoch: n, or fewer for an elastic resume from a sample offset.
+  absl::StatusOr<int64_t> n = job->batches_per_epoch();
+  if (request.sample_offset() != 0) {
+    n = BatchesFromOffset(job->dataset().data->index().num_samples, job->config().plan,
+                          request.sample_offset());
+    if (!n.ok()) {
+      return absl::Status(n.status().code(), absl::StrCat("sample_offset: ", n.status().message()));
+    }
+  }
+  if (request.start_batch() < 0 || request.start_batch() > *n) {
+    return absl::OutOfRangeError(absl::StrCat("start_batch: must be in [0, ", *n,
+                                              "] (batches of this epoch), got ",
+                                              request.start_batch()));
   }
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(request.epoch());
   if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::unique_ptr<RankBatchIterator>> batches =
+      (*plan)->IterateFrom(request.rank(), request.start_batch(), request.sample_offset());
+  if (!batches.ok()) return batches.status();
 
-  std::string description =
-      absl::StrCat("job '", LogSafe(job->id()), "' rank ", request.rank(), " epoch ",
-                   request.epoch(), " batches [", request.start_batch(), ", ", n, ")");
+  std::string description = absl::StrCat(
+      "job '", LogSafe(job->id()), "' rank ", request.rank(), " epoch ", request.epoch(),
+      request.sample_offset() != 0 ? absl::StrCat(" from sample ", request.sample_offset()) : "",
+      " batches [", request.start_batch(), ", ", *n, ")");
   // One open stream per (job, rank): a reconnect replaces the stream the rank left
   // behind, whose client is gone or no longer reading; ended first, so its memory can
   // go to the new one.
@@ -447,13 +489,12 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
 
   BatchWindow::Options window_options;
   window_options.depth = std::max(1, options_.prefetch);
-  window_options.count = n - request.start_batch();
+  window_options.count = *n - request.start_batch();
   window_options.transform = transform;
   window_options.resend_first_batch = options_.bench_only_resend_first_batch;
   window_options.memory = *std::move(memory);
   std::shared_ptr<BatchWindow> window =
-      BatchWindow::Create((*serving)->assembler.get(),
-                          (*plan)->Iterate(request.rank(), request.start_batch()), window_options);
+      BatchWindow::Create(job->dataset().assembler.get(), *std::move(batches), window_options);
   auto control = std::make_shared<StreamControl>(description);
   Job::Opened opened =
       job->OpenStream(request.rank(), request.epoch(), request.start_batch(), window, control);
@@ -471,14 +512,18 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
   MetricsSnapshot snapshot;
   snapshot.status = GetStatus();
   snapshot.decode_time = stats_.decode_time.Read();
-  // One dataset today; a server that serves several lists each under its own name.
-  DatasetMetrics dataset;
-  dataset.name = "default";
-  dataset.state = snapshot.status.index_state();
-  dataset.shards = snapshot.status.num_shards();
-  dataset.samples = snapshot.status.num_samples();
-  dataset.skipped_samples = snapshot.status.skipped_samples();
-  snapshot.datasets.push_back(std::move(dataset));
+  for (const DatasetRegistry::Entry& entry : datasets_.Entries()) {
+    DatasetMetrics dataset;
+    dataset.name = entry.spec.name;
+    dataset.state = IndexState(entry.state);
+    if (entry.data != nullptr) {
+      const DatasetIndex& index = entry.data->data->index();
+      dataset.shards = static_cast<int64_t>(index.shards.size());
+      dataset.samples = index.num_samples;
+      dataset.skipped_samples = static_cast<int64_t>(index.skipped.size());
+    }
+    snapshot.datasets.push_back(std::move(dataset));
+  }
   return snapshot;
 }
 
@@ -487,40 +532,49 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   const absl::Time now = absl::Now();
   response.set_version(kServerVersion);
   response.set_uptime_seconds(absl::ToDoubleSeconds(now - stats_.start_time));
-  response.set_shards_dir(EscapeToUtf8(options_.shards_dir));
-  const Serving* serving = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    response.set_serving(state_ == State::kServing);
-    serving = serving_.get();
+    response.set_serving(!draining_);
   }
-  response.set_index_state(index_state());
+  bool all_serving = true;
+  const std::vector<DatasetRegistry::Entry> entries = datasets_.Entries();
+  std::string primary = entries.empty() ? "" : entries.front().spec.name;
+  for (const DatasetRegistry::Entry& entry : entries) {
+    if (entry.spec.name == kDefaultDatasetName) primary = entry.spec.name;
+  }
+  for (const DatasetRegistry::Entry& entry : entries) {
+    all_serving &= entry.state == DatasetRegistry::State::kServing;
+    v1::DatasetStatus* dataset = response.add_datasets();
+    dataset->set_name(entry.spec.name);
+    // Operator-given paths and index errors need not be UTF-8; proto3 strings must be.
+    dataset->set_dir(EscapeToUtf8(entry.spec.dir));
+    dataset->set_state(ToProto(entry.state));
+    if (!entry.error.ok()) dataset->set_error(EscapeToUtf8(entry.error.message()));
+    if (entry.data != nullptr) {
+      const DatasetIndex& index = entry.data->data->index();
+      dataset->set_num_shards(static_cast<int32_t>(index.shards.size()));
+      dataset->set_num_samples(index.num_samples);
+      dataset->set_num_classes(index.num_classes);
+      dataset->set_index_fingerprint(index.fingerprint);
+      dataset->set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+    }
+    // The single-dataset fields describe "default", else the first dataset.
+    if (entry.spec.name == primary) {
+      response.set_shards_dir(dataset->dir());
+      response.set_num_shards(dataset->num_shards());
+      response.set_num_samples(dataset->num_samples());
+      response.set_num_classes(dataset->num_classes());
+      response.set_index_fingerprint(dataset->index_fingerprint());
+      response.set_skipped_samples(dataset->skipped_samples());
+      response.set_index_state(IndexState(entry.state));
+      if (entry.data != nullptr) AddShardProblems(*entry.data->data, &response);
+    }
+  }
+  response.set_serving(response.serving() && all_serving && response.datasets_size() > 0);
   int32_t total_stalled = 0;
-  if (serving != nullptr) {
-    const DatasetIndex& index = serving->dataset->index();
-    response.set_num_shards(static_cast<int32_t>(index.shards.size()));
-    response.set_num_samples(index.num_samples);
-    response.set_index_fingerprint(index.fingerprint);
-    response.set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
-    response.set_num_classes(index.num_classes);
-    response.set_max_listed_shard_problems(kMaxListedShardProblems);
-    response.set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
-    for (const SkippedShard& skipped : index.skipped_shards) {
-      if (response.skipped_shards_size() >= kMaxListedShardProblems) break;
-      v1::ShardProblem* problem = response.add_skipped_shards();
-      problem->set_path(LogSafe(skipped.path, kMaxShardNameBytes));
-      problem->set_reason(LogSafe(skipped.reason, kMaxShardReasonBytes));
-    }
-    const std::vector<ChangedShard> changed = serving->dataset->reader().ChangedShards();
-    response.set_total_changed_shards(static_cast<int32_t>(changed.size()));
-    for (const ChangedShard& shard : changed) {
-      if (response.changed_shards_size() >= kMaxListedShardProblems) break;
-      v1::ShardProblem* problem = response.add_changed_shards();
-      problem->set_path(LogSafe(shard.path, kMaxShardNameBytes));
-      problem->set_reason(LogSafe(shard.change, kMaxShardReasonBytes));
-    }
-    DropExpiredJobs(*serving->registry);
-    const std::vector<std::shared_ptr<Job>> jobs = serving->registry->Jobs();
+  {
+    DropExpiredJobs();
+    const std::vector<std::shared_ptr<Job>> jobs = jobs_.Jobs();
     response.set_total_jobs(static_cast<int32_t>(jobs.size()));
     response.set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
     for (const std::shared_ptr<Job>& job : jobs) {
@@ -532,6 +586,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       job_status->set_batches_per_epoch(job->batches_per_epoch());
       job_status->set_job_fingerprint(job->job_fingerprint());
       job_status->set_split(ToProto(job->config().plan.split));
+      job_status->set_dataset(job->dataset().name);
       const std::vector<RankProgress> ranks = job->Progress();
       const int64_t n = job->batches_per_epoch();
       int64_t most_advanced = 0;

@@ -17,6 +17,7 @@
 #include "server/batch_assembler.h"
 #include "server/batch_memory.h"
 #include "server/batch_window.h"
+#include "server/dataset_registry.h"
 #include "server/decode_budget.h"
 #include "server/decode_pool.h"
 #include "server/job_registry.h"
@@ -80,22 +81,26 @@ class StreamSession {
 
 class ShardcastServiceImpl {
  public:
-  // Starts the decode pool. The dataset comes later (LoadDataset/SetDataset):
-  // until then every request is UNAVAILABLE ("indexing").
+  // Starts the decode pool. The datasets come later (LoadDatasets/SetDataset):
+  // until one is loaded, requests for it are UNAVAILABLE ("indexing").
   explicit ShardcastServiceImpl(const ServerOptions& options);
   ~ShardcastServiceImpl();
   ShardcastServiceImpl(const ShardcastServiceImpl&) = delete;
   ShardcastServiceImpl& operator=(const ShardcastServiceImpl&) = delete;
 
-  // Builds (or loads from cache) the index of options.shards_dir and starts serving
-  // it. Called once. On error the service stays unavailable and keeps the error.
-  absl::Status LoadDataset() ABSL_LOCKS_EXCLUDED(mu_);
-  // Same with a dataset made elsewhere.
-  void SetDataset(std::unique_ptr<ServedDataset> dataset) ABSL_LOCKS_EXCLUDED(mu_);
+  // Builds (or loads from cache) the index of every dataset of the options
+  // (DatasetsToServe), one after the other, serving each as soon as it is ready and
+  // calling `on_ready(name)` then. Called once. Stops at the first dataset that
+  // cannot be indexed: it is reported FAILED, and the error names it.
+  absl::Status LoadDatasets(const std::function<void(const std::string&)>& on_ready = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Serves a dataset made elsewhere (tests, benchmarks) as `name`.
+  void SetDataset(std::unique_ptr<ServedDataset> dataset,
+                  const std::string& name = kDefaultDatasetName) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refuses new registrations and streams (UNAVAILABLE "draining"); open streams go on.
   void BeginDrain();
-  // True once the dataset is loaded and until BeginDrain().
+  // True once every dataset is loaded and until BeginDrain().
   bool serving() const;
 
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
@@ -121,8 +126,9 @@ class ShardcastServiceImpl {
   // Flags the ranks stalled for --stall-warn (stall_watch.h) and logs each new one
   // once; returns how many were newly flagged. The monitor thread calls it.
   int CheckStalls() ABSL_LOCKS_EXCLUDED(mu_);
-  // "indexing", "serving", "draining" or "failed".
-  std::string index_state() const ABSL_LOCKS_EXCLUDED(mu_);
+  // "draining" after BeginDrain, else the state of `dataset`: "indexing", "serving" or
+  // "failed".
+  std::string IndexState(DatasetRegistry::State dataset) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // GetStatus lists at most this many jobs, and ranks per job.
   static constexpr int kMaxListedJobs = 100;
@@ -138,19 +144,11 @@ class ShardcastServiceImpl {
   const DecodeBudget& decode_budget() const { return decode_budget_; }
   ServerStats& stats() { return stats_; }
   DecodePool& pool() { return *pool_; }
-  // nullptr until the dataset is loaded.
-  BatchAssembler* assembler() const;
-  JobRegistry* registry() const;
+  const DatasetRegistry& datasets() const { return datasets_; }
+  JobRegistry& registry() { return jobs_; }
 
  private:
   friend class StreamSession;
-  enum class State { kIndexing, kServing, kDraining, kFailed };
-  // The dataset and what depends on it; immutable once published.
-  struct Serving {
-    std::unique_ptr<ServedDataset> dataset;
-    std::unique_ptr<BatchAssembler> assembler;
-    std::unique_ptr<JobRegistry> registry;
-  };
   // OpenStream without the log line for a refusal.
   absl::StatusOr<std::unique_ptr<StreamSession>> StartStream(
       const shardcast::v1::StreamBatchesRequest& request);
@@ -165,9 +163,11 @@ class ShardcastServiceImpl {
   int ShrinkWindows() ABSL_LOCKS_EXCLUDED(mu_);
   void MonitorLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
-  void DropExpiredJobs(JobRegistry& registry) const;
-  // Serving state if requests may be served, or UNAVAILABLE/FAILED_PRECONDITION.
-  absl::StatusOr<const Serving*> Available() const ABSL_LOCKS_EXCLUDED(mu_);
+  void DropExpiredJobs() const;
+  // UNAVAILABLE while draining.
+  absl::Status Available() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Indexes one dataset and publishes it.
+  absl::Status LoadDataset(const DatasetSpec& spec);
 
   const ServerOptions options_;
   ServerStats stats_;
@@ -178,13 +178,18 @@ class ShardcastServiceImpl {
   std::unique_ptr<DecodePool> pool_;
   std::atomic<int64_t> open_streams_{0};
 
+  // Datasets by name; a spec error (DatasetsToServe) is kept in options_error_ and
+  // returned by LoadDatasets.
+  absl::Status options_error_;
+  DatasetRegistry datasets_;
+  // Jobs of all datasets. Declared after datasets_: jobs refer to their dataset.
+  mutable JobRegistry jobs_;
+
   mutable absl::Mutex mu_;
-  State state_ ABSL_GUARDED_BY(mu_) = State::kIndexing;
-  absl::Status load_error_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // Set by BeginDrain: a scan still running stops within one tar member, so SIGTERM
   // during a long indexing exits promptly.
   std::atomic<bool> stop_indexing_{false};
-  std::unique_ptr<Serving> serving_ ABSL_GUARDED_BY(mu_);  // set once, never replaced
 
   // Runs ReclaimIdleStreams and CheckStalls every quarter of the shorter of
   // --stream-idle-timeout and --stall-warn (when either is set).

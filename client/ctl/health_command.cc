@@ -14,11 +14,14 @@ namespace shardcast::ctl {
 namespace {
 
 constexpr char kHelp[] =
-    "usage: shardcast-ctl health --server ADDR [--service NAME] [--rpc-timeout DURATION]\n"
+    "usage: shardcast-ctl health --server ADDR [--service NAME | --dataset NAME]\n"
+    "                             [--rpc-timeout DURATION]\n"
     "\n"
     "Calls grpc.health.v1.Health/Check on the server and prints the answer:\n"
     "SERVING, NOT_SERVING (e.g. while indexing or draining), UNKNOWN,\n"
-    "SERVICE_UNKNOWN (no such --service), or 'unreachable: ' and the gRPC error.\n"
+    "SERVICE_UNKNOWN (no such --service or --dataset), or 'unreachable: ' and the\n"
+    "gRPC error. The server is SERVING once every dataset is indexed; --dataset\n"
+    "asks about one (service shardcast.v1.Shardcast/NAME), SERVING as soon as it is.\n"
     "\n"
     "flags:\n";
 
@@ -41,11 +44,24 @@ int RunHealth(const std::vector<std::string>& args) {
                 "ask about one service, e.g. shardcast.v1.Shardcast",
                 "\"\": the server"},
                &service, /*allow_empty=*/true);
+  std::string dataset;
+  flags.String({{"--dataset"},
+                "NAME",
+                "ask whether the server's dataset NAME (its --dataset NAME=DIR, or \"default\"\n"
+                "for --shards) is indexed and served"},
+               &dataset);
   if (std::optional<int> done =
           ParseServerCommandFlags("health", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
   const std::string& server = common.server;
+  if (!dataset.empty()) {
+    if (flags.Given("--service")) {
+      std::fprintf(stderr, "shardcast-ctl health: give --service or --dataset, not both\n");
+      return kExitUsage;
+    }
+    service = "shardcast.v1.Shardcast/" + dataset;
+  }
 
   auto stub = grpc::health::v1::Health::NewStub(ServerChannel(common));
   grpc::ClientContext context;

@@ -130,6 +130,38 @@ void AppendShardProblems(
     absl::StrAppend(out, "  ", shard.path(), ": ", shard.reason(), "\n");
 }
 
+std::string DatasetStateName(shardcast::v1::DatasetStatus::State state) {
+  switch (state) {
+    case shardcast::v1::DatasetStatus::INDEXING:
+      return "indexing";
+    case shardcast::v1::DatasetStatus::SERVING:
+      return "serving";
+    case shardcast::v1::DatasetStatus::FAILED:
+      return "FAILED";
+    default:
+      return "?";
+  }
+}
+
+// The datasets table (servers before named datasets send none: nothing is added).
+void AppendDatasets(const shardcast::v1::GetStatusResponse& st, std::string* out) {
+  if (st.datasets().empty()) return;
+  absl::StrAppend(out, "\ndatasets (", st.datasets_size(), "):\n");
+  TextTable table({"DATASET", "STATE", "SHARDS", "SAMPLES", "CLASSES", "SKIPPED", "DIR"},
+                  {false, false, true, true, true, true, false});
+  for (const auto& d : st.datasets()) {
+    const bool indexed = d.state() == shardcast::v1::DatasetStatus::SERVING;
+    auto number = [indexed](int64_t v) { return indexed ? absl::StrCat(v) : std::string("-"); };
+    table.AddRow({d.name(), DatasetStateName(d.state()), number(d.num_shards()),
+                  number(d.num_samples()), number(d.num_classes()), number(d.skipped_samples()),
+                  d.dir()});
+  }
+  *out += table.Render("  ");
+  for (const auto& d : st.datasets()) {
+    if (!d.error().empty()) absl::StrAppend(out, "  ", d.name(), ": ", d.error(), "\n");
+  }
+}
+
 }  // namespace
 
 std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
@@ -207,6 +239,7 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                       st.max_listed_shard_problems(), &out);
   AppendShardProblems("changed since indexing", st.changed_shards(), st.total_changed_shards(),
                       st.max_listed_shard_problems(), &out);
+  AppendDatasets(st, &out);
 
   out += "\n";
   if (st.jobs().empty()) {
@@ -219,10 +252,11 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   } else {
     absl::StrAppend(&out, "jobs (", st.jobs_size(), "):\n");
   }
-  TextTable jobs({"JOB", "WORLD", "BATCH", "N", "SPLIT", "FINGERPRINT"},
-                 {false, true, true, true, false, false});
+  TextTable jobs({"JOB", "DATASET", "WORLD", "BATCH", "N", "SPLIT", "FINGERPRINT"},
+                 {false, false, true, true, true, false, false});
   for (const auto& job : st.jobs()) {
-    jobs.AddRow({job.job_id(), absl::StrCat(job.world_size()), absl::StrCat(job.batch_size()),
+    jobs.AddRow({job.job_id(), job.dataset().empty() ? "-" : job.dataset(),
+                 absl::StrCat(job.world_size()), absl::StrCat(job.batch_size()),
                  absl::StrCat(job.batches_per_epoch()), SplitName(job.split()),
                  job.job_fingerprint()});
   }

@@ -19,6 +19,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
+#include "common/epoch_plan.h"
+#include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::client {
@@ -168,12 +170,30 @@ class RankStream::Impl {
     return reconnects_;
   }
 
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch) {
-    const int64_t n = batches_per_epoch();
+  int64_t batches_in_epoch() const {
+    absl::MutexLock lock(&mu_);
+    return epoch_batches_;
+  }
+
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+    int64_t n = batches_per_epoch();
+    if (sample_offset != 0) {
+      absl::StatusOr<JobConfig> config = ResponseConfig(registration_);
+      if (!config.ok()) return config.status();
+      config->plan.world_size = options_.job.world_size();
+      absl::StatusOr<int64_t> left =
+          BatchesFromOffset(registration_.num_samples(), config->plan, sample_offset);
+      if (!left.ok()) {
+        return absl::Status(left.status().code(),
+                            absl::StrFormat("job '%s' epoch %d: %s", options_.job.job_id(), epoch,
+                                            left.status().message()));
+      }
+      n = *left;
+    }
     if (epoch < 0 || start_batch < 0 || start_batch > n) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "StartEpoch(epoch=%d, start_batch=%d): need epoch >= 0 and 0 <= start_batch <= %d "
-          "(batches per epoch of job '%s')",
+          "(batches of this epoch of job '%s')",
           epoch, start_batch, n, options_.job.job_id()));
     }
     StopPrefetch();
@@ -183,11 +203,14 @@ class RankStream::Impl {
       stop_ = false;
       started_ = true;
       epoch_ = epoch;
+      epoch_batches_ = n;
       handed_out_ = start_batch;
       producer_done_ = start_batch == n;
     }
     if (start_batch < n) {
-      thread_ = std::thread([this, epoch, start_batch] { PrefetchLoop(epoch, start_batch); });
+      thread_ = std::thread([this, epoch, start_batch, n, sample_offset] {
+        PrefetchLoop(epoch, start_batch, n, sample_offset);
+      });
       if (stream_timeout() > absl::ZeroDuration()) watchdog_ = std::thread([this] { Watchdog(); });
     }
     return absl::OkStatus();
@@ -202,7 +225,7 @@ class RankStream::Impl {
       if (!started_) {
         return absl::FailedPreconditionError("Next() before StartEpoch()");
       }
-      if (handed_out_ >= batches_per_epoch()) return std::optional<ReceivedBatch>();
+      if (handed_out_ >= epoch_batches_) return std::optional<ReceivedBatch>();
       if (!sticky_error_.ok()) return sticky_error_;
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return !queue_.empty() || producer_done_;
@@ -213,7 +236,7 @@ class RankStream::Impl {
         // was told to stop, which only StartEpoch/destructor do.
         return absl::InternalError(absl::StrFormat(
             "epoch %d of job '%s': prefetch ended at batch %d of %d without an error", epoch_,
-            options_.job.job_id(), handed_out_, batches_per_epoch()));
+            options_.job.job_id(), handed_out_, epoch_batches_));
       }
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -384,17 +407,17 @@ class RankStream::Impl {
     return absl::OkStatus();
   }
 
-  // The prefetch thread: streams batches start..n-1 of `epoch` into queue_, resuming
-  // after a broken stream at the first batch not yet received.
-  void PrefetchLoop(int64_t epoch, int64_t start_batch) {
-    const int64_t n = batches_per_epoch();
+  // The prefetch thread: streams batches start..n-1 of `epoch` (dealt from
+  // `sample_offset`) into queue_, resuming after a broken stream at the first batch not
+  // yet received.
+  void PrefetchLoop(int64_t epoch, int64_t start_batch, int64_t n, int64_t sample_offset) {
     int64_t next = start_batch;  // first batch not yet received
     absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
     std::optional<absl::Time> failing_since;  // start of the current run of failures
     // When the watchdog first cut a stream that delivered nothing, since the last batch:
     // reconnecting then gets one more stream timeout to bring a batch.
     std::optional<absl::Time> stalled_since;
-    bool need_register = false;    // the server may have forgotten the job
+    bool need_register = false;  // the server may have forgotten the job
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
     bool registered_here = false;  // a Register succeeded since the last batch
     std::string last_error;
@@ -452,6 +475,7 @@ class RankStream::Impl {
         request.set_rank(options_.job.rank());
         request.set_epoch(epoch);
         request.set_start_batch(next);
+        request.set_sample_offset(sample_offset);
         request.set_job_fingerprint(registration_.job_fingerprint());
         WatchRead(read_deadline());  // the first batch counts from the request
         std::unique_ptr<grpc::ClientReader<v1::Batch>> reader =
@@ -592,6 +616,8 @@ class RankStream::Impl {
   bool producer_done_ ABSL_GUARDED_BY(mu_) = true;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches of epoch_ (n, or fewer when dealt from a sample offset).
+  int64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
   // Batches of epoch_ handed out by Next (counting the skipped start_batch ones).
   int64_t handed_out_ ABSL_GUARDED_BY(mu_) = 0;
   // The error Next returned; returned again until the next StartEpoch.
@@ -621,9 +647,11 @@ const shardcast::v1::RegisterResponse& RankStream::registration() const {
 }
 int64_t RankStream::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 
-absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch) {
-  return impl_->StartEpoch(epoch, start_batch);
+absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+  return impl_->StartEpoch(epoch, start_batch, sample_offset);
 }
+
+int64_t RankStream::batches_in_epoch() const { return impl_->batches_in_epoch(); }
 
 absl::StatusOr<std::optional<ReceivedBatch>> RankStream::Next() { return impl_->Next(); }
 

@@ -78,9 +78,14 @@ class RankStream {
   int64_t batches_per_epoch() const;
 
   // Starts streaming `epoch` from `start_batch` (cancels any stream in progress).
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0);
+  // `sample_offset` > 0: an elastic resume, the epoch dealt from that global position
+  // (StreamBatchesRequest.sample_offset; split sample only), which has
+  // batches_in_epoch() batches; start_batch counts from there.
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0);
+  // Batches of the epoch last started: batches_per_epoch(), or fewer from an offset.
+  int64_t batches_in_epoch() const;
 
-  // Next batch of the current epoch, or std::nullopt once batches_per_epoch()
+  // Next batch of the current epoch, or std::nullopt once batches_in_epoch()
   // batches have been handed out. An error (returned again on later calls until the
   // next StartEpoch) means the server stayed unreachable past the reconnect
   // deadline, answered with a status a reconnect cannot fix, changed the job, or

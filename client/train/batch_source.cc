@@ -23,6 +23,11 @@ class ServerBatchSource : public BatchSource {
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch) override {
     return stream_->StartEpoch(epoch, start_batch);
   }
+  absl::StatusOr<int64_t> StartEpochFrom(int64_t epoch, int64_t start_batch,
+                                         int64_t sample_offset) override {
+    if (absl::Status s = stream_->StartEpoch(epoch, start_batch, sample_offset); !s.ok()) return s;
+    return stream_->batches_in_epoch();
+  }
   absl::StatusOr<std::optional<TrainingBatch>> Next() override { return stream_->Next(); }
 
  private:
@@ -73,6 +78,17 @@ class SyntheticBatchSource : public BatchSource {
 uint64_t Mix(uint64_t x) { return SplitMix64(x).Next(); }
 
 }  // namespace
+
+absl::StatusOr<int64_t> BatchSource::StartEpochFrom(int64_t epoch, int64_t start_batch,
+                                                    int64_t sample_offset) {
+  if (sample_offset != 0) {
+    return absl::UnimplementedError(absl::StrCat(Describe(),
+                                                 ": cannot resume an epoch from a sample offset "
+                                                 "(another world size or batch size)"));
+  }
+  if (absl::Status s = StartEpoch(epoch, start_batch); !s.ok()) return s;
+  return batches_per_epoch();
+}
 
 std::unique_ptr<BatchSource> MakeServerBatchSource(std::unique_ptr<BatchStream> stream) {
   return std::make_unique<ServerBatchSource>(std::move(stream));

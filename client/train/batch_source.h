@@ -24,6 +24,12 @@ class BatchSource {
   virtual std::string fingerprint() const = 0;
   virtual std::string Describe() const = 0;
   virtual absl::Status StartEpoch(int64_t epoch, int64_t start_batch) = 0;
+  // Elastic resume: `epoch` dealt from global sample position `sample_offset` over this
+  // run's ranks (StreamBatchesRequest.sample_offset; split sample), from `start_batch`
+  // of that deal. Returns the epoch's batch count (batches_per_epoch() for offset 0).
+  // This default serves offset 0 only; the server source serves any.
+  virtual absl::StatusOr<int64_t> StartEpochFrom(int64_t epoch, int64_t start_batch,
+                                                 int64_t sample_offset);
   // The next batch of the epoch, nullopt after batches_per_epoch() of them.
   virtual absl::StatusOr<std::optional<TrainingBatch>> Next() = 0;
 };

@@ -46,6 +46,9 @@ absl::Status SaveCheckpoint(const std::string& path, TrainableModel& model,
     archive.write("meta.world_size", c10::IValue(position.world_size));
     archive.write("meta.batch_size", c10::IValue(position.batch_size));
     archive.write("meta.fingerprint", c10::IValue(position.fingerprint));
+    archive.write("meta.sample_offset", c10::IValue(position.sample_offset));
+    // For readers of the file: what a resume on other ranks continues from.
+    archive.write("meta.samples_consumed", c10::IValue(position.SamplesConsumed()));
     archive.save_to(bytes);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("writing checkpoint ", path, ": ", e.what()));
@@ -54,9 +57,13 @@ absl::Status SaveCheckpoint(const std::string& path, TrainableModel& model,
   return WriteFileAtomically(path, data.data(), data.size());
 }
 
-absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, TrainableModel& model,
-                                                  torch::optim::Optimizer& optimizer,
-                                                  torch::Device device) {
+namespace {
+
+// LoadCheckpoint, with the optimizer left alone when `optimizer` is null.
+absl::StatusOr<CheckpointPosition> LoadCheckpointInto(const std::string& path,
+                                                      TrainableModel& model,
+                                                      torch::optim::Optimizer* optimizer,
+                                                      torch::Device device) {
   torch::serialize::InputArchive archive;
   try {
     archive.load_from(path, device);
@@ -84,6 +91,8 @@ absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, Train
     position.batch_size = v.toInt();
     archive.read("meta.fingerprint", v);
     position.fingerprint = v.toStringRef();
+    // Absent from checkpoints written before elastic resume: their epochs began at 0.
+    if (archive.try_read("meta.sample_offset", v)) position.sample_offset = v.toInt();
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": missing or bad meta.* entry: ",
                                             std::string(e.what()).substr(0, 300)));
@@ -112,16 +121,31 @@ absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, Train
   };
   if (absl::Status s = restore(model.NamedParameters(), false); !s.ok()) return s;
   if (absl::Status s = restore(model.NamedBuffers(), true); !s.ok()) return s;
+  if (optimizer == nullptr) return position;
   try {
     torch::serialize::InputArchive optimizer_archive;
     archive.read("optimizer", optimizer_archive);
-    optimizer.load(optimizer_archive);
+    optimizer->load(optimizer_archive);
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", path, ": optimizer state does not fit this optimizer (",
                      std::string(e.what()).substr(0, 300), ")"));
   }
   return position;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, TrainableModel& model,
+                                                  torch::optim::Optimizer& optimizer,
+                                                  torch::Device device) {
+  return LoadCheckpointInto(path, model, &optimizer, device);
+}
+
+absl::StatusOr<CheckpointPosition> LoadCheckpointModel(const std::string& path,
+                                                       TrainableModel& model,
+                                                       torch::Device device) {
+  return LoadCheckpointInto(path, model, nullptr, device);
 }
 
 absl::StatusOr<std::string> SaveCheckpointInDir(const std::string& dir, int keep,

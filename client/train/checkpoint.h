@@ -21,6 +21,12 @@ struct CheckpointPosition {
   int64_t world_size = 1;
   int64_t batch_size = 0;
   std::string fingerprint;  // the batch source's job fingerprint
+  // Global position `epoch` was dealt from (an elastic resume; 0 = its start).
+  int64_t sample_offset = 0;
+
+  // Samples of `epoch` consumed by all ranks together (split sample): where a resume
+  // with another world size or batch size continues the epoch from.
+  int64_t SamplesConsumed() const { return sample_offset + next_batch * world_size * batch_size; }
 };
 
 // File format: a torch::serialize archive (torch::save/torch::load's format) holding
@@ -34,6 +40,10 @@ absl::Status SaveCheckpoint(const std::string& path, TrainableModel& model,
 absl::StatusOr<CheckpointPosition> LoadCheckpoint(const std::string& path, TrainableModel& model,
                                                   torch::optim::Optimizer& optimizer,
                                                   torch::Device device);
+
+// The model alone (evaluation: no optimizer to restore), and the position.
+absl::StatusOr<CheckpointPosition> LoadCheckpointModel(const std::string& path,
+                                                       TrainableModel& model, torch::Device device);
 
 // "ckpt-e0002-b000150.pt"
 std::string CheckpointFileName(int64_t epoch, int64_t next_batch);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -180,6 +181,29 @@ absl::StatusOr<NamedTensors> LoadStateDict(const std::string& path) {
     return absl::DataLossError(absl::StrCat(path, ": not a state_dict file: ", e.what()));
   }
   return out;
+}
+
+absl::Status LoadWeights(const std::string& path, TrainableModel& model) {
+  absl::StatusOr<NamedTensors> saved = LoadStateDict(path);
+  if (!saved.ok()) return saved.status();
+  std::map<std::string, torch::Tensor> by_name(saved->begin(), saved->end());
+  torch::NoGradGuard no_grad;
+  for (NamedTensors tensors : {model.NamedParameters(), model.NamedBuffers()}) {
+    for (auto& [name, tensor] : tensors) {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--weights ", path, " has no tensor '", name, "' (a different model?)"));
+      }
+      if (it->second.sizes() != tensor.sizes()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--weights ", path, ": '", name, "' has shape ", c10::str(it->second.sizes()),
+            ", the model's is ", c10::str(tensor.sizes()), " (different model or num_classes?)"));
+      }
+      tensor.detach().copy_(it->second);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const char* data, size_t size) {

@@ -53,6 +53,10 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec)
 // Reads a state_dict written by SaveFinal for an nn::Module model (tests, tools).
 absl::StatusOr<NamedTensors> LoadStateDict(const std::string& path);
 
+// Copies a state_dict written by SaveFinal (--save) into `model`'s parameters and
+// buffers, by name. FAILED_PRECONDITION names a missing key or a shape that differs.
+absl::Status LoadWeights(const std::string& path, TrainableModel& model);
+
 // Atomically replaces `path` with `bytes` (write to a temp file, fsync, rename), so a
 // crash never leaves a half-written checkpoint or model behind.
 absl::Status WriteFileAtomically(const std::string& path, const char* data, size_t size);

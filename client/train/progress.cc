@@ -74,6 +74,12 @@ void ProgressBar::Update(int64_t done, double images_per_s, double loss, double 
   }
 }
 
+void ProgressBar::Note(const std::string& line) {
+  if (!enabled_) return;
+  std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
+}
+
 void ProgressBar::FinishEpoch(int64_t done, double images_per_s, double loss, double acc,
                               double seconds) {
   if (!enabled_) return;

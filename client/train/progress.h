@@ -23,6 +23,9 @@ class ProgressBar {
   // Ends the epoch's line (the final state is always shown).
   void FinishEpoch(int64_t done, double images_per_s, double loss, double acc, double seconds);
 
+  // Prints one line of its own (e.g. an evaluation's result) when enabled.
+  void Note(const std::string& line);
+
   // The line as drawn (without \r or newline); public for tests.
   std::string Render(int64_t done, double images_per_s, double loss, double acc) const;
   // The end-of-epoch line without the bar (!live).

@@ -4,10 +4,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -16,7 +19,9 @@
 #include "absl/time/time.h"
 #include "client/batch_stream.h"
 #include "client/train/batch_source.h"
+#include "client/train/checkpoint.h"
 #include "client/train/ddp.h"
+#include "client/train/evaluator.h"
 #include "client/train/launcher.h"
 #include "client/train/metrics.h"
 #include "client/train/model.h"
@@ -87,9 +92,116 @@ shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o, const std::string&
   job.set_job_id(job_id);
   job.set_rank(o.rank);
   job.set_world_size(o.world_size);
+  job.set_dataset(o.dataset);
   // Unset fields stay unset on the wire: the server's defaults apply.
   SetRequestOverrides(o.job, &job);
   return job;
+}
+
+// The val job of `train_job`: its own id, the val dataset, split sample with remainder
+// pad (every val sample exactly once over the ranks), the center transform with the
+// training job's resize and crop. `train` is the training job's registration (null
+// with --eval-only: then the flags' resize/crop, or the server's defaults).
+shardcast::v1::RegisterRequest MakeValJob(const TrainOptions& o, const std::string& job_id,
+                                          const shardcast::v1::RegisterResponse* train) {
+  JobOverrides val;
+  val.batch_size = o.val_batch_size > 0 ? std::optional<int32_t>(o.val_batch_size)
+                   : train != nullptr   ? std::optional<int32_t>(train->batch_size())
+                                        : o.job.batch_size;
+  val.split = Split::kSample;
+  val.remainder = Remainder::kPad;
+  val.transform_mode = TransformMode::kCenter;
+  val.resize =
+      train != nullptr ? std::optional<int32_t>(train->transform().resize()) : o.job.resize;
+  val.crop = train != nullptr ? std::optional<int32_t>(train->transform().crop()) : o.job.crop;
+  shardcast::v1::RegisterRequest job;
+  job.set_job_id(job_id + "-val");
+  job.set_rank(o.rank);
+  job.set_world_size(o.world_size);
+  job.set_dataset(o.val_dataset);
+  SetRequestOverrides(val, &job);
+  return job;
+}
+
+// A val set is only comparable when its labels mean the training set's classes.
+absl::Status CheckSameClasses(const TrainOptions& o, const shardcast::v1::RegisterResponse& train,
+                              const shardcast::v1::RegisterResponse& val) {
+  const bool names_differ = train.class_names_size() > 0 && val.class_names_size() > 0 &&
+                            !std::equal(train.class_names().begin(), train.class_names().end(),
+                                        val.class_names().begin(), val.class_names().end());
+  if (train.num_classes() == val.num_classes() && !names_differ) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--val-dataset %s has %d classes%s, the training set '%s' has %d%s: a val set must "
+      "label the training set's classes",
+      o.val_dataset, val.num_classes(), names_differ ? " with other names" : "", train.dataset(),
+      train.num_classes(), names_differ ? " (class names differ)" : ""));
+}
+
+std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o,
+                                           shardcast::v1::RegisterRequest job,
+                                           torch::Device device) {
+  BatchStreamOptions stream_options;
+  stream_options.server = o.server;
+  absl::StatusOr<client::ClientSecurity> security = client::LoadClientSecurity(o.security);
+  if (!security.ok()) Fail(security.status());
+  stream_options.credentials = security->credentials;
+  stream_options.bearer_token = security->bearer_token;
+  const std::string what =
+      job.dataset().empty() ? std::string() : absl::StrCat(" (dataset '", job.dataset(), "')");
+  stream_options.job = std::move(job);
+  stream_options.prefetch = o.prefetch;
+  stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
+  stream_options.device = device;
+  stream_options.mean = o.mean;
+  stream_options.std = o.std;
+  absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(stream_options);
+  if (!stream.ok()) {
+    Fail(absl::Status(stream.status().code(),
+                      absl::StrCat("rank ", o.rank, ": registering with ", o.server, what, ": ",
+                                   stream.status().message())));
+  }
+  return *std::move(stream);
+}
+
+// ", val top1 ..% (best ..% after epoch K, saved to PATH)" for the final line.
+std::string ValSummary(const TrainOptions& o, const TrainerResult& result) {
+  if (result.last_eval.count == 0) return "";
+  std::string best = absl::StrFormat("best %.2f%% after epoch %d", 100 * result.best_val_top1,
+                                     result.best_val_epoch + 1);
+  if (!o.save.empty()) absl::StrAppend(&best, ", saved to ", BestModelPath(o.save));
+  return absl::StrFormat("; val top1 %.2f%% top5 %.2f%% (%s)", 100 * result.last_eval.top1(),
+                         100 * result.last_eval.top5(), best);
+}
+
+// --eval-only: the model of --weights or --resume, evaluated once.
+int EvaluateOnly(const TrainOptions& o, torch::Device device, TrainableModel* model,
+                 Evaluator* evaluator, MetricsWriter* metrics, ProgressBar* progress,
+                 std::FILE* summary_out) {
+  model->To(device);
+  absl::Status loaded;
+  if (!o.weights.empty()) {
+    loaded = LoadWeights(o.weights, *model);
+  } else {
+    absl::StatusOr<std::string> path = ResolveResumePath(o.resume);
+    loaded = path.ok() ? LoadCheckpointModel(*path, *model, device).status() : path.status();
+  }
+  if (!loaded.ok()) Fail(loaded);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<EvalSums> sums = evaluator->Run();
+  if (!sums.ok()) Fail(sums.status());
+  ReportEval(*sums, /*epoch=*/-1, /*epochs=*/0,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+             /*best=*/false, o.rank, metrics, progress);
+  if (o.rank == 0) {
+    std::fprintf(summary_out,
+                 "shardcast-train: eval-only: %s on '%s': val loss %.4f top1 %.2f%% top5 "
+                 "%.2f%% (%lld samples)\n",
+                 o.weights.empty() ? o.resume.c_str() : o.weights.c_str(), o.val_dataset.c_str(),
+                 sums->loss(), 100 * sums->top1(), 100 * sums->top5(),
+                 static_cast<long long>(sums->count));
+    std::fflush(summary_out);
+  }
+  return 0;
 }
 
 int RunRank(const TrainOptions& o) {
@@ -127,7 +239,8 @@ int RunRank(const TrainOptions& o) {
   if (o.job_id.empty()) job_id = (*comm)->ShareFromRankZero("job_id", GenerateJobId());
   if (!job_id.ok()) Fail(job_id.status());
 
-  std::unique_ptr<BatchSource> source;
+  std::unique_ptr<BatchSource> source;  // null with --eval-only
+  shardcast::v1::RegisterResponse train_registration;
   int64_t batch_size = 0;  // as the source deals them: recorded in checkpoints
   if (o.synthetic_batches > 0) {
     SyntheticSpec spec;
@@ -141,33 +254,33 @@ int RunRank(const TrainOptions& o) {
     spec.device = *device;
     batch_size = spec.batch_size;
     source = MakeSyntheticBatchSource(spec);
-  } else {
-    BatchStreamOptions stream_options;
-    stream_options.server = o.server;
-    absl::StatusOr<client::ClientSecurity> security = client::LoadClientSecurity(o.security);
-    if (!security.ok()) Fail(security.status());
-    stream_options.credentials = security->credentials;
-    stream_options.bearer_token = security->bearer_token;
-    stream_options.job = MakeJob(o, *job_id);
-    stream_options.prefetch = o.prefetch;
-    stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
-    stream_options.device = *device;
-    stream_options.mean = o.mean;
-    stream_options.std = o.std;
-    absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(stream_options);
-    if (!stream.ok()) {
-      Fail(absl::Status(stream.status().code(),
-                        absl::StrCat("rank ", o.rank, ": registering with ", o.server, ": ",
-                                     stream.status().message())));
-    }
-    batch_size = (*stream)->registration().batch_size();
-    source = MakeServerBatchSource(std::move(*stream));
+  } else if (!o.eval_only) {
+    std::unique_ptr<BatchStream> stream = ConnectOrFail(o, MakeJob(o, *job_id), *device);
+    batch_size = stream->registration().batch_size();
+    train_registration = stream->registration();
+    source = MakeServerBatchSource(std::move(stream));
   }
+  std::unique_ptr<BatchSource> val_source;
+  int64_t val_samples = 0;
+  if (!o.val_dataset.empty()) {
+    std::unique_ptr<BatchStream> stream = ConnectOrFail(
+        o, MakeValJob(o, *job_id, o.eval_only ? nullptr : &train_registration), *device);
+    if (!o.eval_only) {
+      if (absl::Status s = CheckSameClasses(o, train_registration, stream->registration());
+          !s.ok()) {
+        Fail(s);
+      }
+    }
+    val_samples = stream->registration().num_samples();
+    val_source = MakeServerBatchSource(std::move(stream));
+  }
+  // What the model is sized by, and what rank 0 describes.
+  BatchSource* data = source != nullptr ? source.get() : val_source.get();
 
   ModelSpec model_spec;
   model_spec.arch = o.arch;
   model_spec.torchscript_path = o.model_path;
-  model_spec.num_classes = o.num_classes > 0 ? o.num_classes : source->num_classes();
+  model_spec.num_classes = o.num_classes > 0 ? o.num_classes : data->num_classes();
   // Ranks other than 0 start from different weights on purpose: the broadcast from
   // rank 0 is what makes them equal (as with DDP).
   model_spec.init_seed = o.job.seed.value_or(0) + static_cast<uint64_t>(o.rank);
@@ -184,8 +297,16 @@ int RunRank(const TrainOptions& o) {
   if (show_progress) {
     std::fprintf(stderr, "shardcast-train: %d rank(s), %s on %s, %s; %s\n", o.world_size,
                  (*comm)->backend().c_str(), device->str().c_str(), (*model)->Describe().c_str(),
-                 source->Describe().c_str());
+                 data->Describe().c_str());
   }
+  std::unique_ptr<Evaluator> evaluator;
+  if (val_source != nullptr) {
+    evaluator = std::make_unique<Evaluator>(comm->get(), val_source.get(), model->get(),
+                                            val_samples, *device);
+  }
+  if (o.eval_only)
+    return EvaluateOnly(o, *device, model->get(), evaluator.get(), metrics.get(), &progress,
+                        summary_out);
 
   TrainerConfig config;
   config.epochs = o.epochs;
@@ -204,6 +325,8 @@ int RunRank(const TrainOptions& o) {
   config.save_path = o.save;
   config.log_keys = o.log_keys;
   config.device = *device;
+  config.evaluator = evaluator.get();
+  config.val_every = o.val_every;
   config.stop_signal = &g_stop_signal;
   InstallStopHandlers();
   Trainer trainer(config, comm->get(), source.get(), model->get(), metrics.get(), &progress);
@@ -220,10 +343,10 @@ int RunRank(const TrainOptions& o) {
   if (o.rank == 0) {
     std::fprintf(
         summary_out,
-        "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%\n",
+        "shardcast-train: done: %lld steps, %lld epochs, last epoch loss %.4f top1 %.2f%%%s\n",
         static_cast<long long>(result->global_step),
         static_cast<long long>(result->epochs_completed), result->last_epoch_loss,
-        100 * result->last_epoch_acc);
+        100 * result->last_epoch_acc, ValSummary(o, *result).c_str());
     std::fflush(summary_out);
   }
   return 0;

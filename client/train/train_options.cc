@@ -47,6 +47,11 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
              "job name shared by all ranks; give one to attach several launches to one job "
              "(default: a new job per run, named by rank 0)"},
             &o->job_id);
+  f->String({{"--dataset"},
+             "NAME",
+             "the server's dataset to train on (its --dataset NAME=DIR)",
+             "the server's \"default\" (--shards), or its only dataset"},
+            &o->dataset);
   // The defaults shown are what an unset flag means on a server started without job flags.
   AddJobFlags(f, DefaultJobConfig(), &o->job);
   f->DoubleList({{"--mean"}, "R G B", "per-channel mean: (x/255 - mean) / std on the device"}, 3,
@@ -62,6 +67,29 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
                "an error naming server, job, rank, epoch and batch, which stops every rank.\n"
                "Mind an epoch's first batch waits for decoding; 0 = off (wait forever)"},
               &o->stream_timeout);
+  f->Section("Evaluation (exact: every val sample counted once, on any number of ranks):");
+  f->String({{"--val-dataset"},
+             "NAME",
+             "evaluate on the server's dataset NAME after training epochs: every rank\n"
+             "streams its part (split sample, remainder pad, center transform with the\n"
+             "training job's resize and crop), padding is masked, and the ranks all-reduce\n"
+             "sums of loss, correct@1, correct@5 and count. Its classes must be the\n"
+             "training set's. Rank 0 prints val loss/top-1/top-5; metrics get \"eval\"\n"
+             "lines; with --save the best model by val top-1 goes to PATH with \".best\"\n"
+             "before its extension (model.pt -> model.best.pt)"},
+            &o->val_dataset);
+  f->Int({{"--val-every"}, "K", "evaluate after every K epochs (and after the last one)"},
+         &o->val_every, 1);
+  f->Int({{"--val-batch-size"}, "N", "per-rank batch size of evaluation", "--batch-size's"},
+         &o->val_batch_size, 0, kMaxBatchSize);
+  f->Bool({{"--eval-only"},
+           "",
+           "no training: evaluate the model of --weights PATH or --resume CKPT on\n"
+           "--val-dataset once, print the result and exit"},
+          &o->eval_only);
+  f->String(
+      {{"--weights"}, "PATH", "with --eval-only: a model saved by --save (state_dict) to evaluate"},
+      &o->weights);
   f->Section("Security (the server's --tls-cert, --tls-client-ca, --auth-token-file):");
   client::AddClientSecurityFlags(f, &o->security);
 
@@ -126,7 +154,10 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->String({{"--resume"},
              "PATH",
              "continue from a checkpoint file, or a --ckpt-dir (its latest): model,\n"
-             "optimizer, epoch, next batch; the stream reopens there"},
+             "optimizer, epoch, next batch; the stream reopens there. With another world\n"
+             "size or batch size (split sample only) the epoch goes on from the samples\n"
+             "all ranks consumed in it, dealt over the new ranks: no sample twice, and\n"
+             "with remainder pad every one exactly once"},
             &o->resume);
   f->String({{"--save"},
              "PATH",
@@ -217,6 +248,23 @@ absl::Status Validate(const TrainOptions& o) {
   }
   for (double s : o.std) {
     if (s <= 0) return absl::InvalidArgumentError("--std values must be > 0");
+  }
+  if (!o.val_dataset.empty() && o.synthetic_batches > 0) {
+    return absl::InvalidArgumentError(
+        "--val-dataset needs a server; --synthetic-batches has no val set");
+  }
+  if (o.eval_only) {
+    if (o.val_dataset.empty()) {
+      return absl::InvalidArgumentError(
+          "--eval-only needs --val-dataset NAME: what to evaluate on");
+    }
+    if (o.weights.empty() == o.resume.empty()) {
+      return absl::InvalidArgumentError(
+          "--eval-only needs exactly one of --weights PATH (a --save model) or --resume CKPT");
+    }
+  } else if (!o.weights.empty()) {
+    return absl::InvalidArgumentError(
+        "--weights is for --eval-only (to continue training, use --resume CKPT)");
   }
   return absl::OkStatus();
 }

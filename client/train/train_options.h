@@ -19,6 +19,7 @@ struct TrainOptions {
   // Data (the server's job).
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id;                      // empty: a new job per run (rank 0 names it)
+  std::string dataset;                     // the server's dataset to train on; empty = its default
   // What the job asks of the server (common/job_flags.h); unset = the server's default.
   JobOverrides job;
   std::vector<double> mean = {0.485, 0.456, 0.406};
@@ -29,6 +30,13 @@ struct TrainOptions {
   // Progress deadline of each rank's stream (RankStreamOptions::stream_timeout_seconds);
   // zero = off.
   absl::Duration stream_timeout = absl::Minutes(2);
+
+  // Exact evaluation (client/train/evaluator.h).
+  std::string val_dataset;     // the server's dataset to evaluate on; empty = none
+  int val_every = 1;           // epochs between evaluations (the last epoch always)
+  int32_t val_batch_size = 0;  // per rank; 0 = the training batch size
+  bool eval_only = false;      // evaluate --weights or --resume's model, no training
+  std::string weights;         // a state_dict written by --save (for --eval-only)
 
   // Model and optimization.
   std::string arch = "resnet18";

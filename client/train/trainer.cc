@@ -51,11 +51,12 @@ Trainer::Trainer(TrainerConfig config, Communicator* comm, BatchSource* source,
       metrics_(metrics),
       progress_(progress) {}
 
-absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch) {
+absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch, int64_t sample_offset) {
   if (config_.ckpt_dir.empty() || comm_->rank() != 0) return absl::OkStatus();
   CheckpointPosition position;
   position.epoch = epoch;
   position.next_batch = next_batch;
+  position.sample_offset = sample_offset;
   position.global_step = global_step_;
   position.world_size = comm_->world_size();
   position.batch_size = config_.batch_size;
@@ -71,53 +72,119 @@ absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch) {
                         .Add("next_batch", next_batch)
                         .Add("step", global_step_)
                         .Add("path", *path)
+                        .Add("samples_consumed", position.SamplesConsumed())
                         .AddTime("time", UnixTime()));
   }
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SaveFinalModel() {
-  if (config_.save_path.empty()) return absl::OkStatus();
-  const bool per_rank = config_.save_path.find("{rank}") != std::string::npos;
+std::string BestModelPath(const std::string& save_path) {
+  const size_t slash = save_path.rfind('/');
+  const size_t dot = save_path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash) ||
+      dot == (slash == std::string::npos ? 0 : slash + 1)) {
+    return save_path + ".best";
+  }
+  return absl::StrCat(save_path.substr(0, dot), ".best", save_path.substr(dot));
+}
+
+void ReportEval(const EvalSums& sums, int64_t epoch, int64_t epochs, double seconds, bool best,
+                int rank, MetricsWriter* metrics, ProgressBar* progress) {
+  progress->Note(absl::StrFormat(
+      "%s: val loss %.4f top1 %.2f%% top5 %.2f%% (%d samples, %.1f s)%s",
+      epoch >= 0 ? absl::StrCat("epoch ", epoch + 1, "/", epochs) : std::string("eval"),
+      sums.loss(), 100 * sums.top1(), 100 * sums.top5(), sums.count, seconds,
+      best ? ", best so far" : ""));
+  if (metrics == nullptr) return;
+  metrics->Write(JsonLine()
+                     .Add("event", "eval")
+                     .Add("rank", rank)
+                     .Add("epoch", epoch)
+                     .Add("loss", sums.loss())
+                     .Add("top1", sums.top1())
+                     .Add("top5", sums.top5())
+                     .Add("loss_sum", sums.loss_sum)
+                     .Add("correct1", sums.correct1)
+                     .Add("correct5", sums.correct5)
+                     .Add("count", sums.count)
+                     .Add("best", best)
+                     .Add("seconds", seconds)
+                     .AddTime("time", UnixTime()));
+}
+
+absl::Status Trainer::SaveModel(const std::string& path_pattern) {
+  const bool per_rank = path_pattern.find("{rank}") != std::string::npos;
   if (!per_rank && comm_->rank() != 0) return absl::OkStatus();
   const std::string path =
-      absl::StrReplaceAll(config_.save_path, {{"{rank}", absl::StrCat(comm_->rank())}});
+      absl::StrReplaceAll(path_pattern, {{"{rank}", absl::StrCat(comm_->rank())}});
   return model_->SaveFinal(path);
 }
 
-absl::Status Trainer::Resume(int64_t* start_epoch, int64_t* start_batch) {
+absl::Status Trainer::SaveFinalModel() {
+  if (config_.save_path.empty()) return absl::OkStatus();
+  return SaveModel(config_.save_path);
+}
+
+absl::Status Trainer::Evaluate(int64_t epoch, TrainerResult* result) {
+  const auto start = Clock::now();
+  absl::StatusOr<EvalSums> sums = config_.evaluator->Run();
+  if (!sums.ok()) {
+    return absl::Status(sums.status().code(),
+                        absl::StrCat("epoch ", epoch, ": ", sums.status().message()));
+  }
+  const bool best = sums->top1() > result->best_val_top1;
+  result->last_eval = *sums;
+  if (best) {
+    result->best_val_top1 = sums->top1();
+    result->best_val_epoch = epoch;
+  }
+  ReportEval(*sums, epoch, config_.epochs, Seconds(Clock::now() - start), best, comm_->rank(),
+             metrics_, progress_);
+  if (best && !config_.save_path.empty()) return SaveModel(BestModelPath(config_.save_path));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Resume(StartPosition* start) {
   absl::StatusOr<std::string> path = ResolveResumePath(config_.resume_path);
   if (!path.ok()) return path.status();
   absl::StatusOr<CheckpointPosition> position =
       LoadCheckpoint(*path, *model_, *optimizer_, config_.device);
   if (!position.ok()) return position.status();
   const int world = comm_->world_size();
-  if (position->world_size != world || position->batch_size != config_.batch_size ||
-      position->fingerprint != source_->fingerprint()) {
+  if (position->fingerprint != source_->fingerprint()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "checkpoint %s was taken with world size %d, batch size %d, job %s; this run "
         "has world size %d, batch size %d, job %s. Resuming would not continue the "
-        "same batch sequence; use the same data, job settings and ranks.",
+        "same batch sequence; use the same data and job settings (with split sample, "
+        "world size and batch size may change).",
         *path, position->world_size, position->batch_size, position->fingerprint, world,
         config_.batch_size, source_->fingerprint()));
   }
-  *start_epoch = position->epoch;
-  *start_batch = position->next_batch;
+  start->epoch = position->epoch;
   global_step_ = position->global_step;
+  if (position->world_size == world && position->batch_size == config_.batch_size) {
+    start->batch = position->next_batch;
+    start->sample_offset = position->sample_offset;
+    return absl::OkStatus();
+  }
+  // Elastic: the epoch goes on from the samples all ranks consumed in it, dealt over
+  // this run's ranks (a checkpoint at an epoch boundary needs no offset at all). The
+  // stream refuses it for split shard, with the reason (common/epoch_plan.h).
+  start->batch = 0;
+  start->sample_offset = position->SamplesConsumed();
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Setup(int64_t* start_epoch, int64_t* start_batch) {
+absl::Status Trainer::Setup(StartPosition* start) {
   const int world = comm_->world_size();
   model_->To(config_.device);
   model_->SetTraining(true);
   std::vector<torch::Tensor> params = model_->Parameters();
   if (params.empty()) return absl::InvalidArgumentError("the model has no trainable parameters");
   optimizer_ = MakeOptimizer(config_, params);
-  *start_epoch = 0;
-  *start_batch = 0;
+  *start = StartPosition();
   if (!config_.resume_path.empty()) {
-    if (absl::Status s = Resume(start_epoch, start_batch); !s.ok()) return s;
+    if (absl::Status s = Resume(start); !s.ok()) return s;
   }
 
   // Every rank starts from rank 0's parameters and buffers, as DDP's constructor does.
@@ -143,10 +210,11 @@ absl::Status Trainer::Setup(int64_t* start_epoch, int64_t* start_batch) {
             .Add("model", model_->Describe())
             .Add("source", source_->Describe())
             .Add("n", n_)
-            .Add("epoch", *start_epoch)
-            .Add("next_batch", *start_batch)
+            .Add("epoch", start->epoch)
+            .Add("next_batch", start->batch)
             .Add("step", global_step_)
             .Add("resumed_from", config_.resume_path)
+            .Add("sample_offset", start->sample_offset)
             .Add("buckets", static_cast<int64_t>(reducer_ ? reducer_->num_buckets() : 0))
             .AddTime("time", UnixTime()));
   }
@@ -176,7 +244,7 @@ absl::StatusOr<Trainer::StepAgreement> Trainer::AgreeOnStep(bool have_batch, int
         "epoch %d batch %d: %d of %d ranks have a batch and the others' streams ended (this "
         "rank: %s); ranks must consume the same number of batches (n = %d)",
         epoch, consumed, ranks_with_batch, comm_->world_size(), have_batch ? "has one" : "ended",
-        n_));
+        epoch_n_));
   }
   return StepAgreement::kTrain;
 }
@@ -292,7 +360,7 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
   bool mismatch = false;
   for (const torch::Tensor& t : *all) {
     per_rank.push_back(static_cast<int64_t>(t.item<double>()));
-    mismatch |= per_rank.back() != n_;
+    mismatch |= per_rank.back() != epoch_n_;
   }
   const double epoch_loss = totals.count > 0 ? totals.loss_sum / totals.count : 0.0;
   const double epoch_acc = totals.count > 0 ? totals.correct / totals.count : 0.0;
@@ -303,9 +371,10 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
                         .Add("event", "epoch")
                         .Add("rank", comm_->rank())
                         .Add("epoch", epoch)
-                        .Add("n", n_)
+                        .Add("n", epoch_n_)
                         .Add("batches_per_rank", per_rank)
                         .Add("first_batch", first)
+                        .Add("sample_offset", epoch_offset_)
                         .Add("step", global_step_)
                         .Add("loss", epoch_loss)
                         .Add("acc", epoch_acc)
@@ -317,17 +386,21 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
     return absl::DataLossError(absl::StrFormat(
         "epoch %d: ranks consumed [%s] batches, expected n = %d on every rank; stopping (DDP "
         "would hang or train on unequal data)",
-        epoch, absl::StrJoin(per_rank, ", "), n_));
+        epoch, absl::StrJoin(per_rank, ", "), epoch_n_));
   }
   result->epochs_completed = epoch + 1;
   result->last_epoch_loss = epoch_loss;
   result->last_epoch_acc = epoch_acc;
-  return Checkpoint(epoch + 1, 0);
+  return Checkpoint(epoch + 1, 0, 0);
 }
 
-absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, bool* stop, TrainerResult* result) {
-  if (absl::Status s = source_->StartEpoch(epoch, first); !s.ok()) return s;
-  progress_->StartEpoch(epoch, config_.epochs, n_, first);
+absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, int64_t sample_offset, bool* stop,
+                               TrainerResult* result) {
+  absl::StatusOr<int64_t> n = source_->StartEpochFrom(epoch, first, sample_offset);
+  if (!n.ok()) return n.status();
+  epoch_n_ = *n;
+  epoch_offset_ = sample_offset;
+  progress_->StartEpoch(epoch, config_.epochs, epoch_n_, first);
   const auto epoch_start = Clock::now();
   int64_t consumed = first;
   EpochTotals totals;
@@ -346,7 +419,7 @@ absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, bool* stop, Trainer
     if (!agreed.ok()) return agreed.status();
     if (*agreed == StepAgreement::kStop) {
       // The fetched batch is not trained on: the checkpoint points at it.
-      if (absl::Status s = Checkpoint(epoch, consumed); !s.ok()) return s;
+      if (absl::Status s = Checkpoint(epoch, consumed, epoch_offset_); !s.ok()) return s;
       result->stopped_by_signal = my_signal ? my_signal : SIGTERM;
       WriteStopped(result->stopped_by_signal, epoch, consumed);
       *stop = true;
@@ -370,12 +443,12 @@ absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, bool* stop, Trainer
     }
     if (config_.max_steps > 0 && global_step_ >= config_.max_steps) {
       *stop = true;
-      if (absl::Status s = Checkpoint(epoch, consumed); !s.ok()) return s;
-      if (consumed < n_) return absl::OkStatus();  // --max-steps ended the run mid-epoch
+      if (absl::Status s = Checkpoint(epoch, consumed, epoch_offset_); !s.ok()) return s;
+      if (consumed < epoch_n_) return absl::OkStatus();  // --max-steps ended the run mid-epoch
       break;
     }
-    if (config_.ckpt_every > 0 && global_step_ % config_.ckpt_every == 0 && consumed < n_) {
-      if (absl::Status s = Checkpoint(epoch, consumed); !s.ok()) return s;
+    if (config_.ckpt_every > 0 && global_step_ % config_.ckpt_every == 0 && consumed < epoch_n_) {
+      if (absl::Status s = Checkpoint(epoch, consumed, epoch_offset_); !s.ok()) return s;
     }
   }
   return FinishEpoch(epoch, first, consumed, Seconds(Clock::now() - epoch_start), totals, result);
@@ -383,19 +456,27 @@ absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, bool* stop, Trainer
 
 absl::StatusOr<TrainerResult> Trainer::Run() {
   const int rank = comm_->rank();
-  int64_t start_epoch = 0;
-  int64_t start_batch = 0;
-  if (absl::Status s = Setup(&start_epoch, &start_batch); !s.ok()) return WithRank(rank, s);
+  StartPosition start;
+  if (absl::Status s = Setup(&start); !s.ok()) return WithRank(rank, s);
   TrainerResult result;
   bool stop = config_.max_steps > 0 && global_step_ >= config_.max_steps;
-  for (int64_t epoch = start_epoch; epoch < config_.epochs && !stop; ++epoch) {
-    const int64_t first = epoch == start_epoch ? start_batch : 0;
-    if (absl::Status s = RunEpoch(epoch, first, &stop, &result); !s.ok()) {
+  for (int64_t epoch = start.epoch; epoch < config_.epochs && !stop; ++epoch) {
+    const bool resumed = epoch == start.epoch;
+    if (absl::Status s = RunEpoch(epoch, resumed ? start.batch : 0,
+                                  resumed ? start.sample_offset : 0, &stop, &result);
+        !s.ok()) {
       return WithRank(rank, s);
     }
     if (result.stopped_by_signal != 0) {
       result.global_step = global_step_;
       return result;
+    }
+    const bool epoch_done = result.epochs_completed == epoch + 1;
+    const bool last =
+        epoch + 1 == config_.epochs || (config_.max_steps > 0 && global_step_ >= config_.max_steps);
+    if (config_.evaluator != nullptr && epoch_done &&
+        ((epoch + 1) % config_.val_every == 0 || last)) {
+      if (absl::Status s = Evaluate(epoch, &result); !s.ok()) return WithRank(rank, s);
     }
     if (config_.max_steps > 0 && global_step_ >= config_.max_steps) stop = true;
   }

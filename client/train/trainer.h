@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "client/train/batch_source.h"
 #include "client/train/ddp.h"
+#include "client/train/evaluator.h"
 #include "client/train/metrics.h"
 #include "client/train/model.h"
 #include "client/train/progress.h"
@@ -37,6 +38,11 @@ struct TrainerConfig {
   std::string save_path;    // "{rank}": every rank saves; else rank 0 only
   bool log_keys = false;
   torch::Device device = torch::kCPU;
+  // Exact evaluation on a val set after every `val_every` epochs and after the last
+  // one; null: none. The model with the best val top-1 so far is saved to
+  // BestModelPath(save_path) (needs save_path).
+  Evaluator* evaluator = nullptr;
+  int val_every = 1;
   // Set (to the signal number) by a SIGINT/SIGTERM handler: all ranks then stop at the
   // same step boundary and rank 0 checkpoints there. Null: never stop early.
   const std::atomic<int>* stop_signal = nullptr;
@@ -47,10 +53,24 @@ struct TrainerResult {
   int64_t epochs_completed = 0;
   double last_epoch_loss = 0;  // averaged over ranks
   double last_epoch_acc = 0;
+  // The last evaluation (count == 0: none ran) and the best val top-1 so far.
+  EvalSums last_eval;
+  double best_val_top1 = -1;
+  int64_t best_val_epoch = -1;  // epoch (0-based) whose end gave it
   // Non-zero when the run stopped early on a signal (this rank's, or a peer's: then
   // SIGTERM); the position is in the last checkpoint when --ckpt-dir was given.
   int stopped_by_signal = 0;
 };
+
+// Where the best model by val top-1 goes: beside --save's file, ".best" before its
+// extension ("model.pt" -> "model.best.pt", "out/final" -> "out/final.best").
+std::string BestModelPath(const std::string& save_path);
+
+// Writes the "eval" metrics line and rank 0's progress line of one evaluation;
+// shared by training and --eval-only. `epoch` (0-based, of `epochs`) is -1 for
+// --eval-only.
+void ReportEval(const EvalSums& sums, int64_t epoch, int64_t epochs, double seconds, bool best,
+                int rank, MetricsWriter* metrics, ProgressBar* progress);
 
 class Trainer {
  public:
@@ -80,12 +100,22 @@ class Trainer {
 
   // The optimizer, the resume position, rank 0's initial state on every rank, the
   // gradient reducer and the "start" metrics line.
-  absl::Status Setup(int64_t* start_epoch, int64_t* start_batch);
-  // Loads --resume's checkpoint after checking it continues this batch sequence.
-  absl::Status Resume(int64_t* start_epoch, int64_t* start_batch);
-  // Runs `epoch` from batch `first`. Sets *stop when the run ends inside it (signal,
-  // --max-steps) and fills *result.
-  absl::Status RunEpoch(int64_t epoch, int64_t first, bool* stop, TrainerResult* result);
+  // Where training starts: an epoch, the first batch, and (elastic resume) the
+  // global sample position the epoch is dealt from.
+  struct StartPosition {
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    int64_t sample_offset = 0;
+  };
+  absl::Status Setup(StartPosition* start);
+  // Loads --resume's checkpoint after checking it continues this batch sequence: the
+  // same job, and the same world size and batch size, or (split sample) another one,
+  // when the epoch goes on from the global number of samples consumed in it.
+  absl::Status Resume(StartPosition* start);
+  // Runs `epoch` from batch `first` of its deal from `sample_offset`. Sets *stop when
+  // the run ends inside it (signal, --max-steps) and fills *result.
+  absl::Status RunEpoch(int64_t epoch, int64_t first, int64_t sample_offset, bool* stop,
+                        TrainerResult* result);
   // Agrees with the peers on whether this step trains (a rank that ran short would
   // leave its peers waiting in an all-reduce it never joins); the same all-reduce
   // carries stop requests, so all ranks stop at the same step.
@@ -102,9 +132,14 @@ class Trainer {
   // Checks that every rank consumed n batches, writes the "epoch" line, checkpoints.
   absl::Status FinishEpoch(int64_t epoch, int64_t first, int64_t consumed, double seconds,
                            const EpochTotals& totals, TrainerResult* result);
-  absl::Status Checkpoint(int64_t epoch, int64_t next_batch);
+  // `sample_offset`: where `epoch` was dealt from (0 unless elastically resumed).
+  absl::Status Checkpoint(int64_t epoch, int64_t next_batch, int64_t sample_offset);
   void WriteStopped(int signal, int64_t epoch, int64_t next_batch);
+  // Saves `path` (with "{rank}" as SaveFinalModel does).
+  absl::Status SaveModel(const std::string& path);
   absl::Status SaveFinalModel();
+  // Runs the evaluator after `epoch`, reports it and saves the best model.
+  absl::Status Evaluate(int64_t epoch, TrainerResult* result);
 
   TrainerConfig config_;
   Communicator* comm_;
@@ -117,6 +152,10 @@ class Trainer {
   std::unique_ptr<GradientReducer> reducer_;  // null for world size 1
   std::vector<torch::Tensor> buffers_;        // broadcast from rank 0 before every forward
   int64_t n_ = 0;                             // batches per epoch per rank
+  // The epoch running now: its batches per rank (n_, or fewer when elastically
+  // resumed) and the global sample position it is dealt from.
+  int64_t epoch_n_ = 0;
+  int64_t epoch_offset_ = 0;
   int64_t global_step_ = 0;
 };
 

@@ -110,6 +110,8 @@ class Loader:
     and shares the name through the torch.distributed process group; a single rank
     needs no group); with several ranks and no process group, pass `job_id`. Names (split, remainder, transform) are the proto's:
     split "shard" | "sample", remainder "drop" | "pad", transform "center" | "random".
+    `dataset` names one of the server's datasets (its --dataset NAME=DIR; None: the
+    server's "default", or its only one), e.g. a validation set beside the training set.
 
     Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
     load_state_dict() chose the position first. Each epoch yields exactly len(loader)
@@ -134,6 +136,7 @@ class Loader:
         server: str,
         *,
         batch_size: Optional[int] = None,
+        dataset: Optional[str] = None,
         job_id: Optional[str] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -166,6 +169,7 @@ class Loader:
             split=enum_value(pb.Split, split, "split"),
             remainder=enum_value(pb.Remainder, remainder, "remainder"),
             workers=workers or 0,
+            dataset=dataset or "",
             transform=pb.Transform(
                 mode=enum_value(pb.TransformMode, transform, "transform"),
                 resize=resize or 0,
@@ -210,6 +214,11 @@ class Loader:
     def registration(self) -> pb.RegisterResponse:
         """The server's RegisterResponse: the effective job config, defaults filled in."""
         return self._stream.registration
+
+    @property
+    def dataset(self) -> str:
+        """The dataset this job reads, as the server resolved it (e.g. "default")."""
+        return self.registration.dataset
 
     @property
     def batch_size(self) -> int:

@@ -178,15 +178,16 @@ TEST_F(TrainOptionsTest, LauncherFlagsAreStrippedForRanks) {
 TEST(TrainHelpTest, ListsEveryFlag) {
   testing_util::ExpectHelpListsEveryFlag(
       {BinaryPath("client/shardcast-train")},
-      {"--server", "--job-id", "--batch-size", "--split", "--remainder", "--workers", "--seed",
+      {"--server", "--job-id", "--dataset", "--val-dataset", "--val-every", "--val-batch-size",
+       "--eval-only", "--weights", "--batch-size", "--split", "--remainder", "--workers", "--seed",
        "--shuffle", "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform",
-       "--resize", "--crop", "--mean", "--std", "--prefetch", "--stream-timeout", "--tls-ca", "--tls-cert", "--tls-key",
-       "--auth-token-file", "--arch", "--model", "--num-classes", "--device", "--epochs", "--lr",
-       "--betas", "--optimizer", "--momentum", "--weight-decay", "--bucket-mb", "--threads",
-       "--max-steps", "--metrics", "--log-keys", "--ckpt-dir", "--ckpt-every", "--ckpt-keep",
-       "--resume", "--save", "--progress", "--no-progress", "--rank", "--world-size",
-       "--local-rank", "--master-addr", "--master-port", "--nproc-per-node", "--nnodes",
-       "--node-rank", "--rendezvous-timeout", "--synthetic-batches",
+       "--resize", "--crop", "--mean", "--std", "--prefetch", "--stream-timeout", "--tls-ca",
+       "--tls-cert", "--tls-key", "--auth-token-file", "--arch", "--model", "--num-classes",
+       "--device", "--epochs", "--lr", "--betas", "--optimizer", "--momentum", "--weight-decay",
+       "--bucket-mb", "--threads", "--max-steps", "--metrics", "--log-keys", "--ckpt-dir",
+       "--ckpt-every", "--ckpt-keep", "--resume", "--save", "--progress", "--no-progress", "--rank",
+       "--world-size", "--local-rank", "--master-addr", "--master-port", "--nproc-per-node",
+       "--nnodes", "--node-rank", "--rendezvous-timeout", "--synthetic-batches",
        // The seed's spellings.
        "-b", "--batch_size", "--n_epochs", "-lr", "-w", "--num_workers"});
   const testing_util::CommandOutput out = testing_util::RunShellCapture(

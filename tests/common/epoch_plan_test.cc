@@ -353,6 +353,77 @@ TEST(EpochPlanSampleSplit, DealsPositionsRoundRobinAndPadsExactlyOnce) {
   EXPECT_TRUE(last.samples[2].valid());
 }
 
+// Elastic resume: k batches per rank on (W, B), then the rest of the epoch dealt from
+// G = k*W*B on (W', B'): together no sample twice, and with pad every sample once.
+TEST(EpochPlanSampleSplit, ElasticResumeFromAnOffsetServesEachSampleAtMostOnce) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<uint32_t> sizes(1 + rng() % 6);
+    uint64_t total = 0;
+    for (uint32_t& size : sizes) total += size = 1 + rng() % 20;
+    PlanConfig before;
+    before.split = Split::kSample;
+    before.remainder = rng() % 2 ? Remainder::kPad : Remainder::kDrop;
+    before.world_size = 1 + rng() % 4;
+    before.batch_size = 1 + rng() % 5;
+    before.block_size = rng() % 3;
+    before.seed = rng();
+    const uint64_t per_step = uint64_t{1} * before.world_size * before.batch_size;
+    if (total < per_step) continue;
+    auto plan = MustCreate(sizes, before, /*epoch=*/round);
+    ASSERT_NE(plan, nullptr);
+    // Batches before the stop, never past the positions that exist.
+    const int64_t k = rng() % (total / per_step + 1);
+    const int64_t offset = static_cast<int64_t>(k * per_step);
+    std::multiset<std::pair<int32_t, int32_t>> served;
+    for (int32_t r = 0; r < before.world_size; ++r) {
+      const RankPlan batches = PlanOfRank(*plan, r);
+      for (int64_t j = 0; j < k; ++j) served.insert(batches[j].begin(), batches[j].end());
+    }
+    PlanConfig after = before;
+    after.world_size = 1 + rng() % 4;
+    after.batch_size = 1 + rng() % 5;
+    // The job must serve its later, whole epochs too (n >= 1), as at registration.
+    if (after.remainder == Remainder::kDrop &&
+        total < uint64_t{1} * after.world_size * after.batch_size) {
+      continue;
+    }
+    auto resumed = MustCreate(sizes, after, round);  // same permutation: W, B not in it
+    ASSERT_NE(resumed, nullptr);
+    absl::StatusOr<int64_t> n = BatchesFromOffset(static_cast<int64_t>(total), after, offset);
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (int32_t r = 0; r < after.world_size; ++r) {
+      auto it = resumed->IterateFrom(r, 0, offset);
+      ASSERT_TRUE(it.ok()) << it.status();
+      const RankPlan batches = Refs(Drain(it->get()));
+      ASSERT_EQ(static_cast<int64_t>(batches.size()), *n) << "equal counts per rank";
+      for (const Batch& b : batches) served.insert(b.begin(), b.end());
+    }
+    served.erase({-1, -1});  // padding
+    const std::set<std::pair<int32_t, int32_t>> unique(served.begin(), served.end());
+    ASSERT_EQ(unique.size(), served.size()) << "a sample twice, round " << round;
+    if (after.remainder == Remainder::kPad) {
+      ASSERT_EQ(served.size(), total) << round;
+    }
+  }
+}
+
+TEST(EpochPlanSampleSplit, ElasticResumeIsRefusedForSplitShardAndOutOfRange) {
+  PlanConfig c;
+  c.split = Split::kShard;
+  c.world_size = 2;
+  c.batch_size = 2;
+  auto plan = MustCreate({8, 8, 8, 8}, c, 0);
+  ASSERT_NE(plan, nullptr);
+  auto it = plan->IterateFrom(0, 0, 4);
+  EXPECT_EQ(it.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(it.status().message()).find("needs split sample"), std::string::npos);
+  EXPECT_TRUE(plan->IterateFrom(0, 0, 0).ok());  // an epoch boundary is no offset
+  c.split = Split::kSample;
+  EXPECT_EQ(BatchesFromOffset(32, c, 33).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(*BatchesFromOffset(32, c, 32), 0);
+}
+
 TEST(EpochPlanSampleSplit, BlocksKeepReadsLocal) {
   // Blocks of 3 shards of the epoch's order: each block's samples occupy one contiguous
   // run of positions, so a reader touches at most 3 shards per run.

@@ -351,6 +351,21 @@ TEST(FlagSetTest, CustomApplyErrorsPassThrough) {
             "INVALID_ARGUMENT: -t wants two different words");
 }
 
+TEST(FlagSetTest, RepeatableFlagsSeeEveryValueOthersStillRefuseTwice) {
+  FlagSet set("prog");
+  std::vector<std::string> seen;
+  set.Add({{"--dataset"}, "NAME=DIR", "a dataset", "none", /*repeatable=*/true}, 1,
+          [&seen](const std::string&, const std::vector<std::string>& values) {
+            seen.push_back(values[0]);
+            return absl::OkStatus();
+          });
+  std::string once;
+  set.String({{"--once"}, "X", "given once"}, &once);
+  ASSERT_TRUE(set.Parse({"--dataset", "a=/x", "--once", "y", "--dataset=b=/z"}).ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a=/x", "b=/z"}));
+  EXPECT_EQ(set.Parse({"--once", "1", "--once", "2"}).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ParseFlagDurationTest, Accepted) {
   struct Case {
     const char* text;

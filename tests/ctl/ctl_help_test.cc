@@ -27,8 +27,9 @@ TEST(CtlHelpTest, ListsEveryCommand) {
 }
 
 TEST(CtlHelpTest, Health) {
-  ExpectHelpListsEveryFlag({kCtl, "health"}, {"--server", "--service", "--rpc-timeout", "--tls-ca",
-                                              "--tls-cert", "--tls-key", "--auth-token-file"});
+  ExpectHelpListsEveryFlag({kCtl, "health"},
+                           {"--server", "--service", "--dataset", "--rpc-timeout", "--tls-ca",
+                            "--tls-cert", "--tls-key", "--auth-token-file"});
 }
 
 TEST(CtlHelpTest, Status) {

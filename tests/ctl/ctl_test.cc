@@ -197,8 +197,12 @@ TEST_F(CtlTest, StatusTableAndJson) {
            std::string("stall warning    no rank stalled (--stall-warn 2m00s)\n"),
            std::string("shards dir       ") + dir_->path() + "/shards",
            std::string("shards/samples   4 / 64\n"),
-           std::string("jobs (1):\n  JOB       WORLD  BATCH  N  SPLIT   FINGERPRINT\n"),
-           std::string("  ctl-test      2      4  8  sample  "),
+           std::string("datasets (1):\n"
+                       "  DATASET  STATE    SHARDS  SAMPLES  CLASSES  SKIPPED  DIR\n"
+                       "  default  serving       4       64        4        0  ") +
+               dir_->path() + "/shards\n",
+           std::string("jobs (1):\n  JOB       DATASET  WORLD  BATCH  N  SPLIT   FINGERPRINT\n"),
+           std::string("  ctl-test  default      2      4  8  sample  "),
            std::string("job ctl-test: 2 of 2 ranks registered\n"
                        "  RANK  EPOCH  NEXT / N  LAG  STREAMING  SENT  WINDOW  LAST BATCH  "
                        "STALLED\n"

@@ -108,6 +108,7 @@ shardcast::v1::GetStatusResponse SampleStatus() {
   job->set_batches_per_epoch(2);
   job->set_job_fingerprint("plan-fp-abcd");
   job->set_split(shardcast::v1::SPLIT_SAMPLE);
+  job->set_dataset("default");
   // Out of order on purpose: the report lists ranks by rank.
   auto* r1 = job->add_ranks();
   r1->set_rank(1);
@@ -178,8 +179,8 @@ TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
 TEST(RenderStatusReportTest, JobsAndRanksTables) {
   const std::string out = RenderStatusReport(SampleStatus(), "h:1");
   EXPECT_NE(out.find("jobs (1):\n"
-                     "  JOB    WORLD  BATCH  N  SPLIT   FINGERPRINT\n"
-                     "  train      2     16  2  sample  plan-fp-abcd\n"),
+                     "  JOB    DATASET  WORLD  BATCH  N  SPLIT   FINGERPRINT\n"
+                     "  train  default      2     16  2  sample  plan-fp-abcd\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("job train: 2 of 2 ranks registered\n"
@@ -222,6 +223,33 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
   // Off: said so.
   st.set_stall_warn_seconds(0);
   EXPECT_NE(RenderStatusReport(st, "h:1").find("stall warning    off\n"), std::string::npos);
+}
+
+TEST(RenderStatusReportTest, DatasetsTableWithStateAndError) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  auto* train = st.add_datasets();
+  train->set_name("default");
+  train->set_dir("/srv/shards");
+  train->set_state(shardcast::v1::DatasetStatus::SERVING);
+  train->set_num_shards(4);
+  train->set_num_samples(64);
+  train->set_num_classes(5);
+  train->set_skipped_samples(1);
+  auto* val = st.add_datasets();
+  val->set_name("val");
+  val->set_dir("/srv/val");
+  val->set_state(shardcast::v1::DatasetStatus::FAILED);
+  val->set_error("no shards in /srv/val");
+  const std::string out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("datasets (2):\n"
+                     "  DATASET  STATE    SHARDS  SAMPLES  CLASSES  SKIPPED  DIR\n"
+                     "  default  serving       4       64        5        1  /srv/shards\n"
+                     "  val      FAILED        -        -        -        -  /srv/val\n"
+                     "  val: no shards in /srv/val\n"),
+            std::string::npos)
+      << out;
+  // A server from before named datasets sends none: no table.
+  EXPECT_EQ(RenderStatusReport(SampleStatus(), "h:1").find("datasets ("), std::string::npos);
 }
 
 TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {

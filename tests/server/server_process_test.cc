@@ -172,6 +172,7 @@ TEST_F(ServerProcessTest, IndexCacheDirIsUsedOnTheNextStart) {
 TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
   testing_util::ExpectHelpListsEveryFlag({testing_util::BinaryPath("server/shardcast-server")},
                                          {"--shards",
+                                          "--dataset",
                                           "--listen",
                                           "--decode-threads",
                                           "--prefetch",
@@ -226,6 +227,11 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-jobs", "-1"}, &out), 2);
   // Job defaults are validated as a job would be: center mode needs resize >= crop.
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--resize", "100"}, &out), 2);
+  // Datasets: NAME=DIR, valid names, no name twice ("default" is --shards; the
+  // messages: datasets_test).
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--dataset", "val"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--dataset", "v al=/x"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--dataset", "default=/x"}, &out), 2);
   // A directory without shards: the server starts listening, fails indexing, exits 1.
   TempDir empty;
   EXPECT_EQ(RunServerBinary({"--shards", empty.path(), "--listen", "127.0.0.1:0"}, &out), 1);

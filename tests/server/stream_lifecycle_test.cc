@@ -68,6 +68,14 @@ TEST_F(StreamLifecycleTest, SlowClientHoldsTheServerToItsWindow) {
     return s.jobs_size() == 1 && s.jobs(0).ranks(0).window_depth() == kPrefetch &&
            s.queue_depth() == 0;
   });
+  // A write the transport accepted just before the window filled may still be counted
+  // after that snapshot (a loaded machine): settle until two readings 300 ms apart agree.
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const v1::GetStatusResponse now = GetStatus(stub());
+    if (now.jobs(0).ranks(0).batches_sent() == stalled.jobs(0).ranks(0).batches_sent()) break;
+    stalled = now;
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto later = GetStatus(stub());
   const auto& rank = later.jobs(0).ranks(0);

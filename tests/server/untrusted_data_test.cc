@@ -153,7 +153,10 @@ TEST(UntrustedDataTest, LabelFarOutsideMaxClassesIsSkippedNotSized) {
   EXPECT_EQ(status.skipped_samples(), 1);
   EXPECT_EQ(status.num_classes(), 2);
 
-  const DatasetIndex& index = server.server().impl().assembler()->dataset().index();
+  absl::StatusOr<const server::NamedDataset*> served =
+      server.server().impl().datasets().Resolve("");
+  ASSERT_TRUE(served.ok()) << served.status();
+  const DatasetIndex& index = (*served)->data->index();
   ASSERT_EQ(index.skipped.size(), 1u);
   EXPECT_EQ(index.skipped[0].key, "huge");
   EXPECT_NE(index.skipped[0].reason.find("label 2147483646 in 'huge.cls' is outside [0, 1000000)"),
