@@ -17,7 +17,7 @@ namespace shardcast::server {
 
 // One served dataset's index, for the dataset="NAME" series.
 struct DatasetMetrics {
-  std::string name;   // "default" while the server serves one dataset
+  std::string name;   // --dataset NAME ("default" for --shards)
   std::string state;  // "indexing", "serving", "draining" or "failed"
   int64_t shards = 0;
   int64_t samples = 0;
