@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "server/shardcast_service_impl.h"
 #include "tests/server/server_test_support.h"
 
@@ -183,6 +185,41 @@ TEST_F(BadRequestTest, StreamRequestsAreChecked) {
       WaitForStatus(stub(), [](const v1::GetStatusResponse& s) { return s.open_streams() == 0; });
   EXPECT_EQ(status.open_streams(), 0);
   EXPECT_EQ(status.memory_in_use_bytes(), 0);
+}
+
+// The elastic-resume offset and the dataset name come from the client: out-of-range
+// offsets and hostile names are refused with a bounded message, and the server serves on.
+TEST_F(BadRequestTest, HostileSampleOffsetsAndDatasetNamesAreRefused) {
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(stub(), MakeRegister("offset", 0, 2, 4), &response).ok());
+  for (int64_t offset : {int64_t{-1}, int64_t{121}, std::numeric_limits<int64_t>::max(),
+                         std::numeric_limits<int64_t>::min()}) {
+    v1::StreamBatchesRequest request;
+    request.set_job_id("offset");
+    request.set_rank(0);
+    request.set_sample_offset(offset);
+    StreamResult result = StreamAll(stub(), request);
+    EXPECT_EQ(result.status.error_code(), grpc::StatusCode::OUT_OF_RANGE) << offset;
+    EXPECT_THAT(result.status.error_message(), HasSubstr("sample_offset")) << offset;
+    EXPECT_TRUE(result.batches.empty()) << offset;
+  }
+  v1::RegisterRequest named = MakeRegister("named", 0, 1, 4);
+  named.set_dataset(std::string(1 << 20, 'd'));
+  grpc::Status huge = RegisterStatus(named);
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(huge.error_message(), HasSubstr("is not served here; this server has: default"));
+  EXPECT_LT(huge.error_message().size(), 2000u);
+  // Not UTF-8: gRPC's proto3 parser refuses the request before the service sees it.
+  named.set_dataset(std::string("caf\xe9\n", 6));
+  EXPECT_FALSE(RegisterStatus(named).ok());
+  // Still serving: an offset inside the epoch streams its share.
+  v1::StreamBatchesRequest request;
+  request.set_job_id("offset");
+  request.set_rank(0);
+  request.set_sample_offset(40);
+  StreamResult rest = StreamAll(stub(), request);
+  ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
+  EXPECT_EQ(rest.batches.size(), 10u);  // (120 - 40) / (4 x 2)
 }
 
 TEST(ServiceStateTest, RequestsWhileIndexingAreUnavailable) {
