@@ -306,24 +306,33 @@ struct CenterGeometry {
   int left = 0;
 };
 
-CenterGeometry CenterResizeCrop(int w, int h, int resize, int crop) {
+// The longest side Resize(S) may produce. The geometry is computed before any pixel
+// exists, from a header that may claim a 1 x 80,000,000 image: Resize(31) of that is
+// 2.5e9 pixels long, past int. No real photograph comes near this bound.
+constexpr int64_t kMaxResizedSide = int64_t{1} << 24;
+
+absl::StatusOr<CenterGeometry> CenterResizeCrop(int w, int h, int resize, int crop) {
   const int64_t shorter = std::min(w, h), longer = std::max(w, h);
-  const int new_long = static_cast<int>(static_cast<double>(int64_t{resize} * longer) /
-                                        static_cast<double>(shorter));
+  const int64_t new_long = int64_t{resize} * longer / shorter;  // floor, as int() in Python
+  if (new_long > kMaxResizedSide) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a %dx%d image resized to short side %d would be %d pixels long (over %d): aspect "
+        "ratio too extreme",
+        w, h, resize, new_long, kMaxResizedSide));
+  }
   CenterGeometry g;
-  g.new_w = w <= h ? resize : new_long;
-  g.new_h = w <= h ? new_long : resize;
+  g.new_w = w <= h ? resize : static_cast<int>(new_long);
+  g.new_h = w <= h ? static_cast<int>(new_long) : resize;
   g.top = static_cast<int>(std::nearbyint((g.new_h - crop) / 2.0));
   g.left = static_cast<int>(std::nearbyint((g.new_w - crop) / 2.0));
   return g;
 }
 
 // kCenter on `image`, which is the orig_w x orig_h original decoded at `factor`
-// (1 = not DCT-scaled): geometry comes from the original size, sampling from
+// (1 = not DCT-scaled): geometry `g` comes from the original size, sampling from
 // the scaled pixels.
-void CenterToChw(const RgbImage& image, int orig_w, int orig_h, double factor, int resize, int crop,
-                 uint8_t* out_chw) {
-  const CenterGeometry g = CenterResizeCrop(orig_w, orig_h, resize, crop);
+void CenterToChw(const RgbImage& image, const CenterGeometry& g, int orig_w, int orig_h,
+                 double factor, int crop, uint8_t* out_chw) {
   AxisTaps xt, yt;
   const double sx = orig_w * factor / g.new_w, sy = orig_h * factor / g.new_h;
   ComputeTaps(g.left * sx, sx, crop, 0, image.width, &xt);
@@ -417,7 +426,10 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
   if (absl::Status s = CheckImage(image); !s.ok()) return s;
   if (spec.mode == TransformMode::kCenter) {
-    CenterToChw(image, image.width, image.height, 1.0, spec.resize, spec.crop, out_chw);
+    absl::StatusOr<CenterGeometry> g =
+        CenterResizeCrop(image.width, image.height, spec.resize, spec.crop);
+    if (!g.ok()) return g.status();
+    CenterToChw(image, *g, image.width, image.height, 1.0, spec.crop, out_chw);
   } else {
     RegionToChw(image, RandomResizedCropParams(image.width, image.height, augment_seed), 1.0,
                 spec.crop, out_chw);
@@ -459,7 +471,9 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
   CropParams region;
   int64_t region_w = w, region_h = h, need_w = 0, need_h = 0;
   if (spec.mode == TransformMode::kCenter) {
-    center = CenterResizeCrop(w, h, spec.resize, spec.crop);
+    absl::StatusOr<CenterGeometry> g = CenterResizeCrop(w, h, spec.resize, spec.crop);
+    if (!g.ok()) return g.status();
+    center = *g;
     need_w = center.new_w;
     need_h = center.new_h;
   } else {
@@ -494,7 +508,7 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
   if (status.ok()) {
     const double factor = static_cast<double>(f.num) / f.denom;
     if (spec.mode == TransformMode::kCenter) {
-      CenterToChw(scratch, w, h, factor, spec.resize, spec.crop, out_chw);
+      CenterToChw(scratch, center, w, h, factor, spec.crop, out_chw);
     } else {
       RegionToChw(scratch, region, factor, spec.crop, out_chw);
     }

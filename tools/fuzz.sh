@@ -5,6 +5,7 @@
 # leaves its input in $FUZZ_BUILD_DIR/artifacts/ and fails the script.
 #   FUZZ_SECONDS=3600 tools/fuzz.sh          a longer campaign (docs/fuzzing.md)
 #   FUZZ_HARNESSES="json_fields_fuzzer" ...   only some harnesses
+#   FUZZ_SEED=1 ...                           fixed mutation sequence (tools/test.sh: CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
@@ -27,6 +28,10 @@ mkdir -p "$artifacts"
 # libFuzzer: -rss_limit_mb bounds each harness (the image harness admits at most 64 MiB
 # of decode buffers, see fuzz/image_transform_fuzzer.cc); -timeout flags a slow input.
 common=(-rss_limit_mb=2048 -timeout=25 -artifact_prefix="$artifacts/" -print_final_stats=1)
+# A fixed seed makes a short run try the same mutations every time (a prefix of them on
+# a slower machine), so a CI verdict does not depend on luck; finding new bugs is the
+# long campaign's job, with a random seed.
+if [[ -n "${FUZZ_SEED:-}" ]]; then common+=(-seed="$FUZZ_SEED"); fi
 run() {  # run HARNESS LOG ARGS...: fails the script with the log's tail on a finding
   local h=$1 log=$2
   shift 2

@@ -349,5 +349,33 @@ TEST(ImageTransformTest, BadSpecsAndInputsAreErrors) {
   EXPECT_TRUE(DecodeAndTransform(jpeg, spec, 0, out.data()).ok());
 }
 
+// Found by image_transform_fuzzer: a PNG header claiming 1 x 83,886,088 pixels (within
+// the pixel limit) made Resize(31)'s long side 2.6e9, past int (undefined behaviour).
+// Both entry points now refuse such an aspect ratio before any pixel exists.
+TEST(ImageTransformTest, ExtremeAspectRatioIsRefusedNotOverflowed) {
+  const std::string png_header(
+      "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\x05\0\0\x08\x10\0\0\0\0\xb1\xf4=f", 33);
+  TransformSpec spec;
+  spec.resize = 31;
+  spec.crop = 16;
+  std::vector<uint8_t> out(3 * 16 * 16);
+  absl::Status s = DecodeAndTransform(png_header, spec, 0, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("aspect ratio too extreme"));
+
+  RgbImage thin;
+  thin.width = 1;
+  thin.height = 70000;  // Resize(256): 17,920,000 pixels long
+  thin.pixels.assign(3 * 70000, 7);
+  spec = TransformSpec();
+  out.assign(3 * 224 * 224, 0);
+  s = ApplyTransform(thin, spec, 0, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // A tall but reasonable image still transforms.
+  thin.height = 60000;  // 15,360,000 pixels long: within the bound
+  thin.pixels.assign(3 * 60000, 7);
+  EXPECT_TRUE(ApplyTransform(thin, spec, 0, out.data()).ok());
+}
+
 }  // namespace
 }  // namespace shardcast
