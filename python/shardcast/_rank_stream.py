@@ -178,6 +178,23 @@ class _Stopped(Exception):
     """The consumer stopped the prefetch thread (new epoch, close)."""
 
 
+def batches_from_offset(
+    num_samples: int, batch_size: int, world_size: int, remainder: int, sample_offset: int
+) -> int:
+    """Batches per rank of an epoch dealt from global position `sample_offset` (an elastic
+    resume, split sample): the rule of common/epoch_plan.cc's BatchesFromOffset, which the
+    server applies to the same request. Raises ValueError for a position outside the epoch."""
+    if not 0 <= sample_offset <= num_samples:
+        raise ValueError(
+            f"sample offset {sample_offset} is outside the epoch's [0, {num_samples}] positions"
+        )
+    per_step = batch_size * world_size
+    left = num_samples - sample_offset
+    if remainder == pb.REMAINDER_PAD:
+        return (left + per_step - 1) // per_step
+    return left // per_step
+
+
 def _describe(code: grpc.StatusCode, message: str) -> str:
     return f"{code.name}: {message}" if message else code.name
 
@@ -220,6 +237,7 @@ class RankStream(Generic[T]):
         self._sticky_error: Optional[BaseException] = None  # raised again until start_epoch
         self._reconnects = 0
         self._epoch = 0
+        self._epoch_batches = 0  # batches of _epoch: n, or fewer from a sample offset
         self._handed_out = 0  # batches of _epoch handed out (counting skipped ones)
         self._started = False
         self._thread: Optional[threading.Thread] = None
@@ -250,13 +268,32 @@ class RankStream(Generic[T]):
         with self._lock:
             return self._reconnects
 
-    def start_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """Streams `epoch` from `start_batch`, cancelling any stream in progress."""
+    @property
+    def batches_in_epoch(self) -> int:
+        """Batches of the epoch last started: n, or fewer from a sample offset."""
+        return self._epoch_batches
+
+    def start_epoch(self, epoch: int, start_batch: int = 0, sample_offset: int = 0) -> None:
+        """Streams `epoch` from `start_batch`, cancelling any stream in progress.
+        `sample_offset` > 0: an elastic resume, the epoch dealt from that global position
+        (split sample only; batches_in_epoch() batches, start_batch counts from there)."""
         n = self.batches_per_epoch
+        if sample_offset != 0:
+            reg = self.registration
+            if reg.split != pb.SPLIT_SAMPLE:
+                raise ValueError(
+                    f"job '{self._job.job_id}' epoch {epoch}: an elastic resume from sample "
+                    f"offset {sample_offset} needs split sample (with split shard the ranks' "
+                    "shards and the repeat/slice depend on the world size); resume with the "
+                    "same world size and batch size, or start the next epoch"
+                )
+            n = batches_from_offset(
+                reg.num_samples, reg.batch_size, reg.world_size, reg.remainder, sample_offset
+            )
         if epoch < 0 or not 0 <= start_batch <= n:
             raise ValueError(
                 f"start_epoch(epoch={epoch}, start_batch={start_batch}): need epoch >= 0 and "
-                f"0 <= start_batch <= {n} (batches per epoch of job '{self._job.job_id}')"
+                f"0 <= start_batch <= {n} (batches of this epoch of job '{self._job.job_id}')"
             )
         self._stop_prefetch()
         with self._lock:
@@ -264,12 +301,13 @@ class RankStream(Generic[T]):
             self._stop = False
             self._started = True
             self._epoch = epoch
+            self._epoch_batches = n
             self._handed_out = start_batch
             self._producer_done = start_batch == n
         if start_batch < n:
             self._thread = threading.Thread(
                 target=self._prefetch_loop,
-                args=(epoch, start_batch),
+                args=(epoch, start_batch, n, sample_offset),
                 name=f"shardcast-prefetch-rank{self._job.rank}",
                 daemon=True,
             )
@@ -291,7 +329,7 @@ class RankStream(Generic[T]):
         with self._lock:
             if not self._started:
                 raise RuntimeError("next() before start_epoch()")
-            if self._handed_out >= self.batches_per_epoch:
+            if self._handed_out >= self._epoch_batches:
                 return None
             if self._sticky_error is not None:
                 raise self._sticky_error
@@ -299,7 +337,7 @@ class RankStream(Generic[T]):
             if not self._queue:
                 raise RuntimeError(
                     f"epoch {self._epoch} of job '{self._job.job_id}': prefetch ended at batch "
-                    f"{self._handed_out} of {self.batches_per_epoch} without an error"
+                    f"{self._handed_out} of {self._epoch_batches} without an error"
                 )
             item = self._queue.popleft()
             self._lock.notify_all()
@@ -470,11 +508,13 @@ class RankStream(Generic[T]):
                     continue
                 self._lock.wait(None if deadline is None else deadline - now)
 
-    def _receive(self, epoch: int, start: int, not_after: Optional[float] = None) -> int:
-        """Streams `epoch` from `start` into the queue; returns the batches received.
-        Raises _Failure (with the batches received before the break) when it breaks.
-        The first message is overdue after the stream timeout, or at `not_after`."""
-        n = self.batches_per_epoch
+    def _receive(
+        self, epoch: int, start: int, n: int, offset: int, not_after: Optional[float] = None
+    ) -> int:
+        """Streams `epoch` (n batches, dealt from sample `offset`) from `start` into the
+        queue; returns the batches received. Raises _Failure (with the batches received
+        before the break) when it breaks. The first message is overdue after the stream
+        timeout, or at `not_after`."""
         timeout = self._options.stream_timeout
 
         def overdue(cap: Optional[float] = None) -> Optional[float]:
@@ -489,6 +529,7 @@ class RankStream(Generic[T]):
             epoch=epoch,
             start_batch=start,
             job_fingerprint=self.registration.job_fingerprint,
+            sample_offset=offset,
         )
         call = self._stream(request, metadata=self._metadata)
         with self._lock:
@@ -541,9 +582,9 @@ class RankStream(Generic[T]):
             )
         return index - start
 
-    def _prefetch_loop(self, epoch: int, start: int) -> None:
+    def _prefetch_loop(self, epoch: int, start: int, n: int, offset: int) -> None:
         try:
-            self._prefetch(epoch, start)
+            self._prefetch(epoch, start, n, offset)
         except _Stopped:
             pass
         except BaseException as e:  # delivered to the consumer instead of dying unseen
@@ -554,9 +595,8 @@ class RankStream(Generic[T]):
                 self._producer_done = True
                 self._lock.notify_all()
 
-    def _prefetch(self, epoch: int, start: int) -> None:
+    def _prefetch(self, epoch: int, start: int, n: int, offset: int) -> None:
         opts = self._options
-        n = self.batches_per_epoch
         next_batch = start  # first batch not yet received
         backoff = opts.reconnect_initial
         failing_since: Optional[float] = None  # start of the current run of failures
@@ -578,7 +618,7 @@ class RankStream(Generic[T]):
                     registered_here = True
                     self._same_job(response, epoch, next_batch)
                 next_batch += self._receive(
-                    epoch, next_batch, give_up if stalled_since is not None else None
+                    epoch, next_batch, n, offset, give_up if stalled_since is not None else None
                 )
                 return
             except _Failure as f:

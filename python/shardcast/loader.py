@@ -16,7 +16,7 @@ import grpc
 import torch
 
 from shardcast._proto import enum_name, enum_value, pb
-from shardcast._rank_stream import TOKEN_ENV, RankStream, StreamOptions
+from shardcast._rank_stream import TOKEN_ENV, RankStream, StreamOptions, batches_from_offset
 from shardcast.errors import JobChangedError
 
 # The pixels are a view of the received `bytes`, which Python marks read-only; torch
@@ -115,7 +115,9 @@ class Loader:
 
     Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
     load_state_dict() chose the position first. Each epoch yields exactly len(loader)
-    batches (fewer when resumed mid-epoch).
+    batches (fewer when resumed mid-epoch: batches_in_epoch). load_state_dict() also
+    takes a state of another world size or batch size (split sample): the epoch goes on
+    from the samples all ranks consumed, dealt over the new ranks (docs/python.md).
 
     Security (docs/deploy.md, "TLS and tokens"): `tls_ca` (a PEM file) connects with TLS
     trusting that CA, or pass any `credentials` (e.g. grpc.ssl_channel_credentials with a
@@ -200,11 +202,13 @@ class Loader:
         self.job_id = job_id
         self.rank = rank
         self.world_size = world_size
-        # The position: the next batch handed out is batch `_done` of epoch `_epoch`.
-        # `_pinned`: set_epoch/load_state_dict (or construction) chose it for the next
-        # iter(); otherwise iter() moves on to the next epoch.
+        # The position: the next batch handed out is batch `_done` of epoch `_epoch`,
+        # which was dealt from global sample position `_offset` (0 but after an elastic
+        # resume). `_pinned`: set_epoch/load_state_dict (or construction) chose it for
+        # the next iter(); otherwise iter() moves on to the next epoch.
         self._epoch = 0
         self._done = 0
+        self._offset = 0
         self._pinned = True
         self._iteration = 0  # bumped by each iter(), so an older iterator stops
 
@@ -260,22 +264,38 @@ class Loader:
         """n: the batches every rank gets per epoch."""
         return self._stream.batches_per_epoch
 
+    @property
+    def batches_in_epoch(self) -> int:
+        """Batches of the epoch being iterated (or next to be): len(loader), or fewer for
+        an epoch resumed elastically from a sample offset."""
+        if self._offset == 0:
+            return len(self)
+        reg = self.registration
+        return batches_from_offset(
+            reg.num_samples, reg.batch_size, reg.world_size, reg.remainder, self._offset
+        )
+
     # ---- position --------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """The next iter() streams `epoch` from its first batch."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        self._epoch, self._done, self._pinned = epoch, 0, True
+        self._epoch, self._done, self._offset, self._pinned = epoch, 0, 0, True
 
     def state_dict(self) -> Dict[str, Any]:
-        """The position (the next batch to hand out is batch `batches_done` of `epoch`) and
-        the job it belongs to. Take it after a training step; load_state_dict of a new
-        Loader then yields the rest of the epoch, the same samples and bytes."""
+        """The position (the next batch to hand out is batch `batches_done` of `epoch`,
+        which has `batches_in_epoch` batches dealt from global position `sample_offset`;
+        all ranks together consumed `samples_consumed` samples of it) and the job it
+        belongs to. Take it after a training step; load_state_dict of a new Loader then
+        yields the rest of the epoch, the same samples and bytes."""
         reg = self.registration
         return {
             "epoch": self._epoch,
             "batches_done": self._done,
+            "batches_in_epoch": self.batches_in_epoch,
+            "sample_offset": self._offset,
+            "samples_consumed": self._offset + self._done * reg.world_size * reg.batch_size,
             "job_id": self.job_id,
             "rank": self.rank,
             "world_size": reg.world_size,
@@ -288,38 +308,65 @@ class Loader:
         """Continues where `state` (from state_dict) was taken: the next iter() streams the
         rest of that epoch, or the next epoch when it was finished.
 
-        Raises JobChangedError when `state` belongs to another job: other data or config
-        (job fingerprint), world size, batch size or batches per epoch.
+        With the same world size and batch size the rest is the same batches. With another
+        world size or batch size (an elastic resume, split sample only) the epoch goes on
+        from the `samples_consumed` all ranks took, dealt over this job's ranks: no sample
+        of the epoch twice across the change, and with remainder "pad" every one exactly
+        once (the rule of docs/training.md, "Elastic resume"). Every rank of the new job
+        loads the same state (any old rank's: the position is global).
+
+        Raises JobChangedError when `state` belongs to another job (other data or config:
+        job fingerprint), or when an elastic resume mid-epoch meets split shard.
         """
         reg = self.registration
-        for field, have in (
-            ("job_fingerprint", reg.job_fingerprint),
-            ("world_size", reg.world_size),
-            ("batch_size", reg.batch_size),
-            ("batches_per_epoch", reg.batches_per_epoch),
-        ):
-            if state[field] != have:
-                raise JobChangedError(
-                    f"load_state_dict: the state is of a job with {field} {state[field]!r}, "
-                    f"this loader's job '{self.job_id}' has "
-                    f"{have!r}; cannot resume epoch {state['epoch']} at batch "
-                    f"{state['batches_done']}"
-                )
+        where = (
+            f"load_state_dict: cannot resume epoch {state['epoch']} at batch "
+            f"{state['batches_done']}"
+        )
+        if state["job_fingerprint"] != reg.job_fingerprint:
+            raise JobChangedError(
+                f"{where}: the state is of a job with job_fingerprint "
+                f"{state['job_fingerprint']!r}, this loader's job '{self.job_id}' has "
+                f"{reg.job_fingerprint!r} (other data or settings)"
+            )
         epoch, done = int(state["epoch"]), int(state["batches_done"])
-        if epoch < 0 or not 0 <= done <= len(self):
-            raise ValueError(f"bad position in state: epoch {epoch}, batches_done {done}")
-        if done == len(self):
-            epoch, done = epoch + 1, 0
-        self._epoch, self._done, self._pinned = epoch, done, True
+        offset = int(state.get("sample_offset", 0))  # absent from states before elastic resume
+        epoch_batches = int(state.get("batches_in_epoch", state["batches_per_epoch"]))
+        if epoch < 0 or not 0 <= done <= epoch_batches or not 0 <= offset <= reg.num_samples:
+            raise ValueError(
+                f"bad position in state: epoch {epoch}, batches_done {done} of "
+                f"{epoch_batches}, sample_offset {offset}"
+            )
+        if done == epoch_batches:  # the epoch was finished: any world size goes on from here
+            epoch, done, offset = epoch + 1, 0, 0
+        elif state["world_size"] != reg.world_size or state["batch_size"] != reg.batch_size:
+            consumed = offset + done * int(state["world_size"]) * int(state["batch_size"])
+            if consumed > 0 and reg.split != pb.SPLIT_SAMPLE:
+                raise JobChangedError(
+                    f"{where}: the state has world size {state['world_size']} and batch size "
+                    f"{state['batch_size']}, this loader's job '{self.job_id}' "
+                    f"{reg.world_size} and {reg.batch_size}; an elastic resume mid-epoch needs "
+                    "split sample (with split shard the ranks' shards and the repeat/slice "
+                    "depend on the world size): resume with the same world size and batch "
+                    "size, or from a state taken at the end of an epoch"
+                )
+            done, offset = 0, min(consumed, reg.num_samples)
+        elif state["batches_per_epoch"] != reg.batches_per_epoch:
+            raise JobChangedError(
+                f"{where}: the state is of a job with batches_per_epoch "
+                f"{state['batches_per_epoch']!r}, this loader's job '{self.job_id}' has "
+                f"{reg.batches_per_epoch!r}"
+            )
+        self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, True
 
     # ---- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
         if not self._pinned:
-            self._epoch, self._done = self._epoch + 1, 0
+            self._epoch, self._done, self._offset = self._epoch + 1, 0, 0
         self._pinned = False
         self._iteration += 1
-        self._stream.start_epoch(self._epoch, self._done)
+        self._stream.start_epoch(self._epoch, self._done, self._offset)
         return self._batches(self._iteration)
 
     def _batches(self, iteration: int) -> Iterator[Batch]:
