@@ -21,9 +21,7 @@
 namespace shardcast {
 namespace {
 
-// PIL refuses images over 2 * MAX_IMAGE_PIXELS (decompression bomb); so do we,
-// before allocating: a corrupt header must not make us allocate gigabytes.
-constexpr int64_t kMaxPixels = 2 * 89478485LL;
+using internal::kMaxPixels;
 
 enum class Format { kJpeg, kPng, kUnknown };
 

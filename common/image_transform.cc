@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/image_decode_internal.h"
+#include "common/jpeg_region_decode.h"
 #include "common/splitmix64.h"
 
 namespace shardcast {
@@ -236,11 +237,22 @@ HorizontalPassFn PickHorizontalPass(int taps) {
   }
 }
 
-// Resamples `image` through the taps into crop x crop planar RGB:
-// vertical pass into one float row (only the needed columns), then the
-// horizontal pass straight into the output planes.
-void Resample(const RgbImage& image, const AxisTaps& xt, const AxisTaps& yt, int crop, bool flip,
+// Both axes' taps of one transform, in the coordinates of the whole image at the
+// decode's DCT scale, and whether the output is mirrored.
+struct ResampleTaps {
+  AxisTaps x;
+  AxisTaps y;
+  bool flip = false;
+};
+
+// Resamples `image` through the taps into crop x crop planar RGB: vertical pass into
+// one float row (only the needed columns), then the horizontal pass straight into the
+// output planes. `image` holds the rectangle of the whole (scaled) image whose top-left
+// pixel is (origin_x, origin_y) and must cover the taps' needed ranges.
+void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleTaps& t, int crop,
               uint8_t* out_chw) {
+  const AxisTaps& xt = t.x;
+  const AxisTaps& yt = t.y;
   thread_local std::vector<float> row;
   thread_local std::vector<const uint8_t*> rows;
   const int span = (xt.needed_hi - xt.needed_lo) * 3;
@@ -251,14 +263,16 @@ void Resample(const RgbImage& image, const AxisTaps& xt, const AxisTaps& yt, int
   rows.resize(yt.stride);
   const size_t plane = static_cast<size_t>(crop) * crop;
   const size_t src_stride = static_cast<size_t>(image.width) * 3;
-  const uint8_t* base = image.pixels.data() + static_cast<size_t>(xt.needed_lo) * 3;
+  const uint8_t* base = image.pixels.data() + static_cast<size_t>(xt.needed_lo - origin_x) * 3;
   for (int y = 0; y < crop; ++y) {
     const int n = yt.count[y];
-    for (int k = 0; k < n; ++k) rows[k] = base + static_cast<size_t>(yt.start[y] + k) * src_stride;
+    for (int k = 0; k < n; ++k) {
+      rows[k] = base + static_cast<size_t>(yt.start[y] + k - origin_y) * src_stride;
+    }
     VerticalPass(rows.data(), yt.weights.data() + static_cast<size_t>(y) * yt.stride, n, span,
                  row.data());
     uint8_t* r = out_chw + static_cast<size_t>(y) * crop;
-    horizontal(row.data(), xt, crop, flip, r, r + plane, r + 2 * plane);
+    horizontal(row.data(), xt, crop, t.flip, r, r + plane, r + 2 * plane);
   }
 }
 
@@ -328,33 +342,31 @@ absl::StatusOr<CenterGeometry> CenterResizeCrop(int w, int h, int resize, int cr
   return g;
 }
 
-// kCenter on `image`, which is the orig_w x orig_h original decoded at `factor`
-// (1 = not DCT-scaled): geometry `g` comes from the original size, sampling from
-// the scaled pixels.
-void CenterToChw(const RgbImage& image, const CenterGeometry& g, int orig_w, int orig_h,
-                 double factor, int crop, uint8_t* out_chw) {
-  AxisTaps xt, yt;
+// kCenter's taps for the orig_w x orig_h original decoded at `factor` (1 = not
+// DCT-scaled) to scaled_w x scaled_h: geometry `g` comes from the original size,
+// sampling from the scaled pixels.
+void CenterTaps(const CenterGeometry& g, int orig_w, int orig_h, int scaled_w, int scaled_h,
+                double factor, int crop, ResampleTaps* t) {
   const double sx = orig_w * factor / g.new_w, sy = orig_h * factor / g.new_h;
-  ComputeTaps(g.left * sx, sx, crop, 0, image.width, &xt);
-  ComputeTaps(g.top * sy, sy, crop, 0, image.height, &yt);
-  Resample(image, xt, yt, crop, /*flip=*/false, out_chw);
+  ComputeTaps(g.left * sx, sx, crop, 0, scaled_w, &t->x);
+  ComputeTaps(g.top * sy, sy, crop, 0, scaled_h, &t->y);
+  t->flip = false;
 }
 
-// A region given in original coordinates, sampled from `image` = original at
-// `factor`. At factor 1 the windows clamp to the region itself, exactly as
-// torchvision crops first and resizes the crop.
-void RegionToChw(const RgbImage& image, const CropParams& p, double factor, int crop,
-                 uint8_t* out_chw) {
-  AxisTaps xt, yt;
+// The taps of a region given in original coordinates, sampled from the original
+// decoded at `factor` to scaled_w x scaled_h. At factor 1 the windows clamp to the
+// region itself, exactly as torchvision crops first and resizes the crop.
+void RegionTaps(const CropParams& p, int scaled_w, int scaled_h, double factor, int crop,
+                ResampleTaps* t) {
   const double x0 = p.left * factor, y0 = p.top * factor;
   const double rw = p.width * factor, rh = p.height * factor;
-  const int xlo = std::clamp(static_cast<int>(std::floor(x0)), 0, image.width - 1);
-  const int ylo = std::clamp(static_cast<int>(std::floor(y0)), 0, image.height - 1);
-  const int xhi = std::clamp(static_cast<int>(std::ceil(x0 + rw)), xlo + 1, image.width);
-  const int yhi = std::clamp(static_cast<int>(std::ceil(y0 + rh)), ylo + 1, image.height);
-  ComputeTaps(x0, rw / crop, crop, xlo, xhi, &xt);
-  ComputeTaps(y0, rh / crop, crop, ylo, yhi, &yt);
-  Resample(image, xt, yt, crop, p.flip, out_chw);
+  const int xlo = std::clamp(static_cast<int>(std::floor(x0)), 0, scaled_w - 1);
+  const int ylo = std::clamp(static_cast<int>(std::floor(y0)), 0, scaled_h - 1);
+  const int xhi = std::clamp(static_cast<int>(std::ceil(x0 + rw)), xlo + 1, scaled_w);
+  const int yhi = std::clamp(static_cast<int>(std::ceil(y0 + rh)), ylo + 1, scaled_h);
+  ComputeTaps(x0, rw / crop, crop, xlo, xhi, &t->x);
+  ComputeTaps(y0, rh / crop, crop, ylo, yhi, &t->y);
+  t->flip = p.flip;
 }
 
 absl::Status CheckRegion(const CropParams& p, int w, int h) {
@@ -417,7 +429,9 @@ absl::Status ResizedCropToChw(const RgbImage& image, const CropParams& params, i
         absl::StrFormat("crop %d is outside [1, %d]", crop, kMaxCrop));
   }
   if (absl::Status s = CheckRegion(params, image.width, image.height); !s.ok()) return s;
-  RegionToChw(image, params, 1.0, crop, out_chw);
+  ResampleTaps taps;
+  RegionTaps(params, image.width, image.height, 1.0, crop, &taps);
+  Resample(image, 0, 0, taps, crop, out_chw);
   return absl::OkStatus();
 }
 
@@ -425,15 +439,17 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
                             uint8_t* out_chw) {
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
   if (absl::Status s = CheckImage(image); !s.ok()) return s;
+  ResampleTaps taps;
   if (spec.mode == TransformMode::kCenter) {
     absl::StatusOr<CenterGeometry> g =
         CenterResizeCrop(image.width, image.height, spec.resize, spec.crop);
     if (!g.ok()) return g.status();
-    CenterToChw(image, *g, image.width, image.height, 1.0, spec.crop, out_chw);
+    CenterTaps(*g, image.width, image.height, image.width, image.height, 1.0, spec.crop, &taps);
   } else {
-    RegionToChw(image, RandomResizedCropParams(image.width, image.height, augment_seed), 1.0,
-                spec.crop, out_chw);
+    RegionTaps(RandomResizedCropParams(image.width, image.height, augment_seed), image.width,
+               image.height, 1.0, spec.crop, &taps);
   }
+  Resample(image, 0, 0, taps, spec.crop, out_chw);
   return absl::OkStatus();
 }
 
@@ -489,30 +505,45 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
     });
   }
 
+  const int scaled_w = internal::ScaledSize(w, f), scaled_h = internal::ScaledSize(h, f);
+  const double factor = static_cast<double>(f.num) / f.denom;
+  ResampleTaps taps;
+  if (spec.mode == TransformMode::kCenter) {
+    CenterTaps(center, w, h, scaled_w, scaled_h, factor, spec.crop, &taps);
+  } else {
+    RegionTaps(region, scaled_w, scaled_h, factor, spec.crop, &taps);
+  }
+  // Only the pixels the taps read: a sequential JPEG decodes just that rectangle.
+  const internal::PixelRect needed{taps.x.needed_lo, taps.y.needed_lo,
+                                   taps.x.needed_hi - taps.x.needed_lo,
+                                   taps.y.needed_hi - taps.y.needed_lo};
+  const bool region_decode = internal::RegionDecodable(*info, encoded);
+
   // Decided from the header alone, before any pixel buffer exists.
   std::optional<AdmittedBytes> admitted;
   if (admission != nullptr) {
-    const int64_t bytes = DecodeBufferBytes(*info, f.num, f.denom);
+    const int64_t bytes = region_decode ? internal::RegionDecodeBytes(needed, scaled_w, scaled_h)
+                                        : DecodeBufferBytes(*info, f.num, f.denom);
     if (absl::Status s = admission->Acquire(bytes); !s.ok()) return s;
     admitted.emplace(admission, bytes);
   }
 
   thread_local RgbImage scratch;
-  absl::Status status = internal::DecodeInto(encoded, f, &scratch);
-  if (status.ok() && (scratch.width != internal::ScaledSize(w, f) ||
-                      scratch.height != internal::ScaledSize(h, f))) {
-    status =
-        absl::InternalError(absl::StrFormat("decoded %dx%d, header said %dx%d at scale %d/%d",
-                                            scratch.width, scratch.height, w, h, f.num, f.denom));
+  internal::PixelRect got{0, 0, scaled_w, scaled_h};
+  absl::Status status = region_decode
+                            ? internal::DecodeJpegRegion(encoded, f, needed, &scratch, &got)
+                            : internal::DecodeInto(encoded, f, &scratch);
+  if (status.ok() &&
+      (scratch.width != got.width || scratch.height != got.height || got.x > needed.x ||
+       got.y > needed.y || got.x + got.width < needed.x + needed.width ||
+       got.y + got.height < needed.y + needed.height)) {
+    status = absl::InternalError(absl::StrFormat(
+        "decoded %dx%d at (%d, %d), needed %dx%d at (%d, %d) of %dx%d (header %dx%d, scale "
+        "%d/%d)",
+        scratch.width, scratch.height, got.x, got.y, needed.width, needed.height, needed.x,
+        needed.y, scaled_w, scaled_h, w, h, f.num, f.denom));
   }
-  if (status.ok()) {
-    const double factor = static_cast<double>(f.num) / f.denom;
-    if (spec.mode == TransformMode::kCenter) {
-      CenterToChw(scratch, center, w, h, factor, spec.crop, out_chw);
-    } else {
-      RegionToChw(scratch, region, factor, spec.crop, out_chw);
-    }
-  }
+  if (status.ok()) Resample(scratch, got.x, got.y, taps, spec.crop, out_chw);
   if (scratch.pixels.capacity() > kMaxRetainedScratch) {
     std::vector<uint8_t>().swap(scratch.pixels);
   }
