@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -154,39 +155,67 @@ void PairedWeights(const AxisTaps& xt, int crop, std::vector<int16_t>* paired) {
   }
 }
 
-// Outputs [from, crop).
-__attribute__((target("ssse3"))) void HorizontalSsse3(const int16_t* v, const AxisTaps& xt,
-                                                      const int16_t* paired, int from, int crop,
-                                                      bool flip, uint8_t* r, uint8_t* g,
-                                                      uint8_t* b) {
-  const int pairs = (xt.max_count + 1) / 2;
+// Output x's pixel as 0x00BBGGRR.
+__attribute__((target("ssse3"))) inline uint32_t PixelSsse3(const int16_t* v, const AxisTaps& xt,
+                                                            const __m128i* w, int pairs, int x) {
   // r0 g0 b0 r1 g1 b1 (int16) -> r0 r1 g0 g1 b0 b1, then two zero lanes.
   const __m128i shuffle = _mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
-  const __m128i round = _mm_set1_epi32(1 << (kHorizontalShift - 1));
-  for (int x = from; x < crop; ++x) {
-    const int16_t* p = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
-    const __m128i* w = reinterpret_cast<const __m128i*>(paired) + static_cast<size_t>(x) * pairs;
-    __m128i acc = round;
-    for (int j = 0; j < pairs; ++j) {
-      const __m128i px = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6 * j));
-      acc =
-          _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle), _mm_loadu_si128(w + j)));
-    }
-    // Lanes r, g, b, 0: packs saturate, packus clamps to [0, 255].
-    const __m128i i32 = _mm_srai_epi32(acc, kHorizontalShift);
-    const __m128i i16 = _mm_packs_epi32(i32, i32);
-    const uint32_t rgb = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(i16, i16)));
+  const int16_t* p = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
+  __m128i acc = _mm_set1_epi32(1 << (kHorizontalShift - 1));
+  for (int j = 0; j < pairs; ++j) {
+    const __m128i px = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6 * j));
+    acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle), _mm_loadu_si128(w + j)));
+  }
+  // Lanes r, g, b, 0: packs saturate, packus clamps to [0, 255].
+  const __m128i i32 = _mm_srai_epi32(acc, kHorizontalShift);
+  const __m128i i16 = _mm_packs_epi32(i32, i32);
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_packus_epi16(i16, i16)));
+}
+
+__attribute__((target("ssse3"))) void HorizontalSsse3(const int16_t* v, const AxisTaps& xt,
+                                                      const int16_t* paired, int crop, bool flip,
+                                                      uint8_t* r, uint8_t* g, uint8_t* b) {
+  const int pairs = (xt.max_count + 1) / 2;
+  const __m128i* weights = reinterpret_cast<const __m128i*>(paired);
+  for (int x = 0; x < crop; ++x) {
+    const uint32_t rgb = PixelSsse3(v, xt, weights + static_cast<size_t>(x) * pairs, pairs, x);
     const int ox = flip ? crop - 1 - x : x;
     r[ox] = static_cast<uint8_t>(rgb);
     g[ox] = static_cast<uint8_t>(rgb >> 8);
     b[ox] = static_cast<uint8_t>(rgb >> 16);
   }
 }
-// Two outputs per step, one in each 128-bit lane, as HorizontalSsse3 computes them.
+
+// 0x00BBGGRR pixels -> three planes, four pixels per step.
+__attribute__((target("sse4.1"))) void DeinterleaveSse41(const uint32_t* rgbx, int n, uint8_t* r,
+                                                         uint8_t* g, uint8_t* b) {
+  const __m128i shuffle = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, -1, -1, -1, -1);
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128i planes =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rgbx + i)), shuffle);
+    const int32_t rr = _mm_cvtsi128_si32(planes), gg = _mm_extract_epi32(planes, 1),
+                  bb = _mm_extract_epi32(planes, 2);
+    std::memcpy(r + i, &rr, 4);
+    std::memcpy(g + i, &gg, 4);
+    std::memcpy(b + i, &bb, 4);
+  }
+  for (; i < n; ++i) {
+    r[i] = static_cast<uint8_t>(rgbx[i]);
+    g[i] = static_cast<uint8_t>(rgbx[i] >> 8);
+    b[i] = static_cast<uint8_t>(rgbx[i] >> 16);
+  }
+}
+
+// Two outputs per step, one in each 128-bit lane, with the arithmetic of PixelSsse3;
+// kPairs > 0 fixes the number of tap pairs at compile time (0: xt's, at run time). The
+// pixels go to `rgbx` (mirrored when flipping), then to the planes in one pass.
+template <int kPairs>
 __attribute__((target("avx2"))) void HorizontalAvx2(const int16_t* v, const AxisTaps& xt,
                                                     const int16_t* paired, int crop, bool flip,
-                                                    uint8_t* r, uint8_t* g, uint8_t* b) {
-  const int pairs = (xt.max_count + 1) / 2;
+                                                    uint32_t* rgbx, uint8_t* r, uint8_t* g,
+                                                    uint8_t* b) {
+  const int pairs = kPairs > 0 ? kPairs : (xt.max_count + 1) / 2;
   const __m256i shuffle = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1, 0,
                                            1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
   const __m256i round = _mm256_set1_epi32(1 << (kHorizontalShift - 1));
@@ -211,21 +240,42 @@ __attribute__((target("avx2"))) void HorizontalAvx2(const int16_t* v, const Axis
     const __m256i u8 = _mm256_packus_epi16(i16, i16);
     const uint32_t rgb0 = static_cast<uint32_t>(_mm256_cvtsi256_si32(u8));
     const uint32_t rgb1 = static_cast<uint32_t>(_mm256_extract_epi32(u8, 4));
-    const int o0 = flip ? crop - 1 - x : x;
-    const int o1 = flip ? o0 - 1 : o0 + 1;
-    r[o0] = static_cast<uint8_t>(rgb0);
-    g[o0] = static_cast<uint8_t>(rgb0 >> 8);
-    b[o0] = static_cast<uint8_t>(rgb0 >> 16);
-    r[o1] = static_cast<uint8_t>(rgb1);
-    g[o1] = static_cast<uint8_t>(rgb1 >> 8);
-    b[o1] = static_cast<uint8_t>(rgb1 >> 16);
+    if (flip) {
+      rgbx[crop - 1 - x] = rgb0;
+      rgbx[crop - 2 - x] = rgb1;
+    } else {
+      rgbx[x] = rgb0;
+      rgbx[x + 1] = rgb1;
+    }
   }
-  HorizontalSsse3(v, xt, paired, x, crop, flip, r, g, b);
+  if (x < crop) {  // odd crop: the last one alone
+    rgbx[flip ? 0 : x] = PixelSsse3(v, xt, weights + static_cast<size_t>(x) * pairs, pairs, x);
+  }
+  DeinterleaveSse41(rgbx, crop, r, g, b);
+}
+
+using HorizontalAvx2Fn = void (*)(const int16_t*, const AxisTaps&, const int16_t*, int, bool,
+                                  uint32_t*, uint8_t*, uint8_t*, uint8_t*);
+
+HorizontalAvx2Fn PickHorizontalAvx2(int max_count) {
+  switch ((max_count + 1) / 2) {
+    case 1:
+      return HorizontalAvx2<1>;
+    case 2:
+      return HorizontalAvx2<2>;
+    case 3:
+      return HorizontalAvx2<3>;
+    case 4:
+      return HorizontalAvx2<4>;
+    default:
+      return HorizontalAvx2<0>;
+  }
 }
 #endif  // SHARDCAST_RESAMPLE_X86
 
 ResampleIsa BestIsa() {
 #ifdef SHARDCAST_RESAMPLE_X86
+  // The AVX2 level also runs SSE4.1 (every AVX2 CPU has it).
   static const ResampleIsa best = __builtin_cpu_supports("avx2")    ? ResampleIsa::kAvx2
                                   : __builtin_cpu_supports("ssse3") ? ResampleIsa::kSsse3
                                                                     : ResampleIsa::kScalar;
@@ -309,7 +359,10 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
   row.assign(static_cast<size_t>(span) + 3 * static_cast<size_t>(xt.stride) + 8, 0);
   rows.resize(yt.stride);
 #ifdef SHARDCAST_RESAMPLE_X86
+  thread_local std::vector<uint32_t> rgbx;
   if (isa != ResampleIsa::kScalar) PairedWeights(xt, crop, &paired);
+  rgbx.resize(crop);
+  const HorizontalAvx2Fn horizontal_avx2 = PickHorizontalAvx2(xt.max_count);
 #endif
   const size_t plane = static_cast<size_t>(crop) * crop;
   const size_t src_stride = static_cast<size_t>(image.width) * 3;
@@ -325,12 +378,12 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
 #ifdef SHARDCAST_RESAMPLE_X86
       case ResampleIsa::kAvx2:
         VerticalAvx2(rows.data(), w, n, span, row.data());
-        HorizontalAvx2(row.data(), xt, paired.data(), crop, t.flip, r, r + plane, r + 2 * plane);
+        horizontal_avx2(row.data(), xt, paired.data(), crop, t.flip, rgbx.data(), r, r + plane,
+                        r + 2 * plane);
         break;
       case ResampleIsa::kSsse3:
         VerticalSse2(rows.data(), w, n, span, row.data());
-        HorizontalSsse3(row.data(), xt, paired.data(), 0, crop, t.flip, r, r + plane,
-                        r + 2 * plane);
+        HorizontalSsse3(row.data(), xt, paired.data(), crop, t.flip, r, r + plane, r + 2 * plane);
         break;
 #endif
       default:
