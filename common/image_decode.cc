@@ -92,9 +92,13 @@ ThreadDecompressor& ThisThreadDecompressor() {
   return decompressor;
 }
 
+// A fresh handle for every image: a reused one keeps the quantization and Huffman tables
+// of its previous image (libjpeg's abbreviated datastreams), and a file without tables
+// of its own would then decode with those: output depending on what the thread decoded
+// before (found by image_transform_fuzzer). A new handle costs a few small allocations.
 absl::StatusOr<tjhandle> Decompressor() {
   ThreadDecompressor& d = ThisThreadDecompressor();
-  if (d.get() == nullptr) d.Reset();
+  d.Reset();
   if (d.get() == nullptr) {
     return absl::InternalError(absl::StrCat("tjInitDecompress failed: ", tjGetErrorStr2(nullptr)));
   }

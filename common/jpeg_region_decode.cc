@@ -66,12 +66,14 @@ void ProgressMonitor(j_common_ptr cinfo) {
   }
 }
 
-// One libjpeg decompressor per thread, created once: jpeg_create_decompress allocates
-// its pools, and after any outcome jpeg_abort_decompress returns it to the idle state
-// for the next image.
-class ThreadRegionDecoder {
+// A libjpeg decompressor for one image. Not reused across images: a decompressor keeps
+// the quantization and Huffman tables of its previous image (libjpeg's abbreviated
+// datastreams), so a file without tables of its own would decode with another image's
+// (the image_transform_fuzzer found it): output depending on what the thread decoded
+// before. Creating one costs a few small allocations, nothing beside a decode.
+class RegionDecompressor {
  public:
-  ThreadRegionDecoder() {
+  RegionDecompressor() {
     cinfo_.err = jpeg_std_error(&err_.pub);
     err_.pub.error_exit = ErrorExit;
     err_.pub.emit_message = EmitMessage;
@@ -80,11 +82,11 @@ class ThreadRegionDecoder {
     if (ok_) jpeg_create_decompress(&cinfo_);
     if (ok_) cinfo_.progress = &progress_;
   }
-  ~ThreadRegionDecoder() {
+  ~RegionDecompressor() {
     if (ok_) jpeg_destroy_decompress(&cinfo_);
   }
-  ThreadRegionDecoder(const ThreadRegionDecoder&) = delete;
-  ThreadRegionDecoder& operator=(const ThreadRegionDecoder&) = delete;
+  RegionDecompressor(const RegionDecompressor&) = delete;
+  RegionDecompressor& operator=(const RegionDecompressor&) = delete;
 
   bool ok() const { return ok_; }
   jpeg_decompress_struct* cinfo() { return &cinfo_; }
@@ -223,7 +225,7 @@ int64_t RegionDecodeBytes(const PixelRect& want, int scaled_width, int scaled_he
 
 absl::Status DecodeJpegRegion(absl::string_view encoded, ScalingFactor f, const PixelRect& want,
                               RgbImage* out, PixelRect* got) {
-  thread_local ThreadRegionDecoder decoder;
+  RegionDecompressor decoder;
   if (!decoder.ok()) return absl::ResourceExhaustedError("jpeg_create_decompress failed");
   if (!DecodeRows(decoder.cinfo(), decoder.err(), encoded, f, want, out, got)) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -215,5 +215,32 @@ TEST(JpegRegionDecodeTest, RegionOutsideTheImageIsAnError) {
   EXPECT_TRUE(DecodeJpegRegion(jpeg, {1, 2}, {0, 0, 32, 24}, &out, &got).ok());
 }
 
+// A JPEG without quantization tables must fail however the thread's previous images
+// looked: a reused libjpeg decompressor would lend it their tables.
+TEST(JpegRegionDecodeTest, FileWithoutTablesFailsWhateverTheThreadDecodedBefore) {
+  const int w = 48, h = 40;
+  const std::string good = EncodeJpeg(PhotoLike(w, h, 8), w, h, TJSAMP_420, 90);
+  std::string no_dqt = good;
+  for (size_t at; (at = no_dqt.find("\xFF\xDB")) != std::string::npos;) {
+    const size_t length =
+        (static_cast<uint8_t>(no_dqt[at + 2]) << 8) | static_cast<uint8_t>(no_dqt[at + 3]);
+    no_dqt.erase(at, 2 + length);
+  }
+  ASSERT_LT(no_dqt.size(), good.size());
+  TransformSpec spec;
+  spec.resize = 32;
+  spec.crop = 32;
+  spec.dct_scaling = false;
+  std::vector<uint8_t> out(3 * 32 * 32);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(DecodeImage(good).ok());
+    ASSERT_TRUE(DecodeAndTransform(good, spec, 0, out.data()).ok());
+    EXPECT_FALSE(DecodeImage(no_dqt).ok());
+    const absl::Status s = DecodeAndTransform(no_dqt, spec, 0, out.data());
+    EXPECT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr("Quantization table"));
+  }
+}
+
 }  // namespace
 }  // namespace shardcast::internal
