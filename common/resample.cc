@@ -139,14 +139,19 @@ void HorizontalScalar(const int16_t* v, const AxisTaps& xt, int crop, bool flip,
 
 #ifdef SHARDCAST_RESAMPLE_X86
 // Each output's weights, two taps at a time, laid out for pmaddwd against a pshufb of
-// the two pixels: [w0 w1 w0 w1 w0 w1 0 0].
+// the two pixels: [w0 w1 w0 w1 w0 w1 0 0] (128 bits). Outputs x and x + 1 (x even)
+// alternate, so their pair j is one 256-bit load: unit PairedIndex(x, j, pairs).
+size_t PairedIndex(int x, int j, int pairs) {
+  return (static_cast<size_t>(x / 2) * pairs + j) * 2 + (x & 1);
+}
+
 void PairedWeights(const AxisTaps& xt, int crop, std::vector<int16_t>* paired) {
   const int pairs = (xt.max_count + 1) / 2;
-  paired->assign(static_cast<size_t>(crop) * pairs * 8, 0);
+  paired->assign(static_cast<size_t>((crop + 1) / 2) * pairs * 2 * 8, 0);
   for (int x = 0; x < crop; ++x) {
     const int16_t* w = xt.weights.data() + static_cast<size_t>(x) * xt.stride;
     for (int j = 0; j < pairs; ++j) {
-      int16_t* dst = paired->data() + (static_cast<size_t>(x) * pairs + j) * 8;
+      int16_t* dst = paired->data() + PairedIndex(x, j, pairs) * 8;
       for (int c = 0; c < 3; ++c) {
         dst[2 * c] = w[2 * j];
         dst[2 * c + 1] = w[2 * j + 1];  // stride is even: in range, zero past the taps
@@ -155,16 +160,19 @@ void PairedWeights(const AxisTaps& xt, int crop, std::vector<int16_t>* paired) {
   }
 }
 
-// Output x's pixel as 0x00BBGGRR.
+// Output x's pixel as 0x00BBGGRR; `paired` from PairedWeights.
 __attribute__((target("ssse3"))) inline uint32_t PixelSsse3(const int16_t* v, const AxisTaps& xt,
-                                                            const __m128i* w, int pairs, int x) {
+                                                            const int16_t* paired, int pairs,
+                                                            int x) {
+  const __m128i* w = reinterpret_cast<const __m128i*>(paired) + PairedIndex(x, 0, pairs);
   // r0 g0 b0 r1 g1 b1 (int16) -> r0 r1 g0 g1 b0 b1, then two zero lanes.
   const __m128i shuffle = _mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
   const int16_t* p = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
   __m128i acc = _mm_set1_epi32(1 << (kHorizontalShift - 1));
   for (int j = 0; j < pairs; ++j) {
     const __m128i px = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6 * j));
-    acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle), _mm_loadu_si128(w + j)));
+    acc = _mm_add_epi32(acc,
+                        _mm_madd_epi16(_mm_shuffle_epi8(px, shuffle), _mm_loadu_si128(w + 2 * j)));
   }
   // Lanes r, g, b, 0: packs saturate, packus clamps to [0, 255].
   const __m128i i32 = _mm_srai_epi32(acc, kHorizontalShift);
@@ -176,9 +184,8 @@ __attribute__((target("ssse3"))) void HorizontalSsse3(const int16_t* v, const Ax
                                                       const int16_t* paired, int crop, bool flip,
                                                       uint8_t* r, uint8_t* g, uint8_t* b) {
   const int pairs = (xt.max_count + 1) / 2;
-  const __m128i* weights = reinterpret_cast<const __m128i*>(paired);
   for (int x = 0; x < crop; ++x) {
-    const uint32_t rgb = PixelSsse3(v, xt, weights + static_cast<size_t>(x) * pairs, pairs, x);
+    const uint32_t rgb = PixelSsse3(v, xt, paired, pairs, x);
     const int ox = flip ? crop - 1 - x : x;
     r[ox] = static_cast<uint8_t>(rgb);
     g[ox] = static_cast<uint8_t>(rgb >> 8);
@@ -219,21 +226,19 @@ __attribute__((target("avx2"))) void HorizontalAvx2(const int16_t* v, const Axis
   const __m256i shuffle = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1, 0,
                                            1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
   const __m256i round = _mm256_set1_epi32(1 << (kHorizontalShift - 1));
-  const __m128i* weights = reinterpret_cast<const __m128i*>(paired);
+  const __m256i* weights = reinterpret_cast<const __m256i*>(paired);
   int x = 0;
   for (; x + 2 <= crop; x += 2) {
     const int16_t* p0 = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
     const int16_t* p1 = v + static_cast<size_t>(xt.start[x + 1] - xt.needed_lo) * 3;
-    const __m128i* w0 = weights + static_cast<size_t>(x) * pairs;
-    const __m128i* w1 = w0 + pairs;
+    const __m256i* w = weights + static_cast<size_t>(x / 2) * pairs;  // PairedIndex
     __m256i acc = round;
     for (int j = 0; j < pairs; ++j) {
       const __m256i px = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 6 * j))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 6 * j)), 1);
-      const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(w0 + j)),
-                                                _mm_loadu_si128(w1 + j), 1);
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), w));
+      acc = _mm256_add_epi32(
+          acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), _mm256_loadu_si256(w + j)));
     }
     const __m256i i32 = _mm256_srai_epi32(acc, kHorizontalShift);
     const __m256i i16 = _mm256_packs_epi32(i32, i32);
@@ -249,7 +254,7 @@ __attribute__((target("avx2"))) void HorizontalAvx2(const int16_t* v, const Axis
     }
   }
   if (x < crop) {  // odd crop: the last one alone
-    rgbx[flip ? 0 : x] = PixelSsse3(v, xt, weights + static_cast<size_t>(x) * pairs, pairs, x);
+    rgbx[flip ? 0 : x] = PixelSsse3(v, xt, paired, pairs, x);
   }
   DeinterleaveSse41(rgbx, crop, r, g, b);
 }
