@@ -78,9 +78,10 @@ class RegionDecompressor {
     err_.pub.error_exit = ErrorExit;
     err_.pub.emit_message = EmitMessage;
     progress_.progress_monitor = ProgressMonitor;
-    ok_ = setjmp(err_.jump) == 0;  // jpeg_create_decompress fails only on out-of-memory
-    if (ok_) jpeg_create_decompress(&cinfo_);
-    if (ok_) cinfo_.progress = &progress_;
+    if (setjmp(err_.jump) != 0) return;  // jpeg_create_decompress fails only on out-of-memory
+    jpeg_create_decompress(&cinfo_);
+    cinfo_.progress = &progress_;
+    ok_ = true;
   }
   ~RegionDecompressor() {
     if (ok_) jpeg_destroy_decompress(&cinfo_);
