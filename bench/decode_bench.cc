@@ -239,11 +239,12 @@ int main(int argc, char** argv) {
     else if (a == "--dump-transforms")
       dump_dir = next();
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--dir DIR | --generate N [--size WxH]] [--seconds S] [--rounds R] "
-                   "[--python PY] "
-                   "[--script bench/python_reference_decode.py] [--only TEXT] [--dump-transforms OUT]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--dir DIR | --generate N [--size WxH]] [--seconds S] [--rounds R] "
+          "[--python PY] "
+          "[--script bench/python_reference_decode.py] [--only TEXT] [--dump-transforms OUT]\n",
+          argv[0]);
       return 2;
     }
   }
