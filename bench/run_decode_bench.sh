@@ -2,6 +2,7 @@
 # Decode + transform benchmark: raw TurboJPEG vs shardcast vs the Python reference
 # (PIL + torchvision, /usr/bin/python3), one thread each, same files, one run.
 #   bench/run_decode_bench.sh [--dir DIR_OF_JPEGS | --generate N [--size WxH]] [--seconds S] [--rounds R]
+# Real photographs: /usr/bin/python3 bench/make_photo_corpus.py --out DIR first (docs/BENCHMARKS.md).
 # BUILD_DIR (default build) is the CMake build directory.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

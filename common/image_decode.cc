@@ -21,9 +21,7 @@
 namespace shardcast {
 namespace {
 
-// PIL refuses images over 2 * MAX_IMAGE_PIXELS (decompression bomb); so do we,
-// before allocating: a corrupt header must not make us allocate gigabytes.
-constexpr int64_t kMaxPixels = 2 * 89478485LL;
+using internal::kMaxPixels;
 
 enum class Format { kJpeg, kPng, kUnknown };
 
@@ -94,9 +92,13 @@ ThreadDecompressor& ThisThreadDecompressor() {
   return decompressor;
 }
 
+// A fresh handle for every image: a reused one keeps the quantization and Huffman tables
+// of its previous image (libjpeg's abbreviated datastreams), and a file without tables
+// of its own would then decode with those: output depending on what the thread decoded
+// before (found by image_transform_fuzzer). A new handle costs a few small allocations.
 absl::StatusOr<tjhandle> Decompressor() {
   ThreadDecompressor& d = ThisThreadDecompressor();
-  if (d.get() == nullptr) d.Reset();
+  d.Reset();
   if (d.get() == nullptr) {
     return absl::InternalError(absl::StrCat("tjInitDecompress failed: ", tjGetErrorStr2(nullptr)));
   }

@@ -3,6 +3,7 @@
 #ifndef SHARDCAST_COMMON_IMAGE_DECODE_INTERNAL_H_
 #define SHARDCAST_COMMON_IMAGE_DECODE_INTERNAL_H_
 
+#include <cstdint>
 #include <functional>
 
 #include "absl/status/status.h"
@@ -11,6 +12,10 @@
 
 namespace shardcast {
 namespace internal {
+
+// PIL refuses images over 2 * MAX_IMAGE_PIXELS (decompression bomb); so do we,
+// before allocating: a corrupt header must not make us allocate gigabytes.
+constexpr int64_t kMaxPixels = 2 * 89478485LL;
 
 // A TurboJPEG DCT scaling factor num/denom (<= 1 here: we never upscale in DCT).
 struct ScalingFactor {

@@ -3,7 +3,8 @@
 // random crop, sizes, DCT scaling); the rest is the image. Decode memory goes through a
 // DecodeAdmission of 64 MiB, as the server's budget would: a header that claims a
 // huge image is refused before anything is allocated, so the fuzzer's RSS limit
-// measures leaks and bugs, not legitimate big images.
+// measures leaks and bugs, not legitimate big images. With DCT scaling off, the
+// region-of-interest decode is checked against the whole-image decode + transform.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -45,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   spec.dct_scaling = (selector & 0x80) == 0;
   std::vector<uint8_t> out(3 * static_cast<size_t>(spec.crop) * spec.crop);
   FuzzAdmission admission;
-  (void)shardcast::DecodeAndTransform(image, spec, /*augment_seed=*/selector, out.data(),
-                                      &admission);
+  const absl::Status transformed =
+      shardcast::DecodeAndTransform(image, spec, /*augment_seed=*/selector, out.data(), &admission);
   if (admission.held() != 0) std::abort();  // every acquired byte is given back
 
   absl::StatusOr<shardcast::ImageInfo> info = shardcast::ReadImageInfo(image);
@@ -55,6 +56,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (decoded.ok() &&
         decoded->pixels.size() != static_cast<size_t>(decoded->width) * decoded->height * 3) {
       std::abort();
+    }
+    // Without DCT scaling, DecodeAndTransform (a region decode for sequential JPEGs)
+    // must give the bytes of the whole-image decode + ApplyTransform whenever both
+    // succeed (the region decode may succeed alone: it never reads the rows below).
+    if (decoded.ok() && !spec.dct_scaling && transformed.ok()) {
+      std::vector<uint8_t> whole(out.size());
+      if (shardcast::ApplyTransform(*decoded, spec, selector, whole.data()).ok() && whole != out) {
+        std::abort();
+      }
     }
   }
   return 0;

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
-  libarchive-dev zlib1g-dev libturbojpeg0-dev libpng-dev libabsl-dev
+  libarchive-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libabsl-dev
   libtorch-dev libgloo-dev
   libgtest-dev libgmock-dev
   # libcrypto for the server's token check (gRPC's own dependency too); the openssl CLI

@@ -126,7 +126,7 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
   EXPECT_EQ(fp.size(), 32u);
   // Pinned: ranks, replicas and checkpoints compare it across builds and machines.
   EXPECT_EQ(fp, JobFingerprint("index-a", Valid()));
-  EXPECT_EQ(fp, "5853a10a168042fb18566922de97b7ed");
+  EXPECT_EQ(fp, "5ccddd6fc0f8a97c0843eda1dd7cd7da");  // kTransformVersion 2
   EXPECT_NE(fp, JobFingerprint("index-b", base));
 
   // World and batch size are compared apart from it.

@@ -33,24 +33,29 @@ def load(job):
     return t.permute(2, 0, 1).contiguous()  # CHW uint8, as decode_image gives
 
 
+def transform(img, job):
+    """torchvision's result for `job` on `img` (CHW uint8 tensor); also used by
+    bench/photo_conformance.py."""
+    if job["op"] == "center":
+        tf = T.Compose([T.Resize(job["resize"], antialias=True), T.CenterCrop(job["crop"])])
+        out = tf(img)
+    elif job["op"] == "resized_crop":
+        out = F.resized_crop(img, job["top"], job["left"], job["crop_height"],
+                             job["crop_width"], [job["crop"], job["crop"]], antialias=True)
+        if job["flip"]:
+            out = F.hflip(out)
+    else:
+        raise ValueError(job["op"])
+    assert out.dtype == torch.uint8 and out.shape == (3, job["crop"], job["crop"]), out.shape
+    return out
+
+
 def main():
     torch.set_num_threads(1)
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
     for job in jobs:
-        img = load(job)
-        if job["op"] == "center":
-            tf = T.Compose([T.Resize(job["resize"], antialias=True), T.CenterCrop(job["crop"])])
-            out = tf(img)
-        elif job["op"] == "resized_crop":
-            out = F.resized_crop(img, job["top"], job["left"], job["crop_height"],
-                                 job["crop_width"], [job["crop"], job["crop"]],
-                                 antialias=True)
-            if job["flip"]:
-                out = F.hflip(out)
-        else:
-            raise ValueError(job["op"])
-        assert out.dtype == torch.uint8 and out.shape == (3, job["crop"], job["crop"]), out.shape
+        out = transform(load(job), job)
         with open(job["output"], "wb") as f:
             f.write(out.contiguous().numpy().tobytes())
     print(f"{len(jobs)} jobs done")

@@ -9,7 +9,8 @@
 # The set is the build and run-time closure of shardcast-server/-train/-ctl/-pack on
 # Debian 12 minus what every Linux has (glibc, libstdc++, zlib): gRPC + protobuf (with
 # protoc and the gRPC plugins, so proto/ generates its code there as it does here),
-# abseil, libarchive (+ the compression and XML libraries it links), TurboJPEG, libpng,
+# abseil, libarchive (+ the compression and XML libraries it links), TurboJPEG and
+# libjpeg-turbo's libjpeg API, libpng,
 # OpenSSL, c-ares, re2. device.sh puts them in a prefix, never into /, and puts only
 # the libraries the machine lacks on the library path.
 set -euo pipefail
@@ -25,7 +26,7 @@ packages=(
   # Shards and images.
   libarchive-dev libarchive13 libxml2 libicu72 libnettle8 libzstd1 liblz4-1 libacl1
   libbz2-1.0 liblzma5
-  libturbojpeg0-dev libturbojpeg0 libpng-dev libpng16-16
+  libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
 )
 
 rm -rf "$out"
