@@ -50,17 +50,41 @@ using absl::Mutex;
 using absl::Notification;
 using absl::Time;
 
+// The library calls functions defined here too (CondVar::WaitWithTimeout calls
+// WaitWithDeadline, a Notification locks its own Mutex): only the outermost of the
+// nested calls on a thread annotates, so no lock or unlock is reported twice. Every
+// function below opens a Nesting first.
+thread_local int nesting_depth = 0;
+class Nesting {
+ public:
+  Nesting() { ++nesting_depth; }
+  ~Nesting() { --nesting_depth; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+};
+bool Outermost() { return nesting_depth == 1; }
+
 // Lock and unlock as TSan's own annotated mutexes report them.
-void PreLock(Mutex* mu, unsigned flags = 0) { __tsan_mutex_pre_lock(mu, flags); }
-void PostLock(Mutex* mu, unsigned flags = 0) { __tsan_mutex_post_lock(mu, flags, 0); }
-void PreUnlock(Mutex* mu, unsigned flags = 0) { __tsan_mutex_pre_unlock(mu, flags); }
-void PostUnlock(Mutex* mu, unsigned flags = 0) { __tsan_mutex_post_unlock(mu, flags); }
-// A wait that releases `mu` and holds it again on return (Await, CondVar::Wait).
+void PreLock(Mutex* mu, unsigned flags = 0) {
+  if (Outermost()) __tsan_mutex_pre_lock(mu, flags);
+}
+void PostLock(Mutex* mu, unsigned flags = 0) {
+  if (Outermost()) __tsan_mutex_post_lock(mu, flags, 0);
+}
+void PreUnlock(Mutex* mu, unsigned flags = 0) {
+  if (Outermost()) __tsan_mutex_pre_unlock(mu, flags);
+}
+void PostUnlock(Mutex* mu, unsigned flags = 0) {
+  if (Outermost()) __tsan_mutex_post_unlock(mu, flags);
+}
+// A wait that releases `mu` and holds it again on return (Await, CondVar::Wait). TSan
+// ignores this thread's accesses from PreUnlock to PostUnlock, which covers the
+// library's evaluation of the Condition (made under the real lock) before it blocks.
 template <typename Wait>
 auto ReleasedDuring(Mutex* mu, Wait wait) {
   PreUnlock(mu);
-  PostUnlock(mu);
   auto result = wait();
+  PostUnlock(mu);
   PreLock(mu);
   PostLock(mu);
   return result;
@@ -73,12 +97,14 @@ ABSL_NAMESPACE_BEGIN
 
 Mutex::~Mutex() {
   static auto real = Real<void (*)(Mutex*)>("_ZN", "5MutexD2Ev");
-  __tsan_mutex_destroy(this, __tsan_mutex_not_static);
+  const Nesting nesting;
+  if (Outermost()) __tsan_mutex_destroy(this, __tsan_mutex_not_static);
   real(this);
 }
 
 void Mutex::Lock() {
   static auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex4LockEv");
+  const Nesting nesting;
   PreLock(this);
   real(this);
   PostLock(this);
@@ -86,6 +112,7 @@ void Mutex::Lock() {
 
 void Mutex::Unlock() {
   static auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex6UnlockEv");
+  const Nesting nesting;
   PreUnlock(this);
   real(this);
   PostUnlock(this);
@@ -93,6 +120,7 @@ void Mutex::Unlock() {
 
 bool Mutex::TryLock() {
   static auto real = Real<bool (*)(Mutex*)>("_ZN", "5Mutex7TryLockEv");
+  const Nesting nesting;
   PreLock(this, __tsan_mutex_try_lock);
   const bool locked = real(this);
   PostLock(this, __tsan_mutex_try_lock | (locked ? 0 : __tsan_mutex_try_lock_failed));
@@ -101,6 +129,7 @@ bool Mutex::TryLock() {
 
 void Mutex::ReaderLock() {
   static auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex10ReaderLockEv");
+  const Nesting nesting;
   PreLock(this, __tsan_mutex_read_lock);
   real(this);
   PostLock(this, __tsan_mutex_read_lock);
@@ -108,6 +137,7 @@ void Mutex::ReaderLock() {
 
 void Mutex::ReaderUnlock() {
   static auto real = Real<void (*)(Mutex*)>("_ZN", "5Mutex12ReaderUnlockEv");
+  const Nesting nesting;
   PreUnlock(this, __tsan_mutex_read_lock);
   real(this);
   PostUnlock(this, __tsan_mutex_read_lock);
@@ -116,6 +146,7 @@ void Mutex::ReaderUnlock() {
 void Mutex::LockWhen(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex8LockWhenERKNS0_9ConditionE");
+  const Nesting nesting;
   PreLock(this);
   real(this, cond);
   PostLock(this);
@@ -124,6 +155,7 @@ void Mutex::LockWhen(const Condition& cond) {
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       "_ZN", "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  const Nesting nesting;
   PreLock(this);
   const bool met = real(this, cond, timeout);
   PostLock(this);
@@ -133,6 +165,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       "_ZN", "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  const Nesting nesting;
   PreLock(this);
   const bool met = real(this, cond, deadline);
   PostLock(this);
@@ -142,6 +175,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
 void Mutex::Await(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex5AwaitERKNS0_9ConditionE");
+  const Nesting nesting;
   ReleasedDuring(this, [&] {
     real(this, cond);
     return 0;
@@ -151,17 +185,20 @@ void Mutex::Await(const Condition& cond) {
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       "_ZN", "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  const Nesting nesting;
   return ReleasedDuring(this, [&] { return real(this, cond, timeout); });
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       "_ZN", "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  const Nesting nesting;
   return ReleasedDuring(this, [&] { return real(this, cond, deadline); });
 }
 
 void CondVar::Wait(Mutex* mu) {
   static auto real = Real<void (*)(CondVar*, Mutex*)>("_ZN", "7CondVar4WaitEPNS0_5MutexE");
+  const Nesting nesting;
   ReleasedDuring(mu, [&] {
     real(this, mu);
     return 0;
@@ -171,34 +208,39 @@ void CondVar::Wait(Mutex* mu) {
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   static auto real = Real<bool (*)(CondVar*, Mutex*, Duration)>(
       "_ZN", "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  const Nesting nesting;
   return ReleasedDuring(mu, [&] { return real(this, mu, timeout); });
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   static auto real = Real<bool (*)(CondVar*, Mutex*, Time)>(
       "_ZN", "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  const Nesting nesting;
   return ReleasedDuring(mu, [&] { return real(this, mu, deadline); });
 }
 
 // Notify happens before every wait that sees it.
 void Notification::Notify() {
   static auto real = Real<void (*)(Notification*)>("_ZN", "12Notification6NotifyEv");
-  __tsan_release(this);
+  const Nesting nesting;
+  if (Outermost()) __tsan_release(this);
   real(this);
 }
 
 void Notification::WaitForNotification() const {
   static auto real =
       Real<void (*)(const Notification*)>("_ZNK", "12Notification19WaitForNotificationEv");
+  const Nesting nesting;
   real(this);
-  __tsan_acquire(const_cast<Notification*>(this));
+  if (Outermost()) __tsan_acquire(const_cast<Notification*>(this));
 }
 
 bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
   static auto real = Real<bool (*)(const Notification*, Duration)>(
       "_ZNK", "12Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+  const Nesting nesting;
   const bool notified = real(this, timeout);
-  if (notified) __tsan_acquire(const_cast<Notification*>(this));
+  if (notified && Outermost()) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
 }
 
