@@ -207,11 +207,11 @@ int main(int argc, char** argv) {
       "peak <= baseline + budget |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < budgets.size(); ++i) {
     const Row r = Serve(data, o, budgets[i], scratch / absl::StrCat("server", i, ".log"));
-    std::printf("| %s | %.1f | %ld | %.1f | %.1f | %.1f | %.1f | %.1f | %ld | %ld | %s |\n",
-                shardcast::FormatFlagSize(r.budget).c_str(),
-                static_cast<double>(r.budget) / kImageDecodeBytes, static_cast<long>(r.served),
-                r.seconds, MiB(r.baseline), MiB(r.peak_rss), MiB(r.peak_rss - r.baseline),
-                MiB(r.peak_decode), static_cast<long>(r.waits), static_cast<long>(r.substituted),
+    std::printf("| %.1f MiB | %.1f | %ld | %.1f | %.1f | %.1f | %.1f | %.1f | %ld | %ld | %s |\n",
+                MiB(r.budget), static_cast<double>(r.budget) / kImageDecodeBytes,
+                static_cast<long>(r.served), r.seconds, MiB(r.baseline), MiB(r.peak_rss),
+                MiB(r.peak_rss - r.baseline), MiB(r.peak_decode), static_cast<long>(r.waits),
+                static_cast<long>(r.substituted),
                 r.peak_rss <= r.baseline + r.budget ? "yes" : "NO");
     std::fflush(stdout);
   }
