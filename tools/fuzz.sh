@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses (fuzz/, -DSHARDCAST_FUZZ=ON) in a separate clang tree,
+# Builds the libFuzzer harnesses (fuzz/, -DSHARDCAST_FUZZ=ON) in the separate clang tree,
 # replays every seed corpus (fuzz/corpus/<harness>/), then runs each harness for
 # FUZZ_SECONDS (default 20). New inputs go to a scratch dir, not into the repo; a crash
 # leaves its input in $FUZZ_BUILD_DIR/artifacts/ and fails the script.
@@ -13,12 +13,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 JOBS=${JOBS:-$(nproc)}
 HARNESSES=${FUZZ_HARNESSES:-$(cd fuzz && ls ./*_fuzzer.cc | sed 's|^\./||; s|\.cc$||')}
 
-if ! command -v clang++-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
-  echo "fuzz.sh: needs clang-14 and libclang-rt-14-dev (tools/setup-deps.sh installs them)" >&2
-  exit 1
-fi
-cmake -S . -B "$FUZZ_BUILD_DIR" -G Ninja -DSHARDCAST_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_C_COMPILER=clang-14 >/dev/null
+tools/clang-tree.sh "$FUZZ_BUILD_DIR"  # shared with tools/sanitize.sh; only the harnesses built here
 # shellcheck disable=SC2086
 cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS" --target $HARNESSES
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, runs every test: ctest, then the
 # Python client's pytest suite (tests/python) against the binaries just built, then the
-# fuzz harnesses (tools/fuzz.sh: their own clang tree, corpus replay, 20 s each).
+# non-torch tests again under ASan + UBSan (tools/sanitize.sh: a clang tree), then the
+# fuzz harnesses in that same tree (tools/fuzz.sh: corpus replay, 20 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup-deps.sh
@@ -10,6 +11,9 @@ build_dir="$(realpath "${BUILD_DIR:-build}")"
 (cd "$build_dir" && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900)
 # pytest exits non-zero when a test fails and 5 when it collected none: both fail here.
 SHARDCAST_BUILD_DIR="$build_dir" /usr/bin/python3 -m pytest -q tests/python
-# About 2.5 minutes on 2 cores, the clang build included (docs/fuzzing.md); a fixed seed
+# Every target but the trainer, built with clang, ASan and UBSan, and its tests
+# (docs/testing.md, "Sanitizers": cost measured there).
+tools/sanitize.sh
+# The harnesses in the same tree (common/ is built already); a fixed seed
 # so that the verdict is reproducible (new bugs are the long campaign's to find).
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_SEED="${FUZZ_SEED:-1}" tools/fuzz.sh

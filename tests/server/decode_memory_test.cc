@@ -4,7 +4,6 @@
 // decoded and served right; an image that alone needs more than the budget is
 // substituted and counted, never allocated.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cstdint>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "client/protocol/rank_stream.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/solid_png.h"
 #include "tools/pack/tar_writer.h"
 
 namespace shardcast::server_testing {
@@ -21,74 +21,15 @@ constexpr int kWidth = 12000;
 constexpr int kHeight = 14900;  // 178.8 M pixels: just under the decoder's pixel limit
 constexpr int kImages = 64;
 
-void AppendBigEndian32(uint32_t v, std::string* out) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
-}
-
-void AppendChunk(const char* type, const std::string& data, std::string* png) {
-  AppendBigEndian32(static_cast<uint32_t>(data.size()), png);
-  const std::string typed = std::string(type, 4) + data;
-  png->append(typed);
-  AppendBigEndian32(
-      static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(typed.data()), typed.size())),
-      png);
-}
-
-// A solid RGB PNG of width x height. Every row is the same ("Sub" filter: the colour,
-// then zero differences), so one block of rows is compressed once, ended with a full
-// flush (no reference to earlier data), and repeated: writing it costs milliseconds
-// where deflating 536 MB would take the test's whole budget.
-std::string SolidPng(int width, int height, uint8_t r, uint8_t g, uint8_t b) {
-  constexpr int kRowsPerBlock = 100;  // divides kHeight
-  EXPECT_EQ(height % kRowsPerBlock, 0);
-  std::string row(1 + 3 * static_cast<size_t>(width), '\0');
-  row[0] = 1;  // filter type Sub
-  row[1] = static_cast<char>(r);
-  row[2] = static_cast<char>(g);
-  row[3] = static_cast<char>(b);
-  std::string rows;
-  for (int i = 0; i < kRowsPerBlock; ++i) rows += row;
-
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY), Z_OK);  // raw deflate
-  std::string block(deflateBound(&z, rows.size()) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(rows.data());
-  z.avail_in = static_cast<uInt>(rows.size());
-  z.next_out = reinterpret_cast<Bytef*>(block.data());
-  z.avail_out = static_cast<uInt>(block.size());
-  EXPECT_EQ(deflate(&z, Z_FULL_FLUSH), Z_OK);
-  block.resize(block.size() - z.avail_out);
-  deflateEnd(&z);
-
-  const uLong block_adler = adler32(1, reinterpret_cast<const Bytef*>(rows.data()), rows.size());
-  uLong adler = adler32(0, nullptr, 0);
-  std::string idat = "\x78\xda";  // zlib header: deflate, 32K window, best compression
-  for (int i = 0; i < height / kRowsPerBlock; ++i) {
-    idat += block;
-    adler = adler32_combine(adler, block_adler, static_cast<z_off_t>(rows.size()));
-  }
-  idat += std::string("\x03\x00", 2);  // final, empty fixed-Huffman block
-  AppendBigEndian32(static_cast<uint32_t>(adler), &idat);
-
-  std::string png("\x89PNG\r\n\x1a\n", 8);
-  std::string ihdr;
-  AppendBigEndian32(static_cast<uint32_t>(width), &ihdr);
-  AppendBigEndian32(static_cast<uint32_t>(height), &ihdr);
-  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, no interlace
-  AppendChunk("IHDR", ihdr, &png);
-  AppendChunk("IDAT", idat, &png);
-  AppendChunk("IEND", "", &png);
-  return png;
-}
-
 // Bytes one such image needs to decode (DecodeBufferBytes for a PNG).
 constexpr int64_t kImageDecodeBytes = int64_t{kWidth} * kHeight * 3 + int64_t{kHeight} * 8;
 
 TEST(DecodeMemoryTest, SixtyFourHugePngsOnAllThreadsStayWithinTheBudget) {
   TempDir dir;
   // Two colours, so that a sample served with another's pixels would show.
-  const std::string red = SolidPng(kWidth, kHeight, 200, 30, 60);
-  const std::string blue = SolidPng(kWidth, kHeight, 20, 40, 220);
+  const std::string red = testing_util::SolidPng(kWidth, kHeight, 200, 30, 60);
+  const std::string blue = testing_util::SolidPng(kWidth, kHeight, 20, 40, 220);
+  ASSERT_FALSE(red.empty());
   ASSERT_LT(red.size(), 1u << 20);
   {
     absl::StatusOr<std::unique_ptr<pack::TarWriter>> tar =
@@ -155,7 +96,8 @@ TEST(DecodeMemoryTest, SixtyFourHugePngsOnAllThreadsStayWithinTheBudget) {
 
 TEST(DecodeMemoryTest, AnImageAloneOverTheBudgetIsSubstitutedWithoutDecoding) {
   TempDir dir;
-  const std::string png = SolidPng(kWidth, kHeight, 1, 2, 3);
+  const std::string png = testing_util::SolidPng(kWidth, kHeight, 1, 2, 3);
+  ASSERT_FALSE(png.empty());
   {
     absl::StatusOr<std::unique_ptr<pack::TarWriter>> tar =
         pack::TarWriter::Open(dir.path() + "/shard-0.tar");
