@@ -6,9 +6,10 @@
 //   stream_consumer_bench --server HOST:PORT --job-id ID --mode MODE [--batch B]
 //       [--resize R] [--crop C] [--epochs E] [--threads T]
 //       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--auth-token-file FILE]
-// MODE: batch_stream  BatchStream (prefetch thread, checks, from_blob, CPU normalize)
+// MODE: batch_stream  BatchStream (prefetch thread, checks, WireBatch, table normalize)
 //       raw           a generated stub reading and parsing each Batch, nothing else
-//       raw_tensors   raw + BatchStream's per-batch tensor work (from_blob, normalize),
+//       raw_tensors   raw + per-batch tensor work as BatchStream did it before WireBatch
+//                     (parse copy, from_blob, torch normalize ops),
 //                     without its sequence check: what reads the bench-only server that
 //                     re-sends batch 0
 #include <grpcpp/grpcpp.h>

@@ -1,7 +1,11 @@
 // BatchStream: RankStream's batches as torch tensors (see batch_stream.h).
 #include "client/batch_stream.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -63,17 +67,85 @@ absl::StatusOr<std::optional<TrainingBatch>> BatchStream::Next() {
   }
 }
 
-// Wraps the message's image bytes as a uint8 tensor that keeps the message alive,
-// then places and normalizes on the training device.
+namespace {
+
+// A run of image bytes of one channel: where it is read and where it goes.
+struct ChannelRun {
+  const uint8_t* source;
+  int64_t target;  // element offset in the [B,3,C,C] output
+  int64_t length;
+  int channel;
+};
+
+// Splits the received chunks at channel-plane boundaries (planes of `plane` bytes,
+// channels cycling 0,1,2), so each run is normalized with one channel's table.
+std::vector<ChannelRun> ChannelRuns(const client::WireBatch& wire, int64_t plane) {
+  std::vector<ChannelRun> runs;
+  int64_t offset = 0;
+  for (absl::Span<const uint8_t> chunk : wire.image_chunks()) {
+    const uint8_t* p = chunk.data();
+    int64_t left = static_cast<int64_t>(chunk.size());
+    while (left > 0) {
+      const int64_t in_plane = offset % plane;
+      const int64_t length = std::min(left, plane - in_plane);
+      runs.push_back(ChannelRun{p, offset, length, static_cast<int>((offset / plane) % 3)});
+      p += length;
+      offset += length;
+      left -= length;
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
+torch::Tensor TrainingBatch::ImagesUint8() const {
+  const shardcast::v1::Batch& header = received->header();
+  std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
+  const std::vector<absl::Span<const uint8_t>>& chunks = received->image_chunks();
+  if (chunks.size() == 1) {
+    // Read-only use: the bytes belong to the received buffer `keep` holds.
+    client::ReceivedBatch keep = received;
+    return torch::from_blob(
+        const_cast<uint8_t*>(chunks[0].data()), shape, [keep](void*) mutable { keep.reset(); },
+        torch::kUInt8);
+  }
+  torch::Tensor copy = torch::empty(shape, torch::kUInt8);
+  received->CopyImagesTo(copy.data_ptr<uint8_t>());
+  return copy;
+}
+
+void BatchStream::SetNormalization(const torch::Device& device) {
+  if (mean_.defined() && mean_.device() == device) return;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+  mean_ = torch::tensor(std::vector<float>(options_.mean.begin(), options_.mean.end()), opts)
+              .view({1, 3, 1, 1})
+              .to(device);
+  std_ = torch::tensor(std::vector<float>(options_.std.begin(), options_.std.end()), opts)
+             .view({1, 3, 1, 1})
+             .to(device);
+  if (normalize_table_.empty()) {
+    // Every byte value of every channel through Normalize's float ops on the CPU:
+    // what the device path computes for each pixel, looked up instead of recomputed.
+    torch::Tensor values =
+        torch::arange(256, torch::kUInt8).view({1, 1, 1, 256}).repeat({1, 3, 1, 1});
+    torch::Tensor mean = mean_.to(torch::kCPU), std = std_.to(torch::kCPU);
+    torch::Tensor table = values.to(torch::kFloat32).div_(255.0f).sub_(mean).div_(std).contiguous();
+    normalize_table_.assign(table.data_ptr<float>(), table.data_ptr<float>() + 3 * 256);
+  }
+}
+
+// Places the batch on the training device and normalizes it: on the CPU one pass over
+// the received bytes through the table; for CUDA one copy into pinned memory, sent
+// non_blocking and normalized on the device. Either way the pixels are read once from
+// the received buffer: no parse copy before.
 TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
   TrainingBatch out;
-  out.epoch = msg->epoch();
-  out.index = msg->index();
-  const int64_t b = msg->shape(0);
-  std::vector<int64_t> shape(msg->shape().begin(), msg->shape().end());
-  void* data = msg->mutable_images()->data();
-  out.images_uint8 = torch::from_blob(
-      data, shape, [msg](void*) mutable { msg.reset(); }, torch::kUInt8);
+  const shardcast::v1::Batch& header = msg->header();
+  out.epoch = header.epoch();
+  out.index = header.index();
+  const int64_t b = header.shape(0);
+  const std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
 
   torch::Tensor labels = torch::empty({b}, torch::kInt64);
   torch::Tensor valid = torch::empty({b}, torch::kBool);
@@ -81,39 +153,43 @@ TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
   bool* valid_data = valid.data_ptr<bool>();
   out.samples.reserve(b);
   for (int64_t i = 0; i < b; ++i) {
-    const shardcast::v1::SampleInfo& info = msg->samples(i);
-    labels_data[i] = msg->labels(i);
+    const shardcast::v1::SampleInfo& info = header.samples(i);
+    labels_data[i] = header.labels(i);
     valid_data[i] = info.valid();
     out.samples.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(), info.valid(),
                                      info.substituted()});
   }
 
   const torch::Device device = options_.device;
-  torch::Tensor images_on_device;
-  if (device.is_cuda()) {
-    // Page-locked staging lets the host->device copy run asynchronously on the
-    // current stream; the caching host allocator keeps it alive until it is done.
-    torch::Tensor pinned =
-        torch::empty(shape, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
-    pinned.copy_(out.images_uint8);
-    images_on_device = pinned.to(device, /*non_blocking=*/true);
-    out.labels = labels.pin_memory().to(device, /*non_blocking=*/true);
-    out.valid = valid.pin_memory().to(device, /*non_blocking=*/true);
+  SetNormalization(device);
+  if (device.is_cpu()) {
+    out.images = torch::empty(shape, torch::kFloat32);
+    float* target = out.images.data_ptr<float>();
+    const std::vector<ChannelRun> runs = ChannelRuns(*msg, shape[2] * shape[3]);
+    const float* table = normalize_table_.data();
+    at::parallel_for(0, static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const ChannelRun& run = runs[r];
+        const float* t = table + 256 * run.channel;
+        float* dst = target + run.target;
+        for (int64_t k = 0; k < run.length; ++k) dst[k] = t[run.source[k]];
+      }
+    });
+    out.labels = labels;
+    out.valid = valid;
   } else {
-    images_on_device = out.images_uint8.to(device);
-    out.labels = labels.to(device);
-    out.valid = valid.to(device);
+    // Page-locked staging (CUDA) lets the host->device copy run asynchronously on the
+    // current stream; the caching host allocator keeps it alive until it is done.
+    const bool pin = device.is_cuda();
+    torch::Tensor staged =
+        torch::empty(shape, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pin));
+    msg->CopyImagesTo(staged.data_ptr<uint8_t>());
+    torch::Tensor images = staged.to(device, /*non_blocking=*/pin);
+    out.labels = (pin ? labels.pin_memory() : labels).to(device, /*non_blocking=*/pin);
+    out.valid = (pin ? valid.pin_memory() : valid).to(device, /*non_blocking=*/pin);
+    out.images = images.to(torch::kFloat32).div_(255.0f).sub_(mean_).div_(std_);
   }
-  if (!mean_.defined() || mean_.device() != images_on_device.device()) {
-    auto opts = torch::TensorOptions().dtype(torch::kFloat32);
-    mean_ = torch::tensor(std::vector<float>(options_.mean.begin(), options_.mean.end()), opts)
-                .view({1, 3, 1, 1})
-                .to(images_on_device.device());
-    std_ = torch::tensor(std::vector<float>(options_.std.begin(), options_.std.end()), opts)
-               .view({1, 3, 1, 1})
-               .to(images_on_device.device());
-  }
-  out.images = images_on_device.to(torch::kFloat32).div_(255.0f).sub_(mean_).div_(std_);
+  out.received = std::move(msg);
   return out;
 }
 

@@ -1,8 +1,9 @@
 // BatchStream: one rank's stream of a shardcast job as torch tensors. The protocol
 // (register, prefetch, checks, reconnect and resume) is RankStream's
-// (client/protocol/rank_stream.h); this adds the tensors: the received image bytes
-// wrapped without a copy, placed (pinned + non_blocking for CUDA) and normalized on
-// the training device.
+// (client/protocol/rank_stream.h); this adds the tensors: the received image bytes,
+// kept in gRPC's buffers (client/protocol/wire_batch.h), are read once, into pinned
+// memory for a non_blocking copy to CUDA (normalized there) or straight into
+// normalized floats on the CPU.
 #ifndef SHARDCAST_CLIENT_BATCH_STREAM_H_
 #define SHARDCAST_CLIENT_BATCH_STREAM_H_
 
@@ -42,11 +43,15 @@ struct SampleMeta {
 struct TrainingBatch {
   int64_t epoch = 0;
   int64_t index = 0;
-  torch::Tensor images_uint8;  // [B,3,C,C] uint8 on CPU, aliases the received message
-  torch::Tensor images;        // [B,3,C,C] float32 normalized, on options.device
-  torch::Tensor labels;        // [B] int64 on options.device (-1 for padding)
-  torch::Tensor valid;         // [B] bool on options.device
+  torch::Tensor images;  // [B,3,C,C] float32 normalized, on options.device
+  torch::Tensor labels;  // [B] int64 on options.device (-1 for padding)
+  torch::Tensor valid;   // [B] bool on options.device
   std::vector<SampleMeta> samples;
+  client::ReceivedBatch received;  // the message as received, pixels included
+
+  // The received pixels as [B,3,C,C] uint8 on the CPU: a view of the received buffer
+  // when gRPC delivered them in one piece, else a copy made by this call.
+  torch::Tensor ImagesUint8() const;
 };
 
 class BatchStream {
@@ -75,12 +80,17 @@ class BatchStream {
  private:
   BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankStream> stream);
   TrainingBatch ToTensors(client::ReceivedBatch msg);
+  // Sets mean_/std_ on `device` (and the CPU table) unless they are there already.
+  void SetNormalization(const torch::Device& device);
 
   const BatchStreamOptions options_;
   const std::unique_ptr<client::RankStream> stream_;
   // Normalization constants on the device of the last batch (consumer thread only).
   torch::Tensor mean_;
   torch::Tensor std_;
+  // CPU: the normalized value of each byte value per channel, [3][256], computed by
+  // the same torch ops that normalize on a device, so both give the same floats.
+  std::vector<float> normalize_table_;
 };
 
 }  // namespace shardcast

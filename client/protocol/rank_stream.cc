@@ -28,6 +28,9 @@ namespace {
 
 namespace v1 = ::shardcast::v1;
 
+// The method path the generated stub uses (proto package, service, method).
+constexpr char kStreamBatchesMethod[] = "/shardcast.v1.Shardcast/StreamBatches";
+
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
 // with what other ranks registered, this is not a shardcast server, or the server
 // refused this client's token or certificate (IsSecurityRefusal: also the TLS
@@ -87,7 +90,7 @@ std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& option
 // What the prefetch thread hands to Next(): a received batch, or the error that
 // ended the epoch's stream (delivered after every batch received before it).
 struct QueueItem {
-  std::shared_ptr<v1::Batch> batch;
+  ReceivedBatch batch;
   absl::Status error;
 };
 
@@ -98,7 +101,9 @@ class RankStream::Impl {
   explicit Impl(RankStreamOptions options)
       : options_(std::move(options)),
         channel_(MakeStreamChannel(options_)),
-        stub_(v1::Shardcast::NewStub(channel_)) {}
+        stub_(v1::Shardcast::NewStub(channel_)),
+        stream_batches_method_(kStreamBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+                               channel_) {}
 
   ~Impl() { StopPrefetch(); }
 
@@ -248,7 +253,7 @@ class RankStream::Impl {
       expected_index = handed_out_;
       ++handed_out_;
     }
-    const v1::Batch& msg = *item.batch;
+    const WireBatch& msg = *item.batch;
     if (msg.epoch() != epoch || msg.index() != expected_index) {
       // The prefetch thread already checks this; a mismatch here is a bug in it.
       return absl::InternalError(absl::StrFormat(
@@ -379,7 +384,8 @@ class RankStream::Impl {
   }
 
   // Checks a received message against what must come next; the error names both.
-  absl::Status CheckBatch(const v1::Batch& msg, int64_t epoch, int64_t expected_index) const {
+  absl::Status CheckBatch(const WireBatch& wire, int64_t epoch, int64_t expected_index) const {
+    const v1::Batch& msg = wire.header();
     const std::string where =
         absl::StrFormat("job '%s' rank %d epoch %d batch %d", options_.job.job_id(),
                         options_.job.rank(), epoch, expected_index);
@@ -397,11 +403,10 @@ class RankStream::Impl {
     }
     const int64_t b = msg.shape(0);
     const int64_t bytes = b * msg.shape(1) * msg.shape(2) * msg.shape(3);
-    if (static_cast<int64_t>(msg.images().size()) != bytes || msg.labels_size() != b ||
-        msg.samples_size() != b) {
+    if (wire.image_bytes() != bytes || msg.labels_size() != b || msg.samples_size() != b) {
       return absl::DataLossError(absl::StrFormat(
           "%s: %d image bytes, %d labels, %d samples for shape [%s] (want %d, %d, %d)", where,
-          msg.images().size(), msg.labels_size(), msg.samples_size(),
+          wire.image_bytes(), msg.labels_size(), msg.samples_size(),
           absl::StrJoin(msg.shape(), ","), bytes, b, b));
     }
     return absl::OkStatus();
@@ -478,9 +483,13 @@ class RankStream::Impl {
         request.set_sample_offset(sample_offset);
         request.set_job_fingerprint(registration_.job_fingerprint());
         WatchRead(read_deadline());  // the first batch counts from the request
-        std::unique_ptr<grpc::ClientReader<v1::Batch>> reader =
-            stub_->StreamBatches(&context, request);
-        auto msg = std::make_shared<v1::Batch>();
+        // The generated stub would parse every batch into a v1::Batch, copying its
+        // pixels; a reader of WireBatch keeps them in the received slices.
+        // ClientReaderFactory is what generated stubs call (grpcpp/support/sync_stream.h).
+        std::unique_ptr<grpc::ClientReader<WireBatch>> reader(
+            grpc::internal::ClientReaderFactory<WireBatch>::Create(
+                channel_.get(), stream_batches_method_, &context, request));
+        auto msg = std::make_shared<WireBatch>();
         absl::Status bad;
         while (reader->Read(msg.get())) {
           WatchRead(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
@@ -497,7 +506,7 @@ class RankStream::Impl {
           ++next;
           ++received_this_attempt;
           stalled_since.reset();
-          msg = std::make_shared<v1::Batch>();
+          msg = std::make_shared<WireBatch>();
           WatchRead(read_deadline());
         }
         WatchRead(absl::InfiniteFuture());
@@ -600,7 +609,8 @@ class RankStream::Impl {
 
   const RankStreamOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<v1::Shardcast::Stub> stub_;
+  const std::unique_ptr<v1::Shardcast::Stub> stub_;  // Register
+  const grpc::internal::RpcMethod stream_batches_method_;
   // Set once by Connect before any other thread exists; read-only afterwards.
   v1::RegisterResponse registration_;
   // The prefetch thread of the current epoch and its watchdog (joined by StopPrefetch).

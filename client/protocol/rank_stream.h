@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/protocol/wire_batch.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace grpc {
@@ -58,8 +59,9 @@ struct RankStreamOptions {
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
-// to the registration's, B labels, B samples and B*3*C*C image bytes.
-using ReceivedBatch = std::shared_ptr<shardcast::v1::Batch>;
+// to the registration's, B labels, B samples and B*3*C*C image bytes (kept in the
+// slices they arrived in: wire_batch.h).
+using ReceivedBatch = std::shared_ptr<const WireBatch>;
 
 class RankStream {
  public:

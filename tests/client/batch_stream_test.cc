@@ -113,8 +113,8 @@ TEST_F(BatchStreamTest, ReceivesExactlyNBatchesOfTheRegisteredShape) {
       const TrainingBatch& b = batches[i];
       EXPECT_EQ(b.epoch, epoch);
       EXPECT_EQ(b.index, i);
-      EXPECT_EQ(b.images_uint8.sizes(), (std::vector<int64_t>{kBatch, 3, kCrop, kCrop}));
-      EXPECT_EQ(b.images_uint8.dtype(), torch::kUInt8);
+      EXPECT_EQ(b.ImagesUint8().sizes(), (std::vector<int64_t>{kBatch, 3, kCrop, kCrop}));
+      EXPECT_EQ(b.ImagesUint8().dtype(), torch::kUInt8);
       EXPECT_EQ(b.images.sizes(), (std::vector<int64_t>{kBatch, 3, kCrop, kCrop}));
       EXPECT_EQ(b.images.dtype(), torch::kFloat32);
       EXPECT_EQ(b.labels.sizes(), (std::vector<int64_t>{kBatch}));
@@ -193,7 +193,7 @@ TEST_F(BatchStreamTest, PixelsLabelsAndSamplesEqualTheDataPlaneAndPlan) {
     PlannedBatch pb;
     ASSERT_TRUE(planned->Next(&pb));
     ASSERT_EQ(pb.samples.size(), b.samples.size());
-    torch::Tensor images = b.images_uint8.contiguous();
+    torch::Tensor images = b.ImagesUint8().contiguous();
     const uint8_t* got = images.data_ptr<uint8_t>();
     for (size_t i = 0; i < b.samples.size(); ++i) {
       const SampleMeta& meta = b.samples[i];
@@ -227,14 +227,20 @@ TEST_F(BatchStreamTest, NormalizesWithConfiguredMeanAndStd) {
   ASSERT_TRUE(next.ok() && next->has_value()) << next.status();
   const TrainingBatch& b = **next;
   // Check element by element in double precision against the formula.
-  torch::Tensor u8 = b.images_uint8.to(torch::kDouble);
+  torch::Tensor u8 = b.ImagesUint8().to(torch::kDouble);
   for (int c = 0; c < 3; ++c) {
     torch::Tensor want = (u8.select(1, c) / 255.0 - options.mean[c]) / options.std[c];
     torch::Tensor got = b.images.select(1, c).to(torch::kDouble);
     EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5)) << "channel " << c;
   }
+  // The CPU path looks normalized values up in a table made by the same float ops the
+  // device path runs: the very same floats as those ops on the received bytes.
+  torch::Tensor mean = torch::tensor(std::vector<float>{0.25f, 0.5f, 0.75f}).view({1, 3, 1, 1});
+  torch::Tensor std = torch::tensor(std::vector<float>{0.5f, 0.25f, 0.125f}).view({1, 3, 1, 1});
+  torch::Tensor ops = b.ImagesUint8().to(torch::kFloat32).div_(255.0f).sub_(mean).div_(std);
+  EXPECT_TRUE(torch::equal(b.images, ops));
   // The image bytes are not constant (a real check, not 0 == 0).
-  EXPECT_GT(b.images_uint8.max().item<uint8_t>(), b.images_uint8.min().item<uint8_t>());
+  EXPECT_GT(b.ImagesUint8().max().item<uint8_t>(), b.ImagesUint8().min().item<uint8_t>());
 }
 
 TEST_F(BatchStreamTest, StartEpochAtKEqualsTheSuffixAndRestartsCleanly) {
@@ -256,14 +262,14 @@ TEST_F(BatchStreamTest, StartEpochAtKEqualsTheSuffixAndRestartsCleanly) {
     EXPECT_EQ(b.index, i);
     ASSERT_EQ(a.samples.size(), b.samples.size());
     for (size_t s = 0; s < a.samples.size(); ++s) EXPECT_EQ(a.samples[s].key, b.samples[s].key);
-    EXPECT_TRUE(torch::equal(a.images_uint8, b.images_uint8)) << "batch " << i;
+    EXPECT_TRUE(torch::equal(a.ImagesUint8(), b.ImagesUint8())) << "batch " << i;
     EXPECT_TRUE(torch::equal(a.labels, b.labels)) << "batch " << i;
   }
   // start_batch == n: an empty epoch.
   EXPECT_TRUE(Drain(*stream, 3, n).empty());
 }
 
-TEST_F(BatchStreamTest, ImageTensorOutlivesTheStreamWithoutCopies) {
+TEST_F(BatchStreamTest, ImageTensorOutlivesTheStream) {
   torch::Tensor kept;
   torch::Tensor copy;
   {
@@ -272,11 +278,12 @@ TEST_F(BatchStreamTest, ImageTensorOutlivesTheStreamWithoutCopies) {
     ASSERT_TRUE(stream->StartEpoch(0).ok());
     absl::StatusOr<std::optional<TrainingBatch>> next = stream->Next();
     ASSERT_TRUE(next.ok() && next->has_value());
-    kept = (*next)->images_uint8;
+    kept = (*next)->ImagesUint8();
     copy = kept.clone();
-    // On CPU the float images are a separate tensor; the uint8 one is the message's.
-    EXPECT_NE(kept.data_ptr(), (*next)->images.data_ptr());
-  }  // stream, its thread and queue are gone; `kept` holds the message alive
+    // One received piece is aliased, not copied; several are copied into one tensor.
+    const auto& chunks = (*next)->received->image_chunks();
+    EXPECT_EQ(kept.data_ptr() == static_cast<const void*>(chunks[0].data()), chunks.size() == 1);
+  }  // stream, its thread and queue are gone; `kept` holds what it needs alive
   EXPECT_TRUE(torch::equal(kept, copy));
 }
 

@@ -37,7 +37,7 @@ BatchRecord Record(const TrainingBatch& b) {
   BatchRecord r;
   r.index = b.index;
   for (const SampleMeta& s : b.samples) r.keys.push_back(s.key);
-  r.images = b.images_uint8.clone();
+  r.images = b.ImagesUint8().clone();
   return r;
 }
 

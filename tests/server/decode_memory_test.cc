@@ -67,13 +67,14 @@ TEST(DecodeMemoryTest, SixtyFourHugePngsOnAllThreadsStayWithinTheBudget) {
     absl::StatusOr<std::optional<client::ReceivedBatch>> next = (*stream)->Next();
     ASSERT_TRUE(next.ok()) << next.status();
     if (!next->has_value()) break;
-    const v1::Batch& batch = ***next;
+    const v1::Batch& batch = (**next)->header();
+    const std::string images = (**next)->ImagesToString();
     const size_t sample_bytes = 3 * 16 * 16;
     for (int i = 0; i < batch.samples_size(); ++i) {
       ++served;
       EXPECT_FALSE(batch.samples(i).substituted()) << batch.samples(i).key();
       const bool is_red = batch.labels(i) == 0;
-      const std::string pixels = batch.images().substr(i * sample_bytes, sample_bytes);
+      const std::string pixels = images.substr(i * sample_bytes, sample_bytes);
       // Planar RGB: 256 bytes of each channel, the solid colour exactly.
       EXPECT_EQ(pixels.substr(0, 256), std::string(256, static_cast<char>(is_red ? 200 : 20)));
       EXPECT_EQ(pixels.substr(256, 256), std::string(256, static_cast<char>(is_red ? 30 : 40)));

@@ -88,7 +88,7 @@ std::vector<std::string> ReceiveKeys(client::RankStream& stream, int64_t* substi
     absl::StatusOr<std::optional<client::ReceivedBatch>> next = stream.Next();
     EXPECT_TRUE(next.ok()) << next.status();
     if (!next.ok() || !next->has_value()) break;
-    const v1::Batch& batch = ***next;
+    const v1::Batch& batch = (**next)->header();
     for (const v1::SampleInfo& info : batch.samples()) {
       keys.push_back(info.key());
       if (substituted != nullptr && info.substituted()) ++*substituted;

@@ -49,10 +49,10 @@ TEST(RankStreamTest, ExactlyNCheckedBatchesAndTheEffectiveConfig) {
     absl::StatusOr<std::optional<client::ReceivedBatch>> next = (*stream)->Next();
     ASSERT_TRUE(next.ok()) << next.status();
     if (!next->has_value()) break;
-    const v1::Batch& batch = ***next;
+    const v1::Batch& batch = (**next)->header();
     EXPECT_EQ(batch.epoch(), 1);
     EXPECT_EQ(batch.index(), expected++);
-    EXPECT_EQ(batch.images().size(), 6u * 3 * 40 * 40);
+    EXPECT_EQ((**next)->image_bytes(), 6 * 3 * 40 * 40);
   }
   EXPECT_EQ(expected, (*stream)->batches_per_epoch());
   EXPECT_EQ((*stream)->reconnects(), 0);
