@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/server_probe.h"
 #include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
@@ -46,27 +47,8 @@ struct Options {
   std::string budget_images = "1.5,2.5,4.5,0";
 };
 
-// From /proc/PID/status, in bytes: VmRSS (now) or VmHWM (peak).
-int64_t Memory(pid_t pid, const char* field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      long kb = 0;
-      std::sscanf(line.c_str() + std::strlen(field), "%ld", &kb);
-      return int64_t{kb} * 1024;
-    }
-  }
-  return 0;
-}
-
-v1::GetStatusResponse Status(v1::Shardcast::Stub* stub) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::GetStatusResponse status;
-  (void)stub->GetStatus(&context, v1::GetStatusRequest(), &status);
-  return status;
-}
+// How long a status query may take before the benchmark reads it as "no answer".
+constexpr int kStatusSeconds = 30;
 
 struct Row {
   int64_t budget = 0;
@@ -103,7 +85,8 @@ Row Serve(const std::string& data, const Options& o, int64_t budget, const std::
   channel_args.SetMaxReceiveMessageSize(-1);
   auto stub = v1::Shardcast::NewStub(
       grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), channel_args));
-  for (int i = 0; i < 600 && !Status(stub.get()).serving(); ++i) {
+  for (int i = 0; i < 600 && !shardcast::bench::ServerStatus(stub.get(), kStatusSeconds).serving();
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   v1::RegisterRequest request;
@@ -122,13 +105,14 @@ Row Serve(const std::string& data, const Options& o, int64_t budget, const std::
   }
   Row row;
   row.budget = budget;
-  row.baseline = Memory(server.pid(), "VmHWM:");
+  row.baseline = shardcast::bench::ProcMemoryBytes(server.pid(), "VmHWM:");
 
   std::atomic<bool> done{false};
   int64_t sampled_peak = 0;
   std::thread sampler([&] {
     while (!done) {
-      sampled_peak = std::max(sampled_peak, Memory(server.pid(), "VmRSS:"));
+      sampled_peak =
+          std::max(sampled_peak, shardcast::bench::ProcMemoryBytes(server.pid(), "VmRSS:"));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
@@ -144,8 +128,8 @@ Row Serve(const std::string& data, const Options& o, int64_t budget, const std::
   done = true;
   sampler.join();
   if (!finished.ok()) Die(absl::StrCat("stream: ", finished.error_message()));
-  row.peak_rss = std::max(sampled_peak, Memory(server.pid(), "VmHWM:"));
-  const v1::GetStatusResponse status = Status(stub.get());
+  row.peak_rss = std::max(sampled_peak, shardcast::bench::ProcMemoryBytes(server.pid(), "VmHWM:"));
+  const v1::GetStatusResponse status = shardcast::bench::ServerStatus(stub.get(), kStatusSeconds);
   row.peak_decode = status.decode_memory_peak_bytes();
   row.waits = status.decode_memory_waits();
   row.substituted = status.substitutions();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/server_probe.h"
 #include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
@@ -42,27 +43,8 @@ struct Options {
   int threads = 2;
 };
 
-// From /proc/PID/status, in bytes: VmRSS (now) or VmHWM (peak).
-int64_t Memory(pid_t pid, const char* field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      long kb = 0;
-      std::sscanf(line.c_str() + std::strlen(field), "%ld", &kb);
-      return int64_t{kb} * 1024;
-    }
-  }
-  return 0;
-}
-
-v1::GetStatusResponse Status(v1::Shardcast::Stub* stub) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::GetStatusResponse status;
-  (void)stub->GetStatus(&context, v1::GetStatusRequest(), &status);
-  return status;
-}
+// How long a status query may take before the benchmark reads it as "no answer".
+constexpr int kStatusSeconds = 10;
 
 // A client that does not read: no BDP probing and a 64 KiB stream window (as
 // client::ChannelOptions::stream_window_bytes makes it), so its stream stalls at once.
@@ -99,7 +81,8 @@ Row Attack(const std::string& data, const Options& o, const std::string& config,
   auto stub = v1::Shardcast::NewStub(channel);
   Row row;
   row.config = config;
-  for (int i = 0; i < 600 && !Status(stub.get()).serving(); ++i) {
+  for (int i = 0; i < 600 && !shardcast::bench::ServerStatus(stub.get(), kStatusSeconds).serving();
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // Every job registered first, so the idle figure includes the registry.
@@ -120,7 +103,7 @@ Row Attack(const std::string& data, const Options& o, const std::string& config,
     }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  row.idle_rss = Memory(server.pid(), "VmRSS:");
+  row.idle_rss = shardcast::bench::ProcMemoryBytes(server.pid(), "VmRSS:");
 
   // The attack: one stream per job, never read.
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
@@ -138,8 +121,9 @@ Row Attack(const std::string& data, const Options& o, const std::string& config,
   auto quiet_since = Clock::now();
   const auto give_up = start + std::chrono::seconds(120);
   while (Clock::now() < give_up) {
-    status = Status(stub.get());
-    row.peak_rss = std::max(row.peak_rss, Memory(server.pid(), "VmRSS:"));
+    status = shardcast::bench::ServerStatus(stub.get(), kStatusSeconds);
+    row.peak_rss =
+        std::max(row.peak_rss, shardcast::bench::ProcMemoryBytes(server.pid(), "VmRSS:"));
     if (status.queue_depth() > 0) quiet_since = Clock::now();
     if (Clock::now() - quiet_since > std::chrono::seconds(1)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -148,12 +132,13 @@ Row Attack(const std::string& data, const Options& o, const std::string& config,
   const auto hold_until =
       Clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(o.idle_timeout) + 3000);
   while (Clock::now() < hold_until) {
-    status = Status(stub.get());
-    row.peak_rss = std::max(row.peak_rss, Memory(server.pid(), "VmRSS:"));
+    status = shardcast::bench::ServerStatus(stub.get(), kStatusSeconds);
+    row.peak_rss =
+        std::max(row.peak_rss, shardcast::bench::ProcMemoryBytes(server.pid(), "VmRSS:"));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  row.peak_rss = std::max(row.peak_rss, Memory(server.pid(), "VmHWM:"));
-  row.end_rss = Memory(server.pid(), "VmRSS:");
+  row.peak_rss = std::max(row.peak_rss, shardcast::bench::ProcMemoryBytes(server.pid(), "VmHWM:"));
+  row.end_rss = shardcast::bench::ProcMemoryBytes(server.pid(), "VmRSS:");
   row.limit = status.batch_memory_limit_bytes();
   row.peak_reserved = status.batch_memory_peak_reserved_bytes();
   row.refused = status.streams_refused_memory();
