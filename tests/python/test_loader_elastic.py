@@ -128,3 +128,23 @@ def test_split_shard_refuses_an_elastic_resume_mid_epoch_but_not_at_an_epoch_end
             second.load_state_dict(mid)
         second.load_state_dict(end)
         assert len(list(second)) == len(second) and second.epoch == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"batches_done": -1},
+        {"batches_done": 10**9},
+        {"sample_offset": -5},
+        {"sample_offset": 10**12},
+        {"epoch": -1},
+    ],
+)
+def test_a_state_with_an_impossible_position_is_refused(server, change):
+    with shardcast.Loader(server.address, job_id="elastic-bad", rank=0, **OLD,
+                          split="sample") as loader:
+        state = dict(loader.state_dict(), **change)
+        with pytest.raises(ValueError, match="bad position in state"):
+            loader.load_state_dict(state)
+        # The loader is unharmed: it still streams its first epoch.
+        assert len(list(loader)) == len(loader)
