@@ -39,6 +39,14 @@ void VerticalScalar(const uint8_t* const* rows, const int16_t* w, int taps, int 
 }
 
 #ifdef SHARDCAST_RESAMPLE_X86
+// Weights k and k+1 (0 when k is the last tap) as the two 16-bit halves one pmaddwd
+// lane multiplies an interleaved pair of source bytes with.
+inline int32_t TapPair(const int16_t* w, int k, bool pair) {
+  return static_cast<int32_t>(
+      (static_cast<uint32_t>(pair ? static_cast<uint16_t>(w[k + 1]) : 0) << 16) |
+      static_cast<uint16_t>(w[k]));
+}
+
 // Two source rows at a time: their bytes widened to 16 bits and interleaved, so one
 // pmaddwd multiplies and adds both taps for 4 (SSE2) or 8 (AVX2) columns.
 void VerticalSse2(const uint8_t* const* rows, const int16_t* w, int taps, int n, int16_t* out) {
@@ -49,9 +57,7 @@ void VerticalSse2(const uint8_t* const* rows, const int16_t* w, int taps, int n,
     __m128i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
     for (int k = 0; k < taps; k += 2) {
       const bool pair = k + 1 < taps;
-      const __m128i wk = _mm_set1_epi32(static_cast<int32_t>(
-          (static_cast<uint32_t>(pair ? static_cast<uint16_t>(w[k + 1]) : 0) << 16) |
-          static_cast<uint16_t>(w[k])));
+      const __m128i wk = _mm_set1_epi32(TapPair(w, k, pair));
       const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[k] + j));
       const __m128i b =
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[pair ? k + 1 : k] + j));
@@ -80,9 +86,7 @@ __attribute__((target("avx2"))) void VerticalAvx2(const uint8_t* const* rows, co
     __m256i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
     for (int k = 0; k < taps; k += 2) {
       const bool pair = k + 1 < taps;
-      const __m256i wk = _mm256_set1_epi32(static_cast<int32_t>(
-          (static_cast<uint32_t>(pair ? static_cast<uint16_t>(w[k + 1]) : 0) << 16) |
-          static_cast<uint16_t>(w[k])));
+      const __m256i wk = _mm256_set1_epi32(TapPair(w, k, pair));
       const uint8_t* ra = rows[k] + j;
       const uint8_t* rb = rows[pair ? k + 1 : k] + j;
       const __m256i a0 =
