@@ -46,6 +46,8 @@ _PERMANENT = frozenset(
 
 # The environment variable a token is taken from when none is given (as the C++ clients).
 TOKEN_ENV = "SHARDCAST_TOKEN"
+# How long one connection attempt (TCP, TLS, the server's HTTP/2 SETTINGS) may take.
+CONNECT_TIMEOUT_MS = 20_000
 
 
 def is_handshake_failure(code: grpc.StatusCode, message: str) -> bool:
@@ -148,7 +150,9 @@ def make_channel(options: StreamOptions) -> grpc.Channel:
         # gRPC's own backoff (1 s growing to 120 s) would keep the channel failing long
         # after a restarted server is back.
         ("grpc.initial_reconnect_backoff_ms", initial_ms),
-        ("grpc.min_reconnect_backoff_ms", initial_ms),
+        # gRPC's time for one connection attempt, despite the name (client/protocol/
+        # channel.h, connect_timeout): the backoff's 0.1 s cut slow handshakes short.
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
         ("grpc.max_reconnect_backoff_ms", max_ms),
         # A server host that vanishes without closing the connection would leave a read
         # blocked forever; 5 min is the least interval a gRPC server accepts by default.
