@@ -55,7 +55,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options) {
   const int max_ms = std::max<int>(
       initial_ms, static_cast<int>(absl::ToInt64Milliseconds(options.reconnect_backoff_max)));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(
+      GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+      std::max<int>(1, static_cast<int>(absl::ToInt64Milliseconds(options.connect_timeout))));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   if (options.keepalive_time > absl::ZeroDuration()) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,

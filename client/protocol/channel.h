@@ -32,6 +32,13 @@ struct ChannelOptions {
   // channel in TRANSIENT_FAILURE long after a restarted server is back.
   absl::Duration reconnect_backoff_initial = absl::Milliseconds(100);
   absl::Duration reconnect_backoff_max = absl::Seconds(2);
+  // How long one connection attempt (TCP, TLS, the server's HTTP/2 SETTINGS) may take.
+  // gRPC reads it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, despite the name; set to the
+  // 100 ms backoff it cut handshakes short on a loaded machine ("connection attempt
+  // timed out before receiving SETTINGS frame"), and a server slower to answer than
+  // the largest backoff was never reached. A refused connection still fails at once,
+  // so this does not slow down reconnecting to a restarted server.
+  absl::Duration connect_timeout = absl::Seconds(20);
   // A server host that vanishes without closing the connection (power loss,
   // partition) would leave a Read() blocked forever; keepalive pings turn that into
   // a broken stream. 5 minutes is the least interval a gRPC server accepts by
