@@ -6,11 +6,16 @@
 //
 // The shard's mtime, ctime and inode differ on every machine; in the input they are
 // the placeholders kMtime, kCtime, kInode, replaced by the real values before loading,
-// so a corpus made once reaches the parser's checks anywhere. The seed is written by
+// so a corpus made once reaches the parser's checks anywhere. The same goes for the
+// fixture's directory, which the cache names: kRootPlaceholder in the input is this
+// process's own directory (same length, from mkdtemp), so runs at the same time (CI's
+// replay beside a long campaign) do not rewrite each other's cache file. The seed is
+// written by
 //   SHARDCAST_FUZZ_SEED_OUT=fuzz/corpus/index_cache/valid index_cache_fuzzer -runs=0
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -29,8 +34,13 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kMtime = 0x1111111111111111, kCtime = 0x2222222222222222,
                    kInode = 0x3333333333333333;
+// The directory the corpus was made in; mkdtemp's template has the same length.
+constexpr char kRootPlaceholder[] = "/tmp/shardcast_index_cache_fuzzer";
+constexpr char kRootTemplate[] = "/tmp/shardcast_index_cache_XXXXXX";
+static_assert(sizeof(kRootPlaceholder) == sizeof(kRootTemplate));
 
 struct Fixture {
+  std::string root;
   std::string data_dir;
   std::string cache_dir;
   std::string cache_file;
@@ -43,12 +53,15 @@ std::string U64Bytes(uint64_t v) {
   return out;
 }
 
-// Replaces every 8-byte occurrence of `from` by `to`.
-void ReplaceU64(uint64_t from, uint64_t to, std::string* bytes) {
-  const std::string a = U64Bytes(from), b = U64Bytes(to);
-  for (size_t at = bytes->find(a); at != std::string::npos; at = bytes->find(a, at + 8)) {
-    bytes->replace(at, 8, b);
+// Replaces every occurrence of `from` by `to`, a string of the same length.
+void ReplaceSameLength(const std::string& from, const std::string& to, std::string* bytes) {
+  for (size_t at = bytes->find(from); at != std::string::npos; at = bytes->find(from, at + 1)) {
+    bytes->replace(at, from.size(), to);
   }
+}
+
+void ReplaceU64(uint64_t from, uint64_t to, std::string* bytes) {
+  ReplaceSameLength(U64Bytes(from), U64Bytes(to), bytes);
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
@@ -60,9 +73,12 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 const Fixture& GetFixture() {
   static const Fixture* fixture = [] {
     auto* f = new Fixture;
-    // A fixed root: it is part of the cache, so the corpus must name the same one.
-    const std::string root = "/tmp/shardcast_index_cache_fuzzer";
-    fs::remove_all(root);
+    char root_template[sizeof(kRootTemplate)];
+    std::copy(std::begin(kRootTemplate), std::end(kRootTemplate), root_template);
+    if (mkdtemp(root_template) == nullptr) std::abort();
+    f->root = root_template;
+    std::atexit([] { fs::remove_all(GetFixture().root); });
+    const std::string& root = f->root;
     f->data_dir = root + "/data";
     f->cache_dir = root + "/cache";
     fs::create_directories(root + "/stage");
@@ -89,6 +105,7 @@ const Fixture& GetFixture() {
       ReplaceU64(f->mtime, kMtime, &body);
       ReplaceU64(f->ctime, kCtime, &body);
       ReplaceU64(f->inode, kInode, &body);
+      ReplaceSameLength(f->root, kRootPlaceholder, &body);
       WriteFile(seed_out, body);
     }
     return f;
@@ -104,6 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ReplaceU64(kMtime, f.mtime, &body);
   ReplaceU64(kCtime, f.ctime, &body);
   ReplaceU64(kInode, f.inode, &body);
+  ReplaceSameLength(kRootPlaceholder, f.root, &body);
   shardcast::Digest128 h;
   h.AddBytes(body);
   std::string sealed = body;
