@@ -212,6 +212,14 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
              &o.reflection);
   flags.Section("Job defaults (for what a RegisterRequest leaves unset):");
   shardcast::AddJobFlags(&flags, built_in, &job);
+  bool dct_scaling = built_in.transform.dct_scaling;
+  flags.Bool({{"--dct-scaling"},
+              "",
+              "every job: decode JPEGs at 1/2, 1/4 or 1/8 scale where the crop still gets\n"
+              "enough pixels (much faster on images far above the crop size). Off by\n"
+              "default: those pixels differ from torchvision's (up to 44 levels at sharp\n"
+              "edges, docs/BENCHMARKS.md)"},
+             &dct_scaling);
   flags.Section("Benchmarks only:");
   flags.Bool({{"--bench-only-resend-first-batch"},
               "",
@@ -238,6 +246,8 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
     return absl::InvalidArgumentError("--max-member-bytes must be more than 0");
   }
   o.defaults = shardcast::ApplyOverrides(job, built_in);
+  // Not a RegisterRequest field: the server decides how it decodes, for every job.
+  o.defaults.transform.dct_scaling = dct_scaling;
   shardcast::JobLimits limits;
   limits.max_message_bytes = o.max_message_bytes;
   if (absl::Status s = shardcast::Validate(o.defaults, limits); !s.ok()) {

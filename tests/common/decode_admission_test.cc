@@ -70,6 +70,7 @@ TEST(DecodeAdmissionTest, AsksForTheHeaderFigureAndGivesItBack) {
   const int w = 1024, h = 768;
   const std::string jpeg = EncodeJpeg(PhotoLike(w, h, 5), w, h, TJSAMP_420);
   TransformSpec spec;  // Resize(256) + CenterCrop(224): DCT scale 1/2 keeps >= 256
+  spec.dct_scaling = true;
   std::vector<uint8_t> out(3 * 224 * 224);
   RecordingAdmission admission(int64_t{1} << 30);
   ASSERT_TRUE(DecodeAndTransform(jpeg, spec, 0, out.data(), &admission).ok());

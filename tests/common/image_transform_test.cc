@@ -179,6 +179,7 @@ TEST(ImageTransformTest, DctScaledOutputIsCloseToUnscaled) {
       for (uint64_t seed : {1, 2, 3}) {
         TransformSpec spec;
         spec.mode = mode;
+        spec.dct_scaling = true;
         std::vector<uint8_t> scaled(3 * 224 * 224), full(3 * 224 * 224);
         ASSERT_TRUE(DecodeAndTransform(jpeg, spec, seed, scaled.data()).ok());
         spec.dct_scaling = false;

@@ -126,7 +126,7 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
   EXPECT_EQ(fp.size(), 32u);
   // Pinned: ranks, replicas and checkpoints compare it across builds and machines.
   EXPECT_EQ(fp, JobFingerprint("index-a", Valid()));
-  EXPECT_EQ(fp, "5ccddd6fc0f8a97c0843eda1dd7cd7da");  // kTransformVersion 2
+  EXPECT_EQ(fp, "a0470bdc58f8a98149854122a100cbbb");  // kTransformVersion 2, DCT scaling off
   EXPECT_NE(fp, JobFingerprint("index-b", base));
 
   // World and batch size are compared apart from it.
@@ -152,7 +152,7 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
       [](JobConfig& c) { c.transform.mode = TransformMode::kRandom; },
       [](JobConfig& c) { c.transform.resize = 288; },
       [](JobConfig& c) { c.transform.crop = 192; },
-      [](JobConfig& c) { c.transform.dct_scaling = false; },
+      [](JobConfig& c) { c.transform.dct_scaling = true; },
   };
   std::set<std::string> seen = {fp};
   for (size_t i = 0; i < changes.size(); ++i) {
@@ -191,7 +191,7 @@ TEST(JobConfigDifference, NamesTheFirstDifferingField) {
   EXPECT_EQ(JobConfigString(a),
             "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
             "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
-            "transform.resize=256 transform.crop=224 transform.dct_scaling=true");
+            "transform.resize=256 transform.crop=224 transform.dct_scaling=false");
 }
 
 }  // namespace

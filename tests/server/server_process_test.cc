@@ -92,6 +92,45 @@ TEST_F(ServerProcessTest, ServesWithItsFlagDefaults) {
   EXPECT_THAT(logged, HasSubstr("draining"));
 }
 
+// --dct-scaling is the server's choice for every job: off (the default), the served
+// pixels are those of the full-size decode; on, images far above the crop size are
+// decoded at a reduced DCT scale, which gives other pixels and another job fingerprint.
+TEST_F(ServerProcessTest, DctScalingFlagChangesHowEveryJobDecodes) {
+  TempDir big;
+  MakeDataset(big.path() + "/data", /*samples=*/8, /*per_shard=*/8, /*size=*/256);
+  Reference reference(big.path() + "/data");
+  std::vector<std::string> fingerprints;
+  std::vector<std::string> served;
+  for (bool dct : {false, true}) {
+    std::vector<std::string> args = {"--shards",       big.path() + "/data", "--listen=127.0.0.1:0",
+                                     "--batch-size=8", "--resize=36",        "--crop=32",
+                                     "--split=sample"};
+    if (dct) args.push_back("--dct-scaling");
+    ChildServer child(args, log());
+    ASSERT_GT(child.port(), 0) << child.first_line();
+    auto stub = v1::Shardcast::NewStub(MakeChannel(child.target()));
+    ASSERT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
+                  return s.serving();
+                }).serving());
+    v1::RegisterResponse job;
+    ASSERT_TRUE(
+        Register(stub.get(), MakeRegister("dct", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job).ok());
+    StreamResult result = StreamAll(stub.get(), "dct", 0, 0, 0);
+    ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+    ASSERT_EQ(result.batches.size(), 1u);
+    TransformSpec spec = Reference::Spec(job);
+    spec.dct_scaling = dct;
+    const auto planned = reference.Plan(job, 1, 0, 0);
+    reference.ExpectBatch(result.batches[0], planned[0], spec);
+    fingerprints.push_back(job.job_fingerprint());
+    served.push_back(result.batches[0].images());
+    kill(child.pid(), SIGTERM);
+    EXPECT_EQ(child.WaitExit(20), 0);
+  }
+  EXPECT_NE(fingerprints[0], fingerprints[1]);
+  EXPECT_NE(served[0], served[1]);  // 256 px decoded at 1/4 for a 36 px resize
+}
+
 TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
   ChildServer child({"--shards", data(), "--listen=127.0.0.1:0", "--batch-size=8", "--resize=64",
                      "--crop=64", "--split=sample", "--grace-period=2s", "--prefetch=2"},
