@@ -39,6 +39,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/wire_batch.h"
 #include "server/batch_assembler.h"
 #include "server/batch_window.h"
 #include "server/decode_pool.h"
@@ -109,14 +110,28 @@ class ChildServer {
   pid_t pid_ = -1;
 };
 
-// One connection per rank, as separate trainer processes would have (own_connection).
-// The bench starts its own plaintext server, so it takes no security flags.
-std::unique_ptr<v1::Shardcast::Stub> Connect(const std::string& target) {
+// One rank's connection, as a separate trainer process would have (own_connection):
+// the generated stub for Register and GetStatus, and the batch stream read as the
+// trainer reads it (WireBatch: header parsed, pixels left in the receive slices), so
+// the served rows pay what a real client pays. The bench starts its own plaintext
+// server, so it takes no security flags.
+struct RankClient {
+  std::unique_ptr<v1::Shardcast::Stub> stub;
+  std::unique_ptr<shardcast::client::WireBatchStub> batches;
+};
+
+RankClient Connect(const std::string& target) {
   shardcast::client::ChannelOptions options;
   options.target = target;
   options.max_receive_message_bytes = 64 << 20;
   options.own_connection = true;
-  return v1::Shardcast::NewStub(shardcast::client::MakeChannel(options));
+  std::shared_ptr<grpc::Channel> channel = shardcast::client::MakeChannel(options);
+  return RankClient{v1::Shardcast::NewStub(channel),
+                    std::make_unique<shardcast::client::WireBatchStub>(channel)};
+}
+
+int64_t MessageBytes(const shardcast::client::WireBatch& batch) {
+  return static_cast<int64_t>(batch.header().ByteSizeLong()) + batch.image_bytes();
 }
 
 v1::RegisterRequest JobRequest(const std::string& job, int rank, int world) {
@@ -148,7 +163,7 @@ void WaitServing(v1::Shardcast::Stub* stub) {
 
 // Streams `batches` batches (over as many epochs as needed) as one rank.
 // Returns the bytes received.
-int64_t StreamBatches(v1::Shardcast::Stub* stub, const std::string& job, int rank, int64_t n,
+int64_t StreamBatches(const RankClient& client, const std::string& job, int rank, int64_t n,
                       int64_t batches) {
   int64_t received = 0, bytes = 0;
   for (int64_t epoch = 0; received < batches; ++epoch) {
@@ -159,11 +174,11 @@ int64_t StreamBatches(v1::Shardcast::Stub* stub, const std::string& job, int ran
     // The last epoch starts late so that exactly `batches` batches are streamed.
     request.set_start_batch(std::max<int64_t>(0, n - (batches - received)));
     grpc::ClientContext context;
-    auto reader = stub->StreamBatches(&context, request);
-    v1::Batch batch;
+    auto reader = client.batches->StreamBatches(&context, request);
+    shardcast::client::WireBatch batch;
     while (reader->Read(&batch)) {
       ++received;
-      bytes += static_cast<int64_t>(batch.ByteSizeLong());
+      bytes += MessageBytes(batch);
     }
     grpc::Status status = reader->Finish();
     if (!status.ok()) {
@@ -191,13 +206,14 @@ double SelfCpuSeconds() {
 Row Served(const ChildServer& server, int ranks, int64_t batches, int round) {
   const std::string target = server.target();
   const std::string job = absl::StrCat("bench-", ranks, "-", round);
-  std::vector<std::unique_ptr<v1::Shardcast::Stub>> stubs;
+  std::vector<RankClient> clients;
   int64_t n = 0;
   for (int r = 0; r < ranks; ++r) {
-    stubs.push_back(Connect(target));
+    clients.push_back(Connect(target));
     grpc::ClientContext context;
     v1::RegisterResponse response;
-    grpc::Status status = stubs.back()->Register(&context, JobRequest(job, r, ranks), &response);
+    grpc::Status status =
+        clients.back().stub->Register(&context, JobRequest(job, r, ranks), &response);
     if (!status.ok()) {
       std::fprintf(stderr, "serve_bench: register: %s\n", status.error_message().c_str());
       std::exit(1);
@@ -210,7 +226,7 @@ Row Served(const ChildServer& server, int ranks, int64_t batches, int round) {
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back(
-        [&, r] { bytes[r] = StreamBatches(stubs[r].get(), job, r, n, batches / ranks); });
+        [&, r] { bytes[r] = StreamBatches(clients[r], job, r, n, batches / ranks); });
   }
   for (auto& t : threads) t.join();
   const double seconds = Seconds(start, Clock::now());
@@ -308,12 +324,12 @@ class InProcessPipeline {
 // each stream's first message (so its one decode is left out) to its last.
 double WireMBPerStream(const std::string& target, int streams, double seconds) {
   const std::string job = absl::StrCat("wire-", streams);
-  std::vector<std::unique_ptr<v1::Shardcast::Stub>> stubs;
+  std::vector<RankClient> clients;
   for (int r = 0; r < streams; ++r) {
-    stubs.push_back(Connect(target));
+    clients.push_back(Connect(target));
     grpc::ClientContext context;
     v1::RegisterResponse response;
-    if (!stubs.back()->Register(&context, JobRequest(job, r, streams), &response).ok()) {
+    if (!clients.back().stub->Register(&context, JobRequest(job, r, streams), &response).ok()) {
       std::abort();
     }
   }
@@ -330,15 +346,15 @@ double WireMBPerStream(const std::string& target, int streams, double seconds) {
         request.set_rank(r);
         request.set_epoch(epoch);
         grpc::ClientContext context;
-        auto reader = stubs[r]->StreamBatches(&context, request);
-        v1::Batch batch;
+        auto reader = clients[r].batches->StreamBatches(&context, request);
+        shardcast::client::WireBatch batch;
         Clock::time_point first;
         int64_t count = 0;
         while (reader->Read(&batch)) {
           if (count++ == 0) {
             first = Clock::now();
           } else {
-            bytes += static_cast<int64_t>(batch.ByteSizeLong());
+            bytes += MessageBytes(batch);
           }
         }
         busy += Seconds(first, Clock::now());
@@ -460,8 +476,7 @@ int main(int argc, char** argv) {
   int64_t base_rss = 0, peak_rss = 0;
   {
     ChildServer server(common, scratch / "server-1.out");
-    auto stub = Connect(server.target());
-    WaitServing(stub.get());
+    WaitServing(Connect(server.target()).stub.get());
     base_rss = server.Memory("VmRSS:");
     // Interleaved rounds: the machine is shared, a busy neighbour only slows a round.
     for (int round = 0; round < flags.rounds; ++round) {
@@ -483,8 +498,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> args = common;
     args.push_back("--bench-only-resend-first-batch");
     ChildServer server(args, scratch / "server-2.out");
-    auto stub = Connect(server.target());
-    WaitServing(stub.get());
+    WaitServing(Connect(server.target()).stub.get());
     for (int streams : {1, 2})
       wire[streams] = WireMBPerStream(server.target(), streams, flags.wire_seconds);
   }
@@ -518,7 +532,7 @@ int main(int argc, char** argv) {
   std::printf("\n| wire (one batch re-sent, no decode) | streams | MB/s per stream |\n");
   std::printf("|-------------------------------------|---------|-----------------|\n");
   for (int streams : {1, 2}) {
-    std::printf("| shardcast-server -> generated stub  | %d       | %15.0f |\n", streams,
+    std::printf("| shardcast-server -> WireBatch reader | %d       | %15.0f |\n", streams,
                 wire[streams]);
   }
   const int streams = 4;

@@ -8,6 +8,9 @@
 //       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--auth-token-file FILE]
 // MODE: batch_stream  BatchStream (prefetch thread, checks, WireBatch, table normalize)
 //       raw           a generated stub reading and parsing each Batch, nothing else
+//       wire          a reader of WireBatch (client/protocol/wire_batch.h), as the
+//                     trainer's stream reads: header parsed, pixels left in gRPC's
+//                     receive slices; against raw, the parse copy the client avoids
 //       raw_tensors   raw + per-batch tensor work as BatchStream did it before WireBatch
 //                     (parse copy, from_blob, torch normalize ops),
 //                     without its sequence check: what reads the bench-only server that
@@ -26,6 +29,7 @@
 #include "client/batch_stream.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/client_security.h"
+#include "client/protocol/wire_batch.h"
 #include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
@@ -71,8 +75,10 @@ class Timer {
   void Print(const std::string& mode, int64_t images) const {
     const double wall = std::chrono::duration<double>(Clock::now() - wall_).count();
     const double cpu = static_cast<double>(std::clock() - cpu_) / CLOCKS_PER_SEC;
-    std::printf("{\"mode\": \"%s\", \"images_per_s\": %.1f, \"cpu_us_per_image\": %.2f}\n",
-                mode.c_str(), images / wall, 1e6 * cpu / images);
+    std::printf(
+        "{\"mode\": \"%s\", \"images\": %lld, \"images_per_s\": %.1f, "
+        "\"cpu_us_per_image\": %.2f}\n",
+        mode.c_str(), static_cast<long long>(images), images / wall, 1e6 * cpu / images);
   }
 
  private:
@@ -97,14 +103,31 @@ class Normalizer {
   torch::Tensor std_;
 };
 
+// The images of one epoch's stream read as WireBatch messages (nothing parsed but the
+// header; the slices are dropped unread).
+int64_t ReadWireBatches(const shardcast::client::WireBatchStub& stub,
+                        const v1::StreamBatchesRequest& request) {
+  grpc::ClientContext context;
+  auto reader = stub.StreamBatches(&context, request);
+  int64_t images = 0;
+  shardcast::client::WireBatch batch;
+  while (reader->Read(&batch)) images += batch.header().labels_size();
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) Die("stream: " + s.error_message());
+  return images;
+}
+
 // A stub reader over `epochs` epochs (registration not timed). With `tensors`, each
-// batch also becomes a normalized float tensor.
-void Raw(const Args& a, bool tensors) {
+// batch also becomes a normalized float tensor; with `wire`, batches are read as
+// WireBatch instead of parsed.
+void Raw(const Args& a, bool tensors, bool wire) {
   shardcast::client::ChannelOptions options;
   options.target = a.server;
   options.credentials = a.security.credentials;
   options.bearer_token = a.security.bearer_token;
-  auto stub = v1::Shardcast::NewStub(shardcast::client::MakeChannel(options));
+  std::shared_ptr<grpc::Channel> channel = shardcast::client::MakeChannel(options);
+  auto stub = v1::Shardcast::NewStub(channel);
+  const shardcast::client::WireBatchStub wire_stub(channel);
   v1::RegisterResponse reg;
   grpc::ClientContext register_context;
   register_context.set_wait_for_ready(true);
@@ -121,6 +144,10 @@ void Raw(const Args& a, bool tensors) {
     request.set_job_id(a.job_id);
     request.set_epoch(e);
     request.set_job_fingerprint(reg.job_fingerprint());
+    if (wire) {
+      images += ReadWireBatches(wire_stub, request);
+      continue;
+    }
     auto reader = stub->StreamBatches(&context, request);
     v1::Batch batch;
     while (reader->Read(&batch)) {
@@ -168,7 +195,7 @@ int main(int argc, char** argv) {
   shardcast::FlagSet flags("stream_consumer_bench");
   flags.String({{"--server"}, "HOST:PORT", "a running shardcast-server"}, &a.server);
   flags.String({{"--job-id"}, "ID", "job to register"}, &a.job_id);
-  flags.String({{"--mode"}, "MODE", "batch_stream, raw or raw_tensors"}, &a.mode);
+  flags.String({{"--mode"}, "MODE", "batch_stream, raw, raw_tensors or wire"}, &a.mode);
   flags.Int({{"--batch"}, "B", "batch size"}, &a.batch, 1);
   flags.Int({{"--resize"}, "R", "resize"}, &a.resize, 1);
   flags.Int({{"--crop"}, "C", "crop"}, &a.crop, 1);
@@ -188,10 +215,10 @@ int main(int argc, char** argv) {
   torch::set_num_threads(a.threads);
   if (a.mode == "batch_stream") {
     ThroughBatchStream(a);
-  } else if (a.mode == "raw" || a.mode == "raw_tensors") {
-    Raw(a, a.mode == "raw_tensors");
+  } else if (a.mode == "raw" || a.mode == "raw_tensors" || a.mode == "wire") {
+    Raw(a, a.mode == "raw_tensors", a.mode == "wire");
   } else {
-    Die("--mode must be batch_stream, raw or raw_tensors, got '" + a.mode + "'");
+    Die("--mode must be batch_stream, raw, raw_tensors or wire, got '" + a.mode + "'");
   }
   return 0;
 }

@@ -29,7 +29,6 @@ namespace {
 namespace v1 = ::shardcast::v1;
 
 // The method path the generated stub uses (proto package, service, method).
-constexpr char kStreamBatchesMethod[] = "/shardcast.v1.Shardcast/StreamBatches";
 
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
 // with what other ranks registered, this is not a shardcast server, or the server
@@ -102,8 +101,7 @@ class RankStream::Impl {
       : options_(std::move(options)),
         channel_(MakeStreamChannel(options_)),
         stub_(v1::Shardcast::NewStub(channel_)),
-        stream_batches_method_(kStreamBatchesMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-                               channel_) {}
+        batch_stub_(channel_) {}
 
   ~Impl() { StopPrefetch(); }
 
@@ -485,10 +483,8 @@ class RankStream::Impl {
         WatchRead(read_deadline());  // the first batch counts from the request
         // The generated stub would parse every batch into a v1::Batch, copying its
         // pixels; a reader of WireBatch keeps them in the received slices.
-        // ClientReaderFactory is what generated stubs call (grpcpp/support/sync_stream.h).
-        std::unique_ptr<grpc::ClientReader<WireBatch>> reader(
-            grpc::internal::ClientReaderFactory<WireBatch>::Create(
-                channel_.get(), stream_batches_method_, &context, request));
+        std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
+            batch_stub_.StreamBatches(&context, request);
         auto msg = std::make_shared<WireBatch>();
         absl::Status bad;
         while (reader->Read(msg.get())) {
@@ -610,7 +606,7 @@ class RankStream::Impl {
   const RankStreamOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::Shardcast::Stub> stub_;  // Register
-  const grpc::internal::RpcMethod stream_batches_method_;
+  const WireBatchStub batch_stub_;
   // Set once by Connect before any other thread exists; read-only afterwards.
   v1::RegisterResponse registration_;
   // The prefetch thread of the current epoch and its watchdog (joined by StopPrefetch).

@@ -1,6 +1,8 @@
 // WireBatch: the header parsed, the pixels kept in gRPC's slices (see wire_batch.h).
 #include "client/protocol/wire_batch.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>  // serializes the StreamBatchesRequest
+
 #include <cstring>
 #include <utility>
 
@@ -145,6 +147,19 @@ std::string WireBatch::ImagesToString() const {
   std::string images(static_cast<size_t>(image_bytes_), '\0');
   CopyImagesTo(reinterpret_cast<uint8_t*>(images.data()));
   return images;
+}
+
+WireBatchStub::WireBatchStub(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)),
+      method_("/shardcast.v1.Shardcast/StreamBatches", grpc::internal::RpcMethod::SERVER_STREAMING,
+              channel_) {}
+
+std::unique_ptr<grpc::ClientReader<WireBatch>> WireBatchStub::StreamBatches(
+    grpc::ClientContext* context, const shardcast::v1::StreamBatchesRequest& request) const {
+  // ClientReaderFactory is what generated stubs call (grpcpp/support/sync_stream.h).
+  return std::unique_ptr<grpc::ClientReader<WireBatch>>(
+      grpc::internal::ClientReaderFactory<WireBatch>::Create(channel_.get(), method_, context,
+                                                             request));
 }
 
 }  // namespace shardcast::client

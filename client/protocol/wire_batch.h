@@ -11,11 +11,16 @@
 #ifndef SHARDCAST_CLIENT_PROTOCOL_WIRE_BATCH_H_
 #define SHARDCAST_CLIENT_PROTOCOL_WIRE_BATCH_H_
 
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 #include <grpcpp/support/status.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,6 +55,19 @@ class WireBatch {
   std::vector<grpc::Slice> slices_;  // own the bytes chunks_ point into
   std::vector<absl::Span<const uint8_t>> chunks_;
   int64_t image_bytes_ = 0;
+};
+
+// StreamBatches with its messages read as WireBatch: what the generated stub's
+// StreamBatches does, with the message type that keeps the pixels where they arrived.
+class WireBatchStub {
+ public:
+  explicit WireBatchStub(std::shared_ptr<grpc::Channel> channel);
+  std::unique_ptr<grpc::ClientReader<WireBatch>> StreamBatches(
+      grpc::ClientContext* context, const shardcast::v1::StreamBatchesRequest& request) const;
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::internal::RpcMethod method_;
 };
 
 }  // namespace shardcast::client
