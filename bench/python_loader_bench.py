@@ -15,8 +15,11 @@
       protobuf parse, no tensors) show what the wire alone allows each language.
 (b) the seed article's webdataset-style pipeline (tar reading with tarfile, PIL decode,
     torchvision Resize(256) + CenterCrop(224), batches made in DataLoader worker
-    processes) against shardcast-server + Loader, on the same cores and ImageNet-sized
-    JPEGs.
+    processes), twice: as the article writes it (decode("torchrgb") to a float tensor,
+    the transform, /255 and Normalize on floats in the workers) and a cheaper uint8
+    variant (PILToTensor, normalize in the training process); against
+    shardcast-server + Loader and shardcast-server + the C++ BatchStream, on the same
+    cores and ImageNet-sized JPEGs (generated, or real photographs with --seed-photos).
 
 Rows run interleaved in rounds (the machine may be shared); each row's figure is the
 median over rounds, and a ratio is taken per round (adjacent runs), then the median.
@@ -44,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python")
 from server_process import ServerProcess, pack_synthetic, use_source_package  # noqa: E402
 
 import grpc  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torchvision.transforms as T  # noqa: E402
 from PIL import Image  # noqa: E402
@@ -66,6 +70,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed-images", type=int, default=1024,
                    help="part (b): 500x375 JPEGs (ImageNet-sized)")
     p.add_argument("--seed-epochs", type=int, default=1)
+    p.add_argument("--seed-photos", type=Path,
+                   help="part (b): a directory of JPEGs (bench/make_photo_corpus.py) packed "
+                   "into shards of 64 instead of --seed-images generated ones")
+    p.add_argument("--skip-a", action="store_true", help="run part (b) only")
     p.add_argument("--no-pin", dest="pin", action="store_false",
                    help="part (a): do not pin the decoding server to the first core and "
                    "its clients to the others")
@@ -77,6 +85,7 @@ def parse_args() -> argparse.Namespace:
 class Measure(NamedTuple):
     images_per_s: float
     cpu_us_per_image: float  # the consumer's CPU (all its threads and worker processes)
+    images: int = 0
 
 
 class Timer:
@@ -91,7 +100,7 @@ class Timer:
     def measure(self, images: int) -> Measure:
         wall = time.perf_counter() - self.wall
         cpu = time.process_time() + self.extra_cpu() - self.cpu
-        return Measure(images / wall, 1e6 * cpu / images)
+        return Measure(images / wall, 1e6 * cpu / images, images)
 
 
 def wait_until_serving(server: ServerProcess) -> None:
@@ -134,7 +143,7 @@ def cpp_rate(binary: Path, address: str, job_id: str, mode: str, a: argparse.Nam
         check=True, capture_output=True, text=True,
     ).stdout
     result = json.loads(out.strip().splitlines()[-1])
-    return Measure(result["images_per_s"], result["cpu_us_per_image"])
+    return Measure(result["images_per_s"], result["cpu_us_per_image"], result["images"])
 
 
 def loader_rate(address: str, job_id: str, a: argparse.Namespace, epochs: int) -> Measure:
@@ -200,16 +209,39 @@ def python_raw_rate(address: str, job_id: str, a: argparse.Namespace, epochs: in
 # ---- part (b): the seed's pipeline -----------------------------------------------------
 
 
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+class ArticleDecode:
+    """The article's per-image work: webdataset's decode("torchrgb") (PIL decode, RGB,
+    float32 / 255, CHW tensor), then its get_transform(): Resize(256), CenterCrop(224),
+    x / 255. (as written: the article takes the tensor for uint8), Normalize."""
+
+    def __init__(self) -> None:
+        self.transform = T.Compose([
+            T.Resize(256), T.CenterCrop(224), T.Lambda(lambda x: x / 255.),
+            T.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD)])
+
+    def __call__(self, im: Image.Image) -> torch.Tensor:
+        rgb = np.asarray(im.convert("RGB")).astype(np.float32) / 255.0
+        return self.transform(torch.tensor(rgb.transpose(2, 0, 1)))
+
+
 class SeedPipeline(torch.utils.data.IterableDataset):
     """What the seed's `wds.WebDataset(urls, nodesplitter=split_by_node)` + decode +
     map_tuple(transform) + batched(B, partial=False) does for one rank, without the
     webdataset package (not in Debian): shards split over DataLoader workers, members
-    grouped by key, PIL decode, Resize(256) + CenterCrop(224), uint8 batches."""
+    grouped by key, PIL decode, Resize(256) + CenterCrop(224). `article`: float batches
+    as the article makes them (ArticleDecode); otherwise uint8 batches (PILToTensor),
+    normalized later in the training process."""
 
-    def __init__(self, shards: List[Path], batch_size: int) -> None:
+    def __init__(self, shards: List[Path], batch_size: int, article: bool) -> None:
         self.shards = shards
         self.batch_size = batch_size
-        self.transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])
+        self.transform = (ArticleDecode() if article else
+                          T.Compose([T.Lambda(lambda im: im.convert("RGB")), T.Resize(256),
+                                     T.CenterCrop(224), T.PILToTensor()]))
 
     def samples(self, shard: Path) -> Iterator[Tuple[torch.Tensor, int]]:
         with tarfile.open(shard) as tar:
@@ -220,7 +252,7 @@ class SeedPipeline(torch.utils.data.IterableDataset):
                     image, label, key = None, None, stem
                 if ext == "jpg":
                     with Image.open(tar.extractfile(member)) as im:
-                        image = self.transform(im.convert("RGB"))
+                        image = self.transform(im)
                 elif ext == "cls":
                     label = int(tar.extractfile(member).read())
                 if image is not None and label is not None:
@@ -240,18 +272,19 @@ class SeedPipeline(torch.utils.data.IterableDataset):
                     images, labels = [], []
 
 
-def seed_rate(shards: Path, a: argparse.Namespace) -> Measure:
+def seed_rate(shards: Path, a: argparse.Namespace, article: bool) -> Measure:
     """The seed's pipeline; CPU counts the main process and its DataLoader workers
     (reaped when each epoch's iterator ends)."""
     import shardcast
 
-    dataset = SeedPipeline(sorted(shards.glob("*.tar")), a.batch)
+    dataset = SeedPipeline(sorted(shards.glob("*.tar")), a.batch, article)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=a.cores)
     images_seen = 0
     timer = Timer(children_cpu)
     for _ in range(a.seed_epochs):
         for images, labels in loader:
-            shardcast.normalize(images, "cpu")
+            if not article:  # the article's batches arrive normalized
+                shardcast.normalize(images, "cpu")
             images_seen += labels.shape[0]
     return timer.measure(images_seen)
 
@@ -270,6 +303,31 @@ def served_rate(server: ServerProcess, job_id: str, a: argparse.Namespace) -> Me
                 shardcast.normalize(images, "cpu")
                 images_seen += labels.shape[0]
         return timer.measure(images_seen)
+
+
+def served_cpp_rate(binary: Path, server: ServerProcess, job_id: str,
+                    a: argparse.Namespace) -> Measure:
+    """shardcast-server + the C++ BatchStream (bench/stream_consumer_bench, split sample,
+    normalize on the CPU); images/s as the consumer times it, CPU = consumer + server."""
+    before = process_cpu(server.proc.pid)
+    m = cpp_rate(binary, server.address, job_id, "batch_stream",
+                 argparse.Namespace(**{**vars(a), "resize": 256, "crop": 224}), a.seed_epochs)
+    server_us = 1e6 * (process_cpu(server.proc.pid) - before)
+    return Measure(m.images_per_s, m.cpu_us_per_image + server_us / m.images, m.images)
+
+
+def pack_photos(build: Path, photos: Path, out: Path, classes: int = 10) -> Tuple[Path, int]:
+    """shardcast-pack of a flat directory of JPEGs, dealt round-robin into `classes`
+    ImageFolder classes (symlinks), 64 samples per shard. Returns (dir, samples)."""
+    files = sorted(p for p in photos.iterdir() if p.suffix.lower() in (".jpg", ".jpeg"))
+    tree = out.with_name(out.name + "-tree")
+    for i, f in enumerate(files):
+        d = tree / f"class_{i % classes:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f.name).symlink_to(f.resolve())
+    subprocess.run([str(build / "tools" / "shardcast-pack"), "--per-shard", "64", "--quiet",
+                    str(tree), str(out)], check=True)
+    return out, len(files)
 
 
 # ---- the run ----------------------------------------------------------------------------
@@ -314,68 +372,93 @@ def main() -> int:
             print(f"machine: {os.cpu_count()} cores, load average "
                   f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; torch {torch.__version__}, "
                   f"grpcio {grpc.__version__}", flush=True)
-            data = pack_synthetic(build, Path(tmp) / "a", a.samples, 256, f"{a.size}x{a.size}", 10)
-            cores = sorted(os.sched_getaffinity(0))
-            pin = a.pin and len(cores) >= 2
-            client_cores = cores[1:] if pin else cores
-            if pin:  # the decoding server inherits the first core
-                set_affinity(cores[:1])
-            decoding = ServerProcess(build, data, ["--decode-threads", "1" if pin else "0"])
-            servers.append(decoding)
-            decoding.start()
-            set_affinity(cores)
-            wire = ServerProcess(build, data, ["--bench-only-resend-first-batch"])
-            servers.append(wire)
-            wire.start()
-            wait_until_serving(decoding)
-            wait_until_serving(wire)
-            print(f"(a) {a.samples} synthetic {a.size}x{a.size} JPEGs, center resize {a.resize} "
-                  f"crop {a.crop}, B={a.batch}, {a.epochs} epochs per row "
-                  f"({a.wire_epochs} on the wire-only server); decoding server "
-                  + (f"on core {cores[0]} (1 decode thread), its clients on cores "
-                     f"{client_cores}" if pin else "and clients on all cores")
-                  + "; wire-only server and clients on all cores", flush=True)
-            d, w, e, we = decoding.address, wire.address, a.epochs, a.wire_epochs
+            part_a: Dict[str, List[Measure]] = {}
+            if not a.skip_a:
+                data = pack_synthetic(build, Path(tmp) / "a", a.samples, 256,
+                                      f"{a.size}x{a.size}", 10)
+                cores = sorted(os.sched_getaffinity(0))
+                pin = a.pin and len(cores) >= 2
+                client_cores = cores[1:] if pin else cores
+                if pin:  # the decoding server inherits the first core
+                    set_affinity(cores[:1])
+                decoding = ServerProcess(build, data, ["--decode-threads", "1" if pin else "0"])
+                servers.append(decoding)
+                decoding.start()
+                set_affinity(cores)
+                wire = ServerProcess(build, data, ["--bench-only-resend-first-batch"])
+                servers.append(wire)
+                wire.start()
+                wait_until_serving(decoding)
+                wait_until_serving(wire)
+                print(f"(a) {a.samples} synthetic {a.size}x{a.size} JPEGs, center resize "
+                      f"{a.resize} crop {a.crop}, B={a.batch}, {a.epochs} epochs per row "
+                      f"({a.wire_epochs} on the wire-only server); decoding server "
+                      + (f"on core {cores[0]} (1 decode thread), its clients on cores "
+                         f"{client_cores}" if pin else "and clients on all cores")
+                      + "; wire-only server and clients on all cores", flush=True)
+                d, w, e, we = decoding.address, wire.address, a.epochs, a.wire_epochs
 
-            def on(cpus: List[int], row: Callable[[str], Measure]) -> Callable[[str], Measure]:
-                return lambda job_id: (set_affinity(cpus), row(job_id))[1]
+                def on(cpus: List[int],
+                       row: Callable[[str], Measure]) -> Callable[[str], Measure]:
+                    return lambda job_id: (set_affinity(cpus), row(job_id))[1]
 
-            part_a = run_rounds({
-                "decode: C++ BatchStream": on(client_cores, lambda j: cpp_rate(
-                    consumer, d, j, "batch_stream", a, e)),
-                "decode: Python Loader": on(client_cores, lambda j: loader_rate(d, j, a, e)),
-                "decode: C++ raw": on(client_cores, lambda j: cpp_rate(
-                    consumer, d, j, "raw", a, e)),
-                "decode: Python raw": on(client_cores, lambda j: python_raw_rate(
-                    d, j, a, e, False)),
-                "wire: C++ tensors": on(cores, lambda j: cpp_rate(
-                    consumer, w, j, "raw_tensors", a, we)),
-                "wire: Python tensors": on(cores, lambda j: python_raw_rate(w, j, a, we, True)),
-                "wire: C++ raw": on(cores, lambda j: cpp_rate(consumer, w, j, "raw", a, we)),
-                "wire: Python raw": on(cores, lambda j: python_raw_rate(w, j, a, we, False)),
-            }, a.rounds)
-            set_affinity(cores)
-            decoding.kill()
-            wire.kill()
+                part_a = run_rounds({
+                    "decode: C++ BatchStream": on(client_cores, lambda j: cpp_rate(
+                        consumer, d, j, "batch_stream", a, e)),
+                    "decode: Python Loader": on(client_cores, lambda j: loader_rate(d, j, a, e)),
+                    "decode: C++ raw": on(client_cores, lambda j: cpp_rate(
+                        consumer, d, j, "raw", a, e)),
+                    "decode: Python raw": on(client_cores, lambda j: python_raw_rate(
+                        d, j, a, e, False)),
+                    "wire: C++ tensors": on(cores, lambda j: cpp_rate(
+                        consumer, w, j, "raw_tensors", a, we)),
+                    "wire: Python tensors": on(cores, lambda j: python_raw_rate(
+                        w, j, a, we, True)),
+                    "wire: C++ raw": on(cores, lambda j: cpp_rate(consumer, w, j, "raw", a, we)),
+                    "wire: C++ WireBatch": on(cores, lambda j: cpp_rate(
+                        consumer, w, j, "wire", a, we)),
+                    "wire: Python raw": on(cores, lambda j: python_raw_rate(w, j, a, we, False)),
+                }, a.rounds)
+                set_affinity(cores)
+                decoding.kill()
+                wire.kill()
 
-            seed_data = pack_synthetic(build, Path(tmp) / "b", a.seed_images, 64, "500x375", 10)
+            if a.seed_photos:
+                seed_data, a.seed_samples = pack_photos(build, a.seed_photos, Path(tmp) / "b")
+                what = f"{a.seed_samples} photographs from {a.seed_photos}"
+            else:
+                seed_data = pack_synthetic(build, Path(tmp) / "b", a.seed_images, 64, "500x375",
+                                           10)
+                a.seed_samples = a.seed_images
+                what = f"{a.seed_images} synthetic 500x375 JPEGs"
             server = ServerProcess(build, seed_data, ["--decode-threads", str(a.cores)])
             servers.append(server)
             server.start()
             wait_until_serving(server)
-            print(f"(b) {a.seed_images} synthetic 500x375 JPEGs, Resize(256)+CenterCrop(224), "
-                  f"B={a.batch}, {a.cores} DataLoader workers / server decode threads",
-                  flush=True)
+            print(f"(b) {what}, Resize(256)+CenterCrop(224), B={a.batch}, {a.cores} "
+                  "DataLoader workers / server decode threads", flush=True)
             part_b = run_rounds({
-                "seed pipeline (tarfile + PIL + torchvision, DataLoader workers)":
-                    lambda j: seed_rate(seed_data, a),
-                "shardcast-server + Python Loader": lambda j: served_rate(server, j, a),
+                "seed pipeline as the article writes it (decode torchrgb, float transform "
+                "+ Normalize in DataLoader workers)": lambda j: seed_rate(seed_data, a, True),
+                "seed pipeline, uint8 variant (PILToTensor in workers, normalize in the "
+                "training process)": lambda j: seed_rate(seed_data, a, False),
+                "shardcast-server + Python Loader (+ normalize)":
+                    lambda j: served_rate(server, j, a),
+                "shardcast-server + C++ BatchStream (+ normalize)":
+                    lambda j: served_cpp_rate(consumer, server, j, a),
             }, a.rounds)
         finally:
             for s in servers:
                 s.kill()
 
     mb = 3 * a.crop * a.crop / 1e6
+    if part_a:
+        print_part_a(part_a, a, mb)
+    print_part_b(part_b, a)
+    return 0
+
+
+def print_part_a(part_a: Dict[str, List[Measure]], a: argparse.Namespace, mb: float) -> None:
     print(f"\n(a) median of {a.rounds} rounds; Python / C++ per round: median (min..max)")
     print("| case | C++ images/s | Python images/s | Python / C++ | C++ CPU us/image "
           "| Python CPU us/image | Python / C++ CPU |")
@@ -394,6 +477,20 @@ def main() -> int:
               f"| {median(p, 'cpu_us_per_image'):.1f} | {ratio(p, c, 'cpu_us_per_image')} |")
     print(f"(wire only, C++ raw: {median(part_a['wire: C++ raw'], 'images_per_s') * mb:,.0f} "
           "MB/s of pixels)")
+    raw, wire = part_a["wire: C++ raw"], part_a["wire: C++ WireBatch"]
+    print("\n(a) wire only, C++: the parse copy WireBatch avoids (header parsed, pixels left "
+          "in the receive slices) against a full parse; WireBatch / parsed per round")
+    print("| reader | images/s | MB/s of pixels | CPU us/image |")
+    print("|---|---:|---:|---:|")
+    for label, values in [("generated stub, full parse", raw), ("WireBatch", wire)]:
+        print(f"| {label} | {median(values, 'images_per_s'):,.0f} "
+              f"| {median(values, 'images_per_s') * mb:,.0f} "
+              f"| {median(values, 'cpu_us_per_image'):.1f} |")
+    print(f"| WireBatch / parsed | {ratio(wire, raw, 'images_per_s')} | "
+          f"| {ratio(wire, raw, 'cpu_us_per_image')} |")
+
+
+def print_part_b(part_b: Dict[str, List[Measure]], a: argparse.Namespace) -> None:
     seed = next(iter(part_b.values()))
     print(f"\n(b) median of {a.rounds} rounds; x seed per round: median (min..max)")
     print("| pipeline | images/s | x seed | CPU ms/image (all processes) | x seed |")
@@ -403,7 +500,6 @@ def main() -> int:
               f"| {ratio(values, seed, 'images_per_s')} "
               f"| {median(values, 'cpu_us_per_image') / 1000:.2f} "
               f"| {ratio(values, seed, 'cpu_us_per_image')} |")
-    return 0
 
 
 if __name__ == "__main__":
