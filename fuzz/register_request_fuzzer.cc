@@ -227,11 +227,13 @@ void WriteSeeds(const std::string& dir) {
 }
 
 const Fixture& GetFixture() {
-  static const Fixture* fixture = [] {
+  // An object, not a leaked pointer: its destructor at exit removes the temp dir.
+  static Fixture fixture;
+  static const bool ready = [] {
     // Protobuf logs every string field that is not UTF-8 before the parse fails: a line
     // for a third of the mutated inputs, which would drown libFuzzer's own output.
     google::protobuf::SetLogHandler(nullptr);
-    auto* f = new Fixture;
+    Fixture* f = &fixture;
     f->limits.max_message_bytes = f->options.max_message_bytes;  // as server/main.cc
     const std::string root = f->dir.path();
     absl::Status made = shardcast::testing_util::MakeSyntheticShards(
@@ -260,9 +262,10 @@ const Fixture& GetFixture() {
     if (const char* seeds = std::getenv("SHARDCAST_FUZZ_WRITE_SEEDS"); seeds != nullptr) {
       WriteSeeds(seeds);
     }
-    return f;
+    return true;
   }();
-  return *fixture;
+  (void)ready;
+  return fixture;
 }
 
 // The codes Register may answer (docs/server.md, "Datasets" and "Jobs").
