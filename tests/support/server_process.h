@@ -1,5 +1,5 @@
-// The real shardcast-server binary as a child process of a test or benchmark, and the
-// synthetic shard directories it serves (made with the pack library). No gtest dependency.
+// The real shardcast-server binary as a child process of a test or benchmark (the
+// synthetic shard directories it serves: synthetic_shards.h). No gtest dependency.
 #ifndef SHARDCAST_TESTS_SUPPORT_SERVER_PROCESS_H_
 #define SHARDCAST_TESTS_SUPPORT_SERVER_PROCESS_H_
 
@@ -20,24 +20,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/support/child_process.h"
-#include "tools/pack/synthetic_dataset.h"
+#include "tests/support/synthetic_shards.h"  // MakeSyntheticShards, for its users
 
 namespace shardcast::testing_util {
-
-// Writes a learnable synthetic dataset (JPEG + json + cls, seed 7) to `dir`.
-inline absl::Status MakeSyntheticShards(const std::string& dir, int64_t num_samples,
-                                        int num_classes, int size, int64_t per_shard) {
-  pack::SyntheticOptions options;
-  options.num_samples = num_samples;
-  options.num_classes = num_classes;
-  options.width = size;
-  options.height = size;
-  options.per_shard = per_shard;
-  options.seed = 7;
-  options.threads = 2;
-  absl::StatusOr<pack::PackSummary> summary = pack::WriteSyntheticDataset(dir, options);
-  return summary.status();
-}
 
 // The port of shardcast-server's first stdout line, "shardcast-server listening on
 // HOST:PORT"; nullopt for any other line.

@@ -1,0 +1,427 @@
+// libFuzzer harness: Register validation (server/job_registry). The input is a
+// serialized shardcast.v1.RegisterRequest, parsed as gRPC would; unparseable bytes are
+// dropped. Each request takes the service's path: its dataset name is resolved by a
+// real DatasetRegistry, then JobRegistry::Register (EffectiveJobConfig, Validate, the
+// planner) runs in a fresh registry with the server's default job config and limits.
+//
+// The registry holds real datasets, indexed once at start-up by ServedDataset::Load:
+//   default  10 synthetic JPEG samples (5 classes) in 4 shards of 3, 3, 3 and 1
+//   val      5 JPEG samples in 2 shards, a shard file name and class texts in Latin-1,
+//            so the escaping of wire strings is exercised
+//   broken   a directory without shards: indexing failed (FAILED_PRECONDITION)
+//   pending  never indexed (UNAVAILABLE)
+//
+// Invariants (abort on violation): an error is one the service documents for
+// Register; an OK response has n >= 1 equal to the planner's answer and equal for every
+// rank of the job, image_shape {3, crop, crop}, the effective config (exactly what
+// EffectiveJobConfig gives) within the message limit, every string field valid UTF-8
+// and, for split shard, disjoint shard lists over the ranks that cover the dataset; the
+// same request registered again gives the same answer (same response or same code);
+// another rank of the job is accepted with the same response but its shards; a rank with
+// another world size or dataset is refused with FAILED_PRECONDITION.
+//
+// The seed corpus is written by
+//   SHARDCAST_FUZZ_WRITE_SEEDS=fuzz/corpus/register_request_fuzzer \
+//     build-fuzz/fuzz/register_request_fuzzer -runs=0 /tmp/empty_dir
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_config.h"
+#include "common/utf8.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/reflection.h"
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "proto/job_config_proto.h"
+#include "server/dataset_registry.h"
+#include "server/job_registry.h"
+#include "server/served_dataset.h"
+#include "server/server_options.h"
+#include "shardcast/v1/shardcast.pb.h"
+#include "tests/support/synthetic_shards.h"
+#include "tests/support/temp_dir.h"
+#include "tools/pack/image_encode.h"
+#include "tools/pack/tar_writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = ::shardcast::v1;
+using ::google::protobuf::util::MessageDifferencer;
+using ::shardcast::JobConfig;
+using ::shardcast::JobLimits;
+using ::shardcast::server::DatasetRegistry;
+using ::shardcast::server::JobRegistry;
+using ::shardcast::server::NamedDataset;
+using ::shardcast::server::ServerOptions;
+
+// Ranks of a job registered besides the request's own: all of them up to this world
+// size, the first and last half of this many above it (a world of 65536 ranks would
+// make one input take seconds).
+constexpr int32_t kMaxRanksChecked = 64;
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "register_request_fuzzer: %s\n", what.c_str());
+  std::abort();
+}
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) Fail(what);
+}
+
+// The ServedDataset the server's LoadDataset would publish for `dir` (no index cache).
+absl::StatusOr<std::unique_ptr<NamedDataset>> LoadNamed(const std::string& dir,
+                                                        const ServerOptions& options) {
+  shardcast::IndexOptions index_options;
+  index_options.label_field = options.label_field;
+  index_options.max_classes = options.max_classes;
+  absl::StatusOr<std::unique_ptr<shardcast::server::ServedDataset>> data =
+      shardcast::server::ServedDataset::Load(dir, index_options,
+                                             static_cast<size_t>(options.gzip_index_memory_bytes));
+  if (!data.ok()) return data.status();
+  auto named = std::make_unique<NamedDataset>();
+  named->data = *std::move(data);
+  named->dir = named->data->index().root;
+  // No BatchAssembler: registration never assembles a batch.
+  return named;
+}
+
+// "val": real JPEGs whose class texts and one shard file name are Latin-1 bytes (the
+// pack library's writer takes ASCII member names only; the file is renamed after).
+void WriteLatin1Dataset(const std::string& dir) {
+  fs::create_directories(dir);
+  shardcast::pack::ShardWriter writer({dir, /*per_shard=*/3, /*max_shard_bytes=*/0});
+  for (int i = 0; i < 5; ++i) {
+    std::vector<uint8_t> rgb(24 * 24 * 3, static_cast<uint8_t>(40 * i));
+    absl::StatusOr<std::string> jpeg = shardcast::pack::EncodeJpeg(rgb.data(), 24, 24);
+    Check(jpeg.ok(), "cannot encode the val dataset's JPEG");
+    const int label = i % 2;
+    const std::string json = absl::StrCat("{\"label\": ", label, ", \"class\": \"",
+                                          label == 0 ? "caf\xe9" : "na\xefve", "\"}");
+    Check(writer.AddSample(absl::StrCat("v", i), {{"jpg", *jpeg}, {"json", json}}).ok(),
+          "cannot write the val dataset");
+  }
+  Check(writer.Close().ok(), "cannot close the val dataset's shards");
+  fs::rename(writer.shard_paths()[0], dir + "/caf\xe9-000000.tar");
+}
+
+struct Fixture {
+  shardcast::testing_util::TempDir dir{"register_request_fuzzer"};
+  ServerOptions options;  // the server's defaults: job config, limits, max jobs, TTL
+  JobLimits limits;
+  std::unique_ptr<DatasetRegistry> datasets;
+  const NamedDataset* default_data = nullptr;
+  const NamedDataset* val_data = nullptr;
+};
+
+// A request in the corpus: its file name says what it tries.
+void WriteSeed(const std::string& dir, const std::string& name,
+               const v1::RegisterRequest& request) {
+  std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
+  out << request.SerializeAsString();
+}
+
+v1::RegisterRequest Request(const std::string& job, int32_t rank, int32_t world, int32_t batch,
+                            v1::Split split, v1::Remainder remainder, v1::TransformMode mode) {
+  v1::RegisterRequest r;
+  r.set_job_id(job);
+  r.set_rank(rank);
+  r.set_world_size(world);
+  r.set_batch_size(batch);
+  r.set_split(split);
+  r.set_remainder(remainder);
+  r.mutable_transform()->set_mode(mode);
+  r.mutable_transform()->set_resize(40);
+  r.mutable_transform()->set_crop(32);
+  return r;
+}
+
+void WriteSeeds(const std::string& dir) {
+  fs::create_directories(dir);
+  using v1::REMAINDER_DROP, v1::REMAINDER_PAD, v1::SPLIT_SAMPLE, v1::SPLIT_SHARD,
+      v1::TRANSFORM_MODE_CENTER, v1::TRANSFORM_MODE_RANDOM;
+  // Accepted.
+  WriteSeed(dir, "ok_sample_drop_center_w1",
+            Request("a", 0, 1, 4, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  v1::RegisterRequest r = Request("b", 2, 3, 2, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_RANDOM);
+  r.set_seed(9);
+  r.set_block_size(1);
+  WriteSeed(dir, "ok_sample_pad_random_w3", r);
+  WriteSeed(dir, "ok_sample_pad_w8",
+            Request("c", 7, 8, 1, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_CENTER));
+  r = Request("d", 1, 2, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_workers(2);
+  r.set_shuffle_shards(true);
+  r.set_shuffle_buffer(4);
+  r.set_seed(5);
+  WriteSeed(dir, "ok_shard_drop_w2_shuffled", r);
+  r = Request("e", 0, 3, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_RANDOM);
+  r.set_dataset("default");
+  WriteSeed(dir, "ok_shard_random_w3_named_default", r);
+  r = Request("f", 1, 2, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_dataset("val");
+  WriteSeed(dir, "ok_shard_w2_latin1_val", r);
+  r = Request("g", 0, 1, 2, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_CENTER);
+  r.mutable_transform()->clear_resize();  // the default resize (256) with crop 32
+  WriteSeed(dir, "ok_default_resize", r);
+  // Refused.
+  WriteSeed(dir, "bad_rank_ge_world",
+            Request("h", 2, 2, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_negative_rank",
+            Request("h", -1, 2, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_negative_batch",
+            Request("h", 0, 1, -3, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_shuffle_buffer(-1);
+  r.set_block_size(-2);
+  WriteSeed(dir, "bad_negative_shuffle_buffer", r);
+  WriteSeed(dir, "bad_zero_world",
+            Request("h", 0, 0, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(
+      dir, "bad_unknown_split",
+      Request("h", 0, 1, 1, static_cast<v1::Split>(7), REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(
+      dir, "bad_unknown_transform_mode",
+      Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, static_cast<v1::TransformMode>(99)));
+  r = Request("h", 0, 1, 65536, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_CENTER);
+  r.mutable_transform()->set_resize(4096);
+  r.mutable_transform()->set_crop(4096);
+  WriteSeed(dir, "bad_huge_batch_message", r);
+  WriteSeed(dir, "bad_batch_over_limit",
+            Request("h", 0, 1, 1 << 20, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_empty_job_id",
+            Request("", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(
+      dir, "bad_long_job_id",
+      Request(std::string(300, 'j'), 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  for (const char* name : {"test", "broken", "pending"}) {
+    r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+    r.set_dataset(name);
+    WriteSeed(dir, absl::StrCat("bad_dataset_", name), r);
+  }
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.mutable_transform()->set_resize(16);  // center crop 32 from a short side of 16
+  WriteSeed(dir, "bad_resize_below_crop", r);
+  WriteSeed(dir, "bad_shard_fewer_shards_than_ranks",
+            Request("h", 0, 5, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_shard_pad",
+            Request("h", 0, 1, 1, SPLIT_SHARD, REMAINDER_PAD, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_no_full_batch",
+            Request("h", 0, 2, 8, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  WriteSeed(dir, "bad_server_defaults_only",  // batch 32 of 10 samples
+            Request("h", 0, 1, 0, v1::SPLIT_UNSPECIFIED, v1::REMAINDER_UNSPECIFIED,
+                    v1::TRANSFORM_MODE_UNSPECIFIED));
+}
+
+const Fixture& GetFixture() {
+  // An object, not a leaked pointer: its destructor at exit removes the temp dir.
+  static Fixture fixture;
+  static const bool ready = [] {
+    // Protobuf logs every string field that is not UTF-8 before the parse fails: a line
+    // for a third of the mutated inputs, which would drown libFuzzer's own output.
+    google::protobuf::SetLogHandler(nullptr);
+    Fixture* f = &fixture;
+    f->limits.max_message_bytes = f->options.max_message_bytes;  // as server/main.cc
+    const std::string root = f->dir.path();
+    absl::Status made = shardcast::testing_util::MakeSyntheticShards(
+        root + "/default", /*num_samples=*/10, /*num_classes=*/5, /*size=*/32, /*per_shard=*/3);
+    Check(made.ok(), "cannot write the default dataset: " + made.ToString());
+    WriteLatin1Dataset(root + "/val");
+    fs::create_directories(root + "/broken");
+    f->datasets = std::make_unique<DatasetRegistry>(
+        std::vector<shardcast::server::DatasetSpec>{{"default", root + "/default"},
+                                                    {"val", root + "/val"},
+                                                    {"broken", root + "/broken"},
+                                                    {"pending", root + "/pending"}});
+    for (const char* name : {"default", "val"}) {
+      absl::StatusOr<std::unique_ptr<NamedDataset>> named =
+          LoadNamed(absl::StrCat(root, "/", name), f->options);
+      Check(named.ok(), absl::StrCat("cannot index ", name, ": ", named.status().ToString()));
+      const NamedDataset* published = f->datasets->Publish(name, *std::move(named));
+      (name[0] == 'd' ? f->default_data : f->val_data) = published;
+    }
+    Check(f->val_data->data->index().shards.size() == 2 &&
+              f->val_data->data->index().class_names.size() == 2,
+          "the val dataset was not indexed as written");
+    absl::StatusOr<std::unique_ptr<NamedDataset>> broken = LoadNamed(root + "/broken", f->options);
+    Check(!broken.ok(), "a directory without shards was indexed");
+    f->datasets->Fail("broken", broken.status());
+    if (const char* seeds = std::getenv("SHARDCAST_FUZZ_WRITE_SEEDS"); seeds != nullptr) {
+      WriteSeeds(seeds);
+    }
+    return true;
+  }();
+  (void)ready;
+  return fixture;
+}
+
+// The codes Register may answer (docs/server.md, "Datasets" and "Jobs").
+void CheckRefusal(const absl::Status& status, const std::string& where) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable:
+      if (status.message().empty()) Fail(where + ": an error without a message");
+      return;
+    default:
+      Fail(absl::StrCat(where, ": an undocumented code: ", status.ToString()));
+  }
+}
+
+// Every string field of `message`, nested messages included, is valid UTF-8.
+void CheckStringsAreUtf8(const google::protobuf::Message& message) {
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    const bool repeated = field->is_repeated();
+    const int count = repeated ? reflection->FieldSize(message, field) : 1;
+    for (int j = 0; j < count; ++j) {
+      if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+        const std::string value = repeated ? reflection->GetRepeatedString(message, field, j)
+                                           : reflection->GetString(message, field);
+        Check(shardcast::IsValidUtf8(value),
+              absl::StrCat("response field ", field->name(), " is not valid UTF-8"));
+      } else if (field->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE &&
+                 (repeated || reflection->HasField(message, field))) {
+        CheckStringsAreUtf8(repeated ? reflection->GetRepeatedMessage(message, field, j)
+                                     : reflection->GetMessage(message, field));
+      }
+    }
+  }
+}
+
+void CheckResponse(const Fixture& f, const v1::RegisterRequest& request,
+                   const NamedDataset& dataset, const v1::RegisterResponse& response) {
+  absl::StatusOr<JobConfig> effective =
+      shardcast::EffectiveJobConfig(request, f.options.defaults, f.limits);
+  Check(effective.ok(),
+        "accepted a request whose EffectiveJobConfig fails: " + effective.status().ToString());
+  absl::StatusOr<JobConfig> answered = shardcast::ResponseConfig(response);
+  Check(answered.ok(), "the response's config does not read back: " + answered.status().ToString());
+  if (auto diff = shardcast::FirstDifference(*answered, *effective); diff.has_value()) {
+    Fail(absl::StrCat("the response's ", diff->field, " is ", diff->a, ", the effective config's ",
+                      diff->b));
+  }
+  Check(shardcast::BatchMessageBytes(*effective) <= f.limits.max_message_bytes,
+        "accepted a job whose batch message exceeds the limit");
+  absl::StatusOr<int64_t> n =
+      shardcast::BatchesPerRank(dataset.data->shard_sizes(), effective->plan);
+  Check(n.ok() && *n >= 1 && response.batches_per_epoch() == *n,
+        absl::StrCat("batches_per_epoch ", response.batches_per_epoch(), ", the planner says ",
+                     n.ok() ? absl::StrCat(*n) : n.status().ToString()));
+  const int64_t crop = effective->transform.crop;
+  Check(response.image_shape_size() == 3 && response.image_shape(0) == 3 &&
+            response.image_shape(1) == crop && response.image_shape(2) == crop,
+        "image_shape is not {3, crop, crop}");
+  const shardcast::DatasetIndex& index = dataset.data->index();
+  Check(response.num_samples() == index.num_samples && response.num_classes() == index.num_classes,
+        "num_samples or num_classes differ from the index");
+  Check(response.dataset() == dataset.name, "the response names another dataset");
+  Check((effective->plan.split == shardcast::Split::kShard) == (response.shards_size() > 0),
+        "shards listed for split sample, or none for split shard");
+  CheckStringsAreUtf8(response);
+}
+
+bool SameOutcome(const absl::StatusOr<v1::RegisterResponse>& a,
+                 const absl::StatusOr<v1::RegisterResponse>& b) {
+  if (a.ok() != b.ok()) return false;
+  if (!a.ok()) return a.status().code() == b.status().code();
+  return MessageDifferencer::Equals(*a, *b);
+}
+
+// The ranks to register besides `own`.
+std::vector<int32_t> OtherRanks(int32_t world, int32_t own) {
+  std::vector<int32_t> ranks;
+  for (int32_t r = 0; r < world; ++r) {
+    if (world > kMaxRanksChecked && r == kMaxRanksChecked / 2) r = world - kMaxRanksChecked / 2;
+    if (r != own) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const Fixture& f = GetFixture();
+  v1::RegisterRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+
+  // As ShardcastServiceImpl::Register: resolve the dataset, then register.
+  absl::StatusOr<const NamedDataset*> dataset = f.datasets->Resolve(request.dataset());
+  if (!dataset.ok()) {
+    CheckRefusal(dataset.status(), "Resolve");
+    return 0;
+  }
+  JobRegistry jobs(f.options.defaults, f.limits, f.options.job_ttl, f.options.max_jobs);
+  const absl::StatusOr<v1::RegisterResponse> first = jobs.Register(request, *dataset);
+  const absl::StatusOr<v1::RegisterResponse> again = jobs.Register(request, *dataset);
+  Check(SameOutcome(first, again),
+        absl::StrCat("registered twice, answered ", first.status().ToString(), " then ",
+                     again.status().ToString(), " (or two different responses)"));
+  if (!first.ok()) {
+    CheckRefusal(first.status(), "Register");
+    Check(jobs.size() == 0, "a refused registration left a job behind");
+    return 0;
+  }
+  CheckResponse(f, request, **dataset, *first);
+
+  // Every rank of the job is accepted with the same answer but its own shards, and in
+  // split shard the ranks' shards are disjoint (and cover the dataset when all ranks are
+  // registered).
+  const int32_t world = request.world_size();
+  std::set<std::string> shards(first->shards().begin(), first->shards().end());
+  size_t listed = shards.size();
+  v1::RegisterResponse common = *first;
+  common.clear_shards();
+  for (int32_t rank : OtherRanks(world, request.rank())) {
+    v1::RegisterRequest peer = request;
+    peer.set_rank(rank);
+    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(peer, *dataset);
+    Check(answer.ok(), absl::StrCat("rank ", request.rank(), " was accepted, rank ", rank,
+                                    " of the same job refused: ", answer.status().ToString()));
+    shards.insert(answer->shards().begin(), answer->shards().end());
+    listed += answer->shards_size();
+    answer->clear_shards();
+    Check(MessageDifferencer::Equals(common, *answer),
+          absl::StrCat("rank ", rank, " got another response than rank ", request.rank()));
+  }
+  Check(shards.size() == listed, "a shard is listed for two ranks");
+  const shardcast::DatasetIndex& index = (*dataset)->data->index();
+  if (first->shards_size() > 0 && world <= kMaxRanksChecked) {
+    Check(shards.size() == index.shards.size(), "the ranks' shards do not cover the dataset");
+    for (const shardcast::ShardInfo& shard : index.shards) {
+      Check(shards.count(shardcast::EscapeToUtf8(shard.path)) == 1,
+            "a shard of the dataset is listed for no rank");
+    }
+  }
+
+  // Ranks of a job agree on the world size and the dataset.
+  if (world < shardcast::kMaxWorldSize) {
+    v1::RegisterRequest other_world = request;
+    other_world.set_world_size(world + 1);
+    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(other_world, *dataset);
+    Check(answer.status().code() == absl::StatusCode::kFailedPrecondition,
+          "a rank with another world size was not refused: " + answer.status().ToString());
+  }
+  const NamedDataset* other_data = *dataset == f.default_data ? f.val_data : f.default_data;
+  absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(request, other_data);
+  Check(answer.status().code() == absl::StatusCode::kFailedPrecondition,
+        "a rank of the job on another dataset was not refused: " + answer.status().ToString());
+  Check(jobs.size() == 1, "the ranks of one job made several jobs");
+  return 0;
+}
