@@ -33,10 +33,10 @@ struct ChannelOptions {
   absl::Duration reconnect_backoff_initial = absl::Milliseconds(100);
   absl::Duration reconnect_backoff_max = absl::Seconds(2);
   // How long one connection attempt (TCP, TLS, the server's HTTP/2 SETTINGS) may take.
-  // gRPC reads it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, despite the name; set to the
-  // 100 ms backoff it cut handshakes short on a loaded machine ("connection attempt
-  // timed out before receiving SETTINGS frame"), and a server slower to answer than
-  // the largest backoff was never reached. A refused connection still fails at once,
+  // gRPC reads it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, despite the name. When that
+  // was the 100 ms initial backoff, handshakes were cut short on a loaded machine
+  // ("connection attempt timed out before receiving SETTINGS frame"), and a server
+  // slower to answer than the largest backoff was never reached. A refused connection still fails at once,
   // so this does not slow down reconnecting to a restarted server.
   absl::Duration connect_timeout = absl::Seconds(20);
   // A server host that vanishes without closing the connection (power loss,

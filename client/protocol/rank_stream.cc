@@ -28,8 +28,6 @@ namespace {
 
 namespace v1 = ::shardcast::v1;
 
-// The method path the generated stub uses (proto package, service, method).
-
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
 // with what other ranks registered, this is not a shardcast server, or the server
 // refused this client's token or certificate (IsSecurityRefusal: also the TLS
