@@ -36,8 +36,8 @@ struct ChannelOptions {
   // gRPC reads it from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, despite the name. When that
   // was the 100 ms initial backoff, handshakes were cut short on a loaded machine
   // ("connection attempt timed out before receiving SETTINGS frame"), and a server
-  // slower to answer than the largest backoff was never reached. A refused connection still fails at once,
-  // so this does not slow down reconnecting to a restarted server.
+  // slower to answer than the largest backoff was never reached. A refused connection
+  // still fails at once, so this does not slow down reconnecting to a restarted server.
   absl::Duration connect_timeout = absl::Seconds(20);
   // A server host that vanishes without closing the connection (power loss,
   // partition) would leave a Read() blocked forever; keepalive pings turn that into
