@@ -29,6 +29,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -245,9 +246,12 @@ class InProcessPipeline {
   InProcessPipeline(const shardcast::server::ServedDataset* dataset, int threads, int prefetch)
       : dataset_(dataset),
         stats_(absl::Now()),
-        pool_(threads),
-        assembler_(dataset, &pool_, &stats_),
+        pool_(std::make_unique<shardcast::server::DecodePool>(threads)),
+        assembler_(dataset, pool_.get(), &stats_),
         prefetch_(prefetch) {}
+  // Cancelled windows may leave tasks running; they use the assembler and the stats,
+  // so the pool's threads are joined before those members go.
+  ~InProcessPipeline() { pool_.reset(); }
 
   Row Run(int ranks, int64_t batches) {
     shardcast::PlanConfig config;
@@ -313,7 +317,7 @@ class InProcessPipeline {
  private:
   const shardcast::server::ServedDataset* dataset_;
   shardcast::server::ServerStats stats_;
-  shardcast::server::DecodePool pool_;
+  std::unique_ptr<shardcast::server::DecodePool> pool_;
   shardcast::server::BatchAssembler assembler_;
   const int prefetch_;
 };

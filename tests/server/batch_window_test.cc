@@ -45,6 +45,11 @@ class BatchWindowTest : public ::testing::Test {
     spec_.crop = 32;
   }
 
+  // The pool stops first, as in ShardcastServiceImpl: a test may end with a batch
+  // still decoding, and its tasks use the assembler and the stats, which the default
+  // member order would destroy before joining the pool's threads.
+  void TearDown() override { pool_.reset(); }
+
   std::shared_ptr<BatchWindow> MakeWindow(int depth, int64_t start, int64_t count) {
     auto plan = EpochPlan::Create(dataset_->shard_sizes(), config_, /*epoch=*/2);
     EXPECT_TRUE(plan.ok());
