@@ -305,12 +305,15 @@ def served_rate(server: ServerProcess, job_id: str, a: argparse.Namespace) -> Me
         return timer.measure(images_seen)
 
 
-def served_cpp_rate(binary: Path, server: ServerProcess, job_id: str,
-                    a: argparse.Namespace) -> Measure:
-    """shardcast-server + the C++ BatchStream (bench/stream_consumer_bench, split sample,
-    normalize on the CPU); images/s as the consumer times it, CPU = consumer + server."""
+def served_cpp_rate(binary: Path, server: ServerProcess, job_id: str, a: argparse.Namespace,
+                    mode: str = "batch_stream") -> Measure:
+    """shardcast-server + a C++ consumer (bench/stream_consumer_bench, split sample):
+    `batch_stream` is the trainer's BatchStream normalizing on the CPU; `wire` receives
+    the uint8 batches as WireBatch and stops there, as a CUDA trainer's host side does
+    but for its one pinned copy (it normalizes on the GPU). images/s as the consumer
+    times it, CPU = consumer + server."""
     before = process_cpu(server.proc.pid)
-    m = cpp_rate(binary, server.address, job_id, "batch_stream",
+    m = cpp_rate(binary, server.address, job_id, mode,
                  argparse.Namespace(**{**vars(a), "resize": 256, "crop": 224}), a.seed_epochs)
     server_us = 1e6 * (process_cpu(server.proc.pid) - before)
     return Measure(m.images_per_s, m.cpu_us_per_image + server_us / m.images, m.images)
@@ -446,6 +449,8 @@ def main() -> int:
                     lambda j: served_rate(server, j, a),
                 "shardcast-server + C++ BatchStream (+ normalize)":
                     lambda j: served_cpp_rate(consumer, server, j, a),
+                "shardcast-server + C++ WireBatch reader (uint8; normalize left to a GPU)":
+                    lambda j: served_cpp_rate(consumer, server, j, a, "wire"),
             }, a.rounds)
         finally:
             for s in servers:
