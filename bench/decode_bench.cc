@@ -20,8 +20,16 @@
 #include <time.h>
 #include <turbojpeg.h>
 
+// jpeglib.h needs size_t and FILE declared first.
+#include <cstddef>
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+// clang-format on
+
 #include <algorithm>
 #include <cmath>
+#include <csetjmp>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -129,6 +137,56 @@ struct RawDecoder {
     buf.resize(static_cast<size_t>(w) * h * 3);
     return tjDecompress2(tj, p, jpeg.size(), buf.data(), w, w * 3, h, TJPF_RGB, 0) == 0;
   }
+};
+
+// What a libjpeg decompressor costs per image beyond the decode itself: a fresh one
+// (create, read the header, destroy: what the region decode does for every image, so
+// no image decodes with tables left by the previous one) against one kept per thread
+// (read the header, abort). The difference between the two rows is what one
+// decompressor per thread would save.
+class DecompressorSetup {
+ public:
+  DecompressorSetup() {
+    kept_.err = SetUpErrors();
+    jpeg_create_decompress(&kept_);
+  }
+  ~DecompressorSetup() { jpeg_destroy_decompress(&kept_); }
+
+  bool Fresh(const std::string& jpeg) {
+    jpeg_decompress_struct cinfo{};
+    cinfo.err = SetUpErrors();
+    jpeg_create_decompress(&cinfo);
+    const bool ok = ReadHeader(&cinfo, jpeg);
+    jpeg_destroy_decompress(&cinfo);
+    return ok;
+  }
+  bool Reused(const std::string& jpeg) {
+    const bool ok = ReadHeader(&kept_, jpeg);
+    jpeg_abort_decompress(&kept_);
+    return ok;
+  }
+
+ private:
+  jpeg_error_mgr* SetUpErrors() {
+    jpeg_std_error(&err_);
+    err_.error_exit = [](j_common_ptr cinfo) {
+      std::longjmp(static_cast<DecompressorSetup*>(cinfo->client_data)->jump_, 1);
+    };
+    return &err_;
+  }
+  bool ReadHeader(jpeg_decompress_struct* cinfo, const std::string& jpeg) {
+    cinfo->client_data = this;
+    if (setjmp(jump_) != 0) return false;
+    jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()),
+                 static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(cinfo, TRUE);
+    jpeg_calc_output_dimensions(cinfo);
+    return true;
+  }
+
+  jpeg_error_mgr err_{};
+  std::jmp_buf jump_;
+  jpeg_decompress_struct kept_{};
 };
 
 // Runs the Python reference; parses "images_per_s NAME VALUE" lines.
@@ -337,6 +395,11 @@ int main(int argc, char** argv) {
                     const shardcast::RgbImage& img = decoded[next_image++ % decoded.size()];
                     return shardcast::ApplyTransform(img, spec, 0, out.data()).ok();
                   }});
+  DecompressorSetup setup;
+  rows.push_back({"libjpeg decompressor per image: create+header+destroy",
+                  [&](const std::string& f) { return setup.Fresh(f); }});
+  rows.push_back({"libjpeg decompressor per thread: header+abort",
+                  [&](const std::string& f) { return setup.Reused(f); }});
   // --only: the raw row and the rows whose name contains the text (to profile one).
   for (size_t i = rows.size(); i-- > 1;) {
     if (!only.empty() && rows[i].name.find(only) == std::string::npos) rows.erase(rows.begin() + i);
