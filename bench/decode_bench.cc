@@ -5,6 +5,9 @@
 //                [--python PY --script FILE]
 //   decode_bench --dir DIR --dump-transforms OUT
 //
+// Two more rows time a libjpeg decompressor's setup per image, fresh against kept per
+// thread (what a decoder state per thread would save).
+//
 // --only TEXT keeps the raw row and the rows whose name contains TEXT (for a profile:
 // perf record build/bench/decode_bench --dir DIR --only "center 256/224, DCT scaling on").
 //

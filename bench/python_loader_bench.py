@@ -18,8 +18,10 @@
     processes), twice: as the article writes it (decode("torchrgb") to a float tensor,
     the transform, /255 and Normalize on floats in the workers) and a cheaper uint8
     variant (PILToTensor, normalize in the training process); against
-    shardcast-server + Loader and shardcast-server + the C++ BatchStream, on the same
-    cores and ImageNet-sized JPEGs (generated, or real photographs with --seed-photos).
+    shardcast-server + Loader, shardcast-server + the C++ BatchStream (both normalizing
+    on the CPU), and shardcast-server + a C++ WireBatch reader that only receives (a
+    CUDA trainer normalizes on the GPU), on the same cores and ImageNet-sized JPEGs
+    (generated, or real photographs with --seed-photos).
 
 Rows run interleaved in rounds (the machine may be shared); each row's figure is the
 median over rounds, and a ratio is taken per round (adjacent runs), then the median.
