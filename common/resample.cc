@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -197,74 +196,75 @@ __attribute__((target("ssse3"))) void HorizontalSsse3(const int16_t* v, const Ax
   }
 }
 
-// 0x00BBGGRR pixels -> three planes, four pixels per step.
-__attribute__((target("sse4.1"))) void DeinterleaveSse41(const uint32_t* rgbx, int n, uint8_t* r,
-                                                         uint8_t* g, uint8_t* b) {
-  const __m128i shuffle = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, -1, -1, -1, -1);
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m128i planes =
-        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rgbx + i)), shuffle);
-    const int32_t rr = _mm_cvtsi128_si32(planes), gg = _mm_extract_epi32(planes, 1),
-                  bb = _mm_extract_epi32(planes, 2);
-    std::memcpy(r + i, &rr, 4);
-    std::memcpy(g + i, &gg, 4);
-    std::memcpy(b + i, &bb, 4);
+// Outputs x (lane 0) and x + 1 (lane 1) as 32-bit r, g, b, 0 before saturation, with
+// the arithmetic of PixelSsse3; kPairs > 0 fixes the number of tap pairs at compile
+// time.
+template <int kPairs>
+__attribute__((target("avx2"))) inline __m256i TwoPixelsAvx2(const int16_t* v, const AxisTaps& xt,
+                                                             const __m256i* weights, int pairs,
+                                                             int x) {
+  const __m256i shuffle = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1, 0,
+                                           1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
+  const int16_t* p0 = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
+  const int16_t* p1 = v + static_cast<size_t>(xt.start[x + 1] - xt.needed_lo) * 3;
+  const __m256i* w = weights + static_cast<size_t>(x / 2) * pairs;  // PairedIndex
+  __m256i acc = _mm256_set1_epi32(1 << (kHorizontalShift - 1));
+  for (int j = 0; j < (kPairs > 0 ? kPairs : pairs); ++j) {
+    const __m256i px = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 6 * j))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 6 * j)), 1);
+    acc = _mm256_add_epi32(
+        acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), _mm256_loadu_si256(w + j)));
   }
-  for (; i < n; ++i) {
-    r[i] = static_cast<uint8_t>(rgbx[i]);
-    g[i] = static_cast<uint8_t>(rgbx[i] >> 8);
-    b[i] = static_cast<uint8_t>(rgbx[i] >> 16);
-  }
+  return _mm256_srai_epi32(acc, kHorizontalShift);
 }
 
-// Two outputs per step, one in each 128-bit lane, with the arithmetic of PixelSsse3;
-// kPairs > 0 fixes the number of tap pairs at compile time (0: xt's, at run time). The
-// pixels go to `rgbx` (mirrored when flipping), then to the planes in one pass.
+// Eight outputs per step, split into the three planes in registers: four TwoPixelsAvx2
+// packed (saturating, as PixelSsse3) into the bytes of pixels x, x+2, x+4, x+6 (lane 0)
+// and x+1, x+3, x+5, x+7 (lane 1), grouped by channel, then the lanes interleaved into
+// eight bytes of each plane (reversed when flipping). The last crop % 8 outputs go one
+// at a time.
 template <int kPairs>
 __attribute__((target("avx2"))) void HorizontalAvx2(const int16_t* v, const AxisTaps& xt,
                                                     const int16_t* paired, int crop, bool flip,
-                                                    uint32_t* rgbx, uint8_t* r, uint8_t* g,
-                                                    uint8_t* b) {
+                                                    uint8_t* r, uint8_t* g, uint8_t* b) {
   const int pairs = kPairs > 0 ? kPairs : (xt.max_count + 1) / 2;
-  const __m256i shuffle = _mm256_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1, 0,
-                                           1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, -1, -1, -1, -1);
-  const __m256i round = _mm256_set1_epi32(1 << (kHorizontalShift - 1));
   const __m256i* weights = reinterpret_cast<const __m256i*>(paired);
+  const __m256i by_channel = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                              0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m128i reverse = _mm_setr_epi8(7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8);
   int x = 0;
-  for (; x + 2 <= crop; x += 2) {
-    const int16_t* p0 = v + static_cast<size_t>(xt.start[x] - xt.needed_lo) * 3;
-    const int16_t* p1 = v + static_cast<size_t>(xt.start[x + 1] - xt.needed_lo) * 3;
-    const __m256i* w = weights + static_cast<size_t>(x / 2) * pairs;  // PairedIndex
-    __m256i acc = round;
-    for (int j = 0; j < pairs; ++j) {
-      const __m256i px = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 6 * j))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 6 * j)), 1);
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, shuffle), _mm256_loadu_si256(w + j)));
-    }
-    const __m256i i32 = _mm256_srai_epi32(acc, kHorizontalShift);
-    const __m256i i16 = _mm256_packs_epi32(i32, i32);
-    const __m256i u8 = _mm256_packus_epi16(i16, i16);
-    const uint32_t rgb0 = static_cast<uint32_t>(_mm256_cvtsi256_si32(u8));
-    const uint32_t rgb1 = static_cast<uint32_t>(_mm256_extract_epi32(u8, 4));
+  for (; x + 8 <= crop; x += 8) {
+    const __m256i ab = _mm256_packs_epi32(TwoPixelsAvx2<kPairs>(v, xt, weights, pairs, x),
+                                          TwoPixelsAvx2<kPairs>(v, xt, weights, pairs, x + 2));
+    const __m256i cd = _mm256_packs_epi32(TwoPixelsAvx2<kPairs>(v, xt, weights, pairs, x + 4),
+                                          TwoPixelsAvx2<kPairs>(v, xt, weights, pairs, x + 6));
+    const __m256i grouped = _mm256_shuffle_epi8(_mm256_packus_epi16(ab, cd), by_channel);
+    const __m128i even = _mm256_castsi256_si128(grouped);
+    const __m128i odd = _mm256_extracti128_si256(grouped, 1);
+    __m128i rg = _mm_unpacklo_epi8(even, odd);  // r of x..x+7, then g
+    __m128i bz = _mm_unpackhi_epi8(even, odd);  // b of x..x+7, then zeros
+    int at = x;
     if (flip) {
-      rgbx[crop - 1 - x] = rgb0;
-      rgbx[crop - 2 - x] = rgb1;
-    } else {
-      rgbx[x] = rgb0;
-      rgbx[x + 1] = rgb1;
+      rg = _mm_shuffle_epi8(rg, reverse);
+      bz = _mm_shuffle_epi8(bz, reverse);
+      at = crop - 8 - x;
     }
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(r + at), rg);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(g + at), _mm_unpackhi_epi64(rg, rg));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(b + at), bz);
   }
-  if (x < crop) {  // odd crop: the last one alone
-    rgbx[flip ? 0 : x] = PixelSsse3(v, xt, paired, pairs, x);
+  for (; x < crop; ++x) {
+    const uint32_t rgb = PixelSsse3(v, xt, paired, pairs, x);
+    const int ox = flip ? crop - 1 - x : x;
+    r[ox] = static_cast<uint8_t>(rgb);
+    g[ox] = static_cast<uint8_t>(rgb >> 8);
+    b[ox] = static_cast<uint8_t>(rgb >> 16);
   }
-  DeinterleaveSse41(rgbx, crop, r, g, b);
 }
 
 using HorizontalAvx2Fn = void (*)(const int16_t*, const AxisTaps&, const int16_t*, int, bool,
-                                  uint32_t*, uint8_t*, uint8_t*, uint8_t*);
+                                  uint8_t*, uint8_t*, uint8_t*);
 
 HorizontalAvx2Fn PickHorizontalAvx2(int max_count) {
   switch ((max_count + 1) / 2) {
@@ -284,7 +284,8 @@ HorizontalAvx2Fn PickHorizontalAvx2(int max_count) {
 
 ResampleIsa BestIsa() {
 #ifdef SHARDCAST_RESAMPLE_X86
-  // The AVX2 level also runs SSE4.1 (every AVX2 CPU has it).
+  // The AVX2 level also runs SSSE3 code (every AVX2 CPU has it): the last crop % 8
+  // outputs of a row.
   static const ResampleIsa best = __builtin_cpu_supports("avx2")    ? ResampleIsa::kAvx2
                                   : __builtin_cpu_supports("ssse3") ? ResampleIsa::kSsse3
                                                                     : ResampleIsa::kScalar;
@@ -368,9 +369,7 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
   row.assign(static_cast<size_t>(span) + 3 * static_cast<size_t>(xt.stride) + 8, 0);
   rows.resize(yt.stride);
 #ifdef SHARDCAST_RESAMPLE_X86
-  thread_local std::vector<uint32_t> rgbx;
   if (isa != ResampleIsa::kScalar) PairedWeights(xt, crop, &paired);
-  rgbx.resize(crop);
   const HorizontalAvx2Fn horizontal_avx2 = PickHorizontalAvx2(xt.max_count);
 #endif
   const size_t plane = static_cast<size_t>(crop) * crop;
@@ -387,8 +386,7 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
 #ifdef SHARDCAST_RESAMPLE_X86
       case ResampleIsa::kAvx2:
         VerticalAvx2(rows.data(), w, n, span, row.data());
-        horizontal_avx2(row.data(), xt, paired.data(), crop, t.flip, rgbx.data(), r, r + plane,
-                        r + 2 * plane);
+        horizontal_avx2(row.data(), xt, paired.data(), crop, t.flip, r, r + plane, r + 2 * plane);
         break;
       case ResampleIsa::kSsse3:
         VerticalSse2(rows.data(), w, n, span, row.data());
