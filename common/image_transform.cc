@@ -259,7 +259,7 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
 
   const int scaled_w = internal::ScaledSize(w, f), scaled_h = internal::ScaledSize(h, f);
   const double factor = static_cast<double>(f.num) / f.denom;
-  ResampleTaps taps;
+  thread_local ResampleTaps taps;  // its vectors keep their capacity between images
   if (spec.mode == TransformMode::kCenter) {
     CenterTaps(center, w, h, scaled_w, scaled_h, factor, spec.crop, &taps);
   } else {

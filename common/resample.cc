@@ -280,15 +280,279 @@ HorizontalAvx2Fn PickHorizontalAvx2(int max_count) {
       return HorizontalAvx2<0>;
   }
 }
+
+// ------------------------------------------------------------ AVX-512: planar passes
+// With AVX-512BW the vertical pass writes its output as three planes (R, G, B int16
+// rows), and the horizontal pass gathers each output's taps from a window of 64 values
+// of one plane with a two-register word permute (vpermt2w): 16 outputs of one channel
+// per step, every multiply lane useful, no per-pixel shuffles. The same integers as
+// the passes above, in the same order of operations per output, so the same bytes.
+
+constexpr int kPlanarGroup = 16;   // outputs per horizontal step (16 int32 lanes)
+constexpr int kPlanarWindow = 64;  // values one permute can pick from (two registers)
+constexpr int kPlanarChunk = 32;   // pixels per vertical step (96 int16 values)
+constexpr int kMaxPlanarPairs = 4;  // tap pairs per axis (8 taps), fixed at compile time
+
+// The horizontal taps in the permute's terms, per group of 16 consecutive outputs
+// starting at GroupStart(g): the group's window starts at plane value base[g], and for
+// tap pair j, lane pair (2i, 2i + 1) of index/weight picks output i's taps 2j, 2j + 1.
+struct PlanarTaps {
+  int groups = 0;
+  int pairs = 0;
+  std::vector<int> base;
+  std::vector<int> at;          // the group's first output byte in the row (mirrored: flip)
+  std::vector<int16_t> index;   // [(g * pairs + j) * 32 + lane]
+  std::vector<int16_t> weight;  // same layout
+};
+
+// The last group is moved left to end at the crop (it recomputes a few outputs of the
+// one before, with the same result), so every group has 16 real outputs.
+int GroupStart(int g, int crop) { return std::min(g * kPlanarGroup, crop - kPlanarGroup); }
+
+// False when the planar passes cannot take these taps: a crop under 16, more than 8 taps
+// on an axis, or a group whose taps span more than the 64 values one permute reaches (a
+// large downscale).
+bool BuildPlanarTaps(const ResampleTaps& t, int crop, PlanarTaps* pt) {
+  const AxisTaps& xt = t.x;
+  const bool flip = t.flip;
+  if (crop < kPlanarGroup || (xt.max_count + 1) / 2 > kMaxPlanarPairs ||
+      (t.y.max_count + 1) / 2 > kMaxPlanarPairs) {
+    return false;
+  }
+  pt->groups = (crop + kPlanarGroup - 1) / kPlanarGroup;
+  pt->pairs = (xt.max_count + 1) / 2;
+  const size_t lanes = static_cast<size_t>(pt->groups) * pt->pairs * 2 * kPlanarGroup;
+  pt->base.resize(pt->groups);
+  pt->at.resize(pt->groups);
+  pt->index.resize(lanes);
+  pt->weight.resize(lanes);
+  for (int g = 0; g < pt->groups; ++g) {
+    const int x0 = GroupStart(g, crop);
+    const int base = xt.start[x0] - xt.needed_lo;
+    pt->base[g] = base;
+    pt->at[g] = flip ? crop - kPlanarGroup - x0 : x0;
+    for (int i = 0; i < kPlanarGroup; ++i) {
+      const int x = x0 + i;
+      const int rel = xt.start[x] - xt.needed_lo - base;  // starts never decrease
+      const int16_t* w = xt.weights.data() + static_cast<size_t>(x) * xt.stride;
+      for (int k = 0; k < 2 * pt->pairs; ++k) {
+        const int16_t weight = k < xt.stride ? w[k] : 0;
+        if (weight != 0 && rel + k >= kPlanarWindow) return false;
+        // A zero-weight tap past the window reads any value in it.
+        const size_t lane = (static_cast<size_t>(g) * pt->pairs + k / 2) * 2 * kPlanarGroup +
+                            2 * i + (k & 1);
+        pt->index[lane] = static_cast<int16_t>(std::min(rel + k, kPlanarWindow - 1));
+        pt->weight[lane] = weight;
+      }
+    }
+  }
+  return true;
+}
+
+#define SHARDCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// Plane c's pixel i of a 32-pixel chunk is flat value 3i + c of the chunk's three
+// registers: from the first two through one permute, from the third through a masked one.
+struct Deinterleave {
+  __m512i first[3], third[3];
+  __mmask32 from_third[3];
+};
+
+SHARDCAST_AVX512 Deinterleave MakeDeinterleave() {
+  Deinterleave d;
+  for (int c = 0; c < 3; ++c) {
+    alignas(64) int16_t first[32], third[32];
+    uint32_t mask = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int f = 3 * i + c;
+      first[i] = static_cast<int16_t>(f < 64 ? f : 0);
+      third[i] = static_cast<int16_t>(f < 64 ? 0 : f - 64);
+      if (f >= 64) mask |= 1u << i;
+    }
+    d.first[c] = _mm512_load_si512(first);
+    d.third[c] = _mm512_load_si512(third);
+    d.from_third[c] = _cvtu32_mask32(mask);
+  }
+  return d;
+}
+
+// 32 values of one vertical output row at flat offset `at`, in order: the widened bytes
+// interleaved per 128-bit lane by unpack, and put back in order by packs, as in
+// VerticalAvx2. `rows` has an even number of entries (an odd last tap is paired with
+// its own row, weighted 0), `wk` each pair's TapPair broadcast. kMasked: only the bytes
+// in `mask` are read (the row's end), the others give zeros.
+template <int kPairs, bool kMasked>
+SHARDCAST_AVX512 inline __m512i Vertical32Avx512(const uint8_t* const* rows, const __m512i* wk,
+                                                 int at, __mmask32 mask) {
+  const __m512i round = _mm512_set1_epi32(1 << (kVerticalShift - 1));
+  __m512i acc0 = round, acc1 = round;
+  for (int j = 0; j < kPairs; ++j) {
+    const uint8_t* ra = rows[2 * j] + at;
+    const uint8_t* rb = rows[2 * j + 1] + at;
+    const __m256i a8 = kMasked ? _mm256_maskz_loadu_epi8(mask, ra)
+                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
+    const __m256i b8 = kMasked ? _mm256_maskz_loadu_epi8(mask, rb)
+                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
+    const __m512i a = _mm512_cvtepu8_epi16(a8), b = _mm512_cvtepu8_epi16(b8);
+    acc0 = _mm512_add_epi32(acc0, _mm512_madd_epi16(_mm512_unpacklo_epi16(a, b), wk[j]));
+    acc1 = _mm512_add_epi32(acc1, _mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), wk[j]));
+  }
+  const __mmask16 all = _cvtu32_mask16(0xFFFF);  // see HorizontalPlanarAvx512
+  return _mm512_packs_epi32(_mm512_maskz_srai_epi32(all, acc0, kVerticalShift),
+                            _mm512_maskz_srai_epi32(all, acc1, kVerticalShift));
+}
+
+// The first min(left, 32) of 32 bytes (none when left <= 0).
+SHARDCAST_AVX512 inline __mmask32 BytesLeft(int left) {
+  return _cvtu32_mask32(left >= 32 ? ~0u : left <= 0 ? 0u : (1u << left) - 1);
+}
+
+// One 32-pixel chunk (96 values) of the vertical pass, split into the three planes.
+template <int kPairs, bool kMasked>
+SHARDCAST_AVX512 inline void VerticalChunkAvx512(const uint8_t* const* rows, const __m512i* wk,
+                                                 int px, int n, const Deinterleave& d,
+                                                 int16_t* const planes[3]) {
+  const int at = px * 3;
+  const __m512i z0 = Vertical32Avx512<kPairs, kMasked>(rows, wk, at, BytesLeft(n - at));
+  const __m512i z1 = Vertical32Avx512<kPairs, kMasked>(rows, wk, at + 32, BytesLeft(n - at - 32));
+  const __m512i z2 = Vertical32Avx512<kPairs, kMasked>(rows, wk, at + 64, BytesLeft(n - at - 64));
+  for (int c = 0; c < 3; ++c) {
+    const __m512i plane = _mm512_mask_permutexvar_epi16(
+        _mm512_permutex2var_epi16(z0, d.first[c], z1), d.from_third[c], d.third[c], z2);
+    _mm512_storeu_si512(planes[c] + px, plane);
+  }
+}
+
+// The vertical pass over `span` interleaved pixels into the three planes, written up to
+// the next multiple of 32 pixels.
+template <int kPairs>
+SHARDCAST_AVX512 void VerticalPlanarAvx512(const uint8_t* const* rows, const int16_t* w, int taps,
+                                           int span, const Deinterleave& d,
+                                           int16_t* const planes[3]) {
+  __m512i wk[kPairs];
+  for (int j = 0; j < kPairs; ++j) wk[j] = _mm512_set1_epi32(TapPair(w, 2 * j, 2 * j + 1 < taps));
+  const int n = span * 3;
+  int px = 0;
+  for (; (px + kPlanarChunk) * 3 <= n; px += kPlanarChunk) {
+    VerticalChunkAvx512<kPairs, false>(rows, wk, px, n, d, planes);
+  }
+  if (px < span) VerticalChunkAvx512<kPairs, true>(rows, wk, px, n, d, planes);
+}
+
+// One output row from the three planes: per group, its taps' indices and weights are
+// loaded once for the three channels. `at` is each group's first output byte (mirrored
+// when kFlip, whose bytes are then reversed).
+template <int kPairs, bool kFlip>
+SHARDCAST_AVX512 void HorizontalPlanarAvx512(const int16_t* const planes[3], const PlanarTaps& pt,
+                                             uint8_t* const out[3]) {
+  const __m512i round = _mm512_set1_epi32(1 << (kHorizontalShift - 1));
+  const __m512i zero = _mm512_setzero_si512();
+  // The zero-masking forms with every lane kept: GCC 12 warns of the unmasked ones'
+  // undefined source operand (bug 105593).
+  const __mmask16 all = _cvtu32_mask16(0xFFFF);
+  const __m128i reverse = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const int* const base = pt.base.data();
+  const int* const at = pt.at.data();
+  const __m512i* const index = reinterpret_cast<const __m512i*>(pt.index.data());
+  const __m512i* const weight = reinterpret_cast<const __m512i*>(pt.weight.data());
+  const int groups = pt.groups;
+  for (int g = 0; g < groups; ++g) {
+    __m512i idx[kPairs], wt[kPairs];
+    for (int j = 0; j < kPairs; ++j) {
+      idx[j] = _mm512_loadu_si512(index + g * kPairs + j);
+      wt[j] = _mm512_loadu_si512(weight + g * kPairs + j);
+    }
+    for (int c = 0; c < 3; ++c) {
+      const int16_t* window = planes[c] + base[g];
+      const __m512i lo = _mm512_loadu_si512(window);
+      const __m512i hi = _mm512_loadu_si512(window + 32);
+      __m512i acc = round;
+      for (int j = 0; j < kPairs; ++j) {
+        acc = _mm512_add_epi32(
+            acc, _mm512_madd_epi16(_mm512_permutex2var_epi16(lo, idx[j], hi), wt[j]));
+      }
+      // Clamped to [0, 255]: max with 0, then the unsigned saturating narrow.
+      __m128i bytes = _mm512_maskz_cvtusepi32_epi8(
+          all, _mm512_maskz_max_epi32(all, _mm512_maskz_srai_epi32(all, acc, kHorizontalShift),
+                                      zero));
+      if (kFlip) bytes = _mm_shuffle_epi8(bytes, reverse);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[c] + at[g]), bytes);
+    }
+  }
+}
+
+using VerticalPlanarFn = void (*)(const uint8_t* const*, const int16_t*, int, int,
+                                  const Deinterleave&, int16_t* const[3]);
+using HorizontalPlanarFn = void (*)(const int16_t* const[3], const PlanarTaps&, uint8_t* const[3]);
+
+VerticalPlanarFn PickVerticalPlanar(int pairs) {
+  static constexpr VerticalPlanarFn kByPairs[] = {
+      VerticalPlanarAvx512<1>, VerticalPlanarAvx512<2>, VerticalPlanarAvx512<3>,
+      VerticalPlanarAvx512<4>};
+  return kByPairs[pairs - 1];
+}
+
+HorizontalPlanarFn PickHorizontalPlanar(int pairs, bool flip) {
+  static constexpr HorizontalPlanarFn kByPairs[][2] = {
+      {HorizontalPlanarAvx512<1, false>, HorizontalPlanarAvx512<1, true>},
+      {HorizontalPlanarAvx512<2, false>, HorizontalPlanarAvx512<2, true>},
+      {HorizontalPlanarAvx512<3, false>, HorizontalPlanarAvx512<3, true>},
+      {HorizontalPlanarAvx512<4, false>, HorizontalPlanarAvx512<4, true>}};
+  return kByPairs[pairs - 1][flip ? 1 : 0];
+}
+
+// The whole resample through the planar passes; false (nothing written) when the taps
+// do not fit them (BuildPlanarTaps).
+SHARDCAST_AVX512 bool ResamplePlanarAvx512(const uint8_t* base, size_t src_stride, int origin_y,
+                                           const ResampleTaps& t, int crop, uint8_t* out_chw) {
+  const AxisTaps& yt = t.y;
+  thread_local PlanarTaps pt;
+  if (!BuildPlanarTaps(t, crop, &pt)) return false;
+  static const Deinterleave deinterleave = MakeDeinterleave();
+  const int span = t.x.needed_hi - t.x.needed_lo;
+  // The vertical pass writes whole chunks; a window reads up to 64 values from its base.
+  const size_t plane_len =
+      static_cast<size_t>((span + kPlanarChunk - 1) / kPlanarChunk * kPlanarChunk) +
+      kPlanarWindow;
+  thread_local std::vector<int16_t> buffer;
+  thread_local std::vector<const uint8_t*> rows;
+  if (buffer.size() < 3 * plane_len) buffer.resize(3 * plane_len);
+  int16_t* const planes[3] = {buffer.data(), buffer.data() + plane_len,
+                              buffer.data() + 2 * plane_len};
+  // Values past the chunks are read by windows near the right edge with zero weight;
+  // zeroed so they are defined.
+  for (int16_t* p : planes) std::fill_n(p + plane_len - kPlanarWindow, kPlanarWindow, 0);
+  rows.resize(yt.stride + 1);
+  const HorizontalPlanarFn horizontal = PickHorizontalPlanar(pt.pairs, t.flip);
+  const size_t plane = static_cast<size_t>(crop) * crop;
+  for (int y = 0; y < crop; ++y) {
+    const int n = yt.count[y];
+    for (int k = 0; k < n; ++k) {
+      rows[k] = base + static_cast<size_t>(yt.start[y] + k - origin_y) * src_stride;
+    }
+    rows[n] = rows[n - 1];  // an odd last tap's pair (weight 0)
+    const int pairs = (n + 1) / 2;
+    PickVerticalPlanar(pairs)(rows.data(), yt.weights.data() + static_cast<size_t>(y) * yt.stride,
+                              n, span, deinterleave, planes);
+    uint8_t* r = out_chw + static_cast<size_t>(y) * crop;
+    uint8_t* const out[3] = {r, r + plane, r + 2 * plane};
+    horizontal(planes, pt, out);
+  }
+  return true;
+}
+#undef SHARDCAST_AVX512
 #endif  // SHARDCAST_RESAMPLE_X86
 
 ResampleIsa BestIsa() {
 #ifdef SHARDCAST_RESAMPLE_X86
   // The AVX2 level also runs SSSE3 code (every AVX2 CPU has it): the last crop % 8
-  // outputs of a row.
-  static const ResampleIsa best = __builtin_cpu_supports("avx2")    ? ResampleIsa::kAvx2
-                                  : __builtin_cpu_supports("ssse3") ? ResampleIsa::kSsse3
-                                                                    : ResampleIsa::kScalar;
+  // outputs of a row; the AVX-512 level runs the AVX2 one for taps it cannot take.
+  static const ResampleIsa best =
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")
+          ? ResampleIsa::kAvx512
+      : __builtin_cpu_supports("avx2")  ? ResampleIsa::kAvx2
+      : __builtin_cpu_supports("ssse3") ? ResampleIsa::kSsse3
+                                        : ResampleIsa::kScalar;
   return best;
 #else
   return ResampleIsa::kScalar;
@@ -316,7 +580,8 @@ void ComputeTaps(double offset, double scale, int out_count, int lo, int hi, Axi
   t->max_count = 0;
   t->needed_lo = hi;
   t->needed_hi = lo;
-  std::vector<double> w(window);
+  thread_local std::vector<double> w;  // a window's raw weights, kept between calls
+  if (w.size() < static_cast<size_t>(window)) w.resize(window);
   constexpr int kOne = 1 << AxisTaps::kWeightBits;
   for (int i = 0; i < out_count; ++i) {
     const double center = offset + (i + 0.5) * scale;
@@ -344,7 +609,8 @@ void ComputeTaps(double offset, double scale, int out_count, int lo, int hi, Axi
     int16_t* q = t->weights.data() + static_cast<size_t>(i) * t->stride;
     int sum = 0, largest = 0;
     for (int k = 0; k < n; ++k) {
-      q[k] = static_cast<int16_t>(std::lround(w[k] / total * kOne));
+      // Round half up, as lround for these non-negative values, without its libm call.
+      q[k] = static_cast<int16_t>(w[k] / total * kOne + 0.5);
       sum += q[k];
       if (q[k] > q[largest]) largest = k;
     }
@@ -359,7 +625,15 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
               uint8_t* out_chw) {
   const AxisTaps& xt = t.x;
   const AxisTaps& yt = t.y;
-  const ResampleIsa isa = CurrentIsa();
+  const size_t src_stride = static_cast<size_t>(image.width) * 3;
+  const uint8_t* base = image.pixels.data() + static_cast<size_t>(xt.needed_lo - origin_x) * 3;
+  ResampleIsa isa = CurrentIsa();
+#ifdef SHARDCAST_RESAMPLE_X86
+  if (isa == ResampleIsa::kAvx512) {
+    if (ResamplePlanarAvx512(base, src_stride, origin_y, t, crop, out_chw)) return;
+    isa = ResampleIsa::kAvx2;
+  }
+#endif
   thread_local std::vector<int16_t> row;
   thread_local std::vector<const uint8_t*> rows;
   thread_local std::vector<int16_t> paired;
@@ -373,8 +647,6 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
   const HorizontalAvx2Fn horizontal_avx2 = PickHorizontalAvx2(xt.max_count);
 #endif
   const size_t plane = static_cast<size_t>(crop) * crop;
-  const size_t src_stride = static_cast<size_t>(image.width) * 3;
-  const uint8_t* base = image.pixels.data() + static_cast<size_t>(xt.needed_lo - origin_x) * 3;
   for (int y = 0; y < crop; ++y) {
     const int16_t* w = yt.weights.data() + static_cast<size_t>(y) * yt.stride;
     const int n = yt.count[y];
@@ -402,6 +674,17 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
 }
 
 void SetResampleIsaForTest(ResampleIsa isa) { forced_isa = isa; }
+
+ResampleIsa BestResampleIsa() { return BestIsa(); }
+
+bool PlanarPassTakes(const ResampleTaps& t, int crop) {
+#ifdef SHARDCAST_RESAMPLE_X86
+  PlanarTaps pt;
+  return BuildPlanarTaps(t, crop, &pt);
+#else
+  return false;
+#endif
+}
 
 }  // namespace internal
 }  // namespace shardcast

@@ -1,6 +1,7 @@
 // Separable antialiased bilinear resampling (torchvision's resize with antialias=True)
 // of an interleaved RGB region into planar uint8, in 16-bit fixed point with SIMD
-// kernels chosen at run time (AVX2, SSSE3) and a scalar fallback of the same arithmetic.
+// kernels chosen at run time (AVX-512BW, AVX2, SSSE3) and a scalar fallback of the same
+// arithmetic.
 #ifndef SHARDCAST_COMMON_RESAMPLE_H_
 #define SHARDCAST_COMMON_RESAMPLE_H_
 
@@ -49,8 +50,14 @@ void Resample(const RgbImage& image, int origin_x, int origin_y, const ResampleT
 
 // Which kernels Resample uses: the best the CPU has (the default), or a lower one, so
 // tests can check that every level gives the same bytes. Not thread-safe: tests only.
-enum class ResampleIsa { kScalar, kSsse3, kAvx2, kBest };
+enum class ResampleIsa { kScalar, kSsse3, kAvx2, kAvx512, kBest };
 void SetResampleIsaForTest(ResampleIsa isa);
+// The best level this CPU runs (what kBest means), so a test can say what it compared.
+ResampleIsa BestResampleIsa();
+// Whether the AVX-512 level takes these taps through its planar passes (each group of 16
+// outputs reads at most 64 source values, and crop >= 16); where not, it runs the AVX2
+// passes.
+bool PlanarPassTakes(const ResampleTaps& t, int crop);
 
 }  // namespace internal
 }  // namespace shardcast

@@ -1,8 +1,9 @@
-// The fixed-point resampler: every kernel level (scalar, SSSE3, AVX2) gives the same
-// bytes, the weights are exact, and a uniform image stays uniform at the extremes.
+// The fixed-point resampler: every kernel level (scalar, SSSE3, AVX2, AVX-512) gives the
+// same bytes, the weights are exact, and a uniform image stays uniform at the extremes.
 #include "common/resample.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -50,7 +51,8 @@ TEST_F(ResampleIsaTest, EveryKernelLevelGivesTheScalarBytes) {
           std::vector<uint8_t> scalar(size_t{3} * crop * crop), simd(scalar.size());
           SetResampleIsaForTest(ResampleIsa::kScalar);
           ASSERT_TRUE(ApplyTransform(img, spec, seed, scalar.data()).ok());
-          for (ResampleIsa isa : {ResampleIsa::kSsse3, ResampleIsa::kAvx2}) {
+          for (ResampleIsa isa :
+               {ResampleIsa::kSsse3, ResampleIsa::kAvx2, ResampleIsa::kAvx512}) {
             SetResampleIsaForTest(isa);
             ASSERT_TRUE(ApplyTransform(img, spec, seed, simd.data()).ok());
             ASSERT_EQ(scalar, simd) << sz[0] << "x" << sz[1] << " crop " << crop << " isa "
@@ -62,7 +64,25 @@ TEST_F(ResampleIsaTest, EveryKernelLevelGivesTheScalarBytes) {
       }
     }
   }
-  EXPECT_EQ(compared, 5 * 5 * (1 + 4) * 2);
+  EXPECT_EQ(compared, 5 * 5 * (1 + 4) * 3);
+}
+
+// The AVX-512 level compared above is the planar pass wherever it takes the taps: an
+// ImageNet-sized photo's center crop and a random crop up to a 3x downscale, not a
+// large downscale (a group's taps span more than one permute's 64 values) or a crop
+// under 16, which run the AVX2 passes.
+TEST(ResampleTest, PlanarPassTakesTheCommonCropsAndDeclinesWideOnes) {
+  ResampleTaps t;
+  ComputeTaps(58.0 * 375 / 256, 375.0 / 256, 224, 0, 500, &t.x);  // 500x375, 256/224
+  EXPECT_TRUE(PlanarPassTakes(t, 224));
+  ComputeTaps(10.0, 3.0, 224, 0, 700, &t.x);  // a random crop 672 px wide
+  EXPECT_TRUE(PlanarPassTakes(t, 224));
+  ComputeTaps(0.0, 1024.0 / 7, 7, 0, 1024, &t.x);
+  EXPECT_FALSE(PlanarPassTakes(t, 7));
+  ComputeTaps(0.0, 4.0, 224, 0, 1000, &t.x);  // 16 outputs span 64 + 8 values
+  EXPECT_FALSE(PlanarPassTakes(t, 224));
+  std::printf("best resampler level on this CPU: %d (3 = AVX-512)\n",
+              static_cast<int>(BestResampleIsa()));
 }
 
 TEST(ResampleTest, WeightsSumToExactlyOneAndCoverTheNeededRange) {
@@ -81,7 +101,8 @@ TEST(ResampleTest, WeightsSumToExactlyOneAndCoverTheNeededRange) {
 }
 
 TEST_F(ResampleIsaTest, UniformExtremesStayExact) {
-  for (ResampleIsa isa : {ResampleIsa::kScalar, ResampleIsa::kSsse3, ResampleIsa::kAvx2}) {
+  for (ResampleIsa isa : {ResampleIsa::kScalar, ResampleIsa::kSsse3, ResampleIsa::kAvx2,
+                          ResampleIsa::kAvx512}) {
     SetResampleIsaForTest(isa);
     for (uint8_t v : {uint8_t{0}, uint8_t{1}, uint8_t{254}, uint8_t{255}}) {
       RgbImage img;
