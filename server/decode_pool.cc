@@ -71,8 +71,11 @@ void DecodePool::WorkerLoop() {
       if (stopping_) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      running_.fetch_add(1, std::memory_order_acq_rel);
     }
     RunGuarded(task);
+    task = nullptr;  // what the task held (a batch, say) goes before it counts as done
+    running_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

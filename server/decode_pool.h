@@ -33,6 +33,10 @@ class DecodePool {
   int threads() const { return static_cast<int>(workers_.size()); }
   // Tasks waiting for a thread (not counting running ones).
   int64_t queue_depth() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Tasks running on a pool thread now. With queue_depth() == 0 too, every task
+  // submitted so far has finished (a task is counted running from the moment it leaves
+  // the queue, under the same lock).
+  int64_t running() const { return running_.load(std::memory_order_acquire); }
   // Tasks that ended with an exception (see Submit).
   int64_t task_exceptions() const { return task_exceptions_.load(std::memory_order_relaxed); }
 
@@ -46,6 +50,7 @@ class DecodePool {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;                    // set by the destructor
   std::vector<std::thread> workers_;                              // fixed after construction
   std::atomic<int64_t> task_exceptions_{0};                       // tasks that threw
+  std::atomic<int64_t> running_{0};                               // tasks being run
 };
 
 }  // namespace shardcast::server

@@ -142,6 +142,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
       .Sample(s.open_streams());
   Family(&out, "shardcast_decode_queue_depth", "gauge", "Decode tasks waiting in the pool.")
       .Sample(s.queue_depth());
+  Family(&out, "shardcast_decode_tasks_running", "gauge",
+         "Decode tasks running on the pool's threads.")
+      .Sample(s.decode_tasks_running());
   Family(&out, "shardcast_decode_threads", "gauge", "Threads of the decode pool.")
       .Sample(s.decode_threads());
   Family(&out, "shardcast_batch_memory_in_use_bytes", "gauge", "Bytes held in live batch buffers.")

@@ -625,6 +625,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_decode_errors(stats_.decode_errors.load());
   response.set_substitutions(stats_.substitutions.load());
   response.set_queue_depth(pool_->queue_depth());
+  response.set_decode_tasks_running(pool_->running());
   response.set_memory_in_use_bytes(stats_.buffer_bytes.load());
   response.set_rss_bytes(ResidentSetBytes());
   response.set_decode_threads(pool_->threads());

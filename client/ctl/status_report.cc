@@ -193,7 +193,8 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                               ? std::string("0")
                               : absl::StrCat(st.total_changed_shards(),
                                              "  (streams reading them fail; restart to re-index)"));
-  field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks"));
+  field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks waiting, ",
+                                    st.decode_tasks_running(), " running"));
   field("waiting",
         absl::StrCat("streams waited ", FormatDuration(st.stream_wait_for_batch_seconds()),
                      " for batches (clients on the server), ",

@@ -97,6 +97,7 @@ shardcast::v1::GetStatusResponse SampleStatus() {
   st.set_decode_errors(3);
   st.set_substitutions(2);
   st.set_queue_depth(17);
+  st.set_decode_tasks_running(2);
   st.set_memory_in_use_bytes(25000000);
   st.set_rss_bytes(123400000);
   st.set_decode_threads(8);
@@ -142,7 +143,7 @@ TEST(RenderStatusReportTest, HeaderBlockShowsEveryServerFigure) {
            "decode errors    3\n",
            "substitutions    2\n",
            "skipped samples  1\n",
-           "queue depth      17 decode tasks\n",
+           "queue depth      17 decode tasks waiting, 2 running\n",
            "batch memory     25 MB\n",
            "RSS              123 MB\n",
            "decode threads   8\n",

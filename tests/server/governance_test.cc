@@ -176,20 +176,21 @@ TEST_F(GovernanceTest, UnderPressureWindowsGiveBackPrefetchSoANewStreamIsAdmitte
   std::vector<v1::Batch> hog_batches(1);
   ASSERT_TRUE(hog.reader->Read(&hog_batches[0]));
   WaitForStatus(stub(), [&](const v1::GetStatusResponse& s) {
-    return s.batch_memory_reserved_bytes() == 5 * kBatchBytes && s.queue_depth() == 0;
+    return s.batch_memory_reserved_bytes() == 5 * kBatchBytes && s.queue_depth() == 0 &&
+           s.decode_tasks_running() == 0;
   });
   // A second stalled stream takes that last batch: the budget is full.
   OpenCall hog2;
   hog2.reader = slow_stub->StreamBatches(&hog2.context, StreamRequest("hog2", 0));
-  v1::GetStatusResponse status = WaitForStatus(stub(), [&](const v1::GetStatusResponse& s) {
-    return s.batch_memory_reserved_bytes() == kBudget && s.queue_depth() == 0;
-  });
-  ASSERT_EQ(status.batch_memory_reserved_bytes(), kBudget);
   // A window gives back only assembled batches, and an empty queue still leaves the
   // last tasks running on the pool's threads: on a loaded machine (CI runs this beside
-  // the 64 huge PNGs) the new stream came before they finished and was refused. The
-  // status has no count of running tasks, so give them a moment.
-  absl::SleepFor(absl::Milliseconds(300));
+  // the 64 huge PNGs) a new stream that came before they finished was refused. So the
+  // wait is for no task waiting and none running.
+  v1::GetStatusResponse status = WaitForStatus(stub(), [&](const v1::GetStatusResponse& s) {
+    return s.batch_memory_reserved_bytes() == kBudget && s.queue_depth() == 0 &&
+           s.decode_tasks_running() == 0;
+  });
+  ASSERT_EQ(status.batch_memory_reserved_bytes(), kBudget);
 
   // A new stream is admitted: the first window gives back its prefetch.
   StreamResult result = StreamAll(stub(), "new", 0, 0, 0);
