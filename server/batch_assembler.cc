@@ -24,15 +24,79 @@ namespace shardcast::server {
 namespace {
 // The substitute for a sample that fails to read or decode.
 constexpr uint8_t kSubstituteByte = 128;
+
+// Freed batch buffers kept for the next batch of the same size. A fresh mapping costs
+// far more than its page faults: on this project's VMs (free pages reported to the
+// host) writing a just-mapped 4.8 MB buffer ran at 0.5-0.7 GB/s against 30 GB/s for a
+// reused one (docs/BENCHMARKS.md), a third of the server's CPU per image. Bounded, so
+// RSS stays within a few batches of what live batches hold.
+class BufferRecycler {
+ public:
+  static BufferRecycler& Get() {
+    static BufferRecycler* recycler = new BufferRecycler;  // never destroyed: batches
+    return *recycler;                                      // may die during exit
+  }
+
+  // A kept buffer of exactly `bytes`, or null.
+  void* Take(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].second == bytes) {
+        void* p = kept_[i].first;
+        kept_[i] = kept_.back();
+        kept_.pop_back();
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  // Keeps the buffer when there is room (the oldest kept one is unmapped to make room
+  // for a buffer of a new size), else unmaps it.
+  void Give(void* p, size_t bytes) {
+    constexpr size_t kMaxKeptBytes = size_t{64} << 20;
+    void* unmap = p;
+    size_t unmap_bytes = bytes;
+    if (bytes <= kMaxKeptBytes) {
+      absl::MutexLock lock(&mu_);
+      if (kept_.size() < static_cast<size_t>(kKeptBatchBuffers)) {
+        kept_.emplace_back(p, bytes);
+        return;
+      }
+      // Full: drop one of another size if there is one, so that the current job's
+      // size is what the list holds.
+      for (auto& kept : kept_) {
+        if (kept.second != bytes) {
+          unmap = kept.first;
+          unmap_bytes = kept.second;
+          kept = {p, bytes};
+          break;
+        }
+      }
+    }
+    munmap(unmap, unmap_bytes);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<void*, size_t>> kept_ ABSL_GUARDED_BY(mu_);
+};
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
     int batch_size, int crop, std::atomic<int64_t>* buffer_gauge, BatchGrant grant) {
   const size_t sample_bytes = 3 * static_cast<size_t>(crop) * static_cast<size_t>(crop);
   const size_t image_bytes = static_cast<size_t>(batch_size) * sample_bytes;
-  // Every byte is written by decode, substitution or padding; MAP_POPULATE faults the
-  // pages in with one call instead of one fault per page while decoding.
-  void* mapped = mmap(nullptr, std::max<size_t>(image_bytes, 1), PROT_READ | PROT_WRITE,
+  const size_t mapped_bytes = std::max<size_t>(image_bytes, 1);
+  // Every byte is written by decode, substitution or padding, so a reused buffer's old
+  // pixels never go out.
+  if (void* kept = BufferRecycler::Get().Take(mapped_bytes); kept != nullptr) {
+    return std::shared_ptr<AssembledBatch>(new AssembledBatch(
+        sample_bytes, image_bytes, static_cast<uint8_t*>(kept), buffer_gauge, std::move(grant)));
+  }
+  // MAP_POPULATE faults the pages in with one call instead of one fault per page while
+  // decoding.
+  void* mapped = mmap(nullptr, mapped_bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (mapped == MAP_FAILED) {
     return absl::ResourceExhaustedError(
@@ -54,7 +118,7 @@ AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t*
 }
 
 AssembledBatch::~AssembledBatch() {
-  munmap(images_, std::max<size_t>(image_bytes_, 1));
+  BufferRecycler::Get().Give(images_, std::max<size_t>(image_bytes_, 1));
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_sub(static_cast<int64_t>(image_bytes_));
 }
 
