@@ -51,20 +51,18 @@ class BufferRecycler {
     return nullptr;
   }
 
-  // Keeps the buffer when there is room (the oldest kept one is unmapped to make room
-  // for a buffer of a new size), else unmaps it.
+  // Keeps the buffer when there is room; when the list is full, a buffer of another
+  // size makes room for it (the current job's size is what the list should hold), else
+  // it is unmapped.
   void Give(void* p, size_t bytes) {
-    constexpr size_t kMaxKeptBytes = size_t{64} << 20;
     void* unmap = p;
     size_t unmap_bytes = bytes;
-    if (bytes <= kMaxKeptBytes) {
+    if (bytes <= kMaxKeptBatchBufferBytes) {
       absl::MutexLock lock(&mu_);
       if (kept_.size() < static_cast<size_t>(kKeptBatchBuffers)) {
         kept_.emplace_back(p, bytes);
         return;
       }
-      // Full: drop one of another size if there is one, so that the current job's
-      // size is what the list holds.
       for (auto& kept : kept_) {
         if (kept.second != bytes) {
           unmap = kept.first;

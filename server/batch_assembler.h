@@ -68,8 +68,9 @@ class AssembledBatch {
   absl::Status failure_;
 };
 
-// How many freed batch buffers the server keeps for reuse (each at most 64 MiB).
+// How many freed batch buffers the server keeps for reuse, and the largest it keeps.
 inline constexpr int kKeptBatchBuffers = 4;
+inline constexpr size_t kMaxKeptBatchBufferBytes = size_t{64} << 20;
 
 // What the serve path refuses to decode, and the budget decodes share.
 struct DecodeLimits {

@@ -179,5 +179,29 @@ TEST(AssembledBatchTest, ABufferThatCannotBeAllocatedIsAStatusNotAnException) {
   EXPECT_EQ(gauge.load(), 0);
 }
 
+// A freed buffer is reused by the next batch of its size (and counted live again), one
+// of another size is not, and buffers over kMaxKeptBatchBufferBytes are never kept.
+TEST(AssembledBatchTest, AFreedBufferServesTheNextBatchOfItsSize) {
+  std::atomic<int64_t> gauge{0};
+  std::shared_ptr<AssembledBatch> first = *AssembledBatch::Create(3, 24, &gauge);
+  const uint8_t* first_images = first->images();
+  first.reset();
+  std::shared_ptr<AssembledBatch> other = *AssembledBatch::Create(3, 25, &gauge);
+  EXPECT_NE(other->images(), first_images);
+  std::shared_ptr<AssembledBatch> again = *AssembledBatch::Create(3, 24, &gauge);
+  EXPECT_EQ(again->images(), first_images);
+  EXPECT_EQ(gauge.load(), 3 * 3 * 24 * 24 + 3 * 3 * 25 * 25);
+  again.reset();
+  other.reset();
+  EXPECT_EQ(gauge.load(), 0);
+  // 2 x 3 x 3400 x 3400 bytes: 66 MiB, over the kept size.
+  std::shared_ptr<AssembledBatch> big = *AssembledBatch::Create(2, 3400, &gauge);
+  ASSERT_GT(big->image_bytes(), server::kMaxKeptBatchBufferBytes);
+  big->images()[0] = 1;
+  big.reset();
+  std::shared_ptr<AssembledBatch> big_again = *AssembledBatch::Create(2, 3400, &gauge);
+  EXPECT_EQ(big_again->images()[0], 0) << "a fresh mapping, not the freed one";
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing
