@@ -29,6 +29,7 @@
 #include "client/batch_stream.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/client_security.h"
+#include "client/protocol/receive_memory.h"
 #include "client/protocol/wire_batch.h"
 #include "common/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
@@ -213,6 +214,9 @@ int main(int argc, char** argv) {
   a.security = *std::move(loaded);
   if (a.server.empty() || a.job_id.empty()) Die("--server and --job-id are required");
   torch::set_num_threads(a.threads);
+  // Every mode receives into the same warm malloc heap (WireBatchStub would set it only
+  // for the modes that use it), so the modes differ only in how they read a batch.
+  shardcast::client::KeepReceiveBuffersWarm();
   if (a.mode == "batch_stream") {
     ThroughBatchStream(a);
   } else if (a.mode == "raw" || a.mode == "raw_tensors" || a.mode == "wire") {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "client/protocol/receive_memory.h"
 
 namespace shardcast::client {
 namespace {
@@ -152,7 +153,10 @@ std::string WireBatch::ImagesToString() const {
 WireBatchStub::WireBatchStub(std::shared_ptr<grpc::Channel> channel)
     : channel_(std::move(channel)),
       method_("/shardcast.v1.Shardcast/StreamBatches", grpc::internal::RpcMethod::SERVER_STREAMING,
-              channel_) {}
+              channel_) {
+  // Batches arrive in buffers gRPC mallocs; keep them warm from one batch to the next.
+  KeepReceiveBuffersWarm();
+}
 
 std::unique_ptr<grpc::ClientReader<WireBatch>> WireBatchStub::StreamBatches(
     grpc::ClientContext* context, const shardcast::v1::StreamBatchesRequest& request) const {

@@ -19,6 +19,7 @@ from typing import Any, Callable, Deque, Generic, Optional, TypeVar
 import grpc
 
 from shardcast._proto import REGISTER_METHOD, STREAM_BATCHES_METHOD, pb
+from shardcast._receive_memory import keep_receive_buffers_warm
 from shardcast._wire import check_batch, split_batch
 from shardcast.errors import (
     BatchCheckError,
@@ -223,6 +224,8 @@ class RankStream(Generic[T]):
         self._job = options.job
         self._metadata = (("authorization", f"Bearer {options.token}"),) if options.token else None
         self._channel = make_channel(options)
+        # Batches arrive in blocks malloc hands out; keep them warm from batch to batch.
+        keep_receive_buffers_warm()
         self._register = self._channel.unary_unary(
             REGISTER_METHOD,
             request_serializer=pb.RegisterRequest.SerializeToString,
