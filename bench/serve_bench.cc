@@ -467,44 +467,57 @@ int main(int argc, char** argv) {
               }()
                   .c_str());
 
-  const std::vector<std::string> common = {"--shards",         data,
-                                           "--listen",         "127.0.0.1:0",
-                                           "--decode-threads", std::to_string(flags.threads),
-                                           "--prefetch",       std::to_string(flags.prefetch),
-                                           "--log-level",      "warning"};
+  // The same server over loopback TCP and over a Unix socket: trainers on the server's
+  // own host may use either (docs/server.md).
+  const std::string socket_address = "unix:" + (scratch / "serve.sock");
+  auto server_args = [&](const std::string& listen) {
+    return std::vector<std::string>{"--shards",         data,
+                                    "--listen",         listen,
+                                    "--decode-threads", std::to_string(flags.threads),
+                                    "--prefetch",       std::to_string(flags.prefetch),
+                                    "--log-level",      "warning"};
+  };
+  enum Transport { kTcp, kUnix };
+  constexpr const char* kTransportNames[] = {"served over loopback TCP", "served over a unix socket"};
   InProcessPipeline pipeline(dataset->get(), flags.threads, flags.prefetch);
-  std::map<int, Row> best_local, best_served;
-  // served/in-process wall ratio of each round: the two runs of a round are adjacent
-  // in time, so they see about the same load from the machine's other users.
-  std::map<int, std::vector<double>> round_ratios;
+  std::map<int, Row> best_local;
+  std::map<std::pair<Transport, int>, Row> best_served;
+  // served/in-process wall ratio of each round: the runs of a round are adjacent in
+  // time, so they see about the same load from the machine's other users.
+  std::map<std::pair<Transport, int>, std::vector<double>> round_ratios;
   int64_t base_rss = 0, peak_rss = 0;
   {
-    ChildServer server(common, scratch / "server-1.out");
-    WaitServing(Connect(server.target()).stub.get());
-    base_rss = server.Memory("VmRSS:");
+    ChildServer tcp(server_args("127.0.0.1:0"), scratch / "server-tcp.out");
+    ChildServer unix_socket(server_args(socket_address), scratch / "server-unix.out");
+    const ChildServer* servers[] = {&tcp, &unix_socket};
+    for (const ChildServer* server : servers) WaitServing(Connect(server->target()).stub.get());
+    base_rss = tcp.Memory("VmRSS:");
     // Interleaved rounds: the machine is shared, a busy neighbour only slows a round.
     for (int round = 0; round < flags.rounds; ++round) {
       for (int ranks : {1, 2, 4}) {
         Row local = pipeline.Run(ranks, flags.batches);
-        Row served = Served(server, ranks, flags.batches, round);
-        round_ratios[ranks].push_back(served.images_per_second / local.images_per_second);
         if (local.images_per_second > best_local[ranks].images_per_second)
           best_local[ranks] = local;
-        if (served.images_per_second > best_served[ranks].images_per_second) {
-          best_served[ranks] = served;
+        for (Transport transport : {kTcp, kUnix}) {
+          Row served = Served(*servers[transport], ranks, flags.batches, round);
+          round_ratios[{transport, ranks}].push_back(served.images_per_second /
+                                                     local.images_per_second);
+          Row& best = best_served[{transport, ranks}];
+          if (served.images_per_second > best.images_per_second) best = served;
         }
       }
     }
-    peak_rss = server.Memory("VmHWM:");
+    peak_rss = tcp.Memory("VmHWM:");
   }
-  std::map<int, double> wire;
-  {
-    std::vector<std::string> args = common;
+  std::map<std::pair<Transport, int>, double> wire;
+  for (Transport transport : {kTcp, kUnix}) {
+    std::vector<std::string> args =
+        server_args(transport == kTcp ? "127.0.0.1:0" : socket_address);
     args.push_back("--bench-only-resend-first-batch");
-    ChildServer server(args, scratch / "server-2.out");
+    ChildServer server(args, scratch / "server-wire.out");
     WaitServing(Connect(server.target()).stub.get());
     for (int streams : {1, 2})
-      wire[streams] = WireMBPerStream(server.target(), streams, flags.wire_seconds);
+      wire[{transport, streams}] = WireMBPerStream(server.target(), streams, flags.wire_seconds);
   }
 
   std::printf(
@@ -512,32 +525,41 @@ int main(int argc, char** argv) {
   std::printf(
       "|-----------------------------------------|-------|----------|-------|--------------|\n");
   for (int ranks : {1, 2, 4}) {
-    for (const auto& [name, row] :
-         {std::pair<const char*, Row>{"in-process (window+assembler, no gRPC)", best_local[ranks]},
-          std::pair<const char*, Row>{"served over loopback (shardcast-server)",
-                                      best_served[ranks]}}) {
+    std::vector<std::pair<const char*, Row>> rows = {
+        {"in-process (window+assembler, no gRPC)", best_local[ranks]}};
+    for (Transport transport : {kTcp, kUnix})
+      rows.emplace_back(kTransportNames[transport], best_served[{transport, ranks}]);
+    for (const auto& [name, row] : rows) {
       std::printf("| %-39s | %5d | %8.1f | %5.1f | %12.2f |\n", name, ranks, row.images_per_second,
                   row.mb_per_second, row.cpu_ms_per_image);
     }
   }
   std::printf(
-      "\n| served / in-process | ranks | wall images/s, per round: median (min..max) | CPU per "
-      "image |\n");
+      "\n| served / in-process       | ranks | wall images/s, per round: median (min..max) | "
+      "CPU per image |\n");
   std::printf(
-      "|---------------------|-------|---------------------------------------------|----------"
-      "-----|\n");
-  for (int ranks : {1, 2, 4}) {
-    std::vector<double> ratios = round_ratios[ranks];
-    std::sort(ratios.begin(), ratios.end());
-    std::printf("|                     | %5d | %.2fx (%.2f..%.2f)%*s | %12.2fx |\n", ranks,
-                ratios[ratios.size() / 2], ratios.front(), ratios.back(), 24, "",
-                best_served[ranks].cpu_ms_per_image / best_local[ranks].cpu_ms_per_image);
+      "|---------------------------|-------|---------------------------------------------|----"
+      "-----------|\n");
+  for (Transport transport : {kTcp, kUnix}) {
+    for (int ranks : {1, 2, 4}) {
+      std::vector<double> ratios = round_ratios[{transport, ranks}];
+      std::sort(ratios.begin(), ratios.end());
+      std::printf("| %-25s | %5d | %.2fx (%.2f..%.2f)%*s | %12.2fx |\n",
+                  transport == kTcp ? "loopback TCP" : "unix socket", ranks,
+                  ratios[ratios.size() / 2], ratios.front(), ratios.back(), 24, "",
+                  best_served[{transport, ranks}].cpu_ms_per_image /
+                      best_local[ranks].cpu_ms_per_image);
+    }
   }
-  std::printf("\n| wire (one batch re-sent, no decode) | streams | MB/s per stream |\n");
-  std::printf("|-------------------------------------|---------|-----------------|\n");
-  for (int streams : {1, 2}) {
-    std::printf("| shardcast-server -> WireBatch reader | %d       | %15.0f |\n", streams,
-                wire[streams]);
+  std::printf("\n| wire (one batch re-sent, no decode)  | streams | MB/s per stream |\n");
+  std::printf("|--------------------------------------|---------|-----------------|\n");
+  for (Transport transport : {kTcp, kUnix}) {
+    for (int streams : {1, 2}) {
+      std::printf("| %-36s | %-7d | %15.0f |\n",
+                  transport == kTcp ? "loopback TCP -> WireBatch reader"
+                                    : "unix socket -> WireBatch reader",
+                  streams, wire[{transport, streams}]);
+    }
   }
   const int streams = 4;
   const double bound = base_rss + streams * flags.prefetch * kBatchBytes * 1.5;

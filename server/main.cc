@@ -86,7 +86,8 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   flags.String({{"--listen"},
                 "HOST:PORT",
                 "address to listen on; port 0 picks a free port\n"
-                "(printed on stdout)"},
+                "(printed on stdout); unix:PATH for a socket file\n"
+                "(mode 0660: its owner and group may connect)"},
                &o.listen_address);
   flags.Int({{"--decode-threads"}, "N", "decode pool threads; 0 = all cores"}, &o.decode_threads,
             0);
@@ -296,8 +297,7 @@ int main(int argc, char** argv) {
     LogError("server", started.ToString());
     return 1;
   }
-  std::printf("shardcast-server listening on %s:%d\n", ListenHost(options.listen_address).c_str(),
-              server.port());
+  std::printf("shardcast-server listening on %s\n", server.listening_address().c_str());
   if (server.metrics_port() != 0) {
     std::printf("shardcast-server metrics on http://%s:%d/metrics\n",
                 ListenHost(options.metrics_listen_address).c_str(), server.metrics_port());

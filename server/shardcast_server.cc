@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "server/log.h"
 #include "server/metrics_text.h"
+#include "server/unix_socket.h"
 
 namespace shardcast::server {
 
@@ -58,6 +59,12 @@ absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
 ShardcastServer::~ShardcastServer() {
   Shutdown();
   if (indexer_.joinable()) indexer_.join();
+}
+
+std::string ShardcastServer::listening_address() const {
+  if (UnixSocketPath(options_.listen_address).has_value()) return options_.listen_address;
+  const size_t colon = options_.listen_address.rfind(':');
+  return absl::StrCat(options_.listen_address.substr(0, colon), ":", port_);
 }
 
 std::string ShardcastServer::DatasetHealthName(const std::string& dataset) {
@@ -106,6 +113,10 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (!options_.reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  const std::optional<std::string> socket_path = UnixSocketPath(options_.listen_address);
+  if (socket_path.has_value()) {
+    if (absl::Status s = PrepareUnixSocket(*socket_path); !s.ok()) return s;
+  }
   builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(&service_);
   // Find dead peers (a trainer host that vanished without closing its connection) so
@@ -121,6 +132,13 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   if (server_ == nullptr || port_ == 0) {
     server_.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
+  }
+  if (socket_path.has_value()) {
+    if (absl::Status s = RestrictUnixSocket(*socket_path); !s.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      return s;
+    }
   }
   SetServing(false);
   if (!options_.metrics_listen_address.empty()) {
@@ -144,7 +162,8 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     }
   }
   LogInfo("server",
-          absl::StrFormat("listening on port %d (%s%s, %d decode threads, prefetch %d)", port_,
+          absl::StrFormat("listening on %s (%s%s, %d decode threads, prefetch %d)",
+                          listening_address(),
                           options_.tls_cert_file.empty() ? "plaintext" : "TLS",
                           options_.tls_client_ca_file.empty() ? "" : " + client certificates",
                           impl_->pool().threads(), options_.prefetch));

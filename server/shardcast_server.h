@@ -45,8 +45,11 @@ class ShardcastServer {
   // SERVING once it is indexed (the server's own name waits for all of them).
   static std::string DatasetHealthName(const std::string& dataset);
 
-  // The bound port (after Start).
+  // The bound port (after Start); gRPC's placeholder 1 for a unix: address.
   int port() const { return port_; }
+  // What clients connect to (after Start): HOST:PORT with the bound port, or the
+  // unix:PATH address as given.
+  std::string listening_address() const;
   // The bound /metrics port (after Start); 0 when options.metrics_listen_address is empty.
   int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
 

@@ -56,17 +56,20 @@ class ServerProcess:
     line names the port). restart() reuses the port, as a restarted daemon would."""
 
     def __init__(self, build: Path, shards: Path, flags: List[str],
-                 log: Optional[Path] = None) -> None:
+                 log: Optional[Path] = None, unix_socket: Optional[Path] = None) -> None:
         self.binary = build / "server" / "shardcast-server"
         self.shards = shards
         self.flags = flags
         self.log = log  # its stderr goes there (appended) when set
+        self.unix_socket = unix_socket  # set: --listen unix:PATH instead of loopback TCP
         self.port = 0
         self.metrics_port = 0  # with --metrics-listen: the port of /metrics
         self.proc: Optional[subprocess.Popen] = None
 
     @property
     def address(self) -> str:
+        if self.unix_socket is not None:
+            return f"unix:{self.unix_socket}"
         return f"127.0.0.1:{self.port}"
 
     def start(self, extra_flags: Optional[List[str]] = None, timeout: float = 60.0) -> None:
@@ -81,7 +84,11 @@ class ServerProcess:
         if not line.startswith("shardcast-server listening on "):
             self.kill()
             raise RuntimeError(f"shardcast-server did not start: first line {line!r}")
-        self.port = int(line.rsplit(":", 1)[1])
+        if self.unix_socket is None:
+            self.port = int(line.rsplit(":", 1)[1])
+        elif line != f"shardcast-server listening on {self.address}":
+            self.kill()
+            raise RuntimeError(f"not listening on {self.address}: {line!r}")
         if any(a.startswith("--metrics-listen") for a in args):
             # The second line: "shardcast-server metrics on http://HOST:PORT/metrics".
             line = self.proc.stdout.readline().strip()

@@ -19,18 +19,27 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "tests/support/child_process.h"
 #include "tests/support/synthetic_shards.h"  // MakeSyntheticShards, for its users
 
 namespace shardcast::testing_util {
 
-// The port of shardcast-server's first stdout line, "shardcast-server listening on
-// HOST:PORT"; nullopt for any other line.
+// The address of shardcast-server's first stdout line, "shardcast-server listening on
+// ADDRESS" (HOST:PORT, or unix:PATH); nullopt for any other line.
+inline std::optional<std::string> ListeningAddress(const std::string& line) {
+  constexpr absl::string_view kPrefix = "shardcast-server listening on ";
+  if (!absl::StartsWith(line, kPrefix) || line.size() == kPrefix.size()) return std::nullopt;
+  return line.substr(kPrefix.size());
+}
+
+// The port of such a line's HOST:PORT; nullopt for a unix: address or any other line.
 inline std::optional<int> ListeningPort(const std::string& line) {
-  const size_t colon = line.rfind(':');
+  const std::optional<std::string> address = ListeningAddress(line);
   int port = 0;
-  if (!absl::StartsWith(line, "shardcast-server listening on ") || colon == std::string::npos ||
-      !absl::SimpleAtoi(line.substr(colon + 1), &port)) {
+  if (!address.has_value() || absl::StartsWith(*address, "unix:")) return std::nullopt;
+  const size_t colon = address->rfind(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(address->substr(colon + 1), &port)) {
     return std::nullopt;
   }
   return port;
@@ -47,6 +56,7 @@ class ServerChild {
                      const std::string& stderr_path,
                      std::chrono::seconds timeout = std::chrono::seconds(60)) {
     port_ = 0;
+    unix_address_.clear();
     first_line_.clear();
     exit_status_.reset();
     args.insert(args.begin(), std::string(SHARDCAST_BINARY_DIR) + "/server/shardcast-server");
@@ -68,9 +78,15 @@ class ServerChild {
       }
       exit_status_ = child_.WaitFor(std::chrono::milliseconds(20));
     }
-    if (std::optional<int> port = ListeningPort(first_line_)) {
-      port_ = *port;
-      return absl::OkStatus();
+    if (std::optional<std::string> address = ListeningAddress(first_line_)) {
+      if (absl::StartsWith(*address, "unix:")) {
+        unix_address_ = *address;
+        return absl::OkStatus();
+      }
+      if (std::optional<int> port = ListeningPort(first_line_)) {
+        port_ = *port;
+        return absl::OkStatus();
+      }
     }
     return absl::InternalError(
         absl::StrCat(exit_status_.has_value() ? "shardcast-server exited before listening"
@@ -92,15 +108,20 @@ class ServerChild {
     return exit_status_;
   }
 
+  // The TCP port; 0 for a server on a unix: address.
   int port() const { return port_; }
   pid_t pid() const { return child_.pid(); }
   const std::string& first_line() const { return first_line_; }
-  std::string target() const { return absl::StrCat("127.0.0.1:", port_); }
+  // What a client connects to: its unix:PATH, or 127.0.0.1 and its port.
+  std::string target() const {
+    return unix_address_.empty() ? absl::StrCat("127.0.0.1:", port_) : unix_address_;
+  }
   std::string Stderr() const { return child_.Stderr(); }
 
  private:
   ChildProcess child_;
   int port_ = 0;
+  std::string unix_address_;  // unix:PATH when it listens on one
   std::string first_line_;
   std::optional<int> exit_status_;  // once reaped
 };
