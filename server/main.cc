@@ -258,12 +258,6 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   return absl::OkStatus();
 }
 
-// HOST part of HOST:PORT (brackets of an IPv6 address kept).
-std::string ListenHost(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -299,8 +293,8 @@ int main(int argc, char** argv) {
   }
   std::printf("shardcast-server listening on %s\n", server.listening_address().c_str());
   if (server.metrics_port() != 0) {
-    std::printf("shardcast-server metrics on http://%s:%d/metrics\n",
-                ListenHost(options.metrics_listen_address).c_str(), server.metrics_port());
+    std::printf("shardcast-server metrics on http://%s/metrics\n",
+                server.metrics_address().c_str());
   }
   std::fflush(stdout);
 

@@ -61,10 +61,25 @@ ShardcastServer::~ShardcastServer() {
   if (indexer_.joinable()) indexer_.join();
 }
 
+namespace {
+
+// HOST:PORT as configured, with the port gRPC or the kernel bound (a configured 0 is
+// replaced); the brackets of an IPv6 host are kept.
+std::string WithBoundPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
+}
+
+}  // namespace
+
 std::string ShardcastServer::listening_address() const {
   if (UnixSocketPath(options_.listen_address).has_value()) return options_.listen_address;
-  const size_t colon = options_.listen_address.rfind(':');
-  return absl::StrCat(options_.listen_address.substr(0, colon), ":", port_);
+  return WithBoundPort(options_.listen_address, port_);
+}
+
+std::string ShardcastServer::metrics_address() const {
+  if (metrics_ == nullptr) return "";
+  return WithBoundPort(options_.metrics_listen_address, metrics_->port());
 }
 
 std::string ShardcastServer::DatasetHealthName(const std::string& dataset) {
@@ -131,7 +146,10 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot listen on '", options_.listen_address, "'"));
+    // Room for the longest "unix://PATH", so that a socket's path is shown whole.
+    constexpr size_t kAddressLogBytes = sizeof("unix://") + kMaxUnixSocketPathBytes;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", LogSafe(options_.listen_address, kAddressLogBytes), "'"));
   }
   if (socket_path.has_value()) {
     if (absl::Status s = RestrictUnixSocket(*socket_path); !s.ok()) {
@@ -151,8 +169,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
       server_.reset();
       return s;
     }
-    LogInfo("server", absl::StrFormat("metrics on http://%s/metrics (port %d)%s",
-                                      options_.metrics_listen_address, metrics_->port(),
+    LogInfo("server", absl::StrFormat("metrics on http://%s/metrics%s", metrics_address(),
                                       tokens_ != nullptr ? ", bearer token required" : ""));
     if (!options_.tls_cert_file.empty()) {
       LogWarning("server",

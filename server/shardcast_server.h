@@ -52,6 +52,8 @@ class ShardcastServer {
   std::string listening_address() const;
   // The bound /metrics port (after Start); 0 when options.metrics_listen_address is empty.
   int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
+  // HOST:PORT of /metrics with the bound port (after Start); empty without metrics.
+  std::string metrics_address() const;
 
   // Blocks until indexing has finished; its result.
   absl::Status WaitUntilReady() ABSL_LOCKS_EXCLUDED(mu_);

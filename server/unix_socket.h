@@ -9,6 +9,7 @@
 #define SHARDCAST_SERVER_UNIX_SOCKET_H_
 
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <optional>
 #include <string>
@@ -17,6 +18,9 @@
 #include "absl/strings/string_view.h"
 
 namespace shardcast::server {
+
+// The longest path a socket address holds (sun_path less its terminating NUL).
+inline constexpr size_t kMaxUnixSocketPathBytes = sizeof(sockaddr_un::sun_path) - 1;
 
 // The mode the socket file gets once the server listens on it.
 inline constexpr mode_t kUnixSocketMode = 0660;

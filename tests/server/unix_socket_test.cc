@@ -51,6 +51,17 @@ TEST(PrepareUnixSocketTest, RefusesWhatItCannotBindCleanly) {
   EXPECT_FALSE(Exists(dir.path() + "/absent.sock"));
 }
 
+TEST(PrepareUnixSocketTest, APathsControlAndNonUtf8BytesAreEscapedInItsError) {
+  TempDir dir;
+  const std::string hostile = dir.path() + "/evil\n\x1b[2J\xff\xfe.sock";
+  std::ofstream(hostile) << "a file, not a socket\n";
+  const absl::Status refused = server::PrepareUnixSocket(hostile);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("/evil\\n\\x1b[2J\\xff\\xfe.sock' exists and is not"));
+  EXPECT_EQ(std::string(refused.message()).find_first_of("\n\x1b\xff"), std::string::npos);
+  EXPECT_EQ(ReadWholeFile(hostile), "a file, not a socket\n");
+}
+
 class UnixSocketServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -64,6 +75,22 @@ class UnixSocketServerTest : public ::testing::Test {
   static std::vector<std::string> Args() {
     return {"--shards", data(),         "--listen", "unix:" + socket_path(), "--batch-size",
             "8",        "--resize=36", "--crop=32", "--split=sample",         "--decode-threads=2"};
+  }
+
+  // Waits until `server` answers GetStatus serving, then stops it with SIGTERM: exit 0.
+  static void ExpectServingThenStop(ChildServer& server) {
+    auto stub = v1::Shardcast::NewStub(MakeChannel(server.target()));
+    EXPECT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
+                  return s.serving();
+                }).serving());
+    kill(server.pid(), SIGTERM);
+    EXPECT_EQ(server.WaitExit(20), 0);
+  }
+  // Args() listening on `address` instead of the suite's socket.
+  static std::vector<std::string> ArgsListeningOn(const std::string& address) {
+    std::vector<std::string> args = Args();
+    args[3] = address;
+    return args;
   }
 
   static TempDir* dir_;
@@ -110,12 +137,7 @@ TEST_F(UnixSocketServerTest, ASecondServerOnTheSamePathIsRefusedAndTheFirstKeeps
   EXPECT_EQ(second.WaitExit(20), 1);
   EXPECT_THAT(ReadWholeFile(log("second")),
               HasSubstr("another server is listening on '" + socket_path() + "'"));
-  auto stub = v1::Shardcast::NewStub(MakeChannel(first.target()));
-  EXPECT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
-                return s.serving();
-              }).serving());
-  kill(first.pid(), SIGTERM);
-  EXPECT_EQ(first.WaitExit(20), 0);
+  ExpectServingThenStop(first);
 }
 
 TEST_F(UnixSocketServerTest, ACrashedServersSocketIsReplacedAndAnOrdinaryFileIsNot) {
@@ -130,21 +152,31 @@ TEST_F(UnixSocketServerTest, ACrashedServersSocketIsReplacedAndAnOrdinaryFileIsN
     ChildServer next(Args(), log("next"));
     EXPECT_EQ(next.target(), "unix:" + socket_path()) << ReadWholeFile(log("next"));
     EXPECT_THAT(ReadWholeFile(log("next")), HasSubstr("removed the stale socket"));
-    auto stub = v1::Shardcast::NewStub(MakeChannel(next.target()));
-    EXPECT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
-                  return s.serving();
-                }).serving());
-    kill(next.pid(), SIGTERM);
-    EXPECT_EQ(next.WaitExit(20), 0);
+    ExpectServingThenStop(next);
   }
   const std::string file = dir_->path() + "/not-a-socket";
   std::ofstream(file) << "keep me\n";
-  std::vector<std::string> args = Args();
-  args[3] = "unix:" + file;
-  ChildServer refused(args, log("refused"));
+  ChildServer refused(ArgsListeningOn("unix:" + file), log("refused"));
   EXPECT_EQ(refused.WaitExit(20), 1);
   EXPECT_THAT(ReadWholeFile(log("refused")), HasSubstr("exists and is not a socket"));
   EXPECT_EQ(ReadWholeFile(file), "keep me\n");
+}
+
+TEST_F(UnixSocketServerTest, PathsItCannotBindOnExitWithTheReason) {
+  const std::string missing = dir_->path() + "/no-such-dir/s.sock";
+  ChildServer in_missing_dir(ArgsListeningOn("unix:" + missing), log("missing-dir"));
+  EXPECT_EQ(in_missing_dir.WaitExit(20), 1);
+  EXPECT_THAT(ReadWholeFile(log("missing-dir")), HasSubstr("cannot listen on 'unix:" + missing + "'"));
+
+  ChildServer on_a_directory(ArgsListeningOn("unix:" + dir_->path()), log("directory"));
+  EXPECT_EQ(on_a_directory.WaitExit(20), 1);
+  EXPECT_THAT(ReadWholeFile(log("directory")),
+              HasSubstr("'" + dir_->path() + "' exists and is not a socket"));
+
+  ChildServer without_a_path(ArgsListeningOn("unix:"), log("empty"));
+  EXPECT_EQ(without_a_path.WaitExit(20), 1);
+  EXPECT_THAT(ReadWholeFile(log("empty")), HasSubstr("unix: address without a path"));
+  EXPECT_TRUE(S_ISDIR(Mode(dir_->path()))) << "the directory is left as it was";
 }
 
 }  // namespace
