@@ -478,7 +478,8 @@ int main(int argc, char** argv) {
                                     "--log-level",      "warning"};
   };
   enum Transport { kTcp, kUnix };
-  constexpr const char* kTransportNames[] = {"served over loopback TCP", "served over a unix socket"};
+  constexpr const char* kTransportNames[] = {"loopback TCP", "unix socket"};
+  const std::string listen_addresses[] = {"127.0.0.1:0", socket_address};
   InProcessPipeline pipeline(dataset->get(), flags.threads, flags.prefetch);
   std::map<int, Row> best_local;
   std::map<std::pair<Transport, int>, Row> best_served;
@@ -487,8 +488,8 @@ int main(int argc, char** argv) {
   std::map<std::pair<Transport, int>, std::vector<double>> round_ratios;
   int64_t base_rss = 0, peak_rss = 0;
   {
-    ChildServer tcp(server_args("127.0.0.1:0"), scratch / "server-tcp.out");
-    ChildServer unix_socket(server_args(socket_address), scratch / "server-unix.out");
+    ChildServer tcp(server_args(listen_addresses[kTcp]), scratch / "server-tcp.out");
+    ChildServer unix_socket(server_args(listen_addresses[kUnix]), scratch / "server-unix.out");
     const ChildServer* servers[] = {&tcp, &unix_socket};
     for (const ChildServer* server : servers) WaitServing(Connect(server->target()).stub.get());
     base_rss = tcp.Memory("VmRSS:");
@@ -511,10 +512,9 @@ int main(int argc, char** argv) {
   }
   std::map<std::pair<Transport, int>, double> wire;
   for (Transport transport : {kTcp, kUnix}) {
-    std::vector<std::string> args =
-        server_args(transport == kTcp ? "127.0.0.1:0" : socket_address);
+    std::vector<std::string> args = server_args(listen_addresses[transport]);
     args.push_back("--bench-only-resend-first-batch");
-    ChildServer server(args, scratch / "server-wire.out");
+    ChildServer server(args, scratch / absl::StrCat("server-wire-", transport, ".out"));
     WaitServing(Connect(server.target()).stub.get());
     for (int streams : {1, 2})
       wire[{transport, streams}] = WireMBPerStream(server.target(), streams, flags.wire_seconds);
@@ -525,12 +525,15 @@ int main(int argc, char** argv) {
   std::printf(
       "|-----------------------------------------|-------|----------|-------|--------------|\n");
   for (int ranks : {1, 2, 4}) {
-    std::vector<std::pair<const char*, Row>> rows = {
+    std::vector<std::pair<std::string, Row>> rows = {
         {"in-process (window+assembler, no gRPC)", best_local[ranks]}};
-    for (Transport transport : {kTcp, kUnix})
-      rows.emplace_back(kTransportNames[transport], best_served[{transport, ranks}]);
+    for (Transport transport : {kTcp, kUnix}) {
+      rows.emplace_back(absl::StrCat("served over ", kTransportNames[transport]),
+                        best_served[{transport, ranks}]);
+    }
     for (const auto& [name, row] : rows) {
-      std::printf("| %-39s | %5d | %8.1f | %5.1f | %12.2f |\n", name, ranks, row.images_per_second,
+      std::printf("| %-39s | %5d | %8.1f | %5.1f | %12.2f |\n", name.c_str(), ranks,
+                  row.images_per_second,
                   row.mb_per_second, row.cpu_ms_per_image);
     }
   }
@@ -545,7 +548,7 @@ int main(int argc, char** argv) {
       std::vector<double> ratios = round_ratios[{transport, ranks}];
       std::sort(ratios.begin(), ratios.end());
       std::printf("| %-25s | %5d | %.2fx (%.2f..%.2f)%*s | %12.2fx |\n",
-                  transport == kTcp ? "loopback TCP" : "unix socket", ranks,
+                  kTransportNames[transport], ranks,
                   ratios[ratios.size() / 2], ratios.front(), ratios.back(), 24, "",
                   best_served[{transport, ranks}].cpu_ms_per_image /
                       best_local[ranks].cpu_ms_per_image);
@@ -556,8 +559,7 @@ int main(int argc, char** argv) {
   for (Transport transport : {kTcp, kUnix}) {
     for (int streams : {1, 2}) {
       std::printf("| %-36s | %-7d | %15.0f |\n",
-                  transport == kTcp ? "loopback TCP -> WireBatch reader"
-                                    : "unix socket -> WireBatch reader",
+                  absl::StrCat(kTransportNames[transport], " -> WireBatch reader").c_str(),
                   streams, wire[{transport, streams}]);
     }
   }
