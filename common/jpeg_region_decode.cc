@@ -12,6 +12,11 @@
 #include <jerror.h>
 // clang-format on
 
+#if defined(SHARDCAST_EXPECT_JPEG_LIB_VERSION) && \
+    JPEG_LIB_VERSION != SHARDCAST_EXPECT_JPEG_LIB_VERSION
+#error "jconfig.h: not the JPEG_LIB_VERSION this compile check asked for"
+#endif
+
 #include <algorithm>
 #include <csetjmp>
 #include <cstdint>
@@ -24,6 +29,18 @@
 namespace shardcast {
 namespace internal {
 namespace {
+
+// Output rows of one DCT block row after scaling. libjpeg 7 scales each axis on its
+// own (min_DCT_h/v_scaled_size); libjpeg-turbo built with the 6.2 API (Debian's
+// libjpeg62-turbo) keeps the single min_DCT_scaled_size, the 8 API (Ubuntu's
+// libjpeg-turbo8) the pair. CMake compiles this file against both (common/CMakeLists.txt).
+int MinDctRowsScaled(const jpeg_decompress_struct& cinfo) {
+#if JPEG_LIB_VERSION >= 70
+  return cinfo.min_DCT_v_scaled_size;
+#else
+  return cinfo.min_DCT_scaled_size;
+#endif
+}
 
 // As TJFLAG_LIMITSCANS: each scan re-walks the coefficients, so a small file of
 // thousands of scans could hold a decode thread for minutes.
@@ -152,7 +169,7 @@ bool DecodeRows(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_v
   if (width < cinfo->output_width) jpeg_crop_scanline(cinfo, &xoffset, &width);
   // Skipping to an iMCU row boundary: a skip that starts inside a row group is where
   // libjpeg-turbo's skip logic has had bugs (libjpeg-turbo issue #915).
-  const int imcu_rows = cinfo->max_v_samp_factor * cinfo->min_DCT_scaled_size;
+  const int imcu_rows = cinfo->max_v_samp_factor * MinDctRowsScaled(*cinfo);
   const int first_row = want.y / imcu_rows * imcu_rows;
   const int end_row = want.y + want.height;
   got->x = static_cast<int>(xoffset);
