@@ -15,7 +15,6 @@
 //                     (parse copy, from_blob, torch normalize ops),
 //                     without its sequence check: what reads the bench-only server that
 //                     re-sends batch 0
-#include <grpcpp/grpcpp.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -26,17 +25,14 @@
 #include <thread>
 #include <vector>
 
+#include "bench/raw_stream_reader.h"
 #include "client/batch_stream.h"
-#include "client/protocol/channel.h"
 #include "client/protocol/client_security.h"
 #include "client/protocol/receive_memory.h"
-#include "client/protocol/wire_batch.h"
 #include "common/flags.h"
-#include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace {
 
-namespace v1 = shardcast::v1;
 using Clock = std::chrono::steady_clock;
 
 struct Args {
@@ -56,16 +52,14 @@ struct Args {
   std::exit(1);
 }
 
-v1::RegisterRequest Job(const Args& a) {
-  v1::RegisterRequest job;
-  job.set_job_id(a.job_id);
-  job.set_rank(0);
-  job.set_world_size(1);
-  job.set_batch_size(a.batch);
-  job.set_split(v1::SPLIT_SAMPLE);
-  job.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
-  job.mutable_transform()->set_resize(a.resize);
-  job.mutable_transform()->set_crop(a.crop);
+shardcast::client::RankJob Job(const Args& a) {
+  shardcast::client::RankJob job;
+  job.job_id = a.job_id;
+  job.overrides.batch_size = a.batch;
+  job.overrides.split = shardcast::Split::kSample;
+  job.overrides.transform_mode = shardcast::TransformMode::kCenter;
+  job.overrides.resize = a.resize;
+  job.overrides.crop = a.crop;
   return job;
 }
 
@@ -93,9 +87,8 @@ class Normalizer {
   Normalizer()
       : mean_(torch::tensor({0.485f, 0.456f, 0.406f}).view({1, 3, 1, 1})),
         std_(torch::tensor({0.229f, 0.224f, 0.225f}).view({1, 3, 1, 1})) {}
-  torch::Tensor operator()(v1::Batch* msg) const {
-    std::vector<int64_t> shape(msg->shape().begin(), msg->shape().end());
-    torch::Tensor u8 = torch::from_blob(msg->mutable_images()->data(), shape, torch::kUInt8);
+  torch::Tensor operator()(uint8_t* pixels, const std::vector<int64_t>& shape) const {
+    torch::Tensor u8 = torch::from_blob(pixels, shape, torch::kUInt8);
     return u8.to(torch::kFloat32).div_(255.0f).sub_(mean_).div_(std_);
   }
 
@@ -104,61 +97,34 @@ class Normalizer {
   torch::Tensor std_;
 };
 
-// The images of one epoch's stream read as WireBatch messages (nothing parsed but the
-// header; the slices are dropped unread).
-int64_t ReadWireBatches(const shardcast::client::WireBatchStub& stub,
-                        const v1::StreamBatchesRequest& request) {
-  grpc::ClientContext context;
-  auto reader = stub.StreamBatches(&context, request);
-  int64_t images = 0;
-  shardcast::client::WireBatch batch;
-  while (reader->Read(&batch)) images += batch.header().labels_size();
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) Die("stream: " + s.error_message());
-  return images;
-}
-
 // A stub reader over `epochs` epochs (registration not timed). With `tensors`, each
 // batch also becomes a normalized float tensor; with `wire`, batches are read as
 // WireBatch instead of parsed.
 void Raw(const Args& a, bool tensors, bool wire) {
-  shardcast::client::ChannelOptions options;
-  options.target = a.server;
-  options.credentials = a.security.credentials;
-  options.bearer_token = a.security.bearer_token;
-  std::shared_ptr<grpc::Channel> channel = shardcast::client::MakeChannel(options);
-  auto stub = v1::Shardcast::NewStub(channel);
-  const shardcast::client::WireBatchStub wire_stub(channel);
-  v1::RegisterResponse reg;
-  grpc::ClientContext register_context;
-  register_context.set_wait_for_ready(true);
-  register_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  grpc::Status s = stub->Register(&register_context, Job(a), &reg);
-  if (!s.ok()) Die("register: " + s.error_message());
+  shardcast::bench::RawStreamJob job;
+  job.server = a.server;
+  job.credentials = a.security.credentials;
+  job.bearer_token = a.security.bearer_token;
+  job.job_id = a.job_id;
+  job.batch = a.batch;
+  job.resize = a.resize;
+  job.crop = a.crop;
+  auto reader = shardcast::bench::RawStreamReader::Register(job);
+  if (!reader.ok()) Die(reader.status().ToString());
   const Normalizer normalize;
-  int64_t images = 0;
   double checksum = 0;
-  const Timer timer;
-  for (int e = 0; e < a.epochs; ++e) {
-    grpc::ClientContext context;
-    v1::StreamBatchesRequest request;
-    request.set_job_id(a.job_id);
-    request.set_epoch(e);
-    request.set_job_fingerprint(reg.job_fingerprint());
-    if (wire) {
-      images += ReadWireBatches(wire_stub, request);
-      continue;
-    }
-    auto reader = stub->StreamBatches(&context, request);
-    v1::Batch batch;
-    while (reader->Read(&batch)) {
-      images += batch.labels_size();
-      if (tensors) checksum += normalize(&batch).data_ptr<float>()[0];
-    }
-    s = reader->Finish();
-    if (!s.ok()) Die("stream: " + s.error_message());
+  shardcast::bench::RawBatchCallback on_batch;
+  if (tensors) {
+    on_batch = [&](uint8_t* pixels, const std::vector<int64_t>& shape) {
+      checksum += normalize(pixels, shape).data_ptr<float>()[0];
+    };
   }
-  timer.Print(a.mode, images);
+  const Timer timer;
+  absl::StatusOr<int64_t> images = (*reader)->ReadEpochs(
+      a.epochs, wire ? shardcast::bench::RawRead::kWire : shardcast::bench::RawRead::kParse,
+      on_batch);
+  if (!images.ok()) Die(images.status().ToString());
+  timer.Print(a.mode, *images);
   if (checksum == 12345.678) std::printf(" ");  // keeps the tensor work observable
 }
 

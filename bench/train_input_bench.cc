@@ -6,7 +6,6 @@
 //   train_input_bench [--samples N] [--size S] [--resize R] [--crop C] [--batch B]
 //                     [--epochs E] [--rounds R] [--steps K] [--decode-threads T]
 // Throughput rows are the best of R interleaved rounds (the machine may be shared).
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <torch/torch.h>
 
@@ -19,10 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "bench/raw_stream_reader.h"
 #include "client/batch_stream.h"
-#include "client/protocol/channel.h"
 #include "client/train/resnet.h"
-#include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -33,7 +31,6 @@ using Clock = std::chrono::steady_clock;
 using shardcast::BatchStream;
 using shardcast::BatchStreamOptions;
 using shardcast::TrainingBatch;
-namespace v1 = shardcast::v1;
 namespace tu = shardcast::testing_util;
 
 struct Args {
@@ -64,50 +61,33 @@ std::string g_scratch;  // removed by Die() too
   std::exit(1);
 }
 
-v1::RegisterRequest Job(const Args& a, const std::string& id) {
-  v1::RegisterRequest job;
-  job.set_job_id(id);
-  job.set_rank(0);
-  job.set_world_size(1);
-  job.set_batch_size(a.batch);
-  job.set_split(v1::SPLIT_SAMPLE);
-  job.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
-  job.mutable_transform()->set_resize(a.resize);
-  job.mutable_transform()->set_crop(a.crop);
+shardcast::client::RankJob Job(const Args& a, const std::string& id) {
+  shardcast::client::RankJob job;
+  job.job_id = id;
+  job.overrides.batch_size = a.batch;
+  job.overrides.split = shardcast::Split::kSample;
+  job.overrides.transform_mode = shardcast::TransformMode::kCenter;
+  job.overrides.resize = a.resize;
+  job.overrides.crop = a.crop;
   return job;
 }
 
 // Raw gRPC consumption: read every message of `epochs` epochs, touch nothing.
 double RawGrpcImagesPerSecond(const std::string& server, const Args& a, const std::string& id,
                               int epochs) {
-  shardcast::client::ChannelOptions channel;
-  channel.target = server;
-  auto stub = v1::Shardcast::NewStub(shardcast::client::MakeChannel(channel));
-  v1::RegisterResponse reg;
-  // UNAVAILABLE while the server is still indexing: retry for up to a minute.
-  for (int attempt = 0;; ++attempt) {
-    grpc::ClientContext ctx;
-    grpc::Status s = stub->Register(&ctx, Job(a, id), &reg);
-    if (s.ok()) break;
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= 600) {
-      Die("register: " + s.error_message());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  int64_t images = 0;
+  shardcast::bench::RawStreamJob job;
+  job.server = server;
+  job.job_id = id;
+  job.batch = a.batch;
+  job.resize = a.resize;
+  job.crop = a.crop;
+  auto reader = shardcast::bench::RawStreamReader::Register(job);
+  if (!reader.ok()) Die(reader.status().ToString());
   const auto t0 = Clock::now();
-  for (int e = 0; e < epochs; ++e) {
-    grpc::ClientContext ctx;
-    v1::StreamBatchesRequest req;
-    req.set_job_id(id);
-    req.set_epoch(e);
-    auto reader = stub->StreamBatches(&ctx, req);
-    v1::Batch batch;
-    while (reader->Read(&batch)) images += batch.labels_size();
-    grpc::Status s = reader->Finish();
-    if (!s.ok()) Die("stream: " + s.error_message());
-  }
-  return images / Seconds(t0);
+  absl::StatusOr<int64_t> images =
+      (*reader)->ReadEpochs(epochs, shardcast::bench::RawRead::kParse, nullptr);
+  if (!images.ok()) Die(images.status().ToString());
+  return *images / Seconds(t0);
 }
 
 std::unique_ptr<BatchStream> Connect(const std::string& server, const Args& a,
@@ -288,7 +268,7 @@ int main(int argc, char** argv) {
 
   // (b) ResNet-18 steps.
   auto stream = Connect(decoding.address(), a, "resnet");
-  const int num_classes = stream->registration().num_classes();
+  const int num_classes = stream->registration().num_classes;
   const StepStats mem = ResNetSteps(a, num_classes, nullptr);
   const StepStats served = ResNetSteps(a, num_classes, stream.get());
   std::printf(

@@ -1,4 +1,4 @@
-// BatchStream: RankStream's batches as torch tensors (see batch_stream.h).
+// BatchStream: RankFeed's batches as torch tensors (see batch_stream.h).
 #include "client/batch_stream.h"
 
 #include <ATen/Parallel.h>
@@ -27,16 +27,16 @@ absl::StatusOr<std::unique_ptr<BatchStream>> BatchStream::Connect(BatchStreamOpt
         "Building with CUDA)",
         options.device.str()));
   }
-  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(options);
+  absl::StatusOr<std::unique_ptr<client::RankFeed>> stream = client::RankFeed::Connect(options);
   if (!stream.ok()) return stream.status();
   return std::unique_ptr<BatchStream>(new BatchStream(std::move(options), *std::move(stream)));
 }
 
-BatchStream::BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankStream> stream)
+BatchStream::BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankFeed> stream)
     : options_(std::move(options)), stream_(std::move(stream)) {}
 BatchStream::~BatchStream() = default;
 
-const shardcast::v1::RegisterResponse& BatchStream::registration() const {
+const client::Registration& BatchStream::registration() const {
   return stream_->registration();
 }
 int64_t BatchStream::batches_per_epoch() const { return stream_->batches_per_epoch(); }
@@ -49,20 +49,20 @@ absl::Status BatchStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t
 }
 
 absl::StatusOr<std::optional<TrainingBatch>> BatchStream::Next() {
-  absl::StatusOr<std::optional<client::ReceivedBatch>> received = stream_->Next();
+  absl::StatusOr<std::optional<client::FeedBatch>> received = stream_->Next();
   if (!received.ok()) return received.status();
   if (!received->has_value()) return std::optional<TrainingBatch>();
-  client::ReceivedBatch msg = **std::move(received);
-  const int64_t epoch = msg->epoch();
-  const int64_t index = msg->index();
+  client::FeedBatch batch = **std::move(received);
+  const int64_t epoch = batch.epoch();
+  const int64_t index = batch.index();
   // Tensor code reports failures (device out of memory, a broken CUDA context) as
   // c10::Error; they become a status here, as every other failure of Next() does.
   try {
-    return std::optional<TrainingBatch>(ToTensors(std::move(msg)));
+    return std::optional<TrainingBatch>(ToTensors(std::move(batch)));
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrFormat(
         "job '%s' rank %d epoch %d batch %d: converting to tensors on %s failed: %s",
-        options_.job.job_id(), options_.job.rank(), epoch, index, options_.device.str(),
+        options_.job.job_id, options_.job.rank, epoch, index, options_.device.str(),
         e.what_without_backtrace()));
   }
 }
@@ -79,10 +79,10 @@ struct ChannelRun {
 
 // Splits the received chunks at channel-plane boundaries (planes of `plane` bytes,
 // channels cycling 0,1,2), so each run is normalized with one channel's table.
-std::vector<ChannelRun> ChannelRuns(const client::WireBatch& wire, int64_t plane) {
+std::vector<ChannelRun> ChannelRuns(const client::FeedBatch& batch, int64_t plane) {
   std::vector<ChannelRun> runs;
   int64_t offset = 0;
-  for (absl::Span<const uint8_t> chunk : wire.image_chunks()) {
+  for (absl::Span<const uint8_t> chunk : batch.image_chunks()) {
     const uint8_t* p = chunk.data();
     int64_t left = static_cast<int64_t>(chunk.size());
     while (left > 0) {
@@ -100,18 +100,17 @@ std::vector<ChannelRun> ChannelRuns(const client::WireBatch& wire, int64_t plane
 }  // namespace
 
 torch::Tensor TrainingBatch::ImagesUint8() const {
-  const shardcast::v1::Batch& header = received->header();
-  std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-  const std::vector<absl::Span<const uint8_t>>& chunks = received->image_chunks();
+  const std::vector<int64_t>& shape = received.shape();
+  const std::vector<absl::Span<const uint8_t>>& chunks = received.image_chunks();
   if (chunks.size() == 1) {
     // Read-only use: the bytes belong to the received buffer `keep` holds.
-    client::ReceivedBatch keep = received;
+    std::shared_ptr<const void> keep = received.image_owner();
     return torch::from_blob(
         const_cast<uint8_t*>(chunks[0].data()), shape, [keep](void*) mutable { keep.reset(); },
         torch::kUInt8);
   }
   torch::Tensor copy = torch::empty(shape, torch::kUInt8);
-  received->CopyImagesTo(copy.data_ptr<uint8_t>());
+  received.CopyImagesTo(copy.data_ptr<uint8_t>());
   return copy;
 }
 
@@ -139,25 +138,21 @@ void BatchStream::SetNormalization(const torch::Device& device) {
 // the received bytes through the table; for CUDA one copy into pinned memory, sent
 // non_blocking and normalized on the device. Either way the pixels are read once from
 // the received buffer: no parse copy before.
-TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
+TrainingBatch BatchStream::ToTensors(client::FeedBatch received) {
   TrainingBatch out;
-  const shardcast::v1::Batch& header = msg->header();
-  out.epoch = header.epoch();
-  out.index = header.index();
-  const int64_t b = header.shape(0);
-  const std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
+  out.epoch = received.epoch();
+  out.index = received.index();
+  const std::vector<int64_t>& shape = received.shape();
+  const int64_t b = shape[0];
 
   torch::Tensor labels = torch::empty({b}, torch::kInt64);
   torch::Tensor valid = torch::empty({b}, torch::kBool);
   int64_t* labels_data = labels.data_ptr<int64_t>();
   bool* valid_data = valid.data_ptr<bool>();
-  out.samples.reserve(b);
+  out.samples = received.samples();
   for (int64_t i = 0; i < b; ++i) {
-    const shardcast::v1::SampleInfo& info = header.samples(i);
-    labels_data[i] = header.labels(i);
-    valid_data[i] = info.valid();
-    out.samples.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(), info.valid(),
-                                     info.substituted()});
+    labels_data[i] = received.labels()[i];
+    valid_data[i] = out.samples[i].valid;
   }
 
   const torch::Device device = options_.device;
@@ -165,7 +160,7 @@ TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
   if (device.is_cpu()) {
     out.images = torch::empty(shape, torch::kFloat32);
     float* target = out.images.data_ptr<float>();
-    const std::vector<ChannelRun> runs = ChannelRuns(*msg, shape[2] * shape[3]);
+    const std::vector<ChannelRun> runs = ChannelRuns(received, shape[2] * shape[3]);
     const float* table = normalize_table_.data();
     at::parallel_for(0, static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
@@ -183,13 +178,13 @@ TrainingBatch BatchStream::ToTensors(client::ReceivedBatch msg) {
     const bool pin = device.is_cuda();
     torch::Tensor staged =
         torch::empty(shape, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pin));
-    msg->CopyImagesTo(staged.data_ptr<uint8_t>());
+    received.CopyImagesTo(staged.data_ptr<uint8_t>());
     torch::Tensor images = staged.to(device, /*non_blocking=*/pin);
     out.labels = (pin ? labels.pin_memory() : labels).to(device, /*non_blocking=*/pin);
     out.valid = (pin ? valid.pin_memory() : valid).to(device, /*non_blocking=*/pin);
     out.images = images.to(torch::kFloat32).div_(255.0f).sub_(mean_).div_(std_);
   }
-  out.received = std::move(msg);
+  out.received = std::move(received);
   return out;
 }
 

@@ -1,9 +1,9 @@
 // BatchStream: one rank's stream of a shardcast job as torch tensors. The protocol
-// (register, prefetch, checks, reconnect and resume) is RankStream's
-// (client/protocol/rank_stream.h); this adds the tensors: the received image bytes,
-// kept in gRPC's buffers (client/protocol/wire_batch.h), are read once, into pinned
-// memory for a non_blocking copy to CUDA (normalized there) or straight into
-// normalized floats on the CPU.
+// (register, prefetch, checks, reconnect and resume) is RankStream's, seen through
+// RankFeed's plain types (client/protocol/rank_feed.h: no generated protobuf code meets
+// LibTorch's headers); this adds the tensors: the received image bytes, kept in gRPC's
+// buffers, are read once, into pinned memory for a non_blocking copy to CUDA
+// (normalized there) or straight into normalized floats on the CPU.
 #ifndef SHARDCAST_CLIENT_BATCH_STREAM_H_
 #define SHARDCAST_CLIENT_BATCH_STREAM_H_
 
@@ -17,14 +17,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/protocol/rank_stream.h"
-#include "shardcast/v1/shardcast.pb.h"
+#include "client/protocol/rank_feed.h"
 
 namespace shardcast {
 
 // The protocol's options (server, credentials, job, prefetch, reconnect) plus where
 // the tensors go.
-struct BatchStreamOptions : client::RankStreamOptions {
+struct BatchStreamOptions : client::RankFeedOptions {
   // For CUDA the host tensor is pinned and copied non_blocking.
   torch::Device device = torch::kCPU;
   // Normalization applied on `device`: (x/255 - mean) / std, per channel.
@@ -32,13 +31,7 @@ struct BatchStreamOptions : client::RankStreamOptions {
   std::vector<double> std = {0.229, 0.224, 0.225};
 };
 
-struct SampleMeta {
-  std::string key;
-  int32_t shard = -1;
-  int32_t index_in_shard = -1;
-  bool valid = true;
-  bool substituted = false;
-};
+using SampleMeta = client::SampleMeta;
 
 struct TrainingBatch {
   int64_t epoch = 0;
@@ -47,7 +40,7 @@ struct TrainingBatch {
   torch::Tensor labels;  // [B] int64 on options.device (-1 for padding)
   torch::Tensor valid;   // [B] bool on options.device
   std::vector<SampleMeta> samples;
-  client::ReceivedBatch received;  // the message as received, pixels included
+  client::FeedBatch received;  // the batch as received, pixels included
 
   // The received pixels as [B,3,C,C] uint8 on the CPU: a view of the received buffer
   // when gRPC delivered them in one piece, else a copy made by this call.
@@ -56,13 +49,13 @@ struct TrainingBatch {
 
 class BatchStream {
  public:
-  // Checks mean/std/device, then RankStream::Connect.
+  // Checks mean/std/device, then RankFeed::Connect.
   static absl::StatusOr<std::unique_ptr<BatchStream>> Connect(BatchStreamOptions options);
   ~BatchStream();
   BatchStream(const BatchStream&) = delete;
   BatchStream& operator=(const BatchStream&) = delete;
 
-  const shardcast::v1::RegisterResponse& registration() const;
+  const client::Registration& registration() const;
   int64_t batches_per_epoch() const;
 
   // Starts streaming `epoch` from `start_batch` (cancels any stream in progress);
@@ -71,20 +64,20 @@ class BatchStream {
   // Batches of the epoch last started (RankStream::batches_in_epoch).
   int64_t batches_in_epoch() const;
 
-  // RankStream::Next as tensors; a tensor failure (device out of memory) is a status.
+  // RankFeed::Next as tensors; a tensor failure (device out of memory) is a status.
   absl::StatusOr<std::optional<TrainingBatch>> Next();
 
   // Reconnects made so far (for tests and metrics).
   int64_t reconnects() const;
 
  private:
-  BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankStream> stream);
-  TrainingBatch ToTensors(client::ReceivedBatch msg);
+  BatchStream(BatchStreamOptions options, std::unique_ptr<client::RankFeed> stream);
+  TrainingBatch ToTensors(client::FeedBatch received);
   // Sets mean_/std_ on `device` (and the CPU table) unless they are there already.
   void SetNormalization(const torch::Device& device);
 
   const BatchStreamOptions options_;
-  const std::unique_ptr<client::RankStream> stream_;
+  const std::unique_ptr<client::RankFeed> stream_;
   // Normalization constants on the device of the last batch (consumer thread only).
   torch::Tensor mean_;
   torch::Tensor std_;

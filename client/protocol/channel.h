@@ -79,7 +79,7 @@ bool IsHandshakeFailure(const grpc::Status& status);
 // shutdown"): what a TLS server does
 // to a plaintext client or to a client without the certificate it requires, but also
 // what a proxy in front of a server still starting does, so callers only give up after
-// it persisted (RankStreamOptions::handshake_refusal_seconds).
+// it persisted (StreamSettings::handshake_refusal_seconds).
 bool IsClosedDuringConnect(const grpc::Status& status);
 
 // Whether a reconnect could ever fix `status`: false for a refused token or

@@ -18,44 +18,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/protocol/stream_settings.h"
 #include "client/protocol/wire_batch.h"
 #include "shardcast/v1/shardcast.pb.h"
 
-namespace grpc {
-class ChannelCredentials;
-}  // namespace grpc
-
 namespace shardcast::client {
 
-struct RankStreamOptions {
-  std::string server;  // gRPC target, "host:port"
-  // nullptr = plaintext. Passed to MakeChannel (client/protocol/channel.h), as is the
-  // bearer token (empty = none); client_security.h makes both from the flags.
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string bearer_token;
+struct RankStreamOptions : StreamSettings {
   shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
-  int prefetch = 4;                    // batches buffered ahead of the consumer (>= 1)
-  // Reconnect with exponential backoff (initial..max) for at most this long before
-  // giving up on a dead server.
-  double reconnect_initial_seconds = 0.1;
-  double reconnect_max_seconds = 2.0;
-  double reconnect_deadline_seconds = 120.0;
-  // A peer that keeps accepting the connection and closing it during the handshake
-  // (ClosedDuringConnect: a TLS server this client speaks plaintext to, or one that
-  // requires a client certificate this client lacks) for this long is reported as such
-  // instead of being retried until the reconnect deadline. Not immediately, because a
-  // proxy in front of a server that is still starting (docker's port publishing) looks
-  // the same for a few seconds.
-  double handshake_refusal_seconds = 10.0;
-  // Progress deadline, 0 = off. gRPC's sync Read() waits forever on a server that
-  // keeps the connection open but sends nothing (stopped, deadlocked, swapping), so a
-  // watchdog cancels a stream that has delivered no batch for this long, counted from
-  // the request or from when the next message was asked for (time the consumer takes
-  // before making room in the prefetch queue never counts). The rank then reconnects
-  // as after a broken stream; if that brings no batch within another such period
-  // either, Next() fails with DEADLINE_EXCEEDED naming server, job, rank, epoch, batch
-  // and the timeout. Generous by default: an epoch's first batch waits for decoding.
-  double stream_timeout_seconds = 120.0;
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal

@@ -12,13 +12,13 @@ class ServerBatchSource : public BatchSource {
  public:
   explicit ServerBatchSource(std::unique_ptr<BatchStream> stream) : stream_(std::move(stream)) {}
   int64_t batches_per_epoch() const override { return stream_->batches_per_epoch(); }
-  int64_t num_classes() const override { return stream_->registration().num_classes(); }
-  std::string fingerprint() const override { return stream_->registration().job_fingerprint(); }
+  int64_t num_classes() const override { return stream_->registration().num_classes; }
+  std::string fingerprint() const override { return stream_->registration().job_fingerprint; }
   std::string Describe() const override {
-    const auto& r = stream_->registration();
+    const client::Registration& r = stream_->registration();
     return absl::StrFormat("server %s: %d samples, %d classes, %d batches/epoch/rank, job %s",
-                           r.server_version(), r.num_samples(), r.num_classes(),
-                           r.batches_per_epoch(), r.job_fingerprint());
+                           r.server_version, r.num_samples, r.num_classes, r.batches_per_epoch,
+                           r.job_fingerprint);
   }
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch) override {
     return stream_->StartEpoch(epoch, start_batch);

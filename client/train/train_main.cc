@@ -29,7 +29,6 @@
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
 #include "common/job_config.h"
-#include "proto/job_config_proto.h"
 
 namespace shardcast::train {
 namespace {
@@ -87,14 +86,13 @@ std::string GenerateJobId() {
   return absl::StrFormat("run-%s-%d-%08x", host, ::getpid(), entropy());
 }
 
-shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o, const std::string& job_id) {
-  shardcast::v1::RegisterRequest job;
-  job.set_job_id(job_id);
-  job.set_rank(o.rank);
-  job.set_world_size(o.world_size);
-  job.set_dataset(o.dataset);
-  // Unset fields stay unset on the wire: the server's defaults apply.
-  SetRequestOverrides(o.job, &job);
+client::RankJob MakeJob(const TrainOptions& o, const std::string& job_id) {
+  client::RankJob job;
+  job.job_id = job_id;
+  job.rank = o.rank;
+  job.world_size = o.world_size;
+  job.dataset = o.dataset;
+  job.overrides = o.job;  // unset fields stay unset on the wire: the server's defaults apply
   return job;
 }
 
@@ -102,43 +100,40 @@ shardcast::v1::RegisterRequest MakeJob(const TrainOptions& o, const std::string&
 // pad (every val sample exactly once over the ranks), the center transform with the
 // training job's resize and crop. `train` is the training job's registration (null
 // with --eval-only: then the flags' resize/crop, or the server's defaults).
-shardcast::v1::RegisterRequest MakeValJob(const TrainOptions& o, const std::string& job_id,
-                                          const shardcast::v1::RegisterResponse* train) {
-  JobOverrides val;
+client::RankJob MakeValJob(const TrainOptions& o, const std::string& job_id,
+                           const client::Registration* train) {
+  client::RankJob job;
+  job.job_id = job_id + "-val";
+  job.rank = o.rank;
+  job.world_size = o.world_size;
+  job.dataset = o.val_dataset;
+  JobOverrides& val = job.overrides;
   val.batch_size = o.val_batch_size > 0 ? std::optional<int32_t>(o.val_batch_size)
-                   : train != nullptr   ? std::optional<int32_t>(train->batch_size())
+                   : train != nullptr   ? std::optional<int32_t>(train->config.plan.batch_size)
                                         : o.job.batch_size;
   val.split = Split::kSample;
   val.remainder = Remainder::kPad;
   val.transform_mode = TransformMode::kCenter;
-  val.resize =
-      train != nullptr ? std::optional<int32_t>(train->transform().resize()) : o.job.resize;
-  val.crop = train != nullptr ? std::optional<int32_t>(train->transform().crop()) : o.job.crop;
-  shardcast::v1::RegisterRequest job;
-  job.set_job_id(job_id + "-val");
-  job.set_rank(o.rank);
-  job.set_world_size(o.world_size);
-  job.set_dataset(o.val_dataset);
-  SetRequestOverrides(val, &job);
+  val.resize = train != nullptr ? std::optional<int32_t>(train->config.transform.resize)
+                                : o.job.resize;
+  val.crop = train != nullptr ? std::optional<int32_t>(train->config.transform.crop) : o.job.crop;
   return job;
 }
 
 // A val set is only comparable when its labels mean the training set's classes.
-absl::Status CheckSameClasses(const TrainOptions& o, const shardcast::v1::RegisterResponse& train,
-                              const shardcast::v1::RegisterResponse& val) {
-  const bool names_differ = train.class_names_size() > 0 && val.class_names_size() > 0 &&
-                            !std::equal(train.class_names().begin(), train.class_names().end(),
-                                        val.class_names().begin(), val.class_names().end());
-  if (train.num_classes() == val.num_classes() && !names_differ) return absl::OkStatus();
+absl::Status CheckSameClasses(const TrainOptions& o, const client::Registration& train,
+                              const client::Registration& val) {
+  const bool names_differ = !train.class_names.empty() && !val.class_names.empty() &&
+                            train.class_names != val.class_names;
+  if (train.num_classes == val.num_classes && !names_differ) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "--val-dataset %s has %d classes%s, the training set '%s' has %d%s: a val set must "
       "label the training set's classes",
-      o.val_dataset, val.num_classes(), names_differ ? " with other names" : "", train.dataset(),
-      train.num_classes(), names_differ ? " (class names differ)" : ""));
+      o.val_dataset, val.num_classes, names_differ ? " with other names" : "", train.dataset,
+      train.num_classes, names_differ ? " (class names differ)" : ""));
 }
 
-std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o,
-                                           shardcast::v1::RegisterRequest job,
+std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJob job,
                                            torch::Device device) {
   BatchStreamOptions stream_options;
   stream_options.server = o.server;
@@ -147,7 +142,7 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o,
   stream_options.credentials = security->credentials;
   stream_options.bearer_token = security->bearer_token;
   const std::string what =
-      job.dataset().empty() ? std::string() : absl::StrCat(" (dataset '", job.dataset(), "')");
+      job.dataset.empty() ? std::string() : absl::StrCat(" (dataset '", job.dataset, "')");
   stream_options.job = std::move(job);
   stream_options.prefetch = o.prefetch;
   stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
@@ -240,7 +235,7 @@ int RunRank(const TrainOptions& o) {
   if (!job_id.ok()) Fail(job_id.status());
 
   std::unique_ptr<BatchSource> source;  // null with --eval-only
-  shardcast::v1::RegisterResponse train_registration;
+  client::Registration train_registration;
   int64_t batch_size = 0;  // as the source deals them: recorded in checkpoints
   if (o.synthetic_batches > 0) {
     SyntheticSpec spec;
@@ -256,7 +251,7 @@ int RunRank(const TrainOptions& o) {
     source = MakeSyntheticBatchSource(spec);
   } else if (!o.eval_only) {
     std::unique_ptr<BatchStream> stream = ConnectOrFail(o, MakeJob(o, *job_id), *device);
-    batch_size = stream->registration().batch_size();
+    batch_size = stream->registration().config.plan.batch_size;
     train_registration = stream->registration();
     source = MakeServerBatchSource(std::move(stream));
   }
@@ -271,7 +266,7 @@ int RunRank(const TrainOptions& o) {
         Fail(s);
       }
     }
-    val_samples = stream->registration().num_samples();
+    val_samples = stream->registration().num_samples;
     val_source = MakeServerBatchSource(std::move(stream));
   }
   // What the model is sized by, and what rank 0 describes.

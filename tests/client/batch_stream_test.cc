@@ -52,16 +52,16 @@ class BatchStreamTest : public ::testing::Test {
   static BatchStreamOptions Options(const std::string& job, int rank, int world) {
     BatchStreamOptions options;
     options.server = server_->address();
-    options.job.set_job_id(job);
-    options.job.set_rank(rank);
-    options.job.set_world_size(world);
-    options.job.set_batch_size(kBatch);
-    options.job.set_split(v1::SPLIT_SAMPLE);
-    options.job.set_remainder(v1::REMAINDER_DROP);
-    options.job.set_seed(11);
-    options.job.mutable_transform()->set_mode(v1::TRANSFORM_MODE_CENTER);
-    options.job.mutable_transform()->set_resize(kResize);
-    options.job.mutable_transform()->set_crop(kCrop);
+    options.job.job_id = job;
+    options.job.rank = rank;
+    options.job.world_size = world;
+    options.job.overrides.batch_size = kBatch;
+    options.job.overrides.split = Split::kSample;
+    options.job.overrides.remainder = Remainder::kDrop;
+    options.job.overrides.seed = 11;
+    options.job.overrides.transform_mode = TransformMode::kCenter;
+    options.job.overrides.resize = kResize;
+    options.job.overrides.crop = kCrop;
     options.prefetch = 3;
     options.reconnect_deadline_seconds = 20;
     return options;
@@ -102,9 +102,9 @@ TEST_F(BatchStreamTest, ReceivesExactlyNBatchesOfTheRegisteredShape) {
   ASSERT_NE(stream, nullptr);
   const int64_t n = kSamples / kBatch;
   EXPECT_EQ(stream->batches_per_epoch(), n);
-  EXPECT_EQ(stream->registration().num_classes(), kClasses);
-  ASSERT_EQ(stream->registration().image_shape_size(), 3);
-  EXPECT_EQ(stream->registration().image_shape(1), kCrop);
+  EXPECT_EQ(stream->registration().num_classes, kClasses);
+  ASSERT_EQ(stream->registration().image_shape.size(), 3u);
+  EXPECT_EQ(stream->registration().image_shape[1], kCrop);
 
   for (int64_t epoch : {0, 1}) {
     std::vector<TrainingBatch> batches = Drain(*stream, epoch);
@@ -139,7 +139,7 @@ TEST_F(BatchStreamTest, TwoRanksGetDisjointSamplesWithSampleSplit) {
   const int64_t n = kSamples / (kBatch * 2);
   EXPECT_EQ(r0->batches_per_epoch(), n);
   EXPECT_EQ(r1->batches_per_epoch(), n);
-  EXPECT_EQ(r0->registration().job_fingerprint(), r1->registration().job_fingerprint());
+  EXPECT_EQ(r0->registration().job_fingerprint, r1->registration().job_fingerprint);
 
   // Both ranks stream at the same time, as trainers do.
   std::vector<TrainingBatch> b1;
@@ -161,7 +161,7 @@ TEST_F(BatchStreamTest, TwoRanksGetDisjointSamplesWithSampleSplit) {
 TEST_F(BatchStreamTest, PixelsLabelsAndSamplesEqualTheDataPlaneAndPlan) {
   auto stream = MustConnect(Options("pixels", 1, 2));
   ASSERT_NE(stream, nullptr);
-  const v1::RegisterResponse& reg = stream->registration();
+  const client::Registration& reg = stream->registration();
 
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(shards_, IndexOptions{});
   ASSERT_TRUE(index.ok()) << index.status();
@@ -171,8 +171,8 @@ TEST_F(BatchStreamTest, PixelsLabelsAndSamplesEqualTheDataPlaneAndPlan) {
   config.batch_size = kBatch;
   config.split = Split::kSample;
   config.remainder = Remainder::kDrop;
-  config.seed = reg.seed();
-  config.block_size = reg.block_size();
+  config.seed = reg.config.plan.seed;
+  config.block_size = reg.config.plan.block_size;
   const int64_t epoch = 2;
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
       EpochPlan::Create(index->ShardSampleCounts(), config, epoch);
@@ -281,7 +281,7 @@ TEST_F(BatchStreamTest, ImageTensorOutlivesTheStream) {
     kept = (*next)->ImagesUint8();
     copy = kept.clone();
     // One received piece is aliased, not copied; several are copied into one tensor.
-    const auto& chunks = (*next)->received->image_chunks();
+    const auto& chunks = (*next)->received.image_chunks();
     EXPECT_EQ(kept.data_ptr() == static_cast<const void*>(chunks[0].data()), chunks.size() == 1);
   }  // stream, its thread and queue are gone; `kept` holds what it needs alive
   EXPECT_TRUE(torch::equal(kept, copy));
@@ -312,7 +312,7 @@ TEST_F(BatchStreamTest, BadCallsAndRefusedJobsAreErrors) {
 
   // A second rank of the same job with another batch size conflicts.
   BatchStreamOptions conflicting = Options("calls", 0, 1);
-  conflicting.job.set_batch_size(kBatch * 2);
+  conflicting.job.overrides.batch_size = kBatch * 2;
   EXPECT_EQ(BatchStream::Connect(conflicting).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
@@ -320,8 +320,8 @@ TEST_F(BatchStreamTest, BadCallsAndRefusedJobsAreErrors) {
 TEST(BatchStreamNoServerTest, ConnectGivesUpAfterTheDeadline) {
   BatchStreamOptions options;
   options.server = "127.0.0.1:1";  // a privileged port nobody listens on here
-  options.job.set_job_id("nobody");
-  options.job.set_world_size(1);
+  options.job.job_id = "nobody";
+  options.job.world_size = 1;
   options.reconnect_deadline_seconds = 1.0;
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(options);

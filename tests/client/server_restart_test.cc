@@ -58,14 +58,12 @@ class ServerRestartTest : public ::testing::Test {
   BatchStreamOptions Options(const std::string& job) const {
     BatchStreamOptions options;
     options.server = server_->address();
-    options.job.set_job_id(job);
-    options.job.set_rank(0);
-    options.job.set_world_size(1);
-    options.job.set_batch_size(kBatch);
-    options.job.set_split(v1::SPLIT_SAMPLE);
-    options.job.set_seed(5);
-    options.job.mutable_transform()->set_resize(96);
-    options.job.mutable_transform()->set_crop(96);
+    options.job.job_id = job;
+    options.job.overrides.batch_size = kBatch;
+    options.job.overrides.split = Split::kSample;
+    options.job.overrides.seed = 5;
+    options.job.overrides.resize = 96;
+    options.job.overrides.crop = 96;
     options.prefetch = 2;
     options.reconnect_initial_seconds = 0.05;
     options.reconnect_max_seconds = 0.5;
@@ -160,12 +158,12 @@ TEST_F(ServerRestartTest, RestartBetweenEpochsReRegistersTheForgottenJob) {
 // resumed silently onto different bytes).
 TEST_F(ServerRestartTest, RestartWithAnotherDefaultTransformIsRefusedNotResumed) {
   BatchStreamOptions options = Options("transform");
-  options.job.mutable_transform()->clear_resize();  // the server's default: 96
+  options.job.overrides.resize.reset();  // the server's default: 96
   server_->Kill(SIGKILL);
   ASSERT_TRUE(server_->Start(server_->port(), {"--resize", "96", "--crop", "96"}).ok());
   absl::StatusOr<std::unique_ptr<BatchStream>> stream = BatchStream::Connect(options);
   ASSERT_TRUE(stream.ok()) << stream.status();
-  ASSERT_EQ((*stream)->registration().transform().resize(), 96);
+  ASSERT_EQ((*stream)->registration().config.transform.resize, 96);
   ASSERT_TRUE((*stream)->StartEpoch(0).ok());
   ASSERT_TRUE((*stream)->Next().ok());
   const int port = server_->port();

@@ -1,4 +1,4 @@
-// The progress deadline (RankStreamOptions::stream_timeout_seconds) against a real
+// The progress deadline (StreamSettings::stream_timeout_seconds) against a real
 // shardcast-server process stalled with SIGSTOP: the connection stays open and nothing
 // arrives, which without the deadline blocks Next() forever. A stalled server makes
 // Next() fail within a bound, naming the timeout; a stall shorter than the timeout, or
