@@ -1,7 +1,10 @@
 // TrainableModel implementations: nn::Module (ResNet-18, small CNN) and TorchScript.
 #include "client/train/model.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/script.h>
 #include <unistd.h>
 
@@ -48,7 +51,9 @@ class NnModel : public TrainableModel {
   NnModel(Holder module, std::string description)
       : module_(std::move(module)), description_(std::move(description)) {}
 
-  torch::Tensor Forward(const torch::Tensor& images) override { return module_->forward(images); }
+  torch::Tensor ForwardImpl(const torch::Tensor& images) override {
+    return module_->forward(images);
+  }
   NamedTensors NamedParameters() override {
     NamedTensors out;
     for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -64,18 +69,14 @@ class NnModel : public TrainableModel {
     return out;
   }
   void SetTraining(bool training) override { module_->train(training); }
-  void To(torch::Device device) override { module_->to(device); }
+  void To(torch::Device device) override {
+    module_->to(device);
+    ApplyMemoryFormat();
+  }
   absl::Status SaveFinal(const std::string& path) override {
-    c10::Dict<std::string, torch::Tensor> state;
-    for (auto& [name, tensor] : NamedParameters()) state.insert(name, tensor.detach().cpu());
-    for (auto& [name, tensor] : NamedBuffers()) state.insert(name, tensor.detach().cpu());
-    std::vector<char> bytes;
-    try {
-      bytes = torch::pickle_save(c10::IValue(state));
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("serializing the model for ", path, ": ", e.what()));
-    }
-    return WriteFileAtomically(path, bytes.data(), bytes.size());
+    NamedTensors state = NamedParameters();
+    for (auto& named : NamedBuffers()) state.push_back(std::move(named));
+    return SaveStateDict(path, state);
   }
   std::string Describe() const override { return description_; }
 
@@ -89,7 +90,7 @@ class ScriptModel : public TrainableModel {
   ScriptModel(torch::jit::Module module, std::string path)
       : module_(std::move(module)), path_(std::move(path)) {}
 
-  torch::Tensor Forward(const torch::Tensor& images) override {
+  torch::Tensor ForwardImpl(const torch::Tensor& images) override {
     return module_.forward({images}).toTensor();
   }
   NamedTensors NamedParameters() override {
@@ -107,7 +108,10 @@ class ScriptModel : public TrainableModel {
     return out;
   }
   void SetTraining(bool training) override { module_.train(training); }
-  void To(torch::Device device) override { module_.to(device); }
+  void To(torch::Device device) override {
+    module_.to(device);
+    ApplyMemoryFormat();
+  }
   absl::Status SaveFinal(const std::string& path) override {
     const std::string tmp = path + ".tmp";
     try {
@@ -130,6 +134,35 @@ class ScriptModel : public TrainableModel {
 };
 
 }  // namespace
+
+torch::Tensor TrainableModel::Forward(const torch::Tensor& images) {
+  const torch::Tensor input =
+      format_.channels_last ? images.contiguous(torch::MemoryFormat::ChannelsLast) : images;
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(format_.precision, input.device());
+    logits = ForwardImpl(input);
+  }
+  return logits.to(torch::kFloat32);
+}
+
+void TrainableModel::SetComputeFormat(const ComputeFormat& format) {
+  format_ = format;
+  ApplyMemoryFormat();
+}
+
+void TrainableModel::ApplyMemoryFormat() {
+  const torch::MemoryFormat memory_format =
+      format_.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+  torch::NoGradGuard no_grad;
+  for (NamedTensors tensors : {NamedParameters(), NamedBuffers()}) {
+    for (auto& [name, tensor] : tensors) {
+      // set_data keeps the tensor's identity: the optimizer and the gradient reducer
+      // hold these very tensors.
+      if (tensor.dim() == 4) tensor.set_data(tensor.contiguous(memory_format));
+    }
+  }
+}
 
 std::vector<torch::Tensor> TrainableModel::Parameters() {
   std::vector<torch::Tensor> out;
@@ -165,6 +198,42 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec)
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown --arch '", spec.arch, "' (expected resnet18 or small-cnn)"));
+}
+
+// Python's torch.save layout: a zip holding archive/data.pkl and one record per tensor
+// storage (archive/data/0, ...). The pickle is written without type tags: with them
+// (torch::pickle_save's default) the dict names torch.jit._pickle.restore_type_tag,
+// a global that torch.load's safe mode (weights_only=True, the default since torch 2.6)
+// refuses. Untagged, the file needs only what that mode allows: a dict, strings,
+// torch._utils._rebuild_tensor_v2, torch.<Type>Storage and collections.OrderedDict.
+absl::Status SaveStateDict(const std::string& path, const NamedTensors& tensors) {
+  std::vector<char> container;
+  try {
+    c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+    // contiguous(): the standard layout whatever --channels-last computed in.
+    for (const auto& [name, tensor] : tensors) {
+      state.insert(name, tensor.detach().cpu().contiguous());
+    }
+    std::vector<char> pickle;
+    torch::jit::Pickler pickler(
+        [&pickle](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+        /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+        /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+    pickler.protocol();
+    pickler.pushIValue(c10::IValue(state));
+    pickler.stop();
+    caffe2::serialize::PyTorchStreamWriter writer([&container](const void* data, size_t size) {
+      const char* bytes = static_cast<const char*>(data);
+      container.insert(container.end(), bytes, bytes + size);
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(),
+                                       pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("serializing the model for ", path, ": ", e.what()));
+  }
+  return WriteFileAtomically(path, container.data(), container.size());
 }
 
 absl::StatusOr<NamedTensors> LoadStateDict(const std::string& path) {

@@ -78,6 +78,21 @@ absl::StatusOr<torch::Device> ChooseDevice(const TrainOptions& o) {
   return torch::Device(o.device);
 }
 
+// --precision and --channels-last, or what a user of `device` expects when unset.
+absl::StatusOr<ComputeFormat> ChooseComputeFormat(const TrainOptions& o,
+                                                  const torch::Device& device) {
+  ComputeFormat format;
+  format.precision = DefaultPrecision(device);
+  if (o.precision.has_value()) {
+    absl::StatusOr<Precision> precision = ParsePrecision(*o.precision);
+    if (!precision.ok()) return precision.status();
+    format.precision = *precision;
+  }
+  if (absl::Status s = CheckPrecision(format.precision, device); !s.ok()) return s;
+  format.channels_last = o.channels_last.value_or(device.is_cuda());
+  return format;
+}
+
 // "run-<host>-<pid>-<random>": unique per run, readable in the server's status.
 std::string GenerateJobId() {
   char host[64] = {};
@@ -207,6 +222,8 @@ int RunRank(const TrainOptions& o) {
   torch::set_num_threads(threads);
   absl::StatusOr<torch::Device> device = ChooseDevice(o);
   if (!device.ok()) Fail(device.status());
+  absl::StatusOr<ComputeFormat> compute = ChooseComputeFormat(o, *device);
+  if (!compute.ok()) Fail(compute.status());
 
   // Outputs are opened before the rendezvous: a rank that cannot write them fails
   // before its peers start waiting for it.
@@ -281,6 +298,7 @@ int RunRank(const TrainOptions& o) {
   model_spec.init_seed = o.job.seed.value_or(0) + static_cast<uint64_t>(o.rank);
   absl::StatusOr<std::unique_ptr<TrainableModel>> model = MakeModel(model_spec);
   if (!model.ok()) Fail(model.status());
+  (*model)->SetComputeFormat(*compute);
 
   const bool show_progress = o.rank == 0 && o.progress.value_or(true);
   // --no-progress drops the live bar, not the outcome: rank 0 still prints each epoch's
@@ -290,8 +308,9 @@ int RunRank(const TrainOptions& o) {
   ProgressBar progress(summary_out, o.rank == 0, ::isatty(STDERR_FILENO) != 0,
                        /*live=*/show_progress);
   if (show_progress) {
-    std::fprintf(stderr, "shardcast-train: %d rank(s), %s on %s, %s; %s\n", o.world_size,
+    std::fprintf(stderr, "shardcast-train: %d rank(s), %s on %s, %s (%s%s); %s\n", o.world_size,
                  (*comm)->backend().c_str(), device->str().c_str(), (*model)->Describe().c_str(),
+                 PrecisionName(compute->precision), compute->channels_last ? ", channels_last" : "",
                  data->Describe().c_str());
   }
   std::unique_ptr<Evaluator> evaluator;

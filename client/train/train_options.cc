@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/train/mixed_precision.h"
 #include "common/flags.h"
 #include "common/job_flags.h"
 
@@ -118,6 +119,17 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
            o->device = v[0];
            return absl::OkStatus();
          });
+  f->OptionalChoice({{"--precision"},
+                     "",
+                     "autocast of the forward pass; fp16 adds dynamic loss scaling (CUDA only)",
+                     "bf16 on cuda, fp32 on cpu"},
+                    PrecisionNames(), &o->precision);
+  f->OptionalBool({{"--channels-last"},
+                   "",
+                   "NHWC weights and inputs (what cuDNN's tensor cores read);\n"
+                   "--channels-last=false: NCHW",
+                   "on for cuda, off for cpu"},
+                  &o->channels_last);
   f->Int({{"--epochs", "--n_epochs", "--n-epochs"}, "N", "epochs"}, &o->epochs, 1);
   f->Double({{"--lr", "-lr"}, "X", "learning rate"}, &o->lr, 0);
   f->DoubleList({{"--betas"}, "B1 B2", "Adam betas"}, 2, &o->betas);

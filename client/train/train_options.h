@@ -27,7 +27,7 @@ struct TrainOptions {
   int prefetch = 4;
   // --tls-ca, --tls-cert/--tls-key, --auth-token-file (or SHARDCAST_TOKEN).
   client::ClientSecurityFlags security;
-  // Progress deadline of each rank's stream (RankStreamOptions::stream_timeout_seconds);
+  // Progress deadline of each rank's stream (StreamSettings::stream_timeout_seconds);
   // zero = off.
   absl::Duration stream_timeout = absl::Minutes(2);
 
@@ -43,6 +43,10 @@ struct TrainOptions {
   std::string model_path;  // TorchScript module instead of `arch`
   int num_classes = 0;     // 0 = from the server
   std::string device;      // "" = cuda if available else cpu
+  // Unset: DefaultPrecision(device) (bf16 on CUDA, fp32 on the CPU) and channels_last
+  // exactly on CUDA.
+  std::optional<std::string> precision;
+  std::optional<bool> channels_last;
   int epochs = 10;
   double lr = 1e-4;
   std::vector<double> betas = {0.9, 0.999};

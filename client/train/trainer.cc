@@ -182,6 +182,9 @@ absl::Status Trainer::Setup(StartPosition* start) {
   std::vector<torch::Tensor> params = model_->Parameters();
   if (params.empty()) return absl::InvalidArgumentError("the model has no trainable parameters");
   optimizer_ = MakeOptimizer(config_, params);
+  if (model_->compute_format().precision == Precision::kFp16) {
+    loss_scaler_ = std::make_unique<LossScaler>();
+  }
   *start = StartPosition();
   if (!config_.resume_path.empty()) {
     if (absl::Status s = Resume(start); !s.ok()) return s;
@@ -208,6 +211,8 @@ absl::Status Trainer::Setup(StartPosition* start) {
             .Add("backend", comm_->backend())
             .Add("device", config_.device.str())
             .Add("model", model_->Describe())
+            .Add("precision", PrecisionName(model_->compute_format().precision))
+            .Add("channels_last", model_->compute_format().channels_last)
             .Add("source", source_->Describe())
             .Add("n", n_)
             .Add("epoch", start->epoch)
@@ -266,7 +271,7 @@ absl::Status Trainer::TrainOnBatch(const TrainingBatch& batch, int64_t epoch, to
     } else {
       *loss = logits->sum() * 0.0;  // all padding: no signal, but join the all-reduce
     }
-    loss->backward();
+    (loss_scaler_ ? loss_scaler_->Scale(*loss) : *loss).backward();
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("epoch ", epoch, " batch ", batch.index,
@@ -275,7 +280,8 @@ absl::Status Trainer::TrainOnBatch(const TrainingBatch& batch, int64_t epoch, to
   if (reducer_) {
     if (absl::Status s = reducer_->FinishBackward(); !s.ok()) return s;
   }
-  optimizer_->step();
+  // An fp16 step whose (all-reduced) gradients overflowed is skipped on every rank.
+  if (!loss_scaler_ || loss_scaler_->UnscaleAndUpdate(model_->Parameters())) optimizer_->step();
   ++global_step_;
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "client/train/ddp.h"
 #include "client/train/evaluator.h"
 #include "client/train/metrics.h"
+#include "client/train/mixed_precision.h"
 #include "client/train/model.h"
 #include "client/train/progress.h"
 
@@ -150,6 +151,7 @@ class Trainer {
   // Set up by Setup().
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<GradientReducer> reducer_;  // null for world size 1
+  std::unique_ptr<LossScaler> loss_scaler_;   // fp16 only
   std::vector<torch::Tensor> buffers_;        // broadcast from rank 0 before every forward
   int64_t n_ = 0;                             // batches per epoch per rank
   // The epoch running now: its batches per rank (n_, or fewer when elastically

@@ -58,7 +58,8 @@ TEST(ResNetConformanceTest, SameKeysAndLogitsAsTorchvision) {
   const std::string script = dir.path() + "/check.py";
   std::ofstream(script) << R"(import sys, torch, torchvision
 m = torchvision.models.resnet18(num_classes=10)
-result = m.load_state_dict(torch.load(sys.argv[1]), strict=True)
+# --save files load under torch.load's safe mode (the default since torch 2.6).
+result = m.load_state_dict(torch.load(sys.argv[1], weights_only=True), strict=True)
 m.eval()
 io = torch.load(sys.argv[2])
 with torch.no_grad():

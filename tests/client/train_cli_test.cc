@@ -105,6 +105,13 @@ TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
   EXPECT_DOUBLE_EQ(eq->lr, 0.5);
   EXPECT_EQ(eq->mean, (std::vector<double>{0.5, 0.5, 0.5}));
   EXPECT_EQ(eq->std, (std::vector<double>{1, 2, 3}));
+  // Unset, precision and memory format follow the device (mixed_precision.h).
+  EXPECT_FALSE(bare->precision.has_value());
+  EXPECT_FALSE(bare->channels_last.has_value());
+  absl::StatusOr<TrainOptions> mixed = Parse({"--precision", "fp16", "--channels-last=false"});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->precision, "fp16");
+  EXPECT_EQ(mixed->channels_last, false);
 }
 
 TEST_F(TrainOptionsTest, TorchrunEnvironmentAndFlagOverride) {
@@ -153,6 +160,8 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--ckpt-every", "5"}, "--ckpt-every needs --ckpt-dir"},
            {{"--synthetic-batches", "3"}, "--synthetic-batches needs --num-classes"},
            {{"--device", "tpu"}, "--device takes cpu, cuda or cuda:N, got 'tpu'"},
+           {{"--precision", "fp8"}, "--precision takes fp32 or bf16 or fp16, got 'fp8'"},
+           {{"--channels-last=often"}, "--channels-last takes true or false, got 'often'"},
            {{"--betas", "0.9", "1.5"}, "--betas must lie in [0, 1)"},
            {{"--log-keys=maybe"}, "--log-keys takes true or false, got 'maybe'"},
            {{"--no-progress=1"}, "--no-progress takes no value"},
@@ -183,7 +192,7 @@ TEST(TrainHelpTest, ListsEveryFlag) {
        "--shuffle", "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform",
        "--resize", "--crop", "--mean", "--std", "--prefetch", "--stream-timeout", "--tls-ca",
        "--tls-cert", "--tls-key", "--auth-token-file", "--arch", "--model", "--num-classes",
-       "--device", "--epochs", "--lr", "--betas", "--optimizer", "--momentum", "--weight-decay",
+       "--device", "--precision", "--channels-last", "--epochs", "--lr", "--betas", "--optimizer", "--momentum", "--weight-decay",
        "--bucket-mb", "--threads", "--max-steps", "--metrics", "--log-keys", "--ckpt-dir",
        "--ckpt-every", "--ckpt-keep", "--resume", "--save", "--progress", "--no-progress", "--rank",
        "--world-size", "--local-rank", "--master-addr", "--master-port", "--nproc-per-node",

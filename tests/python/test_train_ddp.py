@@ -39,8 +39,9 @@ def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
     assert len(jobs) == 1, status.stdout
     assert len(jobs[0]["ranks"]) == 2, status.stdout
 
-    rank0 = torch.load(tmp_path / "model.0.pt")
-    rank1 = torch.load(tmp_path / "model.1.pt")
+    # The safe mode (torch.load's default since torch 2.6) reads what --save writes.
+    rank0 = torch.load(tmp_path / "model.0.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "model.1.pt", weights_only=True)
     assert rank0.keys() == rank1.keys()
     parameters = [name for name, _ in torchvision.models.resnet18(num_classes=CLASSES)
                   .named_parameters()]
