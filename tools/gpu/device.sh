@@ -7,6 +7,9 @@
 #   tools/gpu/device.sh all         unpack, build, then every check below; one command
 #   tools/gpu/device.sh build       unpack .gpu/debs into a prefix and build
 #   tools/gpu/device.sh checks      the checks, on an existing build
+#   tools/gpu/device.sh feed        the feed benchmark (bench/feed_bench.py) on an
+#                                   existing build: the model's ceiling, the seed's
+#                                   webdataset pipeline, shardcast + Loader, shardcast-train
 #
 # Results go to $OUT (the device tool's folder; default /tmp/shardcast-gpu-out):
 # summary.txt (the figures), log.txt, probe.txt, runs.tar.gz (each run's output).
@@ -228,12 +231,25 @@ build() {
     -DOPENSSL_ROOT_DIR="$PREFIX/usr" \
     -DSHARDCAST_NCCL_INCLUDE_DIR="$nccl" \
     -DSHARDCAST_BUILD_TESTS=OFF -DSHARDCAST_BUILD_BENCH=OFF \
-    -DCMAKE_EXE_LINKER_FLAGS=-Wl,--no-as-needed \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed -Wl,--disable-new-dtags" \
     -DCMAKE_BUILD_RPATH="$PREFIX/missing-libs" || return 1
   local start=$SECONDS
   cmake --build "$BUILD" -j "$JOBS" \
     --target shardcast-server shardcast-train shardcast-ctl shardcast-pack || return 1
   log "build: $((SECONDS - start)) s with $JOBS jobs"
+  # The binaries must start without device.sh's environment. The prefix's libraries are
+  # found through an RPATH (--disable-new-dtags: DT_RPATH, which the loader also applies
+  # to the libraries' own dependencies, such as libgrpc's libupb; a RUNPATH serves the
+  # executable's direct ones only).
+  local bin missing
+  for bin in server/shardcast-server client/shardcast-train client/shardcast-ctl; do
+    missing="$(env -u LD_LIBRARY_PATH ldd "$BUILD/$bin" | grep 'not found')"
+    if [[ -n "$missing" ]] || ! env -u LD_LIBRARY_PATH "$BUILD/$bin" --help >/dev/null 2>&1; then
+      log "build: $bin does not start without LD_LIBRARY_PATH: ${missing:-(see --help)}"
+      return 1
+    fi
+  done
+  log "build: every binary starts without LD_LIBRARY_PATH"
   # Where each binary's gRPC, protobuf and torch come from.
   ldd "$BUILD/client/shardcast-train" | grep -E 'grpc\.|protobuf|torch_cuda|libarchive|nccl' | tee -a "$OUT/log.txt"
 }
@@ -280,7 +296,8 @@ PY
 compare_weights() {
   "$PYTHON" - "$1" "$2" <<'PY'
 import sys, torch
-a, b = (torch.load(p, map_location="cpu") for p in sys.argv[1:3])
+# --save files load under torch.load's safe mode (the default since torch 2.6).
+a, b = (torch.load(p, map_location="cpu", weights_only=True) for p in sys.argv[1:3])
 worst, worst_rel = 0.0, 0.0
 for k in a:
     if not a[k].is_floating_point(): continue
@@ -352,11 +369,49 @@ checks() {
   return $failed
 }
 
+# The feed benchmark (bench/feed_bench.py): the same model fed four ways, side by side,
+# from the real photos prepare.sh made (.gpu/photos). webdataset is the copy in
+# bench/third_party; its braceexpand comes from the prefix (python3-braceexpand).
+feed() {
+  build_env
+  local photos=(--photos "$root/.gpu/photos" --copies 24) timing=()
+  [[ -d "$root/.gpu/photos" ]] || photos=()
+  if [[ "$REHEARSE" == 1 ]]; then
+    # Two cores and no GPU: small images and a few steps, to prove the step works.
+    photos=(--synthetic 512); timing=(--crop 64 --resize 72 --batch 16 --warmup 2 --seconds 3
+                                     --workers 2 --decode-threads 2)
+  fi
+  PYTHONPATH="$PREFIX/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PYTHON" bench/feed_bench.py --build-dir "$BUILD" --device "$DEVICE" "${photos[@]}" \
+    "${timing[@]}" --json "$RUNS/feed.json" >"$RUNS/feed.out" 2>&1
+  local rc=$?
+  log "feed benchmark: exit $rc"
+  if [[ $rc == 0 ]]; then grep -E '^feed_bench|^\|' "$RUNS/feed.out" | tee -a "$summary"
+  else tail -15 "$RUNS/feed.out" | sed 's/^/  | /' | tee -a "$summary"; fi
+  tar -czf "$OUT/runs.tar.gz" -C "$WORK" runs
+  return $rc
+}
+
+# One step of `all`: its output also goes to $WORK/step-NAME.log; a failure is written to
+# summary.txt with the step's name, exit status, time and last lines, and ends the run.
+step() {
+  local name="$1" start=$SECONDS rc
+  shift
+  "$@" 2>&1 | tee "$WORK/step-$name.log"
+  rc=${PIPESTATUS[0]}
+  if [[ $rc != 0 ]]; then
+    log "step $name: FAILED (exit $rc after $((SECONDS - start)) s); its last lines:"
+    tail -15 "$WORK/step-$name.log" | sed 's/^/  | /' | tee -a "$summary"
+  fi
+  return "$rc"
+}
+
 case "${1:-}" in
   probe) probe 2>&1 | tee "$OUT/probe.txt" ;;
   build) build 2>&1 | tee -a "$OUT/log.txt" ;;
   checks) checks 2>&1 | tee -a "$OUT/log.txt" ;;
-  all) { build && checks; } 2>&1 | tee -a "$OUT/log.txt" ;;
+  feed) feed 2>&1 | tee -a "$OUT/log.txt" ;;
+  all) { step build build && step checks checks && step feed feed; } 2>&1 | tee -a "$OUT/log.txt" ;;
   *) sed -n '2,20p' "$0"; exit 2 ;;
 esac
 exit "${PIPESTATUS[0]}"
