@@ -119,8 +119,8 @@ std::string SecurityHint(const grpc::Status& status) {
       // proxies may not.
       if (absl::StrContains(status.error_message(), "SHARDCAST_TOKEN")) return "";
       return " (hint: the server refused this client's bearer token or got none: give the "
-             "client --auth-token-file FILE or SHARDCAST_TOKEN with a token from the server's "
-             "--auth-token-file)";
+             "client --auth-token-file FILE (Python: token=) or SHARDCAST_TOKEN with a token "
+             "from the server's --auth-token-file)";
     case grpc::StatusCode::PERMISSION_DENIED:
       return " (hint: the server does not let this client do that; check its token and "
              "certificate)";
@@ -129,15 +129,16 @@ std::string SecurityHint(const grpc::Status& status) {
   }
   if (IsHandshakeFailure(status)) {
     return " (hint: the TLS handshake failed: check that client and server both use TLS or "
-           "both plaintext (--tls-ca on the client, --tls-cert on the server), that the "
-           "client's --tls-ca signed the server's certificate and the certificate names the "
-           "host dialed, and, when the server has --tls-client-ca, that the client passes "
-           "--tls-cert/--tls-key signed by that CA)";
+           "both plaintext (--tls-ca on the client, tls_ca= in Python; --tls-cert on the "
+           "server), that the client's --tls-ca signed the server's certificate and the "
+           "certificate names the host dialed, and, when the server has --tls-client-ca, that "
+           "the client passes --tls-cert/--tls-key (tls_cert=/tls_key=) signed by that CA)";
   }
   if (IsClosedDuringConnect(status)) {
     return " (hint: the server closed the connection before answering: if it serves TLS, give "
-           "this client --tls-ca; if it requires client certificates (--tls-client-ca), "
-           "--tls-cert/--tls-key; a proxy in front of a server that is not up yet does the same)";
+           "this client --tls-ca (Python: tls_ca=); if it requires client certificates "
+           "(--tls-client-ca), --tls-cert/--tls-key (tls_cert=/tls_key=); a proxy in front of a "
+           "server that is not up yet does the same)";
   }
   return "";
 }

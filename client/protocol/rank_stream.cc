@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +28,9 @@ namespace shardcast::client {
 namespace {
 
 namespace v1 = ::shardcast::v1;
+
+// Marks SameJob's FAILED_PRECONDITION, which a server's refusal of the same code is not.
+constexpr char kJobChangedPayload[] = "type.shardcast.dev/client.JobChanged";
 
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
 // with what other ranks registered, this is not a shardcast server, or the server
@@ -152,8 +156,8 @@ class RankStream::Impl {
       const absl::Time now = absl::Now();
       if (now >= give_up) {
         return absl::UnavailableError(absl::StrFormat(
-            "register rank %d of job '%s': server %s unreachable for %.1f s (%d attempts); last "
-            "error: %s",
+            "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
+            "last error: %s",
             options_.job.rank(), options_.job.job_id(), options_.server,
             options_.reconnect_deadline_seconds, attempts, last_error));
       }
@@ -373,10 +377,12 @@ class RankStream::Impl {
     } else {
       return absl::OkStatus();
     }
-    return absl::FailedPreconditionError(absl::StrFormat(
+    absl::Status status = absl::FailedPreconditionError(absl::StrFormat(
         "job '%s' rank %d: after reconnecting, server %s has %s; cannot resume epoch %d at "
         "batch %d",
         options_.job.job_id(), options_.job.rank(), options_.server, changed, epoch, next));
+    status.SetPayload(kJobChangedPayload, absl::Cord("1"));
+    return status;
   }
 
   // Checks a received message against what must come next; the error names both.
@@ -516,8 +522,8 @@ class RankStream::Impl {
         if (stalled && next < n) {
           status = grpc::Status(
               grpc::StatusCode::DEADLINE_EXCEEDED,
-              absl::StrFormat("no batch for %s (stream timeout); stream cancelled after batch %d",
-                              absl::FormatDuration(stream_timeout()), next));
+              absl::StrFormat("no batch for %g s (stream timeout); stream cancelled after batch %d",
+                              options_.stream_timeout_seconds, next));
         } else if (status.ok() && next < n) {
           status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 absl::StrFormat("stream ended after batch %d of %d", next, n));
@@ -556,12 +562,12 @@ class RankStream::Impl {
       const absl::Time give_up = give_up_time();
       if (now >= give_up && stalled_since) {
         DeliverError(absl::DeadlineExceededError(absl::StrFormat(
-            "job '%s' rank %d epoch %d: no batch from server %s for %s (the stream timeout) at "
-            "batch %d of %d, and reconnecting brought none within another %s (%d attempts); "
-            "last error: %s",
+            "job '%s' rank %d epoch %d: no batch from server %s for %g s (the stream timeout) "
+            "at batch %d of %d, and reconnecting brought none within another %g s (%d "
+            "attempts); last error: %s",
             options_.job.job_id(), options_.job.rank(), epoch, options_.server,
-            absl::FormatDuration(stream_timeout()), next, n, absl::FormatDuration(stream_timeout()),
-            attempts, last_error)));
+            options_.stream_timeout_seconds, next, n, options_.stream_timeout_seconds, attempts,
+            last_error)));
         break;
       }
       if (now >= give_up) {
@@ -634,6 +640,11 @@ class RankStream::Impl {
   absl::Time read_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+bool IsJobChanged(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kFailedPrecondition &&
+         status.GetPayload(kJobChangedPayload).has_value();
+}
 
 absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -73,6 +73,12 @@ class RankStream {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether an error of Next() says the job changed under the rank (after a reconnect the
+// server has another job fingerprint, world size, batch size or n): FAILED_PRECONDITION,
+// like some of the server's own refusals, and told apart from them by a payload, so that
+// a client can report it as its own kind of error (Python: JobChangedError).
+bool IsJobChanged(const absl::Status& status);
+
 }  // namespace shardcast::client
 
 #endif  // SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_

@@ -422,7 +422,7 @@ TEST(TrainStreamTimeoutTest, AStalledServerFailsItsRankAndTheDdpPeerWithIt) {
   for (const std::string& part :
        {std::string("shardcast-train: error: rank 1: epoch "),
         std::string("job 'stall' rank 1 epoch "),
-        "no batch from server " + servers[1]->address() + " for 2s (the stream timeout)"}) {
+        "no batch from server " + servers[1]->address() + " for 2 s (the stream timeout)"}) {
     EXPECT_NE(err1.find(part), std::string::npos) << part << "\n" << err1;
   }
   EXPECT_TRUE(WIFEXITED(*status[0]) && WEXITSTATUS(*status[0]) != 0) << *status[0] << err0;

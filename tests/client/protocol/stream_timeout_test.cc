@@ -104,7 +104,7 @@ TEST_F(StreamTimeoutTest, AStalledServerFailsTheStreamNamingTheTimeout) {
   EXPECT_EQ(error.code(), absl::StatusCode::kDeadlineExceeded) << error;
   for (const std::string& part :
        {std::string("job 'stalled' rank 0 epoch "), std::string(" batch "),
-        "server " + server_->address(), std::string("for 2s (the stream timeout)")}) {
+        "server " + server_->address(), std::string("for 2 s (the stream timeout)")}) {
     EXPECT_THAT(error.message(), HasSubstr(part));
   }
   // The error stays until the next StartEpoch.
