@@ -161,6 +161,10 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
     absl::MutexLock lock(&mu_);
     if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
     if (options_.resend_first_batch && first_batch_ != nullptr) {
+      // Stamped with the position it goes out at, so that clients' sequence checks
+      // take it (the Loader and BatchStream measured client-bound). The previous
+      // write's header was serialized when it started, so changing it now is safe.
+      first_batch_->header().set_index(first_index_ + taken_);
       *batch = first_batch_;
       ++taken_;
       return TakeResult::kBatch;
@@ -185,7 +189,10 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
     *batch = std::move(slots_.front().batch);
     slots_.pop_front();
     ++taken_;
-    if (options_.resend_first_batch) first_batch_ = *batch;
+    if (options_.resend_first_batch) {
+      first_batch_ = *batch;
+      first_index_ = first_batch_->header().index() - (taken_ - 1);
+    }
     launches = PlanLaunchesLocked();
   }
   LaunchAll(std::move(launches));

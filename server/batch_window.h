@@ -119,6 +119,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   int callbacks_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Resend mode: the first batch, kept to be re-sent.
   std::shared_ptr<AssembledBatch> first_batch_ ABSL_GUARDED_BY(mu_);
+  int64_t first_index_ ABSL_GUARDED_BY(mu_) = 0;  // the index first_batch_ was sent with
 };
 
 }  // namespace shardcast::server

@@ -224,8 +224,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
   flags.Section("Benchmarks only:");
   flags.Bool({{"--bench-only-resend-first-batch"},
               "",
-              "every stream re-sends its first batch (measures the wire without decode;\n"
-              "clients receive wrong data). Never use for training."},
+              "every stream re-sends its first batch, stamped with each batch's index\n"
+              "(measures the wire and the clients without decode; clients receive wrong\n"
+              "data). Never use for training."},
              &o.bench_only_resend_first_batch);
 
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;

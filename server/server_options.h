@@ -75,8 +75,10 @@ struct ServerOptions {
   // enumerate the API (debugging with grpcurl/grpc_cli is what it is for).
   bool reflection = false;
   // BENCHMARK ONLY: each stream assembles its first batch once and re-sends that same
-  // buffer for every message, so a benchmark measures the wire without decode cost.
-  // Clients receive wrong data in this mode; never set it when serving a trainer.
+  // buffer for every message (its index stamped with the position it goes out at, so
+  // clients' sequence checks take it), so a benchmark measures the wire and the clients
+  // without decode cost. Clients receive wrong data in this mode; never set it when
+  // serving a trainer.
   bool bench_only_resend_first_batch = false;
 };
 
