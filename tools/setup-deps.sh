@@ -17,6 +17,9 @@ packages=(
   # build isolation) and its tests.
   python3-torch python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel
   python3-pytest
+  # The native client under the Python Loader (python/native): pybind11 and the headers
+  # of Debian's Python.
+  python3-pybind11 pybind11-dev python3-dev
   # libFuzzer: clang and its runtime (which --no-install-recommends leaves out), for the
   # separate fuzz tree of tools/fuzz.sh (docs/fuzzing.md).
   clang-14 libclang-rt-14-dev

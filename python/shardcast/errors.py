@@ -46,3 +46,24 @@ class JobChangedError(ShardcastError):
 class BatchCheckError(ShardcastError):
     """The server sent a batch that fails the checks (out of sequence, wrong shape or
     byte count): a bug or a server speaking another version of the protocol."""
+
+
+# The kinds of error the native client (shardcast._native) reports, by class.
+_NATIVE_KINDS = {
+    "unavailable": ServerUnavailableError,
+    "timeout": StreamTimeoutError,
+    "refused": JobRefusedError,
+    "changed": JobChangedError,
+    "check": BatchCheckError,
+    "error": ShardcastError,
+}
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def from_native(kind: str, message: str, code: int) -> Exception:
+    """The exception for an error of the native client: its kind says the class ("value":
+    a bad argument, ValueError), `code` is the status code number (absl's and gRPC's
+    numbering are the same)."""
+    if kind == "value":
+        return ValueError(message)
+    return _NATIVE_KINDS[kind](message, _CODES.get(code, grpc.StatusCode.UNKNOWN))

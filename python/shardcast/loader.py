@@ -2,30 +2,37 @@
 PyTorch (or Lightning) training loop in place of a DataLoader.
 
 Every rank gets exactly len(loader) batches per epoch, whatever the data; the server
-decodes and transforms, the loader only receives (on a background thread) and wraps
-the received pixels as a uint8 tensor without copying them.
+decodes and transforms. The protocol is the C++ client's (shardcast._native, built from
+client/protocol): it registers, receives, checks and reconnects on its own thread,
+without the GIL, and the loader wraps the received pixels as a uint8 tensor without
+copying them (or copies them once into pinned memory, pin_memory=True).
 """
 
 import os
 import secrets
 import socket
-import warnings
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-import grpc
 import torch
 
 from shardcast._proto import enum_name, enum_value, pb
-from shardcast._rank_stream import TOKEN_ENV, RankStream, StreamOptions, batches_from_offset
 from shardcast.errors import JobChangedError
 
-# The pixels are a view of the received `bytes`, which Python marks read-only; torch
-# warns about that once per process. Nothing writes to them (treat them as read-only;
-# normalize() makes a new tensor), so the warning only alarms users.
-warnings.filterwarnings(
-    "ignore", message="The given buffer is not writable", category=UserWarning,
-    module=r"shardcast\.loader",
-)
+try:
+    from shardcast import _native
+except ImportError as e:
+    raise ImportError(
+        "shardcast's native client (shardcast._native) is missing: install the package with "
+        "pip, which builds it, or build the CMake target shardcast_native and put build/python "
+        f"on PYTHONPATH next to python/ (docs/python.md): {e}"
+    ) from e
+
+# The environment variable a token is taken from when none is given (as the C++ clients).
+TOKEN_ENV = "SHARDCAST_TOKEN"
+# The protocol client's reconnect backoff (client/protocol/stream_settings.h).
+RECONNECT_INITIAL_SECONDS = 0.1
+RECONNECT_MAX_SECONDS = 2.0
+HANDSHAKE_REFUSAL_SECONDS = 10.0
 
 
 class SampleInfo(NamedTuple):
@@ -46,14 +53,13 @@ class Batch(NamedTuple):
     info: List[SampleInfo]
 
 
-def _to_batch(meta: pb.Batch, pixels: memoryview) -> Batch:
-    """Runs on the prefetch thread, so the consumer only takes finished batches."""
-    images = torch.frombuffer(pixels, dtype=torch.uint8).view(*meta.shape)
-    labels = torch.tensor(meta.labels, dtype=torch.int64)
-    info = [
-        SampleInfo(s.key, s.shard, s.index_in_shard, s.valid, s.substituted)
-        for s in meta.samples
-    ]
+def _to_batch(native: "_native.Batch", images: Optional[torch.Tensor] = None) -> Batch:
+    """Wraps a received batch: its pixels (or `images`, which next_into filled) and its
+    labels without a copy."""
+    if images is None:
+        images = torch.frombuffer(native.pixels, dtype=torch.uint8).view(native.shape)
+    labels = torch.frombuffer(native.labels, dtype=torch.int64)
+    info = [SampleInfo._make(s) for s in native.samples]
     return Batch(images, labels, info)
 
 
@@ -84,17 +90,26 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
-def _channel_credentials(
-    credentials: Optional[grpc.ChannelCredentials], tls_ca: Optional[str]
-) -> Optional[grpc.ChannelCredentials]:
-    """`credentials` as given, or TLS trusting the PEM CA file `tls_ca` (the C++ clients'
-    --tls-ca); both at once is ambiguous."""
-    if tls_ca is None:
-        return credentials
-    if credentials is not None:
-        raise ValueError("pass credentials or tls_ca, not both")
-    with open(tls_ca, "rb") as f:
-        return grpc.ssl_channel_credentials(root_certificates=f.read())
+def _read(path: Optional[str]) -> str:
+    if path is None:
+        return ""
+    with open(path, "r") as f:
+        return f.read()
+
+
+def _security(tls: bool, tls_ca: Optional[str], tls_cert: Optional[str],
+              tls_key: Optional[str]) -> "_native.Security":
+    """TLS when asked for or when any TLS file is given (the C++ clients' --tls-ca,
+    --tls-cert, --tls-key): trusting `tls_ca` (PEM; default the system's roots), with a
+    client certificate when `tls_cert` and `tls_key` are given (mTLS)."""
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("tls_cert and tls_key: pass both (a client certificate and its key)")
+    security = _native.Security()
+    security.tls = bool(tls or tls_ca or tls_cert)
+    security.root_pem = _read(tls_ca)
+    security.cert_pem = _read(tls_cert)
+    security.key_pem = _read(tls_key)
+    return security
 
 
 def _new_job_id() -> str:
@@ -120,9 +135,14 @@ class Loader:
     from the samples all ranks consumed, dealt over the new ranks (docs/python.md).
 
     Security (docs/deploy.md, "TLS and tokens"): `tls_ca` (a PEM file) connects with TLS
-    trusting that CA, or pass any `credentials` (e.g. grpc.ssl_channel_credentials with a
-    client certificate for mTLS); `token` is sent as "authorization: Bearer <token>",
-    default $SHARDCAST_TOKEN.
+    trusting that CA (`tls=True`: TLS trusting the system's roots), `tls_cert` and
+    `tls_key` add a client certificate (mTLS); `token` is sent as "authorization: Bearer
+    <token>", default $SHARDCAST_TOKEN.
+
+    `pin_memory=True` (for a CUDA device): each batch's pixels are copied once, without
+    the GIL, from the buffers they were received in into page-locked memory, so that
+    `images.to(device, non_blocking=True)` (and normalize) is a DMA. Otherwise `images` is
+    a view of the received bytes.
 
     Raises ServerUnavailableError when the server cannot be reached within
     `reconnect_deadline` seconds (at once for a failed TLS handshake; StreamTimeoutError,
@@ -155,10 +175,20 @@ class Loader:
         prefetch: int = 4,
         reconnect_deadline: float = 120.0,
         stream_timeout: float = 120.0,
-        credentials: Optional[grpc.ChannelCredentials] = None,
+        tls: bool = False,
         tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
         token: Optional[str] = None,
+        pin_memory: bool = False,
     ) -> None:
+        # Checked before anything connects, with the argument's Python name.
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if not reconnect_deadline >= 0:
+            raise ValueError(f"reconnect_deadline must be >= 0, got {reconnect_deadline}")
+        if not stream_timeout >= 0:
+            raise ValueError(f"stream_timeout must be >= 0, got {stream_timeout}")
         default_rank, default_world = _default_rank_and_world()
         rank = default_rank if rank is None else rank
         world_size = default_world if world_size is None else world_size
@@ -187,18 +217,24 @@ class Loader:
             job.shuffle_buffer = shuffle_buffer
         if block_size is not None:
             job.block_size = block_size
-        self._stream: RankStream[Batch] = RankStream(
-            StreamOptions(
-                server=server,
-                job=job,
-                credentials=_channel_credentials(credentials, tls_ca),
-                token=token if token is not None else (os.environ.get(TOKEN_ENV, "").strip() or None),
-                prefetch=prefetch,
-                reconnect_deadline=reconnect_deadline,
-                stream_timeout=stream_timeout,
-            ),
-            _to_batch,
+        if token is None:
+            token = os.environ.get(TOKEN_ENV, "").strip() or None
+        self._stream = _native.Stream(
+            server,
+            job.SerializeToString(),
+            security=_security(tls, tls_ca, tls_cert, tls_key),
+            token=token or "",
+            prefetch=prefetch,
+            reconnect_initial=RECONNECT_INITIAL_SECONDS,
+            reconnect_max=RECONNECT_MAX_SECONDS,
+            reconnect_deadline=reconnect_deadline,
+            handshake_refusal=HANDSHAKE_REFUSAL_SECONDS,
+            stream_timeout=stream_timeout,
         )
+        self._registration = pb.RegisterResponse.FromString(self._stream.registration)
+        self._pin_memory = pin_memory
+        self._closed = False
+        self._reconnects = 0  # the stream's count, kept when it closes
         self.job_id = job_id
         self.rank = rank
         self.world_size = world_size
@@ -217,7 +253,7 @@ class Loader:
     @property
     def registration(self) -> pb.RegisterResponse:
         """The server's RegisterResponse: the effective job config, defaults filled in."""
-        return self._stream.registration
+        return self._registration
 
     @property
     def dataset(self) -> str:
@@ -258,11 +294,13 @@ class Loader:
     @property
     def reconnects(self) -> int:
         """How often the stream broke and was resumed so far."""
-        return self._stream.reconnects
+        if not self._closed:
+            self._reconnects = self._stream.reconnects
+        return self._reconnects
 
     def __len__(self) -> int:
         """n: the batches every rank gets per epoch."""
-        return self._stream.batches_per_epoch
+        return self._registration.batches_per_epoch
 
     @property
     def batches_in_epoch(self) -> int:
@@ -270,10 +308,7 @@ class Loader:
         an epoch resumed elastically from a sample offset."""
         if self._offset == 0:
             return len(self)
-        reg = self.registration
-        return batches_from_offset(
-            reg.num_samples, reg.batch_size, reg.world_size, reg.remainder, self._offset
-        )
+        return self._stream.batches_from_offset(self._offset)
 
     # ---- position --------------------------------------------------------------------
 
@@ -370,12 +405,20 @@ class Loader:
         return self._batches(self._iteration)
 
     def _batches(self, iteration: int) -> Iterator[Batch]:
+        reg = self.registration
+        shape = (reg.batch_size, *reg.image_shape)
         while True:
             if iteration != self._iteration:
                 raise RuntimeError(
                     "this iterator of the shardcast Loader was superseded by a newer iter()"
                 )
-            batch = self._stream.next()
+            if self._pin_memory:
+                images = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+                native = self._stream.next_into(images.data_ptr(), images.numel())
+                batch = None if native is None else _to_batch(native, images)
+            else:
+                native = self._stream.next()
+                batch = None if native is None else _to_batch(native)
             if batch is None:
                 return
             self._done += 1
@@ -383,8 +426,10 @@ class Loader:
 
     def close(self) -> None:
         """Stops the prefetch thread, cancels the open stream and closes the connection.
-        A loader dropped mid-epoch without close() keeps its stream open (its prefetch
-        thread waits for queue space) until the process exits: use `with` or close()."""
+        A loader dropped without close() does the same when Python frees it (its
+        iterators hold it too): use `with` or close() to say when."""
+        self._reconnects = self.reconnects
+        self._closed = True
         self._stream.close()
 
     def __enter__(self) -> "Loader":

@@ -29,12 +29,6 @@ SIZE = 32
 SERVER_FLAGS = ["--resize", str(SIZE), "--crop", str(SIZE), "--decode-threads", "2"]
 
 
-def pytest_configure(config) -> None:
-    # The loader silences torch's warning about wrapping read-only received bytes
-    # (shardcast/loader.py says why); pytest's own warning filters would bring it back.
-    config.addinivalue_line("filterwarnings", "ignore:The given buffer is not writable")
-
-
 @pytest.fixture(scope="session")
 def shards(tmp_path_factory) -> Path:
     binaries = [BUILD / "server" / "shardcast-server", CTL_BIN,

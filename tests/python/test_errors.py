@@ -31,8 +31,7 @@ def test_an_unresolvable_host_is_unavailable():
 
 def test_tls_to_a_plaintext_server_is_unavailable(server):
     with pytest.raises(shardcast.ServerUnavailableError):
-        shardcast.Loader(server.address, batch_size=8, reconnect_deadline=0.5,
-                         credentials=grpc.ssl_channel_credentials())
+        shardcast.Loader(server.address, batch_size=8, reconnect_deadline=0.5, tls=True)
 
 
 def test_a_job_the_data_cannot_serve_is_refused_with_the_servers_reason(server):

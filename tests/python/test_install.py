@@ -1,7 +1,8 @@
 """The package installs offline on Debian 12 as docs/python.md says: a venv that sees
 the system's torch, grpcio and protobuf, and pip without build isolation (which would
-download setuptools). The installed copy, stubs generated at build time, then trains
-nothing but reads a batch from the server."""
+download setuptools). The installed copy, stubs generated and the native client
+compiled (CMake, against the system's gRPC) at build time, then trains nothing but
+reads a batch from the server."""
 
 import os
 import shutil
@@ -20,11 +21,16 @@ print(tuple(images.shape), len(info))
 
 
 def test_offline_venv_install_without_build_isolation(server, tmp_path):
-    # A copy of the source tree's python/ and proto/, so the build leaves no files in it.
+    # A copy of the source tree (the native client is built from its C++), so the build
+    # leaves no files in it; git's list of files, so no build folder comes along.
     src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    shutil.copytree(REPO / "python", src / "python", ignore=ignore)
-    shutil.copytree(REPO / "proto", src / "proto")
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"],
+                           check=True, capture_output=True, text=True).stdout.split("\n")
+    for name in filter(None, files):
+        if name.startswith("bench/third_party/") or not (REPO / name).is_file():
+            continue
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PIP_NO_INDEX"] = "1"  # any download attempt fails the install

@@ -15,7 +15,7 @@ from server_process import python_env
 CHILD = textwrap.dedent(
     """
     import ctypes, resource, sys
-    from shardcast._receive_memory import keep_receive_buffers_warm
+    from shardcast._native import keep_receive_buffers_warm
 
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p

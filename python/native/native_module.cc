@@ -1,0 +1,347 @@
+// shardcast._native: the C++ protocol client (RankStream: register with retry, prefetch
+// thread, batch checks, reconnect/resume, stall timeout, TLS, tokens, unix sockets,
+// sample offsets) for Python. shardcast.Loader (python/shardcast/loader.py) is built on
+// it, so there is one protocol client, in C++, and Python holds the GIL only to wrap
+// what it produced:
+// - every call that waits (registering, stopping a stream, the next batch) releases the
+//   GIL, and receiving and parsing happen on RankStream's own thread;
+// - a batch's pixels and labels reach Python as buffers over the memory they were
+//   received in (torch.frombuffer wraps them without a copy), or are copied once,
+//   without the GIL, into memory the caller names (a pinned tensor on its way to a GPU).
+// No torch here: the module works with whatever torch the Python side imports.
+#include <grpcpp/security/credentials.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "client/protocol/rank_stream.h"
+#include "client/protocol/receive_memory.h"
+#include "client/protocol/wire_batch.h"
+#include "common/epoch_plan.h"
+#include "proto/job_config_proto.h"
+
+namespace py = pybind11;
+
+namespace shardcast::client {
+namespace {
+
+namespace v1 = ::shardcast::v1;
+
+// Which call an error came from decides what kind of Python error it is: a status the
+// server sent while registering is a refusal of the job, the same code from
+// start_epoch's own checks is a bad argument.
+enum class Call { kRegister, kStartEpoch, kNext };
+
+// The shardcast.errors kind (from_native) of a failed call's status.
+const char* ErrorKind(const absl::Status& status, Call call) {
+  if (call == Call::kStartEpoch) return "value";
+  if (call == Call::kNext && IsJobChanged(status)) return "changed";
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    case absl::StatusCode::kDeadlineExceeded:
+      // RankStream's stall rule; a register attempt's deadline ends as UNAVAILABLE.
+      return "timeout";
+    case absl::StatusCode::kDataLoss:
+      return "check";
+    case absl::StatusCode::kInternal:
+      return "error";
+    default:
+      return "refused";
+  }
+}
+
+// Raises `status` as the shardcast.errors class of its kind, with its message and code.
+[[noreturn]] void Raise(const absl::Status& status, Call call) {
+  py::object error = py::module_::import("shardcast.errors")
+                         .attr("from_native")(ErrorKind(status, call),
+                                              std::string(status.message()),
+                                              static_cast<int>(status.code()));
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
+}
+
+// Memory that `owner` keeps alive, as a Python buffer (one dimension of `count` items
+// of `format`). torch.frombuffer and memoryview keep this object, and so the memory,
+// alive as long as they live.
+struct OwnedBuffer {
+  std::shared_ptr<const void> owner;
+  void* data = nullptr;
+  py::ssize_t count = 0;
+  py::ssize_t item_size = 1;
+  std::string format;
+};
+
+// One received batch: the header fields, and the pixels either where gRPC received
+// them (one piece), in one block copied from its pieces, or in the caller's memory
+// (next_into; then `pixels` is empty).
+struct NativeBatch {
+  ReceivedBatch wire;
+  std::shared_ptr<uint8_t[]> joined;  // set when the pixels came in several pieces
+  uint8_t* pixels = nullptr;
+  int64_t pixel_bytes = 0;
+};
+
+// The pixels of `batch` as one block: gRPC's own when it received them in one piece
+// (aliased), else a copy. Runs without the GIL.
+void JoinPixels(NativeBatch* batch) {
+  const auto& chunks = batch->wire->image_chunks();
+  batch->pixel_bytes = batch->wire->image_bytes();
+  if (chunks.size() == 1) {
+    // Python may write to the tensor it wraps (the buffer is writable so that torch does
+    // not warn); the slice is this batch's alone, so nothing else sees the write.
+    batch->pixels = const_cast<uint8_t*>(chunks[0].data());
+    return;
+  }
+  batch->joined = std::shared_ptr<uint8_t[]>(new uint8_t[batch->pixel_bytes]);
+  batch->wire->CopyImagesTo(batch->joined.get());
+  batch->pixels = batch->joined.get();
+}
+
+py::tuple Shape(const v1::Batch& header) {
+  py::tuple shape(header.shape_size());
+  for (int i = 0; i < header.shape_size(); ++i) shape[i] = py::int_(header.shape(i));
+  return shape;
+}
+
+// (key, shard, index_in_shard, valid, substituted) per sample: SampleInfo's fields.
+py::list Samples(const v1::Batch& header) {
+  py::list samples(header.samples_size());
+  for (int i = 0; i < header.samples_size(); ++i) {
+    const v1::SampleInfo& s = header.samples(i);
+    samples[i] = py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(),
+                                s.substituted());
+  }
+  return samples;
+}
+
+struct SecuritySettings {
+  bool tls = false;
+  std::string root_pem;  // empty: the system's roots
+  std::string cert_pem;  // with key_pem: a client certificate (mTLS)
+  std::string key_pem;
+};
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const SecuritySettings& security) {
+  if (!security.tls) return nullptr;
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = security.root_pem;
+  ssl.pem_cert_chain = security.cert_pem;
+  ssl.pem_private_key = security.key_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+// One rank's stream. Methods are called by one consumer at a time (the Loader); close()
+// from another thread while next() waits is safe: the stream is destroyed when the last
+// call using it returns.
+class NativeStream {
+ public:
+  NativeStream(std::string server, const py::bytes& job, const SecuritySettings& security,
+               std::string token, int prefetch, double reconnect_initial,
+               double reconnect_max, double reconnect_deadline, double handshake_refusal,
+               double stream_timeout) {
+    RankStreamOptions options;
+    options.server = std::move(server);
+    if (!options.job.ParseFromString(std::string(job))) {
+      throw py::value_error("job: not a serialized shardcast.v1.RegisterRequest");
+    }
+    options.credentials = Credentials(security);
+    options.bearer_token = std::move(token);
+    options.prefetch = prefetch;
+    options.reconnect_initial_seconds = reconnect_initial;
+    options.reconnect_max_seconds = reconnect_max;
+    options.reconnect_deadline_seconds = reconnect_deadline;
+    options.handshake_refusal_seconds = handshake_refusal;
+    options.stream_timeout_seconds = stream_timeout;
+    absl::StatusOr<std::unique_ptr<RankStream>> stream;
+    {
+      py::gil_scoped_release release;
+      stream = RankStream::Connect(std::move(options));
+    }
+    if (!stream.ok()) Raise(stream.status(), Call::kRegister);
+    stream_ = std::shared_ptr<RankStream>(std::move(*stream));
+    const v1::RegisterResponse& registration = stream_->registration();
+    registration_ = registration.SerializeAsString();
+    batch_pixel_bytes_ = registration.batch_size();
+    for (int64_t extent : registration.image_shape()) batch_pixel_bytes_ *= extent;
+  }
+
+  // A Loader dropped without close(): the prefetch thread is stopped and joined here,
+  // without holding the GIL for it.
+  ~NativeStream() {
+    if (stream_ == nullptr) return;
+    py::gil_scoped_release release;
+    stream_.reset();
+  }
+
+  // The server's RegisterResponse, serialized (the Python side parses it with its stubs).
+  py::bytes registration() const { return py::bytes(registration_); }
+  int64_t batches_per_epoch() const { return Stream()->batches_per_epoch(); }
+  int64_t batches_in_epoch() const { return Stream()->batches_in_epoch(); }
+  int64_t reconnects() const { return Stream()->reconnects(); }
+
+  // Batches of an epoch dealt from global sample position `offset` (an elastic resume):
+  // the server's own rule (common/epoch_plan.h BatchesFromOffset).
+  int64_t batches_from_offset(int64_t offset) const {
+    std::shared_ptr<RankStream> stream = Stream();
+    absl::StatusOr<JobConfig> config = ResponseConfig(stream->registration());
+    if (!config.ok()) Raise(config.status(), Call::kStartEpoch);
+    config->plan.world_size = stream->options().job.world_size();
+    absl::StatusOr<int64_t> n =
+        BatchesFromOffset(stream->registration().num_samples(), config->plan, offset);
+    if (!n.ok()) Raise(n.status(), Call::kStartEpoch);
+    return *n;
+  }
+
+  void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+    std::shared_ptr<RankStream> stream = Stream();
+    absl::Status status;
+    {
+      py::gil_scoped_release release;  // stops the previous epoch's threads
+      status = stream->StartEpoch(epoch, start_batch, sample_offset);
+    }
+    if (!status.ok()) Raise(status, Call::kStartEpoch);
+  }
+
+  // The next batch, or None after the epoch's last; its pixels as one block.
+  std::optional<NativeBatch> next() {
+    return Next([](NativeBatch* batch) { JoinPixels(batch); });
+  }
+
+  // The next batch with its pixels copied to `address` (`size` bytes, which must be the
+  // batch's pixel count: B*3*C*C), or None after the epoch's last.
+  std::optional<NativeBatch> next_into(uintptr_t address, int64_t size) {
+    // Checked before a batch is taken, so a wrong destination loses none.
+    if (size != batch_pixel_bytes_) {
+      throw py::value_error(absl::StrFormat(
+          "next_into: the destination holds %d bytes, the batch's pixels are %d", size,
+          batch_pixel_bytes_));
+    }
+    std::optional<NativeBatch> batch = Next([&](NativeBatch* b) {
+      if (b->wire->image_bytes() != size) return;
+      b->wire->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
+    });
+    if (batch && batch->wire->image_bytes() != size) {
+      // RankStream's checks let a batch of fewer samples through; the server never sends
+      // one (every batch is full: remainder drop or pad).
+      Raise(absl::DataLossError(absl::StrFormat(
+                "batch %d of epoch %d has %d pixel bytes, not the registration's %d",
+                batch->wire->index(), batch->wire->epoch(), batch->wire->image_bytes(), size)),
+            Call::kNext);
+    }
+    return batch;
+  }
+
+  // Stops the prefetch thread, cancels the open stream and closes the channel (once the
+  // calls in flight on other threads return).
+  void close() {
+    std::shared_ptr<RankStream> stream = std::move(stream_);
+    py::gil_scoped_release release;
+    stream.reset();
+  }
+
+ private:
+  std::shared_ptr<RankStream> Stream() const {
+    if (stream_ == nullptr) throw py::value_error("the stream was closed");
+    return stream_;
+  }
+
+  template <typename Finish>
+  std::optional<NativeBatch> Next(Finish finish) {
+    std::shared_ptr<RankStream> stream = Stream();
+    absl::StatusOr<std::optional<ReceivedBatch>> received;
+    std::optional<NativeBatch> batch;
+    {
+      py::gil_scoped_release release;
+      received = stream->Next();
+      if (received.ok() && received->has_value()) {
+        batch.emplace();
+        batch->wire = std::move(**received);
+        finish(&*batch);
+      }
+    }
+    if (!received.ok()) Raise(received.status(), Call::kNext);
+    return batch;
+  }
+
+  std::shared_ptr<RankStream> stream_;
+  std::string registration_;
+  int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration: every batch's
+};
+
+}  // namespace
+}  // namespace shardcast::client
+
+PYBIND11_MODULE(_native, m) {
+  using namespace shardcast::client;
+  m.doc() = "shardcast's C++ protocol client (client/protocol/rank_stream.h) for Python";
+
+  py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol())
+      .def_buffer([](OwnedBuffer& b) {
+        return py::buffer_info(b.data, b.item_size, b.format, 1, {b.count}, {b.item_size},
+                               /*readonly=*/false);
+      })
+      .def("__len__", [](const OwnedBuffer& b) { return b.count; });
+
+  py::class_<NativeBatch>(m, "Batch")
+      .def_property_readonly("epoch", [](const NativeBatch& b) { return b.wire->epoch(); })
+      .def_property_readonly("index", [](const NativeBatch& b) { return b.wire->index(); })
+      .def_property_readonly("shape", [](const NativeBatch& b) { return Shape(b.wire->header()); })
+      // uint8 pixels, B*3*C*C; None when next_into copied them to the caller's memory.
+      .def_property_readonly("pixels",
+                             [](const NativeBatch& b) -> std::optional<OwnedBuffer> {
+                               if (b.pixels == nullptr) return std::nullopt;
+                               std::shared_ptr<const void> owner =
+                                   b.joined ? std::shared_ptr<const void>(b.joined)
+                                            : std::shared_ptr<const void>(b.wire);
+                               return OwnedBuffer{owner, b.pixels, b.pixel_bytes, 1, "B"};
+                             })
+      // int64 labels, B (-1: padding), where the header was parsed.
+      .def_property_readonly("labels",
+                             [](const NativeBatch& b) {
+                               const auto& labels = b.wire->header().labels();
+                               return OwnedBuffer{b.wire, const_cast<int64_t*>(labels.data()),
+                                                  labels.size(), sizeof(int64_t),
+                                                  py::format_descriptor<int64_t>::format()};
+                             })
+      .def_property_readonly("samples",
+                             [](const NativeBatch& b) { return Samples(b.wire->header()); });
+
+  py::class_<SecuritySettings>(m, "Security")
+      .def(py::init<>())
+      .def_readwrite("tls", &SecuritySettings::tls)
+      .def_readwrite("root_pem", &SecuritySettings::root_pem)
+      .def_readwrite("cert_pem", &SecuritySettings::cert_pem)
+      .def_readwrite("key_pem", &SecuritySettings::key_pem);
+
+  py::class_<NativeStream>(m, "Stream")
+      .def(py::init<std::string, const py::bytes&, const SecuritySettings&, std::string, int,
+                    double, double, double, double, double>(),
+           py::arg("server"), py::arg("job"), py::arg("security"), py::arg("token"),
+           py::arg("prefetch"), py::arg("reconnect_initial"), py::arg("reconnect_max"),
+           py::arg("reconnect_deadline"), py::arg("handshake_refusal"),
+           py::arg("stream_timeout"))
+      .def_property_readonly("registration", &NativeStream::registration)
+      .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
+      .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)
+      .def_property_readonly("reconnects", &NativeStream::reconnects)
+      .def("batches_from_offset", &NativeStream::batches_from_offset, py::arg("sample_offset"))
+      .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"),
+           py::arg("start_batch") = 0, py::arg("sample_offset") = 0)
+      .def("next", &NativeStream::next)
+      .def("next_into", &NativeStream::next_into, py::arg("address"), py::arg("size"))
+      .def("close", &NativeStream::close);
+
+  m.def("keep_receive_buffers_warm", &KeepReceiveBuffersWarm,
+        "glibc malloc's mmap and trim thresholds raised once per process "
+        "(client/protocol/receive_memory.h); whether glibc took them");
+}
