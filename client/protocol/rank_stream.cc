@@ -501,6 +501,7 @@ class RankStream::Impl {
             bad = CheckBatch(*msg, epoch, next);
           }
           if (!bad.ok()) break;
+          if (options_.join_images) msg->JoinImages();
           if (!WaitForSpace()) break;
           Deliver(QueueItem{std::move(msg), absl::OkStatus()});
           ++next;

@@ -42,6 +42,11 @@ struct StreamSettings {
   // either, Next() fails with DEADLINE_EXCEEDED naming server, job, rank, epoch, batch
   // and the timeout. Generous by default: an epoch's first batch waits for decoding.
   double stream_timeout_seconds = 120.0;
+  // The prefetch thread joins each batch's pixels into one block (WireBatch::JoinImages),
+  // so a consumer that needs them contiguous (the Python Loader's tensors) wraps them
+  // without a copy of its own, and the copy overlaps the consumer's work. Off for
+  // consumers that copy anyway (into pinned memory, or normalizing into floats).
+  bool join_images = false;
 };
 
 }  // namespace shardcast::client

@@ -144,6 +144,15 @@ void WireBatch::CopyImagesTo(uint8_t* out) const {
   }
 }
 
+void WireBatch::JoinImages() {
+  if (chunks_.size() <= 1) return;
+  grpc::Slice joined(static_cast<size_t>(image_bytes_));
+  CopyImagesTo(const_cast<uint8_t*>(joined.begin()));
+  chunks_ = {absl::Span<const uint8_t>(joined.begin(), joined.size())};
+  slices_.clear();
+  slices_.push_back(std::move(joined));
+}
+
 std::string WireBatch::ImagesToString() const {
   std::string images(static_cast<size_t>(image_bytes_), '\0');
   CopyImagesTo(reinterpret_cast<uint8_t*>(images.data()));

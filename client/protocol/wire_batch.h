@@ -43,6 +43,9 @@ class WireBatch {
   const std::vector<absl::Span<const uint8_t>>& image_chunks() const { return chunks_; }
   // Copies the image_bytes() bytes to `out`.
   void CopyImagesTo(uint8_t* out) const;
+  // Copies the pixels into one block this object owns, when they came in several pieces,
+  // and lets go of the received buffers: image_chunks() is then one chunk.
+  void JoinImages();
   // The image bytes as one string (a copy: tests and small consumers).
   std::string ImagesToString() const;
 

@@ -91,8 +91,9 @@ struct NativeBatch {
   int64_t pixel_bytes = 0;
 };
 
-// The pixels of `batch` as one block: gRPC's own when it received them in one piece
-// (aliased), else a copy. Runs without the GIL.
+// The pixels of `batch` as one block: as received when they are one piece (gRPC's own
+// buffer, or the block the prefetch thread joined them into: join_images), else a copy.
+// Runs without the GIL.
 void JoinPixels(NativeBatch* batch) {
   const auto& chunks = batch->wire->image_chunks();
   batch->pixel_bytes = batch->wire->image_bytes();
@@ -148,7 +149,7 @@ class NativeStream {
   NativeStream(std::string server, const py::bytes& job, const SecuritySettings& security,
                std::string token, int prefetch, double reconnect_initial,
                double reconnect_max, double reconnect_deadline, double handshake_refusal,
-               double stream_timeout) {
+               double stream_timeout, bool join_images) {
     RankStreamOptions options;
     options.server = std::move(server);
     if (!options.job.ParseFromString(std::string(job))) {
@@ -162,6 +163,7 @@ class NativeStream {
     options.reconnect_deadline_seconds = reconnect_deadline;
     options.handshake_refusal_seconds = handshake_refusal;
     options.stream_timeout_seconds = stream_timeout;
+    options.join_images = join_images;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
     {
       py::gil_scoped_release release;
@@ -278,6 +280,31 @@ class NativeStream {
   int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration: every batch's
 };
 
+// out[b, c, i] = table[c * 256 + in[b, c, i]] for uint8 `in` and float `out`, both
+// [batches, channels, plane] contiguous: normalize() on the CPU in one pass over the
+// pixels, as the C++ BatchStream does, instead of torch's three over the floats.
+void NormalizeWithTable(uintptr_t in_address, uintptr_t out_address, int64_t batches,
+                        int64_t channels, int64_t plane, const py::buffer& table) {
+  py::buffer_info t = table.request();
+  if (t.itemsize != sizeof(float) || t.size != channels * 256) {
+    throw py::value_error(absl::StrFormat(
+        "normalize: the table needs %d float32 entries (256 per channel), got %d of %d bytes",
+        channels * 256, t.size, t.itemsize));
+  }
+  const auto* in = reinterpret_cast<const uint8_t*>(in_address);
+  auto* out = reinterpret_cast<float*>(out_address);
+  const auto* values = static_cast<const float*>(t.ptr);
+  py::gil_scoped_release release;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* lookup = values + c * 256;
+      for (int64_t i = 0; i < plane; ++i) out[i] = lookup[in[i]];
+      in += plane;
+      out += plane;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardcast::client
 
@@ -325,11 +352,11 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<NativeStream>(m, "Stream")
       .def(py::init<std::string, const py::bytes&, const SecuritySettings&, std::string, int,
-                    double, double, double, double, double>(),
+                    double, double, double, double, double, bool>(),
            py::arg("server"), py::arg("job"), py::arg("security"), py::arg("token"),
            py::arg("prefetch"), py::arg("reconnect_initial"), py::arg("reconnect_max"),
            py::arg("reconnect_deadline"), py::arg("handshake_refusal"),
-           py::arg("stream_timeout"))
+           py::arg("stream_timeout"), py::arg("join_images") = true)
       .def_property_readonly("registration", &NativeStream::registration)
       .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)
@@ -341,6 +368,10 @@ PYBIND11_MODULE(_native, m) {
       .def("next_into", &NativeStream::next_into, py::arg("address"), py::arg("size"))
       .def("close", &NativeStream::close);
 
+  m.def("normalize_with_table", &NormalizeWithTable, py::arg("images"), py::arg("out"),
+        py::arg("batches"), py::arg("channels"), py::arg("plane"), py::arg("table"),
+        "uint8 [B, C, plane] at address `images` to float32 at `out` through a 256-entry "
+        "table per channel, without the GIL");
   m.def("keep_receive_buffers_warm", &KeepReceiveBuffersWarm,
         "glibc malloc's mmap and trim thresholds raised once per process "
         "(client/protocol/receive_memory.h); whether glibc took them");

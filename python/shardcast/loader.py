@@ -230,6 +230,9 @@ class Loader:
             reconnect_deadline=reconnect_deadline,
             handshake_refusal=HANDSHAKE_REFUSAL_SECONDS,
             stream_timeout=stream_timeout,
+            # The receiving thread joins the pixels into one block for the tensor; pinned
+            # batches are copied from the received pieces into the pinned memory instead.
+            join_images=not pin_memory,
         )
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
         self._pin_memory = pin_memory

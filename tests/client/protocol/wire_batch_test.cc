@@ -79,6 +79,23 @@ TEST(WireBatchTest, OneSliceGivesOneChunkPointingIntoIt) {
   ExpectParsedAs(batch, got);
 }
 
+TEST(WireBatchTest, JoinImagesMakesOneChunkOfTheSameBytes) {
+  const v1::Batch batch = SampleBatch(4096);
+  const std::string bytes = batch.SerializeAsString();
+  for (std::vector<size_t> cuts : {std::vector<size_t>{}, {bytes.size() - 1000},
+                                   {bytes.size() - 3000, bytes.size() - 2000, bytes.size() - 7}}) {
+    WireBatch got;
+    ASSERT_TRUE(WireBatch::Parse(Cut(bytes, cuts), &got).ok());
+    const size_t pieces = got.image_chunks().size();
+    const uint8_t* first = got.image_chunks()[0].data();
+    got.JoinImages();
+    ASSERT_EQ(got.image_chunks().size(), 1u);
+    // One piece already: left where it was; several: copied into one block.
+    EXPECT_EQ(got.image_chunks()[0].data() == first, pieces == 1) << pieces << " pieces";
+    ExpectParsedAs(batch, got);
+  }
+}
+
 TEST(WireBatchTest, FieldOrderAndRepeatsFollowProtobuf) {
   // images first, then the header fields, then images again: the last one wins, as
   // protobuf's parser decides for a bytes field.
