@@ -35,3 +35,16 @@ def test_custom_mean_and_std():
 def test_bad_input_is_a_value_error(images, kwargs, message):
     with pytest.raises(ValueError, match=message):
         shardcast.normalize(images, **kwargs)
+
+
+def test_the_cpu_table_gives_torchs_float_ops_exactly():
+    """On the CPU normalize looks each byte up in a table; the values are those of the
+    float ops on the device path, bit for bit, for every byte value of every channel."""
+    images = torch.arange(256, dtype=torch.uint8).repeat(2, 3, 16, 1)  # [2, 3, 16, 256]
+    got = shardcast.normalize(images, "cpu")
+    mean = torch.tensor(shardcast.IMAGENET_MEAN).mul(255.0).view(1, 3, 1, 1)
+    std = torch.tensor(shardcast.IMAGENET_STD).mul(255.0).view(1, 3, 1, 1)
+    assert torch.equal(got, images.to(torch.float32).sub_(mean).div_(std))
+    # A view that is not contiguous takes the torch path, with the same values.
+    strided = images[:, :, :, ::2]
+    assert torch.equal(shardcast.normalize(strided, "cpu"), got[:, :, :, ::2])
