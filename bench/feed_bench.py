@@ -214,8 +214,11 @@ def server_waits(a: argparse.Namespace, address: str) -> Tuple[float, float]:
 def loader(a: argparse.Namespace, model: Model, server: ServerProcess, **_) -> Dict[str, float]:
     import shardcast
 
+    # On CUDA the pixels go from the received buffers into pinned memory (one host copy),
+    # and normalize's transfer to the device is a DMA.
     source = shardcast.Loader(server.address, batch_size=a.batch, transform="center",
-                              resize=a.resize, crop=a.crop)
+                              resize=a.resize, crop=a.crop,
+                              pin_memory=model.device.type == "cuda")
 
     def epoch(e):
         source.set_epoch(e)

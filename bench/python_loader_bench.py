@@ -7,12 +7,10 @@
     - server-bound: a decoding server (real serving) with one decode thread pinned to
       the first core, the clients on the other cores (--no-pin: all on all cores);
     - client-bound: the wire-only server (--bench-only-resend-first-batch), where the
-      client's receive path is the bottleneck, all on all cores. Neither Loader nor
-      BatchStream accepts a re-sent batch 0 (their sequence checks refuse it), so this
-      case runs their per-batch work on a plain stream reader: for Python the Loader's
-      own functions (split_batch, the tensor conversion, normalize), for C++
-      BatchStream's (parse, from_blob, normalize). The raw rows (receive + full
-      protobuf parse, no tensors) show what the wire alone allows each language.
+      client's receive path is the bottleneck, all on all cores: the raw rows (receive +
+      full protobuf parse, no tensors; grpcio for Python) show what the wire alone
+      allows each language. The Loader and BatchStream themselves against that server
+      (which stamps each re-sent batch with its index) are bench/native_loader_bench.py's.
 (b) the seed article's webdataset-style pipeline (tar reading with tarfile, PIL decode,
     torchvision Resize(256) + CenterCrop(224), batches made in DataLoader worker
     processes), twice: as the article writes it (decode("torchrgb") to a float tensor,
@@ -166,43 +164,29 @@ def loader_rate(address: str, job_id: str, a: argparse.Namespace, epochs: int) -
         return timer.measure(images_seen)
 
 
-def python_raw_rate(address: str, job_id: str, a: argparse.Namespace, epochs: int,
-                    tensors: bool) -> Measure:
-    """A plain stream reader. tensors=False: each message fully parsed by protobuf (the
-    C++ raw row's work). tensors=True: the Loader's per-batch work on each message
-    (the pixels split off without a copy, tensors, normalize), minus its sequence
-    check and prefetch thread."""
-    import shardcast
+def python_raw_rate(address: str, job_id: str, a: argparse.Namespace, epochs: int) -> Measure:
+    """A plain grpcio stream reader, each message fully parsed by protobuf (the C++ raw
+    row's work)."""
     from shardcast._proto import REGISTER_METHOD, STREAM_BATCHES_METHOD, pb
-    from shardcast._rank_stream import StreamOptions, make_channel
-    from shardcast._wire import split_batch
-    from shardcast.loader import _to_batch
 
     job = pb.RegisterRequest(
         job_id=job_id, rank=0, world_size=1, batch_size=a.batch, split=pb.SPLIT_SAMPLE,
         transform=pb.Transform(mode=pb.TRANSFORM_MODE_CENTER, resize=a.resize, crop=a.crop),
     )
-    channel = make_channel(StreamOptions(server=address, job=job))
+    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)])
     register = channel.unary_unary(REGISTER_METHOD,
                                    request_serializer=pb.RegisterRequest.SerializeToString,
                                    response_deserializer=pb.RegisterResponse.FromString)
     stream = channel.unary_stream(STREAM_BATCHES_METHOD,
                                   request_serializer=pb.StreamBatchesRequest.SerializeToString)
     reg = register(job, timeout=60, wait_for_ready=True)
-    image_bytes = a.batch * 3 * a.crop * a.crop
     images_seen = 0
-    checksum = 0.0
     timer = Timer()
     for epoch in range(epochs):
         request = pb.StreamBatchesRequest(job_id=job_id, rank=0, epoch=epoch,
                                           job_fingerprint=reg.job_fingerprint)
         for raw in stream(request):
-            if tensors:
-                images, labels, _ = _to_batch(*split_batch(raw, image_bytes))
-                checksum += float(shardcast.normalize(images, "cpu")[0, 0, 0, 0])
-                images_seen += labels.shape[0]
-            else:
-                images_seen += len(pb.Batch.FromString(raw).labels)
+            images_seen += len(pb.Batch.FromString(raw).labels)
     result = timer.measure(images_seen)
     channel.close()
     return result
@@ -414,15 +398,11 @@ def main() -> int:
                     "decode: C++ raw": on(client_cores, lambda j: cpp_rate(
                         consumer, d, j, "raw", a, e)),
                     "decode: Python raw": on(client_cores, lambda j: python_raw_rate(
-                        d, j, a, e, False)),
-                    "wire: C++ tensors": on(cores, lambda j: cpp_rate(
-                        consumer, w, j, "raw_tensors", a, we)),
-                    "wire: Python tensors": on(cores, lambda j: python_raw_rate(
-                        w, j, a, we, True)),
+                        d, j, a, e)),
                     "wire: C++ raw": on(cores, lambda j: cpp_rate(consumer, w, j, "raw", a, we)),
                     "wire: C++ WireBatch": on(cores, lambda j: cpp_rate(
                         consumer, w, j, "wire", a, we)),
-                    "wire: Python raw": on(cores, lambda j: python_raw_rate(w, j, a, we, False)),
+                    "wire: Python raw": on(cores, lambda j: python_raw_rate(w, j, a, we)),
                 }, a.rounds)
                 set_affinity(cores)
                 decoding.kill()
@@ -474,8 +454,6 @@ def print_part_a(part_a: Dict[str, List[Measure]], a: argparse.Namespace, mb: fl
         ("server-bound: BatchStream vs Loader (+ normalize)",
          "decode: C++ BatchStream", "decode: Python Loader"),
         ("server-bound: raw reader (parse only)", "decode: C++ raw", "decode: Python raw"),
-        ("wire only: per-batch tensor work + normalize", "wire: C++ tensors",
-         "wire: Python tensors"),
         ("wire only: raw reader (parse only)", "wire: C++ raw", "wire: Python raw"),
     ]:
         c, p = part_a[cpp], part_a[py]
