@@ -69,6 +69,13 @@ print("distributed gloo", torch.distributed.is_gloo_available(),
 PY
 }
 
+# The folder holding Python.h for $PYTHON, if it exists (the extension needs it).
+python_headers() {
+  local d
+  d="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)"
+  [[ -f "$d/Python.h" ]] && echo "$d"
+}
+
 torch_cmake_dir() { "$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'; }
 torch_root() { "$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))'; }
 
@@ -151,6 +158,8 @@ probe() {
   section "python packages"
   "$PYTHON" -c 'import grpc, google.protobuf as p; print("grpcio", grpc.__version__, "protobuf", p.__version__)' 2>&1
   "$PYTHON" -c 'import lightning; print("lightning", lightning.__version__)' 2>&1 | tail -1
+  echo "Python.h for the extension: $(python_headers || echo MISSING)"
+  echo "pybind11 cmake dir: $("$PYTHON" -m pybind11 --cmakedir 2>/dev/null || echo MISSING)"
   section "Debian libraries this machine lacks (sonames from .gpu/debs)"
   unpack_debs >/dev/null && missing_libs
   section "LibTorch TU, C++17"
@@ -231,12 +240,22 @@ build() {
     -DOPENSSL_ROOT_DIR="$PREFIX/usr" \
     -DSHARDCAST_NCCL_INCLUDE_DIR="$nccl" \
     -DSHARDCAST_BUILD_TESTS=OFF -DSHARDCAST_BUILD_BENCH=OFF \
+    -DSHARDCAST_BUILD_PYTHON="$([[ -n "$(python_headers)" ]] && echo ON || echo OFF)" \
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
+    -Dpybind11_DIR="$("$PYTHON" -m pybind11 --cmakedir 2>/dev/null)" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed -Wl,--disable-new-dtags" \
     -DCMAKE_BUILD_RPATH="$PREFIX/missing-libs" || return 1
   local start=$SECONDS
   cmake --build "$BUILD" -j "$JOBS" \
     --target shardcast-server shardcast-train shardcast-ctl shardcast-pack || return 1
   log "build: $((SECONDS - start)) s with $JOBS jobs"
+  # The Python Loader's native client, for this machine's Python (pip's pybind11).
+  if [[ -n "$(python_headers)" ]]; then
+    cmake --build "$BUILD" -j "$JOBS" --target shardcast_native || return 1
+    log "build: shardcast._native for $("$PYTHON" --version 2>&1): $(ls "$BUILD"/python/shardcast/_native*.so)"
+  else
+    log "build: no Python.h for $PYTHON: shardcast._native not built, the Loader's checks are skipped"
+  fi
   # The binaries must start without device.sh's environment. The prefix's libraries are
   # found through an RPATH (--disable-new-dtags: DT_RPATH, which the loader also applies
   # to the libraries' own dependencies, such as libgrpc's libupb; a RUNPATH serves the
@@ -354,9 +373,11 @@ checks() {
   fi
   train gloo-2-ranks --nproc-per-node 2 --device cpu "${same[@]}" || failed=1
   # 4. The Python client under Lightning DDP on the device (the seed's own stack).
-  if "$PYTHON" -c 'import lightning' 2>/dev/null; then
+  if [[ -z "$(ls "$BUILD"/python/shardcast/_native*.so 2>/dev/null)" ]]; then
+    log "lightning: shardcast._native not built, skipped"
+  elif "$PYTHON" -c 'import lightning' 2>/dev/null; then
     "$PYTHON" python/generate_stubs.py "$WORK/python" >/dev/null &&
-      PYTHONPATH="$root/python:$WORK/python" "$PYTHON" examples/train_lightning.py \
+      PYTHONPATH="$root/python:$WORK/python:$BUILD/python" "$PYTHON" examples/train_lightning.py \
         --server "$SERVER" --n_epochs 2 -b 64 -lr 0.001 --accelerator "$( [[ $DEVICE == cuda ]] && echo gpu || echo cpu)" \
         >"$RUNS/lightning.out" 2>&1
     log "lightning: exit $?"; grep -E '^epoch|batches' "$RUNS/lightning.out" | tail -4 | tee -a "$summary"
@@ -374,7 +395,11 @@ checks() {
 # bench/third_party; its braceexpand comes from the prefix (python3-braceexpand).
 feed() {
   build_env
-  local photos=(--photos "$root/.gpu/photos" --copies 24) timing=()
+  local photos=(--photos "$root/.gpu/photos" --copies 24) timing=() rows=()
+  if [[ -z "$(ls "$BUILD"/python/shardcast/_native*.so 2>/dev/null)" ]]; then
+    rows=(--rows ceiling,seed,train)
+    log "feed: shardcast._native not built: no Loader row"
+  fi
   [[ -d "$root/.gpu/photos" ]] || photos=()
   if [[ "$REHEARSE" == 1 ]]; then
     # Two cores and no GPU: small images and a few steps, to prove the step works.
@@ -383,7 +408,7 @@ feed() {
   fi
   PYTHONPATH="$PREFIX/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}" \
     "$PYTHON" bench/feed_bench.py --build-dir "$BUILD" --device "$DEVICE" "${photos[@]}" \
-    "${timing[@]}" --json "$RUNS/feed.json" >"$RUNS/feed.out" 2>&1
+    "${timing[@]}" "${rows[@]}" --json "$RUNS/feed.json" >"$RUNS/feed.out" 2>&1
   local rc=$?
   log "feed benchmark: exit $rc"
   if [[ $rc == 0 ]]; then grep -E '^feed_bench|^\|' "$RUNS/feed.out" | tee -a "$summary"
