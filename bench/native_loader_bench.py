@@ -227,30 +227,31 @@ def ratio(a_rows: List[dict], b_rows: List[dict], field: str) -> float:
     return statistics.median(x[field] / y[field] for x, y in zip(a_rows, b_rows))
 
 
+def print_rows(part, names, base: str, field: str, last_column: str, suffix: str) -> None:
+    """One table: each row's medians, and its ratio to the `base` row in `field`."""
+    print(f"\n| size | reader | images/s | client CPU us/image | {last_column} |")
+    print("|---:|---|---:|---:|---:|")
+    for size, rows in part.items():
+        for name in names:
+            print(f"| {size} | {name} | {median(rows[name], 'images_per_s'):,.0f} | "
+                  f"{median(rows[name], 'cpu_us_per_image'):.1f} | "
+                  f"{ratio(rows[name], rows[base], field):.2f}{suffix} |")
+
+
 def print_table(part_a, part_b, a: argparse.Namespace) -> None:
     print(f"\nbatch {a.batch}, {a.samples} samples x {a.epochs} epochs per row, {a.rounds} "
           "rounds, medians; ratios per round, then the median")
     print("\n(a) real server: client CPU per image")
-    print("\n| size | reader | images/s | client CPU us/image | of the C++ wire reader's |")
-    print("|---:|---|---:|---:|---:|")
-    for size, rows in part_a.items():
-        for name in ("cpp_wire", "loader", "loader_before"):
-            print(f"| {size} | {name} | {median(rows[name], 'images_per_s'):,.0f} | "
-                  f"{median(rows[name], 'cpu_us_per_image'):.1f} | "
-                  f"{ratio(rows[name], rows['cpp_wire'], 'cpu_us_per_image'):.2f}x |")
+    print_rows(part_a, ("cpp_wire", "loader", "loader_before"), "cpp_wire", "cpu_us_per_image",
+               "of the C++ wire reader's", "x")
     print("\n| size | a Python thread's pace beside the Loader, of its pace beside the C++ "
           "reader in another process |")
     print("|---:|---:|")
     for size, rows in part_a.items():
         print(f"| {size} | {ratio(rows['spin_loader'], rows['spin_beside'], 'spins_per_s'):.2f} |")
     print("\n(b) client-bound (wire-only server), normalized float batches on the CPU")
-    print("\n| size | reader | images/s | client CPU us/image | images/s of BatchStream's |")
-    print("|---:|---|---:|---:|---:|")
-    for size, rows in part_b.items():
-        for name in ("batch_stream", "loader", "loader_before"):
-            print(f"| {size} | {name} | {median(rows[name], 'images_per_s'):,.0f} | "
-                  f"{median(rows[name], 'cpu_us_per_image'):.1f} | "
-                  f"{ratio(rows[name], rows['batch_stream'], 'images_per_s'):.2f} |")
+    print_rows(part_b, ("batch_stream", "loader", "loader_before"), "batch_stream",
+               "images_per_s", "images/s of BatchStream's", "")
 
 
 if __name__ == "__main__":
