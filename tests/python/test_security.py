@@ -4,6 +4,7 @@ made here by Debian's openssl CLI (as tests/server/security_test.cc does for C++
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import grpc
@@ -36,6 +37,10 @@ def certs(tmp_path_factory) -> Path:
     (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     _openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
+    _openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=trainer")
+    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "client.pem", "-days", "2")
     (d / "tokens").write_text(f"# test\n{TOKEN}\n")
     return d
 
@@ -94,3 +99,34 @@ def test_plaintext_to_a_tls_server_is_reported_not_retried_to_the_deadline(secur
         shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
                          token=TOKEN, reconnect_deadline=300)
     assert "tls_ca" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(shards, certs):
+    s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
+        "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
+        "--tls-client-ca", str(certs / "ca.pem")])
+    s.start()
+    yield s
+    s.kill(signal.SIGTERM)
+
+
+def test_a_client_certificate_streams_from_an_mtls_server(mtls_server, certs):
+    with shardcast.Loader(_address(mtls_server), batch_size=8, world_size=1, rank=0,
+                          tls_ca=str(certs / "ca.pem"), tls_cert=str(certs / "client.pem"),
+                          tls_key=str(certs / "client.key")) as loader:
+        images, labels, _ = next(iter(loader))
+        assert images.shape[0] == 8
+
+
+def test_without_a_client_certificate_an_mtls_server_is_refused_not_retried(mtls_server, certs):
+    start = time.monotonic()
+    with pytest.raises(shardcast.ServerUnavailableError, match="tls_cert"):
+        shardcast.Loader(_address(mtls_server), batch_size=8, world_size=1, rank=0,
+                         tls_ca=str(certs / "ca.pem"), reconnect_deadline=300)
+    assert time.monotonic() - start < 60
+
+
+def test_a_certificate_without_its_key_is_a_value_error(certs):
+    with pytest.raises(ValueError, match="tls_cert and tls_key"):
+        shardcast.Loader("localhost:1", tls_cert=str(certs / "client.pem"))
