@@ -310,6 +310,7 @@ void NormalizeWithTable(uintptr_t in_address, uintptr_t out_address, int64_t bat
 
 PYBIND11_MODULE(_native, m) {
   using namespace shardcast::client;
+  static const StreamSettings kDefaults;
   m.doc() = "shardcast's C++ protocol client (client/protocol/rank_stream.h) for Python";
 
   py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol())
@@ -353,10 +354,15 @@ PYBIND11_MODULE(_native, m) {
   py::class_<NativeStream>(m, "Stream")
       .def(py::init<std::string, const py::bytes&, const SecuritySettings&, std::string, int,
                     double, double, double, double, double, bool>(),
-           py::arg("server"), py::arg("job"), py::arg("security"), py::arg("token"),
-           py::arg("prefetch"), py::arg("reconnect_initial"), py::arg("reconnect_max"),
-           py::arg("reconnect_deadline"), py::arg("handshake_refusal"),
-           py::arg("stream_timeout"), py::arg("join_images") = true)
+           // Defaults: StreamSettings' (client/protocol/stream_settings.h).
+           py::arg("server"), py::arg("job"), py::arg("security"), py::arg("token") = "",
+           py::arg("prefetch") = kDefaults.prefetch,
+           py::arg("reconnect_initial") = kDefaults.reconnect_initial_seconds,
+           py::arg("reconnect_max") = kDefaults.reconnect_max_seconds,
+           py::arg("reconnect_deadline") = kDefaults.reconnect_deadline_seconds,
+           py::arg("handshake_refusal") = kDefaults.handshake_refusal_seconds,
+           py::arg("stream_timeout") = kDefaults.stream_timeout_seconds,
+           py::arg("join_images") = true)
       .def_property_readonly("registration", &NativeStream::registration)
       .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)

@@ -29,10 +29,6 @@ except ImportError as e:
 
 # The environment variable a token is taken from when none is given (as the C++ clients).
 TOKEN_ENV = "SHARDCAST_TOKEN"
-# The protocol client's reconnect backoff (client/protocol/stream_settings.h).
-RECONNECT_INITIAL_SECONDS = 0.1
-RECONNECT_MAX_SECONDS = 2.0
-HANDSHAKE_REFUSAL_SECONDS = 10.0
 
 
 class SampleInfo(NamedTuple):
@@ -225,10 +221,7 @@ class Loader:
             security=_security(tls, tls_ca, tls_cert, tls_key),
             token=token or "",
             prefetch=prefetch,
-            reconnect_initial=RECONNECT_INITIAL_SECONDS,
-            reconnect_max=RECONNECT_MAX_SECONDS,
             reconnect_deadline=reconnect_deadline,
-            handshake_refusal=HANDSHAKE_REFUSAL_SECONDS,
             stream_timeout=stream_timeout,
             # The receiving thread joins the pixels into one block for the tensor; pinned
             # batches are copied from the received pieces into the pinned memory instead.
@@ -236,6 +229,7 @@ class Loader:
         )
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
         self._pin_memory = pin_memory
+        self._offset_batches = 0  # batches of the epoch dealt from _offset, when not 0
         self._closed = False
         self._reconnects = 0  # the stream's count, kept when it closes
         self.job_id = job_id
@@ -309,9 +303,7 @@ class Loader:
     def batches_in_epoch(self) -> int:
         """Batches of the epoch being iterated (or next to be): len(loader), or fewer for
         an epoch resumed elastically from a sample offset."""
-        if self._offset == 0:
-            return len(self)
-        return self._stream.batches_from_offset(self._offset)
+        return len(self) if self._offset == 0 else self._offset_batches
 
     # ---- position --------------------------------------------------------------------
 
@@ -395,6 +387,10 @@ class Loader:
                 f"{state['batches_per_epoch']!r}, this loader's job '{self.job_id}' has "
                 f"{reg.batches_per_epoch!r}"
             )
+        if offset != 0:
+            # The server's rule, asked while the stream is open (a closed loader still
+            # answers state_dict()).
+            self._offset_batches = self._stream.batches_from_offset(offset)
         self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, True
 
     # ---- iteration -------------------------------------------------------------------

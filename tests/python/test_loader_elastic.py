@@ -101,6 +101,10 @@ def test_a_state_taken_after_an_elastic_resume_resumes_on_the_same_world(server)
             next(it)
         again = second.state_dict()
         rest = [keys_of(b) for b in it]
+    # A closed loader still tells its position (its stream is gone).
+    closed = second.state_dict()
+    assert closed["sample_offset"] == again["sample_offset"] > 0
+    assert closed["batches_done"] == closed["batches_in_epoch"] == again["batches_in_epoch"]
     offset = 3 * OLD["world_size"] * OLD["batch_size"]
     assert again["sample_offset"] == offset
     assert again["samples_consumed"] == offset + 2 * NEW["world_size"] * NEW["batch_size"]
