@@ -221,6 +221,12 @@ class RankStream::Impl {
     return absl::OkStatus();
   }
 
+  bool NextIsReady() const {
+    absl::MutexLock lock(&mu_);
+    return !started_ || handed_out_ >= epoch_batches_ || !sticky_error_.ok() || !queue_.empty() ||
+           producer_done_;
+  }
+
   absl::StatusOr<std::optional<ReceivedBatch>> Next() {
     QueueItem item;
     int64_t epoch = 0;
@@ -670,6 +676,8 @@ absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t 
 int64_t RankStream::batches_in_epoch() const { return impl_->batches_in_epoch(); }
 
 absl::StatusOr<std::optional<ReceivedBatch>> RankStream::Next() { return impl_->Next(); }
+
+bool RankStream::NextIsReady() const { return impl_->NextIsReady(); }
 
 int64_t RankStream::reconnects() const { return impl_->reconnects(); }
 

@@ -63,6 +63,9 @@ class RankStream {
   // deadline, answered with a status a reconnect cannot fix, changed the job, or
   // delivered nothing within the stream timeout (also after reconnecting).
   absl::StatusOr<std::optional<ReceivedBatch>> Next();
+  // Whether Next() would return without waiting (a batch, the end or an error is ready).
+  // With one consumer, true stays true until that consumer calls Next() or StartEpoch().
+  bool NextIsReady() const;
 
   // Reconnects made so far (tests, metrics).
   int64_t reconnects() const;

@@ -62,10 +62,10 @@ const char* ErrorKind(const absl::Status& status, Call call) {
 
 // Raises `status` as the shardcast.errors class of its kind, with its message and code.
 [[noreturn]] void Raise(const absl::Status& status, Call call) {
-  py::object error = py::module_::import("shardcast.errors")
-                         .attr("from_native")(ErrorKind(status, call),
-                                              std::string(status.message()),
-                                              static_cast<int>(status.code()));
+  py::object error =
+      py::module_::import("shardcast.errors")
+          .attr("from_native")(ErrorKind(status, call), std::string(status.message()),
+                               static_cast<int>(status.code()));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
   throw py::error_already_set();
 }
@@ -119,8 +119,8 @@ py::list Samples(const v1::Batch& header) {
   py::list samples(header.samples_size());
   for (int i = 0; i < header.samples_size(); ++i) {
     const v1::SampleInfo& s = header.samples(i);
-    samples[i] = py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(),
-                                s.substituted());
+    samples[i] =
+        py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(), s.substituted());
   }
   return samples;
 }
@@ -147,9 +147,9 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const SecuritySettings& se
 class NativeStream {
  public:
   NativeStream(std::string server, const py::bytes& job, const SecuritySettings& security,
-               std::string token, int prefetch, double reconnect_initial,
-               double reconnect_max, double reconnect_deadline, double handshake_refusal,
-               double stream_timeout, bool join_images) {
+               std::string token, int prefetch, double reconnect_initial, double reconnect_max,
+               double reconnect_deadline, double handshake_refusal, double stream_timeout,
+               bool join_images) {
     RankStreamOptions options;
     options.server = std::move(server);
     if (!options.job.ParseFromString(std::string(job))) {
@@ -164,6 +164,7 @@ class NativeStream {
     options.handshake_refusal_seconds = handshake_refusal;
     options.stream_timeout_seconds = stream_timeout;
     options.join_images = join_images;
+    join_images_ = join_images;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
     {
       py::gil_scoped_release release;
@@ -216,7 +217,8 @@ class NativeStream {
 
   // The next batch, or None after the epoch's last; its pixels as one block.
   std::optional<NativeBatch> next() {
-    return Next([](NativeBatch* batch) { JoinPixels(batch); });
+    // Joined by the receiving thread already (join_images), JoinPixels only aliases.
+    return Next(join_images_, [](NativeBatch* batch) { JoinPixels(batch); });
   }
 
   // The next batch with its pixels copied to `address` (`size` bytes, which must be the
@@ -224,11 +226,11 @@ class NativeStream {
   std::optional<NativeBatch> next_into(uintptr_t address, int64_t size) {
     // Checked before a batch is taken, so a wrong destination loses none.
     if (size != batch_pixel_bytes_) {
-      throw py::value_error(absl::StrFormat(
-          "next_into: the destination holds %d bytes, the batch's pixels are %d", size,
-          batch_pixel_bytes_));
+      throw py::value_error(
+          absl::StrFormat("next_into: the destination holds %d bytes, the batch's pixels are %d",
+                          size, batch_pixel_bytes_));
     }
-    std::optional<NativeBatch> batch = Next([&](NativeBatch* b) {
+    std::optional<NativeBatch> batch = Next(/*finish_needs_no_gil=*/false, [&](NativeBatch* b) {
       if (b->wire->image_bytes() != size) return;
       b->wire->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
     });
@@ -257,19 +259,28 @@ class NativeStream {
     return stream_;
   }
 
+  // The next batch with `finish` applied to it. The GIL is released only when there is
+  // something to wait for or copy: a batch already received is taken while holding it,
+  // because every release and re-take of the GIL hands it to another Python thread and
+  // back (two thread switches, each waiting for the other thread to be scheduled).
   template <typename Finish>
-  std::optional<NativeBatch> Next(Finish finish) {
+  std::optional<NativeBatch> Next(bool finish_needs_no_gil, Finish finish) {
     std::shared_ptr<RankStream> stream = Stream();
     absl::StatusOr<std::optional<ReceivedBatch>> received;
     std::optional<NativeBatch> batch;
-    {
-      py::gil_scoped_release release;
+    auto take = [&] {
       received = stream->Next();
       if (received.ok() && received->has_value()) {
         batch.emplace();
         batch->wire = std::move(**received);
         finish(&*batch);
       }
+    };
+    if (finish_needs_no_gil && stream->NextIsReady()) {
+      take();
+    } else {
+      py::gil_scoped_release release;
+      take();
     }
     if (!received.ok()) Raise(received.status(), Call::kNext);
     return batch;
@@ -278,6 +289,7 @@ class NativeStream {
   std::shared_ptr<RankStream> stream_;
   std::string registration_;
   int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration: every batch's
+  bool join_images_ = true;
 };
 
 // out[b, c, i] = table[c * 256 + in[b, c, i]] for uint8 `in` and float `out`, both
@@ -368,8 +380,8 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)
       .def_property_readonly("reconnects", &NativeStream::reconnects)
       .def("batches_from_offset", &NativeStream::batches_from_offset, py::arg("sample_offset"))
-      .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"),
-           py::arg("start_batch") = 0, py::arg("sample_offset") = 0)
+      .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"), py::arg("start_batch") = 0,
+           py::arg("sample_offset") = 0)
       .def("next", &NativeStream::next)
       .def("next_into", &NativeStream::next_into, py::arg("address"), py::arg("size"))
       .def("close", &NativeStream::close);

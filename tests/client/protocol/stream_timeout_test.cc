@@ -79,6 +79,38 @@ class StreamTimeoutTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> server_;
 };
 
+// NextIsReady (what the Python binding takes a batch by without releasing the GIL):
+// true while Next() would return at once, false while it would wait on the server.
+TEST_F(StreamTimeoutTest, NextIsReadyTellsWhetherNextWouldWait) {
+  absl::StatusOr<std::unique_ptr<RankStream>> stream = RankStream::Connect(Options("ready", 0));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  ASSERT_TRUE((*stream)->Next().ok());
+  Signal(SIGSTOP);
+  // Take what had arrived until, for a while, nothing more is ready.
+  int64_t taken = 1;
+  for (bool idle = false; !idle;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    idle = !(*stream)->NextIsReady();
+    while ((*stream)->NextIsReady()) {
+      absl::StatusOr<std::optional<ReceivedBatch>> next = (*stream)->Next();
+      ASSERT_TRUE(next.ok() && next->has_value()) << "a stopped server ended the epoch";
+      ++taken;
+    }
+  }
+  ASSERT_LT(taken, kBatches);
+  Signal(SIGCONT);
+  const auto resumed = Clock::now();
+  while (!(*stream)->NextIsReady()) {
+    ASSERT_LT(Clock::now() - resumed, std::chrono::seconds(30)) << "no batch after SIGCONT";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ExpectRestOfEpoch(stream->get(), taken);
+  EXPECT_TRUE((*stream)->NextIsReady());  // the end of the epoch is ready too
+  absl::StatusOr<std::optional<ReceivedBatch>> end = (*stream)->Next();
+  ASSERT_TRUE(end.ok() && !end->has_value());
+}
+
 TEST_F(StreamTimeoutTest, AStalledServerFailsTheStreamNamingTheTimeout) {
   absl::StatusOr<std::unique_ptr<RankStream>> stream = RankStream::Connect(Options("stalled", 2));
   ASSERT_TRUE(stream.ok()) << stream.status();

@@ -82,7 +82,8 @@ TEST(WireBatchTest, OneSliceGivesOneChunkPointingIntoIt) {
 TEST(WireBatchTest, JoinImagesMakesOneChunkOfTheSameBytes) {
   const v1::Batch batch = SampleBatch(4096);
   const std::string bytes = batch.SerializeAsString();
-  for (std::vector<size_t> cuts : {std::vector<size_t>{}, {bytes.size() - 1000},
+  for (std::vector<size_t> cuts : {std::vector<size_t>{},
+                                   {bytes.size() - 1000},
                                    {bytes.size() - 3000, bytes.size() - 2000, bytes.size() - 7}}) {
     WireBatch got;
     ASSERT_TRUE(WireBatch::Parse(Cut(bytes, cuts), &got).ok());
