@@ -45,14 +45,19 @@ def certs(tmp_path_factory) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def secure_server(shards, certs):
+def _tls_server(shards, certs, *flags: str):
+    """The server with TLS (its certificate names localhost) and `flags`, while in use."""
     s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
         "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
-        "--auth-token-file", str(certs / "tokens")])
+        *flags])
     s.start()
     yield s
     s.kill(signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def secure_server(shards, certs):
+    yield from _tls_server(shards, certs, "--auth-token-file", str(certs / "tokens"))
 
 
 def _address(server) -> str:
@@ -103,12 +108,7 @@ def test_plaintext_to_a_tls_server_is_reported_not_retried_to_the_deadline(secur
 
 @pytest.fixture(scope="module")
 def mtls_server(shards, certs):
-    s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
-        "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
-        "--tls-client-ca", str(certs / "ca.pem")])
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
+    yield from _tls_server(shards, certs, "--tls-client-ca", str(certs / "ca.pem"))
 
 
 def test_a_client_certificate_streams_from_an_mtls_server(mtls_server, certs):
