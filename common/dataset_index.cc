@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "common/digest.h"
 #include "common/json_fields.h"
+#include "common/regular_file.h"
 #include "common/sample_grouping.h"
 #include "common/tar_reader.h"
 
@@ -484,13 +485,17 @@ std::string CachePath(const std::string& cache_dir, const std::string& root) {
   return (fs::path(cache_dir) / ("shardcast-index-" + h.Hex().substr(0, 16) + ".bin")).string();
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
-  return ss.str();
+// The largest index cache `shards` can have: a sample's record is its key and a few
+// numbers, and in a tar every sample takes at least two 512-byte headers holding the
+// member names, so the records of a plain tar are smaller than the tar; a gzip shard
+// gets room for a decompressed stream 64 times its size. Anything larger is not a cache
+// of these shards (ReadRegularFile refuses it before reading).
+int64_t MaxCacheBytes(const std::vector<ShardInfo>& shards) {
+  int64_t bytes = int64_t{1} << 20;
+  for (const ShardInfo& s : shards) {
+    bytes += 4096 + static_cast<int64_t>(s.file_size) * (s.compressed ? 64 : 2);
+  }
+  return bytes;
 }
 
 // Written to a temporary name and renamed: a reader never sees half a cache.
@@ -589,8 +594,13 @@ void CheckInfoJson(const std::string& root, int64_t max_label, int32_t max_class
   const int64_t scanned_classes = max_label + 1;
   index->num_classes = static_cast<int32_t>(scanned_classes);
   for (const fs::path& path : candidates) {
-    absl::StatusOr<std::string> text = ReadWholeFile(path.string());
-    if (!text.ok() || text->size() > (16 << 20)) continue;
+    absl::StatusOr<std::string> text = ReadRegularFile(path.string(), 16 << 20);
+    if (!text.ok()) {
+      if (path.filename() == "info.json") {
+        Warn(&index->warnings, absl::StrCat(path.string(), ": ignored: ", text.status().message()));
+      }
+      continue;
+    }
     absl::StatusOr<std::map<std::string, JsonValue>> fields = ParseJsonObjectFields(*text);
     if (!fields.ok()) {
       if (path.filename() == "info.json") {
@@ -730,7 +740,7 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
   ScanOutcome scan;
   bool have_scan = false;
   if (!cache_path.empty() && fs::exists(cache_path, ec)) {
-    absl::StatusOr<std::string> data = ReadWholeFile(cache_path);
+    absl::StatusOr<std::string> data = ReadRegularFile(cache_path, MaxCacheBytes(*listed));
     bool stale = false;
     absl::Status parsed =
         data.ok() ? ParseCache(*data, root, options, *listed, &scan, &stale) : data.status();

@@ -121,8 +121,10 @@ class ShardReader::Impl {
       }
     }
     // Opened outside the lock: a slow filesystem must not stall reads of other shards.
+    // O_NONBLOCK: a FIFO put in the shard's place must not block the open (it has
+    // another identity, which CheckUnchanged reports); a regular file reads the same.
     const std::string path = ShardPath(info);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) return RecordChange(shard, info, "the file was removed");
     if (fd < 0) {
       return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));

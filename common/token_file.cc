@@ -1,17 +1,19 @@
 // PEM and bearer-token files (see token_file.h).
 #include "common/token_file.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/regular_file.h"
 
 namespace shardcast {
+namespace {
+
+// A certificate chain, a key or a token list is a few KB; a file of more is not one.
+constexpr int64_t kMaxSecurityFileBytes = int64_t{1} << 20;
+
+}  // namespace
 
 absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text) {
   std::vector<std::string> tokens;
@@ -35,32 +37,27 @@ absl::StatusOr<std::vector<std::string>> ParseTokens(absl::string_view text) {
 }
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat(flag, " '", path, "': cannot open: ", std::strerror(errno)));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxSecurityFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat(flag, " '", path, "': ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad() || text.str().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': empty or unreadable"));
+  if (text->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': empty"));
   }
-  if (text.str().find("-----BEGIN ") == std::string::npos) {
+  if (text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "': not a PEM file"));
   }
-  return text.str();
+  return text;
 }
 
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("token file '", path, "': cannot open: ", std::strerror(errno)));
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxSecurityFileBytes);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("token file '", path, "': ", text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("token file '", path, "': read failed"));
-  absl::StatusOr<std::vector<std::string>> tokens = ParseTokens(text.str());
+  absl::StatusOr<std::vector<std::string>> tokens = ParseTokens(*text);
   if (!tokens.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file '", path, "': ", tokens.status().message()));

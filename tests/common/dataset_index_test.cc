@@ -3,6 +3,7 @@
 #include "common/dataset_index.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -292,6 +293,45 @@ TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
     absl::StatusOr<DatasetIndex> reused = BuildDatasetIndex(data_dir(), options);
     ASSERT_TRUE(reused.ok());
     EXPECT_TRUE(reused->loaded_from_cache);
+  }
+}
+
+// A cache path someone replaced with what must not be read (issue 29: a FIFO left the
+// server NOT_SERVING and deaf to SIGTERM; a link to /dev/zero took 7 GB; a 2 GB file
+// 4.2 GB): refused without blocking or reading, the index rebuilt, the cache rewritten.
+TEST_F(DatasetIndexTest, ACacheReplacedByAFifoADeviceOrAHugeFileIsNotReadButRebuilt) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 4)), TarWriter::kGnuTarPax, shard("s.tar"));
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
+  ASSERT_TRUE(first.ok());
+  const std::string cache_file =
+      std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  const auto replace = [&](const std::string& kind) {
+    std::filesystem::remove(cache_file);
+    if (kind == "fifo") {
+      ASSERT_EQ(::mkfifo(cache_file.c_str(), 0600), 0);
+    } else if (kind == "device") {
+      std::filesystem::create_symlink("/dev/zero", cache_file);
+    } else {  // 16 GiB, sparse: far beyond what a cache of one small shard can be
+      shard_testing::WriteFile(cache_file, "");
+      std::filesystem::resize_file(cache_file, uintmax_t{16} << 30);
+    }
+  };
+  for (const auto& [kind, said] : {std::pair<std::string, std::string>{"fifo", "a FIFO"},
+                                   {"device", "a character device"},
+                                   {"huge", "17179869184 bytes, more than the"}}) {
+    replace(kind);
+    absl::StatusOr<DatasetIndex> rebuilt = BuildDatasetIndex(data_dir(), options);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    EXPECT_FALSE(rebuilt->loaded_from_cache) << kind;
+    EXPECT_TRUE(HasWarning(*rebuilt, said)) << kind;
+    EXPECT_EQ(Dump(*rebuilt), Dump(*first));
+    // The cache was written again over what was there.
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(cache_file)));
+    absl::StatusOr<DatasetIndex> reused = BuildDatasetIndex(data_dir(), options);
+    ASSERT_TRUE(reused.ok());
+    EXPECT_TRUE(reused->loaded_from_cache) << kind;
   }
 }
 

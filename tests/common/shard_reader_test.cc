@@ -243,6 +243,18 @@ TEST_F(ShardReaderTest, ShardReplacedByRenameIsDetectedWhenReopened) {
                      "inode");
 }
 
+// A FIFO put in a shard's place (issue 29): opening it must not wait for a writer; it is
+// another file, so a change. A regression hangs here until the suite's timeout.
+TEST_F(ShardReaderTest, ShardReplacedByAFifoIsAChangeNotAHang) {
+  MakeShards(1);
+  const std::string path = index_.root + "/" + index_.shards[0].path;
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  ShardReader reader(index_);
+  ExpectShardChanged(reader.ReadMember(0, index_.shards[0].samples[0].members[0]), "shard-0.tar",
+                     "size");
+}
+
 TEST_F(ShardReaderTest, RemovedShardIsAChangeNotAnUnreadableSample) {
   MakeShards(1);
   std::filesystem::remove(index_.root + "/" + index_.shards[0].path);
