@@ -75,6 +75,11 @@ bool Job::IdleFor(absl::Duration ttl, absl::Time now) const {
   return open_streams_ == 0 && now - last_active_ >= ttl;
 }
 
+bool Job::EverStreamed() const {
+  absl::MutexLock lock(&mu_);
+  return ever_streamed_;
+}
+
 bool Job::IsRegistered(int32_t rank) const {
   absl::MutexLock lock(&mu_);
   return ranks_.count(rank) > 0;
@@ -100,6 +105,7 @@ Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
   state.stream_id = next_stream_id_++;
   state.window = std::move(window);
   ++open_streams_;
+  ever_streamed_ = true;
   last_active_ = absl::Now();
   opened.stream_id = state.stream_id;
   return opened;
@@ -198,16 +204,23 @@ std::vector<RankProgress> Job::Progress() const {
 // ---------------------------------------------------------------------------- JobRegistry
 
 JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-                         int max_jobs)
-    : defaults_(defaults), limits_(limits), job_ttl_(job_ttl), max_jobs_(max_jobs) {}
+                         int max_jobs, absl::Duration unstreamed_job_ttl)
+    : defaults_(defaults),
+      limits_(limits),
+      job_ttl_(job_ttl),
+      max_jobs_(max_jobs),
+      unstreamed_job_ttl_(unstreamed_job_ttl) {}
 
-std::vector<std::string> JobRegistry::DropExpired(absl::Time now) {
+std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
   absl::MutexLock lock(&mu_);
-  std::vector<std::string> dropped;
-  if (job_ttl_ <= absl::ZeroDuration()) return dropped;
+  std::vector<Dropped> dropped;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    if (it->second->IdleFor(job_ttl_, now)) {
-      dropped.push_back(it->first);
+    const Job& job = *it->second;
+    const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
+    const bool never_streamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
+                                job.IdleFor(unstreamed_job_ttl_, now);
+    if (expired || never_streamed) {
+      dropped.push_back(Dropped{it->first, !expired});
       it = jobs_.erase(it);
     } else {
       ++it;

@@ -99,6 +99,8 @@ class Job {
   // True when no rank has a stream open and none has registered, opened or closed one
   // for `ttl` before `now`.
   bool IdleFor(absl::Duration ttl, absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether any rank ever opened a stream.
+  bool EverStreamed() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct RankState {
@@ -119,6 +121,7 @@ class Job {
   std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
   int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;  // of all ranks, replaced ones included
+  bool ever_streamed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_active_ ABSL_GUARDED_BY(mu_) = absl::Now();
   // Most recently used first: (epoch, plan).
   std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
@@ -128,10 +131,10 @@ class JobRegistry {
  public:
   // Jobs of every dataset share one registry: job ids are the server's, and
   // --max-jobs counts them all.
-  // `job_ttl`: see ServerOptions::job_ttl (zero = jobs never expire). `max_jobs`: see
-  // ServerOptions::max_jobs (zero = no limit).
+  // `job_ttl`, `unstreamed_job_ttl`: see ServerOptions (zero = that rule is off).
+  // `max_jobs`: see ServerOptions::max_jobs (zero = no limit).
   JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-              int max_jobs = 0);
+              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration());
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -152,16 +155,22 @@ class JobRegistry {
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Drops the jobs idle for the TTL and returns their ids, for the log. The service
-  // calls it before every Register and GetStatus, so an expired job's id is free and
-  // status never lists it.
-  std::vector<std::string> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the jobs idle for the TTL (or for the unstreamed TTL, when none of their
+  // ranks ever streamed) and returns them, for the log. The service calls it before
+  // every Register and GetStatus, so an expired job's id is free and status never
+  // lists it.
+  struct Dropped {
+    std::string job_id;
+    bool never_streamed = false;
+  };
+  std::vector<Dropped> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const JobConfig defaults_;
   const JobLimits limits_;
   const absl::Duration job_ttl_;
   const int max_jobs_;
+  const absl::Duration unstreamed_job_ttl_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -131,6 +131,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                   "drop a job once none of its ranks has had a stream open for this long "
                   "(0 = never); a rank that comes back re-registers it"},
                  &o.job_ttl);
+  flags.Duration({{"--unstreamed-job-ttl"},
+                  "DURATION",
+                  "drop a job none of whose ranks ever opened a stream once it has been\n"
+                  "idle this long (0 = only --job-ttl): registrations that never stream\n"
+                  "cannot hold the job table"},
+                 &o.unstreamed_job_ttl);
   // The default budget is computed here so that --help shows the figure and its source.
   const shardcast::server::MemoryLimit available = shardcast::server::AvailableMemory();
   o.max_batch_memory_bytes = shardcast::server::DefaultBatchMemoryBytes(available);

@@ -42,6 +42,13 @@ struct ServerOptions {
   // and config are free again (a rank that comes back later simply re-registers).
   // Zero = jobs never expire.
   absl::Duration job_ttl = absl::Hours(1);
+  // A job none of whose ranks ever opened a stream is dropped once it has been idle this
+  // long, far sooner than job_ttl: registrations that never stream (a stranger filling
+  // the job table up to max_jobs) free their places within minutes, not the hour.
+  // A real job's ranks stream within seconds of registering; one dropped meanwhile (a
+  // long rendezvous) is registered again by its client when its stream finds it gone.
+  // Zero = only job_ttl applies.
+  absl::Duration unstreamed_job_ttl = absl::Minutes(2);
   // Batch buffers in flight, all streams together, never exceed this (see
   // batch_memory.h for the admission policy). 0 = the default: half of the memory
   // available to the process (memory_limit.h).

@@ -137,7 +137,7 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       options_error_(DatasetsToServe(options).status()),
       datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
       jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
-            options.max_jobs) {
+            options.max_jobs, options.unstreamed_job_ttl) {
   if (options_.stream_idle_timeout > absl::ZeroDuration() ||
       options_.stall_warn > absl::ZeroDuration()) {
     monitor_ = std::thread([this] { MonitorLoop(); });
@@ -383,9 +383,14 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
 }
 
 void ShardcastServiceImpl::DropExpiredJobs() const {
-  for (const std::string& id : jobs_.DropExpired(absl::Now())) {
-    LogInfo("register", absl::StrCat("dropped job '", LogSafe(id), "': no stream open for ",
-                                     absl::FormatDuration(options_.job_ttl), " (--job-ttl)"));
+  for (const JobRegistry::Dropped& job : jobs_.DropExpired(absl::Now())) {
+    LogInfo("register",
+            job.never_streamed
+                ? absl::StrCat("dropped job '", LogSafe(job.job_id), "': registered, no stream in ",
+                               absl::FormatDuration(options_.unstreamed_job_ttl),
+                               " (--unstreamed-job-ttl)")
+                : absl::StrCat("dropped job '", LogSafe(job.job_id), "': no stream open for ",
+                               absl::FormatDuration(options_.job_ttl), " (--job-ttl)"));
   }
 }
 

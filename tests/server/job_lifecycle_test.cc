@@ -68,5 +68,31 @@ TEST(JobLifecycleTest, AJobWithAnOpenStreamNeverExpires) {
   reader->Finish();
 }
 
+// Squatting (issue 29): a stranger's registrations that never stream filled the job
+// table up to --max-jobs and every new job was refused for --job-ttl (an hour). Such
+// jobs now go after --unstreamed-job-ttl; a job that streamed keeps the long TTL.
+TEST(JobLifecycleTest, JobsThatNeverStreamFreeTheTableAfterTheUnstreamedTtl) {
+  TempDir dir;
+  MakeDataset(dir.path(), /*samples=*/48, /*per_shard=*/12);
+  server::ServerOptions options;
+  options.job_ttl = absl::Hours(1);
+  options.unstreamed_job_ttl = absl::FromChrono(kTtl);
+  options.max_jobs = 2;
+  InProcessServer server(dir.path(), options);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("real", 0, 1, 8), &response).ok());
+  ASSERT_TRUE(StreamAll(server.stub(), "real", 0, 0, 0).status.ok());
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("squat", 0, 1, 8), &response).ok());
+  grpc::Status full = Register(server.stub(), MakeRegister("new", 0, 1, 8), &response);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+
+  std::this_thread::sleep_for(kTtl + std::chrono::milliseconds(200));
+  v1::GetStatusResponse status = GetStatus(server.stub());
+  ASSERT_EQ(status.jobs_size(), 1);  // the squatter went, the job that streamed stays
+  EXPECT_EQ(status.jobs(0).job_id(), "real");
+  grpc::Status admitted = Register(server.stub(), MakeRegister("new", 0, 1, 8), &response);
+  EXPECT_TRUE(admitted.ok()) << admitted.error_message();
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing
