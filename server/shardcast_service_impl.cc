@@ -443,8 +443,9 @@ absl::StatusOr<std::unique_ptr<StreamSession>> ShardcastServiceImpl::StartStream
                                                       LogSafe(job->id()),
                                                       "' has not registered (call Register)"));
   }
-  if (request.epoch() < 0) {
-    return absl::OutOfRangeError(absl::StrCat("epoch: must be >= 0, got ", request.epoch()));
+  if (request.epoch() < 0 || request.epoch() > kMaxEpoch) {
+    return absl::OutOfRangeError(
+        absl::StrCat("epoch: must be in [0, ", kMaxEpoch, "], got ", request.epoch()));
   }
   // Batches of this epoch: n, or fewer for an elastic resume from a sample offset.
   absl::StatusOr<int64_t> n = job->batches_per_epoch();

@@ -130,6 +130,10 @@ class ShardcastServiceImpl {
   // "failed".
   std::string IndexState(DatasetRegistry::State dataset) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The largest epoch a stream may ask for: a billion epochs is beyond any training run,
+  // and keeps a rank's global position (epoch * n + batch, the lag figures) far from
+  // overflowing for any n an index can have (issue 29: 2^63-1 was accepted).
+  static constexpr int64_t kMaxEpoch = 1'000'000'000;
   // GetStatus lists at most this many jobs, and ranks per job.
   static constexpr int kMaxListedJobs = 100;
   static constexpr int kMaxListedRanks = 256;

@@ -148,6 +148,13 @@ TEST_F(BadRequestTest, StreamRequestsAreChecked) {
   grpc::Status epoch = StreamStatus("stream", 0, -1, 0);
   EXPECT_EQ(epoch.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_THAT(epoch.error_message(), HasSubstr("epoch"));
+  // An epoch past any training run would overflow the lag figures (epoch * n + batch).
+  for (int64_t huge : {int64_t{1'000'000'001}, std::numeric_limits<int64_t>::max()}) {
+    grpc::Status far = StreamStatus("stream", 0, huge, 0);
+    EXPECT_EQ(far.error_code(), grpc::StatusCode::OUT_OF_RANGE) << huge;
+    EXPECT_THAT(far.error_message(), HasSubstr("epoch: must be in [0, 1000000000]"));
+  }
+  EXPECT_TRUE(StreamStatus("stream", 0, 1'000'000'000, 0).ok());  // the largest allowed
 
   for (int64_t start : {int64_t{-1}, n + 1}) {
     grpc::Status status = StreamStatus("stream", 0, 0, start);
