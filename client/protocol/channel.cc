@@ -59,6 +59,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ChannelOptions& options) {
       GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
       std::max<int>(1, static_cast<int>(absl::ToInt64Milliseconds(options.connect_timeout))));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS,
+              std::max<int>(1, static_cast<int>(
+                                   absl::ToInt64Milliseconds(options.min_reresolution_interval))));
   if (options.keepalive_time > absl::ZeroDuration()) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));

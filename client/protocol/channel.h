@@ -39,6 +39,12 @@ struct ChannelOptions {
   // slower to answer than the largest backoff was never reached. A refused connection
   // still fails at once, so this does not slow down reconnecting to a restarted server.
   absl::Duration connect_timeout = absl::Seconds(20);
+  // After a connection fails, gRPC re-resolves the target before it connects anew, and
+  // by default not sooner than 30 s after the last resolution: a server killed and back
+  // within a few seconds was not reconnected to for ~10 s (the Python client's grpcio
+  // the same), whatever the backoff. Re-resolving is cheap (an IP literal, /etc/hosts,
+  // a cluster DNS name whose addresses move: issue 26's replicas).
+  absl::Duration min_reresolution_interval = absl::Milliseconds(100);
   // A server host that vanishes without closing the connection (power loss,
   // partition) would leave a Read() blocked forever; keepalive pings turn that into
   // a broken stream. 5 minutes is the least interval a gRPC server accepts by
