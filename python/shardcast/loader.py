@@ -11,6 +11,7 @@ copying them (or copies them once into pinned memory, pin_memory=True).
 import os
 import secrets
 import socket
+import stat
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -87,8 +88,15 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
 
 
 def _read(path: Optional[str]) -> str:
+    """A PEM file's text. Only a regular file of at most 1 MiB is read: a FIFO would block
+    the open, a device would never end (the server reads its files the same way)."""
     if path is None:
         return ""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path}: not a regular file (a PEM file is expected)")
+    if st.st_size > 1 << 20:
+        raise ValueError(f"{path}: {st.st_size} bytes, more than a PEM file holds")
     with open(path, "r") as f:
         return f.read()
 

@@ -2,6 +2,7 @@
 against the real shardcast-server with --tls-cert and --auth-token-file, certificates
 made here by Debian's openssl CLI (as tests/server/security_test.cc does for C++)."""
 
+import os
 import signal
 import subprocess
 import time
@@ -130,3 +131,10 @@ def test_without_a_client_certificate_an_mtls_server_is_refused_not_retried(mtls
 def test_a_certificate_without_its_key_is_a_value_error(certs):
     with pytest.raises(ValueError, match="tls_cert and tls_key"):
         shardcast.Loader("localhost:1", tls_cert=str(certs / "client.pem"))
+
+
+def test_a_fifo_as_tls_file_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        shardcast.Loader("localhost:1", tls_ca=str(fifo))
