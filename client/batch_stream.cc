@@ -55,6 +55,17 @@ absl::StatusOr<std::optional<TrainingBatch>> BatchStream::Next() {
   client::FeedBatch batch = **std::move(received);
   const int64_t epoch = batch.epoch();
   const int64_t index = batch.index();
+  if (options_.on_substitute == OnSubstitute::kFail) {
+    for (const SampleMeta& sample : batch.samples()) {
+      if (!sample.substituted) continue;
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "job '%s' rank %d epoch %d batch %d: sample '%s' (shard %d, sample %d in it) could "
+          "not be decoded and the server sent a substitute (--on-substitute fail; the "
+          "server's log and status name the reason)",
+          options_.job.job_id, options_.job.rank, epoch, index, sample.key, sample.shard,
+          sample.index_in_shard));
+    }
+  }
   // Tensor code reports failures (device out of memory, a broken CUDA context) as
   // c10::Error; they become a status here, as every other failure of Next() does.
   try {
@@ -153,6 +164,10 @@ TrainingBatch BatchStream::ToTensors(client::FeedBatch received) {
   for (int64_t i = 0; i < b; ++i) {
     labels_data[i] = received.labels()[i];
     valid_data[i] = out.samples[i].valid;
+    if (out.samples[i].substituted) {
+      ++out.substituted;
+      labels_data[i] = -1;  // OnSubstitute::kMask (kFail never gets here)
+    }
   }
 
   const torch::Device device = options_.device;

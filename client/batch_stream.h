@@ -23,9 +23,18 @@ namespace shardcast {
 
 // The protocol's options (server, credentials, job, prefetch, reconnect) plus where
 // the tensors go.
+// What a batch's substituted samples become: the server sends a mid-grey image for an
+// image it could not decode (SampleMeta::substituted), which must not train with its
+// real label.
+enum class OnSubstitute {
+  kMask,  // the label is -1, as padding's: left out of the loss and the accuracy
+  kFail,  // Next() fails, naming the sample
+};
+
 struct BatchStreamOptions : client::RankFeedOptions {
   // For CUDA the host tensor is pinned and copied non_blocking.
   torch::Device device = torch::kCPU;
+  OnSubstitute on_substitute = OnSubstitute::kMask;
   // Normalization applied on `device`: (x/255 - mean) / std, per channel.
   std::vector<double> mean = {0.485, 0.456, 0.406};
   std::vector<double> std = {0.229, 0.224, 0.225};
@@ -37,9 +46,10 @@ struct TrainingBatch {
   int64_t epoch = 0;
   int64_t index = 0;
   torch::Tensor images;  // [B,3,C,C] float32 normalized, on options.device
-  torch::Tensor labels;  // [B] int64 on options.device (-1 for padding)
+  torch::Tensor labels;  // [B] int64 on options.device (-1 for padding, masked substitutes)
   torch::Tensor valid;   // [B] bool on options.device
   std::vector<SampleMeta> samples;
+  int64_t substituted = 0;     // samples the server substituted (masked: OnSubstitute)
   client::FeedBatch received;  // the batch as received, pixels included
 
   // The received pixels as [B,3,C,C] uint8 on the CPU: a view of the received buffer
@@ -64,7 +74,8 @@ class BatchStream {
   // Batches of the epoch last started (RankStream::batches_in_epoch).
   int64_t batches_in_epoch() const;
 
-  // RankFeed::Next as tensors; a tensor failure (device out of memory) is a status.
+  // RankFeed::Next as tensors; a tensor failure (device out of memory) is a status, and
+  // so is a substituted sample under OnSubstitute::kFail (FAILED_PRECONDITION).
   absl::StatusOr<std::optional<TrainingBatch>> Next();
 
   // Reconnects made so far (for tests and metrics).

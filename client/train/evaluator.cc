@@ -14,6 +14,7 @@ void AccumulateEval(const torch::Tensor& logits, const torch::Tensor& labels,
                     const torch::Tensor& valid, EvalSums* sums) {
   torch::NoGradGuard no_grad;
   const torch::Tensor counted = valid & (labels >= 0);
+  sums->substituted += (valid & (labels < 0)).sum().item<int64_t>();
   if (!counted.any().item<bool>()) return;
   const torch::Tensor x = logits.index({counted}).to(torch::kFloat32);
   const torch::Tensor y = labels.index({counted});
@@ -79,9 +80,10 @@ absl::StatusOr<EvalSums> Evaluator::Run() {
                                                batches, source_->batches_per_epoch()));
   }
   torch::Tensor sums =
-      torch::tensor({mine.loss_sum, static_cast<double>(mine.correct1),
-                     static_cast<double>(mine.correct5), static_cast<double>(mine.count)},
-                    torch::TensorOptions().dtype(torch::kFloat64))
+      torch::tensor(
+          {mine.loss_sum, static_cast<double>(mine.correct1), static_cast<double>(mine.correct5),
+           static_cast<double>(mine.count), static_cast<double>(mine.substituted)},
+          torch::TensorOptions().dtype(torch::kFloat64))
           .to(device_);
   if (absl::Status s = comm_->AllReduce(sums); !s.ok()) return s;
   const torch::Tensor all = sums.cpu();
@@ -90,11 +92,13 @@ absl::StatusOr<EvalSums> Evaluator::Run() {
   total.correct1 = static_cast<int64_t>(all[1].item<double>() + 0.5);
   total.correct5 = static_cast<int64_t>(all[2].item<double>() + 0.5);
   total.count = static_cast<int64_t>(all[3].item<double>() + 0.5);
-  if (total.count != expected_samples_) {
+  total.substituted = static_cast<int64_t>(all[4].item<double>() + 0.5);
+  // Every sample once: counted, or left out as a substitute.
+  if (total.count + total.substituted != expected_samples_) {
     return absl::DataLossError(absl::StrFormat(
-        "validation counted %d samples over %d ranks, the val set has %d; the ranks' parts "
-        "must cover it exactly once (split sample, remainder pad)",
-        total.count, comm_->world_size(), expected_samples_));
+        "validation counted %d samples (and %d substitutes left out) over %d ranks, the val "
+        "set has %d; the ranks' parts must cover it exactly once (split sample, remainder pad)",
+        total.count, total.substituted, comm_->world_size(), expected_samples_));
   }
   return total;
 }

@@ -22,6 +22,9 @@ struct EvalSums {
   int64_t correct1 = 0;
   int64_t correct5 = 0;
   int64_t count = 0;
+  // Samples left out because the server substituted their image (a real sample with its
+  // label masked to -1: BatchStream's OnSubstitute::kMask), not padding.
+  int64_t substituted = 0;
 
   double loss() const { return count > 0 ? loss_sum / count : 0.0; }
   double top1() const { return count > 0 ? static_cast<double>(correct1) / count : 0.0; }

@@ -81,15 +81,20 @@ void ProgressBar::Note(const std::string& line) {
 }
 
 void ProgressBar::FinishEpoch(int64_t done, double images_per_s, double loss, double acc,
-                              double seconds) {
+                              double seconds, int64_t substituted) {
   if (!enabled_) return;
+  const std::string masked = substituted > 0
+                                 ? absl::StrFormat(" | %d undecodable sample%s left out",
+                                                   substituted, substituted == 1 ? "" : "s")
+                                 : std::string();
   if (!live_) {
-    std::fprintf(out_, "%s\n", Summary(done, images_per_s, loss, acc, seconds).c_str());
+    std::fprintf(out_, "%s%s\n", Summary(done, images_per_s, loss, acc, seconds).c_str(),
+                 masked.c_str());
     std::fflush(out_);
     return;
   }
-  std::fprintf(out_, "%s%s (%.1f s)\n", tty_ ? "\r" : "",
-               Render(done, images_per_s, loss, acc).c_str(), seconds);
+  std::fprintf(out_, "%s%s (%.1f s)%s\n", tty_ ? "\r" : "",
+               Render(done, images_per_s, loss, acc).c_str(), seconds, masked.c_str());
   std::fflush(out_);
 }
 

@@ -20,8 +20,10 @@ class ProgressBar {
   void StartEpoch(int64_t epoch, int64_t epochs, int64_t batches, int64_t start_batch);
   // `done` batches of the epoch consumed; loss/acc: running averages over all ranks.
   void Update(int64_t done, double images_per_s, double loss, double acc);
-  // Ends the epoch's line (the final state is always shown).
-  void FinishEpoch(int64_t done, double images_per_s, double loss, double acc, double seconds);
+  // Ends the epoch's line (the final state is always shown); `substituted` (all ranks:
+  // samples the server could not decode, left out of loss and accuracy) when any.
+  void FinishEpoch(int64_t done, double images_per_s, double loss, double acc, double seconds,
+                   int64_t substituted = 0);
 
   // Prints one line of its own (e.g. an evaluation's result) when enabled.
   void Note(const std::string& line);

@@ -161,6 +161,8 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJo
   stream_options.job = std::move(job);
   stream_options.prefetch = o.prefetch;
   stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
+  stream_options.on_substitute =
+      o.on_substitute == "fail" ? OnSubstitute::kFail : OnSubstitute::kMask;
   stream_options.device = device;
   stream_options.mean = o.mean;
   stream_options.std = o.std;

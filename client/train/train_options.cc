@@ -68,6 +68,12 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
                "an error naming server, job, rank, epoch and batch, which stops every rank.\n"
                "Mind an epoch's first batch waits for decoding; 0 = off (wait forever)"},
               &o->stream_timeout);
+  f->Choice({{"--on-substitute"},
+             "",
+             "a sample whose image the server could not decode arrives as a grey\n"
+             "substitute: mask leaves it out of the loss and the accuracy (counted in the\n"
+             "epoch line and the metrics), fail stops the run naming it"},
+            {"mask", "fail"}, &o->on_substitute);
   f->Section("Evaluation (exact: every val sample counted once, on any number of ranks):");
   f->String({{"--val-dataset"},
              "NAME",

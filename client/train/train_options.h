@@ -30,6 +30,9 @@ struct TrainOptions {
   // Progress deadline of each rank's stream (StreamSettings::stream_timeout_seconds);
   // zero = off.
   absl::Duration stream_timeout = absl::Minutes(2);
+  // What a sample the server could not decode (sent as a substitute) becomes: "mask"
+  // (left out of loss and accuracy, counted) or "fail" (the rank stops, naming it).
+  std::string on_substitute = "mask";
 
   // Exact evaluation (client/train/evaluator.h).
   std::string val_dataset;     // the server's dataset to evaluate on; empty = none

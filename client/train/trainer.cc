@@ -107,6 +107,7 @@ void ReportEval(const EvalSums& sums, int64_t epoch, int64_t epochs, double seco
                      .Add("correct1", sums.correct1)
                      .Add("correct5", sums.correct5)
                      .Add("count", sums.count)
+                     .Add("substituted", sums.substituted)
                      .Add("best", best)
                      .Add("seconds", seconds)
                      .AddTime("time", UnixTime()));
@@ -313,6 +314,7 @@ absl::Status Trainer::RecordStep(const TrainingBatch& batch, const torch::Tensor
   totals->count += g_count;
   const int64_t batch_images = batch.images.size(0);
   totals->images_all_ranks += batch_images * comm_->world_size();
+  totals->substituted += batch.substituted;
   const double images_per_s = epoch_seconds > 0 ? totals->images_all_ranks / epoch_seconds : 0.0;
   progress_->Update(consumed, images_per_s,
                     totals->count > 0 ? totals->loss_sum / totals->count : 0.0,
@@ -359,19 +361,25 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
                                   const EpochTotals& totals, TrainerResult* result) {
   // Every rank must have consumed exactly n batches of this epoch.
   const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(config_.device);
-  torch::Tensor mine = torch::full({1}, static_cast<double>(consumed), options);
+  // ... and how many substitutes each masked, for the progress line.
+  torch::Tensor mine = torch::tensor(
+      {static_cast<double>(consumed), static_cast<double>(totals.substituted)}, options);
   absl::StatusOr<std::vector<torch::Tensor>> all = comm_->AllGather(mine);
   if (!all.ok()) return all.status();
   std::vector<int64_t> per_rank;
+  int64_t substituted_all_ranks = 0;
   bool mismatch = false;
   for (const torch::Tensor& t : *all) {
-    per_rank.push_back(static_cast<int64_t>(t.item<double>()));
+    const torch::Tensor host = t.cpu();
+    per_rank.push_back(static_cast<int64_t>(host[0].item<double>()));
+    substituted_all_ranks += static_cast<int64_t>(host[1].item<double>());
     mismatch |= per_rank.back() != epoch_n_;
   }
   const double epoch_loss = totals.count > 0 ? totals.loss_sum / totals.count : 0.0;
   const double epoch_acc = totals.count > 0 ? totals.correct / totals.count : 0.0;
   const double images_per_s = seconds > 0 ? totals.images_all_ranks / seconds : 0.0;
-  progress_->FinishEpoch(consumed, images_per_s, epoch_loss, epoch_acc, seconds);
+  progress_->FinishEpoch(consumed, images_per_s, epoch_loss, epoch_acc, seconds,
+                         substituted_all_ranks);
   if (metrics_) {
     metrics_->Write(JsonLine()
                         .Add("event", "epoch")
@@ -386,6 +394,8 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
                         .Add("acc", epoch_acc)
                         .Add("images_per_s", images_per_s)
                         .Add("seconds", seconds)
+                        .Add("substituted", totals.substituted)
+                        .Add("substituted_all_ranks", substituted_all_ranks)
                         .AddTime("time", UnixTime()));
   }
   if (mismatch) {

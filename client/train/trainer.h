@@ -91,6 +91,7 @@ class Trainer {
     double correct = 0;
     double count = 0;
     int64_t images_all_ranks = 0;
+    int64_t substituted = 0;  // this rank's samples the server substituted (masked)
   };
   // What every rank learns at the top of a step (one all-reduce).
   enum class StepAgreement {

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 import torch
 
 from shardcast._proto import enum_name, enum_value, pb
-from shardcast.errors import JobChangedError
+from shardcast.errors import JobChangedError, ShardcastError
 
 try:
     from shardcast import _native
@@ -143,6 +143,11 @@ class Loader:
     `tls_key` add a client certificate (mTLS); `token` is sent as "authorization: Bearer
     <token>", default $SHARDCAST_TOKEN.
 
+    A sample whose image the server could not decode arrives as a grey substitute
+    (`info[i].substituted`): with `on_substitute="mask"` (default) its label is -1, as
+    padding's, so `cross_entropy(..., ignore_index=-1)` leaves it out (`loader.substituted`
+    counts them in the epoch); `"fail"` raises ShardcastError naming it.
+
     `pin_memory=True` (for a CUDA device): each batch's pixels are copied once, without
     the GIL, from the buffers they were received in into page-locked memory, so that
     `images.to(device, non_blocking=True)` (and normalize) is a DMA. Otherwise `images` is
@@ -185,6 +190,7 @@ class Loader:
         tls_key: Optional[str] = None,
         token: Optional[str] = None,
         pin_memory: bool = False,
+        on_substitute: str = "mask",
     ) -> None:
         # Checked before anything connects, with the argument's Python name.
         if prefetch < 1:
@@ -193,6 +199,8 @@ class Loader:
             raise ValueError(f"reconnect_deadline must be >= 0, got {reconnect_deadline}")
         if not stream_timeout >= 0:
             raise ValueError(f"stream_timeout must be >= 0, got {stream_timeout}")
+        if on_substitute not in ("mask", "fail"):
+            raise ValueError(f"on_substitute must be 'mask' or 'fail', got {on_substitute!r}")
         default_rank, default_world = _default_rank_and_world()
         rank = default_rank if rank is None else rank
         world_size = default_world if world_size is None else world_size
@@ -237,6 +245,9 @@ class Loader:
         )
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
         self._pin_memory = pin_memory
+        self._on_substitute = on_substitute
+        # Substitutes masked in the epoch being iterated.
+        self.substituted = 0
         self._offset_batches = 0  # batches of the epoch dealt from _offset, when not 0
         self._closed = False
         self._reconnects = 0  # the stream's count, kept when it closes
@@ -408,6 +419,7 @@ class Loader:
             self._epoch, self._done, self._offset = self._epoch + 1, 0, 0
         self._pinned = False
         self._iteration += 1
+        self.substituted = 0
         self._stream.start_epoch(self._epoch, self._done, self._offset)
         return self._batches(self._iteration)
 
@@ -428,8 +440,27 @@ class Loader:
                 batch = None if native is None else _to_batch(native)
             if batch is None:
                 return
+            self._check_substitutes(batch)
             self._done += 1
             yield batch
+
+    def _check_substitutes(self, batch: Batch) -> None:
+        """Samples whose image the server could not decode (sent as grey substitutes):
+        their label becomes -1, as padding's (on_substitute="mask"), or iteration stops
+        with ShardcastError naming the sample ("fail")."""
+        for i, sample in enumerate(batch.info):
+            if not sample.substituted:
+                continue
+            if self._on_substitute == "fail":
+                raise ShardcastError(
+                    f"job '{self.job_id}' rank {self.rank} epoch {self._epoch} batch "
+                    f"{self._done}: sample {sample.key!r} (shard {sample.shard}, sample "
+                    f"{sample.index_in_shard} in it) could not be decoded and the server sent "
+                    "a substitute (on_substitute=\"fail\"; the server's log and status name "
+                    "the reason)"
+                )
+            batch.labels[i] = -1  # the batch's own memory: nothing else sees it
+            self.substituted += 1
 
     def close(self) -> None:
         """Stops the prefetch thread, cancels the open stream and closes the connection.

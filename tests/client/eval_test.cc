@@ -163,6 +163,20 @@ class EvalTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> server_;
 };
 
+// A masked substitute (label -1 on a real sample) is left out of the metrics and counted
+// apart from padding (valid false), so exact evaluation can still account for every
+// sample (count + substituted = the val set).
+TEST(AccumulateEvalTest, MaskedSubstitutesAreCountedApartFromPadding) {
+  const torch::Tensor logits = torch::tensor({{5.0f, 0.0f}, {0.0f, 5.0f}, {5.0f, 0.0f}});
+  const torch::Tensor labels = torch::tensor({int64_t{0}, int64_t{-1}, int64_t{-1}});
+  const torch::Tensor valid = torch::tensor({true, true, false});
+  EvalSums sums;
+  AccumulateEval(logits, labels, valid, &sums);
+  EXPECT_EQ(sums.count, 1);
+  EXPECT_EQ(sums.correct1, 1);
+  EXPECT_EQ(sums.substituted, 1);  // the second; the third is padding
+}
+
 TEST_F(EvalTest, ValMetricsFromTwoAndThreeRanksEqualTheInProcessReference) {
   const EvalSums reference = Reference();
   ASSERT_EQ(reference.count, kValSamples);
