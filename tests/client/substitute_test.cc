@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 
 #include "client/batch_stream.h"
@@ -52,13 +53,25 @@ BatchStreamOptions Options(const std::string& server, const std::string& job) {
   return options;
 }
 
-TEST(SubstituteTest, ASubstitutedSampleIsMaskedOrFailsTheStream) {
-  TempDir dir;
-  const std::string shards = dir.path() + "/shards";
-  ASSERT_TRUE(MakeSyntheticShards(shards, /*samples=*/40, /*classes=*/5, 32, 20).ok());
-  const std::string corrupt_key = CorruptImage(shards, 7);
-  ServerProcess server(shards, dir.path());
-  ASSERT_TRUE(server.Start().ok());
+// 40 samples, the image of one overwritten, served by a server of the test's own.
+class SubstituteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string shards = dir_.path() + "/shards";
+    ASSERT_TRUE(MakeSyntheticShards(shards, /*samples=*/40, /*classes=*/5, 32, 20).ok());
+    corrupt_key_ = CorruptImage(shards, 7);
+    server_ = std::make_unique<ServerProcess>(shards, dir_.path());
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  TempDir dir_;
+  std::string corrupt_key_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(SubstituteTest, ASubstitutedSampleIsMaskedOrFailsTheStream) {
+  ServerProcess& server = *server_;
+  const std::string& corrupt_key = corrupt_key_;
 
   // Masked (the default): the substitute's label is -1, the rest keep theirs.
   absl::StatusOr<std::unique_ptr<BatchStream>> masked =
@@ -107,13 +120,10 @@ TEST(SubstituteTest, ASubstitutedSampleIsMaskedOrFailsTheStream) {
 
 // shardcast-train: the substitute is counted in the epoch line and the metrics file and
 // left out of the loss; --on-substitute fail stops the run naming the sample.
-TEST(SubstituteTest, TheTrainerMasksAndCountsASubstituteOrFailsOnIt) {
-  TempDir dir;
-  const std::string shards = dir.path() + "/shards";
-  ASSERT_TRUE(MakeSyntheticShards(shards, /*samples=*/40, /*classes=*/5, 32, 20).ok());
-  const std::string corrupt_key = CorruptImage(shards, 3);
-  ServerProcess server(shards, dir.path());
-  ASSERT_TRUE(server.Start().ok());
+TEST_F(SubstituteTest, TheTrainerMasksAndCountsASubstituteOrFailsOnIt) {
+  ServerProcess& server = *server_;
+  const std::string& corrupt_key = corrupt_key_;
+  const TempDir& dir = dir_;
   const auto train = [&](const std::string& job, const std::string& policy) {
     return testing_util::RunShellCapture(
         testing_util::ShellCommand({testing_util::BinaryPath("client/shardcast-train"),

@@ -96,6 +96,15 @@ class DatasetIndexTest : public ::testing::Test {
   void SetUp() override { std::filesystem::create_directories(data_dir()); }
   std::string data_dir() const { return tmp_ / "data"; }
   std::string shard(const std::string& name) const { return data_dir() + "/" + name; }
+  // One shard of 4 samples indexed with a cache dir (set in `options`): the index in
+  // `first`, the cache file's path returned.
+  std::string IndexWithCache(IndexOptions* options, absl::StatusOr<DatasetIndex>* first) {
+    MakeTar(tmp_.path(), SampleFiles(Samples("a", 4)), TarWriter::kGnuTarPax, shard("s.tar"));
+    options->cache_dir = tmp_ / "cache";
+    *first = BuildDatasetIndex(data_dir(), *options);
+    EXPECT_TRUE(first->ok()) << first->status();
+    return std::filesystem::directory_iterator(options->cache_dir)->path().string();
+  }
   ScopedTempDir tmp_;
 };
 
@@ -271,13 +280,9 @@ TEST_F(DatasetIndexTest, CacheIsReusedAndInvalidated) {
 }
 
 TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
-  MakeTar(tmp_.path(), SampleFiles(Samples("a", 4)), TarWriter::kGnuTarPax, shard("s.tar"));
   IndexOptions options;
-  options.cache_dir = tmp_ / "cache";
-  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
-  ASSERT_TRUE(first.ok());
-  const std::string cache_file =
-      std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  absl::StatusOr<DatasetIndex> first;
+  const std::string cache_file = IndexWithCache(&options, &first);
   const std::string good = shard_testing::ReadWholeFile(cache_file);
   for (const std::string& bad :
        {good.substr(0, good.size() / 2), std::string("garbage"), std::string(),
@@ -300,13 +305,9 @@ TEST_F(DatasetIndexTest, CorruptCacheIsIgnoredWithAWarningAndRebuilt) {
 // server NOT_SERVING and deaf to SIGTERM; a link to /dev/zero took 7 GB; a 2 GB file
 // 4.2 GB): refused without blocking or reading, the index rebuilt, the cache rewritten.
 TEST_F(DatasetIndexTest, ACacheReplacedByAFifoADeviceOrAHugeFileIsNotReadButRebuilt) {
-  MakeTar(tmp_.path(), SampleFiles(Samples("a", 4)), TarWriter::kGnuTarPax, shard("s.tar"));
   IndexOptions options;
-  options.cache_dir = tmp_ / "cache";
-  absl::StatusOr<DatasetIndex> first = BuildDatasetIndex(data_dir(), options);
-  ASSERT_TRUE(first.ok());
-  const std::string cache_file =
-      std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  absl::StatusOr<DatasetIndex> first;
+  const std::string cache_file = IndexWithCache(&options, &first);
   const auto replace = [&](const std::string& kind) {
     std::filesystem::remove(cache_file);
     if (kind == "fifo") {
