@@ -402,12 +402,17 @@ class RankStream::Impl {
           "%s: server sent (epoch %d, index %d) instead; the stream is out of sequence", where,
           msg.epoch(), msg.index()));
     }
+    // Every batch is full (remainder drop or pad: the fixed-count guarantee), so its
+    // shape is the registration's exactly and a consumer can size its buffers once.
     const auto& image_shape = registration_.image_shape();
-    if (msg.shape_size() != 4 || msg.shape(1) != image_shape[0] || msg.shape(2) != image_shape[1] ||
-        msg.shape(3) != image_shape[2] || msg.shape(0) <= 0) {
-      return absl::DataLossError(
-          absl::StrFormat("%s: batch shape [%s] does not match registered image shape [%s]", where,
-                          absl::StrJoin(msg.shape(), ","), absl::StrJoin(image_shape, ",")));
+    if (msg.shape_size() != 4 || msg.shape(0) != registration_.batch_size() ||
+        msg.shape(1) != image_shape[0] || msg.shape(2) != image_shape[1] ||
+        msg.shape(3) != image_shape[2]) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: batch shape [%s] does not match the registered batch size %d and image shape "
+          "[%s]",
+          where, absl::StrJoin(msg.shape(), ","), registration_.batch_size(),
+          absl::StrJoin(image_shape, ",")));
     }
     const int64_t b = msg.shape(0);
     const int64_t bytes = b * msg.shape(1) * msg.shape(2) * msg.shape(3);

@@ -29,8 +29,8 @@ struct RankStreamOptions : StreamSettings {
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
-// to the registration's, B labels, B samples and B*3*C*C image bytes (kept in the
-// slices they arrived in: wire_batch.h).
+// to the registration's ([batch_size, 3, C, C]), B labels, B samples and B*3*C*C image bytes (kept
+// in the slices they arrived in: wire_batch.h).
 using ReceivedBatch = std::shared_ptr<const WireBatch>;
 
 class RankStream {
