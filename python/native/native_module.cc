@@ -81,32 +81,13 @@ struct OwnedBuffer {
   std::string format;
 };
 
-// One received batch: the header fields, and the pixels either where gRPC received
-// them (one piece), in one block copied from its pieces, or in the caller's memory
-// (next_into; then `pixels` is empty).
+// One received batch that passed RankStream's checks. Its pixels are one block (the
+// receiving thread joined them: join_images), unless next_into copied them to the
+// caller's memory; `pixels_copied` says which.
 struct NativeBatch {
   ReceivedBatch wire;
-  std::shared_ptr<uint8_t[]> joined;  // set when the pixels came in several pieces
-  uint8_t* pixels = nullptr;
-  int64_t pixel_bytes = 0;
+  bool pixels_copied = false;
 };
-
-// The pixels of `batch` as one block: as received when they are one piece (gRPC's own
-// buffer, or the block the prefetch thread joined them into: join_images), else a copy.
-// Runs without the GIL.
-void JoinPixels(NativeBatch* batch) {
-  const auto& chunks = batch->wire->image_chunks();
-  batch->pixel_bytes = batch->wire->image_bytes();
-  if (chunks.size() == 1) {
-    // Python may write to the tensor it wraps (the buffer is writable so that torch does
-    // not warn); the slice is this batch's alone, so nothing else sees the write.
-    batch->pixels = const_cast<uint8_t*>(chunks[0].data());
-    return;
-  }
-  batch->joined = std::shared_ptr<uint8_t[]>(new uint8_t[batch->pixel_bytes]);
-  batch->wire->CopyImagesTo(batch->joined.get());
-  batch->pixels = batch->joined.get();
-}
 
 py::tuple Shape(const v1::Batch& header) {
   py::tuple shape(header.shape_size());
@@ -215,10 +196,25 @@ class NativeStream {
     if (!status.ok()) Raise(status, Call::kStartEpoch);
   }
 
-  // The next batch, or None after the epoch's last; its pixels as one block.
+  // The next batch, or None after the epoch's last; its pixels as one block. A batch
+  // already received is taken holding the GIL: every release and re-take of the GIL
+  // hands it to another Python thread and back (two thread switches, each waiting for
+  // the other thread to be scheduled); it is released only to wait.
   std::optional<NativeBatch> next() {
-    // Joined by the receiving thread already (join_images), JoinPixels only aliases.
-    return Next(join_images_, [](NativeBatch* batch) { JoinPixels(batch); });
+    if (!join_images_) {
+      throw py::value_error(
+          "next(): this stream keeps the pixels in pieces (join_images="
+          "False); take its batches with next_into");
+    }
+    std::shared_ptr<RankStream> stream = Stream();
+    absl::StatusOr<std::optional<ReceivedBatch>> received;
+    if (stream->NextIsReady()) {
+      received = stream->Next();
+    } else {
+      py::gil_scoped_release release;
+      received = stream->Next();
+    }
+    return Take(std::move(received));
   }
 
   // The next batch with its pixels copied to `address` (`size` bytes, which must be the
@@ -230,18 +226,18 @@ class NativeStream {
           absl::StrFormat("next_into: the destination holds %d bytes, the batch's pixels are %d",
                           size, batch_pixel_bytes_));
     }
-    std::optional<NativeBatch> batch = Next(/*finish_needs_no_gil=*/false, [&](NativeBatch* b) {
-      if (b->wire->image_bytes() != size) return;
-      b->wire->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
-    });
-    if (batch && batch->wire->image_bytes() != size) {
-      // RankStream's checks let a batch of fewer samples through; the server never sends
-      // one (every batch is full: remainder drop or pad).
-      Raise(absl::DataLossError(absl::StrFormat(
-                "batch %d of epoch %d has %d pixel bytes, not the registration's %d",
-                batch->wire->index(), batch->wire->epoch(), batch->wire->image_bytes(), size)),
-            Call::kNext);
+    std::shared_ptr<RankStream> stream = Stream();
+    absl::StatusOr<std::optional<ReceivedBatch>> received;
+    {
+      py::gil_scoped_release release;
+      received = stream->Next();
+      // RankStream checked the batch's shape against the registration: `size` bytes.
+      if (received.ok() && received->has_value()) {
+        (**received)->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
+      }
     }
+    std::optional<NativeBatch> batch = Take(std::move(received));
+    if (batch) batch->pixels_copied = true;
     return batch;
   }
 
@@ -259,31 +255,11 @@ class NativeStream {
     return stream_;
   }
 
-  // The next batch with `finish` applied to it. The GIL is released only when there is
-  // something to wait for or copy: a batch already received is taken while holding it,
-  // because every release and re-take of the GIL hands it to another Python thread and
-  // back (two thread switches, each waiting for the other thread to be scheduled).
-  template <typename Finish>
-  std::optional<NativeBatch> Next(bool finish_needs_no_gil, Finish finish) {
-    std::shared_ptr<RankStream> stream = Stream();
-    absl::StatusOr<std::optional<ReceivedBatch>> received;
-    std::optional<NativeBatch> batch;
-    auto take = [&] {
-      received = stream->Next();
-      if (received.ok() && received->has_value()) {
-        batch.emplace();
-        batch->wire = std::move(**received);
-        finish(&*batch);
-      }
-    };
-    if (finish_needs_no_gil && stream->NextIsReady()) {
-      take();
-    } else {
-      py::gil_scoped_release release;
-      take();
-    }
+  // What Next() gave, as a batch (nullopt at the epoch's end) or a raised error.
+  static std::optional<NativeBatch> Take(absl::StatusOr<std::optional<ReceivedBatch>> received) {
     if (!received.ok()) Raise(received.status(), Call::kNext);
-    return batch;
+    if (!received->has_value()) return std::nullopt;
+    return NativeBatch{std::move(**received)};
   }
 
   std::shared_ptr<RankStream> stream_;
@@ -336,14 +312,15 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("epoch", [](const NativeBatch& b) { return b.wire->epoch(); })
       .def_property_readonly("index", [](const NativeBatch& b) { return b.wire->index(); })
       .def_property_readonly("shape", [](const NativeBatch& b) { return Shape(b.wire->header()); })
-      // uint8 pixels, B*3*C*C; None when next_into copied them to the caller's memory.
+      // uint8 pixels, B*3*C*C, in the one block the receiving thread made; None when
+      // next_into copied them to the caller's memory. Writable, so that torch does not
+      // warn: the block is this batch's alone.
       .def_property_readonly("pixels",
                              [](const NativeBatch& b) -> std::optional<OwnedBuffer> {
-                               if (b.pixels == nullptr) return std::nullopt;
-                               std::shared_ptr<const void> owner =
-                                   b.joined ? std::shared_ptr<const void>(b.joined)
-                                            : std::shared_ptr<const void>(b.wire);
-                               return OwnedBuffer{owner, b.pixels, b.pixel_bytes, 1, "B"};
+                               if (b.pixels_copied) return std::nullopt;
+                               const absl::Span<const uint8_t> block = b.wire->image_chunks()[0];
+                               return OwnedBuffer{b.wire, const_cast<uint8_t*>(block.data()),
+                                                  static_cast<py::ssize_t>(block.size()), 1, "B"};
                              })
       // int64 labels, B (-1: padding), where the header was parsed.
       .def_property_readonly("labels",
@@ -354,7 +331,13 @@ PYBIND11_MODULE(_native, m) {
                                                   py::format_descriptor<int64_t>::format()};
                              })
       .def_property_readonly("samples",
-                             [](const NativeBatch& b) { return Samples(b.wire->header()); });
+                             [](const NativeBatch& b) { return Samples(b.wire->header()); })
+      // How many samples the server substituted, so that Python looks at them only then.
+      .def_property_readonly("substituted", [](const NativeBatch& b) {
+        int count = 0;
+        for (const v1::SampleInfo& s : b.wire->header().samples()) count += s.substituted();
+        return count;
+      });
 
   py::class_<SecuritySettings>(m, "Security")
       .def(py::init<>())

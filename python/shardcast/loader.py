@@ -431,16 +431,17 @@ class Loader:
                 raise RuntimeError(
                     "this iterator of the shardcast Loader was superseded by a newer iter()"
                 )
+            images = None
             if self._pin_memory:
                 images = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
                 native = self._stream.next_into(images.data_ptr(), images.numel())
-                batch = None if native is None else _to_batch(native, images)
             else:
                 native = self._stream.next()
-                batch = None if native is None else _to_batch(native)
-            if batch is None:
+            if native is None:
                 return
-            self._check_substitutes(batch)
+            batch = _to_batch(native, images)
+            if native.substituted:
+                self._check_substitutes(batch)
             self._done += 1
             yield batch
 
