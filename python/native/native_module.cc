@@ -27,6 +27,7 @@
 #include "client/protocol/receive_memory.h"
 #include "client/protocol/wire_batch.h"
 #include "common/epoch_plan.h"
+#include "common/token_file.h"
 #include "proto/job_config_proto.h"
 
 namespace py = pybind11;
@@ -373,6 +374,16 @@ PYBIND11_MODULE(_native, m) {
         py::arg("batches"), py::arg("channels"), py::arg("plane"), py::arg("table"),
         "uint8 [B, C, plane] at address `images` to float32 at `out` through a 256-entry "
         "table per channel, without the GIL");
+  m.def(
+      "read_pem_file",
+      [](const std::string& argument, const std::string& path) {
+        absl::StatusOr<std::string> text = shardcast::ReadPemFile(argument, path);
+        if (!text.ok()) throw py::value_error(std::string(text.status().message()));
+        return *text;
+      },
+      py::arg("argument"), py::arg("path"),
+      "a PEM file's text as the C++ clients read it (a regular file of at most 1 MiB "
+      "holding a PEM block); ValueError naming `argument` and the path otherwise");
   m.def("keep_receive_buffers_warm", &KeepReceiveBuffersWarm,
         "glibc malloc's mmap and trim thresholds raised once per process "
         "(client/protocol/receive_memory.h); whether glibc took them");

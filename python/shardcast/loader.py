@@ -11,7 +11,6 @@ copying them (or copies them once into pinned memory, pin_memory=True).
 import os
 import secrets
 import socket
-import stat
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -87,20 +86,6 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
-def _read(path: Optional[str]) -> str:
-    """A PEM file's text. Only a regular file of at most 1 MiB is read: a FIFO would block
-    the open, a device would never end (the server reads its files the same way)."""
-    if path is None:
-        return ""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path}: not a regular file (a PEM file is expected)")
-    if st.st_size > 1 << 20:
-        raise ValueError(f"{path}: {st.st_size} bytes, more than a PEM file holds")
-    with open(path, "r") as f:
-        return f.read()
-
-
 def _security(tls: bool, tls_ca: Optional[str], tls_cert: Optional[str],
               tls_key: Optional[str]) -> "_native.Security":
     """TLS when asked for or when any TLS file is given (the C++ clients' --tls-ca,
@@ -110,9 +95,12 @@ def _security(tls: bool, tls_ca: Optional[str], tls_cert: Optional[str],
         raise ValueError("tls_cert and tls_key: pass both (a client certificate and its key)")
     security = _native.Security()
     security.tls = bool(tls or tls_ca or tls_cert)
-    security.root_pem = _read(tls_ca)
-    security.cert_pem = _read(tls_cert)
-    security.key_pem = _read(tls_key)
+    # Read as the C++ clients read them: a regular file of at most 1 MiB (a FIFO would
+    # block, a device never end) holding a PEM block.
+    read = _native.read_pem_file
+    security.root_pem = read("tls_ca", tls_ca) if tls_ca is not None else ""
+    security.cert_pem = read("tls_cert", tls_cert) if tls_cert is not None else ""
+    security.key_pem = read("tls_key", tls_key) if tls_key is not None else ""
     return security
 
 

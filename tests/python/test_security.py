@@ -138,3 +138,15 @@ def test_a_fifo_as_tls_file_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="not a regular file"):
         shardcast.Loader("localhost:1", tls_ca=str(fifo))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "tls_ca '.*': empty"),
+    (b"\xff\xfe not text, no PEM block", "tls_ca '.*': not a PEM file"),
+    (b"-----BEGIN " + b"A" * (2 << 20), "more than the 1048576 this file may hold"),
+], ids=["empty", "not-pem", "over-1MiB"])
+def test_a_tls_file_that_is_no_pem_file_is_refused_naming_it(tmp_path, content, message):
+    path = tmp_path / "ca.pem"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        shardcast.Loader("localhost:1", tls_ca=str(path))
