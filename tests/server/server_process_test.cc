@@ -261,6 +261,8 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--no-such-flag"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "stray"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--grace-period", "soon"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--unstreamed-job-ttl", "-5s"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--unstreamed-job-ttl", "soon"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-message-size", "1KiB"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-batch-memory", "0"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-jobs", "-1"}, &out), 2);
