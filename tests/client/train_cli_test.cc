@@ -144,6 +144,8 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--bogus"}, "unknown flag --bogus"},
            {{"--betas", "0.9"}, "--betas needs 2 values"},
            {{"--optimizer", "lamb"}, "--optimizer takes adam or sgd, got 'lamb'"},
+           {{"--on-substitute", "keep"}, "--on-substitute takes mask or fail, got 'keep'"},
+           {{"--on-substitute", ""}, "--on-substitute takes mask or fail, got ''"},
            {{"-b", "x"}, "-b takes an integer in [1, 65536], got 'x'"},
            {{"-b", "0"}, "-b takes an integer in [1, 65536], got '0'"},
            {{"-b", "4", "--batch-size", "8"}, "--batch-size given twice"},
