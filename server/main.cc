@@ -19,6 +19,7 @@
 #include "common/job_config.h"
 #include "common/job_flags.h"
 #include "server/dataset_registry.h"
+#include "server/descriptor_limit.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
 #include "server/shardcast_server.h"
@@ -28,6 +29,7 @@ namespace {
 
 using shardcast::server::LogError;
 using shardcast::server::LogInfo;
+using shardcast::server::LogWarning;
 
 constexpr char kUsage[] =
     "usage: shardcast-server --shards DIR [--dataset NAME=DIR ...] [--listen HOST:PORT] "
@@ -42,6 +44,8 @@ constexpr char kUsage[] =
 // What the command line asks for besides ServerOptions.
 struct CommandLine {
   shardcast::server::ServerOptions options;
+  // RLIMIT_NOFILE as raised at start; the default --max-connections derives from it.
+  shardcast::server::DescriptorLimit descriptors;
   bool help = false;
   bool version = false;
   std::string help_text;
@@ -173,6 +177,22 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                   "cancel a stream whose client has not taken a batch for this long and free\n"
                   "its memory (0 = never); a training step is far shorter"},
                  &o.stream_idle_timeout);
+  const int64_t accept_queue = shardcast::server::AcceptQueueLimit();
+  o.max_connections = shardcast::server::DefaultMaxConnections(cl->descriptors.soft, accept_queue);
+  flags.Int64({{"--max-connections"},
+               "N",
+               "connections open at once; one more is closed as it is accepted (its client\n"
+               "sees UNAVAILABLE and retries), so connections cannot take the descriptors\n"
+               "the listener needs (0 = no limit). Default: the descriptor limit less\n"
+               "one accept queue (net.core.somaxconn) and 64, at least 8",
+               absl::StrFormat("%d: %d descriptors - %d queued - 64", o.max_connections,
+                               cl->descriptors.soft, accept_queue)},
+              &o.max_connections, 0);
+  flags.Duration({{"--listener-probe-interval"},
+                  "DURATION",
+                  "how often the server connects to its own listener to check that it still\n"
+                  "accepts; two failed checks in a row turn health NOT_SERVING (0 = never)"},
+                 &o.listener_probe_interval);
   flags.Int({{"--max-jobs"},
              "N",
              "jobs registered at once; Register of one more job id is refused with\n"
@@ -278,6 +298,10 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   CommandLine cl;
+  // Before anything opens a descriptor of its own: see descriptor_limit.h.
+  absl::StatusOr<shardcast::server::DescriptorLimit> descriptors =
+      shardcast::server::RaiseDescriptorLimit();
+  if (descriptors.ok()) cl.descriptors = *descriptors;
   if (absl::Status s = ParseCommandLine(argc, argv, &cl); !s.ok()) {
     std::fprintf(stderr, "shardcast-server: %s (see --help)\n", std::string(s.message()).c_str());
     return 2;
@@ -291,6 +315,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   const shardcast::server::ServerOptions& options = cl.options;
+  if (!descriptors.ok()) {
+    LogWarning("server",
+               absl::StrCat("descriptor limit unknown: ", descriptors.status().message()));
+  } else {
+    LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
+                                      "--max-connections %d",
+                                      descriptors->soft, descriptors->soft_before,
+                                      descriptors->hard, options.max_connections));
+  }
 
   shardcast::server::ShardcastServer server(options);
   absl::Status started = server.Start();

@@ -169,6 +169,23 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
          "Prefetched batches dropped under memory pressure (assembled again later).")
       .Sample(s.batches_given_back());
 
+  // Descriptors and connections.
+  Family(&out, "shardcast_descriptor_limit", "gauge", "Soft RLIMIT_NOFILE of the server.")
+      .Sample(s.descriptor_limit());
+  Family(&out, "shardcast_open_descriptors", "gauge", "Descriptors the server has open.")
+      .Sample(s.open_descriptors());
+  Family(&out, "shardcast_max_connections", "gauge", "--max-connections (0 = no limit).")
+      .Sample(s.max_connections());
+  Family(&out, "shardcast_connections_open", "gauge", "Client connections open.")
+      .Sample(s.connections_open());
+  Family(&out, "shardcast_connections_refused_total", "counter",
+         "Connections closed as accepted because --max-connections were open.")
+      .Sample(s.connections_refused());
+  Family(&out, "shardcast_listener_accepting", "gauge",
+         "1 while the listener probe finds the listener accepting connections; 0: restart "
+         "the server.")
+      .Sample(s.listener_accepting() ? 1 : 0);
+
   // Jobs and ranks.
   Family(&out, "shardcast_jobs", "gauge", "Registered jobs.").Sample(s.total_jobs());
   Family(&out, "shardcast_jobs_truncated", "gauge",

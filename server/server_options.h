@@ -62,6 +62,13 @@ struct ServerOptions {
   // A stream whose client has not taken a batch (a write waited) this long is
   // cancelled and its memory freed. Zero = never.
   absl::Duration stream_idle_timeout = absl::Minutes(5);
+  // Connections open at once; the excess is shut down as it is accepted (the client
+  // sees UNAVAILABLE and retries). Zero = no limit. main.cc's default is
+  // DefaultMaxConnections of the descriptor limit.
+  int64_t max_connections = 0;
+  // How often the server connects to its own listener to check that it still accepts
+  // (listener_probe.h); zero = never.
+  absl::Duration listener_probe_interval = absl::Seconds(10);
   // Register of a new job id beyond this many jobs is refused (RESOURCE_EXHAUSTED).
   // Zero = no limit.
   int max_jobs = 64;

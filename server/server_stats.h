@@ -78,6 +78,10 @@ struct ServerStats {
   std::atomic<int64_t> streams_reclaimed_idle{0};  // client took nothing for the timeout
   std::atomic<int64_t> batches_given_back{0};      // prefetched batches dropped under pressure
   DurationHistogram decode_time;                   // read + decode + transform of one sample
+  // Connections (accept_watch.h, listener_probe.h).
+  std::atomic<int64_t> connections_open{0};     // as of the last accept or count
+  std::atomic<int64_t> connections_refused{0};  // beyond --max-connections
+  std::atomic<bool> listener_accepting{true};   // the last listener probes' verdict
   // Who is the bottleneck, summed over streams (nanoseconds): a stream waiting for its
   // next batch to be assembled, and a batch handed to gRPC waiting for the client.
   std::atomic<int64_t> wait_for_batch_nanos{0};

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "server/listener_probe.h"
 #include "server/log.h"
 #include "server/metrics_text.h"
 #include "server/unix_socket.h"
@@ -47,7 +48,8 @@ ShardcastServer::ShardcastServer(ServerOptions options)
       tokens_(options_.auth_token_file.empty()
                   ? nullptr
                   : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
-      service_(impl_.get(), tokens_.get()) {}
+      service_(impl_.get(), tokens_.get()),
+      accept_watch_(std::make_shared<AcceptWatch>(options_.max_connections, &impl_->stats())) {}
 
 absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
   if (tokens_ == nullptr) {
@@ -97,6 +99,25 @@ void ShardcastServer::SetServing(bool serving) {
   }
 }
 
+void ShardcastServer::UpdateHealth() {
+  SetServing(ready_.has_value() && ready_->ok() && !stopped_ && listener_accepting_);
+}
+
+absl::Status ShardcastServer::StartListenerProbe() {
+  if (options_.listener_probe_interval <= absl::ZeroDuration()) return absl::OkStatus();
+  absl::StatusOr<ProbeTarget> target = ProbeTargetFor(options_.listen_address, port_);
+  if (!target.ok()) return target.status();
+  listener_probe_ = std::make_unique<ListenerProbe>(
+      *std::move(target), accept_watch_, options_.listener_probe_interval, [this](bool accepting) {
+        impl_->stats().listener_accepting.store(accepting);
+        absl::MutexLock lock(&mu_);
+        listener_accepting_ = accepting;
+        if (!stopped_) UpdateHealth();
+      });
+  listener_probe_->Start();
+  return absl::OkStatus();
+}
+
 void ShardcastServer::SetDatasetServing(const std::string& dataset) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
@@ -134,6 +155,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   }
   builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(&service_);
+  builder.SetOption(accept_watch_->BuilderOption());
   // Find dead peers (a trainer host that vanished without closing its connection) so
   // their streams are cancelled and their buffers freed, and accept the keepalive
   // pings that clients of long streams send.
@@ -159,12 +181,18 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     }
   }
   SetServing(false);
+  if (absl::Status s = StartListenerProbe(); !s.ok()) {
+    server_->Shutdown();
+    server_.reset();
+    return s;
+  }
   if (!options_.metrics_listen_address.empty()) {
     metrics_ = std::make_unique<MetricsHttpServer>(
         options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
         tokens_.get());
     if (absl::Status s = metrics_->Start(); !s.ok()) {
       metrics_.reset();
+      listener_probe_.reset();
       server_->Shutdown();
       server_.reset();
       return s;
@@ -180,8 +208,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   }
   LogInfo("server",
           absl::StrFormat("listening on %s (%s%s, %d decode threads, prefetch %d)",
-                          listening_address(),
-                          options_.tls_cert_file.empty() ? "plaintext" : "TLS",
+                          listening_address(), options_.tls_cert_file.empty() ? "plaintext" : "TLS",
                           options_.tls_client_ca_file.empty() ? "" : " + client certificates",
                           impl_->pool().threads(), options_.prefetch));
   if (dataset != nullptr) {
@@ -189,7 +216,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     SetDatasetServing(kDefaultDatasetName);
     absl::MutexLock lock(&mu_);
     ready_ = absl::OkStatus();
-    if (!stopped_) SetServing(true);
+    if (!stopped_) UpdateHealth();
     return absl::OkStatus();
   }
   indexer_ = std::thread([this] {
@@ -198,7 +225,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     absl::MutexLock lock(&mu_);
     ready_ = status;
     if (status.ok() && !stopped_) {
-      SetServing(true);
+      UpdateHealth();
       LogInfo("server", "serving");
     }
   });
@@ -226,8 +253,9 @@ void ShardcastServer::StopServer(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
-    SetServing(false);
+    UpdateHealth();
   }
+  if (listener_probe_ != nullptr) listener_probe_->Stop();
   impl_->BeginDrain();
   const int64_t open = impl_->open_streams();
   LogInfo("server", absl::StrFormat("draining: NOT_SERVING, %d open streams, grace %s", open,

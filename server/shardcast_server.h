@@ -15,7 +15,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/accept_watch.h"
 #include "server/grpc_shardcast_service.h"
+#include "server/listener_probe.h"
 #include "server/metrics_http.h"
 #include "server/security.h"
 #include "server/served_dataset.h"
@@ -75,7 +77,12 @@ class ShardcastServer {
   const ServerOptions& options() const { return options_; }
 
  private:
+  // Health SERVING exactly when indexing succeeded, no drain began and the listener
+  // accepts connections; NOT_SERVING otherwise.
+  void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetServing(bool serving);
+  // Starts the listener probe (options.listener_probe_interval; after BuildAndStart).
+  absl::Status StartListenerProbe();
   void SetDatasetServing(const std::string& dataset) ABSL_LOCKS_EXCLUDED(mu_);
   void StopServer(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -83,8 +90,12 @@ class ShardcastServer {
   const std::unique_ptr<ShardcastServiceImpl> impl_;
   const std::unique_ptr<TokenAuthenticator> tokens_;  // null without auth_token_file
   GrpcShardcastService service_;                      // refers to impl_ and tokens_
+  // Sees every accepted connection (counted, limited, probed); shared with the socket
+  // mutator gRPC keeps.
+  const std::shared_ptr<AcceptWatch> accept_watch_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_;  // null without --metrics-listen
+  std::unique_ptr<ListenerProbe> listener_probe_;  // null when the interval is zero
+  std::unique_ptr<MetricsHttpServer> metrics_;     // null without --metrics-listen
   int port_ = 0;
   std::thread indexer_;  // builds the index after Start()
 
@@ -92,6 +103,7 @@ class ShardcastServer {
   std::optional<absl::Status> ready_ ABSL_GUARDED_BY(mu_);  // indexing result
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool listener_accepting_ ABSL_GUARDED_BY(mu_) = true;  // the listener probe's verdict
 };
 
 }  // namespace shardcast::server

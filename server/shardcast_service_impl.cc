@@ -1,6 +1,9 @@
 // The serving core (see shardcast_service_impl.h).
 #include "server/shardcast_service_impl.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -105,6 +108,19 @@ v1::DatasetStatus::State ToProto(DatasetRegistry::State state) {
 
 // The skipped and changed shards of `dataset` into the single-dataset status fields,
 // bounded and made log-safe.
+// Descriptors this process has open (the entries of /proc/self/fd, less the one
+// listing them); -1 when /proc is not mounted.
+int64_t OpenDescriptorCount() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int64_t count = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count - 1;
+}
+
 void AddShardProblems(const ServedDataset& dataset, v1::GetStatusResponse* response) {
   using Impl = ShardcastServiceImpl;
   const DatasetIndex& index = dataset.index();
@@ -533,6 +549,19 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
   return snapshot;
 }
 
+void ShardcastServiceImpl::AddDescriptorFigures(v1::GetStatusResponse* response) const {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    response->set_descriptor_limit(
+        limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur));
+  }
+  response->set_open_descriptors(OpenDescriptorCount());
+  response->set_max_connections(options_.max_connections);
+  response->set_connections_open(stats_.connections_open.load());
+  response->set_connections_refused(stats_.connections_refused.load());
+  response->set_listener_accepting(stats_.listener_accepting.load());
+}
+
 v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   v1::GetStatusResponse response;
   const absl::Time now = absl::Now();
@@ -576,7 +605,8 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       if (entry.data != nullptr) AddShardProblems(*entry.data->data, &response);
     }
   }
-  response.set_serving(response.serving() && all_serving && response.datasets_size() > 0);
+  response.set_serving(response.serving() && all_serving && response.datasets_size() > 0 &&
+                       stats_.listener_accepting.load());
   int32_t total_stalled = 0;
   {
     DropExpiredJobs();
@@ -632,6 +662,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_substitutions(stats_.substitutions.load());
   response.set_queue_depth(pool_->queue_depth());
   response.set_decode_tasks_running(pool_->running());
+  AddDescriptorFigures(&response);
   response.set_memory_in_use_bytes(stats_.buffer_bytes.load());
   response.set_rss_bytes(ResidentSetBytes());
   response.set_decode_threads(pool_->threads());

@@ -168,6 +168,8 @@ class ShardcastServiceImpl {
   void MonitorLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs() const;
+  // The descriptor limit, descriptors and connections open, the listener's state.
+  void AddDescriptorFigures(shardcast::v1::GetStatusResponse* response) const;
   // UNAVAILABLE while draining.
   absl::Status Available() const ABSL_LOCKS_EXCLUDED(mu_);
   // Indexes one dataset and publishes it.

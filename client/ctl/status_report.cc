@@ -195,6 +195,13 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                                              "  (streams reading them fail; restart to re-index)"));
   field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks waiting, ",
                                     st.decode_tasks_running(), " running"));
+  field(
+      "connections",
+      absl::StrCat(st.connections_open(), " open",
+                   st.max_connections() > 0 ? absl::StrCat(" of ", st.max_connections()) : "", ", ",
+                   st.connections_refused(), " refused; ", st.open_descriptors(), " of ",
+                   st.descriptor_limit(), " descriptors",
+                   st.listener_accepting() ? "" : "; LISTENER NOT ACCEPTING: restart the server"));
   field("waiting",
         absl::StrCat("streams waited ", FormatDuration(st.stream_wait_for_batch_seconds()),
                      " for batches (clients on the server), ",

@@ -287,7 +287,10 @@ class InProcessServer {
 // running at scope exit.
 class ChildServer {
  public:
-  ChildServer(std::vector<std::string> args, const std::string& log_path) {
+  // `launcher`: a command the server is run under (testing_util::ServerChild).
+  ChildServer(std::vector<std::string> args, const std::string& log_path,
+              std::vector<std::string> launcher = {})
+      : server_(std::move(launcher)) {
     // A server that does not come up shows as port() 0 and its first_line().
     (void)server_.Start(std::move(args), log_path + ".out", log_path);
   }

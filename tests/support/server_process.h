@@ -51,6 +51,8 @@ inline std::optional<int> ListeningPort(const std::string& line) {
 class ServerChild {
  public:
   ServerChild() = default;
+  // A command the server is run under, e.g. {"prlimit", "--nofile=64:64", "--"}.
+  explicit ServerChild(std::vector<std::string> launcher) : launcher_(std::move(launcher)) {}
 
   absl::Status Start(std::vector<std::string> args, const std::string& stdout_path,
                      const std::string& stderr_path,
@@ -60,6 +62,7 @@ class ServerChild {
     first_line_.clear();
     exit_status_.reset();
     args.insert(args.begin(), std::string(SHARDCAST_BINARY_DIR) + "/server/shardcast-server");
+    args.insert(args.begin(), launcher_.begin(), launcher_.end());
     absl::Status started = child_.Start(args, stdout_path, stderr_path);
     if (!started.ok()) return started;
     const auto until = std::chrono::steady_clock::now() + timeout;
@@ -119,6 +122,7 @@ class ServerChild {
   std::string Stderr() const { return child_.Stderr(); }
 
  private:
+  std::vector<std::string> launcher_;
   ChildProcess child_;
   int port_ = 0;
   std::string unix_address_;  // unix:PATH when it listens on one

@@ -1,0 +1,69 @@
+// Every connection gRPC's listener accepts passes through here: counted, refused
+// beyond --max-connections, and seen by the listener probe (listener_probe.h).
+//
+// Why: gRPC 1.51's listener stops for good on the first accept() that fails with
+// EMFILE, and it has no connection limit of its own. A socket mutator
+// (grpc_socket_mutator_abi.h) is called with each accepted descriptor; a connection
+// beyond the limit is shut down there (the client sees UNAVAILABLE and retries), so
+// connections alone cannot take the descriptors the listener needs. The mutator must
+// never return false for an accepted connection: gRPC 1.51 would close the listener.
+#ifndef SHARDCAST_SERVER_ACCEPT_WATCH_H_
+#define SHARDCAST_SERVER_ACCEPT_WATCH_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/server_stats.h"
+
+namespace grpc {
+class ServerBuilderOption;
+}
+
+namespace shardcast::server {
+
+class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
+ public:
+  // `max_connections`: connections open at once (0 = no limit). Keeps stats->
+  // connections_open and connections_refused. REQUIRES: `stats` outlives the watch.
+  AcceptWatch(int64_t max_connections, ServerStats* stats);
+
+  // The option that makes a ServerBuilder's server call OnAccepted for every accepted
+  // connection. It holds a reference to this watch for as long as gRPC keeps the mutator.
+  std::unique_ptr<grpc::ServerBuilderOption> BuilderOption();
+
+  // One accepted connection `fd`: counted, or shut down when the limit is reached.
+  // Called on gRPC's threads; public for tests.
+  void OnAccepted(int fd) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Connections open now: those gRPC has closed since they were counted are dropped.
+  int64_t CountOpen() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Connections accepted so far (refused ones included): the listener probe reads it
+  // before it connects and waits for it to grow.
+  int64_t accepted() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until more than `seen` connections were accepted; false after `timeout`.
+  bool AwaitAcceptedBeyond(int64_t seen, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Drops the descriptors that no longer are the socket counted (closed, or reused).
+  void DropClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int64_t max_connections_;
+  ServerStats* const stats_;
+  mutable absl::Mutex mu_;
+  // Counted connections: descriptor -> its socket's inode, which tells a descriptor
+  // gRPC closed and the kernel reused from the connection counted under that number.
+  absl::flat_hash_map<int, ino_t> open_ ABSL_GUARDED_BY(mu_);
+  int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_refusal_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_ACCEPT_WATCH_H_

@@ -1,0 +1,41 @@
+// The process's file descriptor limit, which is what every connection, shard read and
+// index file takes one of. gRPC 1.51's listener stops for good on the first accept()
+// that fails with EMFILE (docs/server.md, "Running out of descriptors"), so the server
+// raises its soft limit as far as it may and keeps its connections below it.
+#ifndef SHARDCAST_SERVER_DESCRIPTOR_LIMIT_H_
+#define SHARDCAST_SERVER_DESCRIPTOR_LIMIT_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace shardcast::server {
+
+struct DescriptorLimit {
+  uint64_t soft_before = 0;  // RLIMIT_NOFILE's soft limit as the process started
+  uint64_t soft = 0;         // after raising it
+  uint64_t hard = 0;         // the ceiling an unprivileged process may raise it to
+};
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (an infinite hard limit is capped at
+// the kernel's fs/nr_open). Anything may raise its own soft limit up to the hard one:
+// the soft default of 1024 exists for select(), which nothing here uses.
+absl::StatusOr<DescriptorLimit> RaiseDescriptorLimit();
+
+// The most connections the kernel queues for a listener (net.core.somaxconn; gRPC
+// listens with it as backlog): gRPC accepts a whole queue in one go, refused ones
+// included, before any of them is closed.
+int64_t AcceptQueueLimit();
+
+// The default --max-connections: the soft limit less one full accept queue (so a burst
+// of refused connections cannot reach the limit either) and a fixed reserve for what
+// is not a connection (shards being read, the index, gRPC's pipes and epoll, the
+// log); never fewer than kMinConnections, which on a limit this low no longer keeps
+// a burst from exhausting it (the listener probe is the last defence then).
+inline constexpr int64_t kDescriptorReserve = 64;
+inline constexpr int64_t kMinConnections = 8;
+int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t accept_queue);
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_DESCRIPTOR_LIMIT_H_

@@ -1,0 +1,124 @@
+// AcceptWatch on real sockets: counts connections until they close, shuts down those
+// beyond the limit, and wakes the listener probe; DefaultMaxConnections' arithmetic.
+#include "server/accept_watch.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "server/descriptor_limit.h"
+
+namespace shardcast::server {
+namespace {
+
+// A connected pair: `server` plays the accepted connection, `client` its peer.
+struct Connection {
+  Connection() {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    server = fds[0];
+    client = fds[1];
+  }
+  ~Connection() {
+    if (server >= 0) ::close(server);
+    ::close(client);
+  }
+  // True when the client reads the end of the connection (the server shut it down).
+  bool ClientSeesEnd() const {
+    char byte;
+    return ::recv(client, &byte, 1, MSG_DONTWAIT) == 0;
+  }
+  int server = -1;
+  int client = -1;
+};
+
+TEST(AcceptWatchTest, CountsOpenConnectionsAndRefusesBeyondTheLimit) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/2, &stats);
+  Connection a, b, c;
+  watch->OnAccepted(a.server);
+  watch->OnAccepted(b.server);
+  EXPECT_EQ(watch->CountOpen(), 2);
+  EXPECT_FALSE(b.ClientSeesEnd());
+  watch->OnAccepted(c.server);  // the third: shut down
+  EXPECT_TRUE(c.ClientSeesEnd());
+  EXPECT_EQ(stats.connections_refused.load(), 1);
+  EXPECT_EQ(watch->CountOpen(), 2);
+  // One closes (gRPC closed it): room for the next.
+  ::close(a.server);
+  a.server = -1;
+  Connection d;
+  watch->OnAccepted(d.server);
+  EXPECT_FALSE(d.ClientSeesEnd());
+  EXPECT_EQ(watch->CountOpen(), 2);
+  EXPECT_EQ(stats.connections_refused.load(), 1);
+  EXPECT_EQ(watch->accepted(), 4);
+}
+
+TEST(AcceptWatchTest, ADescriptorReusedForAnotherFileIsNotCountedAsTheConnection) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/1, &stats);
+  Connection a;
+  const int number = a.server;
+  watch->OnAccepted(a.server);
+  ::close(a.server);
+  a.server = -1;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);  // takes the lowest numbers, `number` first
+  EXPECT_EQ(pipe_fds[0], number);
+  EXPECT_EQ(watch->CountOpen(), 0);
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+TEST(AcceptWatchTest, ZeroMeansNoLimit) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/0, &stats);
+  std::vector<std::unique_ptr<Connection>> connections;
+  for (int i = 0; i < 20; ++i) {
+    connections.push_back(std::make_unique<Connection>());
+    watch->OnAccepted(connections.back()->server);
+    EXPECT_FALSE(connections.back()->ClientSeesEnd());
+  }
+  EXPECT_EQ(watch->CountOpen(), 20);
+  EXPECT_EQ(stats.connections_refused.load(), 0);
+}
+
+TEST(AcceptWatchTest, AwaitAcceptedBeyondWakesOnTheNextAccept) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(0, &stats);
+  EXPECT_FALSE(watch->AwaitAcceptedBeyond(0, absl::Milliseconds(10)));
+  Connection a;
+  std::thread accepter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    watch->OnAccepted(a.server);
+  });
+  EXPECT_TRUE(watch->AwaitAcceptedBeyond(0, absl::Seconds(30)));
+  accepter.join();
+}
+
+TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserve) {
+  EXPECT_EQ(DefaultMaxConnections(1048576, 4096), 1048576 - 4096 - 64);
+  EXPECT_EQ(DefaultMaxConnections(20000, 4096), 20000 - 4096 - 64);
+  EXPECT_EQ(DefaultMaxConnections(1024, 4096), kMinConnections);
+  EXPECT_EQ(DefaultMaxConnections(1024, 128), 1024 - 128 - 64);
+}
+
+TEST(DescriptorLimitTest, RaisesTheSoftLimitToTheHardOne) {
+  absl::StatusOr<DescriptorLimit> limit = RaiseDescriptorLimit();
+  ASSERT_TRUE(limit.ok()) << limit.status();
+  EXPECT_EQ(limit->soft, limit->hard);
+  EXPECT_GE(limit->soft, limit->soft_before);
+  absl::StatusOr<DescriptorLimit> again = RaiseDescriptorLimit();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->soft_before, limit->soft);
+}
+
+}  // namespace
+}  // namespace shardcast::server

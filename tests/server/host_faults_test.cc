@@ -1,0 +1,157 @@
+// Faults of the host, injected into the real server binary: a descriptor limit set
+// with prlimit and connection floods that reach it. gRPC 1.51 stops its listener for
+// good on an accept() that fails with EMFILE; the server keeps its connections below
+// the limit (--max-connections) and turns health NOT_SERVING when the listener stops
+// anyway (the listener probe).
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "tests/server/server_test_support.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using HealthStatus = grpc::health::v1::HealthCheckResponse;
+
+// The server runs with at most `descriptors` open files (soft and hard, so its own
+// raise to the hard limit changes nothing).
+std::vector<std::string> DescriptorLimit(int descriptors) {
+  return {"/usr/bin/prlimit", absl::StrCat("--nofile=", descriptors, ":", descriptors), "--"};
+}
+
+// A channel with its own connection (not one shared with another channel to the same
+// target), so that it shows whether the listener accepts one now.
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// Plain TCP connections to 127.0.0.1:`port` that send nothing, as a flood of clients
+// (or a port scanner) would, opened in waves of `wave` with `pause` between waves;
+// closed when the object goes.
+class HeldConnections {
+ public:
+  HeldConnections(int port, int count, int wave = 0,
+                  std::chrono::milliseconds pause = std::chrono::milliseconds(0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < count; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+        ::close(fd);
+        break;
+      }
+      fds_.push_back(fd);
+      if (wave > 0 && fds_.size() % wave == 0) std::this_thread::sleep_for(pause);
+    }
+  }
+  ~HeldConnections() {
+    for (int fd : fds_) ::close(fd);
+  }
+  size_t size() const { return fds_.size(); }
+
+ private:
+  std::vector<int> fds_;
+};
+
+// Health through a new connection, retried for up to `seconds` (a refused connection
+// is retried by gRPC after its backoff).
+HealthStatus::ServingStatus HealthOfNewClient(const std::string& target, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  HealthStatus::ServingStatus health = HealthStatus::UNKNOWN;
+  while (health != HealthStatus::SERVING && std::chrono::steady_clock::now() < deadline) {
+    health = Health(FreshChannel(target));
+  }
+  return health;
+}
+
+class HostFaultsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    MakeDataset(dir_->path() + "/data", /*samples=*/40, /*per_shard=*/20);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string data() { return dir_->path() + "/data"; }
+  static std::string log(const std::string& name) { return dir_->path() + "/" + name + ".log"; }
+
+  static TempDir* dir_;
+};
+TempDir* HostFaultsTest::dir_ = nullptr;
+
+// 300 connections held against 256 descriptors, arriving in waves of 30: without a
+// limit of its own the server accepts until accept() fails with EMFILE and never
+// accepts again (every later client gets DEADLINE_EXCEEDED). With --max-connections 16
+// the excess is closed as it is accepted, so descriptors never run out and a new client
+// is served once the flood has gone. (What one accept round takes at once, up to a
+// whole accept queue, still needs descriptors of its own: docs/server.md.)
+TEST_F(HostFaultsTest, ConnectionFloodBeyondTheDescriptorLimitLeavesTheListenerAccepting) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--max-connections", "16",
+                     "--listener-probe-interval", "0"},
+                    log("flood"), DescriptorLimit(256));
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  ASSERT_EQ(HealthOfNewClient(child.target(), 10), HealthStatus::SERVING);
+  {
+    HeldConnections flood(child.port(), 300, 30, std::chrono::milliseconds(100));
+    ASSERT_EQ(flood.size(), 300u);
+    // While the flood holds its 16 counted connections, a new client is refused.
+    EXPECT_NE(Health(FreshChannel(child.target())), HealthStatus::SERVING);
+  }
+  EXPECT_EQ(HealthOfNewClient(child.target(), 20), HealthStatus::SERVING)
+      << ReadWholeFile(log("flood"));
+  auto stub = v1::Shardcast::NewStub(FreshChannel(child.target()));
+  const v1::GetStatusResponse status = GetStatus(stub.get());
+  EXPECT_EQ(status.max_connections(), 16);
+  EXPECT_GE(status.connections_refused(), 300 - 16);
+  EXPECT_TRUE(status.listener_accepting());
+  EXPECT_EQ(status.descriptor_limit(), 256);
+  EXPECT_GT(status.open_descriptors(), 0);
+  EXPECT_LT(status.open_descriptors(), 256);
+  EXPECT_THAT(ReadWholeFile(log("flood")),
+              ::testing::HasSubstr("refusing connections: 16 open, --max-connections 16"));
+}
+
+// With no connection limit and 64 descriptors, a flood of 80 does kill gRPC's listener.
+// Health asked on a connection opened before the flood must then say NOT_SERVING (the
+// listener probe saw its own connections go unaccepted), so that an orchestrator
+// restarts the server, instead of SERVING for good.
+TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServing) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--max-connections", "0",
+                     "--listener-probe-interval", "200ms"},
+                    log("dead-listener"), DescriptorLimit(64));
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  std::shared_ptr<grpc::Channel> kept = FreshChannel(child.target());
+  ASSERT_EQ(HealthOfNewClient(child.target(), 10), HealthStatus::SERVING);
+  ASSERT_EQ(Health(kept), HealthStatus::SERVING);
+  { HeldConnections flood(child.port(), 80); }
+  HealthStatus::ServingStatus health = HealthStatus::SERVING;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (health == HealthStatus::SERVING && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    health = Health(kept);
+  }
+  EXPECT_EQ(health, HealthStatus::NOT_SERVING) << ReadWholeFile(log("dead-listener"));
+  EXPECT_EQ(Health(kept, "shardcast.v1.Shardcast"), HealthStatus::NOT_SERVING);
+  auto stub = v1::Shardcast::NewStub(kept);
+  const v1::GetStatusResponse status = GetStatus(stub.get());
+  EXPECT_FALSE(status.listener_accepting());
+  EXPECT_FALSE(status.serving());
+  EXPECT_THAT(ReadWholeFile(log("dead-listener")), ::testing::HasSubstr("accepts no connections"));
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
