@@ -5,10 +5,11 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -34,15 +35,53 @@ std::string Response(const char* status_line, const std::string& body,
                       "Connection: close\r\n\r\n", head_only ? "" : body);
 }
 
-// Writes all of `data`; false when the peer went away or timed out.
-bool WriteAll(int fd, absl::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
+// poll()'s timeout until `next`, rounded up so that the loop wakes after a deadline,
+// never a millisecond before it (which would spin until it passes); -1 = none.
+int PollTimeoutMs(absl::Time now, absl::Time next) {
+  if (next == absl::InfiniteFuture()) return -1;
+  if (next <= now) return 0;
+  const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(next - now, absl::Milliseconds(1)));
+  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+// Closes a connection whose answer (if any) was sent. What the peer sent beyond its
+// head is read away first: closing with unread input makes the kernel reset the
+// connection, and a reset can discard the answer before the peer reads it.
+void CloseConnection(int fd) {
+  char discard[4096];
+  for (int i = 0; i < 16; ++i) {  // bounded: a peer may keep sending
+    if (::recv(fd, discard, sizeof(discard), MSG_DONTWAIT) <= 0) break;
   }
+  ::close(fd);
+}
+
+// True at most once per 10 s: a flood of connections or an exhausted descriptor table
+// is worth one log line, not one per event.
+bool ShouldWarn(absl::Time now, absl::Time* last_warning) {
+  if (now - *last_warning < absl::Seconds(10)) return false;
+  *last_warning = now;
   return true;
+}
+
+// accept4() errors that concern only the connection being accepted (Linux reports a
+// pending connection's network error there): the next one may be fine.
+bool IsPerConnectionAcceptError(int error) {
+  switch (error) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case EPERM:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // HOST:PORT or [V6]:PORT -> (host, port); an empty or "*" host means every address.
@@ -108,7 +147,15 @@ std::string RespondToMetricsRequest(const HttpRequest& request, const TokenAuthe
 MetricsHttpServer::MetricsHttpServer(std::string listen_address,
                                      std::function<std::string()> render,
                                      const TokenAuthenticator* tokens)
-    : listen_address_(std::move(listen_address)), render_(std::move(render)), tokens_(tokens) {}
+    : MetricsHttpServer(std::move(listen_address), std::move(render), tokens, Limits()) {}
+
+MetricsHttpServer::MetricsHttpServer(std::string listen_address,
+                                     std::function<std::string()> render,
+                                     const TokenAuthenticator* tokens, Limits limits)
+    : listen_address_(std::move(listen_address)),
+      render_(std::move(render)),
+      tokens_(tokens),
+      limits_(limits) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
@@ -128,11 +175,14 @@ absl::Status MetricsHttpServer::Start() {
   }
   std::string error = "no address";
   for (addrinfo* ai = found; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    // Non-blocking: the loop accepts until EAGAIN, and a peer that gave up between
+    // poll() and accept4() must not block it.
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 16) == 0) {
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
       listen_fd_ = fd;
     } else {
       error = std::strerror(errno);
@@ -154,7 +204,7 @@ absl::Status MetricsHttpServer::Start() {
     listen_fd_ = -1;
     return absl::InternalError(absl::StrCat("metrics: pipe: ", std::strerror(errno)));
   }
-  thread_ = std::thread([this] { AcceptLoop(); });
+  thread_ = std::thread([this] { EventLoop(); });
   return absl::OkStatus();
 }
 
@@ -169,49 +219,151 @@ void MetricsHttpServer::Stop() {
   listen_fd_ = -1;
 }
 
-void MetricsHttpServer::AcceptLoop() {
+// One connection: its request head as it arrives, then the answer as the socket takes it.
+struct MetricsHttpServer::Connection {
+  int fd = -1;
+  absl::Time deadline;  // for the whole head while reading, for the answer while writing
+  bool writing = false;
+  std::string data;  // the head so far, then the answer
+  size_t written = 0;
+};
+
+void MetricsHttpServer::EventLoop() {
+  std::vector<Connection> connections;
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fds_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    const absl::Time now = absl::Now();
+    absl::Time next = absl::InfiniteFuture();
+    fds.clear();
+    fds.push_back({stop_fds_[0], POLLIN, 0});
+    // A negative descriptor is ignored by poll(): not accepting while backing off.
+    const bool accepting = now >= accept_paused_until_;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
+    if (!accepting) next = accept_paused_until_;
+    for (const Connection& connection : connections) {
+      fds.push_back({connection.fd, static_cast<short>(connection.writing ? POLLOUT : POLLIN), 0});
+      next = std::min(next, connection.deadline);
+    }
+    if (::poll(fds.data(), fds.size(), PollTimeoutMs(now, next)) < 0) {
       if (errno == EINTR) continue;
       LogError("metrics", absl::StrCat("poll: ", std::strerror(errno)));
+      break;
+    }
+    if (fds[0].revents != 0) break;
+    const absl::Time polled = absl::Now();
+    size_t kept = 0;
+    for (size_t i = 0; i < connections.size(); ++i) {
+      Connection& connection = connections[i];
+      // A connection past its deadline is closed even if it just sent or took something:
+      // the deadline bounds the whole head (or answer), not the silence between bytes.
+      if (!Serve(&connection, fds[i + 2].revents, polled) || polled >= connection.deadline) {
+        CloseConnection(connection.fd);
+        continue;
+      }
+      if (kept != i) connections[kept] = std::move(connection);
+      ++kept;
+    }
+    connections.resize(kept);
+    if ((fds[1].revents & POLLIN) != 0) AcceptPending(polled, &connections);
+  }
+  for (const Connection& connection : connections) ::close(connection.fd);
+}
+
+void MetricsHttpServer::AcceptPending(absl::Time now, std::vector<Connection>* connections) {
+  while (true) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // none left
+      if (IsPerConnectionAcceptError(errno)) continue;
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection
+      // stays queued, so poll() would report it again at once. Pause accepting briefly
+      // and keep serving the open connections, whose closing frees descriptors.
+      if (ShouldWarn(now, &last_accept_warning_)) {
+        LogWarning("metrics", absl::StrCat("accept: ", std::strerror(errno), "; pausing for ",
+                                           absl::FormatDuration(kAcceptBackoff)));
+      }
+      accept_paused_until_ = now + kAcceptBackoff;
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // the peer gave up, or out of descriptors for a moment
-    ServeConnection(fd);
-    ::close(fd);
+    if (static_cast<int>(connections->size()) >= limits_.max_connections) {
+      Refuse(fd, now);
+      continue;
+    }
+    Connection connection;
+    connection.fd = fd;
+    connection.deadline = now + limits_.read_timeout;
+    connections->push_back(std::move(connection));
   }
 }
 
-void MetricsHttpServer::ServeConnection(int fd) {
-  const timeval timeout = absl::ToTimeval(kIoTimeout);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  const absl::Time deadline = absl::Now() + kIoTimeout;
-  std::string head;
-  char buffer[2048];
-  size_t end = std::string::npos;
-  while ((end = head.find("\r\n\r\n")) == std::string::npos) {
-    if (head.size() > kMaxHeadBytes) {
-      WriteAll(fd, Response("431 Request Header Fields Too Large", "request head too large\n"));
-      return;
-    }
-    if (absl::Now() > deadline) return;  // a trickling client
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+void MetricsHttpServer::Refuse(int fd, absl::Time now) {
+  const int64_t refused = refused_connections_.fetch_add(1) + 1;
+  if (ShouldWarn(now, &last_refusal_warning_)) {
+    LogWarning("metrics",
+               absl::StrCat(limits_.max_connections, " connections open: refusing more with 503 (",
+                            refused, " so far)"));
+  }
+  // Best effort and never blocking: a fresh socket's send buffer takes these few bytes.
+  const std::string answer =
+      Response("503 Service Unavailable", "too many connections\n", "Retry-After: 1\r\n");
+  (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  CloseConnection(fd);
+}
+
+bool MetricsHttpServer::Serve(Connection* connection, short revents, absl::Time now) {
+  if (revents == 0) return true;
+  // POLLHUP and POLLERR are left to recv() and send() to report.
+  return connection->writing ? WriteResponse(connection) : ReadHead(connection, now);
+}
+
+bool MetricsHttpServer::ReadHead(Connection* connection, absl::Time now) {
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::recv(connection->fd, buffer, sizeof(buffer), 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // closed, or silent for kIoTimeout
-    head.append(buffer, static_cast<size_t>(n));
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // the rest later
+    if (n <= 0) return false;  // closed before its head was complete, or broken
+    // Only the new bytes (and the three before them) can complete the blank line.
+    const size_t from = connection->data.size() < 3 ? 0 : connection->data.size() - 3;
+    connection->data.append(buffer, static_cast<size_t>(n));
+    const size_t end = connection->data.find("\r\n\r\n", from);
+    if (end != std::string::npos) {
+      StartAnswer(connection, Answer(absl::string_view(connection->data).substr(0, end)), now);
+      return WriteResponse(connection);
+    }
+    if (connection->data.size() > kMaxHeadBytes) {
+      StartAnswer(connection,
+                  Response("431 Request Header Fields Too Large", "request head too large\n"), now);
+      return WriteResponse(connection);
+    }
   }
-  absl::StatusOr<HttpRequest> request =
-      ParseHttpRequestHead(absl::string_view(head).substr(0, end));
+}
+
+std::string MetricsHttpServer::Answer(absl::string_view head) const {
+  absl::StatusOr<HttpRequest> request = ParseHttpRequestHead(head);
   if (!request.ok()) {
-    WriteAll(fd, Response("400 Bad Request", absl::StrCat(request.status().message(), "\n")));
-    return;
+    return Response("400 Bad Request", absl::StrCat(request.status().message(), "\n"));
   }
-  WriteAll(fd, RespondToMetricsRequest(*request, tokens_, render_));
+  return RespondToMetricsRequest(*request, tokens_, render_);
+}
+
+void MetricsHttpServer::StartAnswer(Connection* connection, std::string answer, absl::Time now) {
+  connection->writing = true;
+  connection->data = std::move(answer);
+  connection->written = 0;
+  connection->deadline = now + limits_.write_timeout;
+}
+
+bool MetricsHttpServer::WriteResponse(Connection* connection) {
+  while (connection->written < connection->data.size()) {
+    const ssize_t n = ::send(connection->fd, connection->data.data() + connection->written,
+                             connection->data.size() - connection->written, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // the rest later
+    if (n <= 0) return false;                                             // the peer went away
+    connection->written += static_cast<size_t>(n);
+  }
+  return false;  // all sent: Connection: close
 }
 
 }  // namespace shardcast::server

@@ -2,20 +2,27 @@
 // DDP-hang early warning (the rule, and a real stream whose client stops reading while
 // its peer goes on).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "server/metrics_http.h"
 #include "server/metrics_text.h"
 #include "server/stall_watch.h"
@@ -317,6 +324,193 @@ TEST_F(MetricsServerTest, AStoppedRankBehindItsPeerIsFlaggedOnceAndClearedWhenIt
   ASSERT_NE(rank1(status), nullptr);
   EXPECT_FALSE(rank1(status)->stalled()) << status.DebugString();
   EXPECT_EQ(status.stalled_ranks(), 0);
+}
+
+// ------------------------------------------------------- many connections at once
+
+// A connected TCP socket to 127.0.0.1:`port`, or -1. Non-blocking connect, then up to
+// `wait` for it to complete: a listener whose backlog is full leaves it pending.
+int Connect(int port, absl::Duration wait = absl::Seconds(5)) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (errno != EINPROGRESS || ::poll(&p, 1, absl::ToInt64Milliseconds(wait)) != 1 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+// Sends `request` on a fresh connection and reads the answer to EOF, waiting at most
+// `wait` for any one step; what arrived by then.
+std::string Scrape(int port, const std::string& request, absl::Duration wait) {
+  const int fd = Connect(port, wait);
+  if (fd < 0) return "(no connection)";
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const timeval timeout = absl::ToTimeval(wait);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string response;
+  char buffer[65536];
+  ssize_t n;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
+  ::close(fd);
+  return response;
+}
+
+// The server has not closed `fd`: nothing to read yet (EAGAIN), neither EOF nor reset.
+bool StillOpen(int fd) {
+  char byte;
+  return ::recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) < 0 && errno == EAGAIN;
+}
+
+// Waits up to `wait` for the server to close `fd` (EOF or reset).
+bool ClosedByServer(int fd, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  char buffer[1024];
+  while (absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 50);
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN)) return true;
+  }
+  return false;
+}
+
+constexpr char kScrape[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+
+// A peer that sends a request head one byte every 100 ms and never finishes it.
+class Trickler {
+ public:
+  explicit Trickler(int fd) : fd_(fd), thread_([this] { Run(); }) {}
+  ~Trickler() {
+    stop_ = true;
+    thread_.join();
+  }
+  int fd() const { return fd_; }
+
+ private:
+  void Run() {
+    const std::string head =
+        absl::StrCat("GET /metrics HTTP/1.1\r\nX-Slow: ", std::string(200, 'x'));
+    for (size_t i = 0; i < head.size() && !stop_; ++i) {
+      if (::send(fd_, &head[i], 1, MSG_NOSIGNAL) != 1) return;  // closed by the server
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  const int fd_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Exposition() { return "shardcast_up 1\n"; }
+
+// 40 peers that connect and send nothing, and one that trickles its head, must not delay
+// a scrape: it is answered while every one of them is still open (none has reached its
+// deadline), and each of them is closed once its own deadline has passed.
+TEST(MetricsHttpServerTest, IdleAndTricklingPeersDoNotDelayAScrapeAndAreClosedAtTheirDeadline) {
+  server::MetricsHttpServer server("127.0.0.1:0", Exposition, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  const absl::Time opened = absl::Now();
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = Connect(server.port(), absl::Seconds(2));
+    EXPECT_GE(fd, 0) << "idle connection " << i << " not established";
+    if (fd >= 0) idle.push_back(fd);
+  }
+  const int trickling_fd = Connect(server.port(), absl::Seconds(2));
+  ASSERT_GE(trickling_fd, 0);
+  auto trickler = std::make_unique<Trickler>(trickling_fd);
+
+  const std::string response = Scrape(server.port(), kScrape, absl::Seconds(10));
+  EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 200 OK\r\n")) << response;
+  EXPECT_TRUE(absl::EndsWith(response, "\r\n\r\nshardcast_up 1\n")) << response;
+  // The scrape did not wait for any idle peer's deadline: none has been closed yet.
+  for (size_t i = 0; i < idle.size(); ++i) {
+    EXPECT_TRUE(StillOpen(idle[i])) << "idle connection " << i << " was closed before the scrape";
+  }
+  EXPECT_TRUE(StillOpen(trickling_fd));
+
+  // Every idle peer is closed after its deadline (not before), and so is the trickling
+  // one, though it kept sending: the deadline is for the whole head.
+  for (size_t i = 0; i < idle.size(); ++i) {
+    EXPECT_TRUE(ClosedByServer(idle[i], absl::Seconds(10))) << "idle connection " << i;
+  }
+  EXPECT_GE(absl::Now() - opened, server::MetricsHttpServer::Limits().read_timeout);
+  EXPECT_TRUE(ClosedByServer(trickling_fd, absl::Seconds(10)));
+  trickler.reset();
+  for (int fd : idle) ::close(fd);
+  ::close(trickling_fd);
+  EXPECT_EQ(server.refused_connections(), 0);
+}
+
+// A client that does not read its (large) answer holds only its own connection: another
+// scrape is answered meanwhile, and the first still gets the whole answer afterwards.
+TEST(MetricsHttpServerTest, ALargeAnswerIsWrittenAsTheClientTakesIt) {
+  const std::string big(8 << 20, 'x');
+  server::MetricsHttpServer server(
+      "127.0.0.1:0", [&big] { return big; }, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  const int slow = Connect(server.port());
+  ASSERT_GE(slow, 0);
+  ASSERT_EQ(::send(slow, kScrape, sizeof(kScrape) - 1, MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof(kScrape) - 1));
+  const std::string other = Scrape(server.port(), kScrape, absl::Seconds(10));
+  EXPECT_TRUE(absl::StartsWith(other, "HTTP/1.1 200 OK\r\n")) << other.substr(0, 200);
+  EXPECT_TRUE(absl::EndsWith(other, big));
+  std::string response;
+  char buffer[65536];
+  while (true) {
+    pollfd p{slow, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) break;
+    const ssize_t n = ::recv(slow, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    response.append(buffer, n);
+  }
+  ::close(slow);
+  EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 200 OK\r\n")) << response.substr(0, 200);
+  EXPECT_EQ(response.size() - response.find("\r\n\r\n") - 4, big.size());
+}
+
+// Past the connection limit a peer is answered 503 at once and counted; the endpoint
+// serves again once the idle ones are gone. Stop closes what is open and is idempotent.
+TEST(MetricsHttpServerTest, ConnectionsBeyondTheLimitAreRefusedAndCounted) {
+  server::MetricsHttpServer::Limits limits;
+  limits.max_connections = 8;
+  server::MetricsHttpServer server("127.0.0.1:0", Exposition, nullptr, limits);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < limits.max_connections; ++i) {
+    idle.push_back(Connect(server.port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  // Accepted in connect order: the ninth is the one over the limit.
+  const std::string refused = Scrape(server.port(), kScrape, absl::Seconds(10));
+  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 503 Service Unavailable\r\n")) << refused;
+  EXPECT_EQ(server.refused_connections(), 1);
+  for (int fd : idle) EXPECT_TRUE(StillOpen(fd));
+  for (int fd : idle) EXPECT_TRUE(ClosedByServer(fd, absl::Seconds(10)));
+  const std::string served = Scrape(server.port(), kScrape, absl::Seconds(10));
+  EXPECT_TRUE(absl::StartsWith(served, "HTTP/1.1 200 OK\r\n")) << served;
+  EXPECT_EQ(server.refused_connections(), 1);
+  for (int fd : idle) ::close(fd);
+
+  const int open = Connect(server.port());
+  ASSERT_GE(open, 0);
+  server.Stop();
+  EXPECT_TRUE(ClosedByServer(open, absl::Seconds(5)));
+  ::close(open);
+  server.Stop();
 }
 
 }  // namespace
