@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -188,6 +189,51 @@ TEST_F(StreamLifecycleTest, DrainLetsReadersFinishAndCancelsStalledStreams) {
   while (stalled->Read(&batch)) {
   }
   EXPECT_FALSE(stalled->Finish().ok());
+}
+
+// The idle timer counts what the client takes. A client that reads slowly but steadily
+// (a batch every 0.4 s, for more than four 1 s timeouts) is never reclaimed, though its
+// transport holds more than a timeout's worth of batches ahead of it; one that stops
+// reading is reclaimed meanwhile.
+TEST_F(StreamLifecycleTest, ASlowSteadyReaderIsNeverIdleAndAStoppedOneIs) {
+  server::ServerOptions options = Options();
+  options.stream_idle_timeout = absl::Seconds(1);
+  server_ = std::make_unique<InProcessServer>(dir_.path(), options);
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterResponse response;
+    ASSERT_TRUE(Register(stub(), MakeRegister("pace", rank, 2, kBatch, v1::SPLIT_SAMPLE, 64, kCrop),
+                         &response)
+                    .ok());
+    ASSERT_EQ(response.batches_per_epoch(), 15);
+  }
+  // Four batches in the steady client's transport: 1.6 s of its reading. gRPC's own
+  // (BDP-grown) window would take the whole epoch at once, and no write would wait.
+  auto steady_stub =
+      v1::Shardcast::NewStub(MakeChannel(server_->target(), 4 * static_cast<int>(kBatchBytes)));
+  auto stopped_stub = v1::Shardcast::NewStub(SlowReaderChannel(server_->target()));
+  grpc::ClientContext steady_context;
+  grpc::ClientContext stopped_context;
+  auto steady = steady_stub->StreamBatches(&steady_context, StreamRequest("pace", 0));
+  auto stopped = stopped_stub->StreamBatches(&stopped_context, StreamRequest("pace", 1));
+  v1::Batch batch;
+  ASSERT_TRUE(stopped->Read(&batch));  // rank 1 takes one batch, then stops
+  int read = 0;
+  while (read < 11 && steady->Read(&batch)) {
+    ++read;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  EXPECT_EQ(read, 11) << "the steady reader's stream ended early";
+  // Meanwhile the stopped client's stream was reclaimed, and only it.
+  const v1::GetStatusResponse status = GetStatus(stub());
+  EXPECT_EQ(status.streams_reclaimed_idle(), 1);
+  while (steady->Read(&batch)) ++read;
+  const grpc::Status steady_status = steady->Finish();
+  EXPECT_TRUE(steady_status.ok()) << steady_status.error_message();
+  EXPECT_EQ(read, 15);
+  while (stopped->Read(&batch)) {
+  }
+  EXPECT_EQ(stopped->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(GetStatus(stub()).streams_reclaimed_idle(), 1);
 }
 
 }  // namespace
