@@ -100,6 +100,15 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
     for (const DatasetMetrics& d : snapshot.datasets) {
       skipped.Sample(d.skipped_samples, Label("dataset", d.name));
     }
+    Family problems(&out, "shardcast_shard_problems", "gauge",
+                    "Shards not served: skipped (left out of the index) or changed (found "
+                    "changed since indexing; streams that read them fail until a restart).");
+    for (const DatasetMetrics& d : snapshot.datasets) {
+      problems.Sample(d.skipped_shards,
+                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "skipped")));
+      problems.Sample(d.changed_shards,
+                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "changed")));
+    }
   }
 
   // Throughput and errors.

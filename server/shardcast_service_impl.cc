@@ -106,8 +106,6 @@ v1::DatasetStatus::State ToProto(DatasetRegistry::State state) {
   return v1::DatasetStatus::STATE_UNSPECIFIED;
 }
 
-// The skipped and changed shards of `dataset` into the single-dataset status fields,
-// bounded and made log-safe.
 // Descriptors this process has open (the entries of /proc/self/fd, less the one
 // listing them); -1 when /proc is not mounted.
 int64_t OpenDescriptorCount() {
@@ -121,24 +119,38 @@ int64_t OpenDescriptorCount() {
   return count - 1;
 }
 
-void AddShardProblems(const ServedDataset& dataset, v1::GetStatusResponse* response) {
+// Appends one shard problem of `dataset` to `list` while the list is below its bound;
+// the path and reason come from the data and are made log-safe.
+void ListShardProblem(const std::string& dataset, const std::string& path,
+                      const std::string& reason,
+                      google::protobuf::RepeatedPtrField<v1::ShardProblem>* list) {
   using Impl = ShardcastServiceImpl;
+  if (list->size() >= Impl::kMaxListedShardProblems) return;
+  v1::ShardProblem* problem = list->Add();
+  problem->set_path(LogSafe(path, Impl::kMaxShardNameBytes));
+  problem->set_reason(LogSafe(reason, Impl::kMaxShardReasonBytes));
+  problem->set_dataset(dataset);
+}
+
+// The skipped and changed shards of `dataset` into its totals in `status` and into the
+// response's lists and totals, which hold every dataset's: a changed shard of any
+// dataset fails the streams that read it, so none may go unreported.
+void AddShardProblems(const ServedDataset& dataset, v1::DatasetStatus* status,
+                      v1::GetStatusResponse* response) {
   const DatasetIndex& index = dataset.index();
-  response->set_max_listed_shard_problems(Impl::kMaxListedShardProblems);
-  response->set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
-  for (const SkippedShard& skipped : index.skipped_shards) {
-    if (response->skipped_shards_size() >= Impl::kMaxListedShardProblems) break;
-    v1::ShardProblem* problem = response->add_skipped_shards();
-    problem->set_path(LogSafe(skipped.path, Impl::kMaxShardNameBytes));
-    problem->set_reason(LogSafe(skipped.reason, Impl::kMaxShardReasonBytes));
-  }
   const std::vector<ChangedShard> changed = dataset.reader().ChangedShards();
-  response->set_total_changed_shards(static_cast<int32_t>(changed.size()));
+  status->set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
+  status->set_total_changed_shards(static_cast<int32_t>(changed.size()));
+  response->set_total_skipped_shards(response->total_skipped_shards() +
+                                     status->total_skipped_shards());
+  response->set_total_changed_shards(response->total_changed_shards() +
+                                     status->total_changed_shards());
+  for (const SkippedShard& skipped : index.skipped_shards) {
+    ListShardProblem(status->name(), skipped.path, skipped.reason,
+                     response->mutable_skipped_shards());
+  }
   for (const ChangedShard& shard : changed) {
-    if (response->changed_shards_size() >= Impl::kMaxListedShardProblems) break;
-    v1::ShardProblem* problem = response->add_changed_shards();
-    problem->set_path(LogSafe(shard.path, Impl::kMaxShardNameBytes));
-    problem->set_reason(LogSafe(shard.change, Impl::kMaxShardReasonBytes));
+    ListShardProblem(status->name(), shard.path, shard.change, response->mutable_changed_shards());
   }
 }
 
@@ -543,6 +555,9 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
       dataset.shards = static_cast<int64_t>(index.shards.size());
       dataset.samples = index.num_samples;
       dataset.skipped_samples = static_cast<int64_t>(index.skipped.size());
+      dataset.skipped_shards = static_cast<int64_t>(index.skipped_shards.size());
+      dataset.changed_shards =
+          static_cast<int64_t>(entry.data->data->reader().ChangedShards().size());
     }
     snapshot.datasets.push_back(std::move(dataset));
   }
@@ -592,6 +607,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       dataset->set_num_classes(index.num_classes);
       dataset->set_index_fingerprint(index.fingerprint);
       dataset->set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+      AddShardProblems(*entry.data->data, dataset, &response);
     }
     // The single-dataset fields describe "default", else the first dataset.
     if (entry.spec.name == primary) {
@@ -602,7 +618,6 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
       response.set_index_fingerprint(dataset->index_fingerprint());
       response.set_skipped_samples(dataset->skipped_samples());
       response.set_index_state(IndexState(entry.state));
-      if (entry.data != nullptr) AddShardProblems(*entry.data->data, &response);
     }
   }
   response.set_serving(response.serving() && all_serving && response.datasets_size() > 0 &&
@@ -667,6 +682,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_rss_bytes(ResidentSetBytes());
   response.set_decode_threads(pool_->threads());
   response.set_max_listed_jobs(kMaxListedJobs);
+  response.set_max_listed_shard_problems(kMaxListedShardProblems);
   response.set_max_listed_ranks(kMaxListedRanks);
   response.set_max_jobs(options_.max_jobs);
   response.set_batch_memory_limit_bytes(budget_.limit());

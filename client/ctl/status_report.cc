@@ -114,11 +114,13 @@ std::string TextTable::Render(const std::string& indent) const {
 
 namespace {
 
-// "skipped shards (2):" and one indented "path: reason" line per listed shard.
+// "skipped shards (2):" and one indented "path: reason" line per listed shard, as
+// "dataset: path: reason" when the server has several datasets (the lists hold every
+// dataset's shards).
 void AppendShardProblems(
     absl::string_view title,
     const google::protobuf::RepeatedPtrField<shardcast::v1::ShardProblem>& list, int32_t total,
-    int32_t max_listed, std::string* out) {
+    int32_t max_listed, bool name_datasets, std::string* out) {
   if (list.empty()) return;
   absl::StrAppend(
       out, "\n", title, " (", total, ")",
@@ -126,8 +128,11 @@ void AppendShardProblems(
           ? absl::StrCat(", ", list.size(), " listed; the server lists at most ", max_listed)
           : "",
       ":\n");
-  for (const auto& shard : list)
-    absl::StrAppend(out, "  ", shard.path(), ": ", shard.reason(), "\n");
+  for (const auto& shard : list) {
+    const std::string dataset =
+        name_datasets && !shard.dataset().empty() ? absl::StrCat(shard.dataset(), ": ") : "";
+    absl::StrAppend(out, "  ", dataset, shard.path(), ": ", shard.reason(), "\n");
+  }
 }
 
 std::string DatasetStateName(shardcast::v1::DatasetStatus::State state) {
@@ -243,10 +248,11 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   }
   field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
   field("decode threads", absl::StrCat(st.decode_threads()));
+  const bool name_datasets = st.datasets_size() > 1;
   AppendShardProblems("skipped shards", st.skipped_shards(), st.total_skipped_shards(),
-                      st.max_listed_shard_problems(), &out);
+                      st.max_listed_shard_problems(), name_datasets, &out);
   AppendShardProblems("changed since indexing", st.changed_shards(), st.total_changed_shards(),
-                      st.max_listed_shard_problems(), &out);
+                      st.max_listed_shard_problems(), name_datasets, &out);
   AppendDatasets(st, &out);
 
   out += "\n";

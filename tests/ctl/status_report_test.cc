@@ -309,6 +309,22 @@ TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
   EXPECT_EQ(clean.find("changed since indexing"), std::string::npos) << clean;
 }
 
+TEST(RenderStatusReportTest, ShardProblemsNameTheirDatasetWhenTheServerHasSeveral) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  st.add_datasets()->set_name("default");
+  st.add_datasets()->set_name("val");
+  st.set_max_listed_shard_problems(100);
+  st.set_total_changed_shards(1);
+  auto* changed = st.add_changed_shards();
+  changed->set_path("shard-0.tar");
+  changed->set_reason("size 10 -> 11 bytes");
+  changed->set_dataset("val");
+  const std::string out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("\nchanged since indexing (1):\n  val: shard-0.tar: size 10 -> 11 bytes\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(RenderStatusReportTest, NoJobsAndEmptyReply) {
   shardcast::v1::GetStatusResponse st;
   const std::string out = RenderStatusReport(st, "h:1");

@@ -4,11 +4,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/dataset_registry.h"
+#include "server/metrics_text.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -39,6 +44,20 @@ std::set<std::string> IndexKeys(const std::string& dir) {
 v1::RegisterRequest OnDataset(v1::RegisterRequest request, const std::string& dataset) {
   request.set_dataset(dataset);
   return request;
+}
+
+// Appends a byte to the first shard of `dir` (by name), so that the server finds it
+// changed (its size) when a stream reads it; returns the shard's file name.
+std::string ChangeAShard(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".tar") names.push_back(entry.path().filename().string());
+  }
+  EXPECT_FALSE(names.empty()) << dir;
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  std::ofstream(dir + "/" + names[0], std::ios::binary | std::ios::app) << '\0';
+  return names[0];
 }
 
 class DatasetsTest : public ::testing::Test {
@@ -121,6 +140,55 @@ TEST_F(DatasetsTest, TwoJobsOnTwoDatasetsStreamAtOnceEachWithExactlyItsN) {
             grpc::health::v1::HealthCheckResponse::SERVING);
   EXPECT_EQ(Health(channel, "shardcast.v1.Shardcast/default"),
             grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// Issue 29: with three datasets whose shards had changed, status said "changed shards
+// 1": only the primary dataset's problems were reported. Every dataset's are now, in
+// status and /metrics, each naming its dataset.
+TEST_F(DatasetsTest, ChangedShardsOfEveryDatasetAreReportedWithTheirDataset) {
+  TempDir test;
+  MakeDataset(test.path(), /*samples=*/20, /*per_shard=*/10, /*size=*/48);
+  server::ServerOptions options;
+  options.datasets = {{"val", val_.path()}, {"test", test.path()}};
+  InProcessServer server(train_.path(), options);  // "default": the single-dataset fields'
+  const std::string val_shard = ChangeAShard(val_.path());
+  const std::string test_shard = ChangeAShard(test.path());
+
+  // The server finds a shard changed when a stream reads it: that stream fails.
+  for (const std::string dataset : {"val", "test"}) {
+    v1::RegisterResponse response;
+    ASSERT_TRUE(
+        Register(server.stub(), OnDataset(MakeRegister(dataset, 0, 1, 4), dataset), &response)
+            .ok());
+    StreamResult stream = StreamAll(server.stub(), dataset, 0, 0, 0);
+    EXPECT_EQ(stream.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << dataset << ": " << stream.status.error_message();
+  }
+
+  const v1::GetStatusResponse status = GetStatus(server.stub());
+  EXPECT_EQ(status.total_changed_shards(), 2);
+  ASSERT_EQ(status.changed_shards_size(), 2);
+  EXPECT_EQ(status.changed_shards(0).dataset(), "val");
+  EXPECT_EQ(status.changed_shards(0).path(), val_shard);
+  EXPECT_EQ(status.changed_shards(1).dataset(), "test");
+  EXPECT_EQ(status.changed_shards(1).path(), test_shard);
+  EXPECT_THAT(status.changed_shards(1).reason(), HasSubstr("size"));
+  ASSERT_EQ(status.datasets_size(), 3);
+  EXPECT_EQ(status.datasets(0).name(), "default");
+  EXPECT_EQ(status.datasets(0).total_changed_shards(), 0);
+  EXPECT_EQ(status.datasets(1).total_changed_shards(), 1);
+  EXPECT_EQ(status.datasets(2).total_changed_shards(), 1);
+  EXPECT_EQ(status.total_skipped_shards(), 0);
+
+  const std::string metrics = server::RenderPrometheusText(server.server().impl().Metrics());
+  EXPECT_THAT(metrics,
+              HasSubstr("shardcast_shard_problems{dataset=\"default\",problem=\"changed\"} 0\n"));
+  EXPECT_THAT(metrics,
+              HasSubstr("shardcast_shard_problems{dataset=\"val\",problem=\"changed\"} 1\n"));
+  EXPECT_THAT(metrics,
+              HasSubstr("shardcast_shard_problems{dataset=\"test\",problem=\"changed\"} 1\n"));
+  EXPECT_THAT(metrics,
+              HasSubstr("shardcast_shard_problems{dataset=\"test\",problem=\"skipped\"} 0\n"));
 }
 
 TEST_F(DatasetsTest, ADatasetNameIsResolvedOrRefusedWithTheNames) {
