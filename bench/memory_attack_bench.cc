@@ -71,6 +71,8 @@ Row Attack(const std::string& data, const Options& o, const std::string& config,
                                    "--prefetch",       std::to_string(o.prefetch),
                                    "--max-jobs",       "0",
                                    "--log-level",      "error"};
+  // Every attack job is registered (from this one peer) before any stream opens.
+  args.insert(args.end(), {"--max-unstreamed-jobs-per-peer", "0"});
   args.insert(args.end(), extra.begin(), extra.end());
   shardcast::testing_util::ServerChild server;
   if (absl::Status s = server.Start(args, log_path + ".out", log_path); !s.ok()) {

@@ -241,7 +241,9 @@ def main() -> int:
         "--decode-threads", str(args.decode_threads), "--prefetch", str(args.prefetch),
         "--max-batch-memory", args.max_batch_memory,
         "--max-decode-memory", args.max_decode_memory,
-        "--stream-idle-timeout", args.idle_timeout, "--max-jobs", "0"],
+        "--stream-idle-timeout", args.idle_timeout, "--max-jobs", "0",
+        # Every simulated client is this one host, many registering at once.
+        "--max-unstreamed-jobs-per-peer", "0"],
         log=args.work_dir / "server.log")
     server.start()
     pid = server.proc.pid

@@ -68,6 +68,9 @@ using ::shardcast::server::JobRegistry;
 using ::shardcast::server::NamedDataset;
 using ::shardcast::server::ServerOptions;
 
+// Every registration of the harness comes from one client (PeerHost's form).
+constexpr char kPeer[] = "ipv4:127.0.0.1";
+
 // Ranks of a job registered besides the request's own: all of them up to this world
 // size, the first and last half of this many above it (a world of 65536 ranks would
 // make one input take seconds).
@@ -368,8 +371,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   JobRegistry jobs(f.options.defaults, f.limits, f.options.job_ttl, f.options.max_jobs);
-  const absl::StatusOr<v1::RegisterResponse> first = jobs.Register(request, *dataset);
-  const absl::StatusOr<v1::RegisterResponse> again = jobs.Register(request, *dataset);
+  const absl::StatusOr<v1::RegisterResponse> first = jobs.Register(request, *dataset, kPeer);
+  const absl::StatusOr<v1::RegisterResponse> again = jobs.Register(request, *dataset, kPeer);
   Check(SameOutcome(first, again),
         absl::StrCat("registered twice, answered ", first.status().ToString(), " then ",
                      again.status().ToString(), " (or two different responses)"));
@@ -391,7 +394,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int32_t rank : OtherRanks(world, request.rank())) {
     v1::RegisterRequest peer = request;
     peer.set_rank(rank);
-    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(peer, *dataset);
+    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(peer, *dataset, kPeer);
     Check(answer.ok(), absl::StrCat("rank ", request.rank(), " was accepted, rank ", rank,
                                     " of the same job refused: ", answer.status().ToString()));
     shards.insert(answer->shards().begin(), answer->shards().end());
@@ -414,12 +417,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (world < shardcast::kMaxWorldSize) {
     v1::RegisterRequest other_world = request;
     other_world.set_world_size(world + 1);
-    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(other_world, *dataset);
+    absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(other_world, *dataset, kPeer);
     Check(answer.status().code() == absl::StatusCode::kFailedPrecondition,
           "a rank with another world size was not refused: " + answer.status().ToString());
   }
   const NamedDataset* other_data = *dataset == f.default_data ? f.val_data : f.default_data;
-  absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(request, other_data);
+  absl::StatusOr<v1::RegisterResponse> answer = jobs.Register(request, other_data, kPeer);
   Check(answer.status().code() == absl::StatusCode::kFailedPrecondition,
         "a rank of the job on another dataset was not refused: " + answer.status().ToString());
   Check(jobs.size() == 1, "the ranks of one job made several jobs");

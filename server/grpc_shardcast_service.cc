@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/batch_encoding.h"
@@ -20,6 +22,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl and gRPC share the canonical code numbers.
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+std::string PeerHost(absl::string_view peer) {
+  if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "unix-abstract:")) return "unix";
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
+    return std::string(peer);
+  }
+  constexpr size_t kScheme = 5;  // "ipv4:", "ipv6:"
+  const size_t port = peer.rfind(':');
+  // An IPv6 address holds colons too: the port's colon follows its closing bracket.
+  absl::string_view host = peer.substr(0, port);
+  const bool bracketed = absl::EndsWith(host, "]") || absl::EndsWith(host, "%5D");
+  if (port < kScheme || (absl::StartsWith(peer, "ipv6:") && !bracketed)) {
+    return std::string(peer);  // no port after all
+  }
+  return absl::StrReplaceAll(host, {{"%5B", "["}, {"%5D", "]"}});
 }
 
 namespace {
@@ -187,7 +205,8 @@ grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerCon
     reactor->Finish(ToGrpcStatus(auth));
     return reactor;
   }
-  absl::StatusOr<v1::RegisterResponse> result = impl_->Register(*request);
+  absl::StatusOr<v1::RegisterResponse> result =
+      impl_->Register(*request, PeerHost(context->peer()));
   if (result.ok()) *response = *std::move(result);
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;

@@ -6,7 +6,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "server/security.h"
 #include "server/shardcast_service_impl.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
@@ -14,6 +17,13 @@
 namespace shardcast::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The host of a gRPC peer (ServerContext::peer()) without its port, which a client
+// chooses anew for every connection: "ipv4:10.0.0.5:41234" -> "ipv4:10.0.0.5",
+// "ipv6:[::1]:41234" (or "ipv6:%5B::1%5D:41234") -> "ipv6:[::1]". Every unix-socket
+// client is the one local peer "unix" (their addresses are usually empty). Anything
+// else is returned as it is.
+std::string PeerHost(absl::string_view peer);
 
 using ShardcastCallbackBase = shardcast::v1::Shardcast::WithCallbackMethod_Register<
     shardcast::v1::Shardcast::WithRawCallbackMethod_StreamBatches<

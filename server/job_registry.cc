@@ -36,12 +36,13 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
 // ---------------------------------------------------------------------------- Job
 
 Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-         const NamedDataset* dataset)
+         const NamedDataset* dataset, std::string peer)
     : id_(std::move(id)),
       config_(config),
       batches_per_epoch_(batches_per_epoch),
       job_fingerprint_(std::move(job_fingerprint)),
-      dataset_(dataset) {}
+      dataset_(dataset),
+      peer_(std::move(peer)) {}
 
 absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   absl::MutexLock lock(&mu_);
@@ -204,12 +205,37 @@ std::vector<RankProgress> Job::Progress() const {
 // ---------------------------------------------------------------------------- JobRegistry
 
 JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-                         int max_jobs, absl::Duration unstreamed_job_ttl)
+                         int max_jobs, absl::Duration unstreamed_job_ttl,
+                         int max_unstreamed_jobs_per_peer)
     : defaults_(defaults),
       limits_(limits),
       job_ttl_(job_ttl),
       max_jobs_(max_jobs),
-      unstreamed_job_ttl_(unstreamed_job_ttl) {}
+      unstreamed_job_ttl_(unstreamed_job_ttl),
+      max_unstreamed_jobs_per_peer_(max_unstreamed_jobs_per_peer) {}
+
+absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
+  if (max_unstreamed_jobs_per_peer_ <= 0) return absl::OkStatus();
+  int unstreamed = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->peer() == peer && !job->EverStreamed()) ++unstreamed;
+  }
+  if (unstreamed < max_unstreamed_jobs_per_peer_) return absl::OkStatus();
+  // How the peer's places come free again without a stream: the TTL that applies.
+  std::string expiry = "restart the server (--job-ttl and --unstreamed-job-ttl are 0)";
+  if (unstreamed_job_ttl_ > absl::ZeroDuration()) {
+    expiry = absl::StrCat("wait until they expire (--unstreamed-job-ttl ",
+                          absl::FormatDuration(unstreamed_job_ttl_), ")");
+  } else if (job_ttl_ > absl::ZeroDuration()) {
+    expiry =
+        absl::StrCat("wait until they expire (--job-ttl ", absl::FormatDuration(job_ttl_), ")");
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "job '", LogSafe(job_id), "': peer ", LogSafe(peer), " already holds ", unstreamed,
+      " jobs that never opened a stream, its limit (--max-unstreamed-jobs-per-peer ",
+      max_unstreamed_jobs_per_peer_, "); open a stream for one of them, ", expiry,
+      ", or raise --max-unstreamed-jobs-per-peer"));
+}
 
 std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
   absl::MutexLock lock(&mu_);
@@ -230,7 +256,8 @@ std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
 }
 
 absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request,
-                                                           const NamedDataset* dataset) {
+                                                           const NamedDataset* dataset,
+                                                           const std::string& peer) {
   const std::string& job_id = request.job_id();
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   if (job_id.size() > kMaxJobIdLength) {
@@ -259,6 +286,9 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       absl::Status agree = CheckAgreement(job_id, request.rank(), job->config(), *config);
       if (!agree.ok()) return agree;
     } else {
+      // Only a new job counts against the peer: the other ranks of a job join it
+      // from wherever they run.
+      if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
       if (max_jobs_ > 0 && jobs_.size() >= static_cast<size_t>(max_jobs_)) {
         return absl::ResourceExhaustedError(
             absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
@@ -272,7 +302,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       }
       job = std::make_shared<Job>(job_id, *config, *n,
                                   JobFingerprint(dataset->data->index().fingerprint, *config),
-                                  dataset);
+                                  dataset, peer);
       jobs_.emplace(job_id, job);
     }
   }

@@ -43,8 +43,9 @@ struct RankProgress {
 class Job {
  public:
   // REQUIRES: `dataset` outlives the job.
+  // `peer`: PeerHost of the client whose Register created the job.
   Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-      const NamedDataset* dataset);
+      const NamedDataset* dataset, std::string peer);
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -55,6 +56,8 @@ class Job {
   const std::string& job_fingerprint() const { return job_fingerprint_; }
   // The dataset the job reads (RegisterRequest.dataset, resolved).
   const NamedDataset& dataset() const { return *dataset_; }
+  // Who created the job (PeerHost), for the per-peer limit on jobs that never streamed.
+  const std::string& peer() const { return peer_; }
 
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
@@ -116,6 +119,7 @@ class Job {
   const int64_t batches_per_epoch_;
   const std::string job_fingerprint_;
   const NamedDataset* const dataset_;
+  const std::string peer_;
 
   mutable absl::Mutex mu_;
   std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
@@ -132,23 +136,26 @@ class JobRegistry {
   // Jobs of every dataset share one registry: job ids are the server's, and
   // --max-jobs counts them all.
   // `job_ttl`, `unstreamed_job_ttl`: see ServerOptions (zero = that rule is off).
-  // `max_jobs`: see ServerOptions::max_jobs (zero = no limit).
+  // `max_jobs`, `max_unstreamed_jobs_per_peer`: see ServerOptions (zero = no limit).
   JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration());
+              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration(),
+              int max_unstreamed_jobs_per_peer = 0);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
   // Validates the request, fills defaults, creates the job on its first rank or checks
   // that the rank agrees with it (dataset included), and answers with n, shapes and
-  // fingerprints. `dataset` is the one the request names (DatasetRegistry::Resolve).
+  // fingerprints. `dataset` is the one the request names (DatasetRegistry::Resolve);
+  // `peer` is the client's PeerHost (a new job counts against its per-peer limit).
   // REQUIRES: `dataset` outlives the registry.
   // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
   // job's, naming the field; or the data cannot serve the job, with the planner's
-  // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs; expired jobs are dropped
+  // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs, or beyond the peer's
+  // max_unstreamed_jobs_per_peer jobs that never streamed; expired jobs are dropped
   // before, by the caller).
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
-      const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset,
+      const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // nullptr when no rank has registered job `id`.
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -166,11 +173,18 @@ class JobRegistry {
   std::vector<Dropped> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // RESOURCE_EXHAUSTED when `peer` already holds max_unstreamed_jobs_per_peer_ jobs none
+  // of whose ranks ever opened a stream, so that one host cannot take the whole job
+  // table with registrations that never stream.
+  absl::Status CheckPeerLimit(const std::string& job_id, const std::string& peer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const JobConfig defaults_;
   const JobLimits limits_;
   const absl::Duration job_ttl_;
   const int max_jobs_;
   const absl::Duration unstreamed_job_ttl_;
+  const int max_unstreamed_jobs_per_peer_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -198,6 +198,13 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
              "jobs registered at once; Register of one more job id is refused with\n"
              "RESOURCE_EXHAUSTED (expired jobs are dropped first; 0 = no limit)"},
             &o.max_jobs, 0);
+  flags.Int({{"--max-unstreamed-jobs-per-peer"},
+             "N",
+             "jobs one peer (client address without its port; all unix-socket clients\n"
+             "are one) may hold that none of whose ranks opened a stream yet; its next\n"
+             "new job id is refused with RESOURCE_EXHAUSTED, while ranks joining a job\n"
+             "already registered are not counted (0 = no limit)"},
+            &o.max_unstreamed_jobs_per_peer, 0);
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);

@@ -72,6 +72,12 @@ struct ServerOptions {
   // Register of a new job id beyond this many jobs is refused (RESOURCE_EXHAUSTED).
   // Zero = no limit.
   int max_jobs = 64;
+  // Register of a new job id is refused (RESOURCE_EXHAUSTED) when the same peer (its
+  // address without the port: PeerHost in grpc_shardcast_service.h) already created
+  // this many jobs none of whose ranks opened a stream yet: a stranger on an open
+  // network cannot fill the job table alone. A real training run registers one job
+  // and streams within seconds. Zero = no limit.
+  int max_unstreamed_jobs_per_peer = 8;
   // DDP-hang early warning (stall_watch.h): a rank that has taken no batch for this
   // long while another rank of its job is ahead is logged once and flagged in status
   // and metrics. Zero = off.

@@ -165,7 +165,7 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       options_error_(DatasetsToServe(options).status()),
       datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
       jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
-            options.max_jobs, options.unstreamed_job_ttl) {
+            options.max_jobs, options.unstreamed_job_ttl, options.max_unstreamed_jobs_per_peer) {
   if (options_.stream_idle_timeout > absl::ZeroDuration() ||
       options_.stall_warn > absl::ZeroDuration()) {
     monitor_ = std::thread([this] { MonitorLoop(); });
@@ -387,12 +387,12 @@ absl::Status ShardcastServiceImpl::Available() const {
 }
 
 absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
-    const v1::RegisterRequest& request) {
+    const v1::RegisterRequest& request, const std::string& peer) {
   if (absl::Status s = Available(); !s.ok()) return s;
   absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
   if (dataset.ok()) DropExpiredJobs();
   absl::StatusOr<v1::RegisterResponse> response =
-      dataset.ok() ? jobs_.Register(request, *dataset)
+      dataset.ok() ? jobs_.Register(request, *dataset, peer)
                    : absl::StatusOr<v1::RegisterResponse>(dataset.status());
   if (!response.ok()) {
     LogWarning("register",

@@ -103,8 +103,10 @@ class ShardcastServiceImpl {
   // True once every dataset is loaded and until BeginDrain().
   bool serving() const;
 
+  // `peer`: the client's PeerHost (grpc_shardcast_service.h), which
+  // --max-unstreamed-jobs-per-peer counts by.
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
-      const shardcast::v1::RegisterRequest& request);
+      const shardcast::v1::RegisterRequest& request, const std::string& peer);
 
   // Validates the request and starts assembling its window. Errors: UNAVAILABLE
   // (indexing/draining), NOT_FOUND (unknown job), INVALID_ARGUMENT (rank outside the

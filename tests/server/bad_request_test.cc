@@ -236,7 +236,7 @@ TEST(ServiceStateTest, RequestsWhileIndexingAreUnavailable) {
   options.shards_dir = "/nonexistent";
   options.decode_threads = 1;
   server::ShardcastServiceImpl service(options);  // no dataset loaded yet
-  auto registered = service.Register(MakeRegister("j", 0, 1, 4));
+  auto registered = service.Register(MakeRegister("j", 0, 1, 4), "ipv4:127.0.0.1");
   EXPECT_EQ(registered.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(registered.status().message()), HasSubstr("indexing"));
   v1::StreamBatchesRequest stream;

@@ -371,6 +371,7 @@ TEST_F(GovernanceTest, MaxJobsRefusesOneJobMoreUntilAJobExpires) {
 TEST_F(GovernanceTest, StatusListsABoundedNumberOfJobsAndSaysSo) {
   server::ServerOptions options;
   options.max_jobs = 0;
+  options.max_unstreamed_jobs_per_peer = 0;  // all these jobs are one peer's, none streams
   Start(options);
   const int jobs = server::ShardcastServiceImpl::kMaxListedJobs + 5;
   for (int i = 0; i < jobs; ++i) RegisterOk(absl::StrCat("job", i), 0, 1, 16);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "server/grpc_shardcast_service.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -92,6 +93,60 @@ TEST(JobLifecycleTest, JobsThatNeverStreamFreeTheTableAfterTheUnstreamedTtl) {
   EXPECT_EQ(status.jobs(0).job_id(), "real");
   grpc::Status admitted = Register(server.stub(), MakeRegister("new", 0, 1, 8), &response);
   EXPECT_TRUE(admitted.ok()) << admitted.error_message();
+}
+
+TEST(JobLifecycleTest, APeerIsItsAddressWithoutThePort) {
+  EXPECT_EQ(server::PeerHost("ipv4:10.0.0.5:41234"), "ipv4:10.0.0.5");
+  EXPECT_EQ(server::PeerHost("ipv6:[::1]:41234"), "ipv6:[::1]");
+  EXPECT_EQ(server::PeerHost("ipv6:%5B2001:db8::7%5D:5"), "ipv6:[2001:db8::7]");
+  // Every unix-socket client is the one local peer, named or not.
+  EXPECT_EQ(server::PeerHost("unix:"), "unix");
+  EXPECT_EQ(server::PeerHost("unix:/run/shardcast/client.sock"), "unix");
+  EXPECT_EQ(server::PeerHost("unix-abstract:x"), "unix");
+  // Without a port, or of another kind: as it is.
+  EXPECT_EQ(server::PeerHost("ipv6:[::1]"), "ipv6:[::1]");
+  EXPECT_EQ(server::PeerHost("ipv4:10.0.0.5"), "ipv4:10.0.0.5");
+  EXPECT_EQ(server::PeerHost("vsock:3:50051"), "vsock:3:50051");
+}
+
+// Squatting per peer (issue 29): with a token-less server, one host registering jobs
+// that never stream held --max-jobs places (every place) for --unstreamed-job-ttl. Now
+// it holds at most --max-unstreamed-jobs-per-peer of them; other peers, the other
+// ranks of its jobs and its jobs that stream are not held back.
+TEST(JobLifecycleTest, OnePeerHoldsAtMostItsLimitOfJobsThatNeverStreamed) {
+  TempDir dir;
+  MakeDataset(dir.path(), /*samples=*/48, /*per_shard=*/12);
+  server::ServerOptions options;
+  options.max_unstreamed_jobs_per_peer = 2;
+  InProcessServer server(dir.path(), options);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("a", 0, 2, 8), &response).ok());
+  ASSERT_TRUE(Register(server.stub(), MakeRegister("b", 0, 1, 8), &response).ok());
+
+  // The third new job of this peer (127.0.0.1) is refused, naming the limit.
+  grpc::Status refused = Register(server.stub(), MakeRegister("c", 0, 1, 8), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max-unstreamed-jobs-per-peer 2"));
+  EXPECT_THAT(refused.error_message(), HasSubstr("peer ipv4:127.0.0.1 "));
+  EXPECT_THAT(refused.error_message(), HasSubstr("'c'"));
+
+  // Another rank of a job already registered joins it: not a new job.
+  grpc::Status joined = Register(server.stub(), MakeRegister("a", 1, 2, 8), &response);
+  EXPECT_TRUE(joined.ok()) << joined.error_message();
+
+  // Another peer still registers (the gRPC layer passes PeerHost(peer()) in the same way).
+  absl::StatusOr<v1::RegisterResponse> other =
+      server.server().impl().Register(MakeRegister("c", 0, 1, 8), "ipv4:10.0.0.5");
+  EXPECT_TRUE(other.ok()) << other.status();
+
+  // A job of the peer that streamed no longer counts: one new job fits again.
+  ASSERT_TRUE(StreamAll(server.stub(), "b", 0, 0, 0).status.ok());
+  grpc::Status after_stream = Register(server.stub(), MakeRegister("d", 0, 1, 8), &response);
+  EXPECT_TRUE(after_stream.ok()) << after_stream.error_message();
+  grpc::Status full_again = Register(server.stub(), MakeRegister("e", 0, 1, 8), &response);
+  EXPECT_EQ(full_again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << full_again.error_message();
+  EXPECT_EQ(GetStatus(server.stub()).total_jobs(), 4);  // a, b, c, d
 }
 
 }  // namespace

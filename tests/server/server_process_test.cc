@@ -266,6 +266,7 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-message-size", "1KiB"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-batch-memory", "0"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-jobs", "-1"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-unstreamed-jobs-per-peer", "-1"}, &out), 2);
   // Job defaults are validated as a job would be: center mode needs resize >= crop.
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--resize", "100"}, &out), 2);
   // Datasets: NAME=DIR, valid names, no name twice ("default" is --shards; the
