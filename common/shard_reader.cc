@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -18,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/gzip_index.h"
@@ -27,6 +29,8 @@ namespace {
 
 // The payload that marks ShardChangedError.
 constexpr char kShardChangedPayload[] = "type.shardcast.dev/shard-changed";
+// The payload that marks HostIoError.
+constexpr char kHostIoPayload[] = "type.shardcast.dev/host-io";
 
 // Open descriptors kept: a dataset may have thousands of shards, more than the fd limit.
 size_t MaxOpenFiles() {
@@ -88,14 +92,28 @@ class ShardReader::Impl {
     const ShardInfo& info = index_.shards[shard];
     if (absl::Status changed = KnownChange(shard); !changed.ok()) return changed;
     absl::StatusOr<std::shared_ptr<OpenFile>> file = File(shard, info);
-    if (!file.ok()) return file.status();
+    if (!file.ok()) return NoteHostError(shard, info, file.status());
     absl::StatusOr<std::string> bytes =
         info.compressed ? ReadGzip(shard, info, **file, member) : ReadPlain(info, **file, member);
     // Checked after the read: the bytes are the indexed ones only if the file still is.
     if (absl::Status unchanged = CheckUnchanged(shard, info, **file); !unchanged.ok()) {
-      return unchanged;
+      return NoteHostError(shard, info, unchanged);
+    }
+    if (!bytes.ok()) return NoteHostError(shard, info, bytes.status());
+    if (unreadable_count_.load(std::memory_order_relaxed) > 0) {
+      absl::MutexLock lock(&mu_);
+      if (unreadable_.erase(shard) > 0) unreadable_count_.store(unreadable_.size());
     }
     return bytes;
+  }
+
+  std::vector<UnreadableShard> UnreadableShards() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<UnreadableShard> out;
+    for (const auto& [shard, error] : unreadable_) {
+      out.push_back(UnreadableShard{index_.shards[shard].path, error});
+    }
+    return out;
   }
 
   std::vector<ChangedShard> ChangedShards() const {
@@ -105,6 +123,17 @@ class ShardReader::Impl {
 
  private:
   std::string ShardPath(const ShardInfo& info) const { return index_.root + "/" + info.path; }
+
+  // Lists the shard as unreadable when `status` is a HostIoError; returns `status`.
+  absl::Status NoteHostError(uint32_t shard, const ShardInfo& info, absl::Status status) {
+    if (!IsHostIoError(status)) return status;
+    std::string error(status.message());
+    if (absl::StartsWith(error, ShardPath(info))) error.erase(0, ShardPath(info).size() + 2);
+    absl::MutexLock lock(&mu_);
+    unreadable_[shard] = std::move(error);
+    unreadable_count_.store(unreadable_.size());
+    return status;
+  }
 
   std::string Where(const ShardInfo& info, const MemberRef& member) const {
     return absl::StrCat(ShardPath(info), ": member '.", member.ext, "' at offset ", member.offset,
@@ -127,7 +156,7 @@ class ShardReader::Impl {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) return RecordChange(shard, info, "the file was removed");
     if (fd < 0) {
-      return absl::UnavailableError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+      return HostIoError(path, "cannot open", errno);
     }
     auto file = std::make_shared<OpenFile>(fd);
     if (absl::Status unchanged = CheckUnchanged(shard, info, *file); !unchanged.ok()) {
@@ -151,8 +180,7 @@ class ShardReader::Impl {
   absl::Status CheckUnchanged(uint32_t shard, const ShardInfo& info, const OpenFile& file) {
     struct stat st;
     if (::fstat(file.fd, &st) != 0) {
-      return absl::UnavailableError(
-          absl::StrCat(ShardPath(info), ": cannot stat: ", std::strerror(errno)));
+      return HostIoError(ShardPath(info), "cannot stat", errno);
     }
     std::string change = ShardChange(info, st);
     if (change.empty()) return absl::OkStatus();
@@ -180,8 +208,7 @@ class ShardReader::Impl {
                                 static_cast<off_t>(member.offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        return absl::UnavailableError(
-            absl::StrCat(Where(info, member), ": read failed: ", std::strerror(errno)));
+        return HostIoError(Where(info, member), "read failed", errno);
       }
       if (n == 0) {
         return absl::DataLossError(absl::StrCat(Where(info, member), ": short read (", got,
@@ -257,6 +284,9 @@ class ShardReader::Impl {
   std::map<uint32_t, LruSlot<IndexedGzip>> gzip_ ABSL_GUARDED_BY(mu_);
   std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);            // in the order found
   std::map<uint32_t, size_t> changed_by_shard_ ABSL_GUARDED_BY(mu_);  // shard -> changed_ index
+  std::map<uint32_t, std::string> unreadable_ ABSL_GUARDED_BY(mu_);   // shard -> last error
+  // unreadable_.size(), read without the lock so that a good read costs no lock.
+  std::atomic<size_t> unreadable_count_{0};
 };
 
 ShardReader::ShardReader(const DatasetIndex& index, size_t max_gzip_index_bytes)
@@ -268,6 +298,21 @@ absl::StatusOr<std::string> ShardReader::ReadMember(uint32_t shard, const Member
 }
 
 std::vector<ChangedShard> ShardReader::ChangedShards() const { return impl_->ChangedShards(); }
+
+std::vector<UnreadableShard> ShardReader::UnreadableShards() const {
+  return impl_->UnreadableShards();
+}
+
+absl::Status HostIoError(const std::string& where, absl::string_view what, int error) {
+  absl::Status status = absl::UnavailableError(absl::StrCat(
+      where, ": ", what, ": ", std::strerror(error), " (", strerrorname_np(error), ")"));
+  status.SetPayload(kHostIoPayload, absl::Cord(absl::StrCat(error)));
+  return status;
+}
+
+bool IsHostIoError(const absl::Status& status) {
+  return status.GetPayload(kHostIoPayload).has_value();
+}
 
 absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change) {
   absl::Status status = absl::FailedPreconditionError(

@@ -19,6 +19,13 @@ struct ChangedShard {
   std::string change;  // ShardChange's text, e.g. "mtime ... -> ..."
 };
 
+// A shard the host cannot read now (its last open or read failed with an error of the
+// host, not of its content: EMFILE, EACCES, EIO...).
+struct UnreadableShard {
+  std::string path;   // as ShardInfo::path
+  std::string error;  // the last such error, e.g. "cannot open: Too many open files"
+};
+
 // Thread-safe. Plain tars are read with one pread per member on a cached file
 // descriptor; gzip shards through a GzipIndex per shard (built on first use by
 // inflating the shard once, then every read inflates at most GzipIndex::kDefaultSpan
@@ -50,6 +57,10 @@ class ShardReader {
   // Shards found changed so far, in the order they were found.
   std::vector<ChangedShard> ChangedShards() const;
 
+  // Shards whose last read failed with HostIoError; one leaves the list with its next
+  // successful read.
+  std::vector<UnreadableShard> UnreadableShards() const;
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
@@ -59,6 +70,12 @@ class ShardReader {
 // recognizes it: a stream must end with it rather than substitute the sample.
 absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change);
 bool IsShardChanged(const absl::Status& status);
+
+// UNAVAILABLE for an open, stat or read of a shard that failed with `error` (an errno):
+// the host's fault, not the data's, so a caller may retry and must never take it for
+// corrupt content. The message names the shard (`where`), the errno's name and text.
+absl::Status HostIoError(const std::string& where, absl::string_view what, int error);
+bool IsHostIoError(const absl::Status& status);
 
 }  // namespace shardcast
 

@@ -230,6 +230,40 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
   }
 }
 
+absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const PendingBatch& pending,
+                                                                   uint32_t shard,
+                                                                   const MemberRef& member) {
+  // From a blink (a descriptor freed a moment later) to a remount: short first, then
+  // at most a second apart.
+  constexpr absl::Duration kFirstBackoff = absl::Milliseconds(10);
+  constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+  const absl::Time give_up = absl::Now() + limits_.host_error_retry;
+  absl::Duration backoff = kFirstBackoff;
+  int retries = 0;
+  while (true) {
+    absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
+    if (read.ok() || !IsHostIoError(read.status())) return read;
+    if (pending.cancelled->load(std::memory_order_relaxed) || absl::Now() + backoff > give_up) {
+      absl::Status given_up(read.status().code(),
+                            absl::StrCat(read.status().message(), "; retried ", retries,
+                                         " times for ", absl::FormatDuration(limits_.host_error_retry),
+                                         " (--shard-read-retry)"));
+      read.status().ForEachPayload([&given_up](absl::string_view type, const absl::Cord& value) {
+        given_up.SetPayload(type, value);  // still a HostIoError
+      });
+      return given_up;
+    }
+    if (retries == 0) {
+      LogWarning("assembler", absl::StrCat("retrying a read the host failed: ",
+                                           LogSafe(read.status().message(), 512)));
+    }
+    ++retries;
+    if (stats_ != nullptr) stats_->shard_read_retries.fetch_add(1, std::memory_order_relaxed);
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
 absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
                                            uint8_t* out) {
   const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
@@ -248,7 +282,7 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
   // sample's failure, not the process's (an exception must not leave a pool task).
   try {
     absl::StatusOr<std::string> encoded =
-        dataset_->reader().ReadMember(static_cast<uint32_t>(ref.shard), member);
+        ReadRetryingHostErrors(pending, static_cast<uint32_t>(ref.shard), member);
     if (!encoded.ok()) return encoded.status();
     return DecodeAndTransform(*encoded, pending.spec, ref.augment_seed, out, limits_.budget);
   } catch (const std::bad_alloc&) {
@@ -265,7 +299,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   const absl::Status status = ReadAndDecode(*pending, ref, out);
   if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
-  if (IsShardChanged(status)) {
+  if (IsShardChanged(status) || IsHostIoError(status)) {
     absl::MutexLock lock(&pending->failure_mu);
     if (pending->failure.ok()) pending->failure = status;
     return;

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/epoch_plan.h"
 #include "common/image_transform.h"
 #include "server/batch_memory.h"
@@ -76,6 +77,8 @@ inline constexpr size_t kMaxKeptBatchBufferBytes = size_t{64} << 20;
 struct DecodeLimits {
   DecodeBudget* budget = nullptr;  // not owned; null = no server-wide budget
   int64_t max_member_bytes = 0;    // image members larger than this are not read; 0 = no limit
+  // How long a read that fails with an error of the host (HostIoError) is retried.
+  absl::Duration host_error_retry = absl::Seconds(20);
 };
 
 // Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the
@@ -93,9 +96,13 @@ struct DecodeLimits {
 // A sample whose shard changed since indexing (IsShardChanged) is not substituted: the
 // batch fails (AssembledBatch::failure), and the stream ends with that
 // FAILED_PRECONDITION naming the shard, since every later sample of the shard would
-// be as wrong. No exception leaves a decode task: an allocation failure while reading or
-// decoding
-// one sample is that sample's error (substituted, counted, logged).
+// be as wrong. A read that fails with an error of the host, not of the data
+// (HostIoError: EMFILE, EACCES, EIO...), is retried with backoff for
+// `limits.host_error_retry` (each retry counted in ServerStats::shard_read_retries),
+// then fails the batch likewise with that UNAVAILABLE naming the shard and the errno:
+// substitutes are for corrupt content only. No exception leaves a decode task: an
+// allocation failure while reading or decoding one sample is that sample's error
+// (substituted, counted, logged).
 class BatchAssembler {
  public:
   BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
@@ -124,6 +131,9 @@ class BatchAssembler {
  private:
   struct PendingBatch;
   void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+  // The member's bytes, a HostIoError retried as the class comment says.
+  absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
+                                                     const MemberRef& member);
   // Reads and decodes one sample into `out` (3 x crop x crop bytes).
   absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out);
 

@@ -167,6 +167,12 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                               shardcast::FormatFlagSize(o.max_decode_memory_bytes),
                               static_cast<double>(available.bytes) / (int64_t{1} << 30))},
              &o.max_decode_memory_bytes);
+  flags.Duration({{"--shard-read-retry"},
+                  "DURATION",
+                  "how long a shard read that fails with an error of the host (EMFILE,\n"
+                  "EACCES, EIO...: not of the data) is retried before the stream fails\n"
+                  "UNAVAILABLE naming the shard and the error (never a substitute)"},
+                 &o.shard_read_retry);
   flags.Size({{"--max-member-bytes"},
               "SIZE",
               "an image member larger than this is substituted without being read\n"

@@ -101,13 +101,16 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
       skipped.Sample(d.skipped_samples, Label("dataset", d.name));
     }
     Family problems(&out, "shardcast_shard_problems", "gauge",
-                    "Shards not served: skipped (left out of the index) or changed (found "
-                    "changed since indexing; streams that read them fail until a restart).");
+                    "Shards not served: skipped (left out of the index), changed (found "
+                    "changed since indexing; streams that read them fail until a restart) or "
+                    "unreadable (the host failed their last read: EMFILE, EACCES, EIO...).");
     for (const DatasetMetrics& d : snapshot.datasets) {
       problems.Sample(d.skipped_shards,
                       absl::StrCat(Label("dataset", d.name), ",", Label("problem", "skipped")));
       problems.Sample(d.changed_shards,
                       absl::StrCat(Label("dataset", d.name), ",", Label("problem", "changed")));
+      problems.Sample(d.unreadable_shards,
+                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "unreadable")));
     }
   }
 
@@ -120,6 +123,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   Family(&out, "shardcast_decode_errors_total", "counter",
          "Samples that failed to read or decode at serve time.")
       .Sample(s.decode_errors());
+  Family(&out, "shardcast_shard_read_retries_total", "counter",
+         "Shard reads the host failed (EMFILE, EACCES, EIO...) that were tried again.")
+      .Sample(s.shard_read_retries());
   Family(&out, "shardcast_substitutions_total", "counter",
          "Substitute images sent in place of samples that failed.")
       .Sample(s.substitutions());

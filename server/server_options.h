@@ -57,6 +57,9 @@ struct ServerOptions {
   // exceed this (decode_budget.h); an image that alone needs more is substituted.
   // 0 = the default: DefaultDecodeMemoryBytes (memory_limit.h).
   int64_t max_decode_memory_bytes = 0;
+  // A shard read that fails with an error of the host (EMFILE, EACCES, EIO...: not of
+  // the data) is retried this long, then fails its stream UNAVAILABLE naming the shard.
+  absl::Duration shard_read_retry = absl::Seconds(20);
   // An image member larger than this is substituted without being read.
   int64_t max_member_bytes = int64_t{64} << 20;
   // A stream whose client has not taken a batch (a write waited) this long is

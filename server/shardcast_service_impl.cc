@@ -152,6 +152,14 @@ void AddShardProblems(const ServedDataset& dataset, v1::DatasetStatus* status,
   for (const ChangedShard& shard : changed) {
     ListShardProblem(status->name(), shard.path, shard.change, response->mutable_changed_shards());
   }
+  const std::vector<UnreadableShard> unreadable = dataset.reader().UnreadableShards();
+  status->set_total_unreadable_shards(static_cast<int32_t>(unreadable.size()));
+  response->set_total_unreadable_shards(response->total_unreadable_shards() +
+                                        status->total_unreadable_shards());
+  for (const UnreadableShard& shard : unreadable) {
+    ListShardProblem(status->name(), shard.path, shard.error,
+                     response->mutable_unreadable_shards());
+  }
 }
 
 }  // namespace
@@ -362,7 +370,8 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
   named->dir = named->data->index().root;
   named->assembler =
       std::make_unique<BatchAssembler>(named->data.get(), pool_.get(), &stats_,
-                                       DecodeLimits{&decode_budget_, options_.max_member_bytes});
+                                       DecodeLimits{&decode_budget_, options_.max_member_bytes,
+                                                    options_.shard_read_retry});
   datasets_.Publish(name, std::move(named));
 }
 
@@ -558,6 +567,8 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
       dataset.skipped_shards = static_cast<int64_t>(index.skipped_shards.size());
       dataset.changed_shards =
           static_cast<int64_t>(entry.data->data->reader().ChangedShards().size());
+      dataset.unreadable_shards =
+          static_cast<int64_t>(entry.data->data->reader().UnreadableShards().size());
     }
     snapshot.datasets.push_back(std::move(dataset));
   }
@@ -675,6 +686,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   response.set_bytes_per_second(bytes_per_second);
   response.set_decode_errors(stats_.decode_errors.load());
   response.set_substitutions(stats_.substitutions.load());
+  response.set_shard_read_retries(stats_.shard_read_retries.load());
   response.set_queue_depth(pool_->queue_depth());
   response.set_decode_tasks_running(pool_->running());
   AddDescriptorFigures(&response);

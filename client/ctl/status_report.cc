@@ -192,6 +192,9 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                                FormatBytes(static_cast<double>(st.bytes_served()))));
   field("decode errors", absl::StrCat(st.decode_errors()));
   field("substitutions", absl::StrCat(st.substitutions()));
+  field("unreadable",
+        absl::StrCat(st.total_unreadable_shards(), " shards (errors of the host), ",
+                     st.shard_read_retries(), " reads retried"));
   field("skipped samples", absl::StrCat(st.skipped_samples()));
   field("skipped shards", absl::StrCat(st.total_skipped_shards()));
   field("changed shards", st.total_changed_shards() == 0
@@ -252,6 +255,9 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   AppendShardProblems("skipped shards", st.skipped_shards(), st.total_skipped_shards(),
                       st.max_listed_shard_problems(), name_datasets, &out);
   AppendShardProblems("changed since indexing", st.changed_shards(), st.total_changed_shards(),
+                      st.max_listed_shard_problems(), name_datasets, &out);
+  AppendShardProblems("unreadable now (the host failed their last read)",
+                      st.unreadable_shards(), st.total_unreadable_shards(),
                       st.max_listed_shard_problems(), name_datasets, &out);
   AppendDatasets(st, &out);
 

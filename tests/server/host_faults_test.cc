@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -77,6 +80,35 @@ HealthStatus::ServingStatus HealthOfNewClient(const std::string& target, int sec
     health = Health(FreshChannel(target));
   }
   return health;
+}
+
+// Sets the running process `pid`'s soft descriptor limit to the lowest descriptor
+// number it has free, so that its next open fails with EMFILE while everything it has
+// open (connections included) keeps working; `restore` sets 1024 again. Only the soft
+// limit: raising a hard one takes CAP_SYS_RESOURCE, which root in a container may lack.
+void LimitDescriptorsOf(pid_t pid, bool restore = false) {
+  int limit = 1024;
+  if (!restore) {
+    std::set<int> open;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+      open.insert(std::stoi(entry.path().filename().string()));
+    }
+    limit = 0;
+    while (open.count(limit) > 0) ++limit;
+  }
+  const std::string command =
+      absl::StrCat("/usr/bin/prlimit --pid ", pid, " --nofile=", limit, ":");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+bool AnySubstituted(const std::vector<v1::Batch>& batches) {
+  for (const v1::Batch& batch : batches) {
+    for (const v1::SampleInfo& sample : batch.samples()) {
+      if (sample.substituted()) return true;
+    }
+  }
+  return false;
 }
 
 class HostFaultsTest : public ::testing::Test {
@@ -151,6 +183,75 @@ TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServing) {
   EXPECT_FALSE(status.listener_accepting());
   EXPECT_FALSE(status.serving());
   EXPECT_THAT(ReadWholeFile(log("dead-listener")), ::testing::HasSubstr("accepts no connections"));
+}
+
+// A shard the host cannot open (EMFILE: the server's descriptor limit lowered under
+// it) is not corrupt data: the read is retried for --shard-read-retry, then the stream
+// fails UNAVAILABLE naming the shard and the errno, with no sample substituted, and
+// status lists the shard as unreadable. Once the host recovers, the same stream is
+// served whole and the shard leaves the list. (Before: 10 grey substitutes and OK.)
+TEST_F(HostFaultsTest, ShardTheHostCannotOpenFailsTheStreamNamingItAndIsNeverSubstituted) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--shard-read-retry", "500ms",
+                     "--listener-probe-interval", "0", "--decode-threads", "1"},
+                    log("emfile"));
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  auto channel = FreshChannel(child.target());
+  auto stub = v1::Shardcast::NewStub(channel);
+  ASSERT_TRUE(WaitForStatus(stub.get(), [](const auto& s) { return s.serving(); }).serving());
+  v1::RegisterResponse job;
+  ASSERT_TRUE(Register(stub.get(), MakeRegister("emfile", 0, 1, 4), &job).ok());
+
+  LimitDescriptorsOf(child.pid());
+  const StreamResult failed = StreamAll(stub.get(), "emfile", 0, 0, 0);
+  EXPECT_EQ(failed.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(failed.status.error_message(), ::testing::HasSubstr("shard-"));
+  EXPECT_THAT(failed.status.error_message(), ::testing::HasSubstr("Too many open files (EMFILE)"));
+  EXPECT_THAT(failed.status.error_message(), ::testing::HasSubstr("--shard-read-retry"));
+  EXPECT_FALSE(AnySubstituted(failed.batches));
+  v1::GetStatusResponse status = GetStatus(stub.get());
+  EXPECT_EQ(status.substitutions(), 0);
+  EXPECT_GT(status.shard_read_retries(), 0);
+  ASSERT_GE(status.total_unreadable_shards(), 1);
+  EXPECT_EQ(status.unreadable_shards(0).dataset(), "default");
+  EXPECT_THAT(status.unreadable_shards(0).reason(), ::testing::HasSubstr("EMFILE"));
+  EXPECT_EQ(status.datasets(0).total_unreadable_shards(), status.total_unreadable_shards());
+
+  LimitDescriptorsOf(child.pid(), /*restore=*/true);
+  const StreamResult served = StreamAll(stub.get(), "emfile", 0, 0, 0);
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(static_cast<int64_t>(served.batches.size()), job.batches_per_epoch());
+  EXPECT_FALSE(AnySubstituted(served.batches));
+  status = GetStatus(stub.get());
+  EXPECT_EQ(status.total_unreadable_shards(), 0);
+  EXPECT_EQ(status.substitutions(), 0);
+}
+
+// A host error that clears within --shard-read-retry costs the stream nothing: the
+// reads are retried and every sample is served from its shard.
+TEST_F(HostFaultsTest, HostErrorThatClearsWithinTheRetryTimeIsServedWhole) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--shard-read-retry", "30s",
+                     "--listener-probe-interval", "0", "--decode-threads", "1"},
+                    log("emfile-blink"));
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  auto stub = v1::Shardcast::NewStub(FreshChannel(child.target()));
+  ASSERT_TRUE(WaitForStatus(stub.get(), [](const auto& s) { return s.serving(); }).serving());
+  v1::RegisterResponse job;
+  ASSERT_TRUE(Register(stub.get(), MakeRegister("blink", 0, 1, 4), &job).ok());
+
+  LimitDescriptorsOf(child.pid());
+  std::thread recover([&child] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    LimitDescriptorsOf(child.pid(), /*restore=*/true);
+  });
+  const StreamResult served = StreamAll(stub.get(), "blink", 0, 0, 0);
+  recover.join();
+  ASSERT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(static_cast<int64_t>(served.batches.size()), job.batches_per_epoch());
+  EXPECT_FALSE(AnySubstituted(served.batches));
+  const v1::GetStatusResponse status = GetStatus(stub.get());
+  EXPECT_GT(status.shard_read_retries(), 0);
+  EXPECT_EQ(status.substitutions(), 0);
+  EXPECT_EQ(status.total_unreadable_shards(), 0);
 }
 
 }  // namespace
