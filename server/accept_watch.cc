@@ -1,14 +1,17 @@
 // Counting and limiting accepted connections (see accept_watch.h).
 #include "server/accept_watch.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/support/channel_arguments.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "server/grpc_socket_mutator_abi.h"
@@ -70,20 +73,60 @@ constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
 
 }  // namespace
 
-AcceptWatch::AcceptWatch(int64_t max_connections, ServerStats* stats)
-    : max_connections_(max_connections), stats_(stats) {}
+std::string PeerOf(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "unknown";
+  char text[INET6_ADDRSTRLEN] = "";
+  if (address.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
+    return absl::StrCat("ipv4:", text);
+  }
+  if (address.ss_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<sockaddr_in6*>(&address)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      ::inet_ntop(AF_INET, &v6.s6_addr[12], text, sizeof(text));
+      return absl::StrCat("ipv4:", text);
+    }
+    ::inet_ntop(AF_INET6, &v6, text, sizeof(text));
+    return absl::StrCat("ipv6:", text);
+  }
+  if (address.ss_family == AF_UNIX) return "unix";
+  return "unknown";
+}
+
+AcceptWatch::AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats)
+    : max_connections_(max_connections), max_per_peer_(max_per_peer), stats_(stats) {}
 
 std::unique_ptr<grpc::ServerBuilderOption> AcceptWatch::BuilderOption() {
   return std::make_unique<WatchOption>(shared_from_this());
 }
 
+std::string AcceptWatch::RefusalReason(const std::string& peer) {
+  auto of_peer = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = per_peer_.find(peer);
+    return it == per_peer_.end() ? int64_t{0} : it->second;
+  };
+  auto over = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return (max_connections_ > 0 && static_cast<int64_t>(open_.size()) >= max_connections_) ||
+           (max_per_peer_ > 0 && of_peer() >= max_per_peer_);
+  };
+  if (over()) DropClosed();  // only then: it stats every counted descriptor
+  if (max_connections_ > 0 && static_cast<int64_t>(open_.size()) >= max_connections_) {
+    return absl::StrFormat("%d open, --max-connections %d", open_.size(), max_connections_);
+  }
+  if (max_per_peer_ > 0 && of_peer() >= max_per_peer_) {
+    return absl::StrFormat("%d open from %s, --max-connections-per-peer %d", of_peer(), peer,
+                           max_per_peer_);
+  }
+  return "";
+}
+
 void AcceptWatch::OnAccepted(int fd) {
+  std::string peer = PeerOf(fd);
   absl::MutexLock lock(&mu_);
   ++accepted_;
-  if (max_connections_ > 0 && static_cast<int64_t>(open_.size()) >= max_connections_) {
-    DropClosed();
-  }
-  if (max_connections_ > 0 && static_cast<int64_t>(open_.size()) >= max_connections_) {
+  if (const std::string reason = RefusalReason(peer); !reason.empty()) {
     // Shut down, not closed: the descriptor stays gRPC's, which closes it when its
     // handshake reads the end of the connection a moment later.
     ::shutdown(fd, SHUT_RDWR);
@@ -91,20 +134,22 @@ void AcceptWatch::OnAccepted(int fd) {
     const absl::Time now = absl::Now();
     if (now - last_refusal_log_ >= kRefusalLogInterval) {
       last_refusal_log_ = now;
-      LogWarning("server", absl::StrFormat("refusing connections: %d open, --max-connections %d "
-                                           "(%d refused so far)",
-                                           open_.size(), max_connections_,
+      LogWarning("server", absl::StrFormat("refusing connections: %s (%d refused so far)", reason,
                                            stats_->connections_refused.load()));
     }
     return;
   }
-  open_[fd] = SocketInode(fd);
+  ++per_peer_[peer];
+  open_[fd] = Counted{SocketInode(fd), std::move(peer)};
   stats_->connections_open.store(static_cast<int64_t>(open_.size()));
 }
 
 void AcceptWatch::DropClosed() {
-  absl::erase_if(open_, [](const std::pair<const int, ino_t>& connection) {
-    return SocketInode(connection.first) != connection.second;
+  absl::erase_if(open_, [this](const std::pair<const int, Counted>& connection) {
+    if (SocketInode(connection.first) == connection.second.inode) return false;
+    auto it = per_peer_.find(connection.second.peer);
+    if (--it->second == 0) per_peer_.erase(it);
+    return true;
   });
   stats_->connections_open.store(static_cast<int64_t>(open_.size()));
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -29,15 +30,17 @@ namespace shardcast::server {
 
 class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
  public:
-  // `max_connections`: connections open at once (0 = no limit). Keeps stats->
+  // `max_connections`: connections open at once (0 = no limit); `max_per_peer`: of
+  // them, from one peer (its IP address; every unix-socket client is one peer "unix";
+  // 0 = no limit), so that one host's flood cannot take every place. Keeps stats->
   // connections_open and connections_refused. REQUIRES: `stats` outlives the watch.
-  AcceptWatch(int64_t max_connections, ServerStats* stats);
+  AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats);
 
   // The option that makes a ServerBuilder's server call OnAccepted for every accepted
   // connection. It holds a reference to this watch for as long as gRPC keeps the mutator.
   std::unique_ptr<grpc::ServerBuilderOption> BuilderOption();
 
-  // One accepted connection `fd`: counted, or shut down when the limit is reached.
+  // One accepted connection `fd`: counted, or shut down when a limit is reached.
   // Called on gRPC's threads; public for tests.
   void OnAccepted(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -51,18 +54,28 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   bool AwaitAcceptedBeyond(int64_t seen, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Counted {
+    ino_t inode;       // tells a descriptor gRPC closed and the kernel reused
+    std::string peer;  // PeerOf the connection
+  };
   // Drops the descriptors that no longer are the socket counted (closed, or reused).
   void DropClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why `peer`'s new connection is refused; empty when it is not.
+  std::string RefusalReason(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_connections_;
+  const int64_t max_per_peer_;
   ServerStats* const stats_;
   mutable absl::Mutex mu_;
-  // Counted connections: descriptor -> its socket's inode, which tells a descriptor
-  // gRPC closed and the kernel reused from the connection counted under that number.
-  absl::flat_hash_map<int, ino_t> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Counted> open_ ABSL_GUARDED_BY(mu_);  // by descriptor
+  absl::flat_hash_map<std::string, int64_t> per_peer_ ABSL_GUARDED_BY(mu_);
   int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_refusal_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
+
+// The peer of connected socket `fd` as AcceptWatch counts it: "ipv4:10.0.0.5",
+// "ipv6:fd00::1" (a v4-mapped address as ipv4), "unix"; "unknown" when it has none.
+std::string PeerOf(int fd);
 
 }  // namespace shardcast::server
 

@@ -56,7 +56,12 @@ int64_t AcceptQueueLimit() {
 
 int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t accept_queue) {
   const int64_t soft = static_cast<int64_t>(std::min<uint64_t>(soft_limit, INT64_MAX / 4));
-  return std::max(kMinConnections, soft - accept_queue - kDescriptorReserve);
+  return std::max({kMinConnections, soft / 2, soft - accept_queue - kDescriptorReserve});
+}
+
+int64_t DefaultMaxConnectionsPerPeer(int64_t max_connections) {
+  if (max_connections <= 0) return 0;
+  return std::max<int64_t>(16, max_connections / 4);
 }
 
 }  // namespace shardcast::server

@@ -30,11 +30,18 @@ int64_t AcceptQueueLimit();
 // The default --max-connections: the soft limit less one full accept queue (so a burst
 // of refused connections cannot reach the limit either) and a fixed reserve for what
 // is not a connection (shards being read, the index, gRPC's pipes and epoll, the
-// log); never fewer than kMinConnections, which on a limit this low no longer keeps
-// a burst from exhausting it (the listener probe is the last defence then).
+// log). Below a limit of twice the queue that would leave too few connections for a
+// fleet of trainers, so it is never less than half the limit (a burst bigger than the
+// other half can then still exhaust it: the listener probe is the last defence), and
+// never less than kMinConnections.
 inline constexpr int64_t kDescriptorReserve = 64;
 inline constexpr int64_t kMinConnections = 8;
 int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t accept_queue);
+
+// The default --max-connections-per-peer: a quarter of the connections, at least 16
+// (a trainer node opens one per rank, plus ctl and scrapes): one host's flood leaves
+// the others three quarters. 0 (no limit) stays 0.
+int64_t DefaultMaxConnectionsPerPeer(int64_t max_connections);
 
 }  // namespace shardcast::server
 

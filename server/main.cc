@@ -190,10 +190,17 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
                "connections open at once; one more is closed as it is accepted (its client\n"
                "sees UNAVAILABLE and retries), so connections cannot take the descriptors\n"
                "the listener needs (0 = no limit). Default: the descriptor limit less\n"
-               "one accept queue (net.core.somaxconn) and 64, at least 8",
-               absl::StrFormat("%d: %d descriptors - %d queued - 64", o.max_connections,
+               "one accept queue (net.core.somaxconn) and 64, at least half the limit",
+               absl::StrFormat("%d: of %d descriptors, %d queued", o.max_connections,
                                cl->descriptors.soft, accept_queue)},
               &o.max_connections, 0);
+  flags.Int64({{"--max-connections-per-peer"},
+               "N",
+               "of those, connections from one IP address (every unix-socket client is one\n"
+               "peer), so that one host cannot take them all (0 = no limit). Default: a\n"
+               "quarter of --max-connections, at least 16",
+               "a quarter of --max-connections"},
+              &o.max_connections_per_peer, 0);
   flags.Duration({{"--listener-probe-interval"},
                   "DURATION",
                   "how often the server connects to its own listener to check that it still\n"
@@ -268,7 +275,11 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine* cl) {
               "data). Never use for training."},
              &o.bench_only_resend_first_batch);
 
+  o.max_connections_per_peer = -1;  // unset: derived from --max-connections below
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
+  if (o.max_connections_per_peer < 0) {
+    o.max_connections_per_peer = shardcast::server::DefaultMaxConnectionsPerPeer(o.max_connections);
+  }
   cl->help = flags.help_requested();
   if (cl->help) cl->help_text = flags.Help();
   if (cl->help || cl->version) return absl::OkStatus();
@@ -332,10 +343,11 @@ int main(int argc, char** argv) {
     LogWarning("server",
                absl::StrCat("descriptor limit unknown: ", descriptors.status().message()));
   } else {
-    LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
-                                      "--max-connections %d",
-                                      descriptors->soft, descriptors->soft_before,
-                                      descriptors->hard, options.max_connections));
+    LogInfo("server",
+            absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
+                            "--max-connections %d, %d per peer",
+                            descriptors->soft, descriptors->soft_before, descriptors->hard,
+                            options.max_connections, options.max_connections_per_peer));
   }
 
   shardcast::server::ShardcastServer server(options);

@@ -191,6 +191,9 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
       .Sample(s.open_descriptors());
   Family(&out, "shardcast_max_connections", "gauge", "--max-connections (0 = no limit).")
       .Sample(s.max_connections());
+  Family(&out, "shardcast_max_connections_per_peer", "gauge",
+         "--max-connections-per-peer (0 = no limit).")
+      .Sample(s.max_connections_per_peer());
   Family(&out, "shardcast_connections_open", "gauge", "Client connections open.")
       .Sample(s.connections_open());
   Family(&out, "shardcast_connections_refused_total", "counter",

@@ -69,6 +69,9 @@ struct ServerOptions {
   // sees UNAVAILABLE and retries). Zero = no limit. main.cc's default is
   // DefaultMaxConnections of the descriptor limit.
   int64_t max_connections = 0;
+  // Of them, from one peer address (all unix-socket clients are one peer). Zero = no
+  // limit. main.cc's default is a quarter of max_connections, at least 16.
+  int64_t max_connections_per_peer = 0;
   // How often the server connects to its own listener to check that it still accepts
   // (listener_probe.h); zero = never.
   absl::Duration listener_probe_interval = absl::Seconds(10);

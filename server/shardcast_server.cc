@@ -23,6 +23,7 @@ namespace shardcast::server {
 namespace {
 // Room above the largest batch for the message's other fields.
 constexpr int64_t kSendSizeMargin = 1 << 20;
+constexpr int kMaxConcurrentStreams = 256;
 
 // Takes gRPC's reflection plugin out of one server. Loading libgrpc++_reflection
 // registers the plugin for every server of the process (a static initializer), so
@@ -49,7 +50,8 @@ ShardcastServer::ShardcastServer(ServerOptions options)
                   ? nullptr
                   : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
       service_(impl_.get(), tokens_.get()),
-      accept_watch_(std::make_shared<AcceptWatch>(options_.max_connections, &impl_->stats())) {}
+      accept_watch_(std::make_shared<AcceptWatch>(
+          options_.max_connections, options_.max_connections_per_peer, &impl_->stats())) {}
 
 absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
   if (tokens_ == nullptr) {
@@ -163,6 +165,11 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A connection holds at most this many calls at once (a client has one stream per
+  // rank plus a few unary calls; beyond it a client queues its calls). It bounds what
+  // one connection holds, not a rapid-reset flood: gRPC 1.51 has no setting for that
+  // (docs/server.md, "HTTP/2 rapid reset").
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
   const int64_t send_limit = options_.max_message_bytes + kSendSizeMargin;
   builder.SetMaxSendMessageSize(send_limit > INT32_MAX ? INT32_MAX : static_cast<int>(send_limit));
   server_ = builder.BuildAndStart();

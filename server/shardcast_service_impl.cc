@@ -368,10 +368,9 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
   auto named = std::make_unique<NamedDataset>();
   named->data = std::move(dataset);
   named->dir = named->data->index().root;
-  named->assembler =
-      std::make_unique<BatchAssembler>(named->data.get(), pool_.get(), &stats_,
-                                       DecodeLimits{&decode_budget_, options_.max_member_bytes,
-                                                    options_.shard_read_retry});
+  named->assembler = std::make_unique<BatchAssembler>(
+      named->data.get(), pool_.get(), &stats_,
+      DecodeLimits{&decode_budget_, options_.max_member_bytes, options_.shard_read_retry});
   datasets_.Publish(name, std::move(named));
 }
 
@@ -583,6 +582,7 @@ void ShardcastServiceImpl::AddDescriptorFigures(v1::GetStatusResponse* response)
   }
   response->set_open_descriptors(OpenDescriptorCount());
   response->set_max_connections(options_.max_connections);
+  response->set_max_connections_per_peer(options_.max_connections_per_peer);
   response->set_connections_open(stats_.connections_open.load());
   response->set_connections_refused(stats_.connections_refused.load());
   response->set_listener_accepting(stats_.listener_accepting.load());

@@ -2,8 +2,10 @@
 // beyond the limit, and wakes the listener probe; DefaultMaxConnections' arithmetic.
 #include "server/accept_watch.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/descriptor_limit.h"
 
@@ -40,7 +43,7 @@ struct Connection {
 
 TEST(AcceptWatchTest, CountsOpenConnectionsAndRefusesBeyondTheLimit) {
   ServerStats stats(absl::Now());
-  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/2, &stats);
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/2, /*max_per_peer=*/0, &stats);
   Connection a, b, c;
   watch->OnAccepted(a.server);
   watch->OnAccepted(b.server);
@@ -63,7 +66,7 @@ TEST(AcceptWatchTest, CountsOpenConnectionsAndRefusesBeyondTheLimit) {
 
 TEST(AcceptWatchTest, ADescriptorReusedForAnotherFileIsNotCountedAsTheConnection) {
   ServerStats stats(absl::Now());
-  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/1, &stats);
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/1, /*max_per_peer=*/0, &stats);
   Connection a;
   const int number = a.server;
   watch->OnAccepted(a.server);
@@ -79,7 +82,7 @@ TEST(AcceptWatchTest, ADescriptorReusedForAnotherFileIsNotCountedAsTheConnection
 
 TEST(AcceptWatchTest, ZeroMeansNoLimit) {
   ServerStats stats(absl::Now());
-  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/0, &stats);
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/0, /*max_per_peer=*/0, &stats);
   std::vector<std::unique_ptr<Connection>> connections;
   for (int i = 0; i < 20; ++i) {
     connections.push_back(std::make_unique<Connection>());
@@ -92,7 +95,7 @@ TEST(AcceptWatchTest, ZeroMeansNoLimit) {
 
 TEST(AcceptWatchTest, AwaitAcceptedBeyondWakesOnTheNextAccept) {
   ServerStats stats(absl::Now());
-  auto watch = std::make_shared<AcceptWatch>(0, &stats);
+  auto watch = std::make_shared<AcceptWatch>(0, 0, &stats);
   EXPECT_FALSE(watch->AwaitAcceptedBeyond(0, absl::Milliseconds(10)));
   Connection a;
   std::thread accepter([&] {
@@ -103,11 +106,60 @@ TEST(AcceptWatchTest, AwaitAcceptedBeyondWakesOnTheNextAccept) {
   accepter.join();
 }
 
-TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserve) {
+// Loopback connections from two source addresses: 127.0.0.2 may hold two, and its
+// third is refused while 127.0.0.1 still gets in.
+TEST(AcceptWatchTest, OnePeerHoldsAtMostItsShare) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/10, /*max_per_peer=*/2, &stats);
+  std::vector<int> fds;
+  // Connects from `source`, accepts, hands the accepted side to the watch; true when
+  // the client then reads the end of the connection (refused).
+  auto refused = [&](const char* source) {
+    const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    EXPECT_EQ(::bind(client, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    const int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_EQ(PeerOf(accepted), absl::StrCat("ipv4:", source));
+    watch->OnAccepted(accepted);
+    fds.push_back(client);
+    fds.push_back(accepted);
+    char byte;
+    return ::recv(client, &byte, 1, MSG_DONTWAIT) == 0;
+  };
+  EXPECT_FALSE(refused("127.0.0.2"));
+  EXPECT_FALSE(refused("127.0.0.2"));
+  EXPECT_TRUE(refused("127.0.0.2"));
+  EXPECT_FALSE(refused("127.0.0.1"));
+  EXPECT_EQ(watch->CountOpen(), 3);
+  EXPECT_EQ(stats.connections_refused.load(), 1);
+  for (int fd : fds) ::close(fd);
+  ::close(listener);
+  EXPECT_EQ(watch->CountOpen(), 0);
+}
+
+TEST(DescriptorLimitTest, PerPeerDefaultIsAQuarterAtLeastSixteen) {
+  EXPECT_EQ(DefaultMaxConnectionsPerPeer(15840), 3960);
+  EXPECT_EQ(DefaultMaxConnectionsPerPeer(16), 16);
+  EXPECT_EQ(DefaultMaxConnectionsPerPeer(0), 0);
+}
+
+TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserveOrHalf) {
   EXPECT_EQ(DefaultMaxConnections(1048576, 4096), 1048576 - 4096 - 64);
   EXPECT_EQ(DefaultMaxConnections(20000, 4096), 20000 - 4096 - 64);
-  EXPECT_EQ(DefaultMaxConnections(1024, 4096), kMinConnections);
+  EXPECT_EQ(DefaultMaxConnections(1024, 4096), 512);  // half, when the queue is larger
   EXPECT_EQ(DefaultMaxConnections(1024, 128), 1024 - 128 - 64);
+  EXPECT_EQ(DefaultMaxConnections(10, 4096), kMinConnections);
 }
 
 TEST(DescriptorLimitTest, RaisesTheSoftLimitToTheHardOne) {

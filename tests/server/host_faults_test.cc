@@ -133,7 +133,7 @@ TempDir* HostFaultsTest::dir_ = nullptr;
 // whole accept queue, still needs descriptors of its own: docs/server.md.)
 TEST_F(HostFaultsTest, ConnectionFloodBeyondTheDescriptorLimitLeavesTheListenerAccepting) {
   ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--max-connections", "16",
-                     "--listener-probe-interval", "0"},
+                     "--max-connections-per-peer", "0", "--listener-probe-interval", "0"},
                     log("flood"), DescriptorLimit(256));
   ASSERT_GT(child.port(), 0) << child.first_line();
   ASSERT_EQ(HealthOfNewClient(child.target(), 10), HealthStatus::SERVING);
