@@ -169,6 +169,31 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
       .Sample(s.batch_memory_reserved_bytes());
   Family(&out, "shardcast_batch_memory_limit_bytes", "gauge", "--max-batch-memory.")
       .Sample(s.batch_memory_limit_bytes());
+  Family(&out, "shardcast_batch_memory_peak_reserved_bytes", "gauge",
+         "The most bytes ever reserved for batch buffers at once.")
+      .Sample(s.batch_memory_peak_reserved_bytes());
+  Family(&out, "shardcast_decode_memory_in_use_bytes", "gauge",
+         "Decode buffers admitted from image headers, all decode threads together.")
+      .Sample(s.decode_memory_in_use_bytes());
+  Family(&out, "shardcast_decode_memory_peak_bytes", "gauge",
+         "The most decode-buffer bytes ever admitted at once.")
+      .Sample(s.decode_memory_peak_bytes());
+  Family(&out, "shardcast_decode_memory_limit_bytes", "gauge", "--max-decode-memory.")
+      .Sample(s.decode_memory_limit_bytes());
+  Family(&out, "shardcast_decode_memory_waits_total", "counter",
+         "Decodes that waited for others to give decode memory back.")
+      .Sample(s.decode_memory_waits());
+  Family(&out, "shardcast_images_over_decode_memory_total", "counter",
+         "Images whose decode buffers alone exceed --max-decode-memory (substituted).")
+      .Sample(s.images_over_decode_memory());
+  Family(&out, "shardcast_max_member_bytes", "gauge", "--max-member-bytes.")
+      .Sample(s.max_member_bytes());
+  Family(&out, "shardcast_images_over_member_limit_total", "counter",
+         "Image members over --max-member-bytes (substituted without being read).")
+      .Sample(s.images_over_member_limit());
+  Family(&out, "shardcast_decode_task_exceptions_total", "counter",
+         "Decode pool tasks that threw (logged; the process lives on).")
+      .Sample(s.decode_task_exceptions());
   Family(&out, "shardcast_resident_memory_bytes", "gauge", "Resident set size of the server.")
       .Sample(s.rss_bytes());
   Family(&out, "shardcast_streams_refused_memory_total", "counter",
@@ -180,6 +205,8 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   Family(&out, "shardcast_streams_reclaimed_idle_total", "counter",
          "Streams ended by --stream-idle-timeout.")
       .Sample(s.streams_reclaimed_idle());
+  Family(&out, "shardcast_stream_idle_timeout_seconds", "gauge", "--stream-idle-timeout (0 = off).")
+      .Sample(s.stream_idle_timeout_seconds());
   Family(&out, "shardcast_batches_given_back_total", "counter",
          "Prefetched batches dropped under memory pressure (assembled again later).")
       .Sample(s.batches_given_back());
@@ -206,6 +233,7 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
 
   // Jobs and ranks.
   Family(&out, "shardcast_jobs", "gauge", "Registered jobs.").Sample(s.total_jobs());
+  Family(&out, "shardcast_max_jobs", "gauge", "--max-jobs (0 = no limit).").Sample(s.max_jobs());
   Family(&out, "shardcast_jobs_truncated", "gauge",
          "1 when more jobs are registered than the per-job series list (the first 100 by id).")
       .Sample(s.jobs_truncated() ? 1 : 0);
@@ -221,11 +249,18 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
     Family world(&out, "shardcast_job_world_size", "gauge", "The job's world size.");
     for (const v1::JobStatus& job : s.jobs())
       world.Sample(job.world_size(), Label("job", job.job_id()));
+    Family batch(&out, "shardcast_job_batch_size", "gauge", "Samples per batch of every rank.");
+    for (const v1::JobStatus& job : s.jobs())
+      batch.Sample(job.batch_size(), Label("job", job.job_id()));
     Family n(&out, "shardcast_job_batches_per_epoch", "gauge",
              "Batches every rank gets per epoch.");
     for (const v1::JobStatus& job : s.jobs()) {
       n.Sample(job.batches_per_epoch(), Label("job", job.job_id()));
     }
+    Family stalled(&out, "shardcast_job_stalled_ranks", "gauge",
+                   "The job's ranks flagged stalled (--stall-warn).");
+    for (const v1::JobStatus& job : s.jobs())
+      stalled.Sample(job.stalled_ranks(), Label("job", job.job_id()));
   }
   // Per rank: each family's samples together, as the format requires.
   const auto per_rank = [&out, &s](const std::string& name, const char* type, const char* help,
@@ -260,6 +295,15 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   per_rank(
       "shardcast_rank_stalled", "gauge", "1 while the rank is flagged stalled (--stall-warn).",
       [](const v1::JobStatus&, const v1::RankStatus& rank) { return rank.stalled() ? 1.0 : 0.0; });
+  per_rank("shardcast_rank_streaming", "gauge", "1 while the rank has a stream open.",
+           [](const v1::JobStatus&, const v1::RankStatus& rank) {
+             return rank.streaming() ? 1.0 : 0.0;
+           });
+  per_rank("shardcast_rank_window_batches", "gauge",
+           "Batches ready or being assembled ahead of the rank's client.",
+           [](const v1::JobStatus&, const v1::RankStatus& rank) {
+             return static_cast<double>(rank.window_depth());
+           });
   per_rank("shardcast_rank_batches_sent_total", "counter",
            "Batches sent to the rank since it registered.",
            [](const v1::JobStatus&, const v1::RankStatus& rank) {
