@@ -237,16 +237,30 @@ absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::s
       ", or raise --max-unstreamed-jobs-per-peer"));
 }
 
+bool JobRegistry::Expired(const Job& job, absl::Time now, bool* never_streamed) const {
+  const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
+  const bool unstreamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
+                          job.IdleFor(unstreamed_job_ttl_, now);
+  *never_streamed = unstreamed && !expired;
+  return expired || unstreamed;
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::LiveJobs(absl::Time now) const {
+  std::vector<std::shared_ptr<Job>> live;
+  for (std::shared_ptr<Job>& job : Jobs()) {
+    bool never_streamed = false;
+    if (!Expired(*job, now, &never_streamed)) live.push_back(std::move(job));
+  }
+  return live;
+}
+
 std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<Dropped> dropped;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
-    const Job& job = *it->second;
-    const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
-    const bool never_streamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
-                                job.IdleFor(unstreamed_job_ttl_, now);
-    if (expired || never_streamed) {
-      dropped.push_back(Dropped{it->first, !expired});
+    bool never_streamed = false;
+    if (Expired(*it->second, now, &never_streamed)) {
+      dropped.push_back(Dropped{it->first, never_streamed});
       it = jobs_.erase(it);
     } else {
       ++it;

@@ -160,12 +160,14 @@ class JobRegistry {
   // nullptr when no rank has registered job `id`.
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The jobs not expired at `now` (DropExpired would keep them): what status lists,
+  // without dropping anything, so that asking for status changes nothing.
+  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops the jobs idle for the TTL (or for the unstreamed TTL, when none of their
   // ranks ever streamed) and returns them, for the log. The service calls it before
-  // every Register and GetStatus, so an expired job's id is free and status never
-  // lists it.
+  // every Register (so an expired job's id is free) and from its monitor thread.
   struct Dropped {
     std::string job_id;
     bool never_streamed = false;
@@ -173,6 +175,8 @@ class JobRegistry {
   std::vector<Dropped> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
+  bool Expired(const Job& job, absl::Time now, bool* never_streamed) const;
   // RESOURCE_EXHAUSTED when `peer` already holds max_unstreamed_jobs_per_peer_ jobs none
   // of whose ranks ever opened a stream, so that one host cannot take the whole job
   // table with registrations that never stream.

@@ -197,6 +197,7 @@ void ShardcastServiceImpl::MonitorLoop() {
   while (!stop_monitor_.WaitForNotificationWithTimeout(interval)) {
     ReclaimIdleStreams();
     CheckStalls();
+    DropExpiredJobs();  // frees expired jobs' memory between Registers
   }
 }
 
@@ -418,7 +419,7 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
   return response;
 }
 
-void ShardcastServiceImpl::DropExpiredJobs() const {
+void ShardcastServiceImpl::DropExpiredJobs() {
   for (const JobRegistry::Dropped& job : jobs_.DropExpired(absl::Now())) {
     LogInfo("register",
             job.never_streamed
@@ -635,8 +636,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
                        stats_.listener_accepting.load());
   int32_t total_stalled = 0;
   {
-    DropExpiredJobs();
-    const std::vector<std::shared_ptr<Job>> jobs = jobs_.Jobs();
+    const std::vector<std::shared_ptr<Job>> jobs = jobs_.LiveJobs(now);
     response.set_total_jobs(static_cast<int32_t>(jobs.size()));
     response.set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
     for (const std::shared_ptr<Job>& job : jobs) {

@@ -117,6 +117,8 @@ class ShardcastServiceImpl {
   absl::StatusOr<std::unique_ptr<StreamSession>> OpenStream(
       const shardcast::v1::StreamBatchesRequest& request);
 
+  // Changes nothing: expired jobs are left out of the reply, not dropped (Register and
+  // the monitor thread drop them).
   shardcast::v1::GetStatusResponse GetStatus() const;
   // GetStatus plus what only /metrics shows (the decode-time histogram, one entry per
   // served dataset), taken together.
@@ -169,7 +171,7 @@ class ShardcastServiceImpl {
   int ShrinkWindows() ABSL_LOCKS_EXCLUDED(mu_);
   void MonitorLoop();
   // Drops the jobs idle for --job-ttl, with a log line each.
-  void DropExpiredJobs() const;
+  void DropExpiredJobs();
   // The descriptor limit, descriptors and connections open, the listener's state.
   void AddDescriptorFigures(shardcast::v1::GetStatusResponse* response) const;
   // UNAVAILABLE while draining.
@@ -191,7 +193,7 @@ class ShardcastServiceImpl {
   absl::Status options_error_;
   DatasetRegistry datasets_;
   // Jobs of all datasets. Declared after datasets_: jobs refer to their dataset.
-  mutable JobRegistry jobs_;
+  JobRegistry jobs_;
 
   mutable absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
