@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -28,9 +30,9 @@ struct WatchMutator {
 };
 
 bool MutateFd(const grpc_mutate_socket_info* info, grpc_socket_mutator* mutator) {
-  if (info->usage == GRPC_FD_SERVER_CONNECTION_USAGE) {
-    reinterpret_cast<WatchMutator*>(mutator)->watch->OnAccepted(info->fd);
-  }
+  AcceptWatch& watch = *reinterpret_cast<WatchMutator*>(mutator)->watch;
+  if (info->usage == GRPC_FD_SERVER_CONNECTION_USAGE) watch.OnAccepted(info->fd);
+  if (info->usage == GRPC_FD_SERVER_LISTENER_USAGE) watch.OnListening(info->fd);
   return true;  // false would close gRPC's listener (see grpc_socket_mutator_abi.h)
 }
 
@@ -152,6 +154,22 @@ void AcceptWatch::DropClosed() {
     return true;
   });
   stats_->connections_open.store(static_cast<int64_t>(open_.size()));
+}
+
+void AcceptWatch::OnListening(int fd) {
+  absl::MutexLock lock(&mu_);
+  listeners_.push_back(fd);
+}
+
+absl::Status AcceptWatch::SetAcceptBacklog(int backlog) {
+  absl::MutexLock lock(&mu_);
+  for (int fd : listeners_) {
+    if (::listen(fd, backlog) != 0) {
+      return absl::InternalError(absl::StrCat("listen(", fd, ", ", backlog,
+                                              ") on gRPC's listener: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t AcceptWatch::CountOpen() {

@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/server_stats.h"
@@ -43,6 +45,14 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   // One accepted connection `fd`: counted, or shut down when a limit is reached.
   // Called on gRPC's threads; public for tests.
   void OnAccepted(int fd) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Sets the accept queue of the listeners gRPC opened (their descriptors came through
+  // the mutator): listen() again on a listening socket only changes its backlog. Call
+  // after the server started. INTERNAL names a listener that refused.
+  absl::Status SetAcceptBacklog(int backlog) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A listening socket gRPC made (called before gRPC's own listen()).
+  void OnListening(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Connections open now: those gRPC has closed since they were counted are dropped.
   int64_t CountOpen() ABSL_LOCKS_EXCLUDED(mu_);
@@ -70,6 +80,7 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   absl::flat_hash_map<int, Counted> open_ ABSL_GUARDED_BY(mu_);  // by descriptor
   absl::flat_hash_map<std::string, int64_t> per_peer_ ABSL_GUARDED_BY(mu_);
   int64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> listeners_ ABSL_GUARDED_BY(mu_);  // gRPC's listening sockets
   absl::Time last_refusal_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

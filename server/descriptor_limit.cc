@@ -54,9 +54,15 @@ int64_t AcceptQueueLimit() {
   return static_cast<int64_t>(ReadProcNumber("/proc/sys/net/core/somaxconn", 4096));
 }
 
-int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t accept_queue) {
+int64_t AcceptBacklog(uint64_t soft_limit, int64_t accept_queue_limit) {
   const int64_t soft = static_cast<int64_t>(std::min<uint64_t>(soft_limit, INT64_MAX / 4));
-  return std::max({kMinConnections, soft / 2, soft - accept_queue - kDescriptorReserve});
+  return std::max<int64_t>(std::min<int64_t>(64, accept_queue_limit),
+                           std::min(soft / 4, accept_queue_limit));
+}
+
+int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t backlog) {
+  const int64_t soft = static_cast<int64_t>(std::min<uint64_t>(soft_limit, INT64_MAX / 4));
+  return std::max(kMinConnections, soft - backlog - kDescriptorReserve);
 }
 
 int64_t DefaultMaxConnectionsPerPeer(int64_t max_connections) {

@@ -23,20 +23,21 @@ struct DescriptorLimit {
 absl::StatusOr<DescriptorLimit> RaiseDescriptorLimit();
 
 // The most connections the kernel queues for a listener (net.core.somaxconn; gRPC
-// listens with it as backlog): gRPC accepts a whole queue in one go, refused ones
-// included, before any of them is closed.
+// listens with it as backlog).
 int64_t AcceptQueueLimit();
 
-// The default --max-connections: the soft limit less one full accept queue (so a burst
-// of refused connections cannot reach the limit either) and a fixed reserve for what
-// is not a connection (shards being read, the index, gRPC's pipes and epoll, the
-// log). Below a limit of twice the queue that would leave too few connections for a
-// fleet of trainers, so it is never less than half the limit (a burst bigger than the
-// other half can then still exhaust it: the listener probe is the last defence), and
-// never less than kMinConnections.
+// The accept queue the server sets on its listeners (AcceptWatch::SetAcceptBacklog):
+// gRPC accepts a whole queue in one go, refused connections included, before any of
+// them is closed, so the queue must fit in the descriptors left beside the connections.
+// A quarter of the soft limit, at least 64, at most `accept_queue_limit`.
+int64_t AcceptBacklog(uint64_t soft_limit, int64_t accept_queue_limit);
+
+// The default --max-connections: the soft limit less one accept queue (`backlog`) and
+// a fixed reserve for what is not a connection (shards being read, the index, gRPC's
+// pipes and epoll, the log); never fewer than kMinConnections.
 inline constexpr int64_t kDescriptorReserve = 64;
 inline constexpr int64_t kMinConnections = 8;
-int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t accept_queue);
+int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t backlog);
 
 // The default --max-connections-per-peer: a quarter of the connections, at least 16
 // (a trainer node opens one per rank, plus ctl and scrapes): one host's flood leaves

@@ -72,11 +72,11 @@ int main(int argc, char** argv) {
     LogWarning("server",
                absl::StrCat("descriptor limit unknown: ", descriptors.status().message()));
   } else {
-    LogInfo("server",
-            absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
-                            "--max-connections %d, %d per peer",
-                            descriptors->soft, descriptors->soft_before, descriptors->hard,
-                            options.max_connections, options.max_connections_per_peer));
+    LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
+                                      "--max-connections %d, %d per peer; accept queue %d",
+                                      descriptors->soft, descriptors->soft_before,
+                                      descriptors->hard, options.max_connections,
+                                      options.max_connections_per_peer, options.accept_backlog));
   }
 
   shardcast::server::ShardcastServer server(options);

@@ -149,16 +149,16 @@ void AddResourceFlags(FlagSet& flags, const DescriptorLimit& descriptors, Server
                   "cancel a stream whose client has not taken a batch for this long and free\n"
                   "its memory (0 = never); a training step is far shorter"},
                  &o.stream_idle_timeout);
-  const int64_t accept_queue = AcceptQueueLimit();
-  o.max_connections = DefaultMaxConnections(descriptors.soft, accept_queue);
+  o.accept_backlog = AcceptBacklog(descriptors.soft, AcceptQueueLimit());
+  o.max_connections = DefaultMaxConnections(descriptors.soft, o.accept_backlog);
   flags.Int64({{"--max-connections"},
                "N",
                "connections open at once; one more is closed as it is accepted (its client\n"
                "sees UNAVAILABLE and retries), so connections cannot take the descriptors\n"
-               "the listener needs (0 = no limit). Default: the descriptor limit less\n"
-               "one accept queue (net.core.somaxconn) and 64, at least half the limit",
+               "the listener needs (0 = no limit). Default: the descriptor limit less the\n"
+               "accept queue (a quarter of the limit, at most net.core.somaxconn) and 64",
                absl::StrFormat("%d: of %d descriptors, %d queued", o.max_connections,
-                               descriptors.soft, accept_queue)},
+                               descriptors.soft, o.accept_backlog)},
               &o.max_connections, 0);
   flags.Int64({{"--max-connections-per-peer"},
                "N",

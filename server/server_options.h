@@ -69,6 +69,9 @@ struct ServerOptions {
   // sees UNAVAILABLE and retries). Zero = no limit. main.cc's default is
   // DefaultMaxConnections of the descriptor limit.
   int64_t max_connections = 0;
+  // The accept queue set on the listeners after gRPC opened them (0 = gRPC's, the
+  // kernel's somaxconn). main.cc's default is AcceptBacklog of the descriptor limit.
+  int64_t accept_backlog = 0;
   // Of them, from one peer address (all unix-socket clients are one peer). Zero = no
   // limit. main.cc's default is a quarter of max_connections, at least 16.
   int64_t max_connections_per_peer = 0;

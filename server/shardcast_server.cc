@@ -180,6 +180,14 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", LogSafe(options_.listen_address, kAddressLogBytes), "'"));
   }
+  if (options_.accept_backlog > 0) {
+    if (absl::Status s = accept_watch_->SetAcceptBacklog(static_cast<int>(options_.accept_backlog));
+        !s.ok()) {
+      server_->Shutdown();
+      server_.reset();
+      return s;
+    }
+  }
   if (socket_path.has_value()) {
     if (absl::Status s = RestrictUnixSocket(*socket_path); !s.ok()) {
       server_->Shutdown();

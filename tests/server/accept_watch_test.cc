@@ -154,12 +154,14 @@ TEST(DescriptorLimitTest, PerPeerDefaultIsAQuarterAtLeastSixteen) {
   EXPECT_EQ(DefaultMaxConnectionsPerPeer(0), 0);
 }
 
-TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserveOrHalf) {
+TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserve) {
+  EXPECT_EQ(AcceptBacklog(1048576, 4096), 4096);
   EXPECT_EQ(DefaultMaxConnections(1048576, 4096), 1048576 - 4096 - 64);
-  EXPECT_EQ(DefaultMaxConnections(20000, 4096), 20000 - 4096 - 64);
-  EXPECT_EQ(DefaultMaxConnections(1024, 4096), 512);  // half, when the queue is larger
-  EXPECT_EQ(DefaultMaxConnections(1024, 128), 1024 - 128 - 64);
-  EXPECT_EQ(DefaultMaxConnections(10, 4096), kMinConnections);
+  EXPECT_EQ(AcceptBacklog(1024, 4096), 256);
+  EXPECT_EQ(DefaultMaxConnections(1024, 256), 1024 - 256 - 64);
+  EXPECT_EQ(AcceptBacklog(100, 4096), 64);
+  EXPECT_EQ(AcceptBacklog(100, 16), 16);  // never above the kernel's
+  EXPECT_EQ(DefaultMaxConnections(100, 64), kMinConnections);
 }
 
 TEST(DescriptorLimitTest, RaisesTheSoftLimitToTheHardOne) {

@@ -157,6 +157,30 @@ TEST_F(HostFaultsTest, ConnectionFloodBeyondTheDescriptorLimitLeavesTheListenerA
               ::testing::HasSubstr("refusing connections: 16 open, --max-connections 16"));
 }
 
+// The defaults alone, against a burst: 300 connections as fast as one thread opens
+// them, against 256 descriptors. The server shortens its accept queue to 64 (gRPC
+// listens with net.core.somaxconn, 4096, and accepts a whole queue before closing
+// any refused connection) and takes 256 - 64 - 64 = 128 connections, 32 per peer, so
+// no accept round can reach the limit. Before the queue was shortened the listener
+// died here with EMFILE.
+TEST_F(HostFaultsTest, BurstAtTheDefaultLimitsLeavesTheListenerAccepting) {
+  ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--listener-probe-interval",
+                     "0"},
+                    log("burst"), DescriptorLimit(256));
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  ASSERT_EQ(HealthOfNewClient(child.target(), 10), HealthStatus::SERVING);
+  { HeldConnections flood(child.port(), 300); }
+  EXPECT_EQ(HealthOfNewClient(child.target(), 20), HealthStatus::SERVING)
+      << ReadWholeFile(log("burst"));
+  auto stub = v1::Shardcast::NewStub(FreshChannel(child.target()));
+  const v1::GetStatusResponse status = GetStatus(stub.get());
+  EXPECT_EQ(status.max_connections(), 128);
+  EXPECT_EQ(status.max_connections_per_peer(), 32);
+  EXPECT_TRUE(status.listener_accepting());
+  EXPECT_THAT(ReadWholeFile(log("burst")), ::testing::HasSubstr("accept queue 64"));
+  EXPECT_THAT(ReadWholeFile(log("burst")), ::testing::Not(::testing::HasSubstr("Failed accept4")));
+}
+
 // With no connection limit and 64 descriptors, a flood of 80 does kill gRPC's listener.
 // Health asked on a connection opened before the flood must then say NOT_SERVING (the
 // listener probe saw its own connections go unaccepted), so that an orchestrator
