@@ -1,9 +1,11 @@
 // gRPC callback adapter over ShardcastServiceImpl (see grpc_shardcast_service.h).
 #include "server/grpc_shardcast_service.h"
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -12,7 +14,9 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/descriptor.h"
 #include "server/batch_encoding.h"
+#include "server/log.h"
 
 namespace shardcast::server {
 
@@ -187,7 +191,78 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// A streaming call refused before its handler: finishes at once with `status`.
+template <typename Response>
+class RefusedStream final : public grpc::ServerWriteReactor<Response> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+// The index gRPC's generated code gives `method` of shardcast.v1.Shardcast (its place
+// in the service's descriptor). A name the proto lacks is a programming error.
+int MethodIndex(const char* method) {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::Shardcast::service_full_name());
+  const google::protobuf::MethodDescriptor* found =
+      service == nullptr ? nullptr : service->FindMethodByName(method);
+  if (found == nullptr) {
+    LogError("server", absl::StrCat("shardcast.v1.Shardcast has no method ", method));
+    std::abort();
+  }
+  return found->index();
+}
+
 }  // namespace
+
+GrpcShardcastService::GrpcShardcastService(ShardcastServiceImpl* impl,
+                                           const TokenAuthenticator* tokens)
+    : impl_(impl), tokens_(tokens) {
+  Serve("Register", &GrpcShardcastService::HandleRegister);
+  Serve("StreamBatches", &GrpcShardcastService::HandleStreamBatches);
+  Serve("GetStatus", &GrpcShardcastService::HandleGetStatus);
+}
+
+template <typename Request, typename Response>
+void GrpcShardcastService::Serve(const char* method, UnaryHandler<Request, Response> handler) {
+  auto* callback = new grpc::internal::CallbackUnaryHandler<Request, Response>(
+      [this, handler](grpc::CallbackServerContext* context, const Request* request,
+                      Response* response) -> grpc::ServerUnaryReactor* {
+        if (absl::Status auth = Authorize(*context); !auth.ok()) {
+          grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+          reactor->Finish(ToGrpcStatus(auth));
+          return reactor;
+        }
+        return (this->*handler)(context, request, response);
+      });
+  Install<Request>(method, callback);
+}
+
+template <typename Request, typename Response>
+void GrpcShardcastService::Serve(const char* method,
+                                 ServerStreamingHandler<Request, Response> handler) {
+  auto* callback = new grpc::internal::CallbackServerStreamingHandler<Request, Response>(
+      [this, handler](grpc::CallbackServerContext* context,
+                      const Request* request) -> grpc::ServerWriteReactor<Response>* {
+        if (absl::Status auth = Authorize(*context); !auth.ok()) {
+          return new RefusedStream<Response>(auth);
+        }
+        return (this->*handler)(context, request);
+      });
+  Install<Request>(method, callback);
+}
+
+template <typename Request>
+void GrpcShardcastService::Install(const char* method, grpc::internal::MethodHandler* handler) {
+  // A raw method takes its messages as they came (StreamBatches: parsed by hand, its
+  // replies encoded by hand for zero-copy pixels).
+  if constexpr (std::is_same_v<Request, grpc::ByteBuffer>) {
+    MarkMethodRawCallback(MethodIndex(method), handler);
+  } else {
+    MarkMethodCallback(MethodIndex(method), handler);
+  }
+}
 
 absl::Status GrpcShardcastService::Authorize(const grpc::CallbackServerContext& context) const {
   if (tokens_ == nullptr) return absl::OkStatus();
@@ -197,24 +272,19 @@ absl::Status GrpcShardcastService::Authorize(const grpc::CallbackServerContext& 
   return tokens_->Check(absl::string_view(it->second.data(), it->second.size()));
 }
 
-grpc::ServerUnaryReactor* GrpcShardcastService::Register(grpc::CallbackServerContext* context,
-                                                         const v1::RegisterRequest* request,
-                                                         v1::RegisterResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = Authorize(*context); !auth.ok()) {
-    reactor->Finish(ToGrpcStatus(auth));
-    return reactor;
-  }
+grpc::ServerUnaryReactor* GrpcShardcastService::HandleRegister(grpc::CallbackServerContext* context,
+                                                               const v1::RegisterRequest* request,
+                                                               v1::RegisterResponse* response) {
   absl::StatusOr<v1::RegisterResponse> result =
       impl_->Register(*request, PeerHost(context->peer()));
   if (result.ok()) *response = *std::move(result);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(result.status()));
   return reactor;
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::HandleStreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  if (absl::Status auth = Authorize(*context); !auth.ok()) return new BatchWriter(auth);
   v1::StreamBatchesRequest parsed;
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; this copy is a ref
   grpc::Status parse =
@@ -227,15 +297,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::StreamBatches(
   return new BatchWriter(context, *std::move(session));
 }
 
-grpc::ServerUnaryReactor* GrpcShardcastService::GetStatus(grpc::CallbackServerContext* context,
-                                                          const v1::GetStatusRequest* /*request*/,
-                                                          v1::GetStatusResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status auth = Authorize(*context); !auth.ok()) {
-    reactor->Finish(ToGrpcStatus(auth));
-    return reactor;
-  }
+grpc::ServerUnaryReactor* GrpcShardcastService::HandleGetStatus(
+    grpc::CallbackServerContext* context, const v1::GetStatusRequest* /*request*/,
+    v1::GetStatusResponse* response) {
   *response = impl_->GetStatus();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

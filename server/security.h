@@ -1,6 +1,6 @@
 // Who may use the daemon: the listener's credentials (plaintext, TLS, or mTLS with
-// client certificates verified against a CA) and the bearer-token allow-list that
-// Register, StreamBatches and GetStatus check. Standard gRPC/OpenSSL pieces only; no
+// client certificates verified against a CA) and the bearer-token allow-list that every
+// shardcast.v1.Shardcast method checks. Standard gRPC/OpenSSL pieces only; no
 // home-made crypto.
 #ifndef SHARDCAST_SERVER_SECURITY_H_
 #define SHARDCAST_SERVER_SECURITY_H_

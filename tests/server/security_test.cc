@@ -22,6 +22,7 @@
 #include "client/protocol/client_security.h"
 #include "client/protocol/rank_stream.h"
 #include "common/token_file.h"
+#include "google/protobuf/descriptor.h"
 #include "tests/server/server_test_support.h"
 #include "tests/support/child_process.h"
 
@@ -280,6 +281,74 @@ TEST_F(SecurityTest, MissingOrWrongTokenIsUnauthenticatedOnEveryShardcastCall) {
   v1::GetStatusResponse response;
   grpc::Status lower = stub->GetStatus(&context, v1::GetStatusRequest(), &response);
   EXPECT_TRUE(lower.ok()) << lower.error_message();
+}
+
+// Calls `method` (e.g. "/shardcast.v1.Shardcast/GetStatus") with one empty request
+// message, whatever its kind, and `authorization` metadata unless it is empty; reads
+// whatever comes back and returns the call's status. An empty message is a valid
+// default request of every method, so a method that skipped the token check would
+// answer something other than UNAUTHENTICATED.
+grpc::Status CallGenerically(const std::shared_ptr<grpc::Channel>& channel,
+                             const std::string& method, const std::string& authorization) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, method, &cq);
+  // One operation at a time, each waited for; a failed one (the server already
+  // finished) only ends the reading.
+  void* tag = nullptr;
+  bool ok = false;
+  auto wait = [&cq, &tag, &ok] { return cq.Next(&tag, &ok) && ok; };
+  call->StartCall(reinterpret_cast<void*>(1));
+  wait();
+  grpc::Slice nothing("");
+  call->WriteLast(grpc::ByteBuffer(&nothing, 1), grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  wait();
+  grpc::ByteBuffer response;
+  do {
+    call->Read(&response, reinterpret_cast<void*>(3));
+  } while (wait());
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  return status;
+}
+
+// Walks the service's descriptor rather than a hand-kept list, so that a method added
+// to the proto later is held to the token check without touching this test.
+TEST_F(SecurityTest, EveryMethodOfTheServiceRefusesAStranger) {
+  InProcessServer server(Path("shards"), TokenOptions());
+  std::shared_ptr<grpc::Channel> channel = server.channel();
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::Shardcast::service_full_name());
+  ASSERT_NE(service, nullptr);
+  ASSERT_GT(service->method_count(), 0);
+  server::TokenAuthenticator tokens(Path("tokens"));  // the server's own check
+  ASSERT_TRUE(tokens.Reload().ok());
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string method =
+        absl::StrCat("/", service->full_name(), "/", service->method(i)->name());
+    for (const std::string& authorization : {std::string(), std::string("Bearer not-the-token")}) {
+      SCOPED_TRACE(
+          absl::StrCat(method, authorization.empty() ? " without a token" : " with a wrong token"));
+      grpc::Status status = CallGenerically(channel, method, authorization);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+      // The message says what was wrong, as TokenAuthenticator::Check words it.
+      EXPECT_EQ(status.error_message(), std::string(tokens.Check(authorization).message()));
+    }
+    // The good token gets past the check (whatever the method then makes of an empty
+    // request), so the refusals above are the check's and not a broken call's.
+    grpc::Status accepted = CallGenerically(channel, method, absl::StrCat("Bearer ", kGoodToken));
+    EXPECT_NE(accepted.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << method << ": " << accepted.error_message();
+  }
+  // Health is another service and stays open, on purpose: probes carry no token.
+  EXPECT_EQ(Health(channel), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(SecurityTest, TokenFromFileOrEnvironmentIsAccepted) {
