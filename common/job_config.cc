@@ -1,7 +1,6 @@
 // Names, limits, validation and fingerprint of the job config (see job_config.h).
 #include "common/job_config.h"
 
-#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -19,23 +18,67 @@ namespace {
 constexpr int64_t kSampleOverheadBytes = 512;
 constexpr int64_t kBatchOverheadBytes = 4096;
 
-constexpr const char* kSplitNames[] = {"shard", "sample"};
-constexpr const char* kRemainderNames[] = {"drop", "pad"};
-constexpr const char* kTransformModeNames[] = {"center", "random"};
-
-template <typename Enum, size_t N>
-absl::StatusOr<Enum> ParseName(const char* what, const char* const (&names)[N],
-                               absl::string_view name) {
-  for (size_t i = 0; i < N; ++i) {
-    if (name == names[i]) return static_cast<Enum>(i);
+// The name of each enumerator; nullptr for a value that is none. The switches have no
+// default, so -Wswitch flags an enumerator added without a name. The enumerators take
+// the implicit values 0, 1, ... (no explicit ones), so walking up from 0 until a value
+// has no name finds them all: parsing and the lists of names follow the switches.
+const char* NameOrNull(Split split) {
+  switch (split) {
+    case Split::kShard:
+      return "shard";
+    case Split::kSample:
+      return "sample";
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown ", what, " '", name, "': expected ", absl::StrJoin(names, " or ")));
+  return nullptr;
+}
+const char* NameOrNull(Remainder remainder) {
+  switch (remainder) {
+    case Remainder::kDrop:
+      return "drop";
+    case Remainder::kPad:
+      return "pad";
+  }
+  return nullptr;
+}
+const char* NameOrNull(TransformMode mode) {
+  switch (mode) {
+    case TransformMode::kCenter:
+      return "center";
+    case TransformMode::kRandom:
+      return "random";
+  }
+  return nullptr;
 }
 
-template <size_t N>
-std::vector<std::string> AllNames(const char* const (&names)[N]) {
-  return std::vector<std::string>(std::begin(names), std::end(names));
+template <typename Enum>
+std::vector<Enum> AllValues() {
+  std::vector<Enum> values;
+  for (int i = 0; NameOrNull(static_cast<Enum>(i)) != nullptr; ++i) {
+    values.push_back(static_cast<Enum>(i));
+  }
+  return values;
+}
+
+template <typename Enum>
+std::vector<std::string> AllNames() {
+  std::vector<std::string> names;
+  for (Enum value : AllValues<Enum>()) names.push_back(NameOrNull(value));
+  return names;
+}
+
+template <typename Enum>
+const char* NameOf(Enum value) {
+  const char* name = NameOrNull(value);
+  return name != nullptr ? name : "unknown";  // only a value cast from outside the enum
+}
+
+template <typename Enum>
+absl::StatusOr<Enum> ParseName(const char* what, absl::string_view name) {
+  for (Enum value : AllValues<Enum>()) {
+    if (name == NameOrNull(value)) return value;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown ", what, " '", name, "': expected ",
+                                                 absl::StrJoin(AllNames<Enum>(), " or ")));
 }
 
 absl::Status InRange(const char* field, int64_t value, int64_t min, int64_t max,
@@ -70,25 +113,22 @@ std::vector<std::pair<const char*, std::string>> Fields(const JobConfig& config)
 
 }  // namespace
 
-const char* SplitName(Split split) { return kSplitNames[static_cast<int>(split)]; }
-const char* RemainderName(Remainder remainder) {
-  return kRemainderNames[static_cast<int>(remainder)];
-}
-const char* TransformModeName(TransformMode mode) {
-  return kTransformModeNames[static_cast<int>(mode)];
-}
-absl::StatusOr<Split> ParseSplit(absl::string_view name) {
-  return ParseName<Split>("split", kSplitNames, name);
-}
+const char* SplitName(Split split) { return NameOf(split); }
+const char* RemainderName(Remainder remainder) { return NameOf(remainder); }
+const char* TransformModeName(TransformMode mode) { return NameOf(mode); }
+absl::StatusOr<Split> ParseSplit(absl::string_view name) { return ParseName<Split>("split", name); }
 absl::StatusOr<Remainder> ParseRemainder(absl::string_view name) {
-  return ParseName<Remainder>("remainder", kRemainderNames, name);
+  return ParseName<Remainder>("remainder", name);
 }
 absl::StatusOr<TransformMode> ParseTransformMode(absl::string_view name) {
-  return ParseName<TransformMode>("transform", kTransformModeNames, name);
+  return ParseName<TransformMode>("transform", name);
 }
-std::vector<std::string> SplitNames() { return AllNames(kSplitNames); }
-std::vector<std::string> RemainderNames() { return AllNames(kRemainderNames); }
-std::vector<std::string> TransformModeNames() { return AllNames(kTransformModeNames); }
+std::vector<Split> AllSplits() { return AllValues<Split>(); }
+std::vector<Remainder> AllRemainders() { return AllValues<Remainder>(); }
+std::vector<TransformMode> AllTransformModes() { return AllValues<TransformMode>(); }
+std::vector<std::string> SplitNames() { return AllNames<Split>(); }
+std::vector<std::string> RemainderNames() { return AllNames<Remainder>(); }
+std::vector<std::string> TransformModeNames() { return AllNames<TransformMode>(); }
 
 JobConfig ApplyOverrides(const JobOverrides& o, JobConfig base) {
   PlanConfig& p = base.plan;

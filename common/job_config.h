@@ -32,14 +32,22 @@ enum class TransformMode {
   kRandom,  // RandomResizedCrop(crop, scale=(0.08,1), ratio=(3/4,4/3)) + HFlip(p=0.5)
 };
 
-// The names used on flags, on the wire's logs, in refusals and in status output.
-// Parse errors name the accepted values.
+// Enumerators take the implicit values 0, 1, ...: job_config.cc finds them by walking
+// up from 0 through its name switches (so add a name with a new enumerator; -Wswitch
+// says where).
+//
+// The names used on flags, on the wire's logs, in refusals and in status output
+// ("unknown" for a value that is no enumerator). Parse errors name the accepted values.
 const char* SplitName(Split split);
 const char* RemainderName(Remainder remainder);
 const char* TransformModeName(TransformMode mode);
 absl::StatusOr<Split> ParseSplit(absl::string_view name);
 absl::StatusOr<Remainder> ParseRemainder(absl::string_view name);
 absl::StatusOr<TransformMode> ParseTransformMode(absl::string_view name);
+// Every enumerator, in enum order.
+std::vector<Split> AllSplits();
+std::vector<Remainder> AllRemainders();
+std::vector<TransformMode> AllTransformModes();
 // Every accepted name, in enum order (for --help and choice flags).
 std::vector<std::string> SplitNames();
 std::vector<std::string> RemainderNames();

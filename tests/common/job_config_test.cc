@@ -33,6 +33,39 @@ TEST(JobConfigNames, EveryNameParsesBackToItsValue) {
   EXPECT_FALSE(ParseTransformMode("Center").ok());
 }
 
+// Each enumerator has a name of its own that parses back to it; the lists of names
+// follow the enumerators one for one (they come from the same switches).
+template <typename Enum>
+void ExpectEveryEnumeratorNamed(const std::vector<Enum>& all, const std::vector<std::string>& names,
+                                const char* (*name)(Enum),
+                                absl::StatusOr<Enum> (*parse)(absl::string_view)) {
+  ASSERT_EQ(all.size(), names.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < all.size(); ++i) {
+    SCOPED_TRACE(names[i]);
+    EXPECT_EQ(static_cast<size_t>(all[i]), i);  // in enum order, from 0
+    EXPECT_EQ(name(all[i]), names[i]);
+    EXPECT_TRUE(seen.insert(names[i]).second) << "two enumerators share a name";
+    absl::StatusOr<Enum> parsed = parse(names[i]);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(*parsed == all[i]);
+  }
+  // Past the last enumerator: no name to parse, and "unknown" in logs.
+  EXPECT_STREQ(name(static_cast<Enum>(all.size())), "unknown");
+  EXPECT_FALSE(parse("unknown").ok());
+}
+
+TEST(JobConfigNames, EveryEnumeratorHasANameThatParsesBack) {
+  ExpectEveryEnumeratorNamed(AllSplits(), SplitNames(), &SplitName, &ParseSplit);
+  ExpectEveryEnumeratorNamed(AllRemainders(), RemainderNames(), &RemainderName, &ParseRemainder);
+  ExpectEveryEnumeratorNamed(AllTransformModes(), TransformModeNames(), &TransformModeName,
+                             &ParseTransformMode);
+  EXPECT_EQ(AllSplits(), (std::vector<Split>{Split::kShard, Split::kSample}));
+  EXPECT_EQ(AllRemainders(), (std::vector<Remainder>{Remainder::kDrop, Remainder::kPad}));
+  EXPECT_EQ(AllTransformModes(),
+            (std::vector<TransformMode>{TransformMode::kCenter, TransformMode::kRandom}));
+}
+
 TEST(JobConfigOverrides, OnlySetFieldsReplaceTheBase) {
   JobConfig base;
   base.plan.batch_size = 32;

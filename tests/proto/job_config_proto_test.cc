@@ -5,6 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "google/protobuf/descriptor.h"
+
 namespace shardcast {
 namespace {
 
@@ -57,6 +64,76 @@ TEST(JobConfigProto, OverridesRoundTripThroughRequestAndResponse) {
   absl::StatusOr<JobConfig> read = ResponseConfig(response);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(JobConfigString(*read), JobConfigString(*config));
+}
+
+// Every C++ enumerator (as job_config.cc lists them) goes out as a wire value of its
+// own (not UNSPECIFIED, not one another enumerator took: what a ternary does to a third
+// value) and comes back as itself; and every value the wire's descriptor names, but
+// UNSPECIFIED, comes in as an enumerator that goes out as that value.
+template <typename Enum, typename Wire>
+void ExpectEveryValueRoundTrips(const std::vector<Enum>& all,
+                                const google::protobuf::EnumDescriptor* wire,
+                                const std::function<void(Wire, v1::RegisterRequest*)>& set,
+                                const std::function<std::optional<Enum>(const JobOverrides&)>& get,
+                                const char* (*name)(Enum)) {
+  SCOPED_TRACE(wire->full_name());
+  std::set<int> sent;
+  for (Enum value : all) {
+    SCOPED_TRACE(name(value));
+    const Wire out = ToProto(value);
+    EXPECT_NE(out, 0) << "mapped to UNSPECIFIED";
+    EXPECT_NE(wire->FindValueByNumber(out), nullptr) << "mapped to " << out << ", not on the wire";
+    EXPECT_TRUE(sent.insert(out).second) << "mapped to " << out << " as another enumerator was";
+    v1::RegisterRequest request;
+    set(out, &request);
+    absl::StatusOr<JobOverrides> back = OverridesFromRequest(request);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(get(*back) == value) << "came back as " << static_cast<int>(*get(*back));
+  }
+  EXPECT_EQ(static_cast<size_t>(wire->value_count() - 1), all.size())
+      << "the wire and the C++ enum have different values";
+  for (int i = 0; i < wire->value_count(); ++i) {
+    const int number = wire->value(i)->number();
+    if (number == 0) continue;
+    SCOPED_TRACE(wire->value(i)->name());
+    v1::RegisterRequest request;
+    set(static_cast<Wire>(number), &request);
+    absl::StatusOr<JobOverrides> in = OverridesFromRequest(request);
+    ASSERT_TRUE(in.ok()) << in.status();
+    ASSERT_TRUE(get(*in).has_value());
+    EXPECT_EQ(ToProto(*get(*in)), number);
+  }
+}
+
+TEST(JobConfigProto, EveryEnumValueRoundTripsThroughTheWire) {
+  ExpectEveryValueRoundTrips<Split, v1::Split>(
+      AllSplits(), v1::Split_descriptor(),
+      [](v1::Split v, v1::RegisterRequest* r) { r->set_split(v); },
+      [](const JobOverrides& o) { return o.split; }, &SplitName);
+  ExpectEveryValueRoundTrips<Remainder, v1::Remainder>(
+      AllRemainders(), v1::Remainder_descriptor(),
+      [](v1::Remainder v, v1::RegisterRequest* r) { r->set_remainder(v); },
+      [](const JobOverrides& o) { return o.remainder; }, &RemainderName);
+  ExpectEveryValueRoundTrips<TransformMode, v1::TransformMode>(
+      AllTransformModes(), v1::TransformMode_descriptor(),
+      [](v1::TransformMode v, v1::RegisterRequest* r) { r->mutable_transform()->set_mode(v); },
+      [](const JobOverrides& o) { return o.transform_mode; }, &TransformModeName);
+}
+
+TEST(JobConfigProto, UnspecifiedIsTheDefaultAndUnknownNumbersAreRefused) {
+  v1::RegisterRequest request;  // every enum UNSPECIFIED
+  absl::StatusOr<JobOverrides> unset = OverridesFromRequest(request);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->split.has_value());
+  EXPECT_FALSE(unset->remainder.has_value());
+  EXPECT_FALSE(unset->transform_mode.has_value());
+  request.set_remainder(static_cast<v1::Remainder>(3));
+  EXPECT_THAT(OverridesFromRequest(request).status().message(),
+              HasSubstr("remainder: unknown value 3"));
+  request.set_remainder(v1::REMAINDER_UNSPECIFIED);
+  request.mutable_transform()->set_mode(static_cast<v1::TransformMode>(-1));
+  EXPECT_THAT(OverridesFromRequest(request).status().message(),
+              HasSubstr("transform.mode: unknown value -1"));
 }
 
 TEST(JobConfigProto, BadValuesAreRefusedByName) {
