@@ -497,15 +497,33 @@ absl::StatusOr<std::unique_ptr<RankBatchIterator>> SampleSplitPlan::IterateFrom(
 // Config as the plan sees it: fields that cannot change the plan are reset.
 PlanConfig Normalized(PlanConfig c) {
   if (c.shuffle_buffer <= 1) c.shuffle_buffer = 0;
-  if (c.split == Split::kSample) {
-    c.workers = 1;
-    c.shuffle_shards = false;
-    c.shuffle_buffer = 0;
-  } else {
-    c.block_size = 0;
-    if (!c.shuffle_shards && c.shuffle_buffer == 0) c.seed = 0;
+  switch (c.split) {
+    case Split::kSample:
+      c.workers = 1;
+      c.shuffle_shards = false;
+      c.shuffle_buffer = 0;
+      break;
+    case Split::kShard:
+      c.block_size = 0;
+      if (!c.shuffle_shards && c.shuffle_buffer == 0) c.seed = 0;
+      break;
   }
   return c;
+}
+
+// Batches per rank for `samples` dealt `per_step` (> 0) a step. An exhaustive switch
+// (no default: -Wswitch flags a new remainder policy here); only a value cast from
+// outside the enum gets past it.
+template <typename Int>
+absl::StatusOr<Int> BatchCount(Int samples, Int per_step, Remainder remainder) {
+  switch (remainder) {
+    case Remainder::kDrop:
+      return samples / per_step;
+    case Remainder::kPad:
+      return (samples + per_step - 1) / per_step;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown remainder ", static_cast<int>(remainder)));
 }
 
 }  // namespace
@@ -565,8 +583,9 @@ absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
     total += size;
   }
   const uint64_t per_step = static_cast<uint64_t>(c.batch_size) * c.world_size;
-  const uint64_t n =
-      c.remainder == Remainder::kDrop ? total / per_step : (total + per_step - 1) / per_step;
+  const absl::StatusOr<uint64_t> batches = BatchCount(total, per_step, c.remainder);
+  if (!batches.ok()) return batches.status();
+  const uint64_t n = *batches;
   if (n == 0) {
     if (total == 0) return absl::FailedPreconditionError("the dataset has no samples");
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -620,7 +639,7 @@ absl::StatusOr<int64_t> BatchesFromOffset(int64_t num_samples, const PlanConfig&
   const int64_t per_step = int64_t{c.batch_size} * c.world_size;
   if (per_step <= 0) return absl::InvalidArgumentError("batch size x world size must be > 0");
   const int64_t left = num_samples - sample_offset;
-  return c.remainder == Remainder::kDrop ? left / per_step : (left + per_step - 1) / per_step;
+  return BatchCount(left, per_step, c.remainder);
 }
 
 absl::StatusOr<std::unique_ptr<RankBatchIterator>> EpochPlan::IterateFrom(
@@ -635,10 +654,14 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> EpochPlan::Create(
     std::vector<uint32_t> shard_sizes, const PlanConfig& config, int64_t epoch) {
   absl::StatusOr<int64_t> n = BatchesPerRank(shard_sizes, config);
   if (!n.ok()) return n.status();
-  if (config.split == Split::kShard) {
-    return std::make_shared<ShardSplitPlan>(std::move(shard_sizes), config, epoch, *n);
+  switch (config.split) {
+    case Split::kShard:
+      return std::make_shared<ShardSplitPlan>(std::move(shard_sizes), config, epoch, *n);
+    case Split::kSample:
+      return std::make_shared<SampleSplitPlan>(shard_sizes, config, epoch, *n);
   }
-  return std::make_shared<SampleSplitPlan>(shard_sizes, config, epoch, *n);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown split ", static_cast<int>(config.split)));  // cast from outside
 }
 
 std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfig& config) {

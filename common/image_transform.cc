@@ -30,27 +30,35 @@ constexpr size_t kMaxRetainedScratch = size_t{64} << 20;
 
 // ------------------------------------------------------------ geometry
 
+absl::Status CheckCenterSpec(const TransformSpec& spec) {
+  if (spec.resize < 1 || spec.resize > kMaxResize) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("transform resize %d is outside [1, %d]", spec.resize, kMaxResize));
+  }
+  // torchvision would zero-pad a crop larger than the resized image; a
+  // configuration that pads every image is a mistake, so refuse it.
+  if (spec.crop > spec.resize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "center transform: crop %d is larger than resize %d (short side)", spec.crop, spec.resize));
+  }
+  return absl::OkStatus();
+}
+
+// Every path below runs after this check, so their switches on the mode (exhaustive,
+// no default: -Wswitch flags a new mode at each) never see a value that is no mode.
 absl::Status CheckSpec(const TransformSpec& spec) {
   if (spec.crop < 1 || spec.crop > kMaxCrop) {
     return absl::InvalidArgumentError(
         absl::StrFormat("transform crop %d is outside [1, %d]", spec.crop, kMaxCrop));
   }
-  if (spec.mode == TransformMode::kCenter) {
-    if (spec.resize < 1 || spec.resize > kMaxResize) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("transform resize %d is outside [1, %d]", spec.resize, kMaxResize));
-    }
-    // torchvision would zero-pad a crop larger than the resized image; a
-    // configuration that pads every image is a mistake, so refuse it.
-    if (spec.crop > spec.resize) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("center transform: crop %d is larger than resize %d (short side)",
-                          spec.crop, spec.resize));
-    }
-  } else if (spec.mode != TransformMode::kRandom) {
-    return absl::InvalidArgumentError("unknown transform mode");
+  switch (spec.mode) {
+    case TransformMode::kCenter:
+      return CheckCenterSpec(spec);
+    case TransformMode::kRandom:
+      return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown transform mode %d", static_cast<int>(spec.mode)));
 }
 
 absl::Status CheckImage(const RgbImage& image) {
@@ -192,14 +200,18 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
   if (absl::Status s = CheckImage(image); !s.ok()) return s;
   ResampleTaps taps;
-  if (spec.mode == TransformMode::kCenter) {
-    absl::StatusOr<CenterGeometry> g =
-        CenterResizeCrop(image.width, image.height, spec.resize, spec.crop);
-    if (!g.ok()) return g.status();
-    CenterTaps(*g, image.width, image.height, image.width, image.height, 1.0, spec.crop, &taps);
-  } else {
-    RegionTaps(RandomResizedCropParams(image.width, image.height, augment_seed), image.width,
-               image.height, 1.0, spec.crop, &taps);
+  switch (spec.mode) {
+    case TransformMode::kCenter: {
+      absl::StatusOr<CenterGeometry> g =
+          CenterResizeCrop(image.width, image.height, spec.resize, spec.crop);
+      if (!g.ok()) return g.status();
+      CenterTaps(*g, image.width, image.height, image.width, image.height, 1.0, spec.crop, &taps);
+      break;
+    }
+    case TransformMode::kRandom:
+      RegionTaps(RandomResizedCropParams(image.width, image.height, augment_seed), image.width,
+                 image.height, 1.0, spec.crop, &taps);
+      break;
   }
   Resample(image, 0, 0, taps, spec.crop, out_chw);
   return absl::OkStatus();
@@ -238,17 +250,21 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
   CenterGeometry center;
   CropParams region;
   int64_t region_w = w, region_h = h, need_w = 0, need_h = 0;
-  if (spec.mode == TransformMode::kCenter) {
-    absl::StatusOr<CenterGeometry> g = CenterResizeCrop(w, h, spec.resize, spec.crop);
-    if (!g.ok()) return g.status();
-    center = *g;
-    need_w = center.new_w;
-    need_h = center.new_h;
-  } else {
-    region = RandomResizedCropParams(w, h, augment_seed);
-    region_w = region.width;
-    region_h = region.height;
-    need_w = need_h = spec.crop;
+  switch (spec.mode) {
+    case TransformMode::kCenter: {
+      absl::StatusOr<CenterGeometry> g = CenterResizeCrop(w, h, spec.resize, spec.crop);
+      if (!g.ok()) return g.status();
+      center = *g;
+      need_w = center.new_w;
+      need_h = center.new_h;
+      break;
+    }
+    case TransformMode::kRandom:
+      region = RandomResizedCropParams(w, h, augment_seed);
+      region_w = region.width;
+      region_h = region.height;
+      need_w = need_h = spec.crop;
+      break;
   }
   internal::ScalingFactor f;
   if (spec.dct_scaling && info->is_jpeg) {
@@ -260,10 +276,13 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
   const int scaled_w = internal::ScaledSize(w, f), scaled_h = internal::ScaledSize(h, f);
   const double factor = static_cast<double>(f.num) / f.denom;
   thread_local ResampleTaps taps;  // its vectors keep their capacity between images
-  if (spec.mode == TransformMode::kCenter) {
-    CenterTaps(center, w, h, scaled_w, scaled_h, factor, spec.crop, &taps);
-  } else {
-    RegionTaps(region, scaled_w, scaled_h, factor, spec.crop, &taps);
+  switch (spec.mode) {
+    case TransformMode::kCenter:
+      CenterTaps(center, w, h, scaled_w, scaled_h, factor, spec.crop, &taps);
+      break;
+    case TransformMode::kRandom:
+      RegionTaps(region, scaled_w, scaled_h, factor, spec.crop, &taps);
+      break;
   }
   // Only the pixels the taps read: a sequential JPEG decodes just that rectangle.
   const internal::PixelRect needed{taps.x.needed_lo, taps.y.needed_lo,

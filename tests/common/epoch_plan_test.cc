@@ -532,6 +532,24 @@ TEST(EpochPlanSampleSplit, AugmentSeedsAreDistinctAndKeyed) {
 // ---------------------------------------------------------------------------------------
 // Refusals: each says why and what to change.
 
+// A split or remainder that is no enumerator (a cast from outside the enum) is refused
+// by name, not planned as whichever policy an if/else would have fallen into.
+TEST(EpochPlanRefusals, ValuesOutsideTheEnumsAreRefused) {
+  PlanConfig c;
+  c.split = Split::kSample;
+  c.remainder = static_cast<Remainder>(7);
+  absl::StatusOr<int64_t> n = BatchesPerRank({10, 10}, c);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), "unknown remainder 7");
+  EXPECT_FALSE(BatchesFromOffset(20, c, 0).ok());
+
+  c = PlanConfig{};
+  c.split = static_cast<Split>(7);
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = EpochPlan::Create({10, 10}, c, 0);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().message(), "unknown split 7");
+}
+
 TEST(EpochPlanRefusals, SayWhyAndWhatToChange) {
   PlanConfig c;
   c.world_size = 0;

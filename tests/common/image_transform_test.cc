@@ -271,6 +271,22 @@ TEST(ImageTransformTest, FlipMirrorsTheSameCrop) {
   }
 }
 
+// A mode that is no enumerator (a cast from outside the enum) is refused before any
+// pixel is touched, by both entry points, so their switches on the mode see only modes.
+TEST(ImageTransformTest, AModeOutsideTheEnumIsRefused) {
+  TransformSpec spec;
+  spec.mode = static_cast<TransformMode>(7);
+  spec.resize = 32;
+  spec.crop = 16;
+  std::vector<uint8_t> out(size_t{3} * spec.crop * spec.crop);
+  absl::Status applied = ApplyTransform(DecodedPhoto(40, 30, 1), spec, 0, out.data());
+  EXPECT_EQ(applied.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(applied.message(), "unknown transform mode 7");
+  const std::string jpeg = EncodeJpeg(PhotoLike(40, 30, 1), 40, 30, TJSAMP_420, 90);
+  absl::Status decoded = DecodeAndTransform(jpeg, spec, 0, out.data());
+  EXPECT_EQ(decoded.message(), "unknown transform mode 7");
+}
+
 TEST(ImageTransformTest, EveryOutputByteIsWritten) {
   const std::string jpeg = EncodeJpeg(PhotoLike(333, 222, 71), 333, 222, TJSAMP_444, 90);
   for (TransformMode mode : {TransformMode::kCenter, TransformMode::kRandom}) {
