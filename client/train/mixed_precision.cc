@@ -84,9 +84,8 @@ absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   for (Precision p : kAll) {
     if (name == PrecisionName(p)) return p;
   }
-  return absl::InvalidArgumentError(absl::StrCat("precision must be one of ",
-                                                 absl::StrJoin(PrecisionNames(), ", "), ", got '",
-                                                 name, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "precision must be one of ", absl::StrJoin(PrecisionNames(), ", "), ", got '", name, "'"));
 }
 
 Precision DefaultPrecision(const torch::Device& device) {
@@ -97,10 +96,28 @@ absl::Status CheckPrecision(Precision precision, const torch::Device& device) {
   if (precision == Precision::kFp16 && !device.is_cuda()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--precision fp16 needs a CUDA device (LibTorch autocasts to fp16 on CUDA only); "
-        "on ", device.str(), " use bf16 or fp32"));
+        "on ",
+        device.str(), " use bf16 or fp32"));
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+// The dtype autocast computes in for `precision` (fp32 never enables autocast).
+c10::ScalarType AutocastType(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return c10::ScalarType::BFloat16;
+    case Precision::kFp16:
+      return c10::ScalarType::Half;
+    case Precision::kFp32:
+      return c10::ScalarType::Float;
+  }
+  return c10::ScalarType::Float;
+}
+
+}  // namespace
 
 AutocastScope::AutocastScope(Precision precision, const torch::Device& device)
     : active_(precision != Precision::kFp32), device_type_(device.type()) {
@@ -109,8 +126,7 @@ AutocastScope::AutocastScope(Precision precision, const torch::Device& device)
   was_dtype_ = AutocastDtype(device_type_);
   at::autocast::increment_nesting();
   SetAutocastEnabled(device_type_, true);
-  SetAutocastDtype(device_type_,
-                   precision == Precision::kBf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Half);
+  SetAutocastDtype(device_type_, AutocastType(precision));
 }
 
 AutocastScope::~AutocastScope() {
