@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/stream_clocks.h"
 #include "common/epoch_plan.h"
 #include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
@@ -425,47 +426,122 @@ class RankStream::Impl {
     return absl::OkStatus();
   }
 
+  // What one StreamBatches call came to.
+  struct Attempt {
+    grpc::Status status;   // OK once the epoch's last batch arrived
+    int64_t received = 0;  // batches this call delivered
+    bool stalled = false;  // the watchdog cut it
+    bool ended = false;    // the loop must end: an error was delivered, or stop
+  };
+
+  // One StreamBatches call from batch *next of `epoch`: delivers what arrives, checked,
+  // advancing *next, until the stream ends, breaks, is cut by the watchdog (the read
+  // deadlines come from the clocks) or the consumer stops.
+  Attempt StreamOnce(int64_t epoch, int64_t n, int64_t sample_offset, int64_t* next,
+                     const RetryClock& retry, StallClock* stall) {
+    Attempt attempt;
+    auto read_deadline = [&] {
+      return stall->ReadDeadline(absl::Now(), std::min(retry.GiveUp(), stall->GiveUp()));
+    };
+    grpc::ClientContext context;
+    if (!SetActiveContext(&context)) {
+      attempt.ended = true;
+      return attempt;
+    }
+    v1::StreamBatchesRequest request;
+    request.set_job_id(options_.job.job_id());
+    request.set_rank(options_.job.rank());
+    request.set_epoch(epoch);
+    request.set_start_batch(*next);
+    request.set_sample_offset(sample_offset);
+    request.set_job_fingerprint(registration_.job_fingerprint());
+    WatchRead(read_deadline());  // the first batch counts from the request
+    // The generated stub would parse every batch into a v1::Batch, copying its
+    // pixels; a reader of WireBatch keeps them in the received slices.
+    std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
+        batch_stub_.StreamBatches(&context, request);
+    auto msg = std::make_shared<WireBatch>();
+    absl::Status bad;
+    while (reader->Read(msg.get())) {
+      WatchRead(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
+      if (*next >= n) {
+        bad = absl::DataLossError(absl::StrFormat(
+            "job '%s' rank %d epoch %d: server sent batch %d past the last one (%d)",
+            options_.job.job_id(), options_.job.rank(), epoch, msg->index(), n - 1));
+      } else {
+        bad = CheckBatch(*msg, epoch, *next);
+      }
+      if (!bad.ok()) break;
+      if (options_.join_images) msg->JoinImages();
+      if (!WaitForSpace()) break;
+      Deliver(QueueItem{std::move(msg), absl::OkStatus()});
+      ++*next;
+      ++attempt.received;
+      stall->BatchArrived();
+      msg = std::make_shared<WireBatch>();
+      WatchRead(read_deadline());
+    }
+    WatchRead(absl::InfiniteFuture());
+    if (!bad.ok() || StopRequested()) context.TryCancel();
+    attempt.status = reader->Finish();
+    SetActiveContext(nullptr);
+    attempt.stalled = TakeStalled();
+    if (!bad.ok()) {
+      DeliverError(bad);
+      attempt.ended = true;
+    } else if (StopRequested()) {
+      attempt.ended = true;
+    } else if (attempt.stalled && *next < n) {
+      attempt.status = grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrFormat("no batch for %g s (stream timeout); stream cancelled after batch %d",
+                          options_.stream_timeout_seconds, *next));
+    } else if (attempt.status.ok() && *next < n) {
+      attempt.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                    absl::StrFormat("stream ended after batch %d of %d", *next, n));
+    }
+    return attempt;
+  }
+
+  // The error to give up with once both clocks' time is over at `now`; OK while
+  // retrying may go on.
+  absl::Status GiveUpError(absl::Time now, int64_t epoch, int64_t next, int64_t n,
+                           const RetryClock& retry, const StallClock& stall) const {
+    if (now < std::min(retry.GiveUp(), stall.GiveUp())) return absl::OkStatus();
+    if (stall.stalled()) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "job '%s' rank %d epoch %d: no batch from server %s for %g s (the stream timeout) "
+          "at batch %d of %d, and reconnecting brought none within another %g s (%d "
+          "attempts); last error: %s",
+          options_.job.job_id(), options_.job.rank(), epoch, options_.server,
+          options_.stream_timeout_seconds, next, n, options_.stream_timeout_seconds,
+          retry.attempts(), retry.last_error()));
+    }
+    return absl::UnavailableError(absl::StrFormat(
+        "job '%s' rank %d epoch %d: stream broken at batch %d of %d and server %s not back "
+        "within %.1f s (%d attempts); last error: %s",
+        options_.job.job_id(), options_.job.rank(), epoch, next, n, options_.server,
+        options_.reconnect_deadline_seconds, retry.attempts(), retry.last_error()));
+  }
+
   // The prefetch thread: streams batches start..n-1 of `epoch` (dealt from
   // `sample_offset`) into queue_, resuming after a broken stream at the first batch not
   // yet received.
   void PrefetchLoop(int64_t epoch, int64_t start_batch, int64_t n, int64_t sample_offset) {
     int64_t next = start_batch;  // first batch not yet received
-    absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
-    std::optional<absl::Time> failing_since;  // start of the current run of failures
-    // When the watchdog first cut a stream that delivered nothing, since the last batch:
-    // reconnecting then gets one more stream timeout to bring a batch.
-    std::optional<absl::Time> stalled_since;
-    bool need_register = false;  // the server may have forgotten the job
+    RetryClock retry(absl::Seconds(options_.reconnect_initial_seconds),
+                     absl::Seconds(options_.reconnect_max_seconds),
+                     absl::Seconds(options_.reconnect_deadline_seconds));
+    StallClock stall(stream_timeout());
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
+    bool need_register = false;    // the server may have forgotten the job
     bool registered_here = false;  // a Register succeeded since the last batch
-    std::string last_error;
-    int64_t attempts = 0;
 
-    auto finish = [this]() {
-      absl::MutexLock lock(&mu_);
-      producer_done_ = true;
-    };
-    // Until when the current run of failures is retried.
-    auto give_up_time = [&]() {
-      absl::Time give_up = *failing_since + absl::Seconds(options_.reconnect_deadline_seconds);
-      if (stalled_since) give_up = std::min(give_up, *stalled_since + stream_timeout());
-      return give_up;
-    };
-    // When the next awaited message is overdue; no later than give_up_time() while
-    // reconnecting after a stall.
-    auto read_deadline = [&]() {
-      if (stream_timeout() <= absl::ZeroDuration()) return absl::InfiniteFuture();
-      absl::Time deadline = absl::Now() + stream_timeout();
-      if (stalled_since) deadline = std::min(deadline, give_up_time());
-      return deadline;
-    };
-
-    while (next < n) {
-      if (StopRequested()) break;
+    while (next < n && !StopRequested()) {
       grpc::Status status;
       if (need_register) {
         v1::RegisterResponse response;
-        status = RegisterOnce(give_up_time(), &response);
+        status = RegisterOnce(std::min(retry.GiveUp(), stall.GiveUp()), &response);
         if (absl::Status refused = refusal.Observe(
                 status, absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s",
                                         options_.job.job_id(), options_.job.rank(), epoch,
@@ -476,77 +552,23 @@ class RankStream::Impl {
         }
         if (status.ok()) {
           registered_here = true;
-          absl::Status same = SameJob(response, epoch, next);
-          if (!same.ok()) {
+          if (absl::Status same = SameJob(response, epoch, next); !same.ok()) {
             DeliverError(same);
             break;
           }
         }
       }
-      int64_t received_this_attempt = 0;
-      bool stalled = false;  // the watchdog cut this attempt's stream
+      bool stalled = false;
       if (status.ok()) {
-        grpc::ClientContext context;
-        if (!SetActiveContext(&context)) break;
-        v1::StreamBatchesRequest request;
-        request.set_job_id(options_.job.job_id());
-        request.set_rank(options_.job.rank());
-        request.set_epoch(epoch);
-        request.set_start_batch(next);
-        request.set_sample_offset(sample_offset);
-        request.set_job_fingerprint(registration_.job_fingerprint());
-        WatchRead(read_deadline());  // the first batch counts from the request
-        // The generated stub would parse every batch into a v1::Batch, copying its
-        // pixels; a reader of WireBatch keeps them in the received slices.
-        std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
-            batch_stub_.StreamBatches(&context, request);
-        auto msg = std::make_shared<WireBatch>();
-        absl::Status bad;
-        while (reader->Read(msg.get())) {
-          WatchRead(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
-          if (next >= n) {
-            bad = absl::DataLossError(absl::StrFormat(
-                "job '%s' rank %d epoch %d: server sent batch %d past the last one (%d)",
-                options_.job.job_id(), options_.job.rank(), epoch, msg->index(), n - 1));
-          } else {
-            bad = CheckBatch(*msg, epoch, next);
-          }
-          if (!bad.ok()) break;
-          if (options_.join_images) msg->JoinImages();
-          if (!WaitForSpace()) break;
-          Deliver(QueueItem{std::move(msg), absl::OkStatus()});
-          ++next;
-          ++received_this_attempt;
-          stalled_since.reset();
-          msg = std::make_shared<WireBatch>();
-          WatchRead(read_deadline());
+        const Attempt attempt = StreamOnce(epoch, n, sample_offset, &next, retry, &stall);
+        if (attempt.ended) break;
+        status = attempt.status;
+        stalled = attempt.stalled;
+        if (attempt.received > 0) {
+          retry.Reset();
+          registered_here = false;
+          need_register = false;
         }
-        WatchRead(absl::InfiniteFuture());
-        if (!bad.ok() || StopRequested()) context.TryCancel();
-        status = reader->Finish();
-        SetActiveContext(nullptr);
-        stalled = TakeStalled();
-        if (!bad.ok()) {
-          DeliverError(bad);
-          break;
-        }
-        if (StopRequested()) break;
-        if (stalled && next < n) {
-          status = grpc::Status(
-              grpc::StatusCode::DEADLINE_EXCEEDED,
-              absl::StrFormat("no batch for %g s (stream timeout); stream cancelled after batch %d",
-                              options_.stream_timeout_seconds, next));
-        } else if (status.ok() && next < n) {
-          status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                absl::StrFormat("stream ended after batch %d of %d", next, n));
-        }
-      }
-      if (received_this_attempt > 0) {
-        failing_since.reset();
-        backoff = absl::Seconds(options_.reconnect_initial_seconds);
-        registered_here = false;
-        need_register = false;
-        attempts = 0;
       }
       if (status.ok()) break;  // next == n
       if (StopRequested()) break;
@@ -564,35 +586,16 @@ class RankStream::Impl {
         break;
       }
       const absl::Time now = absl::Now();
-      if (!failing_since) failing_since = now;
-      // The first stall since the last batch starts the stall clock; later stalls and
-      // other failures while reconnecting do not restart it.
-      if (stalled && !stalled_since) stalled_since = now;
-      last_error = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)), ": ",
-                                status.error_message());
-      ++attempts;
-      const absl::Time give_up = give_up_time();
-      if (now >= give_up && stalled_since) {
-        DeliverError(absl::DeadlineExceededError(absl::StrFormat(
-            "job '%s' rank %d epoch %d: no batch from server %s for %g s (the stream timeout) "
-            "at batch %d of %d, and reconnecting brought none within another %g s (%d "
-            "attempts); last error: %s",
-            options_.job.job_id(), options_.job.rank(), epoch, options_.server,
-            options_.stream_timeout_seconds, next, n, options_.stream_timeout_seconds, attempts,
-            last_error)));
-        break;
-      }
-      if (now >= give_up) {
-        DeliverError(absl::UnavailableError(absl::StrFormat(
-            "job '%s' rank %d epoch %d: stream broken at batch %d of %d and server %s not back "
-            "within %.1f s (%d attempts); last error: %s",
-            options_.job.job_id(), options_.job.rank(), epoch, next, n, options_.server,
-            options_.reconnect_deadline_seconds, attempts, last_error)));
+      if (stalled) stall.Cut(now);
+      retry.Failed(now, absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)),
+                                     ": ", status.error_message()));
+      if (absl::Status give_up = GiveUpError(now, epoch, next, n, retry, stall); !give_up.ok()) {
+        DeliverError(give_up);
         break;
       }
       if (!unknown_job) {
-        if (!SleepUnlessStopped(std::min(backoff, give_up - now))) break;
-        backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
+        const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
+        if (!SleepUnlessStopped(retry.TakeBackoff(now, give_up))) break;
       }
       need_register = true;
       {
@@ -600,7 +603,8 @@ class RankStream::Impl {
         ++reconnects_;
       }
     }
-    finish();
+    absl::MutexLock lock(&mu_);
+    producer_done_ = true;
   }
 
   // Cancels the RPC in flight and joins the prefetch thread.
