@@ -141,16 +141,23 @@ void AcceptWatch::OnAccepted(int fd) {
     }
     return;
   }
+  // A connection counted under this number before was closed since (the kernel hands
+  // out the lowest free number): it stops counting for its peer.
+  if (auto before = open_.find(fd); before != open_.end()) Uncount(before->second.peer);
   ++per_peer_[peer];
   open_[fd] = Counted{SocketInode(fd), std::move(peer)};
   stats_->connections_open.store(static_cast<int64_t>(open_.size()));
 }
 
+void AcceptWatch::Uncount(const std::string& peer) {
+  auto it = per_peer_.find(peer);
+  if (it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
+}
+
 void AcceptWatch::DropClosed() {
   absl::erase_if(open_, [this](const std::pair<const int, Counted>& connection) {
     if (SocketInode(connection.first) == connection.second.inode) return false;
-    auto it = per_peer_.find(connection.second.peer);
-    if (--it->second == 0) per_peer_.erase(it);
+    Uncount(connection.second.peer);
     return true;
   });
   stats_->connections_open.store(static_cast<int64_t>(open_.size()));

@@ -70,6 +70,8 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   };
   // Drops the descriptors that no longer are the socket counted (closed, or reused).
   void DropClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One connection of `peer` less.
+  void Uncount(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why `peer`'s new connection is refused; empty when it is not.
   std::string RefusalReason(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -80,6 +80,25 @@ TEST(AcceptWatchTest, ADescriptorReusedForAnotherFileIsNotCountedAsTheConnection
   ::close(pipe_fds[1]);
 }
 
+// gRPC closed a counted connection and the kernel gave its number to the next one:
+// the closed one no longer counts for its peer, whether or not a limit was reached.
+TEST(AcceptWatchTest, ANumberReusedByTheNextConnectionCountsItsPeerOnce) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/0, /*max_per_peer=*/2, &stats);
+  for (int round = 0; round < 5; ++round) {
+    Connection a;
+    watch->OnAccepted(a.server);  // every round's `a` gets the same lowest free number
+    EXPECT_FALSE(a.ClientSeesEnd()) << "round " << round;
+  }
+  Connection b, c, d;
+  watch->OnAccepted(b.server);
+  watch->OnAccepted(c.server);
+  EXPECT_FALSE(c.ClientSeesEnd());  // two open: b and c (the rounds' are closed)
+  watch->OnAccepted(d.server);
+  EXPECT_TRUE(d.ClientSeesEnd());
+  EXPECT_EQ(watch->CountOpen(), 2);
+}
+
 TEST(AcceptWatchTest, ZeroMeansNoLimit) {
   ServerStats stats(absl::Now());
   auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/0, /*max_per_peer=*/0, &stats);
