@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/image_transform.h"
+#include "common/image_types.h"
 
 namespace shardcast {
 namespace internal {

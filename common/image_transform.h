@@ -9,16 +9,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/image_types.h"
 #include "common/job_config.h"
 
 namespace shardcast {
-
-// Decoded image, interleaved RGB (HWC), 8 bits per channel.
-struct RgbImage {
-  int width = 0;
-  int height = 0;
-  std::vector<uint8_t> pixels;  // height * width * 3
-};
 
 struct DecodeOptions {
   // When > 0, JPEGs may be decoded with DCT-domain downscaling (1/2, 1/4, 1/8...)
@@ -70,15 +64,7 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
 
 // --- Lower-level pieces (exposed for tests and benchmarks) ---
 
-// What the header says, without decoding pixels.
-struct ImageInfo {
-  int width = 0;
-  int height = 0;
-  bool is_jpeg = false;      // else PNG
-  bool cmyk = false;         // JPEG in CMYK/YCCK: decoded with 4 bytes per pixel
-  bool progressive = false;  // progressive JPEG: libjpeg keeps every coefficient
-  int components = 3;        // JPEG colour components (1 grey, 3, 4)
-};
+// What the header says (ImageInfo, image_types.h), without decoding pixels.
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
 
 // An upper bound of the bytes decoding `info`'s image at DCT scale num/denom (JPEG; a

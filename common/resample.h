@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/image_transform.h"
+#include "common/image_types.h"
 
 namespace shardcast {
 namespace internal {
