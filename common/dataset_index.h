@@ -11,24 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/sample_entry.h"
 
 namespace shardcast {
-
-// One tar member of a sample. `offset` is the position of the member's data in the
-// UNCOMPRESSED tar stream: for a plain .tar that is a file offset (one pread reads it);
-// for .tar.gz it is an offset into the decompressed stream.
-struct MemberRef {
-  std::string ext;  // lower-cased, e.g. "jpg", "json", "seg.png"
-  uint64_t offset = 0;
-  uint64_t size = 0;
-};
-
-struct SampleEntry {
-  std::string key;            // case preserved, may contain '/'
-  int64_t label = -1;         // from .cls or the json label field
-  uint32_t image_member = 0;  // index into `members` of the image to decode
-  std::vector<MemberRef> members;
-};
 
 struct ShardInfo {
   std::string path;  // relative to the dataset root, e.g. "shard-000001.tar"
@@ -77,9 +62,6 @@ struct DatasetIndex {
   // Per-shard sample counts, in shard order: all the planner needs.
   std::vector<uint32_t> ShardSampleCounts() const;
 };
-
-// Labels are accepted in [0, max_classes); see IndexOptions::max_classes.
-inline constexpr int32_t kDefaultMaxClasses = 1000000;
 
 struct IndexOptions {
   // Field of the .json member holding the integer label (when there is no .cls).

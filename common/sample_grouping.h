@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/dataset_index.h"
+#include "common/sample_entry.h"
 #include "common/tar_reader.h"
 
 namespace shardcast {
