@@ -267,6 +267,15 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-batch-memory", "0"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-jobs", "-1"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-unstreamed-jobs-per-peer", "-1"}, &out), 2);
+  // The host-fault flags: negative, non-numeric, out of range, empty.
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-connections", "-1"}, &out), 2);
+  EXPECT_EQ(
+      RunServerBinary({"--shards", data(), "--max-connections", "99999999999999999999"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-connections-per-peer", "many"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--max-connections-per-peer", ""}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--listener-probe-interval", "-1s"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--shard-read-retry", "soon"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--shard-read-retry", "-20s"}, &out), 2);
   // Job defaults are validated as a job would be: center mode needs resize >= crop.
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--resize", "100"}, &out), 2);
   // Datasets: NAME=DIR, valid names, no name twice ("default" is --shards; the
