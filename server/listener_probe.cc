@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "server/host_port.h"
 #include "server/log.h"
 #include "server/unix_socket.h"
 
@@ -62,11 +63,9 @@ absl::StatusOr<ProbeTarget> ProbeTargetFor(const std::string& listen_address, in
     target.length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path->size() + 1);
     return target;
   }
-  const size_t colon = listen_address.rfind(':');
-  std::string host = colon == std::string::npos ? listen_address : listen_address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  absl::StatusOr<HostPort> host_port = SplitHostPort(listen_address);
+  if (!host_port.ok()) return host_port.status();
+  const std::string& host = host_port->host;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "server/host_port.h"
 #include "server/log.h"
 
 namespace shardcast::server {
@@ -84,21 +85,6 @@ bool IsPerConnectionAcceptError(int error) {
   }
 }
 
-// HOST:PORT or [V6]:PORT -> (host, port); an empty or "*" host means every address.
-absl::StatusOr<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-listen: expected HOST:PORT, got '", LogSafe(address), "'"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "*") host.clear();
-  return std::make_pair(host, address.substr(colon + 1));
-}
-
 }  // namespace
 
 absl::StatusOr<HttpRequest> ParseHttpRequestHead(absl::string_view head) {
@@ -160,15 +146,18 @@ MetricsHttpServer::MetricsHttpServer(std::string listen_address,
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
 absl::Status MetricsHttpServer::Start() {
-  absl::StatusOr<std::pair<std::string, std::string>> host_port = SplitHostPort(listen_address_);
-  if (!host_port.ok()) return host_port.status();
+  absl::StatusOr<HostPort> host_port = SplitHostPort(listen_address_);
+  if (!host_port.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-listen: ", host_port.status().message()));
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
-  const int resolved = ::getaddrinfo(host_port->first.empty() ? nullptr : host_port->first.c_str(),
-                                     host_port->second.c_str(), &hints, &found);
+  const int resolved = ::getaddrinfo(host_port->host.empty() ? nullptr : host_port->host.c_str(),
+                                     host_port->port.c_str(), &hints, &found);
   if (resolved != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics-listen '", LogSafe(listen_address_),
                                                    "': ", gai_strerror(resolved)));

@@ -1,0 +1,23 @@
+// HOST:PORT as the server's listen flags take it (--listen, --metrics-listen).
+#ifndef SHARDCAST_SERVER_HOST_PORT_H_
+#define SHARDCAST_SERVER_HOST_PORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace shardcast::server {
+
+struct HostPort {
+  std::string host;  // brackets of an IPv6 host removed; empty (or "*" given) = every address
+  std::string port;
+};
+
+// HOST:PORT or [V6]:PORT -> its parts. INVALID_ARGUMENT (the address log-safe) when
+// there is no ':' or no port after it.
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_HOST_PORT_H_
