@@ -104,13 +104,15 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
                     "Shards not served: skipped (left out of the index), changed (found "
                     "changed since indexing; streams that read them fail until a restart) or "
                     "unreadable (the host failed their last read: EMFILE, EACCES, EIO...).");
-    for (const DatasetMetrics& d : snapshot.datasets) {
-      problems.Sample(d.skipped_shards,
-                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "skipped")));
-      problems.Sample(d.changed_shards,
-                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "changed")));
-      problems.Sample(d.unreadable_shards,
-                      absl::StrCat(Label("dataset", d.name), ",", Label("problem", "unreadable")));
+    // From the status reply's datasets, which count them already.
+    for (const v1::DatasetStatus& d : snapshot.status.datasets()) {
+      const std::string dataset = Label("dataset", d.name());
+      problems.Sample(d.total_skipped_shards(),
+                      absl::StrCat(dataset, ",", Label("problem", "skipped")));
+      problems.Sample(d.total_changed_shards(),
+                      absl::StrCat(dataset, ",", Label("problem", "changed")));
+      problems.Sample(d.total_unreadable_shards(),
+                      absl::StrCat(dataset, ",", Label("problem", "unreadable")));
     }
   }
 

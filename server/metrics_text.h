@@ -22,9 +22,6 @@ struct DatasetMetrics {
   int64_t shards = 0;
   int64_t samples = 0;
   int64_t skipped_samples = 0;
-  int64_t skipped_shards = 0;  // shard files left out of the index
-  int64_t changed_shards = 0;  // shards found changed since indexing
-  int64_t unreadable_shards = 0;  // shards whose last read the host failed
 };
 
 struct MetricsSnapshot {

@@ -564,11 +564,6 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
       dataset.shards = static_cast<int64_t>(index.shards.size());
       dataset.samples = index.num_samples;
       dataset.skipped_samples = static_cast<int64_t>(index.skipped.size());
-      dataset.skipped_shards = static_cast<int64_t>(index.skipped_shards.size());
-      dataset.changed_shards =
-          static_cast<int64_t>(entry.data->data->reader().ChangedShards().size());
-      dataset.unreadable_shards =
-          static_cast<int64_t>(entry.data->data->reader().UnreadableShards().size());
     }
     snapshot.datasets.push_back(std::move(dataset));
   }

@@ -135,9 +135,6 @@ TEST(StatusMetricsDriftTest, EveryNumericStatusFieldIsInTheMetrics) {
   metrics.shards = dataset.num_shards();
   metrics.samples = dataset.num_samples();
   metrics.skipped_samples = dataset.skipped_samples();
-  metrics.skipped_shards = dataset.total_skipped_shards();
-  metrics.changed_shards = dataset.total_changed_shards();
-  metrics.unreadable_shards = dataset.total_unreadable_shards();
   snapshot.datasets.push_back(metrics);
   const std::multiset<std::string> values = SampleValues(RenderPrometheusText(snapshot));
 
