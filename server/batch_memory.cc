@@ -19,8 +19,11 @@ bool BatchMemoryBudget::TryReserve(int64_t bytes, int64_t headroom) {
 }
 
 void BatchMemoryBudget::Release(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  reserved_ -= bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    reserved_ -= bytes;
+  }
+  if (on_release_) on_release_();
 }
 
 int64_t BatchMemoryBudget::reserved() const {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -25,7 +26,10 @@ namespace shardcast::server {
 // Thread-safe counter of reserved bytes under a fixed limit.
 class BatchMemoryBudget {
  public:
-  explicit BatchMemoryBudget(int64_t limit_bytes) : limit_(limit_bytes) {}
+  // `on_release`, when set, runs after every Release with no lock of the budget held
+  // (the admission queue waits on it); it may run under a StreamMemory's lock.
+  explicit BatchMemoryBudget(int64_t limit_bytes, std::function<void()> on_release = nullptr)
+      : limit_(limit_bytes), on_release_(std::move(on_release)) {}
   BatchMemoryBudget(const BatchMemoryBudget&) = delete;
   BatchMemoryBudget& operator=(const BatchMemoryBudget&) = delete;
 
@@ -39,6 +43,7 @@ class BatchMemoryBudget {
 
  private:
   const int64_t limit_;
+  const std::function<void()> on_release_;
   mutable absl::Mutex mu_;
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -50,22 +50,18 @@ namespace {
 // OnWriteDone, or from the window's ready callback when it was not assembled yet.
 // Reactions never block. Deletes itself in OnDone.
 //
+// The stream may wait for memory before it opens (StreamManager::Open): the writer
+// starts without a session and gets it, or the refusal, through Opened(), on the
+// admission thread. A client that goes away meanwhile withdraws the wait.
+//
 // The server may end the stream from outside (StreamControl: replaced by a newer
 // stream of its rank, or idle): the window is cancelled at once; with no write in
 // flight the call finishes with that status, else the call is cancelled (a write
 // waiting on a client that does not read would hold the status back forever).
 class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  BatchWriter(grpc::CallbackServerContext* context, std::unique_ptr<StreamSession> session)
-      : context_(context), session_(std::move(session)) {
-    std::optional<absl::Status> ended =
-        session_->control()->Attach([this](const absl::Status& status) { End(status); });
-    if (ended.has_value()) {
-      absl::MutexLock lock(&mu_);
-      end_status_ = *ended;
-    }
-    Pump();
-  }
+  BatchWriter(grpc::CallbackServerContext* context, StreamManager* streams)
+      : context_(context), streams_(streams) {}
   // A refused stream: finishes at once with `error` (later reactions, e.g. OnCancel
   // of a client that went away meanwhile, must not finish it again).
   explicit BatchWriter(const absl::Status& error) {
@@ -76,13 +72,47 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     Finish(ToGrpcStatus(error));
   }
 
+  // The wait for memory, to withdraw when the call ends first. Set once, right after
+  // the service returned it (Opened may have run already).
+  void WaitingFor(std::shared_ptr<StreamManager::Pending> pending) {
+    absl::MutexLock lock(&mu_);
+    pending_ = std::move(pending);
+  }
+
+  // The stream opened, or was refused: the service's OpenStream callback.
+  void Opened(absl::StatusOr<std::unique_ptr<StreamSession>> session) {
+    std::unique_ptr<StreamSession> too_late;  // the call ended while it waited
+    {
+      absl::MutexLock lock(&mu_);
+      if (!session.ok()) {
+        if (!end_status_.has_value()) end_status_ = session.status();
+      } else if (finish_called_) {
+        too_late = *std::move(session);
+      } else {
+        session_ = *std::move(session);
+      }
+    }
+    if (too_late != nullptr) {
+      too_late->Close("cancelled (client disconnect or server shutdown) before it opened");
+      return;
+    }
+    StreamSession* opened = session_unlocked();
+    if (opened != nullptr) {
+      std::optional<absl::Status> ended =
+          opened->Attach([this](const absl::Status& status) { End(status); });
+      if (ended.has_value()) {
+        absl::MutexLock lock(&mu_);
+        end_status_ = *ended;
+      }
+    }
+    Pump();
+  }
+
   void OnWriteDone(bool ok) override {
-    const std::optional<absl::Duration> waited = session_->control()->WriteWaiting(absl::Now());
-    session_->control()->WriteDone();
     {
       absl::MutexLock lock(&mu_);
       write_in_flight_ = false;
-      session_->Sent(*in_flight_, in_flight_bytes_, waited.value_or(absl::ZeroDuration()));
+      session_->Sent(*in_flight_, in_flight_bytes_);
       in_flight_.reset();
       message_.Clear();  // drop our reference to the sent batch's pixels now
       // A failed write means the transport broke (client gone, call cancelled).
@@ -100,12 +130,14 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnDone() override {
-    // gRPC calls OnDone after every other reaction; Close() cancels the window and
-    // waits for a ready callback in progress, so none can touch `this` afterwards.
-    // Detach waits for an End in progress, which uses context_.
-    if (session_ != nullptr) {
-      session_->control()->Detach();
-      session_->Close(how_unlocked());
+    // gRPC calls OnDone after every other reaction. Withdraw waits for an Opened in
+    // progress; none comes afterwards. Close() cancels the window and waits for a
+    // ready callback in progress, so none can touch `this` afterwards. Detach waits
+    // for an End in progress, which uses context_.
+    if (streams_ != nullptr) streams_->Withdraw(pending_unlocked());
+    if (StreamSession* session = session_unlocked(); session != nullptr) {
+      session->Detach();
+      session->Close(how_unlocked());
     }
     delete this;
   }
@@ -120,7 +152,8 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       end_status_ = status;
       write_in_flight = write_in_flight_;
     }
-    session_->CancelWindow();
+    // Outside the lock: Cancel waits for a ready callback in progress, which Pumps.
+    session_unlocked()->CancelWindow();
     if (write_in_flight) {
       context_->TryCancel();  // OnWriteDone(false) and OnCancel follow, then Pump finishes
     } else {
@@ -133,6 +166,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void Pump() {
     enum class Action { kNothing, kWrite, kFinish } action = Action::kNothing;
     grpc::Status status;
+    StreamSession* writing = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (write_in_flight_ || finish_called_) return;
@@ -148,7 +182,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         how_ = "cancelled (client disconnect or server shutdown)";
         status = grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
         action = Action::kFinish;
-      } else {
+      } else if (session_ != nullptr) {
         std::shared_ptr<AssembledBatch> batch;
         absl::StatusOr<BatchWindow::TakeResult> taken = session_->Take(&batch, [this] { Pump(); });
         if (!taken.ok()) {
@@ -159,16 +193,17 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           write_in_flight_ = true;
           in_flight_bytes_ = EncodeBatch(batch, &message_);
           in_flight_ = std::move(batch);
+          writing = session_.get();
           action = Action::kWrite;
         } else if (*taken == BatchWindow::TakeResult::kEnd) {
           how_ = "complete";
           action = Action::kFinish;
         }  // kPending: the window calls Pump again once the batch is ready.
-      }
+      }    // No session yet: Opened calls Pump.
       if (action == Action::kFinish) finish_called_ = true;
     }
     if (action == Action::kWrite) {
-      session_->control()->WriteStarted(absl::Now());
+      writing->WriteStarted();
       StartWrite(&message_);
     }
     if (action == Action::kFinish) Finish(status);
@@ -176,11 +211,18 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   // OnDone runs after every reaction has returned; nothing else holds the lock.
   std::string how_unlocked() ABSL_NO_THREAD_SAFETY_ANALYSIS { return how_; }
+  std::shared_ptr<StreamManager::Pending> pending_unlocked() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return pending_;
+  }
+  // Set once, by Opened, before any reaction that uses it can run.
+  StreamSession* session_unlocked() ABSL_NO_THREAD_SAFETY_ANALYSIS { return session_.get(); }
 
   grpc::CallbackServerContext* const context_ = nullptr;  // null for a refused stream
+  StreamManager* const streams_ = nullptr;                // null for a refused stream
   absl::Mutex mu_;
-  std::unique_ptr<StreamSession> session_;                       // null for a refused stream
-  std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);  // ended from outside
+  std::unique_ptr<StreamSession> session_ ABSL_GUARDED_BY(mu_);           // null until Opened
+  std::shared_ptr<StreamManager::Pending> pending_ ABSL_GUARDED_BY(mu_);  // waiting for memory
+  std::optional<absl::Status> end_status_ ABSL_GUARDED_BY(mu_);  // ended from outside, refused
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;            // one write at a time
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;              // Finish() issued (exactly once)
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;               // OnWriteDone(false) seen
@@ -292,9 +334,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::HandleStreamBa
   if (!parse.ok()) {
     return new BatchWriter(absl::InvalidArgumentError("malformed StreamBatchesRequest"));
   }
-  absl::StatusOr<std::unique_ptr<StreamSession>> session = impl_->OpenStream(parsed);
-  if (!session.ok()) return new BatchWriter(session.status());
-  return new BatchWriter(context, *std::move(session));
+  auto* writer = new BatchWriter(context, &impl_->streams());
+  writer->WaitingFor(
+      impl_->OpenStream(parsed, [writer](absl::StatusOr<std::unique_ptr<StreamSession>> session) {
+        writer->Opened(std::move(session));
+      }));
+  return writer;
 }
 
 grpc::ServerUnaryReactor* GrpcShardcastService::HandleGetStatus(

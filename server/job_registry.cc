@@ -36,13 +36,15 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
 // ---------------------------------------------------------------------------- Job
 
 Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-         const NamedDataset* dataset, std::string peer)
-    : id_(std::move(id)),
+         const NamedDataset* dataset, std::string peer, const Clock* clock)
+    : clock_(clock),
+      id_(std::move(id)),
       config_(config),
       batches_per_epoch_(batches_per_epoch),
       job_fingerprint_(std::move(job_fingerprint)),
       dataset_(dataset),
-      peer_(std::move(peer)) {}
+      peer_(std::move(peer)),
+      last_active_(clock->Now()) {}
 
 absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   absl::MutexLock lock(&mu_);
@@ -66,7 +68,7 @@ void Job::MarkRegistered(int32_t rank) {
   absl::MutexLock lock(&mu_);
   RankProgress& progress = ranks_[rank].progress;
   progress.rank = rank;
-  last_active_ = absl::Now();
+  last_active_ = clock_->Now();
   // The stall clock of a rank that has not streamed yet starts at its registration.
   if (progress.last_batch == absl::InfinitePast()) progress.last_batch = last_active_;
 }
@@ -101,13 +103,13 @@ Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
   state.progress.epoch = epoch;
   state.progress.next_batch = start_batch;
   state.progress.streaming = true;
-  state.progress.last_batch = absl::Now();
+  state.progress.last_batch = clock_->Now();
   state.progress.stalled = false;
   state.stream_id = next_stream_id_++;
   state.window = std::move(window);
   ++open_streams_;
   ever_streamed_ = true;
-  last_active_ = absl::Now();
+  last_active_ = clock_->Now();
   opened.stream_id = state.stream_id;
   return opened;
 }
@@ -176,7 +178,7 @@ std::vector<RankProgress> Job::UpdateStalls(absl::Duration stall_warn, absl::Tim
 void Job::CloseStream(int32_t rank, int64_t stream_id) {
   absl::MutexLock lock(&mu_);
   --open_streams_;
-  last_active_ = absl::Now();
+  last_active_ = clock_->Now();
   RankState& state = ranks_[rank];
   if (state.stream_id != stream_id) return;
   state.progress.streaming = false;
@@ -206,8 +208,9 @@ std::vector<RankProgress> Job::Progress() const {
 
 JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
                          int max_jobs, absl::Duration unstreamed_job_ttl,
-                         int max_unstreamed_jobs_per_peer)
-    : defaults_(defaults),
+                         int max_unstreamed_jobs_per_peer, const Clock* clock)
+    : clock_(clock),
+      defaults_(defaults),
       limits_(limits),
       job_ttl_(job_ttl),
       max_jobs_(max_jobs),
@@ -316,7 +319,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       }
       job = std::make_shared<Job>(job_id, *config, *n,
                                   JobFingerprint(dataset->data->index().fingerprint, *config),
-                                  dataset, peer);
+                                  dataset, peer, clock_);
       jobs_.emplace(job_id, job);
     }
   }

@@ -15,10 +15,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/epoch_plan.h"
 #include "common/job_config.h"
+#include "server/clock.h"
 #include "server/dataset_registry.h"
 #include "server/server_options.h"
 #include "server/stream_control.h"
@@ -43,9 +43,10 @@ struct RankProgress {
 class Job {
  public:
   // REQUIRES: `dataset` outlives the job.
-  // `peer`: PeerHost of the client whose Register created the job.
+  // `peer`: PeerHost of the client whose Register created the job. `clock` (which
+  // must outlive the job) times its activity and its ranks' last batches.
   Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-      const NamedDataset* dataset, std::string peer);
+      const NamedDataset* dataset, std::string peer, const Clock* clock = Clock::Real());
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -114,6 +115,7 @@ class Job {
   };
   static constexpr size_t kPlanCacheSize = 4;
 
+  const Clock* const clock_;
   const std::string id_;
   const JobConfig config_;
   const int64_t batches_per_epoch_;
@@ -126,7 +128,7 @@ class Job {
   int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   int open_streams_ ABSL_GUARDED_BY(mu_) = 0;  // of all ranks, replaced ones included
   bool ever_streamed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time last_active_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time last_active_ ABSL_GUARDED_BY(mu_);
   // Most recently used first: (epoch, plan).
   std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
 };
@@ -139,7 +141,7 @@ class JobRegistry {
   // `max_jobs`, `max_unstreamed_jobs_per_peer`: see ServerOptions (zero = no limit).
   JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
               int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration(),
-              int max_unstreamed_jobs_per_peer = 0);
+              int max_unstreamed_jobs_per_peer = 0, const Clock* clock = Clock::Real());
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -183,6 +185,7 @@ class JobRegistry {
   absl::Status CheckPeerLimit(const std::string& job_id, const std::string& peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const Clock* const clock_;  // given to the jobs
   const JobConfig defaults_;
   const JobLimits limits_;
   const absl::Duration job_ttl_;

@@ -201,6 +201,11 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
   Family(&out, "shardcast_streams_refused_memory_total", "counter",
          "Streams refused because not even one batch fit --max-batch-memory.")
       .Sample(s.streams_refused_memory());
+  Family(&out, "shardcast_streams_waiting_for_memory", "gauge",
+         "Streams waiting (up to --admission-wait) for batch memory that ending streams free.")
+      .Sample(s.streams_waiting_for_memory());
+  Family(&out, "shardcast_admission_wait_seconds", "gauge", "--admission-wait.")
+      .Sample(s.admission_wait_seconds());
   Family(&out, "shardcast_streams_replaced_total", "counter",
          "Streams ended by a newer stream of the same rank.")
       .Sample(s.streams_replaced());

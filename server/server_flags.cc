@@ -123,6 +123,12 @@ void AddResourceFlags(FlagSet& flags, const DescriptorLimit& descriptors, Server
                               available.source)},
              &o.max_batch_memory_bytes);
   o.max_decode_memory_bytes = DefaultDecodeMemoryBytes(available);
+  flags.Duration({{"--admission-wait"},
+                  "DURATION",
+                  "a stream whose first batch does not fit --max-batch-memory waits this long\n"
+                  "for memory that ending streams give back (in a queue, first come first\n"
+                  "served), then is refused RESOURCE_EXHAUSTED (0 = refuse at once)"},
+                 &o.admission_wait);
   flags.Size({{"--max-decode-memory"},
               "SIZE",
               "decode buffers of the images being decoded, all decode threads together,\n"

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/dataset_index.h"
 #include "common/job_config.h"
+#include "server/clock.h"
 
 namespace shardcast::server {
 
@@ -53,6 +54,11 @@ struct ServerOptions {
   // batch_memory.h for the admission policy). 0 = the default: half of the memory
   // available to the process (memory_limit.h).
   int64_t max_batch_memory_bytes = 0;
+  // A stream whose guaranteed batch does not fit max_batch_memory_bytes (after idle
+  // streams were reclaimed and windows shrunk) waits this long, in a first-come queue
+  // off the gRPC threads, for memory that ending streams give back; then it is refused
+  // RESOURCE_EXHAUSTED. Zero = refused at once.
+  absl::Duration admission_wait = absl::Seconds(1);
   // Decode buffers of the images being decoded, all decode threads together, never
   // exceed this (decode_budget.h); an image that alone needs more is substituted.
   // 0 = the default: DefaultDecodeMemoryBytes (memory_limit.h).
@@ -109,6 +115,9 @@ struct ServerOptions {
   // without decode cost. Clients receive wrong data in this mode; never set it when
   // serving a trainer.
   bool bench_only_resend_first_batch = false;
+  // The time the core reads (TTLs, idle streams, stalls, rates): tests pass a clock they
+  // advance. Not owned; must outlive the server.
+  const Clock* clock = Clock::Real();
 };
 
 }  // namespace shardcast::server

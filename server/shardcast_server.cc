@@ -268,18 +268,19 @@ void ShardcastServer::StopServer(absl::Duration grace) {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;
     stopped_ = true;
+  }
+  // Refusing first: whoever sees NOT_SERVING finds new work refused as well.
+  impl_->BeginDrain();
+  {
+    absl::MutexLock lock(&mu_);
     UpdateHealth();
   }
   if (listener_probe_ != nullptr) listener_probe_->Stop();
-  impl_->BeginDrain();
-  const int64_t open = impl_->open_streams();
+  const int64_t open = impl_->streams().open_streams();
   LogInfo("server", absl::StrFormat("draining: NOT_SERVING, %d open streams, grace %s", open,
                                     absl::FormatDuration(grace)));
-  const absl::Time deadline = absl::Now() + grace;
-  while (impl_->open_streams() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  const int64_t left = impl_->open_streams();
+  impl_->streams().AwaitNoOpenStreams(absl::Now() + grace);
+  const int64_t left = impl_->streams().open_streams();
   if (left > 0) {
     LogWarning("server", absl::StrFormat("grace period over: cancelling %d open streams", left));
   }

@@ -241,7 +241,13 @@ TEST(ServiceStateTest, RequestsWhileIndexingAreUnavailable) {
   EXPECT_THAT(std::string(registered.status().message()), HasSubstr("indexing"));
   v1::StreamBatchesRequest stream;
   stream.set_job_id("j");
-  EXPECT_EQ(service.OpenStream(stream).status().code(), absl::StatusCode::kUnavailable);
+  absl::Status opened;
+  EXPECT_EQ(service.OpenStream(stream,
+                               [&](absl::StatusOr<std::unique_ptr<server::StreamSession>> session) {
+                                 opened = session.status();
+                               }),
+            nullptr);  // refused at once, not waiting
+  EXPECT_EQ(opened.code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(service.GetStatus().serving());
 }
 

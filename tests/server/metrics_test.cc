@@ -308,7 +308,7 @@ TEST_F(MetricsServerTest, AStoppedRankBehindItsPeerIsFlaggedOnceAndClearedWhenIt
   EXPECT_GT(rank1(status)->lag_batches(), 0);
   EXPECT_GE(rank1(status)->seconds_since_last_batch(), 0.3);
   // Flagged once: the next check finds nothing new.
-  EXPECT_EQ(server_->server().impl().CheckStalls(), 0);
+  EXPECT_EQ(server_->server().impl().streams().CheckStalls(), 0);
   const std::string flagged = server::RenderPrometheusText(server_->server().impl().Metrics());
   EXPECT_TRUE(absl::StrContains(flagged, "shardcast_rank_stalled{job=\"stall\",rank=\"1\"} 1\n"))
       << flagged;
