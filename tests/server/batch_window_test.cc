@@ -112,11 +112,13 @@ TEST_F(BatchWindowTest, AStalledConsumerHoldsExactlyTheWindow) {
   const int64_t sample_bytes = 3 * 32 * 32;
   auto window = MakeWindow(/*depth=*/4, 0, 20);
   window->Start();
-  // Nobody takes: the window fills to its depth and the pool goes idle.
-  for (int i = 0; i < 500 && (pool_->queue_depth() > 0 || window->depth() < 4); ++i) {
+  // Nobody takes: the window fills to its depth and the pool goes idle. A window
+  // launches only from Take and from its own tasks: once it is full and no task is
+  // queued or running, nothing more can start.
+  for (int i = 0;
+       i < 2000 && (pool_->queue_depth() > 0 || pool_->running() > 0 || window->depth() < 4); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(window->depth(), 4);
   EXPECT_EQ(pool_->queue_depth(), 0);
   EXPECT_EQ(stats_.buffer_bytes.load(), 4 * 6 * sample_bytes);

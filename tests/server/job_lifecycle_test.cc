@@ -5,10 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <thread>
-
 #include "server/grpc_shardcast_service.h"
+#include "tests/server/fake_clock.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -16,29 +14,40 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr auto kTtl = std::chrono::milliseconds(400);
+// The server's clock is the test's: an hour passes when the test says so.
+constexpr absl::Duration kTtl = absl::Hours(1);
 
-server::ServerOptions WithTtl() {
+server::ServerOptions WithTtl(const FakeClock& clock) {
   server::ServerOptions options;
-  options.job_ttl = absl::FromChrono(kTtl);
+  options.job_ttl = kTtl;
+  options.clock = &clock;
   return options;
 }
 
 TEST(JobLifecycleTest, AnIdleJobExpiresAndItsIdTakesANewConfig) {
   TempDir dir;
   MakeDataset(dir.path(), /*samples=*/48, /*per_shard=*/12);
-  InProcessServer server(dir.path(), WithTtl());
+  FakeClock clock;
+  InProcessServer server(dir.path(), WithTtl(clock));
   v1::RegisterResponse response;
   ASSERT_TRUE(Register(server.stub(), MakeRegister("rerun", 0, 1, 8), &response).ok());
   ASSERT_TRUE(StreamAll(server.stub(), "rerun", 0, 0, 0).status.ok());
+  // The TTL counts from the stream's close on the server, which may follow the
+  // client's end of the call by a moment.
+  ASSERT_EQ(WaitForStatus(server.stub(),
+                          [](const v1::GetStatusResponse& s) { return s.open_streams() == 0; })
+                .open_streams(),
+            0);
 
   // Within the TTL the job is alive: another batch size is refused, naming the field.
   grpc::Status conflict = Register(server.stub(), MakeRegister("rerun", 0, 1, 4), &response);
   EXPECT_EQ(conflict.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(conflict.error_message(), HasSubstr("batch_size"));
 
-  std::this_thread::sleep_for(kTtl + std::chrono::milliseconds(200));
-  EXPECT_EQ(GetStatus(server.stub()).jobs_size(), 0);  // dropped
+  clock.Advance(kTtl - absl::Seconds(1));
+  EXPECT_EQ(GetStatus(server.stub()).jobs_size(), 1);  // not yet
+  clock.Advance(absl::Seconds(2));
+  EXPECT_EQ(GetStatus(server.stub()).jobs_size(), 0);  // expired
   grpc::Status rerun = Register(server.stub(), MakeRegister("rerun", 0, 1, 4), &response);
   ASSERT_TRUE(rerun.ok()) << rerun.error_message();
   EXPECT_EQ(response.batch_size(), 4);
@@ -48,7 +57,10 @@ TEST(JobLifecycleTest, AnIdleJobExpiresAndItsIdTakesANewConfig) {
 TEST(JobLifecycleTest, AJobWithAnOpenStreamNeverExpires) {
   TempDir dir;
   MakeDataset(dir.path(), /*samples=*/480, /*per_shard=*/120);
-  InProcessServer server(dir.path(), WithTtl());
+  FakeClock clock;
+  server::ServerOptions options = WithTtl(clock);
+  options.stream_idle_timeout = absl::ZeroDuration();  // the stream stays open, however idle
+  InProcessServer server(dir.path(), options);
   v1::RegisterResponse response;
   ASSERT_TRUE(Register(server.stub(), MakeRegister("slow", 0, 1, 8), &response).ok());
   // A reader that takes one batch, then nothing for longer than the TTL.
@@ -61,7 +73,7 @@ TEST(JobLifecycleTest, AJobWithAnOpenStreamNeverExpires) {
   auto reader = slow_stub->StreamBatches(&context, request);
   v1::Batch batch;
   ASSERT_TRUE(reader->Read(&batch));
-  std::this_thread::sleep_for(kTtl * 2);
+  clock.Advance(kTtl * 2);
   v1::GetStatusResponse status = GetStatus(server.stub());
   ASSERT_EQ(status.jobs_size(), 1);
   EXPECT_EQ(status.jobs(0).job_id(), "slow");
@@ -75,10 +87,12 @@ TEST(JobLifecycleTest, AJobWithAnOpenStreamNeverExpires) {
 TEST(JobLifecycleTest, JobsThatNeverStreamFreeTheTableAfterTheUnstreamedTtl) {
   TempDir dir;
   MakeDataset(dir.path(), /*samples=*/48, /*per_shard=*/12);
+  FakeClock clock;
   server::ServerOptions options;
   options.job_ttl = absl::Hours(1);
-  options.unstreamed_job_ttl = absl::FromChrono(kTtl);
+  options.unstreamed_job_ttl = absl::Minutes(2);
   options.max_jobs = 2;
+  options.clock = &clock;
   InProcessServer server(dir.path(), options);
   v1::RegisterResponse response;
   ASSERT_TRUE(Register(server.stub(), MakeRegister("real", 0, 1, 8), &response).ok());
@@ -87,7 +101,7 @@ TEST(JobLifecycleTest, JobsThatNeverStreamFreeTheTableAfterTheUnstreamedTtl) {
   grpc::Status full = Register(server.stub(), MakeRegister("new", 0, 1, 8), &response);
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
 
-  std::this_thread::sleep_for(kTtl + std::chrono::milliseconds(200));
+  clock.Advance(absl::Minutes(2) + absl::Seconds(1));
   v1::GetStatusResponse status = GetStatus(server.stub());
   ASSERT_EQ(status.jobs_size(), 1);  // the squatter went, the job that streamed stays
   EXPECT_EQ(status.jobs(0).job_id(), "real");

@@ -157,22 +157,23 @@ TEST_F(StreamLifecycleTest, DrainLetsReadersFinishAndCancelsStalledStreams) {
   v1::Batch batch;
   ASSERT_TRUE(stalled->Read(&batch));
   // A reader that keeps reading, a little slowly, across the start of the drain.
-  std::atomic<bool> drain_started{false};
+  std::atomic<bool> reading{false};
   StreamResult reader_result;
   std::thread reader([&] {
     reader_result = StreamAll(stub(), "life", 0, 1, 20, [&](int) {
+      reading = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (!reading) std::this_thread::yield();  // the stream is open before the drain
 
-  std::thread drainer([&] {
-    drain_started = true;
-    server_->server().Drain();
-  });
+  std::thread drainer([&] { server_->server().Drain(); });
   // While draining: NOT_SERVING, and new work is refused.
-  while (!drain_started) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0;
+       i < 500 && Health(server_->channel()) != grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(Health(server_->channel()), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(Health(server_->channel(), "shardcast.v1.Shardcast"),
             grpc::health::v1::HealthCheckResponse::NOT_SERVING);
