@@ -133,20 +133,46 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     if (started_) return absl::FailedPreconditionError("server already started");
     started_ = true;
   }
+  if (absl::Status s = LoadTokens(); !s.ok()) return s;
+  if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  SetServing(false);
+  // What watches the listener and serves /metrics: stopped again if either fails.
+  absl::Status watchers = StartListenerProbe();
+  if (watchers.ok()) watchers = StartMetricsEndpoint();
+  if (!watchers.ok()) {
+    metrics_.reset();
+    listener_probe_.reset();
+    server_->Shutdown();
+    server_.reset();
+    return watchers;
+  }
+  LogInfo("server",
+          absl::StrFormat("listening on %s (%s%s, %d decode threads, prefetch %d)",
+                          listening_address(), options_.tls_cert_file.empty() ? "plaintext" : "TLS",
+                          options_.tls_client_ca_file.empty() ? "" : " + client certificates",
+                          impl_->pool().threads(), options_.prefetch));
+  StartServing(std::move(dataset));
+  return absl::OkStatus();
+}
+
+absl::Status ShardcastServer::LoadTokens() {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<size_t> loaded = tokens_->Reload();
+  if (!loaded.ok()) return loaded.status();
+  LogInfo("server",
+          absl::StrFormat("bearer tokens required on shardcast.v1 calls (%d accepted)", *loaded));
+  if (options_.tls_cert_file.empty()) {
+    LogWarning("server",
+               "--auth-token-file without --tls-cert: bearer tokens travel in plaintext and "
+               "anyone on the network path can read and reuse them");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardcastServer::StartGrpc() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options_);
   if (!credentials.ok()) return credentials.status();
-  if (tokens_ != nullptr) {
-    absl::StatusOr<size_t> loaded = tokens_->Reload();
-    if (!loaded.ok()) return loaded.status();
-    LogInfo("server",
-            absl::StrFormat("bearer tokens required on shardcast.v1 calls (%d accepted)", *loaded));
-    if (options_.tls_cert_file.empty()) {
-      LogWarning("server",
-                 "--auth-token-file without --tls-cert: bearer tokens travel in plaintext and "
-                 "anyone on the network path can read and reuse them");
-    }
-  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -180,59 +206,43 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", LogSafe(options_.listen_address, kAddressLogBytes), "'"));
   }
+  absl::Status listener = absl::OkStatus();
   if (options_.accept_backlog > 0) {
-    if (absl::Status s = accept_watch_->SetAcceptBacklog(static_cast<int>(options_.accept_backlog));
-        !s.ok()) {
-      server_->Shutdown();
-      server_.reset();
-      return s;
-    }
+    listener = accept_watch_->SetAcceptBacklog(static_cast<int>(options_.accept_backlog));
   }
-  if (socket_path.has_value()) {
-    if (absl::Status s = RestrictUnixSocket(*socket_path); !s.ok()) {
-      server_->Shutdown();
-      server_.reset();
-      return s;
-    }
-  }
-  SetServing(false);
-  if (absl::Status s = StartListenerProbe(); !s.ok()) {
+  if (listener.ok() && socket_path.has_value()) listener = RestrictUnixSocket(*socket_path);
+  if (!listener.ok()) {
     server_->Shutdown();
     server_.reset();
-    return s;
   }
-  if (!options_.metrics_listen_address.empty()) {
-    metrics_ = std::make_unique<MetricsHttpServer>(
-        options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
-        tokens_.get());
-    if (absl::Status s = metrics_->Start(); !s.ok()) {
-      metrics_.reset();
-      listener_probe_.reset();
-      server_->Shutdown();
-      server_.reset();
-      return s;
-    }
-    LogInfo("server", absl::StrFormat("metrics on http://%s/metrics%s", metrics_address(),
-                                      tokens_ != nullptr ? ", bearer token required" : ""));
-    if (!options_.tls_cert_file.empty()) {
-      LogWarning("server",
-                 "--metrics-listen is plain HTTP although gRPC uses TLS: job ids and figures "
-                 "(and the bearer token, with --auth-token-file) cross the network in clear; "
-                 "bind it to loopback or a private scrape network");
-    }
+  return listener;
+}
+
+absl::Status ShardcastServer::StartMetricsEndpoint() {
+  if (options_.metrics_listen_address.empty()) return absl::OkStatus();
+  metrics_ = std::make_unique<MetricsHttpServer>(
+      options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
+      tokens_.get());
+  if (absl::Status s = metrics_->Start(); !s.ok()) return s;
+  LogInfo("server", absl::StrFormat("metrics on http://%s/metrics%s", metrics_address(),
+                                    tokens_ != nullptr ? ", bearer token required" : ""));
+  if (!options_.tls_cert_file.empty()) {
+    LogWarning("server",
+               "--metrics-listen is plain HTTP although gRPC uses TLS: job ids and figures "
+               "(and the bearer token, with --auth-token-file) cross the network in clear; "
+               "bind it to loopback or a private scrape network");
   }
-  LogInfo("server",
-          absl::StrFormat("listening on %s (%s%s, %d decode threads, prefetch %d)",
-                          listening_address(), options_.tls_cert_file.empty() ? "plaintext" : "TLS",
-                          options_.tls_client_ca_file.empty() ? "" : " + client certificates",
-                          impl_->pool().threads(), options_.prefetch));
+  return absl::OkStatus();
+}
+
+void ShardcastServer::StartServing(std::unique_ptr<ServedDataset> dataset) {
   if (dataset != nullptr) {
     impl_->SetDataset(std::move(dataset));
     SetDatasetServing(kDefaultDatasetName);
     absl::MutexLock lock(&mu_);
     ready_ = absl::OkStatus();
     if (!stopped_) UpdateHealth();
-    return absl::OkStatus();
+    return;
   }
   indexer_ = std::thread([this] {
     absl::Status status =
@@ -244,7 +254,6 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
       LogInfo("server", "serving");
     }
   });
-  return absl::OkStatus();
 }
 
 absl::Status ShardcastServer::WaitUntilReady() {

@@ -81,8 +81,17 @@ class ShardcastServer {
   // accepts connections; NOT_SERVING otherwise.
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetServing(bool serving);
-  // Starts the listener probe (options.listener_probe_interval; after BuildAndStart).
+  // Start's steps, in order. The bearer tokens (--auth-token-file), read once.
+  absl::Status LoadTokens();
+  // The gRPC server on its listener, with its accept queue and socket permissions;
+  // server_ stays null when it fails.
+  absl::Status StartGrpc();
+  // Starts the listener probe (options.listener_probe_interval; after StartGrpc).
   absl::Status StartListenerProbe();
+  // /metrics (options.metrics_listen_address), when asked for.
+  absl::Status StartMetricsEndpoint();
+  // Serves `dataset` at once, or indexes the options' datasets on a thread.
+  void StartServing(std::unique_ptr<ServedDataset> dataset) ABSL_LOCKS_EXCLUDED(mu_);
   void SetDatasetServing(const std::string& dataset) ABSL_LOCKS_EXCLUDED(mu_);
   void StopServer(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
 
