@@ -10,6 +10,8 @@ namespace shardcast::server {
 namespace {
 // Tag of Batch.images: field 15, wire type 2 (length-delimited).
 constexpr uint8_t kImagesTag = (15 << 3) | 2;
+// Batch.server_draining, field 6, varint.
+constexpr uint8_t kServerDrainingTag = (6 << 3) | 0;
 
 void AppendVarint(uint64_t value, std::string* out) {
   while (value >= 0x80) {
@@ -24,9 +26,14 @@ void ReleaseBatch(void* holder) {
 }
 }  // namespace
 
-int64_t EncodeBatch(std::shared_ptr<const AssembledBatch> batch, grpc::ByteBuffer* out) {
+int64_t EncodeBatch(std::shared_ptr<const AssembledBatch> batch, grpc::ByteBuffer* out,
+                    bool server_draining) {
   std::string prefix;
   batch->header().SerializeToString(&prefix);
+  if (server_draining) {
+    prefix.push_back(static_cast<char>(kServerDrainingTag));
+    prefix.push_back(1);
+  }
   prefix.push_back(static_cast<char>(kImagesTag));
   AppendVarint(batch->image_bytes(), &prefix);
   const int64_t size = static_cast<int64_t>(prefix.size() + batch->image_bytes());

@@ -15,8 +15,11 @@
 namespace shardcast::server {
 
 // Encodes `batch` into `out`; the image slice keeps `batch` alive. Returns the
-// message size in bytes. REQUIRES: batch->header().images() is empty.
-int64_t EncodeBatch(std::shared_ptr<const AssembledBatch> batch, grpc::ByteBuffer* out);
+// message size in bytes. `server_draining` sets Batch.server_draining (the header is
+// shared by every stream of the batch, so the flag is added here, not to it).
+// REQUIRES: batch->header().images() is empty.
+int64_t EncodeBatch(std::shared_ptr<const AssembledBatch> batch, grpc::ByteBuffer* out,
+                    bool server_draining = false);
 
 }  // namespace shardcast::server
 

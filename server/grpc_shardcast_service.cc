@@ -191,7 +191,7 @@ class BatchWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
           action = Action::kFinish;
         } else if (*taken == BatchWindow::TakeResult::kBatch) {
           write_in_flight_ = true;
-          in_flight_bytes_ = EncodeBatch(batch, &message_);
+          in_flight_bytes_ = EncodeBatch(batch, &message_, session_->server_draining());
           in_flight_ = std::move(batch);
           writing = session_.get();
           action = Action::kWrite;

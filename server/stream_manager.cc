@@ -45,6 +45,8 @@ absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(std::shared_ptr<Asse
   return taken;
 }
 
+bool StreamSession::server_draining() const { return manager_->draining_flag_.load(); }
+
 void StreamSession::WriteStarted() { control_->WriteStarted(manager_->clock_->Now()); }
 
 void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes) {
@@ -317,6 +319,7 @@ void StreamManager::AdmissionLoop() {
 }
 
 void StreamManager::BeginDrain() {
+  draining_flag_.store(true);
   absl::MutexLock lock(&admission_mu_);
   draining_ = true;
   ++generation_;

@@ -11,6 +11,7 @@
 #ifndef SHARDCAST_SERVER_STREAM_MANAGER_H_
 #define SHARDCAST_SERVER_STREAM_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -79,6 +80,9 @@ class StreamSession {
   // Stops the stream's work and frees its batches not yet taken, from any thread (a
   // stream ended from outside its call); Close() still follows.
   void CancelWindow() { window_->Cancel(); }
+
+  // Whether the server drains (its batches then say so: Batch.server_draining).
+  bool server_draining() const;
 
   int64_t count() const { return plan_.count; }
   int64_t sent() const { return sent_; }
@@ -184,6 +188,7 @@ class StreamManager {
   // drain, stop): a round that saw another value runs again at once.
   int64_t generation_ ABSL_GUARDED_BY(admission_mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(admission_mu_) = false;
+  std::atomic<bool> draining_flag_{false};  // draining_, read by every batch sent
   bool stopping_ ABSL_GUARDED_BY(admission_mu_) = false;
 
   // --max-batch-memory. After the admission state: its release hook uses it.

@@ -5,11 +5,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/cord.h"
@@ -20,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/server_list.h"
 #include "client/protocol/stream_clocks.h"
 #include "common/epoch_plan.h"
 #include "proto/job_config_proto.h"
@@ -79,9 +82,10 @@ class HandshakeRefusalWatch {
   std::optional<absl::Time> since_;
 };
 
-std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& options) {
+std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& options,
+                                                 const std::string& target) {
   ChannelOptions channel;
-  channel.target = options.server;
+  channel.target = target;
   channel.credentials = options.credentials;
   channel.bearer_token = options.bearer_token;
   channel.reconnect_backoff_initial = absl::Seconds(options.reconnect_initial_seconds);
@@ -98,13 +102,28 @@ struct QueueItem {
 
 }  // namespace
 
+// One replica of the server: its channel (nothing connects before the first call).
+struct Replica {
+  Replica(const RankStreamOptions& options, std::string replica_target)
+      : target(std::move(replica_target)),
+        channel(MakeStreamChannel(options, target)),
+        stub(v1::Shardcast::NewStub(channel)),
+        batch_stub(channel) {}
+  const std::string target;
+  const std::shared_ptr<grpc::Channel> channel;
+  const std::unique_ptr<v1::Shardcast::Stub> stub;  // Register
+  const WireBatchStub batch_stub;
+};
+
 class RankStream::Impl {
  public:
-  explicit Impl(RankStreamOptions options)
-      : options_(std::move(options)),
-        channel_(MakeStreamChannel(options_)),
-        stub_(v1::Shardcast::NewStub(channel_)),
-        batch_stub_(channel_) {}
+  // `targets`: the replicas in the order this rank tries them (server_list.h).
+  Impl(RankStreamOptions options, const std::vector<std::string>& targets)
+      : options_(std::move(options)) {
+    for (const std::string& target : targets) {
+      replicas_.push_back(std::make_unique<Replica>(options_, target));
+    }
+  }
 
   ~Impl() { StopPrefetch(); }
 
@@ -129,11 +148,12 @@ class RankStream::Impl {
       ++attempts;
       if (status.ok()) {
         registration_ = std::move(response);
+        registered_at_ = replica().target;
         if (registration_.batches_per_epoch() <= 0 || registration_.image_shape_size() != 3) {
           return absl::InternalError(absl::StrFormat(
               "server %s accepted job %s but replied batches_per_epoch=%d and image_shape of "
               "%d dims",
-              options_.server, options_.job.job_id(), registration_.batches_per_epoch(),
+              replica().target, options_.job.job_id(), registration_.batches_per_epoch(),
               registration_.image_shape_size()));
         }
         return absl::OkStatus();
@@ -141,11 +161,11 @@ class RankStream::Impl {
       if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
         return FromGrpcStatus(
             status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
-                                    options_.job.job_id(), options_.server));
+                                    options_.job.job_id(), replica().target));
       }
       if (absl::Status refused = refusal.Observe(
               status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
-                                      options_.job.job_id(), options_.server));
+                                      options_.job.job_id(), replica().target));
           !refused.ok()) {
         return refused;
       }
@@ -162,7 +182,10 @@ class RankStream::Impl {
             options_.job.rank(), options_.job.job_id(), options_.server,
             options_.reconnect_deadline_seconds, attempts, last_error));
       }
-      // Attempts fail fast, so the loop itself waits out the whole deadline.
+      // Unreachable or draining: the next replica at once; a round that reached none
+      // waits its backoff. Attempts fail fast, so the loop itself waits out the whole
+      // deadline.
+      if (MoveToNextReplica()) continue;
       absl::SleepFor(std::min(backoff, give_up - now));
       backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
     }
@@ -282,7 +305,7 @@ class RankStream::Impl {
     context.set_wait_for_ready(false);
     context.set_deadline(absl::ToChronoTime(give_up));
     if (!SetActiveContext(&context)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
-    grpc::Status status = stub_->Register(&context, options_.job, response);
+    grpc::Status status = replica().stub->Register(&context, options_.job, response);
     SetActiveContext(nullptr);
     return status;
   }
@@ -384,10 +407,15 @@ class RankStream::Impl {
     } else {
       return absl::OkStatus();
     }
-    absl::Status status = absl::FailedPreconditionError(absl::StrFormat(
-        "job '%s' rank %d: after reconnecting, server %s has %s; cannot resume epoch %d at "
-        "batch %d",
-        options_.job.job_id(), options_.job.rank(), options_.server, changed, epoch, next));
+    const std::string where =
+        replica().target == registered_at_
+            ? absl::StrCat("server ", registered_at_)
+            : absl::StrCat("replica ", replica().target, " (the rank registered at ",
+                           registered_at_, ": the replicas serve other data or defaults)");
+    absl::Status status = absl::FailedPreconditionError(
+        absl::StrFormat("job '%s' rank %d: after reconnecting, %s has %s; cannot resume epoch %d "
+                        "at batch %d",
+                        options_.job.job_id(), options_.job.rank(), where, changed, epoch, next));
     status.SetPayload(kJobChangedPayload, absl::Cord("1"));
     return status;
   }
@@ -431,6 +459,7 @@ class RankStream::Impl {
     grpc::Status status;   // OK once the epoch's last batch arrived
     int64_t received = 0;  // batches this call delivered
     bool stalled = false;  // the watchdog cut it
+    bool moving = false;   // the server drains: the rank moves to another replica
     bool ended = false;    // the loop must end: an error was delivered, or stop
   };
 
@@ -459,7 +488,7 @@ class RankStream::Impl {
     // The generated stub would parse every batch into a v1::Batch, copying its
     // pixels; a reader of WireBatch keeps them in the received slices.
     std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
-        batch_stub_.StreamBatches(&context, request);
+        replica().batch_stub.StreamBatches(&context, request);
     auto msg = std::make_shared<WireBatch>();
     absl::Status bad;
     while (reader->Read(msg.get())) {
@@ -474,15 +503,22 @@ class RankStream::Impl {
       if (!bad.ok()) break;
       if (options_.join_images) msg->JoinImages();
       if (!WaitForSpace()) break;
+      const bool draining = msg->header().server_draining();
       Deliver(QueueItem{std::move(msg), absl::OkStatus()});
       ++*next;
       ++attempt.received;
       stall->BatchArrived();
+      // A draining server's batches say so: with another replica to go to, the rank
+      // moves now rather than when the grace period cuts the stream.
+      if (draining && replicas_.size() > 1 && *next < n) {
+        attempt.moving = true;
+        break;
+      }
       msg = std::make_shared<WireBatch>();
       WatchRead(read_deadline());
     }
     WatchRead(absl::InfiniteFuture());
-    if (!bad.ok() || StopRequested()) context.TryCancel();
+    if (!bad.ok() || StopRequested() || attempt.moving) context.TryCancel();
     attempt.status = reader->Finish();
     SetActiveContext(nullptr);
     attempt.stalled = TakeStalled();
@@ -491,6 +527,10 @@ class RankStream::Impl {
       attempt.ended = true;
     } else if (StopRequested()) {
       attempt.ended = true;
+    } else if (attempt.moving) {
+      attempt.status = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrFormat("server %s is draining; moving after batch %d", replica().target, *next));
     } else if (attempt.stalled && *next < n) {
       attempt.status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
@@ -545,7 +585,7 @@ class RankStream::Impl {
         if (absl::Status refused = refusal.Observe(
                 status, absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s",
                                         options_.job.job_id(), options_.job.rank(), epoch,
-                                        options_.server));
+                                        replica().target));
             !refused.ok()) {
           DeliverError(refused);
           break;
@@ -568,6 +608,15 @@ class RankStream::Impl {
           retry.Reset();
           registered_here = false;
           need_register = false;
+          round_start_ = current_.load();
+        }
+        if (attempt.moving) {
+          // A planned move, not a failure: register with the next replica and resume
+          // there at batch `next`.
+          MoveToNextReplica();
+          need_register = true;
+          CountReconnect();
+          continue;
         }
       }
       if (status.ok()) break;  // next == n
@@ -593,18 +642,37 @@ class RankStream::Impl {
         DeliverError(give_up);
         break;
       }
-      if (!unknown_job) {
+      // Another replica is tried at once; a round of them that failed waits its
+      // backoff (as a single server's reconnect does every time).
+      const bool moved = !unknown_job && MoveToNextReplica();
+      if (!unknown_job && !moved) {
         const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
         if (!SleepUnlessStopped(retry.TakeBackoff(now, give_up))) break;
       }
       need_register = true;
-      {
-        absl::MutexLock lock(&mu_);
-        ++reconnects_;
-      }
+      CountReconnect();
     }
     absl::MutexLock lock(&mu_);
     producer_done_ = true;
+  }
+
+  const Replica& replica() const { return *replicas_[current_.load()]; }
+
+  // Makes the next replica (in this rank's order) current. False, and no move, when
+  // there is only one, or when the next is where the current round of tries began
+  // (every replica failed since a batch or a registration last arrived): the caller
+  // then waits its backoff, and the round begins anew from the next one.
+  bool MoveToNextReplica() {
+    if (replicas_.size() < 2) return false;
+    const size_t next = (current_.load() + 1) % replicas_.size();
+    current_.store(next);
+    if (next == round_start_) return false;
+    return true;
+  }
+
+  void CountReconnect() {
+    absl::MutexLock lock(&mu_);
+    ++reconnects_;
   }
 
   // Cancels the RPC in flight and joins the prefetch thread.
@@ -624,11 +692,14 @@ class RankStream::Impl {
   }
 
   const RankStreamOptions options_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<v1::Shardcast::Stub> stub_;  // Register
-  const WireBatchStub batch_stub_;
+  std::vector<std::unique_ptr<Replica>> replicas_;  // in this rank's order; never empty
+  // The replica in use, and the one where the current round of tries began. Only the
+  // thread registering or prefetching (one at a time) moves them.
+  std::atomic<size_t> current_{0};
+  size_t round_start_ = 0;
   // Set once by Connect before any other thread exists; read-only afterwards.
   v1::RegisterResponse registration_;
+  std::string registered_at_;  // the replica that answered it
   // The prefetch thread of the current epoch and its watchdog (joined by StopPrefetch).
   std::thread thread_;
   std::thread watchdog_;
@@ -663,7 +734,10 @@ bool IsJobChanged(const absl::Status& status) {
 }
 
 absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options) {
-  auto impl = std::make_unique<Impl>(std::move(options));
+  absl::StatusOr<std::vector<std::string>> targets = ExpandServerList(options.server);
+  if (!targets.ok()) return targets.status();
+  const std::vector<std::string> order = OrderForRank(*targets, options.job.rank());
+  auto impl = std::make_unique<Impl>(std::move(options), order);
   absl::Status status = impl->InitialRegister();
   if (!status.ok()) return status;
   return std::unique_ptr<RankStream>(new RankStream(std::move(impl)));

@@ -1,0 +1,178 @@
+// Replica lists and their order per rank (see server_list.h).
+#include "client/protocol/server_list.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace shardcast::client {
+namespace {
+
+struct HostAndPort {
+  std::string host;  // without an IPv6 address's brackets
+  std::string port;
+};
+
+// "dns:///" is gRPC's explicit form of a plain name; other schemes (unix:, ipv4:,
+// xds:...) are targets this module leaves to gRPC.
+std::optional<HostAndPort> SplitTarget(absl::string_view target) {
+  absl::ConsumePrefix(&target, "dns:///");
+  if (absl::StrContains(target, "://") || absl::StartsWith(target, "unix")) return std::nullopt;
+  const size_t colon = target.rfind(':');
+  if (colon == absl::string_view::npos || colon + 1 == target.size()) return std::nullopt;
+  absl::string_view host = target.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  } else if (absl::StrContains(host, ':')) {
+    return std::nullopt;  // an IPv6 address without brackets: not HOST:PORT
+  }
+  return HostAndPort{std::string(host), std::string(target.substr(colon + 1))};
+}
+
+bool IsIpLiteral(const std::string& host) {
+  in6_addr v6{};
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
+// The numeric form of a socket address ("10.0.0.5", "fd00::5").
+std::optional<std::string> NumericHost(const sockaddr* address) {
+  if (address == nullptr) return std::nullopt;
+  const socklen_t length = address->sa_family == AF_INET6  ? sizeof(sockaddr_in6)
+                           : address->sa_family == AF_INET ? sizeof(sockaddr_in)
+                                                           : 0;
+  if (length == 0) return std::nullopt;
+  char host[NI_MAXHOST];
+  if (::getnameinfo(address, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
+    return std::nullopt;
+  }
+  return std::string(host);
+}
+
+// The addresses `host` resolves to, in the resolver's order, without duplicates.
+std::vector<std::string> Resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* results = nullptr;
+  std::vector<std::string> addresses;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &results) != 0) return addresses;
+  for (const addrinfo* ai = results; ai != nullptr; ai = ai->ai_next) {
+    std::optional<std::string> numeric = NumericHost(ai->ai_addr);
+    if (numeric.has_value() &&
+        std::find(addresses.begin(), addresses.end(), *numeric) == addresses.end()) {
+      addresses.push_back(*numeric);
+    }
+  }
+  ::freeaddrinfo(results);
+  return addresses;
+}
+
+std::string JoinHostPort(const std::string& host, const std::string& port) {
+  return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
+                                      : absl::StrCat(host, ":", port);
+}
+
+bool IsLoopback(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) return v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+// The addresses of this host's interfaces (numeric; IPv6 link-local ones with their
+// "%interface" suffix, as getnameinfo writes them).
+absl::flat_hash_set<std::string> InterfaceAddresses() {
+  absl::flat_hash_set<std::string> addresses;
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) return addresses;
+  for (const ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+    if (std::optional<std::string> numeric = NumericHost(i->ifa_addr)) {
+      addresses.insert(*numeric);
+    }
+  }
+  ::freeifaddrs(interfaces);
+  return addresses;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandServerList(absl::string_view servers) {
+  std::vector<std::string> targets;
+  auto add = [&targets](std::string target) {
+    if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
+      targets.push_back(std::move(target));
+    }
+  };
+  for (absl::string_view entry : absl::StrSplit(servers, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server list '", servers, "': an empty entry (write HOST:PORT[,HOST:PORT...])"));
+    }
+    std::optional<HostAndPort> parts = SplitTarget(entry);
+    if (!parts.has_value() || IsIpLiteral(parts->host)) {
+      add(std::string(entry));
+      continue;
+    }
+    const std::vector<std::string> addresses = Resolve(parts->host);
+    if (addresses.size() < 2) {
+      add(std::string(entry));  // gRPC resolves it again at every reconnect
+      continue;
+    }
+    for (const std::string& address : addresses) add(JoinHostPort(address, parts->port));
+  }
+  return targets;
+}
+
+bool IsLocalTarget(absl::string_view target) {
+  if (absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:")) {
+    return true;
+  }
+  std::optional<HostAndPort> parts = SplitTarget(target);
+  if (!parts.has_value()) return false;
+  const std::string host = absl::AsciiStrToLower(parts->host);
+  if (host == "localhost") return true;
+  if (!IsIpLiteral(host)) {
+    char name[256] = {};
+    return ::gethostname(name, sizeof(name) - 1) == 0 && host == absl::AsciiStrToLower(name);
+  }
+  return IsLoopback(host) || InterfaceAddresses().contains(host);
+}
+
+std::vector<std::string> OrderForRank(const std::vector<std::string>& targets, int rank) {
+  std::vector<std::string> local, remote;
+  for (const std::string& target : targets) {
+    (IsLocalTarget(target) ? local : remote).push_back(target);
+  }
+  auto rotate = [rank](std::vector<std::string>* group) {
+    if (group->empty()) return;
+    const size_t start = static_cast<size_t>(std::max(rank, 0)) % group->size();
+    std::rotate(group->begin(), group->begin() + static_cast<std::ptrdiff_t>(start), group->end());
+  };
+  rotate(&local);
+  rotate(&remote);
+  local.insert(local.end(), remote.begin(), remote.end());
+  return local;
+}
+
+}  // namespace shardcast::client

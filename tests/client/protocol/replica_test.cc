@@ -1,0 +1,208 @@
+// Several replicas of the server (issue 26): a rank knows a list of them, starts at the
+// one its order puts first, and when that one dies or drains it registers with the
+// next and resumes at the first batch it has not received, receiving the same bytes an
+// undisturbed run receives. Replicas with other data are refused, naming both. Real
+// in-process servers over loopback, on the same shard directory.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "client/protocol/rank_stream.h"
+#include "client/protocol/server_list.h"
+#include "tests/server/server_test_support.h"
+#include "tests/support/free_port.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------- the list
+
+TEST(ServerListTest, EntriesAreKeptInOrderWithoutDuplicates) {
+  absl::StatusOr<std::vector<std::string>> list =
+      client::ExpandServerList(" 10.0.0.1:7000,unix:/run/s.sock ,[fd00::2]:7000,10.0.0.1:7000");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_THAT(*list, ElementsAre("10.0.0.1:7000", "unix:/run/s.sock", "[fd00::2]:7000"));
+  EXPECT_EQ(client::ExpandServerList("a:1,,b:2").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client::ExpandServerList("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServerListTest, LocalReplicasComeFirstAndEachGroupIsSpreadByRank) {
+  // 192.0.2.0/24 and 198.51.100.0/24 are documentation networks: never this host's.
+  const std::vector<std::string> targets = {"192.0.2.1:1", "127.0.0.1:2", "198.51.100.3:3",
+                                            "unix:/run/s.sock"};
+  EXPECT_TRUE(client::IsLocalTarget("127.0.0.1:2"));
+  EXPECT_TRUE(client::IsLocalTarget("[::1]:2"));
+  EXPECT_TRUE(client::IsLocalTarget("localhost:2"));
+  EXPECT_TRUE(client::IsLocalTarget("unix:/run/s.sock"));
+  EXPECT_FALSE(client::IsLocalTarget("192.0.2.1:1"));
+  EXPECT_THAT(client::OrderForRank(targets, 0),
+              ElementsAre("127.0.0.1:2", "unix:/run/s.sock", "192.0.2.1:1", "198.51.100.3:3"));
+  EXPECT_THAT(client::OrderForRank(targets, 1),
+              ElementsAre("unix:/run/s.sock", "127.0.0.1:2", "198.51.100.3:3", "192.0.2.1:1"));
+  EXPECT_THAT(client::OrderForRank(targets, 2),
+              ElementsAre("127.0.0.1:2", "unix:/run/s.sock", "192.0.2.1:1", "198.51.100.3:3"));
+}
+
+// ---------------------------------------------------------------------------- failover
+
+constexpr int kWorld = 2;
+constexpr int kBatch = 4;
+constexpr int kCrop = 64;
+// Batches of 49 KB, 80 per rank: far more than the transport holds ahead of a reader,
+// so a replica that goes away mid-epoch still owed most of them.
+constexpr int64_t kSamples = 640;
+constexpr size_t kN = kSamples / (kWorld * kBatch);
+
+client::RankStreamOptions Options(const std::string& servers, const std::string& job, int rank) {
+  client::RankStreamOptions options;
+  options.server = servers;
+  options.job = MakeRegister(job, rank, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
+  options.prefetch = 1;
+  options.reconnect_initial_seconds = 0.05;
+  options.reconnect_deadline_seconds = 30;
+  return options;
+}
+
+// What a batch carries, for comparing runs byte for byte (Batch.server_draining aside:
+// it says which server sent it, not what).
+std::string Content(const client::WireBatch& batch) {
+  std::vector<std::string> keys;
+  for (const v1::SampleInfo& sample : batch.header().samples()) keys.push_back(sample.key());
+  return absl::StrCat(batch.epoch(), "/", batch.index(), " ", absl::StrJoin(keys, ","), " ",
+                      absl::StrJoin(batch.header().labels(), ","), " ", batch.ImagesToString());
+}
+
+// Batches [from, n) of epoch 0 from `stream`; `after_each(i)` after batch i.
+absl::StatusOr<std::vector<std::string>> Read(
+    client::RankStream& stream, int64_t count,
+    const std::function<void(int64_t)>& after_each = nullptr) {
+  std::vector<std::string> contents;
+  for (int64_t i = 0; i < count; ++i) {
+    absl::StatusOr<std::optional<client::ReceivedBatch>> next = stream.Next();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    contents.push_back(Content(***next));
+    if (after_each) after_each(static_cast<int64_t>(contents.size()) - 1);
+  }
+  return contents;
+}
+
+class ReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { MakeDataset(dir_.path(), kSamples, /*per_shard=*/160); }
+  // The batches of epoch 0 of `rank`, from one server that nothing disturbs.
+  std::vector<std::string> Undisturbed(int rank) {
+    InProcessServer alone(dir_.path());
+    auto stream = client::RankStream::Connect(Options(alone.target(), "undisturbed", rank));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    EXPECT_TRUE((*stream)->StartEpoch(0).ok());
+    absl::StatusOr<std::vector<std::string>> all = Read(**stream, 1000);
+    EXPECT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all->size(), kN);
+    return *all;
+  }
+  TempDir dir_;
+};
+
+TEST_F(ReplicaTest, AKilledReplicasRanksResumeOnTheOtherWithTheSameBytes) {
+  const std::vector<std::string> want[kWorld] = {Undisturbed(0), Undisturbed(1)};
+  auto a = std::make_unique<InProcessServer>(dir_.path());
+  InProcessServer b(dir_.path());
+  // Both replicas are on this host: rank 0 starts at the first, rank 1 at the second.
+  const std::string servers = absl::StrCat(a->target(), ",", b.target());
+  std::unique_ptr<client::RankStream> ranks[kWorld];
+  std::vector<std::string> got[kWorld];
+  for (int rank = 0; rank < kWorld; ++rank) {
+    auto stream = client::RankStream::Connect(Options(servers, "failover", rank));
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    ranks[rank] = *std::move(stream);
+    ASSERT_TRUE(ranks[rank]->StartEpoch(0).ok());
+    absl::StatusOr<std::vector<std::string>> first = Read(*ranks[rank], 2);
+    ASSERT_TRUE(first.ok()) << first.status();
+    got[rank] = *first;
+  }
+  EXPECT_EQ(GetStatus(b.stub()).jobs(0).ranks_size(), 1);  // rank 1 only, so far
+
+  a.reset();  // replica A dies in the middle of the epoch
+  for (int rank = 0; rank < kWorld; ++rank) {
+    absl::StatusOr<std::vector<std::string>> rest = Read(*ranks[rank], 1000);
+    ASSERT_TRUE(rest.ok()) << "rank " << rank << ": " << rest.status();
+    got[rank].insert(got[rank].end(), rest->begin(), rest->end());
+    EXPECT_EQ(got[rank], want[rank]) << "rank " << rank;
+  }
+  EXPECT_GE(ranks[0]->reconnects(), 1);  // moved to B
+  EXPECT_EQ(ranks[1]->reconnects(), 0);  // was on B all along
+  const v1::GetStatusResponse on_b = GetStatus(b.stub());
+  ASSERT_EQ(on_b.jobs_size(), 1);
+  EXPECT_EQ(on_b.jobs(0).ranks_size(), 2);
+}
+
+TEST_F(ReplicaTest, ADrainingReplicaSendsItsRanksAwayBeforeTheGracePeriod) {
+  const std::vector<std::string> want = Undisturbed(0);
+  server::ServerOptions patient;
+  patient.grace_period = absl::Seconds(120);  // streams could run to their end on A
+  InProcessServer a(dir_.path(), patient);
+  InProcessServer b(dir_.path());
+  auto stream = client::RankStream::Connect(
+      Options(absl::StrCat(a.target(), ",", b.target()), "drain", /*rank=*/0));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  absl::StatusOr<std::vector<std::string>> got = Read(**stream, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+
+  std::thread drain([&] { a.server().Drain(); });
+  // A slow consumer: had it stayed on A, A's drain would wait for its whole epoch.
+  absl::StatusOr<std::vector<std::string>> rest = Read(
+      **stream, 1000, [](int64_t) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+  drain.join();
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  got->insert(got->end(), rest->begin(), rest->end());
+  EXPECT_EQ(*got, want);
+  EXPECT_EQ((*stream)->reconnects(), 1);
+  // B served the rest of the epoch, from where A's last batch left off: A alone would
+  // have served it all, its drain waiting for the stream.
+  const v1::GetStatusResponse on_b = GetStatus(b.stub());
+  ASSERT_EQ(on_b.jobs_size(), 1);
+  EXPECT_GT(on_b.jobs(0).ranks(0).batches_sent(), 0);
+}
+
+TEST_F(ReplicaTest, RegistrationSkipsADeadReplica) {
+  InProcessServer b(dir_.path());
+  const int dead_port = testing_util::FreePort();
+  auto stream = client::RankStream::Connect(
+      Options(absl::StrCat("127.0.0.1:", dead_port, ",", b.target()), "skip", /*rank=*/0));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  absl::StatusOr<std::vector<std::string>> all = Read(**stream, 1000);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), kN);
+}
+
+TEST_F(ReplicaTest, AReplicaWithOtherDataIsRefusedNamingBoth) {
+  TempDir other;
+  MakeDataset(other.path(), kSamples, /*per_shard=*/160, /*size=*/80);  // other pixels
+  auto a = std::make_unique<InProcessServer>(dir_.path());
+  InProcessServer b(other.path());
+  const std::string a_target = a->target();
+  auto stream = client::RankStream::Connect(
+      Options(absl::StrCat(a_target, ",", b.target()), "mixed", /*rank=*/0));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  ASSERT_TRUE(Read(**stream, 2).ok());
+  a.reset();
+  absl::StatusOr<std::vector<std::string>> rest = Read(**stream, 1000);
+  ASSERT_FALSE(rest.ok());
+  EXPECT_TRUE(client::IsJobChanged(rest.status())) << rest.status();
+  EXPECT_THAT(rest.status().message(), HasSubstr(b.target()));
+  EXPECT_THAT(rest.status().message(), HasSubstr(a_target));
+  EXPECT_THAT(rest.status().message(), HasSubstr("job fingerprint"));
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
