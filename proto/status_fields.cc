@@ -128,29 +128,26 @@ const std::vector<StatusField>& StatusFields() {
       Gauge("memory_in_use_bytes", "shardcast_batch_memory_in_use_bytes",
             "Bytes held in live batch buffers.")
           .Ctl("batch memory", "in buffers", U::kBytes),
-      Gauge("batch_memory_reserved_bytes", "shardcast_batch_memory_reserved_bytes",
-            "Bytes reserved for batch buffers under --max-batch-memory.")
-          .Ctl("batch memory", "reserved", U::kBytes)
-          .IfZero(""),
-      Gauge("batch_memory_peak_reserved_bytes", "shardcast_batch_memory_peak_reserved_bytes",
-            "The most bytes ever reserved for batch buffers at once.")
-          .Ctl("batch memory", "peak reserved", U::kBytes)
-          .IfZero(""),
-      // 0: a server from before the budget (it has one since).
       Gauge("batch_memory_limit_bytes", "shardcast_batch_memory_limit_bytes", "--max-batch-memory.")
           .Ctl("batch memory", "--max-batch-memory {}", U::kBytes)
-          .IfZero(""),
+          .GatesRest(),
+      Gauge("batch_memory_reserved_bytes", "shardcast_batch_memory_reserved_bytes",
+            "Bytes reserved for batch buffers under --max-batch-memory.")
+          .Ctl("batch memory", "reserved", U::kBytes),
+      Gauge("batch_memory_peak_reserved_bytes", "shardcast_batch_memory_peak_reserved_bytes",
+            "The most bytes ever reserved for batch buffers at once.")
+          .Ctl("batch memory", "peak reserved", U::kBytes),
 
+      Gauge("decode_memory_limit_bytes", "shardcast_decode_memory_limit_bytes",
+            "--max-decode-memory.")
+          .Ctl("decode memory", "--max-decode-memory {}", U::kBytes)
+          .GatesRest(),
       Gauge("decode_memory_in_use_bytes", "shardcast_decode_memory_in_use_bytes",
             "Decode buffers admitted from image headers, all decode threads together.")
           .Ctl("decode memory", "in use", U::kBytes),
       Gauge("decode_memory_peak_bytes", "shardcast_decode_memory_peak_bytes",
             "The most decode-buffer bytes ever admitted at once.")
           .Ctl("decode memory", "peak", U::kBytes),
-      Gauge("decode_memory_limit_bytes", "shardcast_decode_memory_limit_bytes",
-            "--max-decode-memory.")
-          .Ctl("decode memory", "--max-decode-memory {}", U::kBytes)
-          .GatesSection(),
       Counter("decode_memory_waits", "shardcast_decode_memory_waits_total",
               "Decodes that waited for others to give decode memory back.")
           .Ctl("decode memory", "decodes waited", U::kCount),
@@ -160,7 +157,7 @@ const std::vector<StatusField>& StatusFields() {
 
       Gauge("max_member_bytes", "shardcast_max_member_bytes", "--max-member-bytes.")
           .Ctl("member limit", "--max-member-bytes {}", U::kBytes)
-          .GatesSection(),
+          .GatesRest(),
       Counter("images_over_member_limit", "shardcast_images_over_member_limit_total",
               "Image members over --max-member-bytes (substituted without being read).")
           .Ctl("member limit", "images over it (substituted unread)", U::kCount),

@@ -58,9 +58,10 @@ struct StatusField {
   // When the value is not 0 (kYesNo: when it is no), ctl prints the figure upper-case
   // and this note after it in parentheses: it wants the operator's attention.
   const char* alarm = nullptr;
-  // ctl leaves the whole line out when this figure is 0: a server from before the
-  // feature sends nothing for it.
-  bool gates_section = false;
+  // When this figure is 0, ctl leaves it and the rest of its line out (the figures
+  // before it stay; a line left without figures is not printed): a server from before
+  // the feature sends 0 for all of them.
+  bool gates_rest = false;
 
   // Builders, for a readable table (status_fields.cc).
   constexpr StatusField Ctl(const char* section_title, const char* words,
@@ -81,9 +82,9 @@ struct StatusField {
     f.alarm = note;
     return f;
   }
-  constexpr StatusField GatesSection() const {
+  constexpr StatusField GatesRest() const {
     StatusField f = *this;
-    f.gates_section = true;
+    f.gates_rest = true;
     return f;
   }
 };

@@ -184,9 +184,9 @@ std::optional<std::string> FigureText(const StatusField& row, const StatusFieldV
 }
 
 // The table's lines, in its order: the figures of a section joined by ", ", then the
-// section's note if any. A section whose gating figure is 0, or with no figure left to
-// print, is left out. `insert` runs after the section `insert_after` (at the end
-// without it).
+// section's note if any. A gating figure that is 0 ends its line there; a line with no
+// figure to print is left out. `insert` runs after the section `insert_after` (at the
+// end without it).
 template <typename Field, typename Insert>
 void AppendFigures(const shardcast::v1::GetStatusResponse& st,
                    const std::map<std::string, std::string>& notes, const Field& field,
@@ -201,16 +201,17 @@ void AppendFigures(const shardcast::v1::GetStatusResponse& st,
     const std::string section = rows[begin].section;
     size_t end = begin;
     std::vector<std::string> texts;
-    bool shown = true;
+    bool gated = false;
     for (; end < rows.size() && rows[end].section == section; ++end) {
       const StatusFieldValue value = ReadStatusField(st, rows[end]);
-      if (rows[end].gates_section && value.number == 0) shown = false;
+      gated |= rows[end].gates_rest && value.number == 0;
+      if (gated) continue;
       if (std::optional<std::string> text = FigureText(rows[end], value)) {
         texts.push_back(*std::move(text));
       }
     }
     begin = end;
-    if (shown && !texts.empty()) {
+    if (!texts.empty()) {
       std::string line = absl::StrJoin(texts, ", ");
       if (auto note = notes.find(section); note != notes.end()) {
         absl::StrAppend(&line, " ", note->second);

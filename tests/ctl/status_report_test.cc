@@ -182,7 +182,7 @@ TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
            "classes          1000\n",
-           "decode memory    500 MB in use, 1.5 GB peak, --max-decode-memory 2 GB, 12 decodes "
+           "decode memory    --max-decode-memory 2 GB, 500 MB in use, 1.5 GB peak, 12 decodes "
            "waited, 2 images over it (substituted)\n",
            "member limit     --max-member-bytes 67.1 MB, 3 images over it (substituted unread)\n",
            "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 1 "
@@ -292,8 +292,8 @@ TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {
   st.mutable_jobs(0)->set_ranks_truncated(true);
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
-           "batch memory     25 MB in buffers, 30 MB reserved, 64 MB peak reserved, "
-           "--max-batch-memory 128 MB\n",
+           "batch memory     25 MB in buffers, --max-batch-memory 128 MB, 30 MB reserved, 64 MB "
+           "peak reserved\n",
            "streams          2 open, 3 refused (memory), 1 replaced, 2 reclaimed idle, 5 prefetched "
            "batches given back, --stream-idle-timeout off\n",
            "jobs             105 registered, --max-jobs off, list truncated: yes\n",
@@ -302,6 +302,14 @@ TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }
+  // Under a budget, nothing reserved is a figure too (only a server without one, above,
+  // leaves the budget's figures out).
+  st.set_batch_memory_reserved_bytes(0);
+  const std::string idle = RenderStatusReport(st, "h:1");
+  EXPECT_NE(idle.find("batch memory     25 MB in buffers, --max-batch-memory 128 MB, 0 B reserved, "
+                      "64 MB peak reserved\n"),
+            std::string::npos)
+      << idle;
 }
 
 TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
