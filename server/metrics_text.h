@@ -2,36 +2,29 @@
 // metric names with the shardcast_ prefix and base units (seconds, bytes), counters
 // ending in _total, and labels of bounded cardinality (jobs and ranks as GetStatus
 // lists them: at most kMaxListedJobs x kMaxListedRanks series per per-rank metric).
-// A pure function of a snapshot: no clock, no I/O.
+// The server-level families come from the table of the reply's figures
+// (proto/status_fields.h); the per-dataset, per-job and per-rank families and the
+// decode histogram are written here. A pure function of a snapshot: no clock, no I/O.
 #ifndef SHARDCAST_SERVER_METRICS_TEXT_H_
 #define SHARDCAST_SERVER_METRICS_TEXT_H_
 
-#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "server/server_stats.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
 
-// One served dataset's index, for the dataset="NAME" series.
-struct DatasetMetrics {
-  std::string name;   // --dataset NAME ("default" for --shards)
-  std::string state;  // "indexing", "serving", "draining" or "failed"
-  int64_t shards = 0;
-  int64_t samples = 0;
-  int64_t skipped_samples = 0;
-};
-
 struct MetricsSnapshot {
   shardcast::v1::GetStatusResponse status;  // what GetStatus answers at the same moment
   DurationHistogram::Snapshot decode_time;
-  std::vector<DatasetMetrics> datasets;
+  // The server drains (SIGTERM): every dataset's shardcast_index_state is "draining",
+  // a state the reply's DatasetStatus.State does not have.
+  bool draining = false;
 };
 
-// The states a DatasetMetrics::state may take: each dataset gets one
-// shardcast_index_state series per state, 1 for its current one.
+// The states shardcast_index_state takes: each dataset of status.datasets() gets one
+// series per state, 1 for its current one.
 inline constexpr const char* kIndexStates[] = {"indexing", "serving", "draining", "failed"};
 
 // The exposition text, each family with # HELP and # TYPE, ending in a newline.

@@ -362,17 +362,11 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
   MetricsSnapshot snapshot;
   snapshot.status = GetStatus();
   snapshot.decode_time = stats_.decode_time.Read();
-  for (const DatasetRegistry::Entry& entry : datasets_.Entries()) {
-    DatasetMetrics dataset;
-    dataset.name = entry.spec.name;
-    dataset.state = IndexState(entry.state);
-    if (entry.data != nullptr) {
-      const DatasetIndex& index = entry.data->data->index();
-      dataset.shards = static_cast<int64_t>(index.shards.size());
-      dataset.samples = index.num_samples;
-      dataset.skipped_samples = static_cast<int64_t>(index.skipped.size());
-    }
-    snapshot.datasets.push_back(std::move(dataset));
+  // The per-dataset series come from snapshot.status.datasets(); only "draining" (see
+  // IndexState) is not in the reply's DatasetStatus.State.
+  {
+    absl::MutexLock lock(&mu_);
+    snapshot.draining = draining_;
   }
   return snapshot;
 }

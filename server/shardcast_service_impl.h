@@ -69,8 +69,8 @@ class ShardcastServiceImpl {
   // Changes nothing: expired jobs are left out of the reply, not dropped (Register and
   // the monitor thread drop them).
   shardcast::v1::GetStatusResponse GetStatus() const;
-  // GetStatus plus what only /metrics shows (the decode-time histogram, one entry per
-  // served dataset), taken together.
+  // GetStatus plus what only /metrics shows (the decode-time histogram, whether the
+  // server drains), taken together.
   MetricsSnapshot Metrics() const;
 
   // "draining" after BeginDrain, else the state of `dataset`: "indexing", "serving" or

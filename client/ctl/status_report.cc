@@ -5,12 +5,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "proto/status_fields.h"
 
 namespace shardcast::ctl {
 namespace {
@@ -135,6 +142,87 @@ void AppendShardProblems(
   }
 }
 
+// One figure as ctl prints it, without its label.
+std::string FormatFigure(StatusUnit unit, const StatusFieldValue& value) {
+  switch (unit) {
+    case StatusUnit::kCount:
+      return value.integer.has_value() ? absl::StrCat(*value.integer) : FormatCount(value.number);
+    case StatusUnit::kBytes:
+      return FormatBytes(value.number);
+    case StatusUnit::kSeconds:
+      return FormatDuration(value.number);
+    case StatusUnit::kRate:
+      return FormatCount(value.number);
+    case StatusUnit::kByteRate:
+      return absl::StrCat(FormatBytes(value.number), "/s");
+    case StatusUnit::kYesNo:
+      return YesNo(value.number != 0);
+  }
+  return "?";
+}
+
+// The figure with its label: "2 open", "--max-jobs 5", "LISTENER ACCEPTING: NO (restart
+// the server)"; nullopt when the row leaves a zero out.
+std::optional<std::string> FigureText(const StatusField& row, const StatusFieldValue& value) {
+  const bool zero = value.number == 0;
+  const bool alarmed =
+      row.alarm != nullptr && (row.unit == StatusUnit::kYesNo ? zero : !zero);
+  if (zero && !alarmed && row.if_zero != nullptr) {
+    if (*row.if_zero == '\0') return std::nullopt;
+    return std::string(row.if_zero);
+  }
+  const std::string number = FormatFigure(row.unit, value);
+  const absl::string_view label = row.label;
+  std::string text;
+  if (absl::StrContains(label, "{}")) {
+    text = absl::StrReplaceAll(label, {{"{}", number}});
+  } else {
+    text = label.empty() ? number : absl::StrCat(number, " ", label);
+  }
+  if (!alarmed) return text;
+  return absl::StrCat(absl::AsciiStrToUpper(text), " (", row.alarm, ")");
+}
+
+// The table's lines, in its order: the figures of a section joined by ", ", then the
+// section's note if any. A gating figure that is 0 ends its line there; a line with no
+// figure to print is left out. `insert` runs after the section `insert_after` (at the
+// end without it).
+template <typename Field, typename Insert>
+void AppendFigures(const shardcast::v1::GetStatusResponse& st,
+                   const std::map<std::string, std::string>& notes, const Field& field,
+                   absl::string_view insert_after, const Insert& insert) {
+  const std::vector<StatusField>& rows = StatusFields();
+  bool inserted = false;
+  const auto insert_once = [&] {
+    if (!inserted) insert();
+    inserted = true;
+  };
+  for (size_t begin = 0; begin < rows.size();) {
+    const std::string section = rows[begin].section;
+    size_t end = begin;
+    std::vector<std::string> texts;
+    bool gated = false;
+    for (; end < rows.size() && rows[end].section == section; ++end) {
+      const StatusFieldValue value = ReadStatusField(st, rows[end]);
+      gated |= rows[end].gates_rest && value.number == 0;
+      if (gated) continue;
+      if (std::optional<std::string> text = FigureText(rows[end], value)) {
+        texts.push_back(*std::move(text));
+      }
+    }
+    begin = end;
+    if (!texts.empty()) {
+      std::string line = absl::StrJoin(texts, ", ");
+      if (auto note = notes.find(section); note != notes.end()) {
+        absl::StrAppend(&line, " ", note->second);
+      }
+      field(section, line);
+    }
+    if (section == insert_after) insert_once();
+  }
+  insert_once();
+}
+
 std::string DatasetStateName(shardcast::v1::DatasetStatus::State state) {
   switch (state) {
     case shardcast::v1::DatasetStatus::INDEXING:
@@ -177,80 +265,20 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   };
   field("server", absl::StrCat(server, "  (shardcast-server ",
                                st.version().empty() ? "?" : st.version(), ")"));
-  field("uptime", FormatDuration(st.uptime_seconds()));
-  field("serving", st.index_state().empty()
-                       ? YesNo(st.serving())
-                       : absl::StrCat(YesNo(st.serving()), " (index ", st.index_state(), ")"));
-  field("shards dir", st.shards_dir());
-  field("shards/samples", absl::StrCat(st.num_shards(), " / ", st.num_samples()));
-  if (st.num_classes() > 0) field("classes", absl::StrCat(st.num_classes()));
-  field("index", st.index_fingerprint().empty() ? "-" : st.index_fingerprint());
-  field("open streams", absl::StrCat(st.open_streams()));
-  field("throughput", absl::StrCat(FormatCount(st.images_per_second()), " images/s, ",
-                                   FormatBytes(st.bytes_per_second()), "/s"));
-  field("served", absl::StrCat(FormatCount(static_cast<double>(st.images_served())), " images, ",
-                               FormatBytes(static_cast<double>(st.bytes_served()))));
-  field("decode errors", absl::StrCat(st.decode_errors()));
-  field("substitutions", absl::StrCat(st.substitutions()));
-  field("unreadable",
-        absl::StrCat(st.total_unreadable_shards(), " shards (errors of the host), ",
-                     st.shard_read_retries(), " reads retried"));
-  field("skipped samples", absl::StrCat(st.skipped_samples()));
-  field("skipped shards", absl::StrCat(st.total_skipped_shards()));
-  field("changed shards", st.total_changed_shards() == 0
-                              ? std::string("0")
-                              : absl::StrCat(st.total_changed_shards(),
-                                             "  (streams reading them fail; restart to re-index)"));
-  field("queue depth", absl::StrCat(st.queue_depth(), " decode tasks waiting, ",
-                                    st.decode_tasks_running(), " running"));
-  field(
-      "connections",
-      absl::StrCat(st.connections_open(), " open",
-                   st.max_connections() > 0 ? absl::StrCat(" of ", st.max_connections()) : "", ", ",
-                   st.connections_refused(), " refused; ", st.open_descriptors(), " of ",
-                   st.descriptor_limit(), " descriptors",
-                   st.listener_accepting() ? "" : "; LISTENER NOT ACCEPTING: restart the server"));
-  field("waiting",
-        absl::StrCat("streams waited ", FormatDuration(st.stream_wait_for_batch_seconds()),
-                     " for batches (clients on the server), ",
-                     FormatDuration(st.stream_wait_for_client_seconds()),
-                     " for clients (the server on them)"));
-  field("stall warning",
-        st.stall_warn_seconds() > 0
-            ? absl::StrCat(st.stalled_ranks() == 0
-                               ? std::string("no rank stalled")
-                               : absl::StrCat(st.stalled_ranks(), " STALLED RANKS"),
-                           " (--stall-warn ", FormatDuration(st.stall_warn_seconds()), ")")
-            : std::string("off"));
-  if (st.batch_memory_limit_bytes() > 0) {
-    field("batch memory",
-          absl::StrCat(
-              FormatBytes(static_cast<double>(st.memory_in_use_bytes())), " in buffers, ",
-              FormatBytes(static_cast<double>(st.batch_memory_reserved_bytes())), " reserved of ",
-              FormatBytes(static_cast<double>(st.batch_memory_limit_bytes())), " (peak ",
-              FormatBytes(static_cast<double>(st.batch_memory_peak_reserved_bytes())), ")"));
-    field("streams ended",
-          absl::StrCat(st.streams_refused_memory(), " refused (memory), ", st.streams_replaced(),
-                       " replaced, ", st.streams_reclaimed_idle(), " reclaimed idle; ",
-                       st.batches_given_back(), " prefetched batches given back"));
-  } else {  // a server older than the budget
-    field("batch memory", FormatBytes(static_cast<double>(st.memory_in_use_bytes())));
-  }
-  if (st.decode_memory_limit_bytes() > 0) {
-    field("decode memory",
-          absl::StrCat(FormatBytes(static_cast<double>(st.decode_memory_in_use_bytes())),
-                       " in use of ",
-                       FormatBytes(static_cast<double>(st.decode_memory_limit_bytes())), " (peak ",
-                       FormatBytes(static_cast<double>(st.decode_memory_peak_bytes())), "), ",
-                       st.decode_memory_waits(), " decodes waited"));
-    field("refused images",
-          absl::StrCat(st.images_over_decode_memory(), " over decode memory, ",
-                       st.images_over_member_limit(), " over --max-member-bytes (",
-                       FormatBytes(static_cast<double>(st.max_member_bytes())), "), ",
-                       st.decode_task_exceptions(), " decode task exceptions"));
-  }
-  field("RSS", FormatBytes(static_cast<double>(st.rss_bytes())));
-  field("decode threads", absl::StrCat(st.decode_threads()));
+  // The reply's single-dataset fields (the dataset "default", or the first one), after
+  // the `serving` line.
+  const auto dataset_lines = [&] {
+    field("shards dir", st.shards_dir());
+    field("shards/samples", absl::StrCat(st.num_shards(), " / ", st.num_samples()));
+    if (st.num_classes() > 0) field("classes", absl::StrCat(st.num_classes()));
+    field("index", st.index_fingerprint().empty() ? "-" : st.index_fingerprint());
+    field("skipped samples", absl::StrCat(st.skipped_samples()));
+  };
+  // Every server-level figure, a line per section of the table (proto/status_fields.h);
+  // the text fields of the reply go with the line they explain.
+  std::map<std::string, std::string> notes;
+  if (!st.index_state().empty()) notes["serving"] = absl::StrCat("(index ", st.index_state(), ")");
+  AppendFigures(st, notes, field, "serving", dataset_lines);
   const bool name_datasets = st.datasets_size() > 1;
   AppendShardProblems("skipped shards", st.skipped_shards(), st.total_skipped_shards(),
                       st.max_listed_shard_problems(), name_datasets, &out);

@@ -38,7 +38,8 @@ class TextTable {
 
 // The readable report: a header block of server-wide figures, the jobs table,
 // then one ranks table per job (ranks in rank order). `server` is the address
-// that was queried, shown in the first line.
+// that was queried, shown in the first line. The header's figures are printed from
+// the table of the reply's figures (proto/status_fields.h), a line per section.
 std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& status,
                                const std::string& server);
 

@@ -194,7 +194,9 @@ TEST_F(CtlTest, StatusTableAndJson) {
   for (const std::string& expected : {
            std::string("server           ") + *address_ + "  (shardcast-server ",
            std::string("serving          yes (index serving)\n"),
-           std::string("stall warning    no rank stalled (--stall-warn 2m00s)\n"),
+           std::string("stall warning    0 stalled ranks, --stall-warn 2m00s\n"),
+           std::string("connections      "),
+           std::string(", listener accepting: yes\n"),
            std::string("shards dir       ") + dir_->path() + "/shards",
            std::string("shards/samples   4 / 64\n"),
            std::string("datasets (1):\n"

@@ -7,9 +7,15 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "proto/status_fields.h"
 
 namespace shardcast::ctl {
 namespace {
@@ -137,19 +143,30 @@ TEST(RenderStatusReportTest, HeaderBlockShowsEveryServerFigure) {
            "shards dir       /srv/shards\n",
            "shards/samples   4 / 64\n",
            "index            idx-fp-1234\n",
-           "open streams     2\n",
-           "throughput       1.23k images/s, 45.6 MB/s\n",
-           "served           12.3k images, 1.85 GB\n",
-           "decode errors    3\n",
-           "substitutions    2\n",
            "skipped samples  1\n",
-           "queue depth      17 decode tasks waiting, 2 running\n",
-           "batch memory     25 MB\n",
+           "throughput       1.23k images/s, 45.6 MB/s\n",
+           "served           12345 images, 1.85 GB\n",
+           "streams          2 open, 0 refused (memory), 0 waiting for memory, 0 replaced, 0 "
+           "reclaimed idle, 0 prefetched batches given back, --stream-idle-timeout off, "
+           "--admission-wait off\n",
+           "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 0 "
+           "task exceptions\n",
+           // A server from before the batch memory budget: the buffers only.
+           "batch memory     25 MB in buffers\n",
            "RSS              123 MB\n",
-           "decode threads   8\n",
+           "jobs             0 registered, --max-jobs off\n",
+           "connections      0 open, 0 refused, --max-connections off, "
+           "--max-connections-per-peer off, LISTENER ACCEPTING: NO (restart the server)\n",
+           "descriptors      0 open, 0 soft limit (RLIMIT_NOFILE)\n",
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }
+  EXPECT_NE(out.find("server           127.0.0.1:7000  (shardcast-server 0.1.0)\n"
+                     "uptime           1h02m03s\n"
+                     "serving          yes\n"
+                     "shards dir       /srv/shards\n"),
+            std::string::npos)
+      << out;
 }
 
 TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
@@ -166,15 +183,18 @@ TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
            "classes          1000\n",
-           "decode memory    500 MB in use of 2 GB (peak 1.5 GB), 12 decodes waited\n",
-           "refused images   2 over decode memory, 3 over --max-member-bytes (67.1 MB), 1 decode "
-           "task exceptions\n",
+           "decode memory    --max-decode-memory 2 GB, 500 MB in use, 1.5 GB peak, 12 decodes "
+           "waited, 2 images over it (substituted)\n",
+           "member limit     --max-member-bytes 67.1 MB, 3 images over it (substituted unread)\n",
+           "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 1 "
+           "TASK EXCEPTIONS (see the server log)\n",
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }
   // A server older than the decode budget: no such lines.
   const std::string old = RenderStatusReport(SampleStatus(), "h:1");
   EXPECT_EQ(old.find("decode memory"), std::string::npos) << old;
+  EXPECT_EQ(old.find("member limit"), std::string::npos) << old;
 }
 
 TEST(RenderStatusReportTest, JobsAndRanksTables) {
@@ -196,7 +216,7 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
   shardcast::v1::GetStatusResponse st = SampleStatus();
   st.set_stall_warn_seconds(30);
   EXPECT_NE(
-      RenderStatusReport(st, "h:1").find("stall warning    no rank stalled (--stall-warn 30.0s)\n"),
+      RenderStatusReport(st, "h:1").find("stall warning    0 stalled ranks, --stall-warn 30.0s\n"),
       std::string::npos);
   st.set_stalled_ranks(1);
   st.set_index_state("serving");
@@ -212,9 +232,10 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
            "serving          yes (index serving)\n",
-           "waiting          streams waited 3.5s for batches (clients on the server), 2m05s for "
-           "clients (the server on them)\n",
-           "stall warning    1 STALLED RANKS (--stall-warn 30.0s)\n",
+           "streams waited   3.5s for batches (clients on the server), 2m05s for clients (the "
+           "server on them)\n",
+           "stall warning    1 STALLED RANKS (no batch for --stall-warn while a peer is ahead: a "
+           "DDP hang in the making), --stall-warn 30.0s\n",
            "job train: 2 of 2 ranks registered; 1 STALLED (no batch for --stall-warn while peers "
            "are ahead: a DDP hang in the making)\n",
            "     1      3     1 / 2    1  no            7       0   42.0s ago  STALLED\n",
@@ -223,7 +244,9 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
   }
   // Off: said so.
   st.set_stall_warn_seconds(0);
-  EXPECT_NE(RenderStatusReport(st, "h:1").find("stall warning    off\n"), std::string::npos);
+  st.set_stalled_ranks(0);
+  EXPECT_NE(RenderStatusReport(st, "h:1").find("stall warning    0 stalled ranks, --stall-warn off\n"),
+            std::string::npos);
 }
 
 TEST(RenderStatusReportTest, DatasetsTableWithStateAndError) {
@@ -270,14 +293,25 @@ TEST(RenderStatusReportTest, BatchMemoryBudgetAndTruncatedLists) {
   st.mutable_jobs(0)->set_ranks_truncated(true);
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
-           "batch memory     25 MB in buffers, 30 MB reserved of 128 MB (peak 64 MB)\n",
-           "streams ended    3 refused (memory), 1 replaced, 2 reclaimed idle; 5 prefetched "
-           "batches given back\n",
+           "batch memory     25 MB in buffers, --max-batch-memory 128 MB, 30 MB reserved, 64 MB "
+           "peak reserved\n",
+           "streams          2 open, 3 refused (memory), 0 waiting for memory, 1 replaced, 2 "
+           "reclaimed idle, 5 prefetched batches given back, --stream-idle-timeout off, "
+           "--admission-wait off\n",
+           "jobs             105 registered, --max-jobs off, list truncated: yes\n",
            "jobs (1 of 105 listed; the server lists at most 100):\n",
            "job train: 300 of 300 ranks registered, 2 listed\n",
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }
+  // Under a budget, nothing reserved is a figure too (only a server without one, above,
+  // leaves the budget's figures out).
+  st.set_batch_memory_reserved_bytes(0);
+  const std::string idle = RenderStatusReport(st, "h:1");
+  EXPECT_NE(idle.find("batch memory     25 MB in buffers, --max-batch-memory 128 MB, 0 B reserved, "
+                      "64 MB peak reserved\n"),
+            std::string::npos)
+      << idle;
 }
 
 TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
@@ -295,8 +329,8 @@ TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
   }
   const std::string out = RenderStatusReport(st, "h:1");
   for (const char* line : {
-           "skipped shards   1\n",
-           "changed shards   102  (streams reading them fail; restart to re-index)\n",
+           "shard problems   1 skipped, 102 CHANGED (streams reading them fail; restart to "
+           "re-index), 0 unreadable (errors of the host), 0 reads retried\n",
            "\nskipped shards (1):\n  zzz.tar: empty file (0 bytes)\n",
            "\nchanged since indexing (102), 100 listed; the server lists at most 100:\n"
            "  shard-0.tar: size 10 -> 20 bytes\n",
@@ -305,7 +339,10 @@ TEST(RenderStatusReportTest, SkippedAndChangedShardsAreListed) {
   }
   // None: a zero, and no list.
   const std::string clean = RenderStatusReport(SampleStatus(), "h:1");
-  EXPECT_NE(clean.find("skipped shards   0\n"), std::string::npos) << clean;
+  EXPECT_NE(clean.find("shard problems   0 skipped, 0 changed, 0 unreadable (errors of the host), "
+                       "0 reads retried\n"),
+            std::string::npos)
+      << clean;
   EXPECT_EQ(clean.find("changed since indexing"), std::string::npos) << clean;
 }
 
@@ -332,6 +369,47 @@ TEST(RenderStatusReportTest, NoJobsAndEmptyReply) {
   EXPECT_NE(out.find("index            -\n"), std::string::npos) << out;
   EXPECT_NE(out.find("jobs: none registered\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("RANK"), std::string::npos) << out;
+}
+
+// Every figure of the table of the reply's figures (proto/status_fields.h) shows in the
+// report: with all of them set, changing any one changes the text.
+TEST(RenderStatusReportTest, EveryFigureOfTheTableShows) {
+  using google::protobuf::FieldDescriptor;
+  const auto set = [](shardcast::v1::GetStatusResponse* st, const StatusField& row, bool high) {
+    const FieldDescriptor* field = StatusFieldDescriptor(row);
+    const google::protobuf::Reflection* reflection = st->GetReflection();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        reflection->SetInt32(st, field, high ? 9 : 7);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        reflection->SetInt64(st, field, high ? 9 : 7);
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        reflection->SetDouble(st, field, high ? 9 : 7);
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        reflection->SetBool(st, field, high);
+        break;
+      default:
+        ADD_FAILURE() << row.field << ": a type this test does not set";
+    }
+  };
+  shardcast::v1::GetStatusResponse base = SampleStatus();
+  for (const StatusField& row : StatusFields()) {
+    ASSERT_NE(StatusFieldDescriptor(row), nullptr) << row.field;
+    set(&base, row, true);
+  }
+  std::vector<std::string> unseen;
+  for (const StatusField& row : StatusFields()) {
+    shardcast::v1::GetStatusResponse other = base;
+    set(&other, row, false);
+    const std::string high = RenderStatusReport(base, "h:1");
+    if (high == RenderStatusReport(other, "h:1")) unseen.push_back(row.field);
+    EXPECT_NE(high.find(absl::StrCat("\n", row.section)), std::string::npos) << row.field;
+  }
+  EXPECT_TRUE(unseen.empty()) << "figures the report does not show: "
+                              << absl::StrJoin(unseen, ", ");
 }
 
 TEST(StatusToJsonTest, IncludesDefaultFieldsAndRoundTrips) {

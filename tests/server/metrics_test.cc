@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "proto/status_fields.h"
 #include "server/metrics_http.h"
 #include "server/metrics_text.h"
 #include "server/stall_watch.h"
@@ -32,6 +33,8 @@ namespace shardcast::server_testing {
 namespace {
 
 using server::DurationHistogram;
+using ::shardcast::StatusField;
+using ::shardcast::StatusFields;
 using server::MetricsSnapshot;
 using server::RankActivity;
 using server::StalledRanks;
@@ -129,7 +132,13 @@ MetricsSnapshot ExampleSnapshot() {
   histogram.Observe(absl::Milliseconds(3));
   histogram.Observe(absl::Seconds(10));
   snapshot.decode_time = histogram.Read();
-  snapshot.datasets.push_back({"default", "serving", 5, 240, 2});
+  v1::DatasetStatus* dataset = s.add_datasets();
+  dataset->set_name("default");
+  dataset->set_state(v1::DatasetStatus::SERVING);
+  dataset->set_num_shards(5);
+  dataset->set_num_samples(240);
+  dataset->set_skipped_samples(2);
+  dataset->set_total_changed_shards(1);
   return snapshot;
 }
 
@@ -162,6 +171,132 @@ TEST(MetricsTextTest, NamesUnitsLabelsAndValues) {
   EXPECT_EQ(m.at("shardcast_decode_duration_seconds_bucket{le=\"+Inf\"}"), "4");
   EXPECT_EQ(m.at("shardcast_decode_duration_seconds_count"), "4");
   EXPECT_EQ(std::stod(m.at("shardcast_decode_duration_seconds_sum")), 10.0031);
+}
+
+// Dashboards and alerts use these names: every family stays, with its type, whether its
+// figure comes from the table of the reply's figures (proto/status_fields.cc) or is
+// written in metrics_text.cc. None is renamed; a new one comes from a new row of the
+// table (status_fields_test checks its name) or is added to this list.
+TEST(MetricsTextTest, EveryFamilyKeepsItsNameAndType) {
+  const std::map<std::string, std::string> expected = {
+      {"shardcast_build_info", "gauge"},
+      {"shardcast_uptime_seconds", "gauge"},
+      {"shardcast_serving", "gauge"},
+      {"shardcast_index_state", "gauge"},
+      {"shardcast_index_shards", "gauge"},
+      {"shardcast_index_samples", "gauge"},
+      {"shardcast_index_skipped_samples", "gauge"},
+      {"shardcast_shard_problems", "gauge"},
+      {"shardcast_images_served_total", "counter"},
+      {"shardcast_bytes_served_total", "counter"},
+      {"shardcast_decode_errors_total", "counter"},
+      {"shardcast_shard_read_retries_total", "counter"},
+      {"shardcast_substitutions_total", "counter"},
+      {"shardcast_decode_duration_seconds", "histogram"},
+      {"shardcast_stream_wait_for_batch_seconds_total", "counter"},
+      {"shardcast_stream_wait_for_client_seconds_total", "counter"},
+      {"shardcast_open_streams", "gauge"},
+      {"shardcast_decode_queue_depth", "gauge"},
+      {"shardcast_decode_tasks_running", "gauge"},
+      {"shardcast_decode_threads", "gauge"},
+      {"shardcast_batch_memory_in_use_bytes", "gauge"},
+      {"shardcast_batch_memory_reserved_bytes", "gauge"},
+      {"shardcast_batch_memory_limit_bytes", "gauge"},
+      {"shardcast_batch_memory_peak_reserved_bytes", "gauge"},
+      {"shardcast_decode_memory_in_use_bytes", "gauge"},
+      {"shardcast_decode_memory_peak_bytes", "gauge"},
+      {"shardcast_decode_memory_limit_bytes", "gauge"},
+      {"shardcast_decode_memory_waits_total", "counter"},
+      {"shardcast_images_over_decode_memory_total", "counter"},
+      {"shardcast_max_member_bytes", "gauge"},
+      {"shardcast_images_over_member_limit_total", "counter"},
+      {"shardcast_decode_task_exceptions_total", "counter"},
+      {"shardcast_resident_memory_bytes", "gauge"},
+      {"shardcast_streams_refused_memory_total", "counter"},
+      {"shardcast_streams_replaced_total", "counter"},
+      {"shardcast_streams_reclaimed_idle_total", "counter"},
+      {"shardcast_stream_idle_timeout_seconds", "gauge"},
+      {"shardcast_batches_given_back_total", "counter"},
+      {"shardcast_descriptor_limit", "gauge"},
+      {"shardcast_open_descriptors", "gauge"},
+      {"shardcast_max_connections", "gauge"},
+      {"shardcast_max_connections_per_peer", "gauge"},
+      {"shardcast_connections_open", "gauge"},
+      {"shardcast_connections_refused_total", "counter"},
+      {"shardcast_listener_accepting", "gauge"},
+      {"shardcast_jobs", "gauge"},
+      {"shardcast_max_jobs", "gauge"},
+      {"shardcast_jobs_truncated", "gauge"},
+      {"shardcast_stall_warn_seconds", "gauge"},
+      {"shardcast_stalled_ranks", "gauge"},
+      {"shardcast_job_registered_ranks", "gauge"},
+      {"shardcast_job_world_size", "gauge"},
+      {"shardcast_job_batch_size", "gauge"},
+      {"shardcast_job_batches_per_epoch", "gauge"},
+      {"shardcast_job_stalled_ranks", "gauge"},
+      {"shardcast_rank_position_batches", "gauge"},
+      {"shardcast_rank_epoch", "gauge"},
+      {"shardcast_rank_lag_batches", "gauge"},
+      {"shardcast_rank_seconds_since_last_batch", "gauge"},
+      {"shardcast_rank_stalled", "gauge"},
+      {"shardcast_rank_streaming", "gauge"},
+      {"shardcast_rank_window_batches", "gauge"},
+      {"shardcast_rank_batches_sent_total", "counter"},
+  };
+  std::map<std::string, std::string> families;
+  const std::string text = server::RenderPrometheusText(ExampleSnapshot());
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (!absl::StartsWith(line, "# TYPE ")) continue;
+    std::vector<std::string> parts = absl::StrSplit(line, ' ');
+    ASSERT_EQ(parts.size(), 4u) << line;
+    families[parts[2]] = parts[3];
+  }
+  for (const auto& [name, type] : expected) {
+    EXPECT_EQ(families.count(name) > 0 ? families.at(name) : "(missing)", type) << name;
+  }
+  std::set<std::string> from_table;
+  for (const StatusField& row : StatusFields()) from_table.insert(row.metric);
+  for (const auto& [name, type] : families) {
+    EXPECT_TRUE(expected.count(name) > 0 || from_table.count(name) > 0)
+        << "a family neither listed here nor from the table: " << name;
+  }
+}
+
+// The index state per dataset: the reply's DatasetStatus.State, or "draining" for every
+// dataset while the server drains (which the reply's state has no value for).
+TEST(MetricsTextTest, IndexStatePerDatasetAndDraining) {
+  MetricsSnapshot snapshot = ExampleSnapshot();
+  v1::DatasetStatus* val = snapshot.status.add_datasets();
+  val->set_name("val");
+  val->set_state(v1::DatasetStatus::FAILED);
+  v1::DatasetStatus* train = snapshot.status.add_datasets();
+  train->set_name("train");
+  train->set_state(v1::DatasetStatus::INDEXING);
+  const auto state = [](const std::map<std::string, std::string>& m, const std::string& dataset,
+                        const std::string& name) {
+    return m.at(absl::StrCat("shardcast_index_state{dataset=\"", dataset, "\",state=\"", name,
+                             "\"}"));
+  };
+  std::map<std::string, std::string> m =
+      ParseExposition(server::RenderPrometheusText(snapshot));
+  for (const auto& [dataset, current] : std::map<std::string, std::string>{
+           {"default", "serving"}, {"val", "failed"}, {"train", "indexing"}}) {
+    for (const char* name : server::kIndexStates) {
+      EXPECT_EQ(state(m, dataset, name), current == name ? "1" : "0") << dataset << " " << name;
+    }
+  }
+  EXPECT_EQ(m.at("shardcast_index_shards{dataset=\"default\"}"), "5");
+  EXPECT_EQ(m.at("shardcast_index_shards{dataset=\"val\"}"), "0");
+  EXPECT_EQ(m.at("shardcast_shard_problems{dataset=\"default\",problem=\"changed\"}"), "1");
+
+  snapshot.draining = true;
+  m = ParseExposition(server::RenderPrometheusText(snapshot));
+  for (const char* dataset : {"default", "val", "train"}) {
+    for (const char* name : server::kIndexStates) {
+      EXPECT_EQ(state(m, dataset, name), std::string(name) == "draining" ? "1" : "0")
+          << dataset << " " << name;
+    }
+  }
 }
 
 TEST(MetricsTextTest, LabelValuesOfAnyBytesStayValidText) {
@@ -263,6 +398,24 @@ TEST_F(MetricsServerTest, ServesTheExpositionAndSurvivesBadRequests) {
   EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"serving\"}"), "1");
   EXPECT_EQ(m.at("shardcast_index_samples{dataset=\"default\"}"), "240");
   EXPECT_EQ(m.at("shardcast_stall_warn_seconds"), "0.3");
+}
+
+// The server's own snapshot: the dataset's series from the reply, and "draining" once the
+// server drains (SIGTERM), which only Metrics() adds to the reply.
+TEST_F(MetricsServerTest, TheIndexStateSaysDrainingOnceTheServerDrains) {
+  Start();
+  const std::string key = "shardcast_index_state{dataset=\"default\",state=\"";
+  std::map<std::string, std::string> m =
+      ParseExposition(server::RenderPrometheusText(server_->server().impl().Metrics()));
+  EXPECT_EQ(m.at(key + "serving\"}"), "1");
+  EXPECT_EQ(m.at(key + "draining\"}"), "0");
+  EXPECT_EQ(m.at("shardcast_index_shards{dataset=\"default\"}"), "4");
+  EXPECT_EQ(m.at("shardcast_serving"), "1");
+  server_->server().impl().BeginDrain();
+  m = ParseExposition(server::RenderPrometheusText(server_->server().impl().Metrics()));
+  EXPECT_EQ(m.at(key + "serving\"}"), "0");
+  EXPECT_EQ(m.at(key + "draining\"}"), "1");
+  EXPECT_EQ(m.at("shardcast_serving"), "0");
 }
 
 // Rank 0 reads its epoch while rank 1 stops reading (a stuck trainer, as far as the server
