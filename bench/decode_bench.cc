@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/server_probe.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
 #include "tests/support/solid_png.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/epoch_plan.h"
+#include "common/plan/epoch_plan.h"
 
 namespace {
 

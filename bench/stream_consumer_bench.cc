@@ -29,7 +29,7 @@
 #include "client/batch_stream.h"
 #include "client/protocol/client_security.h"
 #include "client/protocol/receive_memory.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 namespace {
 

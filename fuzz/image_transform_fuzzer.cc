@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer harness: loading the index cache (common/dataset_index). The input is a
+// libFuzzer harness: loading the index cache (common/shards/dataset_index). The input is a
 // cache body; the harness appends the checksum it needs (so the parser's checks, not
 // the checksum, are what is fuzzed) and builds the index of a small real dataset with
 // it. Whatever the cache says, every member of the resulting index must lie inside its
@@ -25,9 +25,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/dataset_index.h"
-#include "common/digest.h"
-#include "common/shard_reader.h"
+#include "common/shards/dataset_index.h"
+#include "common/shards/shard_reader.h"
+#include "common/util/digest.h"
 
 namespace {
 namespace fs = std::filesystem;

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/json_fields.h"
-#include "common/utf8.h"
+#include "common/util/json_fields.h"
+#include "common/util/utf8.h"
 
 namespace {
 

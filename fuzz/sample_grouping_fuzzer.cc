@@ -1,5 +1,5 @@
 // libFuzzer harness: webdataset key/extension splitting, grouping and sample entries
-// (common/sample_grouping) on arbitrary member names and label contents. Checks the
+// (common/shards/sample_grouping) on arbitrary member names and label contents. Checks the
 // splitting's invariant (key + "." + ext is the name) and that grouping puts every
 // non-metadata member in exactly one place.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/sample_grouping.h"
-#include "common/tar_reader.h"
+#include "common/shards/sample_grouping.h"
+#include "common/shards/tar_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "common/sample_grouping.h"
+#include "common/shards/sample_grouping.h"
 
 namespace {
 

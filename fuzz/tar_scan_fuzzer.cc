@@ -1,5 +1,5 @@
-// libFuzzer harness: tar scanning (common/tar_reader) and the grouping of what it
-// finds (common/sample_grouping) on arbitrary bytes as a shard file, plain or gzip.
+// libFuzzer harness: tar scanning (common/shards/tar_reader) and the grouping of what it
+// finds (common/shards/sample_grouping) on arbitrary bytes as a shard file, plain or gzip.
 // Checks that every member it reports lies inside the file (plain tars) and that a
 // scan never crashes, hangs or reads out of bounds (ASan/UBSan).
 #include <sys/mman.h>
@@ -13,8 +13,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/sample_grouping.h"
-#include "common/tar_reader.h"
+#include "common/shards/sample_grouping.h"
+#include "common/shards/tar_reader.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
 // The one mapping between the wire's job fields (RegisterRequest, RegisterResponse)
-// and common/job_config.h, used by the server and by every client.
+// and common/plan/job_config.h, used by the server and by every client.
 #ifndef SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
 #define SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
 
 #include "absl/status/statusor.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast {

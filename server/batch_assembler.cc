@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/shard_reader.h"
-#include "common/utf8.h"
+#include "common/shards/shard_reader.h"
+#include "common/util/utf8.h"
 #include "server/log.h"
 
 namespace shardcast::server {
@@ -183,7 +183,7 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
     const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
     header.add_labels(entry.label);
     // proto3 strings must be UTF-8: a key that is not (a Latin-1 member name) is
-    // escaped one-to-one (common/utf8.h) so the client can parse the batch.
+    // escaped one-to-one (common/util/utf8.h) so the client can parse the batch.
     info->set_key(EscapeToUtf8(entry.key));
     info->set_shard(ref.shard);
     info->set_index_in_shard(ref.index);

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 namespace shardcast::server {
 

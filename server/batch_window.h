@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/epoch_plan.h"
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
+#include "common/plan/epoch_plan.h"
 #include "server/batch_assembler.h"
 #include "server/batch_memory.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 namespace shardcast::server {
 

@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 
 namespace shardcast::server {
 

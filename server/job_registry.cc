@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/utf8.h"
+#include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/batch_window.h"
 #include "server/log.h"
@@ -330,7 +330,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   v1::RegisterResponse response;
   response.set_batches_per_epoch(job->batches_per_epoch());
   response.set_num_classes(index.num_classes);
-  // Wire strings are UTF-8: label text and shard names are escaped (common/utf8.h).
+  // Wire strings are UTF-8: label text and shard names are escaped (common/util/utf8.h).
   for (const std::string& name : index.class_names) response.add_class_names(EscapeToUtf8(name));
   response.set_num_samples(index.num_samples);
   response.add_image_shape(3);

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 #include "proto/status_fields.h"
 #include "server/log.h"
 

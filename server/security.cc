@@ -10,7 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/token_file.h"
+#include "common/util/token_file.h"
 
 namespace shardcast::server {
 

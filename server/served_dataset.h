@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/dataset_index.h"
-#include "common/shard_reader.h"
+#include "common/shards/dataset_index.h"
+#include "common/shards/shard_reader.h"
 
 namespace shardcast::server {
 

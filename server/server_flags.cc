@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/flags.h"
-#include "common/job_config.h"
-#include "common/job_flags.h"
+#include "common/flags/flags.h"
+#include "common/flags/job_flags.h"
+#include "common/plan/job_config.h"
 #include "server/dataset_registry.h"
 #include "server/memory_limit.h"
 

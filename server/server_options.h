@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/dataset_index.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
+#include "common/shards/dataset_index.h"
 #include "server/clock.h"
 
 namespace shardcast::server {

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 #include "server/log.h"
 #include "server/memory_limit.h"
 

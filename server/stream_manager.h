@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/epoch_plan.h"
+#include "common/plan/epoch_plan.h"
 #include "server/batch_memory.h"
 #include "server/batch_window.h"
 #include "server/clock.h"

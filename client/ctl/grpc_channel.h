@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/client_security.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 namespace shardcast::ctl {
 

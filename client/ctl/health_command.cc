@@ -7,7 +7,7 @@
 
 #include "client/ctl/command_registry.h"
 #include "client/ctl/grpc_channel.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace shardcast::ctl {

@@ -13,9 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "client/ctl/command_registry.h"
 #include "client/ctl/status_report.h"
-#include "common/dataset_index.h"
-#include "common/flags.h"
-#include "common/json_fields.h"
+#include "common/flags/flags.h"
+#include "common/shards/dataset_index.h"
+#include "common/util/json_fields.h"
 
 namespace shardcast::ctl {
 namespace {

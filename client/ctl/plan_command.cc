@@ -13,11 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/ctl/command_registry.h"
-#include "common/dataset_index.h"
-#include "common/epoch_plan.h"
-#include "common/flags.h"
-#include "common/job_config.h"
-#include "common/job_flags.h"
+#include "common/flags/flags.h"
+#include "common/flags/job_flags.h"
+#include "common/plan/epoch_plan.h"
+#include "common/plan/job_config.h"
+#include "common/shards/dataset_index.h"
 
 namespace shardcast::ctl {
 namespace {
@@ -62,7 +62,7 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
                return absl::OkStatus();
              });
   // The plan's settings under the names the server's and the trainer's flags give
-  // them (common/job_flags.h); a plan needs no transform.
+  // them (common/flags/job_flags.h); a plan needs no transform.
   std::optional<int32_t> world_size;
   std::optional<int32_t> batch_size;
   parser.OptionalInt({{"--world-size"}, "W", "number of ranks (required)"}, &world_size, 1,

@@ -13,7 +13,7 @@
 #include "client/ctl/command_registry.h"
 #include "client/ctl/grpc_channel.h"
 #include "client/ctl/status_report.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::ctl {

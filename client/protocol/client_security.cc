@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/token_file.h"
+#include "common/util/token_file.h"
 
 namespace shardcast::client {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 namespace shardcast::client {
 

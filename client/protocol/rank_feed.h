@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/protocol/stream_settings.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 
 namespace shardcast::client {
 

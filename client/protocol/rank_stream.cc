@@ -24,7 +24,7 @@
 #include "client/protocol/channel.h"
 #include "client/protocol/server_list.h"
 #include "client/protocol/stream_clocks.h"
-#include "common/epoch_plan.h"
+#include "common/plan/epoch_plan.h"
 #include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/splitmix64.h"
+#include "common/util/splitmix64.h"
 
 namespace shardcast::train {
 namespace {

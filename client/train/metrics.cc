@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "common/json_fields.h"
+#include "common/util/json_fields.h"
 
 namespace shardcast::train {
 

@@ -28,7 +28,7 @@
 #include "client/train/progress.h"
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 
 namespace shardcast::train {
 namespace {

@@ -8,8 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/train/mixed_precision.h"
-#include "common/flags.h"
-#include "common/job_flags.h"
+#include "common/flags/flags.h"
+#include "common/flags/job_flags.h"
 
 namespace shardcast::train {
 namespace {

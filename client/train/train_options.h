@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/protocol/client_security.h"
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 
 namespace shardcast::train {
 
@@ -20,7 +20,7 @@ struct TrainOptions {
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id;                      // empty: a new job per run (rank 0 names it)
   std::string dataset;                     // the server's dataset to train on; empty = its default
-  // What the job asks of the server (common/job_flags.h); unset = the server's default.
+  // What the job asks of the server (common/flags/job_flags.h); unset = the server's default.
   JobOverrides job;
   std::vector<double> mean = {0.485, 0.456, 0.406};
   std::vector<double> std = {0.229, 0.224, 0.225};

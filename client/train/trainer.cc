@@ -170,7 +170,7 @@ absl::Status Trainer::Resume(StartPosition* start) {
   }
   // Elastic: the epoch goes on from the samples all ranks consumed in it, dealt over
   // this run's ranks (a checkpoint at an epoch boundary needs no offset at all). The
-  // stream refuses it for split shard, with the reason (common/epoch_plan.h).
+  // stream refuses it for split shard, with the reason (common/plan/epoch_plan.h).
   start->batch = 0;
   start->sample_offset = position->SamplesConsumed();
   return absl::OkStatus();

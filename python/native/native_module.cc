@@ -26,8 +26,8 @@
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/receive_memory.h"
 #include "client/protocol/wire_batch.h"
-#include "common/epoch_plan.h"
-#include "common/token_file.h"
+#include "common/plan/epoch_plan.h"
+#include "common/util/token_file.h"
 #include "proto/job_config_proto.h"
 
 namespace py = pybind11;
@@ -175,7 +175,7 @@ class NativeStream {
   int64_t reconnects() const { return Stream()->reconnects(); }
 
   // Batches of an epoch dealt from global sample position `offset` (an elastic resume):
-  // the server's own rule (common/epoch_plan.h BatchesFromOffset).
+  // the server's own rule (common/plan/epoch_plan.h BatchesFromOffset).
   int64_t batches_from_offset(int64_t offset) const {
     std::shared_ptr<RankStream> stream = Stream();
     absl::StatusOr<JobConfig> config = ResponseConfig(stream->registration());

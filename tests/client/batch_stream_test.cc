@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/dataset_index.h"
-#include "common/epoch_plan.h"
-#include "common/image_transform.h"
-#include "common/shard_reader.h"
+#include "common/image/image_transform.h"
+#include "common/plan/epoch_plan.h"
+#include "common/shards/dataset_index.h"
+#include "common/shards/shard_reader.h"
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"

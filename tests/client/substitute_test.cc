@@ -10,7 +10,7 @@
 #include <string>
 
 #include "client/batch_stream.h"
-#include "common/dataset_index.h"
+#include "common/shards/dataset_index.h"
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"

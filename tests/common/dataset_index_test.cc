@@ -1,6 +1,6 @@
 // The dataset index on real shard directories: order, labels, skipped samples, info.json
 // checks, truncated shards, the on-disk cache (reuse, invalidation, corruption).
-#include "common/dataset_index.h"
+#include "common/shards/dataset_index.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,8 +13,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/digest.h"
-#include "common/tar_reader.h"
+#include "common/shards/tar_reader.h"
+#include "common/util/digest.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
 

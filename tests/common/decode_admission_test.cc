@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 #include "gtest/gtest.h"
 #include "tests/common/image_test_util.h"
 

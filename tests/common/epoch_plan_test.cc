@@ -1,7 +1,7 @@
 // Proofs of the epoch planner: worked examples that pin the split-shard semantics (the
 // seed's loader), property tests over random datasets against a straightforward
 // materializing reference planner, resume, refusals and the fingerprint.
-#include "common/epoch_plan.h"
+#include "common/plan/epoch_plan.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/epoch_plan_internal.h"
+#include "common/plan/epoch_plan_internal.h"
 #include "gtest/gtest.h"
 
 namespace shardcast {
@@ -642,7 +642,7 @@ TEST(EpochPlanFingerprint, StableDistinctAndNormalized) {
   // Pinned: the digest must not change between builds or machines (ranks and server
   // replicas compare it); changing the planner means changing kPlannerVersion.
   EXPECT_EQ(fp, PlanFingerprint("abc", c));
-  EXPECT_EQ(fp, "e8c6ace020544527f2eafba84dbfd13e");  // Digest128 (common/digest.h)
+  EXPECT_EQ(fp, "e8c6ace020544527f2eafba84dbfd13e");  // Digest128 (common/util/digest.h)
   EXPECT_NE(fp, PlanFingerprint("abd", c));
   std::set<std::string> seen = {fp};
   for (int field = 0; field < 8; ++field) {

@@ -1,7 +1,7 @@
-// Tests of the one flag parser (common/flags.h) and the job's flag table
-// (common/job_flags.h): every accepted spelling, and the error for each kind of bad
+// Tests of the one flag parser (common/flags/flags.h) and the job's flag table
+// (common/flags/job_flags.h): every accepted spelling, and the error for each kind of bad
 // command line, word for word where users read it.
-#include "common/flags.h"
+#include "common/flags/flags.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/job_config.h"
-#include "common/job_flags.h"
+#include "common/flags/job_flags.h"
+#include "common/plan/job_config.h"
 
 namespace shardcast {
 namespace {

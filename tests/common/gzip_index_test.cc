@@ -1,7 +1,7 @@
 // GzipIndex against real gzip files (written by gzip and zlib): every byte range read
 // through the access points equals the same range of the file inflated whole, across
 // block boundaries, access points and concatenated members; broken files are errors.
-#include "common/gzip_index.h"
+#include "common/shards/gzip_index.h"
 
 #include <fcntl.h>
 #include <unistd.h>

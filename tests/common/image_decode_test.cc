@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/image_test_util.h"

@@ -1,6 +1,6 @@
 // Transforms: conformance with torchvision (Resize+CenterCrop, resized_crop+hflip)
 // on the same decoded pixels, RandomResizedCrop determinism and flip, DCT scaling.
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 
 #include <cmath>
 #include <cstdint>

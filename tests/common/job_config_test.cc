@@ -1,6 +1,6 @@
 // The job config module: names, overrides, every limit, the difference check and
 // the job fingerprint (what it covers and what it leaves to be compared apart).
-#include "common/job_config.h"
+#include "common/plan/job_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // Region-of-interest JPEG decoding: bit-identical to the same rectangle of the whole
 // TurboJPEG decode for every chroma subsampling and DCT scale, the transforms over it
 // identical to the whole-image path, and bad data refused with a Status.
-#include "common/jpeg_region_decode.h"
+#include "common/image/jpeg_region_decode.h"
 
 #include <cstdint>
 #include <random>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "common/image_decode_internal.h"
-#include "common/image_transform.h"
+#include "common/image/image_decode_internal.h"
+#include "common/image/image_transform.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/image_test_util.h"

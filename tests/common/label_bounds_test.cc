@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/dataset_index.h"
+#include "common/shards/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/epoch_plan.h"
+#include "common/plan/epoch_plan.h"
 #include "gtest/gtest.h"
 
 namespace shardcast {

@@ -2,7 +2,7 @@
 // directory or an oversized file is refused at once, without blocking and without
 // reading it (issue 29: a FIFO as the index cache or the token file hung the server, and
 // SIGTERM with it; a link to /dev/zero took 7 GB).
-#include "common/regular_file.h"
+#include "common/util/regular_file.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/token_file.h"
+#include "common/util/token_file.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast {

@@ -1,6 +1,6 @@
 // The fixed-point resampler: every kernel level (scalar, SSSE3, AVX2, AVX-512) gives the
 // same bytes, the weights are exact, and a uniform image stays uniform at the extremes.
-#include "common/resample.h"
+#include "common/image/resample.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 #include "gtest/gtest.h"
 
 namespace shardcast::internal {

@@ -1,6 +1,6 @@
 // WebDataset grouping rules (tariterators.py) case by case, the key/ext split checked
 // against the regex itself, and the step from member groups to labelled index entries.
-#include "common/sample_grouping.h"
+#include "common/shards/sample_grouping.h"
 
 #include <random>
 #include <regex>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/json_fields.h"
+#include "common/util/json_fields.h"
 #include "gtest/gtest.h"
 
 namespace shardcast {

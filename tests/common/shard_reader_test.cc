@@ -1,6 +1,6 @@
 // ShardReader returns the original bytes of every member, for plain and gzip shards,
 // from many threads at once, and names the shard and member when the file changed.
-#include "common/shard_reader.h"
+#include "common/shards/shard_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Tar scanning: member lists and offsets for tars written by GNU tar and Python's tarfile
 // in every format, checked against pread, libarchive's own bytes and tarfile's offsets.
-#include "common/tar_reader.h"
+#include "common/shards/tar_reader.h"
 
 #include <archive.h>
 #include <archive_entry.h>

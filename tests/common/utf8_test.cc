@@ -2,7 +2,7 @@
 // bytes and backslashes are escaped, and the escaping is one-to-one (checked against
 // its inverse on random byte strings over a small alphabet, where collisions of a
 // wrong scheme are likely).
-#include "common/utf8.h"
+#include "common/util/utf8.h"
 
 #include <random>
 #include <set>

@@ -10,7 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/dataset_index.h"
+#include "common/shards/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
 #include "tests/support/child_process.h"

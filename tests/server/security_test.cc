@@ -21,7 +21,7 @@
 #include "client/protocol/channel.h"
 #include "client/protocol/client_security.h"
 #include "client/protocol/rank_stream.h"
-#include "common/token_file.h"
+#include "common/util/token_file.h"
 #include "google/protobuf/descriptor.h"
 #include "tests/server/server_test_support.h"
 #include "tests/support/child_process.h"

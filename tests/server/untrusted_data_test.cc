@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "client/protocol/rank_stream.h"
-#include "common/utf8.h"
+#include "common/util/utf8.h"
 #include "tests/server/server_test_support.h"
 #include "tools/pack/image_encode.h"
 

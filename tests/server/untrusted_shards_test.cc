@@ -11,7 +11,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
-#include "common/image_transform.h"
+#include "common/image/image_transform.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

@@ -26,7 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/dataset_index.h"
+#include "common/shards/dataset_index.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"

@@ -16,7 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/json_fields.h"
+#include "common/util/json_fields.h"
 #include "tools/pack/pack_pipeline.h"
 
 namespace shardcast::pack {

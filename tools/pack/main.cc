@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/flags.h"
+#include "common/flags/flags.h"
 #include "tools/pack/image_folder.h"
 #include "tools/pack/synthetic_dataset.h"
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/splitmix64.h"
+#include "common/util/splitmix64.h"
 #include "tools/pack/tar_writer.h"
 
 namespace shardcast::pack {
 
-using ::shardcast::SplitMix64;  // common/splitmix64.h
+using ::shardcast::SplitMix64;  // common/util/splitmix64.h
 
 // A seeded permutation of 0..n-1 (Fisher-Yates), identical on every platform.
 std::vector<int64_t> SeededPermutation(int64_t n, uint64_t seed);

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/json_fields.h"
+#include "common/util/json_fields.h"
 
 namespace shardcast::pack {
 namespace {

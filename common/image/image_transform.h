@@ -1,0 +1,100 @@
+// Decode (TurboJPEG, PNG) + torchvision-equivalent transforms into a caller's
+// uint8 CHW buffer: the per-sample work of the serve path.
+#ifndef SHARDCAST_COMMON_IMAGE_IMAGE_TRANSFORM_H_
+#define SHARDCAST_COMMON_IMAGE_IMAGE_TRANSFORM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/image/image_types.h"
+#include "common/plan/job_config.h"
+
+namespace shardcast {
+
+struct DecodeOptions {
+  // When > 0, JPEGs may be decoded with DCT-domain downscaling (1/2, 1/4, 1/8...)
+  // as long as the decoded width >= min_width and height >= min_height.
+  int min_width = 0;
+  int min_height = 0;
+};
+
+// Sniffs the content (JPEG or PNG, whatever the extension says); any JPEG
+// colourspace (YCbCr any subsampling, grayscale, CMYK/YCCK) and PNG -> RGB.
+// Thread-safe. Errors say what the content looked like and why it failed.
+// Pixels match PIL's Image.open(...).convert("RGB"): CMYK as Adobe-inverted,
+// PNG alpha dropped (not composited), 16-bit PNG -> high byte. A libjpeg
+// warning (e.g. "Premature end of JPEG file": truncated) is an error, so a
+// damaged file is substituted rather than served half grey.
+absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
+
+// TransformMode and TransformSpec (with their limits) live in common/plan/job_config.h.
+
+// Writes 3 * crop * crop bytes, planar RGB (CHW), to `out_chw`.
+// `augment_seed` drives kRandom (same seed -> same bytes); ignored for kCenter.
+absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
+                            uint8_t* out_chw);
+
+// Server-wide admission of decode memory (the server's DecodeBudget implements it).
+// DecodeAndTransform asks for the bytes an image's decode buffers need, computed from
+// the header alone, before it allocates any of them, and gives them back when done.
+class DecodeAdmission {
+ public:
+  virtual ~DecodeAdmission() = default;
+  // OK: `bytes` are held until Release(bytes). An error fails the decode with it,
+  // before anything is allocated. May block until the bytes are free.
+  virtual absl::Status Acquire(int64_t bytes) = 0;
+  virtual void Release(int64_t bytes) = 0;
+};
+
+// Decode + transform in one call, choosing the DCT scale from the transform
+// (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
+// least the target size). Each calling thread keeps its decode buffer between
+// calls (released after an image over 64 MiB), so a decode pool of N threads
+// holds N buffers of its largest recent image.
+// kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
+// scale changes only the resampling source, never which region is taken.
+// With `admission`, DecodeBufferBytes(...) are acquired from it before decoding (its
+// error is returned as it is) and released afterwards, whatever the outcome.
+absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,
+                                uint64_t augment_seed, uint8_t* out_chw,
+                                DecodeAdmission* admission = nullptr);
+
+// --- Lower-level pieces (exposed for tests and benchmarks) ---
+
+// What the header says (ImageInfo, image_types.h), without decoding pixels.
+absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
+
+// An upper bound of the bytes decoding `info`'s image at DCT scale num/denom (JPEG; a
+// PNG is always decoded at full size) allocates: the decoded pixels, plus for a
+// progressive JPEG libjpeg's whole-image coefficient buffer (2 bytes per coefficient,
+// full resolution whatever the scale). Row buffers and tables are not counted.
+int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom);
+
+// A region of an image (pixel coordinates of the original image) and whether
+// the result is mirrored left-right.
+struct CropParams {
+  int top = 0;
+  int left = 0;
+  int height = 0;
+  int width = 0;
+  bool flip = false;
+};
+
+// torchvision RandomResizedCrop.get_params(scale=(0.08,1), ratio=(3/4,4/3)) on a
+// width x height image (10 attempts, then the clamped-ratio centre crop), then
+// RandomHorizontalFlip(p=0.5), all drawn from a splitmix64 stream seeded with
+// `augment_seed`: same seed and size -> same parameters on any machine.
+CropParams RandomResizedCropParams(int width, int height, uint64_t augment_seed);
+
+// Resizes `params`' region of `image` to crop x crop (bilinear, antialias, as
+// torchvision's resized_crop with antialias=True), mirrored if params.flip, into
+// 3 * crop * crop bytes of planar RGB.
+absl::Status ResizedCropToChw(const RgbImage& image, const CropParams& params, int crop,
+                              uint8_t* out_chw);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_IMAGE_IMAGE_TRANSFORM_H_

@@ -1,0 +1,32 @@
+// The types the stages of the image library pass on (decode, region decode,
+// resampling, transforms): a decoded image and what an image's header says. Their own
+// header so that those stages include downward, not the library's top
+// (image_transform.h).
+#ifndef SHARDCAST_COMMON_IMAGE_IMAGE_TYPES_H_
+#define SHARDCAST_COMMON_IMAGE_IMAGE_TYPES_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace shardcast {
+
+// Decoded image, interleaved RGB (HWC), 8 bits per channel.
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;  // height * width * 3
+};
+
+// What the header says, without decoding pixels (ReadImageInfo).
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+  bool is_jpeg = false;      // else PNG
+  bool cmyk = false;         // JPEG in CMYK/YCCK: decoded with 4 bytes per pixel
+  bool progressive = false;  // progressive JPEG: libjpeg keeps every coefficient
+  int components = 3;        // JPEG colour components (1 grey, 3, 4)
+};
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_IMAGE_IMAGE_TYPES_H_

@@ -1,0 +1,56 @@
+// Region-of-interest JPEG decoding through libjpeg's scanline API: only the rows and
+// columns a crop reads go through IDCT, upsampling and colour conversion.
+#ifndef SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
+#define SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/image/image_decode_internal.h"
+#include "common/image/image_types.h"
+
+namespace shardcast {
+namespace internal {
+
+// A rectangle of pixels of the image decoded at some DCT scale.
+struct PixelRect {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
+// Whether DecodeJpegRegion takes `encoded` (whose header says `info`): a sequential (not
+// progressive) JPEG in YCbCr or greyscale whose last bytes are the EOI marker. CMYK/YCCK
+// and progressive JPEGs go through the whole-image decode (a progressive file's
+// coefficient buffer is whole-image anyway), and so does PNG. So does a file that does
+// not end with EOI (truncated, or with trailing bytes): the region decode stops after
+// the region's last row and would not see the missing end, which the whole-image decode
+// refuses ("Premature end of JPEG file").
+bool RegionDecodable(const ImageInfo& info, absl::string_view encoded);
+
+// Bytes DecodeJpegRegion allocates for `want` (an upper bound: libjpeg widens the region
+// to whole iMCU columns, and the first row is moved up to an iMCU row boundary).
+int64_t RegionDecodeBytes(const PixelRect& want, int scaled_width, int scaled_height);
+
+// Decodes the part of `encoded` that covers `want` (coordinates of the image decoded at
+// scale `f`, whose size is ScaledSize(width, f) x ScaledSize(height, f)) into `*out`,
+// reusing its capacity; `*got` is the decoded rectangle, which contains `want`. The
+// pixels inside `want` are bit-identical to the whole-image TurboJPEG decode's (same
+// IDCT, fancy upsampling, colour conversion); those of `got` outside it may not be (a
+// cropped row's edge column upsamples chroma without its outer neighbour). REQUIRES:
+// RegionDecodable(info of `encoded`), `want` non-empty and inside the scaled image.
+//
+// The untrusted-data limits of the whole-image decode hold: size limit before any
+// allocation, more than 500 scans refused (progress hook, as TJFLAG_LIMITSCANS), a
+// libjpeg warning is an error (as TJFLAG_STOPONWARNING), and libjpeg's fatal errors
+// come back as a Status (never exit()). Rows below the region are not decoded at all,
+// so corrupt entropy-coded data there goes unseen (the region's pixels are whole).
+absl::Status DecodeJpegRegion(absl::string_view encoded, ScalingFactor f, const PixelRect& want,
+                              RgbImage* out, PixelRect* got);
+
+}  // namespace internal
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_

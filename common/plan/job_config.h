@@ -1,0 +1,168 @@
+// The job config: what a trainer asks the server for (how the data is split and
+// dealt, how each image is transformed), with the one spelling of each enum value,
+// every limit, and the job fingerprint that says "same batches, same bytes".
+// The one home of these: flags, the wire mapping (proto/job_config_proto.h), the
+// planner and the transform all take their names and limits from here.
+#ifndef SHARDCAST_COMMON_PLAN_JOB_CONFIG_H_
+#define SHARDCAST_COMMON_PLAN_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace shardcast {
+
+// How samples are dealt to ranks; semantics in common/plan/epoch_plan.h.
+enum class Split {
+  kShard,   // webdataset split_by_node + DataLoader workers + repeat/slice
+  kSample,  // exactly-once: per-epoch permutation dealt round-robin by batch
+};
+enum class Remainder {
+  kDrop,  // n = N // (B*W)
+  kPad,   // n = ceil(N / (B*W)), padding entries invalid (split kSample)
+};
+// What is done to each decoded image; semantics in common/image/image_transform.h.
+enum class TransformMode {
+  kCenter,  // Resize(short side = resize, bilinear, antialias) + CenterCrop(crop)
+  kRandom,  // RandomResizedCrop(crop, scale=(0.08,1), ratio=(3/4,4/3)) + HFlip(p=0.5)
+};
+
+// Enumerators take the implicit values 0, 1, ...: job_config.cc finds them by walking
+// up from 0 through its name switches (so add a name with a new enumerator; -Wswitch
+// says where).
+//
+// The names used on flags, on the wire's logs, in refusals and in status output
+// ("unknown" for a value that is no enumerator). Parse errors name the accepted values.
+const char* SplitName(Split split);
+const char* RemainderName(Remainder remainder);
+const char* TransformModeName(TransformMode mode);
+absl::StatusOr<Split> ParseSplit(absl::string_view name);
+absl::StatusOr<Remainder> ParseRemainder(absl::string_view name);
+absl::StatusOr<TransformMode> ParseTransformMode(absl::string_view name);
+// Every enumerator, in enum order.
+std::vector<Split> AllSplits();
+std::vector<Remainder> AllRemainders();
+std::vector<TransformMode> AllTransformModes();
+// Every accepted name, in enum order (for --help and choice flags).
+std::vector<std::string> SplitNames();
+std::vector<std::string> RemainderNames();
+std::vector<std::string> TransformModeNames();
+
+struct PlanConfig {
+  int32_t world_size = 1;
+  int32_t batch_size = 1;
+  Split split = Split::kShard;
+  Remainder remainder = Remainder::kDrop;
+  int32_t workers = 1;  // virtual DataLoader workers per rank (split kShard)
+  uint64_t seed = 0;
+  bool shuffle_shards = false;  // shard order shuffled by (seed, epoch)
+  int32_t shuffle_buffer = 0;   // per-worker sample shuffle buffer (split kShard), 0 = off
+  int32_t block_size = 0;       // shards per shuffle block (split kSample), 0 = global
+};
+
+struct TransformSpec {
+  TransformMode mode = TransformMode::kCenter;
+  int resize = 256;  // short side for kCenter (unused by kRandom)
+  int crop = 224;    // output is crop x crop
+  // Allow DCT-domain downscaling (1/2, 1/4, 1/8; never below what the crop needs).
+  // Off by default: where it applies, the pixels differ from torchvision's by up to 44
+  // levels at sharp edges (a box-like low-pass, not the triangle filter), outside the
+  // conformance bound. The server's --dct-scaling turns it on for speed on big images.
+  bool dct_scaling = false;
+};
+
+// Bump when image_transform's output bytes change for the same input and spec:
+// the job fingerprint then changes, so no trainer resumes onto different pixels.
+// 2: the fixed-point resampler (common/image/resample.cc) rounds differently from the float one.
+inline constexpr int kTransformVersion = 2;
+
+struct JobConfig {
+  PlanConfig plan;
+  TransformSpec transform;
+};
+
+// The built-in job defaults, the seed's: batch 32, split shard, remainder drop, one
+// worker, no shuffles, Resize(256) + CenterCrop(224). A server started without job
+// flags serves these for what a registration leaves unset.
+inline JobConfig DefaultJobConfig() {
+  JobConfig config;
+  config.plan.batch_size = 32;
+  return config;
+}
+
+// A job config with holes: what a trainer asks for (unset = the server's default),
+// and what server flags change in the built-in defaults. Mapped to and from the
+// wire's RegisterRequest by proto/job_config_proto.h.
+struct JobOverrides {
+  std::optional<int32_t> batch_size;
+  std::optional<Split> split;
+  std::optional<Remainder> remainder;
+  std::optional<int32_t> workers;
+  std::optional<uint64_t> seed;
+  std::optional<bool> shuffle_shards;
+  std::optional<int32_t> shuffle_buffer;
+  std::optional<int32_t> block_size;
+  std::optional<TransformMode> transform_mode;
+  std::optional<int32_t> resize;
+  std::optional<int32_t> crop;
+};
+
+// `base` with every set field of `overrides` replacing its value. world_size is
+// not a job default: it comes with each registration.
+JobConfig ApplyOverrides(const JobOverrides& overrides, JobConfig base);
+
+// Limits. Every one is checked by Validate; nothing else re-states them.
+inline constexpr int32_t kMaxWorldSize = 1 << 16;
+inline constexpr int32_t kMaxBatchSize = 1 << 16;
+inline constexpr int32_t kMaxWorkers = 1024;
+inline constexpr int32_t kMaxShuffleBuffer = 1 << 24;
+inline constexpr int kMaxCrop = 8192;
+inline constexpr int kMaxResize = 16384;
+inline constexpr size_t kMaxJobIdLength = 256;
+
+// What depends on how a server runs rather than on the job.
+struct JobLimits {
+  // Largest Batch message the server sends (its --max-message-size).
+  int64_t max_message_bytes = int64_t{512} << 20;
+};
+
+// Bytes of one Batch message of this config: pixels plus a generous per-sample
+// and per-message allowance for labels, keys and flags.
+int64_t BatchMessageBytes(const JobConfig& config);
+
+// Every limit above, the transform's consistency (center: resize >= crop) and the
+// message size. INVALID_ARGUMENT naming the field (as the wire spells it), the
+// value, the limit and what to change. Whether the data can serve the job is the
+// planner's check (BatchesPerRank), not this one.
+absl::Status Validate(const JobConfig& config, const JobLimits& limits = {});
+
+// Stable hex digest (32 digits) of the data (the content fingerprint of the index)
+// and every setting that decides which samples a batch holds and which bytes each
+// image becomes: split, remainder, workers, seed, shuffles, block size, transform.
+// World size and batch size are NOT in it: they are compared on their own, so that
+// a later elastic resume can relax them. Settings that cannot change the batches
+// are normalized away first (as PlanFingerprint does), so equal digests mean equal
+// batches (for equal world and batch size) for every epoch.
+std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config);
+
+// The first setting in which two configs differ, as (field, a, b) text, e.g.
+// {"transform.crop", "224", "160"}; nullopt when they are equal. Field names are
+// the wire's.
+struct ConfigDifference {
+  std::string field;
+  std::string a;
+  std::string b;
+};
+std::optional<ConfigDifference> FirstDifference(const JobConfig& a, const JobConfig& b);
+
+// One line: "world_size=2 batch_size=32 split=shard ... transform=center resize=256 crop=224".
+std::string JobConfigString(const JobConfig& config);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_PLAN_JOB_CONFIG_H_

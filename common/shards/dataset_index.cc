@@ -1,0 +1,807 @@
+// Builds the dataset index: lists shards in natural order, scans them in parallel
+// (tar_reader + sample_grouping), checks info.json, and caches the result on disk.
+#include "common/shards/dataset_index.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/shards/sample_grouping.h"
+#include "common/shards/tar_reader.h"
+#include "common/util/digest.h"
+#include "common/util/json_fields.h"
+#include "common/util/regular_file.h"
+
+namespace shardcast {
+namespace fs = std::filesystem;
+
+std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
+  std::vector<uint32_t> counts;
+  counts.reserve(shards.size());
+  for (const ShardInfo& shard : shards)
+    counts.push_back(static_cast<uint32_t>(shard.samples.size()));
+  return counts;
+}
+
+namespace {
+
+// Bump when the scan's rules or the cache layout change: old caches and fingerprints
+// then no longer match.
+// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards
+constexpr uint32_t kIndexVersion = 3;
+constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
+// .cls/.json members bigger than this are not label files; they are not read.
+constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
+// WarnIfClassesSparse stays quiet for small gaps (a few classes without samples).
+constexpr int64_t kSparseClassesMinGap = 10;
+// Deflate cannot expand data more than about 1032:1, so no member of a gzip shard ends
+// past this multiple of the compressed size: the bound a cached offset is checked
+// against where the uncompressed size is not known without inflating.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+int64_t Nanos(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+std::string FormatNanos(int64_t ns) {
+  return absl::StrFormat("%d.%09d", ns / 1000000000, ns % 1000000000);
+}
+
+// "shard-2" < "shard-10": runs of digits compare by value, the rest bytewise.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      size_t is = i, js = j;
+      while (is + 1 < ie && a[is] == '0') ++is;  // leading zeros do not change the value
+      while (js + 1 < je && b[js] == '0') ++js;
+      if (ie - is != je - js) return ie - is < je - js;
+      const int c = a.compare(is, ie - is, b, js, je - js);
+      if (c != 0) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if ((a.size() - i) != (b.size() - j)) return a.size() - i < b.size() - j;
+  return a < b;  // equal by value ("01" vs "1"): any fixed order will do
+}
+
+bool IsShardName(const std::string& name) {
+  return absl::EndsWith(name, ".tar") || absl::EndsWith(name, ".tar.gz") ||
+         absl::EndsWith(name, ".tgz");
+}
+
+void Warn(std::vector<std::string>* warnings, std::string message) {
+  std::fprintf(stderr, "shardcast: warning: %s\n", message.c_str());
+  warnings->push_back(std::move(message));
+}
+
+// Shards directly in `root` (symlinks followed), natural order, without samples. A shard
+// name that cannot be stat'ed (a dangling symlink, a permission problem) goes to
+// `*unlisted` with the reason.
+absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
+                                                  std::vector<SkippedShard>* unlisted) {
+  std::vector<ShardInfo> shards;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(root, ": cannot list directory: ", ec.message()));
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return absl::UnavailableError(absl::StrCat(root, ": listing failed: ", ec.message()));
+    const std::string name = it->path().filename().string();
+    if (!IsShardName(name)) continue;
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) != 0) {
+      unlisted->push_back(SkippedShard{name, absl::StrCat("cannot stat: ", std::strerror(errno))});
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) continue;
+    ShardInfo shard;
+    shard.path = name;
+    SetShardIdentity(st, &shard);
+    shard.compressed = !absl::EndsWith(name, ".tar");
+    shards.push_back(std::move(shard));
+  }
+  std::sort(shards.begin(), shards.end(),
+            [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
+  return shards;
+}
+
+// A shard's samples as the index holds them (keys, labels, member offsets), written
+// field by field into a digest or the cache file: both read exactly this.
+template <typename Sink>
+void AddSamples(const std::vector<SampleEntry>& samples, Sink* out) {
+  out->AddU64(samples.size());
+  for (const SampleEntry& e : samples) {
+    out->AddString(e.key);
+    out->AddU64(static_cast<uint64_t>(e.label));
+    out->AddU64(e.image_member);
+    out->AddU64(e.members.size());
+    for (const MemberRef& m : e.members) {
+      out->AddString(m.ext);
+      out->AddU64(m.offset);
+      out->AddU64(m.size);
+    }
+  }
+}
+
+// The content fingerprint: what the planner and the serve path depend on (shard
+// names and sizes, every sample's key, label and member offsets) and nothing else.
+// Two replicas holding the same bytes agree on it however the files were copied;
+// mtimes only decide whether a cache is still valid.
+std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
+  Digest128 h;
+  h.AddString("shardcast-index");
+  h.AddU64(kIndexVersion);
+  h.AddString(options.label_field);
+  h.AddU64(shards.size());
+  for (const ShardInfo& s : shards) {
+    h.AddString(s.path);
+    h.AddU64(s.file_size);
+    h.AddU64(s.compressed ? 1 : 0);
+    AddSamples(s.samples, &h);
+  }
+  return h.Hex();
+}
+
+// What scanning one shard produces; merged in shard order so the index is deterministic.
+struct ShardScanResult {
+  absl::Status fatal;  // the shard could not be read at all
+  std::vector<SampleEntry> samples;
+  std::vector<SkippedSample> skipped;
+  std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
+  std::vector<std::string> warnings;
+  bool compressed = false;
+};
+
+ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
+                          const IndexOptions& options) {
+  ShardScanResult result;
+  const std::string path = (fs::path(root) / shard.path).string();
+  if (shard.file_size == 0) {
+    // libarchive reads an empty file as an empty archive; webdataset fails on it.
+    result.fatal = absl::DataLossError("empty file (0 bytes)");
+    return result;
+  }
+  const auto want_content = [](absl::string_view name, uint64_t size) {
+    if (size > kMaxLabelMemberBytes) return false;
+    std::optional<KeyExt> split = SplitKeyExt(name);
+    return split.has_value() && IsLabelExt(absl::AsciiStrToLower(split->ext));
+  };
+  absl::StatusOr<TarScan> scan = ScanTar(path, want_content, options.cancelled);
+  if (!scan.ok()) {
+    result.fatal = scan.status();
+    return result;
+  }
+  if (!scan->error.ok() && (scan->members.empty() || absl::IsCancelled(scan->error))) {
+    result.fatal = scan->error;
+    return result;
+  }
+  // Offsets and labels read from a file that changed meanwhile describe neither version.
+  struct stat after;
+  if (::stat(path.c_str(), &after) != 0) {
+    result.fatal = absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
+    return result;
+  }
+  if (std::string change = ShardChange(shard, after); !change.empty()) {
+    result.fatal = absl::AbortedError(
+        absl::StrCat("changed while it was indexed (", change, "); restart to index it again"));
+    return result;
+  }
+  result.compressed = scan->compressed;
+  std::vector<absl::string_view> names;
+  names.reserve(scan->members.size());
+  for (const TarMember& m : scan->members) names.push_back(m.name);
+  Grouping grouping = GroupByKeys(names);
+  for (size_t i : grouping.keyless) {
+    result.skipped.push_back(
+        SkippedSample{shard.path, scan->members[i].name,
+                      "no '.' in the file name (or nothing before it): not part of any sample"});
+  }
+  size_t usable_groups = grouping.groups.size();
+  if (!scan->error.ok()) {
+    // The last sample before the break may have had more members after it: drop it,
+    // unless the member cut short is known to start another sample (grouping is by
+    // consecutive keys, so the last group was then complete).
+    bool last_group_complete = false;
+    if (!scan->broken_member.empty() && usable_groups > 0) {
+      std::optional<KeyExt> broken = SplitKeyExt(scan->broken_member);
+      // (A metadata or keyless member proves nothing: the sample may continue after it.)
+      last_group_complete = !IsMetadataName(scan->broken_member) && broken.has_value() &&
+                            broken->key != grouping.groups.back().key;
+    }
+    if (usable_groups > 0 && !last_group_complete) {
+      --usable_groups;
+      result.skipped.push_back(
+          SkippedSample{shard.path, grouping.groups.back().key,
+                        absl::StrCat("the shard breaks after this sample (it may be incomplete): ",
+                                     scan->error.message())});
+    }
+    result.warnings.push_back(absl::StrCat(scan->error.message(), "; kept the ", usable_groups,
+                                           " sample(s) read completely before the break"));
+  }
+  for (size_t g = 0; g < usable_groups; ++g) {
+    const MemberGroup& group = grouping.groups[g];
+    absl::StatusOr<LabeledSample> sample =
+        MakeSampleEntry(group, scan->members, options.label_field, options.max_classes);
+    if (!sample.ok()) {
+      result.skipped.push_back(
+          SkippedSample{shard.path, group.key, std::string(sample.status().message())});
+      continue;
+    }
+    if (!sample->class_name.empty()) {
+      result.class_names.emplace_back(sample->entry.label, std::move(sample->class_name));
+    }
+    result.samples.push_back(std::move(sample->entry));
+  }
+  return result;
+}
+
+// ---- cache file: magic, version, then length-prefixed fields, then an FNV checksum ----
+
+class CacheWriter {
+ public:
+  void AddU64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  void AddString(absl::string_view s) {
+    AddU64(s.size());
+    out_.append(s.data(), s.size());
+  }
+  std::string Finish() {
+    Digest128 h;
+    h.AddBytes(out_);
+    AddString(h.Hex());
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+class CacheParser {
+ public:
+  explicit CacheParser(absl::string_view data) : data_(data) {}
+  bool U64(uint64_t* v) {
+    if (pos_ + 8 > data_.size()) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i)
+      *v |= static_cast<uint64_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint64_t n = 0;
+    if (!U64(&n) || n > data_.size() - pos_) return false;
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Count(uint64_t* n) {  // a count of items of at least 8 bytes each: bounded by data
+    return U64(n) && *n <= (data_.size() - pos_) / 8;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  absl::string_view data_;
+  size_t pos_ = 0;
+};
+
+// The scan results that the cache keeps (info.json checks are redone on every load).
+struct ScanOutcome {
+  std::vector<ShardInfo> shards;          // every listed shard, skipped ones included
+  std::vector<std::string> skip_reasons;  // by shard: why it is left out, "" = served
+  std::vector<SkippedSample> skipped;
+  std::vector<std::string> class_names;  // by label, "" where unknown
+  std::vector<std::string> warnings;
+  int64_t max_label = -1;
+};
+
+std::string SerializeCache(const std::string& root, const IndexOptions& options,
+                           const ScanOutcome& scan) {
+  CacheWriter w;
+  w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
+  w.AddU64(kIndexVersion);
+  w.AddString(root);
+  w.AddString(options.label_field);
+  w.AddU64(static_cast<uint64_t>(options.max_classes));
+  w.AddU64(scan.shards.size());
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    const ShardInfo& s = scan.shards[i];
+    w.AddString(s.path);
+    w.AddU64(s.file_size);
+    w.AddU64(static_cast<uint64_t>(s.mtime_ns));
+    w.AddU64(static_cast<uint64_t>(s.ctime_ns));
+    w.AddU64(s.inode);
+    w.AddU64(s.compressed ? 1 : 0);
+    w.AddString(scan.skip_reasons[i]);
+    AddSamples(s.samples, &w);
+  }
+  w.AddU64(scan.skipped.size());
+  for (const SkippedSample& s : scan.skipped) {
+    w.AddString(s.shard);
+    w.AddString(s.key);
+    w.AddString(s.reason);
+  }
+  w.AddU64(scan.class_names.size());
+  for (const std::string& name : scan.class_names) w.AddString(name);
+  w.AddU64(scan.warnings.size());
+  for (const std::string& warning : scan.warnings) w.AddString(warning);
+  w.AddU64(static_cast<uint64_t>(scan.max_label));
+  return w.Finish();
+}
+
+// Parses a cache file. Error = corrupt (the caller rebuilds); a valid file for other
+// shards is reported through `*stale`.
+absl::Status ParseCache(absl::string_view data, const std::string& root,
+                        const IndexOptions& options, const std::vector<ShardInfo>& listed,
+                        ScanOutcome* scan, bool* stale) {
+  const auto corrupt = [](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("corrupt index cache: ", what));
+  };
+  // Checksum first: everything after it can trust lengths not to lie.
+  if (data.size() < 8 + 32) return corrupt("too short");
+  {
+    CacheParser tail(data.substr(data.size() - 40));
+    std::string stored;
+    if (!tail.Str(&stored)) return corrupt("no checksum");
+    Digest128 h;
+    h.AddBytes(data.substr(0, data.size() - 40));
+    if (stored != h.Hex()) return corrupt("checksum mismatch");
+  }
+  CacheParser p(data.substr(0, data.size() - 40));
+  std::string magic, stored_root, label_field;
+  uint64_t version = 0, n = 0, max_classes = 0;
+  if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
+    return corrupt("bad magic");
+  }
+  if (!p.U64(&version) || version != kIndexVersion) {
+    *stale = true;  // another layout: rebuild without complaint
+    return absl::OkStatus();
+  }
+  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) || !p.Count(&n)) {
+    return corrupt("header");
+  }
+  if (stored_root != root || label_field != options.label_field ||
+      max_classes != static_cast<uint64_t>(options.max_classes) || n != listed.size()) {
+    *stale = true;
+    return absl::OkStatus();
+  }
+  scan->shards.resize(n);
+  scan->skip_reasons.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    ShardInfo& s = scan->shards[i];
+    uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
+    if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
+        !p.U64(&compressed) || !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples)) {
+      return corrupt("shard record");
+    }
+    s.file_size = size;
+    s.mtime_ns = static_cast<int64_t>(mtime);
+    s.ctime_ns = static_cast<int64_t>(ctime);
+    s.inode = inode;
+    s.device = listed[i].device;  // not kept: device numbers may change across reboots
+    s.compressed = compressed != 0;
+    if (s.path != listed[i].path || s.file_size != listed[i].file_size ||
+        s.mtime_ns != listed[i].mtime_ns || s.ctime_ns != listed[i].ctime_ns ||
+        s.inode != listed[i].inode) {
+      *stale = true;
+      return absl::OkStatus();
+    }
+    if (compressed > 1) return corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
+    if (!scan->skip_reasons[i].empty() && samples != 0) {
+      return corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
+    }
+    if (samples > std::numeric_limits<uint32_t>::max()) {
+      return corrupt(absl::StrCat(s.path, ": ", samples, " samples"));
+    }
+    // Where member data may lie: inside a plain tar; within deflate's largest expansion
+    // of a compressed one (the reader checks the exact end when it inflates).
+    const uint64_t data_end = s.compressed ? s.file_size * kMaxDeflateRatio : s.file_size;
+    s.samples.resize(samples);
+    for (SampleEntry& e : s.samples) {
+      uint64_t label = 0, image = 0, members = 0;
+      if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) || !p.Count(&members)) {
+        return corrupt("sample record");
+      }
+      const std::string where = absl::StrCat(s.path, " sample '", e.key, "': ");
+      if (e.key.empty()) return corrupt(absl::StrCat(s.path, ": a sample without a key"));
+      // The scan admits labels in [0, max_classes) only (and max_classes matched above).
+      if (label >= static_cast<uint64_t>(options.max_classes)) {
+        return corrupt(absl::StrCat(where, "label ", static_cast<int64_t>(label)));
+      }
+      e.label = static_cast<int64_t>(label);
+      if (image >= members) return corrupt(absl::StrCat(where, "image member out of range"));
+      e.image_member = static_cast<uint32_t>(image);
+      e.members.resize(members);
+      for (MemberRef& m : e.members) {
+        if (!p.Str(&m.ext) || !p.U64(&m.offset) || !p.U64(&m.size)) return corrupt("member");
+        if (m.ext.empty() || m.offset > data_end || m.size > data_end - m.offset) {
+          return corrupt(absl::StrCat(where, "member '.", m.ext, "' at ", m.offset, " (", m.size,
+                                      " bytes) lies past the shard's end (", s.file_size,
+                                      s.compressed ? " bytes compressed)" : " bytes)"));
+        }
+      }
+      scan->max_label = std::max(scan->max_label, e.label);
+    }
+  }
+  if (!p.Count(&n)) return corrupt("skipped count");
+  scan->skipped.resize(n);
+  for (SkippedSample& s : scan->skipped) {
+    if (!p.Str(&s.shard) || !p.Str(&s.key) || !p.Str(&s.reason)) return corrupt("skipped");
+  }
+  if (!p.Count(&n)) return corrupt("class count");
+  scan->class_names.resize(n);
+  for (std::string& name : scan->class_names) {
+    if (!p.Str(&name)) return corrupt("class name");
+  }
+  if (!p.Count(&n)) return corrupt("warning count");
+  scan->warnings.resize(n);
+  for (std::string& warning : scan->warnings) {
+    if (!p.Str(&warning)) return corrupt("warning");
+  }
+  uint64_t max_label = 0;
+  if (!p.U64(&max_label)) return corrupt("max label");
+  // Recomputed from the samples above, never trusted: it sizes num_classes.
+  if (static_cast<int64_t>(max_label) != scan->max_label) return corrupt("max label");
+  if (!scan->class_names.empty() &&
+      scan->class_names.size() != static_cast<size_t>(scan->max_label + 1)) {
+    return corrupt(
+        absl::StrCat(scan->class_names.size(), " class names for labels up to ", scan->max_label));
+  }
+  if (p.pos() != data.size() - 40) return corrupt("trailing bytes");
+  return absl::OkStatus();
+}
+
+std::string CachePath(const std::string& cache_dir, const std::string& root) {
+  Digest128 h;
+  h.AddString(root);
+  return (fs::path(cache_dir) / ("shardcast-index-" + h.Hex().substr(0, 16) + ".bin")).string();
+}
+
+// The largest index cache `shards` can have: a sample's record is its key and a few
+// numbers, and in a tar every sample takes at least two 512-byte headers holding the
+// member names, so the records of a plain tar are smaller than the tar; a gzip shard
+// gets room for a decompressed stream 64 times its size. Anything larger is not a cache
+// of these shards (ReadRegularFile refuses it before reading).
+int64_t MaxCacheBytes(const std::vector<ShardInfo>& shards) {
+  int64_t bytes = int64_t{1} << 20;
+  for (const ShardInfo& s : shards) {
+    bytes += 4096 + static_cast<int64_t>(s.file_size) * (s.compressed ? 64 : 2);
+  }
+  return bytes;
+}
+
+// Written to a temporary name and renamed: a reader never sees half a cache.
+absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".",
+                                       std::hash<std::thread::id>()(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardInfo> shards,
+                                    const IndexOptions& options) {
+  std::vector<ShardScanResult> results(shards.size());
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
+  std::atomic<size_t> next{0};
+  const auto stopping = [&] {
+    return options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed);
+  };
+  const auto worker = [&] {
+    for (size_t i = next++; i < shards.size() && !stopping(); i = next++) {
+      results[i] = ScanShard(root, shards[i], options);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (stopping()) return absl::CancelledError(absl::StrCat("indexing ", root, " was cancelled"));
+
+  ScanOutcome out;
+  out.skip_reasons.resize(shards.size());
+  std::map<int64_t, std::string> names;
+  std::set<int64_t> warned_labels;  // one warning per label with conflicting names
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ShardScanResult& r = results[i];
+    if (!r.fatal.ok()) {
+      out.skip_reasons[i] = std::string(r.fatal.message());
+      out.warnings.push_back(absl::StrCat("shard ", shards[i].path, " skipped: ", r.fatal.message(),
+                                          "; serving the other shards"));
+      continue;
+    }
+    shards[i].compressed = r.compressed;
+    shards[i].samples = std::move(r.samples);
+    for (const SampleEntry& e : shards[i].samples) out.max_label = std::max(out.max_label, e.label);
+    for (SkippedSample& s : r.skipped) out.skipped.push_back(std::move(s));
+    for (std::string& w : r.warnings) out.warnings.push_back(std::move(w));
+    for (auto& [label, name] : r.class_names) {
+      auto [it, inserted] = names.emplace(label, name);
+      if (!inserted && it->second != name && warned_labels.insert(label).second) {
+        out.warnings.push_back(absl::StrCat("label ", label, " has class names '", it->second,
+                                            "' and '", name, "' (in ", shards[i].path,
+                                            "); keeping the first"));
+      }
+    }
+  }
+  if (!names.empty()) {
+    out.class_names.resize(static_cast<size_t>(out.max_label + 1));
+    for (auto& [label, name] : names) {
+      out.class_names[static_cast<size_t>(label)] = name;
+    }
+  }
+  out.shards = std::move(shards);
+  return out;
+}
+
+// info.json (or another top-level *.json with "dataset size" / "num_classes"): the
+// seed's description of the data. The scan is the truth; disagreement is a warning.
+void CheckInfoJson(const std::string& root, int64_t max_label, int32_t max_classes,
+                   DatasetIndex* index) {
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (it->path().extension() == ".json") candidates.push_back(it->path());
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const fs::path& a, const fs::path& b) {
+    if ((a.filename() == "info.json") != (b.filename() == "info.json")) {
+      return a.filename() == "info.json";
+    }
+    return a < b;
+  });
+  const int64_t scanned_classes = max_label + 1;
+  index->num_classes = static_cast<int32_t>(scanned_classes);
+  for (const fs::path& path : candidates) {
+    absl::StatusOr<std::string> text = ReadRegularFile(path.string(), 16 << 20);
+    if (!text.ok()) {
+      if (path.filename() == "info.json") {
+        Warn(&index->warnings, absl::StrCat(path.string(), ": ignored: ", text.status().message()));
+      }
+      continue;
+    }
+    absl::StatusOr<std::map<std::string, JsonValue>> fields = ParseJsonObjectFields(*text);
+    if (!fields.ok()) {
+      if (path.filename() == "info.json") {
+        Warn(&index->warnings,
+             absl::StrCat(path.string(), ": ignored: ", fields.status().message()));
+      }
+      continue;
+    }
+    const auto size_it = fields->find("dataset size");
+    const auto classes_it = fields->find("num_classes");
+    if (size_it == fields->end() && classes_it == fields->end()) continue;
+    const std::string name = path.filename().string();
+    if (size_it != fields->end()) {
+      if (size_it->second.kind != JsonValue::Kind::kInteger) {
+        Warn(&index->warnings, absl::StrCat(name, ": \"dataset size\" is not an integer"));
+      } else if (size_it->second.integer != index->num_samples) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"dataset size\" ", size_it->second.integer,
+                          " but the scan found ", index->num_samples, " usable samples"));
+      }
+    }
+    if (classes_it != fields->end()) {
+      if (classes_it->second.kind != JsonValue::Kind::kInteger ||
+          classes_it->second.integer > std::numeric_limits<int32_t>::max()) {
+        Warn(&index->warnings, absl::StrCat(name, ": \"num_classes\" is not a usable integer"));
+      } else if (classes_it->second.integer > max_classes) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
+                          ", above --max-classes ", max_classes, "; using ", scanned_classes,
+                          " from the labels"));
+      } else if (classes_it->second.integer < scanned_classes) {
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
+                          " but the scan found label ", max_label, "; using ", scanned_classes));
+      } else {
+        index->num_classes = static_cast<int32_t>(classes_it->second.integer);
+      }
+    }
+    return;  // the first describing file wins (info.json first)
+  }
+}
+
+// num_classes sizes the trainer's last layer: far more classes than distinct labels
+// usually means one stray label or a wrong info.json, so it is worth a warning.
+void WarnIfClassesSparse(DatasetIndex* index) {
+  if (index->num_classes <= 0) return;
+  std::vector<bool> seen(static_cast<size_t>(index->num_classes), false);
+  int64_t distinct = 0;
+  int64_t max_label = -1;
+  for (const ShardInfo& shard : index->shards) {
+    for (const SampleEntry& e : shard.samples) {
+      if (e.label < 0 || e.label >= index->num_classes) continue;  // bounded by the scan
+      max_label = std::max(max_label, e.label);
+      if (!seen[static_cast<size_t>(e.label)]) {
+        seen[static_cast<size_t>(e.label)] = true;
+        ++distinct;
+      }
+    }
+  }
+  if (index->num_classes > 2 * distinct && index->num_classes - distinct >= kSparseClassesMinGap) {
+    Warn(&index->warnings,
+         absl::StrCat("num_classes is ", index->num_classes, " but only ", distinct,
+                      " distinct labels occur (largest ", max_label,
+                      "): the model gets an output per class; check for a stray label or "
+                      "info.json's \"num_classes\""));
+  }
+}
+
+}  // namespace
+
+void SetShardIdentity(const struct stat& st, ShardInfo* shard) {
+  shard->file_size = static_cast<uint64_t>(st.st_size);
+  shard->mtime_ns = Nanos(st.st_mtim);
+  shard->ctime_ns = Nanos(st.st_ctim);
+  shard->inode = static_cast<uint64_t>(st.st_ino);
+  shard->device = static_cast<uint64_t>(st.st_dev);
+}
+
+std::string ShardChange(const ShardInfo& shard, const struct stat& st) {
+  ShardInfo now;
+  SetShardIdentity(st, &now);
+  std::vector<std::string> changes;
+  if (now.file_size != shard.file_size) {
+    changes.push_back(absl::StrCat("size ", shard.file_size, " -> ", now.file_size, " bytes"));
+  }
+  if (now.mtime_ns != shard.mtime_ns) {
+    changes.push_back(
+        absl::StrCat("mtime ", FormatNanos(shard.mtime_ns), " -> ", FormatNanos(now.mtime_ns)));
+  }
+  if (now.ctime_ns != shard.ctime_ns) {
+    changes.push_back(
+        absl::StrCat("ctime ", FormatNanos(shard.ctime_ns), " -> ", FormatNanos(now.ctime_ns)));
+  }
+  if (now.inode != shard.inode || now.device != shard.device) {
+    changes.push_back(absl::StrCat("inode ", shard.device, ":", shard.inode, " -> ", now.device,
+                                   ":", now.inode, " (replaced)"));
+  }
+  return absl::StrJoin(changes, ", ");
+}
+
+absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
+                                               const IndexOptions& options) {
+  std::error_code ec;
+  const fs::path root_path = fs::canonical(dir, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(dir, ": ", ec.message()));
+  if (!fs::is_directory(root_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
+  }
+  const std::string root = root_path.string();
+  std::vector<SkippedShard> unlisted;
+  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(root, &unlisted);
+  if (!listed.ok()) return listed.status();
+  if (listed->empty() && unlisted.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(root, ": no shard (*.tar, *.tar.gz, *.tgz) directly in this directory"));
+  }
+
+  DatasetIndex index;
+  index.root = root;
+
+  std::string cache_path;
+  if (!options.cache_dir.empty()) {
+    const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache dir ", options.cache_dir, ": ", ec.message()));
+    }
+    const std::string cache_str = cache_dir.string();
+    if (cache_str == root || absl::StartsWith(cache_str, root + "/")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cache dir ", options.cache_dir, " is inside the dataset directory ", root,
+                       "; put the index cache elsewhere (the dataset may be read-only or shared)"));
+    }
+    cache_path = CachePath(cache_str, root);
+  }
+
+  ScanOutcome scan;
+  bool have_scan = false;
+  if (!cache_path.empty() && fs::exists(cache_path, ec)) {
+    absl::StatusOr<std::string> data = ReadRegularFile(cache_path, MaxCacheBytes(*listed));
+    bool stale = false;
+    absl::Status parsed =
+        data.ok() ? ParseCache(*data, root, options, *listed, &scan, &stale) : data.status();
+    if (!parsed.ok()) {
+      Warn(&index.warnings,
+           absl::StrCat(cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
+      scan = ScanOutcome();
+    } else if (!stale) {
+      have_scan = true;
+      index.loaded_from_cache = true;
+    } else {
+      scan = ScanOutcome();
+    }
+  }
+  if (!have_scan) {
+    absl::StatusOr<ScanOutcome> scanned = ScanAll(root, *std::move(listed), options);
+    if (!scanned.ok()) return scanned.status();
+    scan = *std::move(scanned);
+    if (!cache_path.empty()) {
+      fs::create_directories(fs::path(cache_path).parent_path(), ec);
+      absl::Status written = ec ? absl::UnavailableError(ec.message())
+                                : WriteCacheFile(cache_path, SerializeCache(root, options, scan));
+      if (!written.ok()) {
+        Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
+      }
+    }
+  }
+
+  for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) {
+      index.shards.push_back(std::move(scan.shards[i]));
+    } else {
+      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i]});
+    }
+  }
+  for (SkippedShard& skipped : unlisted) {
+    Warn(&index.warnings, absl::StrCat("shard ", skipped.path, " skipped: ", skipped.reason,
+                                       "; serving the other shards"));
+    index.skipped_shards.push_back(std::move(skipped));
+  }
+  std::sort(
+      index.skipped_shards.begin(), index.skipped_shards.end(),
+      [](const SkippedShard& a, const SkippedShard& b) { return NaturalLess(a.path, b.path); });
+  if (index.shards.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        root, ": none of its ", index.skipped_shards.size(), " shard(s) could be read (",
+        index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
+  }
+  index.fingerprint = ContentFingerprint(index.shards, options);
+  index.skipped = std::move(scan.skipped);
+  for (const ShardInfo& s : index.shards)
+    index.num_samples += static_cast<int64_t>(s.samples.size());
+  CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+  WarnIfClassesSparse(&index);
+  index.class_names = std::move(scan.class_names);
+  if (!index.class_names.empty() &&
+      index.class_names.size() < static_cast<size_t>(index.num_classes)) {
+    index.class_names.resize(static_cast<size_t>(index.num_classes));
+  }
+  return index;
+}
+
+}  // namespace shardcast

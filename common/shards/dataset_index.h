@@ -1,0 +1,107 @@
+// The dataset index: every usable sample of a directory of WebDataset shards, in the
+// order the server and the planner see them, plus what was skipped and why.
+#ifndef SHARDCAST_COMMON_SHARDS_DATASET_INDEX_H_
+#define SHARDCAST_COMMON_SHARDS_DATASET_INDEX_H_
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/shards/sample_entry.h"
+
+namespace shardcast {
+
+struct ShardInfo {
+  std::string path;  // relative to the dataset root, e.g. "shard-000001.tar"
+  // The file's identity when it was indexed. The serve path compares all of it after
+  // every read, so bytes of a file rewritten since are never served under the index's
+  // offsets and labels (see ShardChange).
+  uint64_t file_size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
+  uint64_t device = 0;
+  bool compressed = false;  // .tar.gz / .tgz
+  std::vector<SampleEntry> samples;
+};
+
+// A sample (or stray member) that did not make it into the index.
+struct SkippedSample {
+  std::string shard;   // shard path
+  std::string key;     // sample key, or member name when no key could be formed
+  std::string reason;  // e.g. "no image member", "duplicate extension 'jpg'"
+};
+
+// A shard file left out of the index as a whole (empty, unreadable, not a tar); the
+// other shards are served.
+struct SkippedShard {
+  std::string path;    // relative to the dataset root, as ShardInfo::path
+  std::string reason;  // e.g. "empty file (0 bytes)"
+};
+
+struct DatasetIndex {
+  std::string root;               // absolute path of the dataset directory
+  std::vector<ShardInfo> shards;  // natural sorted order ("2" before "10")
+  int64_t num_samples = 0;        // sum of shard sample counts
+  int32_t num_classes = 0;        // info.json's, else max label + 1
+  // By label, from json "class" when present: empty when no sample names its class,
+  // else num_classes entries ("" for labels never named; the first name seen wins).
+  std::vector<std::string> class_names;
+  std::vector<SkippedSample> skipped;
+  std::vector<SkippedShard> skipped_shards;  // in natural order; not in `shards`
+  std::vector<std::string> warnings;         // e.g. info.json disagrees with the scan
+  // Hex digest of the content the plan and the serve path use (shard names and sizes,
+  // sample keys, labels, member offsets, label field); not of mtimes.
+  std::string fingerprint;
+  bool loaded_from_cache = false;
+
+  // Per-shard sample counts, in shard order: all the planner needs.
+  std::vector<uint32_t> ShardSampleCounts() const;
+};
+
+struct IndexOptions {
+  // Field of the .json member holding the integer label (when there is no .cls).
+  std::string label_field = "label";
+  // A sample whose label is outside [0, max_classes) is skipped with that reason, and
+  // an info.json "num_classes" above it is ignored: num_classes sizes the class-name
+  // list and the trainer's last layer, so it is never taken from data unbounded.
+  int32_t max_classes = kDefaultMaxClasses;
+  // Where the index cache lives; empty = no cache. Never inside the dataset dir.
+  std::string cache_dir;
+  // Scanner threads; 0 = one per shard up to hardware concurrency.
+  int threads = 0;
+  // When set and it becomes true, the scan stops within one tar member and
+  // BuildDatasetIndex returns CANCELLED (a server told to stop while indexing).
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+// Records the identity of the file `st` describes (size, mtime, ctime, inode, device)
+// in `shard`.
+void SetShardIdentity(const struct stat& st, ShardInfo* shard);
+
+// Empty when `st` still describes the file indexed as `shard`; otherwise what changed,
+// e.g. "mtime 1700000000.000000123 -> 1700000005.000000000". Timestamps are as fine as
+// the filesystem keeps them: a rewrite within the same clock tick as the indexing stat
+// keeps them (ext4's tick is a few milliseconds).
+std::string ShardChange(const ShardInfo& shard, const struct stat& st);
+
+// Scans (or loads from cache) the shards directly inside `dir`.
+// Errors: the directory is missing/unreadable, contains no shard, or no shard could be
+// read; CANCELLED when `options.cancelled` was set.
+// A shard that cannot be read at all (0 bytes, unreadable, not a tar, changed while it
+// was scanned) is left out, recorded in `skipped_shards` and warned about; a bad sample
+// is skipped and recorded in `skipped`. A cache whose contents do not fit the shard
+// files (offsets past a file's end, impossible labels or counts) is ignored with a
+// warning and rebuilt. A shard that breaks part-way (truncated, corrupt header)
+// keeps the samples read completely before the break and adds a warning naming the
+// shard and member; its last sample is skipped too unless the member cut short is
+// known to begin another sample. Warnings are also logged to stderr, one line each.
+absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir, const IndexOptions& options);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_SHARDS_DATASET_INDEX_H_

@@ -1,0 +1,82 @@
+// Reads one member of one shard by its recorded offset, for the serve path.
+#ifndef SHARDCAST_COMMON_SHARDS_SHARD_READER_H_
+#define SHARDCAST_COMMON_SHARDS_SHARD_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/shards/dataset_index.h"
+
+namespace shardcast {
+
+// A shard whose file is no longer the one indexed: what changed.
+struct ChangedShard {
+  std::string path;    // as ShardInfo::path
+  std::string change;  // ShardChange's text, e.g. "mtime ... -> ..."
+};
+
+// A shard the host cannot read now (its last open or read failed with an error of the
+// host, not of its content: EMFILE, EACCES, EIO...).
+struct UnreadableShard {
+  std::string path;   // as ShardInfo::path
+  std::string error;  // the last such error, e.g. "cannot open: Too many open files"
+};
+
+// Thread-safe. Plain tars are read with one pread per member on a cached file
+// descriptor; gzip shards through a GzipIndex per shard (built on first use by
+// inflating the shard once, then every read inflates at most GzipIndex::kDefaultSpan
+// bytes before its member), kept in an LRU bounded by `max_gzip_index_bytes` (an index
+// evicted is built again on the shard's next read).
+//
+// Every read is followed by an fstat of the descriptor it used: when the file's size,
+// mtime, ctime, inode or device differ from the index's, the bytes are dropped and the
+// read fails with ShardChangedError, for this and every later read of that shard
+// (even if the file changes back). A shard removed is such a change once it must be
+// opened again. A shard replaced by rename while its descriptor is cached keeps
+// serving the indexed bytes, which are still the indexed ones, until the descriptor is
+// reopened.
+// REQUIRES: `index` outlives the reader.
+class ShardReader {
+ public:
+  static constexpr size_t kDefaultMaxGzipIndexBytes = size_t{1} << 30;
+
+  explicit ShardReader(const DatasetIndex& index,
+                       size_t max_gzip_index_bytes = kDefaultMaxGzipIndexBytes);
+  ~ShardReader();
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  // Bytes of `member` of shard number `shard`. Errors name the shard and member
+  // (e.g. the file shrank since indexing).
+  absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member);
+
+  // Shards found changed so far, in the order they were found.
+  std::vector<ChangedShard> ChangedShards() const;
+
+  // Shards whose last read failed with HostIoError; one leaves the list with its next
+  // successful read.
+  std::vector<UnreadableShard> UnreadableShards() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// FAILED_PRECONDITION naming the shard and what changed, marked so that IsShardChanged
+// recognizes it: a stream must end with it rather than substitute the sample.
+absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change);
+bool IsShardChanged(const absl::Status& status);
+
+// UNAVAILABLE for an open, stat or read of a shard that failed with `error` (an errno):
+// the host's fault, not the data's, so a caller may retry and must never take it for
+// corrupt content. The message names the shard (`where`), the errno's name and text.
+absl::Status HostIoError(const std::string& where, absl::string_view what, int error);
+bool IsHostIoError(const absl::Status& status);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_SHARDS_SHARD_READER_H_
