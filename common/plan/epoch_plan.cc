@@ -1,5 +1,6 @@
-// The epoch planner: validation (refusals), the two splits as lazy per-rank iterators,
-// and the plan fingerprint. Semantics are documented in epoch_plan.h.
+// The epoch planner: validation (refusals) and the two splits as lazy per-rank
+// iterators. Semantics are documented in epoch_plan.h; the plan fingerprint is in
+// plan_fingerprint.cc (bump kPlannerVersion there when this file deals other samples).
 #include "common/plan/epoch_plan.h"
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/plan/epoch_plan_internal.h"
-#include "common/util/digest.h"
 
 namespace shardcast {
 namespace plan_internal {
@@ -92,8 +92,6 @@ namespace {
 
 using plan_internal::FeistelPermutation;
 using plan_internal::ShuffleBuffer;
-
-constexpr char kPlannerVersion[] = "shardcast-plan-v1";
 
 bool ShuffleBufferOn(const PlanConfig& config) { return config.shuffle_buffer > 1; }
 
@@ -494,23 +492,6 @@ absl::StatusOr<std::unique_ptr<RankBatchIterator>> SampleSplitPlan::IterateFrom(
       shared_from_this(), rank, start_batch, static_cast<uint64_t>(sample_offset), *n));
 }
 
-// Config as the plan sees it: fields that cannot change the plan are reset.
-PlanConfig Normalized(PlanConfig c) {
-  if (c.shuffle_buffer <= 1) c.shuffle_buffer = 0;
-  switch (c.split) {
-    case Split::kSample:
-      c.workers = 1;
-      c.shuffle_shards = false;
-      c.shuffle_buffer = 0;
-      break;
-    case Split::kShard:
-      c.block_size = 0;
-      if (!c.shuffle_shards && c.shuffle_buffer == 0) c.seed = 0;
-      break;
-  }
-  return c;
-}
-
 // Batches per rank for `samples` dealt `per_step` (> 0) a step. An exhaustive switch
 // (no default: -Wswitch flags a new remainder policy here); only a value cast from
 // outside the enum gets past it.
@@ -530,14 +511,6 @@ absl::StatusOr<Int> BatchCount(Int samples, Int per_step, Remainder remainder) {
 
 uint64_t AugmentSeed(uint64_t seed, int64_t epoch, int32_t shard, int32_t index) {
   return plan_internal::AugmentSeedWithKey(plan_internal::AugmentKey(seed, epoch), shard, index);
-}
-
-std::string PlanConfigString(const PlanConfig& c) {
-  return absl::StrFormat(
-      "world_size=%d batch_size=%d split=%s remainder=%s workers=%d seed=%d "
-      "shuffle_shards=%d shuffle_buffer=%d block_size=%d",
-      c.world_size, c.batch_size, SplitName(c.split), RemainderName(c.remainder), c.workers, c.seed,
-      c.shuffle_shards ? 1 : 0, c.shuffle_buffer, c.block_size);
 }
 
 absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
@@ -662,15 +635,6 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> EpochPlan::Create(
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown split ", static_cast<int>(config.split)));  // cast from outside
-}
-
-std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfig& config) {
-  const PlanConfig c = Normalized(config);
-  const std::string canonical = absl::StrCat(kPlannerVersion, "\n", index_fingerprint.size(), ":",
-                                             index_fingerprint, "\n", PlanConfigString(c));
-  Digest128 digest;
-  digest.AddString(canonical);
-  return digest.Hex();
 }
 
 }  // namespace shardcast

@@ -7,12 +7,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "common/plan/job_config.h"
+// PlanFingerprint and PlanConfigString: the plan's identity, below the planner so that
+// the job fingerprint (job_config.cc) takes it without including this file.
+#include "common/plan/plan_fingerprint.h"
 
 namespace shardcast {
 
@@ -117,15 +118,6 @@ absl::StatusOr<int64_t> BatchesFromOffset(int64_t num_samples, const PlanConfig&
 // n for (data, config) without building an epoch, or the refusal.
 absl::StatusOr<int64_t> BatchesPerRank(const std::vector<uint32_t>& shard_sizes,
                                        const PlanConfig& config);
-
-// Stable hex digest (32 hex digits) of (index fingerprint, config) that ranks/servers
-// compare. Fields that cannot change the plan are normalized away first (e.g. workers
-// for kSample, the seed for an unshuffled kShard plan), so equal fingerprints mean
-// equal plans for every epoch; a planner algorithm version is part of the digest.
-std::string PlanFingerprint(absl::string_view index_fingerprint, const PlanConfig& config);
-
-// One line describing the config, e.g. for logs and refusals.
-std::string PlanConfigString(const PlanConfig& config);
 
 }  // namespace shardcast
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/plan/epoch_plan.h"
+#include "common/plan/plan_fingerprint.h"
 #include "common/util/digest.h"
 
 namespace shardcast {
