@@ -6,11 +6,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/protocol/server_list.h"
 
 namespace shardcast::ctl {
 
 void AddServerCommandFlags(FlagSet* flags, ServerCommandFlags* dst) {
-  flags->String({{"--server"}, "ADDR", "server address, host:port or unix:PATH (required)"},
+  flags->String({{"--server"},
+                 "ADDR",
+                 "server address, host:port or unix:PATH (required); several replicas as\n"
+                 "ADDR,ADDR,... or a name that resolves to several addresses: each is asked"},
                 &dst->server);
   flags->Duration({{"--rpc-timeout"}, "DURATION", "deadline of the call"}, &dst->rpc_timeout);
   client::AddClientSecurityFlags(flags, &dst->security);
@@ -30,6 +34,14 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
   } else if (parsed.ok() && common.rpc_timeout <= absl::ZeroDuration()) {
     parsed = absl::InvalidArgumentError("--rpc-timeout must be above 0");
   } else if (parsed.ok()) {
+    absl::StatusOr<std::vector<std::string>> targets = client::ExpandServerList(common.server);
+    if (targets.ok()) {
+      common.targets = *std::move(targets);
+    } else {
+      parsed = targets.status();
+    }
+  }
+  if (parsed.ok()) {
     absl::StatusOr<client::ClientSecurity> loaded = client::LoadClientSecurity(common.security);
     if (loaded.ok()) {
       common.loaded = *std::move(loaded);
@@ -47,9 +59,10 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
   return std::nullopt;
 }
 
-std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags) {
+std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags,
+                                             const std::string& target) {
   client::ChannelOptions options;
-  options.target = flags.server;
+  options.target = target;
   options.credentials = flags.loaded.credentials;
   options.bearer_token = flags.loaded.bearer_token;
   // One call per invocation: no keepalive pings (a status report of a server with many

@@ -26,7 +26,10 @@ inline constexpr int kExitUnreachable = 3;  // no connection, deadline passed, o
 
 // The flags `health` and `status` share.
 struct ServerCommandFlags {
-  std::string server;                    // --server ADDR (required)
+  std::string server;  // --server ADDR[,ADDR...] (required)
+  // The replicas --server names (client/protocol/server_list.h: a list, or a name
+  // that resolves to several addresses), filled by ParseServerCommandFlags.
+  std::vector<std::string> targets;
   absl::Duration rpc_timeout;            // --rpc-timeout DURATION: the deadline of the call
   client::ClientSecurityFlags security;  // --tls-ca, --tls-cert, --tls-key, --auth-token-file
   client::ClientSecurity loaded;         // what `security` named, read by ParseServerCommandFlags
@@ -46,10 +49,11 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
                                            ServerCommandFlags& common, const char* help,
                                            const char* exit_codes);
 
-// The channel to --server (host:port, [v6]:port, unix:/path, or any gRPC target
-// string), made by the clients' one channel factory (client/protocol/channel.h).
-// Nothing connects until the first call.
-std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags);
+// The channel to `target`, one of flags.targets (host:port, [v6]:port, unix:/path, or
+// any gRPC target string), made by the clients' one channel factory
+// (client/protocol/channel.h). Nothing connects until the first call.
+std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags,
+                                             const std::string& target);
 
 // Sets a deadline `timeout` from now. Calls do not wait for the channel to become
 // ready: a refused connection fails at once as UNAVAILABLE instead of retrying until

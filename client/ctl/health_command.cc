@@ -1,5 +1,6 @@
 // `shardcast-ctl health`: asks a server's grpc.health.v1.Health service whether
 // it is SERVING; the exit code is made for scripts, probes and HEALTHCHECK.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -22,16 +23,48 @@ constexpr char kHelp[] =
     "SERVICE_UNKNOWN (no such --service or --dataset), or 'unreachable: ' and the\n"
     "gRPC error. The server is SERVING once every dataset is indexed; --dataset\n"
     "asks about one (service shardcast.v1.Shardcast/NAME), SERVING as soon as it is.\n"
+    "With several replicas (--server A,B or a name with several addresses) each is\n"
+    "asked, one line each, 'ADDR: ' first; the exit code is the worst answer.\n"
     "\n"
     "flags:\n";
 
 constexpr char kExitCodes[] =
     "\n"
     "exit codes:\n"
-    "  0  SERVING\n"
+    "  0  SERVING (every replica)\n"
     "  1  reachable but not serving (NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN)\n"
     "  2  usage error\n"
     "  3  unreachable: no connection, timeout, or the health RPC failed\n";
+
+// Asks `target`, prints the answer after `prefix`; returns the exit code it means.
+int CheckHealth(const ServerCommandFlags& common, const std::string& target,
+                const std::string& service, const std::string& prefix) {
+  auto stub = grpc::health::v1::Health::NewStub(ServerChannel(common, target));
+  grpc::ClientContext context;
+  SetCallOptions(&context, common.rpc_timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    // The health service answers NOT_FOUND for a service name it does not know.
+    std::printf("%sSERVICE_UNKNOWN: %s has no health status for service '%s'\n", prefix.c_str(),
+                target.c_str(), service.c_str());
+    return kExitNotServing;
+  }
+  if (!status.ok()) {
+    std::printf("%sunreachable: %s: %s\n", prefix.c_str(), target.c_str(),
+                DescribeRpcError(status).c_str());
+    return kExitUnreachable;
+  }
+  using grpc::health::v1::HealthCheckResponse_ServingStatus;
+  const HealthCheckResponse_ServingStatus serving = response.status();
+  std::string name = grpc::health::v1::HealthCheckResponse_ServingStatus_Name(serving);
+  if (name.empty()) name = "UNKNOWN(" + std::to_string(static_cast<int>(serving)) + ")";
+  std::printf("%s%s\n", prefix.c_str(), name.c_str());
+  return serving == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitNotServing;
+}
 
 int RunHealth(const std::vector<std::string>& args) {
   ServerCommandFlags common;
@@ -54,7 +87,6 @@ int RunHealth(const std::vector<std::string>& args) {
           ParseServerCommandFlags("health", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
-  const std::string& server = common.server;
   if (!dataset.empty()) {
     if (flags.Given("--service")) {
       std::fprintf(stderr, "shardcast-ctl health: give --service or --dataset, not both\n");
@@ -62,31 +94,15 @@ int RunHealth(const std::vector<std::string>& args) {
     }
     service = "shardcast.v1.Shardcast/" + dataset;
   }
-
-  auto stub = grpc::health::v1::Health::NewStub(ServerChannel(common));
-  grpc::ClientContext context;
-  SetCallOptions(&context, common.rpc_timeout);
-  grpc::health::v1::HealthCheckRequest request;
-  request.set_service(service);
-  grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status status = stub->Check(&context, request, &response);
-
-  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    // The health service answers NOT_FOUND for a service name it does not know.
-    std::printf("SERVICE_UNKNOWN: %s has no health status for service '%s'\n", server.c_str(),
-                service.c_str());
-    return kExitNotServing;
+  // Every replica is asked; each line names its replica when there are several. The
+  // exit code is the worst answer: unreachable over not serving over serving.
+  const bool several = common.targets.size() > 1;
+  int exit_code = kExitOk;
+  for (const std::string& target : common.targets) {
+    const std::string prefix = several ? target + ": " : "";
+    exit_code = std::max(exit_code, CheckHealth(common, target, service, prefix));
   }
-  if (!status.ok()) {
-    std::printf("unreachable: %s: %s\n", server.c_str(), DescribeRpcError(status).c_str());
-    return kExitUnreachable;
-  }
-  using grpc::health::v1::HealthCheckResponse_ServingStatus;
-  const HealthCheckResponse_ServingStatus serving = response.status();
-  std::string name = grpc::health::v1::HealthCheckResponse_ServingStatus_Name(serving);
-  if (name.empty()) name = "UNKNOWN(" + std::to_string(static_cast<int>(serving)) + ")";
-  std::printf("%s\n", name.c_str());
-  return serving == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitNotServing;
+  return exit_code;
 }
 
 RegisterCommand reg("health", {"is the server SERVING? (grpc.health.v1; exit 0 = yes)", RunHealth});

@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/ctl/command_registry.h"
 #include "client/ctl/grpc_channel.h"
 #include "client/ctl/status_report.h"
 #include "common/flags/flags.h"
+#include "common/util/json_fields.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::ctl {
@@ -28,7 +30,9 @@ constexpr char kHelp[] =
     "jobs and the progress of every rank. Sizes use decimal units (1 MB = 10^6 bytes).\n"
     "--watch redraws the report every --interval until Ctrl-C (on a terminal it\n"
     "clears the screen first; elsewhere reports follow one another); a failed call\n"
-    "is shown in place of the report and the watch goes on.\n"
+    "is shown in place of the report and the watch goes on. With several replicas\n"
+    "(--server A,B or a name with several addresses) each one's report is shown;\n"
+    "--json then prints a list of {\"server\": ADDR, \"status\": REPLY}.\n"
     "\n"
     "flags:\n";
 
@@ -41,28 +45,46 @@ constexpr char kExitCodes[] =
     "     RPC failed\n"
     "     (or, never expected, the reply could not be turned into JSON)\n";
 
-// The live view: one GetStatus per `interval`, `count` times (0 = until interrupted).
-int Watch(shardcast::v1::Shardcast::Stub& stub, const ServerCommandFlags& common,
-          absl::Duration interval, int count) {
+// GetStatus of `target`.
+grpc::Status FetchStatus(const ServerCommandFlags& common, const std::string& target,
+                         shardcast::v1::GetStatusResponse* response) {
+  auto stub = shardcast::v1::Shardcast::NewStub(ServerChannel(common, target));
+  grpc::ClientContext context;
+  SetCallOptions(&context, common.rpc_timeout);
+  return stub->GetStatus(&context, shardcast::v1::GetStatusRequest(), response);
+}
+
+// The reports of every replica, one after another; a failed call is shown in place of
+// its report. Sets *failed when one failed.
+std::string ReportEveryReplica(const ServerCommandFlags& common, bool* failed) {
+  std::string out;
+  for (const std::string& target : common.targets) {
+    if (!out.empty()) out += "\n";
+    shardcast::v1::GetStatusResponse response;
+    const grpc::Status status = FetchStatus(common, target, &response);
+    if (status.ok()) {
+      out += RenderStatusReport(response, target);
+    } else {
+      absl::StrAppend(&out, target, ": ", DescribeRpcError(status), "\n");
+      *failed = true;
+    }
+  }
+  return out;
+}
+
+// The live view: every replica's GetStatus per `interval`, `count` times (0 = until
+// interrupted).
+int Watch(const ServerCommandFlags& common, absl::Duration interval, int count) {
   // Clearing the screen only makes sense on a terminal; a pipe or a log file gets
   // the reports one after another.
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   for (int shown = 0; count == 0 || shown < count; ++shown) {
     if (shown > 0) absl::SleepFor(interval);
-    grpc::ClientContext context;
-    SetCallOptions(&context, common.rpc_timeout);
-    shardcast::v1::GetStatusResponse response;
-    const grpc::Status status =
-        stub.GetStatus(&context, shardcast::v1::GetStatusRequest(), &response);
+    bool failed = false;
     std::string frame =
         absl::StrCat("shardcast-ctl status --watch: every ", FormatFlagDuration(interval), ", ",
                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()),
-                     " (Ctrl-C to stop)\n\n");
-    if (status.ok()) {
-      frame += RenderStatusReport(response, common.server);
-    } else {
-      absl::StrAppend(&frame, common.server, ": ", DescribeRpcError(status), "\n");
-    }
+                     " (Ctrl-C to stop)\n\n", ReportEveryReplica(common, &failed));
     if (terminal) {
       std::fputs("\x1b[H\x1b[2J", stdout);  // cursor home, clear screen
     } else if (shown > 0) {
@@ -72,6 +94,43 @@ int Watch(shardcast::v1::Shardcast::Stub& stub, const ServerCommandFlags& common
     std::fflush(stdout);
   }
   return kExitOk;
+}
+
+// --json: the reply of a single server as it is; of several replicas, a list of
+// {"server": ADDR, "status": REPLY}.
+int PrintJson(const ServerCommandFlags& common) {
+  const bool several = common.targets.size() > 1;
+  std::string out = several ? "[" : "";
+  int exit_code = kExitOk;
+  for (const std::string& target : common.targets) {
+    shardcast::v1::GetStatusResponse response;
+    const grpc::Status status = FetchStatus(common, target, &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "shardcast-ctl status: %s: %s\n", target.c_str(),
+                   DescribeRpcError(status).c_str());
+      exit_code = kExitUnreachable;
+      continue;
+    }
+    absl::StatusOr<std::string> text = StatusToJson(response);
+    if (!text.ok()) {
+      std::fprintf(stderr, "shardcast-ctl status: %s\n",
+                   std::string(text.status().message()).c_str());
+      return kExitUnreachable;
+    }
+    if (!several) {
+      out = *std::move(text);
+      break;
+    }
+    while (!text->empty() && text->back() == '\n') text->pop_back();
+    absl::StrAppend(&out, out.size() > 1 ? "," : "", "{\"server\": ", JsonQuote(target),
+                    ", \"status\": ", *text, "}");
+  }
+  if (several) out += "]";
+  if (!out.empty()) {
+    std::fputs(out.c_str(), stdout);
+    if (out.back() != '\n') std::fputc('\n', stdout);
+  }
+  return exit_code;
 }
 
 int RunStatus(const std::vector<std::string>& args) {
@@ -91,7 +150,6 @@ int RunStatus(const std::vector<std::string>& args) {
           ParseServerCommandFlags("status", flags, args, common, kHelp, kExitCodes)) {
     return *done;
   }
-  const std::string& server = common.server;
   if (watch && json) {
     std::fprintf(stderr, "shardcast-ctl status: --watch and --json cannot be combined\n");
     return kExitUsage;
@@ -101,31 +159,17 @@ int RunStatus(const std::vector<std::string>& args) {
     return kExitUsage;
   }
 
-  auto stub = shardcast::v1::Shardcast::NewStub(ServerChannel(common));
-  if (watch) return Watch(*stub, common, interval, count);
-  grpc::ClientContext context;
-  SetCallOptions(&context, common.rpc_timeout);
-  shardcast::v1::GetStatusResponse response;
-  const grpc::Status status =
-      stub->GetStatus(&context, shardcast::v1::GetStatusRequest(), &response);
-  if (!status.ok()) {
-    std::fprintf(stderr, "shardcast-ctl status: %s: %s\n", server.c_str(),
-                 DescribeRpcError(status).c_str());
+  if (watch) return Watch(common, interval, count);
+  if (json) return PrintJson(common);
+  bool failed = false;
+  const std::string report = ReportEveryReplica(common, &failed);
+  // A single server's failure goes to stderr alone, as scripts expect of it.
+  if (failed && common.targets.size() == 1) {
+    std::fprintf(stderr, "shardcast-ctl status: %s", report.c_str());
     return kExitUnreachable;
   }
-  if (!json) {
-    std::fputs(RenderStatusReport(response, server).c_str(), stdout);
-    return kExitOk;
-  }
-  absl::StatusOr<std::string> text = StatusToJson(response);
-  if (!text.ok()) {
-    std::fprintf(stderr, "shardcast-ctl status: %s\n",
-                 std::string(text.status().message()).c_str());
-    return kExitUnreachable;
-  }
-  std::fputs(text->c_str(), stdout);
-  if (text->empty() || text->back() != '\n') std::fputc('\n', stdout);
-  return kExitOk;
+  std::fputs(report.c_str(), stdout);
+  return failed ? kExitUnreachable : kExitOk;
 }
 
 RegisterCommand reg("status",

@@ -165,8 +165,7 @@ std::string FormatFigure(StatusUnit unit, const StatusFieldValue& value) {
 // the server)"; nullopt when the row leaves a zero out.
 std::optional<std::string> FigureText(const StatusField& row, const StatusFieldValue& value) {
   const bool zero = value.number == 0;
-  const bool alarmed =
-      row.alarm != nullptr && (row.unit == StatusUnit::kYesNo ? zero : !zero);
+  const bool alarmed = row.alarm != nullptr && (row.unit == StatusUnit::kYesNo ? zero : !zero);
   if (zero && !alarmed && row.if_zero != nullptr) {
     if (*row.if_zero == '\0') return std::nullopt;
     return std::string(row.if_zero);
@@ -284,9 +283,9 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                       st.max_listed_shard_problems(), name_datasets, &out);
   AppendShardProblems("changed since indexing", st.changed_shards(), st.total_changed_shards(),
                       st.max_listed_shard_problems(), name_datasets, &out);
-  AppendShardProblems("unreadable now (the host failed their last read)",
-                      st.unreadable_shards(), st.total_unreadable_shards(),
-                      st.max_listed_shard_problems(), name_datasets, &out);
+  AppendShardProblems("unreadable now (the host failed their last read)", st.unreadable_shards(),
+                      st.total_unreadable_shards(), st.max_listed_shard_problems(), name_datasets,
+                      &out);
   AppendDatasets(st, &out);
 
   out += "\n";

@@ -139,6 +139,43 @@ TEST_F(CtlTest, HealthUnreachableWhenNothingListens) {
   close(sock);
 }
 
+// --server with several replicas asks each; one line (or report) each, the exit code
+// the worst answer. Here the live server beside a refusing address.
+TEST_F(CtlTest, EveryReplicaOfAListIsAsked) {
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string dead = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  const std::string both = absl::StrCat(*address_, ",", dead);
+
+  RunResult r = Ctl({"health", "--server", both, "--rpc-timeout", "5s"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(absl::StartsWith(r.out, absl::StrCat(*address_, ": SERVING\n", dead,
+                                                   ": unreachable: ", dead, ": UNAVAILABLE")))
+      << r.out;
+  r = Ctl({"health", "--server", absl::StrCat(*address_, ",", *address_)});  // one replica
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "SERVING\n");
+
+  r = Ctl({"status", "--server", both, "--rpc-timeout", "5s"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("server           ", *address_))) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("\n", dead, ": UNAVAILABLE"))) << r.out;
+
+  r = Ctl({"status", "--server", both, "--json", "--rpc-timeout", "5s"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(
+      absl::StartsWith(r.out, absl::StrCat("[{\"server\": \"", *address_, "\", \"status\": {")))
+      << r.out;
+  EXPECT_TRUE(absl::EndsWith(r.out, "}]\n")) << r.out;
+  close(sock);
+}
+
 TEST_F(CtlTest, UsageErrors) {
   EXPECT_EQ(Ctl({"health"}).exit_code, 2);
   EXPECT_EQ(Ctl({"health", "--server", *address_, "--rpc-timeout", "x"}).exit_code, 2);
