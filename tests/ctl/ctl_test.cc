@@ -43,6 +43,29 @@ RunResult Ctl(std::vector<std::string> args) {
   return RunToEnd(args);
 }
 
+// A bound socket that never listens: connections to its port are refused, and no
+// other process can take the port while it is held. `address` is empty on failure.
+struct RefusingAddress {
+  RefusingAddress() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (sock < 0 || bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  }
+  ~RefusingAddress() {
+    if (sock >= 0) close(sock);
+  }
+  RefusingAddress(const RefusingAddress&) = delete;
+  RefusingAddress& operator=(const RefusingAddress&) = delete;
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  std::string address;
+};
+
 class CtlTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -119,38 +142,23 @@ TEST_F(CtlTest, HealthUnknownServiceIsNotServing) {
 }
 
 TEST_F(CtlTest, HealthUnreachableWhenNothingListens) {
-  // A bound socket that never listens: connections to its port are refused,
-  // and no other process can take the port while we hold it.
-  const int sock = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(sock, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string dead = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  const RefusingAddress refusing;
+  ASSERT_FALSE(refusing.address.empty());
+  const std::string& dead = refusing.address;
   RunResult r = Ctl({"health", "--server", dead, "--rpc-timeout", "5s"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_TRUE(absl::StartsWith(r.out, "unreachable: " + dead + ": UNAVAILABLE")) << r.out;
   r = Ctl({"status", "--server", dead, "--rpc-timeout", "5s"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.out, "");
-  close(sock);
 }
 
 // --server with several replicas asks each; one line (or report) each, the exit code
 // the worst answer. Here the live server beside a refusing address.
 TEST_F(CtlTest, EveryReplicaOfAListIsAsked) {
-  const int sock = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(sock, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string dead = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  const RefusingAddress refusing;
+  ASSERT_FALSE(refusing.address.empty());
+  const std::string& dead = refusing.address;
   const std::string both = absl::StrCat(*address_, ",", dead);
 
   RunResult r = Ctl({"health", "--server", both, "--rpc-timeout", "5s"});
@@ -173,7 +181,6 @@ TEST_F(CtlTest, EveryReplicaOfAListIsAsked) {
       absl::StartsWith(r.out, absl::StrCat("[{\"server\": \"", *address_, "\", \"status\": {")))
       << r.out;
   EXPECT_TRUE(absl::EndsWith(r.out, "}]\n")) << r.out;
-  close(sock);
 }
 
 TEST_F(CtlTest, UsageErrors) {
