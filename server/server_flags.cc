@@ -200,6 +200,13 @@ void AddMonitoringFlags(FlagSet& flags, ServerOptions& o) {
                 "shows job ids and progress to whoever reaches it (as GetStatus does); with\n"
                 "--auth-token-file it requires the same bearer tokens"},
                &o.metrics_listen_address, /*allow_empty=*/true);
+  flags.String({{"--health-listen"},
+                "HOST:PORT",
+                "also answer grpc.health.v1 (and nothing else) on this address, in\n"
+                "plaintext whatever --tls-cert says: for probes that speak neither TLS nor\n"
+                "tokens, e.g. Kubernetes' grpc probes (port 0 = any free port)",
+                "off"},
+               &o.health_listen_address, /*allow_empty=*/true);
   flags.Duration({{"--stall-warn"},
                   "DURATION",
                   "DDP-hang early warning: a rank that has taken no batch for this long while\n"

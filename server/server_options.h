@@ -100,6 +100,11 @@ struct ServerOptions {
   // Prometheus text exposition on http://HOST:PORT/metrics (metrics_http.h). Empty =
   // off: it is one more port, in plain HTTP, that shows job ids to whoever reaches it.
   std::string metrics_listen_address;
+  // A second gRPC listener, always plaintext, serving grpc.health.v1 alone with the
+  // same answers as the main one: for probes that cannot speak TLS or send tokens
+  // (Kubernetes' native gRPC probes). It tells nothing but SERVING or NOT_SERVING per
+  // service name. Empty = off.
+  std::string health_listen_address;
   // Security (server/security.h). Empty paths: plaintext, no client certificates, no
   // tokens.
   std::string tls_cert_file;       // PEM certificate chain served (with tls_key_file)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -90,15 +91,24 @@ std::string ShardcastServer::DatasetHealthName(const std::string& dataset) {
   return absl::StrCat(kServiceName, "/", dataset);
 }
 
-void ShardcastServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus("", serving);
-  health->SetServingStatus(kServiceName, serving);
-  for (const DatasetRegistry::Entry& entry : impl_->datasets().Entries()) {
-    health->SetServingStatus(DatasetHealthName(entry.spec.name),
-                             serving && entry.state == DatasetRegistry::State::kServing);
+void ShardcastServer::ForEachHealthService(
+    const std::function<void(grpc::HealthCheckServiceInterface*)>& set) {
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) set(health);
   }
+}
+
+void ShardcastServer::SetServing(bool serving) {
+  const std::vector<DatasetRegistry::Entry> entries = impl_->datasets().Entries();
+  ForEachHealthService([&](grpc::HealthCheckServiceInterface* health) {
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+    for (const DatasetRegistry::Entry& entry : entries) {
+      health->SetServingStatus(DatasetHealthName(entry.spec.name),
+                               serving && entry.state == DatasetRegistry::State::kServing);
+    }
+  });
 }
 
 void ShardcastServer::UpdateHealth() {
@@ -123,8 +133,9 @@ absl::Status ShardcastServer::StartListenerProbe() {
 void ShardcastServer::SetDatasetServing(const std::string& dataset) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
-  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  if (health != nullptr) health->SetServingStatus(DatasetHealthName(dataset), true);
+  ForEachHealthService([&](grpc::HealthCheckServiceInterface* health) {
+    health->SetServingStatus(DatasetHealthName(dataset), true);
+  });
 }
 
 absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
@@ -135,6 +146,11 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   }
   if (absl::Status s = LoadTokens(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  if (absl::Status s = StartHealthListener(); !s.ok()) {
+    server_->Shutdown();
+    server_.reset();
+    return s;
+  }
   SetServing(false);
   // What watches the listener and serves /metrics: stopped again if either fails.
   absl::Status watchers = StartListenerProbe();
@@ -218,6 +234,25 @@ absl::Status ShardcastServer::StartGrpc() {
   return listener;
 }
 
+absl::Status ShardcastServer::StartHealthListener() {
+  if (options_.health_listen_address.empty()) return absl::OkStatus();
+  // The default health service (EnableDefaultHealthCheckService, set before the main
+  // server was built) comes with every server; this one registers nothing else.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.health_listen_address, grpc::InsecureServerCredentials(),
+                           &health_port_);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    health_server_.reset();
+    return absl::UnavailableError(absl::StrCat("--health-listen: cannot listen on '",
+                                               LogSafe(options_.health_listen_address), "'"));
+  }
+  LogInfo("server",
+          absl::StrCat("health on ", WithBoundPort(options_.health_listen_address, health_port_),
+                       " (plaintext, grpc.health.v1 only)"));
+  return absl::OkStatus();
+}
+
 absl::Status ShardcastServer::StartMetricsEndpoint() {
   if (options_.metrics_listen_address.empty()) return absl::OkStatus();
   metrics_ = std::make_unique<MetricsHttpServer>(
@@ -296,6 +331,7 @@ void ShardcastServer::StopServer(absl::Duration grace) {
   // Cancels whatever is still open, then waits for every call to finish.
   server_->Shutdown(std::chrono::system_clock::now());
   server_->Wait();
+  if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
   if (metrics_ != nullptr) metrics_->Stop();
   LogInfo("server", "stopped");
 }

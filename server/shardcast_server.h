@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,8 @@ class ShardcastServer {
 
   // The bound port (after Start); gRPC's placeholder 1 for a unix: address.
   int port() const { return port_; }
+  // The bound port of --health-listen (after Start); 0 when it is off.
+  int health_port() const { return health_port_; }
   // What clients connect to (after Start): HOST:PORT with the bound port, or the
   // unix:PATH address as given.
   std::string listening_address() const;
@@ -86,6 +89,10 @@ class ShardcastServer {
   // The gRPC server on its listener, with its accept queue and socket permissions;
   // server_ stays null when it fails.
   absl::Status StartGrpc();
+  // The --health-listen server (after StartGrpc).
+  absl::Status StartHealthListener();
+  // `set(health)` on the main server's health service and the --health-listen one's.
+  void ForEachHealthService(const std::function<void(grpc::HealthCheckServiceInterface*)>& set);
   // Starts the listener probe (options.listener_probe_interval; after StartGrpc).
   absl::Status StartListenerProbe();
   // /metrics (options.metrics_listen_address), when asked for.
@@ -106,6 +113,9 @@ class ShardcastServer {
   std::unique_ptr<ListenerProbe> listener_probe_;  // null when the interval is zero
   std::unique_ptr<MetricsHttpServer> metrics_;     // null without --metrics-listen
   int port_ = 0;
+  // --health-listen: a plaintext server with only the health service.
+  std::unique_ptr<grpc::Server> health_server_;
+  int health_port_ = 0;
   std::thread indexer_;  // builds the index after Start()
 
   mutable absl::Mutex mu_;

@@ -190,6 +190,25 @@ TEST_F(SecurityTest, PlaintextClientIsRefusedByTlsServer) {
   EXPECT_EQ(connected.message().find("unreachable for"), std::string::npos) << connected;
 }
 
+// --health-listen: probes that speak neither TLS nor tokens (Kubernetes' grpc probes)
+// get the health answers in plaintext on their own port, and nothing else there.
+TEST_F(SecurityTest, TheHealthListenerAnswersHealthInPlaintextAndNothingElse) {
+  server::ServerOptions options = TlsOptions();
+  options.auth_token_file = Path("tokens");
+  options.health_listen_address = "127.0.0.1:0";
+  InProcessServer server(Path("shards"), options);
+  ASSERT_GT(server.server().health_port(), 0);
+  auto probe = Channel(server.server().health_port(), {});
+  EXPECT_EQ(Health(probe), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(probe, "shardcast.v1.Shardcast"),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  grpc::Status status = Exercise(probe, "probe-job");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  // It follows the main listener's answers: NOT_SERVING once the server drains.
+  server.server().Shutdown();
+  EXPECT_NE(Health(probe), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
 TEST_F(SecurityTest, TlsClientIsRefusedByPlaintextServer) {
   InProcessServer server(Path("shards"), {});
   grpc::Status status = Exercise(Channel(server.server().port(), Ca()), "mismatch-job");
