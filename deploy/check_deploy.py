@@ -16,6 +16,13 @@ checked from the files, the CMake build and the host's Debian 12 packages.
 - shardcast-server.service: `systemd-analyze verify` (on a temporary copy whose
   ExecStart points at the built binary when /usr/local/bin has none), flags in
   ExecStart and the example env file are accepted, TimeoutStopSec > grace.
+- deploy/k8s/*.yaml: parse; the server DaemonSet's args are flags it accepts, its
+  native gRPC probes ask the --health-listen port, terminationGracePeriodSeconds
+  exceeds --grace-period, the memory request covers --max-batch-memory +
+  --max-decode-memory, TLS and token files come from Secret volumes, the shards are
+  read-only; a headless Service and a PodDisruptionBudget select the servers; the
+  training Job is Indexed with WORLD_SIZE = completions, the torchrun variables, and
+  --server naming the headless Service; servers and ranks on the node's network.
 - --configure: copies exactly the COPY'd sources to a temporary directory and
   runs the build stages' cmake configure commands there; --build-stage STAGE
   runs that stage's whole configure + build + strip command instead.
@@ -101,6 +108,142 @@ def help_flags(binary, *subcommand):
 
 def flags_of(args):
     return [a.split("=")[0] for a in args if a.startswith("-")]
+
+
+SIZE_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+              "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_size(text):
+    """'3GiB' (a server flag) or '5Gi' (a Kubernetes quantity) -> bytes."""
+    m = re.fullmatch(r"([0-9.]+)\s*([A-Za-z]*)", text.strip())
+    unit = m.group(2).lower() if m else ""
+    if unit not in SIZE_UNITS and unit.endswith("b"):
+        unit = unit[:-1]  # "MB" -> "m"
+    if not m or unit not in SIZE_UNITS:
+        raise ValueError(f"not a size: {text}")
+    return float(m.group(1)) * SIZE_UNITS[unit]
+
+
+def parse_seconds(text):
+    m = re.fullmatch(r"([0-9.]+)(ms|s|m|h)", text.strip())
+    if not m:
+        raise ValueError(f"not a duration: {text}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def flag_values(args):
+    """--name=value and --name value -> {name: value}."""
+    values, i = {}, 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and "=" in arg:
+            name, _, value = arg.partition("=")
+            values[name] = value
+        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            values[arg] = args[i + 1]
+            i += 1
+        i += 1
+    return values
+
+
+def port_of(address):
+    return int(address.rsplit(":", 1)[1])
+
+
+def check_kubernetes(server_bin, train_bin):
+    """deploy/k8s/: what a reader of the manifests could get wrong against the flags."""
+    print("== deploy/k8s")
+    docs = []
+    for name in sorted(os.listdir(os.path.join(DEPLOY, "k8s"))):
+        if name.endswith(".yaml"):
+            with open(os.path.join(DEPLOY, "k8s", name)) as f:
+                docs += [(name, d) for d in yaml.safe_load_all(f) if d]
+    check(bool(docs), "k8s manifests parse (PyYAML)")
+    kinds = {}
+    for name, doc in docs:
+        kinds.setdefault(doc.get("kind"), []).append(doc)
+        check(all(k in doc for k in ("apiVersion", "kind", "metadata")),
+              f"{name}: {doc.get('kind')} has apiVersion, kind, metadata")
+    daemonset = next(iter(kinds.get("DaemonSet", [])), None)
+    if not check(daemonset is not None, "a server DaemonSet"):
+        return
+    pod = daemonset["spec"]["template"]["spec"]
+    labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    check(daemonset["spec"]["selector"]["matchLabels"].items() <= labels.items(),
+          "DaemonSet selector matches its pod labels")
+    server = pod["containers"][0]
+    args = server.get("args", [])
+    flags = flag_values(args)
+    accepted = help_flags(server_bin)
+    if accepted is None:
+        skip(f"server args vs --help ({server_bin} not built)")
+    else:
+        bad = [f for f in flags_of(args) if f not in accepted]
+        check(not bad, f"server args are shardcast-server flags {bad or ''}")
+    grpc_port = port_of(flags.get("--listen", ":0"))
+    health_port = port_of(flags.get("--health-listen", ":0"))
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = server.get(probe, {})
+        check(spec.get("grpc", {}).get("port") == health_port,
+              f"{probe}: native gRPC probe on the --health-listen port {health_port} "
+              "(plaintext: the main port speaks TLS)")
+    grace = parse_seconds(flags.get("--grace-period", "10s"))
+    check(pod.get("terminationGracePeriodSeconds", 30) > grace,
+          f"terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds', 30)} > "
+          f"--grace-period {grace:g} s (the drain ends before SIGKILL)")
+    budgets = sum(parse_size(flags[f]) for f in ("--max-batch-memory", "--max-decode-memory")
+                  if f in flags)
+    request = parse_size(server.get("resources", {}).get("requests", {}).get("memory", "0"))
+    check("--max-batch-memory" in flags and "--max-decode-memory" in flags and request >= budgets,
+          f"memory request {request / 2**30:.1f} GiB covers --max-batch-memory + "
+          f"--max-decode-memory ({budgets / 2**30:.1f} GiB)")
+    mounts = {m["name"]: m for m in server.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    check(set(mounts) <= set(volumes), "every volumeMount has its volume")
+    for flag in ("--tls-cert", "--tls-key", "--auth-token-file"):
+        path = flags.get(flag, "")
+        mount = next((m for m in mounts.values() if path.startswith(m["mountPath"] + "/")), None)
+        check(mount is not None and "secret" in volumes.get(mount["name"], {}),
+              f"{flag} {path} comes from a Secret volume")
+    shards = mounts.get("shards", {})
+    check(shards.get("readOnly") is True and flags.get("--shards", "").startswith(
+        shards.get("mountPath", "?")), "the shards are mounted read-only where --shards points")
+    services = {d["metadata"]["name"]: d for d in kinds.get("Service", [])}
+    headless = [d for d in services.values()
+                if d["spec"].get("clusterIP") == "None" and d["spec"].get("selector", {}).items()
+                <= labels.items()]
+    check(len(headless) == 1 and any(p["port"] == grpc_port for p in headless[0]["spec"]["ports"]),
+          f"one headless Service selects the servers on the --listen port {grpc_port}")
+    pdbs = kinds.get("PodDisruptionBudget", [])
+    check(any(p["spec"]["selector"]["matchLabels"].items() <= labels.items() for p in pdbs),
+          "a PodDisruptionBudget covers the servers")
+    job = next(iter(kinds.get("Job", [])), None)
+    if not check(job is not None, "a training Job"):
+        return
+    jpod = job["spec"]["template"]["spec"]
+    rank = jpod["containers"][0]
+    env = {e["name"]: e for e in rank.get("env", [])}
+    check({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} <= set(env),
+          "the trainer gets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
+    check(int(env.get("WORLD_SIZE", {}).get("value", "0")) == job["spec"].get("completions"),
+          "WORLD_SIZE equals the Job's completions (one pod per rank)")
+    check(job["spec"].get("completionMode") == "Indexed",
+          "the Job is Indexed (RANK from the completion index)")
+    targs = flag_values(rank.get("args", []))
+    target = targs.get("--server", "")
+    host = target.rsplit(":", 1)[0].split(".")[0]
+    check(host in [d["metadata"]["name"] for d in headless] and port_of(target) == grpc_port,
+          f"the trainer's --server {target} is the headless Service on port {grpc_port}")
+    check(jpod.get("hostNetwork") is True and pod.get("hostNetwork") is True,
+          "servers and ranks share their node's network (a rank finds its node's server local)")
+    accepted = help_flags(train_bin)
+    if accepted is None:
+        skip(f"trainer args vs --help ({train_bin} not built)")
+    else:
+        bad = [f for f in flags_of(rank.get("args", [])) if f not in accepted]
+        check(not bad, f"trainer args are shardcast-train flags {bad or ''}")
 
 
 def main():
@@ -200,10 +343,11 @@ def main():
     check("SHARDCAST_MAIN=shardcast-server" in env and "SHARDCAST_MAIN=shardcast-train" in env,
           "SHARDCAST_MAIN names each image's main binary")
     # The repo must configure from the COPY'd files alone: every add_subdirectory
-    # the top-level CMakeLists runs (tests/bench off) must have been copied.
+    # the top-level CMakeLists runs (tests, bench and fuzzing off) must have been copied.
     top = open(os.path.join(ROOT, "CMakeLists.txt")).read()
-    top_wo_optional = re.sub(r"if\(SHARDCAST_BUILD_(TESTS|BENCH)\).*?endif\(\)", "", top,
-                             flags=re.S)
+    top_wo_optional = re.sub(
+        r"if\((?:SHARDCAST_BUILD_(?:TESTS|BENCH)|SHARDCAST_FUZZ)\).*?endif\(\)", "", top,
+        flags=re.S)
     for sub in re.findall(r"add_subdirectory\((\w+)\)", top_wo_optional):
         check(sub in copied_sources, f"add_subdirectory({sub}) is COPY'd into the build stage")
 
@@ -399,6 +543,8 @@ def main():
                 res = subprocess.run(configure, cwd=src, capture_output=True, text=True)
                 check(res.returncode == 0, f"stage {run_stage}: cmake configure "
                       + ("ok" if res.returncode == 0 else res.stderr[-800:]))
+
+    check_kubernetes(server_bin, train_bin)
 
     print()
     if failures:
