@@ -116,8 +116,11 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
                                                [this] { DropExpiredJobs(); })) {}
 
 ShardcastServiceImpl::~ShardcastServiceImpl() {
-  streams_.reset();
+  // The threads that act on streams first; then the pool, whose last tasks may still
+  // hold batches that give memory back to the streams' budget; then that budget.
+  streams_->Stop();
   pool_.reset();
+  streams_.reset();
 }
 
 std::string ShardcastServiceImpl::IndexState(DatasetRegistry::State dataset) const {

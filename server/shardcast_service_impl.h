@@ -133,8 +133,9 @@ class ShardcastServiceImpl {
   DatasetRegistry datasets_;
   // Jobs of all datasets. Declared after datasets_: jobs refer to their dataset.
   JobRegistry jobs_;
-  // Open streams and their memory. After jobs_, which it walks; stopped first by the
-  // destructor (its monitor thread drops expired jobs).
+  // Open streams and their memory. After jobs_, which it walks. The destructor stops
+  // its threads first (the monitor drops expired jobs) and frees it after the pool
+  // (decode tasks hold batches that give memory back to its budget).
   std::unique_ptr<StreamManager> streams_;
 
   mutable absl::Mutex mu_;

@@ -141,8 +141,10 @@ StreamManager::StreamManager(const ServerOptions& options, ServerStats* stats, J
   }
 }
 
-StreamManager::~StreamManager() {
-  stop_monitor_.Notify();
+StreamManager::~StreamManager() { Stop(); }
+
+void StreamManager::Stop() {
+  if (!stop_monitor_.HasBeenNotified()) stop_monitor_.Notify();
   if (monitor_.joinable()) monitor_.join();
   {
     absl::MutexLock lock(&admission_mu_);
@@ -150,7 +152,7 @@ StreamManager::~StreamManager() {
     ++generation_;
     admission_changed_.Signal();
   }
-  admitter_.join();
+  if (admitter_.joinable()) admitter_.join();
   std::deque<std::shared_ptr<Pending>> left;
   {
     absl::MutexLock lock(&admission_mu_);

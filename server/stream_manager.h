@@ -114,7 +114,11 @@ class StreamManager {
   // expired jobs there). REQUIRES: `stats`, `jobs`, `clock` outlive the manager.
   StreamManager(const ServerOptions& options, ServerStats* stats, JobRegistry* jobs,
                 const Clock* clock, std::function<void()> on_monitor_tick);
-  ~StreamManager();  // stops the threads; streams still waiting are refused UNAVAILABLE
+  ~StreamManager();  // Stop()s
+  // Stops the monitor and admission threads; streams still waiting are refused
+  // UNAVAILABLE. Idempotent. The budget stays usable: batches that outlive this (the
+  // decode pool's, until it stops) still give their memory back to it.
+  void Stop();
   StreamManager(const StreamManager&) = delete;
   StreamManager& operator=(const StreamManager&) = delete;
 
