@@ -42,7 +42,12 @@ absl::Status EnvInt(const char* name, int* out) {
 // checked against each other after parsing.
 void AddTrainFlags(FlagSet* f, TrainOptions* o) {
   f->Section("Data (the job registered with the server; unset = the server's default):");
-  f->String({{"--server"}, "HOST:PORT", "shardcast-server address"}, &o->server);
+  f->String({{"--server"},
+             "HOST:PORT",
+             "shardcast-server address; several replicas as HOST:PORT,HOST:PORT,... or a\n"
+             "name with several addresses: this host's first, then spread by rank, the next\n"
+             "one when a replica dies or drains (docs/deploy.md, \"Several servers\")"},
+            &o->server);
   f->String({{"--job-id"},
              "ID",
              "job name shared by all ranks; give one to attach several launches to one job "

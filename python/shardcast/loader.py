@@ -112,6 +112,11 @@ def _new_job_id() -> str:
 class Loader:
     """Registers this rank's job with the server on construction and iterates its batches.
 
+    `server` is "HOST:PORT", "unix:PATH", or several replicas of the server:
+    "HOST:PORT,HOST:PORT" or a name that resolves to several addresses. The rank uses
+    a replica on its own host first, the others spread by rank, and moves to the next
+    one (resuming at its next batch, same bytes) when its replica dies or drains.
+
     Job settings left as None take the server's defaults (its flags); every rank of a
     job must ask for the same. Without `job_id` every run is a new job (rank 0 names it
     and shares the name through the torch.distributed process group; a single rank
