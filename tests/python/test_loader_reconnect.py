@@ -49,3 +49,25 @@ def test_a_server_that_stays_away_ends_the_epoch_after_the_deadline(own_server):
         with pytest.raises(shardcast.ServerUnavailableError, match="not back within 1.5 s"):
             for _ in it:
                 pass
+
+
+def test_a_killed_replica_hands_its_rank_to_the_next_with_the_same_batches(shards, own_server):
+    # Two replicas on the same shards (issue 26): the loader is given both, starts at the
+    # first (rank 0), and when that one dies resumes on the second at its next batch.
+    from conftest import BUILD, SERVER_FLAGS
+    from server_process import ServerProcess
+    other = ServerProcess(BUILD, shards, SERVER_FLAGS)
+    other.start()
+    try:
+        job = dict(BIG, job_id="replicas", split="sample", seed=4)
+        with shardcast.Loader(own_server.address, **job) as reference:
+            want = keys(reference)
+        with shardcast.Loader(f"{own_server.address},{other.address}", **job) as loader:
+            it = iter(loader)
+            got = keys([next(it), next(it)])
+            own_server.kill()
+            got += keys(it)
+            assert loader.reconnects >= 1
+        assert got == want
+    finally:
+        other.kill()
