@@ -342,14 +342,23 @@ def main():
               f"{target}: ENTRYPOINT is the dispatching shardcast-entrypoint")
     check("SHARDCAST_MAIN=shardcast-server" in env and "SHARDCAST_MAIN=shardcast-train" in env,
           "SHARDCAST_MAIN names each image's main binary")
-    # The repo must configure from the COPY'd files alone: every add_subdirectory
-    # the top-level CMakeLists runs (tests, bench and fuzzing off) must have been copied.
+    # The repo must configure from the COPY'd files alone: the build stages turn the
+    # optional parts off, and every add_subdirectory and include() the top-level
+    # CMakeLists then runs must have been copied.
+    configures = [rest for word, rest in instrs if word == "RUN" and "cmake -S" in rest]
+    for option in ("SHARDCAST_BUILD_TESTS", "SHARDCAST_BUILD_BENCH", "SHARDCAST_BUILD_PYTHON"):
+        check(bool(configures) and all(f"-D{option}=OFF" in c for c in configures),
+              f"every build stage's configure passes -D{option}=OFF")
     top = open(os.path.join(ROOT, "CMakeLists.txt")).read()
     top_wo_optional = re.sub(
-        r"if\((?:SHARDCAST_BUILD_(?:TESTS|BENCH)|SHARDCAST_FUZZ)\).*?endif\(\)", "", top,
+        r"if\((?:SHARDCAST_BUILD_(?:TESTS|BENCH|PYTHON)|SHARDCAST_FUZZ)\).*?endif\(\)", "", top,
         flags=re.S)
-    for sub in re.findall(r"add_subdirectory\((\w+)\)", top_wo_optional):
+    for sub in re.findall(r"add_subdirectory\(([\w/]+)\)", top_wo_optional):
         check(sub in copied_sources, f"add_subdirectory({sub}) is COPY'd into the build stage")
+    for included in re.findall(r"include\(([\w/.-]+\.cmake)\)", top):
+        folder = os.path.dirname(included)
+        check(included in copied_sources or folder in copied_sources,
+              f"include({included}) is COPY'd into the build stage")
 
     # ------------------------------------------------------------ compose
     print("== deploy/docker-compose.yml")
