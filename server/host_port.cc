@@ -2,6 +2,7 @@
 #include "server/host_port.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/log.h"
 
@@ -18,7 +19,14 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
     host = host.substr(1, host.size() - 2);
   }
   if (host == "*") host = "";
-  return HostPort{std::string(host), std::string(address.substr(colon + 1))};
+  const absl::string_view port = address.substr(colon + 1);
+  int number = 0;
+  if (port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected HOST:PORT with a port from 0 to 65535, got '", LogSafe(address), "'"));
+  }
+  return HostPort{std::string(host), std::string(port)};
 }
 
 }  // namespace shardcast::server

@@ -15,7 +15,8 @@ struct HostPort {
 };
 
 // HOST:PORT or [V6]:PORT -> its parts. INVALID_ARGUMENT (the address log-safe) when
-// there is no ':' or no port after it.
+// there is no ':', or the port is not a number from 0 to 65535 (the resolver would take
+// 99999 as 34463, modulo 2^16: a server on a port nobody asked for).
 absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
 
 }  // namespace shardcast::server

@@ -2,14 +2,18 @@
 #include "server/server_flags.h"
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
 #include "common/plan/job_config.h"
 #include "server/dataset_registry.h"
+#include "server/host_port.h"
 #include "server/memory_limit.h"
 
 namespace shardcast::server {
@@ -251,6 +255,19 @@ void AddBenchmarkFlags(FlagSet& flags, ServerOptions& o) {
 // The checks the flags' own parsers cannot make.
 absl::Status CheckOptions(const ServerOptions& o) {
   if (absl::Status s = DatasetsToServe(o).status(); !s.ok()) return s;
+  // The listen addresses are checked here, not by the listener: gRPC and getaddrinfo
+  // take a port above 65535 modulo 2^16 and would listen where nobody looks.
+  const bool unix_socket = absl::StartsWith(o.listen_address, "unix:") ||
+                           absl::StartsWith(o.listen_address, "unix-abstract:");
+  for (const auto& [flag, address] :
+       {std::pair<const char*, std::string>{"--listen", unix_socket ? "" : o.listen_address},
+        {"--metrics-listen", o.metrics_listen_address},
+        {"--health-listen", o.health_listen_address}}) {
+    if (address.empty()) continue;
+    if (absl::Status s = SplitHostPort(address).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", s.message()));
+    }
+  }
   if (o.max_message_bytes < (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("--max-message-size must be at least 1MiB, got ",
                                                    FormatFlagSize(o.max_message_bytes)));

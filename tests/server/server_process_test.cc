@@ -276,6 +276,16 @@ TEST_F(ServerProcessTest, BadCommandLinesAndUnreadableShardsFail) {
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--listener-probe-interval", "-1s"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--shard-read-retry", "soon"}, &out), 2);
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--shard-read-retry", "-20s"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--admission-wait", "-1s"}, &out), 2);
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--admission-wait", "soon"}, &out), 2);
+  // Listen addresses: a port above 65535 (which the resolver would wrap modulo 2^16),
+  // none, or not a number; on every listener.
+  for (const char* flag : {"--listen", "--metrics-listen", "--health-listen"}) {
+    SCOPED_TRACE(flag);
+    for (const char* address : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:http", "[::1]:-1"}) {
+      EXPECT_EQ(RunServerBinary({"--shards", data(), flag, address}, &out), 2) << address;
+    }
+  }
   // Job defaults are validated as a job would be: center mode needs resize >= crop.
   EXPECT_EQ(RunServerBinary({"--shards", data(), "--resize", "100"}, &out), 2);
   // Datasets: NAME=DIR, valid names, no name twice ("default" is --shards; the
