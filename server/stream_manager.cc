@@ -45,7 +45,7 @@ absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(std::shared_ptr<Asse
   return taken;
 }
 
-bool StreamSession::server_draining() const { return manager_->draining_flag_.load(); }
+bool StreamSession::server_draining() const { return manager_->draining_.load(); }
 
 void StreamSession::WriteStarted() { control_->WriteStarted(manager_->clock_->Now()); }
 
@@ -61,9 +61,8 @@ void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes) {
   stats.wait_for_client_nanos.fetch_add(absl::ToInt64Nanoseconds(write_wait),
                                         std::memory_order_relaxed);
   stats.rate.Add(images, message_bytes, now);
-  const Job& job = *plan_.job;
   if (plan_.job->BatchSent(plan_.rank, stream_id_, batch.header().index(), now)) {
-    LogInfo("stall", absl::StrCat("job '", LogSafe(job.id()), "' rank ", plan_.rank,
+    LogInfo("stall", absl::StrCat("job '", LogSafe(plan_.job->id()), "' rank ", plan_.rank,
                                   " moves again: took epoch ", batch.header().epoch(), " batch ",
                                   batch.header().index()));
   }
@@ -275,7 +274,7 @@ void StreamManager::AdmissionLoop() {
   absl::MutexLock lock(&admission_mu_);
   while (!stopping_) {
     const int64_t generation = generation_;
-    const bool draining = draining_;
+    const bool draining = draining_.load();
     const std::vector<std::shared_ptr<Pending>> round(waiting_.begin(), waiting_.end());
     absl::flat_hash_set<Pending*> finished;
     {
@@ -321,9 +320,8 @@ void StreamManager::AdmissionLoop() {
 }
 
 void StreamManager::BeginDrain() {
-  draining_flag_.store(true);
+  draining_.store(true);
   absl::MutexLock lock(&admission_mu_);
-  draining_ = true;
   ++generation_;
   admission_changed_.Signal();
 }

@@ -191,8 +191,8 @@ class StreamManager {
   // Bumped by whatever may let a waiting stream go on (a stream came, memory came back,
   // drain, stop): a round that saw another value runs again at once.
   int64_t generation_ ABSL_GUARDED_BY(admission_mu_) = 0;
-  bool draining_ ABSL_GUARDED_BY(admission_mu_) = false;
-  std::atomic<bool> draining_flag_{false};  // draining_, read by every batch sent
+  // BeginDrain was called: read by the admission loop and by every batch sent.
+  std::atomic<bool> draining_{false};
   bool stopping_ ABSL_GUARDED_BY(admission_mu_) = false;
 
   // --max-batch-memory. After the admission state: its release hook uses it.
