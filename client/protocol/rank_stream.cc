@@ -658,16 +658,15 @@ class RankStream::Impl {
 
   const Replica& replica() const { return *replicas_[current_.load()]; }
 
-  // Makes the next replica (in this rank's order) current. False, and no move, when
-  // there is only one, or when the next is where the current round of tries began
-  // (every replica failed since a batch or a registration last arrived): the caller
-  // then waits its backoff, and the round begins anew from the next one.
+  // Makes the next replica (in this rank's order) current and returns true, so the
+  // caller tries it at once. False when there is only one replica (nothing moves), or
+  // when the move closes a round: back where the tries began, every replica having
+  // failed since a batch last arrived; the caller then waits its backoff first.
   bool MoveToNextReplica() {
     if (replicas_.size() < 2) return false;
     const size_t next = (current_.load() + 1) % replicas_.size();
     current_.store(next);
-    if (next == round_start_) return false;
-    return true;
+    return next != round_start_;
   }
 
   void CountReconnect() {
