@@ -90,6 +90,7 @@ std::shared_ptr<grpc::Channel> MakeStreamChannel(const RankStreamOptions& option
   channel.bearer_token = options.bearer_token;
   channel.reconnect_backoff_initial = absl::Seconds(options.reconnect_initial_seconds);
   channel.reconnect_backoff_max = absl::Seconds(options.reconnect_max_seconds);
+  channel.stream_window_bytes = options.stream_window_bytes;
   return MakeChannel(channel);
 }
 

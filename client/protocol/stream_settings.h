@@ -47,6 +47,10 @@ struct StreamSettings {
   // without a copy of its own, and the copy overlaps the consumer's work. Off for
   // consumers that copy anyway (into pinned memory, or normalizing into floats).
   bool join_images = false;
+  // > 0: a fixed HTTP/2 window (ChannelOptions::stream_window_bytes), so the transport
+  // holds at most this much beyond the prefetch queue. 0 = gRPC's BDP-grown window,
+  // which on loopback takes megabytes: a whole short epoch can sit in it.
+  int stream_window_bytes = 0;
 };
 
 }  // namespace shardcast::client

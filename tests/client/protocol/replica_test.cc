@@ -54,8 +54,9 @@ TEST(ServerListTest, LocalReplicasComeFirstAndEachGroupIsSpreadByRank) {
 constexpr int kWorld = 2;
 constexpr int kBatch = 4;
 constexpr int kCrop = 64;
-// Batches of 49 KB, 80 per rank: far more than the transport holds ahead of a reader,
-// so a replica that goes away mid-epoch still owed most of them.
+// Batches of 49 KB, 80 per rank, and a stream window of two batches: a replica that
+// goes away mid-epoch still owed most of them. (gRPC's own window grows to megabytes
+// on loopback and could take the whole epoch before the replica dies: CI saw it.)
 constexpr int64_t kSamples = 640;
 constexpr size_t kN = kSamples / (kWorld * kBatch);
 
@@ -64,6 +65,7 @@ client::RankStreamOptions Options(const std::string& servers, const std::string&
   options.server = servers;
   options.job = MakeRegister(job, rank, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
   options.prefetch = 1;
+  options.stream_window_bytes = 2 * kBatch * 3 * kCrop * kCrop;
   options.reconnect_initial_seconds = 0.05;
   options.reconnect_deadline_seconds = 30;
   return options;
