@@ -1,0 +1,128 @@
+// HTTP(S) range reads for shards in object storage, on libcurl: a bounded pool of
+// kept-alive connections, S3 SigV4 signing (libcurl's CURLOPT_AWS_SIGV4), retries with
+// backoff that resume a cut body from the last byte received, Retry-After, a deadline
+// per request, and the object's identity (ETag, size) checked on every response.
+#ifndef SHARDCAST_COMMON_REMOTE_HTTP_FETCHER_H_
+#define SHARDCAST_COMMON_REMOTE_HTTP_FETCHER_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/remote/s3_settings.h"
+
+namespace shardcast::remote {
+
+struct FetchOptions {
+  // Requests in flight at once, over at most this many kept-alive connections; a
+  // request beyond it waits for a connection (its wait counts toward its deadline).
+  int max_connections = 16;
+  // One request, every retry and backoff included. --remote-timeout.
+  absl::Duration request_deadline = absl::Seconds(60);
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // An attempt that receives fewer than `low_speed_bytes` per second for
+  // `low_speed_time` (a trickle) is cut and retried from the last byte received.
+  int64_t low_speed_bytes = 16 * 1024;
+  absl::Duration low_speed_time = absl::Seconds(10);
+  absl::Duration first_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+  // A Retry-After longer than this is not waited for (the request fails instead).
+  absl::Duration max_retry_after = absl::Seconds(30);
+  bool verify_tls = true;  // --remote-insecure turns it off
+  std::string ca_file;     // --remote-ca-file; empty = the system's CA store
+};
+
+// How a request is signed: nullopt = not at all (HTTP, a public bucket).
+struct SigV4 {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;  // x-amz-security-token when non-empty
+  std::string region;
+};
+std::optional<SigV4> SigV4For(const S3Settings& settings);  // nullopt without a key
+
+// One object's bytes [offset, offset + length).
+struct RangeRequest {
+  std::string url;
+  std::optional<SigV4> sign;
+  uint64_t offset = 0;
+  uint64_t length = 0;  // 0 = to the object's end
+  // The identity pinned when the dataset was indexed; empty / 0 = unchecked. A
+  // non-empty ETag is sent as If-Match (S3 answers 412 when it changed) and compared
+  // with the response's ETag (for servers that ignore If-Match); a size is compared
+  // with the total of the response's Content-Range (or its Content-Length for a
+  // whole-object read).
+  std::string etag;
+  uint64_t size = 0;
+};
+
+// What HEAD (or the first response of a read) says of an object.
+struct ObjectHead {
+  uint64_t size = 0;
+  std::string etag;  // with its quotes, as sent; empty when the server sends none
+};
+
+// Counters for status and /metrics; monotonic.
+struct FetchCounters {
+  std::atomic<int64_t> requests{0};        // HTTP requests sent (retries included)
+  std::atomic<int64_t> bytes{0};           // body bytes received
+  std::atomic<int64_t> retries{0};         // attempts after the first of a request
+  std::atomic<int64_t> failures{0};        // requests that returned an error
+  std::atomic<int64_t> connections_in_use{0};  // gauge
+  // Latency of successful requests (first attempt to last byte), in the buckets of
+  // kLatencyBucketsSeconds (cumulative counts as Prometheus wants them are made by the
+  // renderer; these are per bucket, the last one = above the largest bound).
+  static constexpr std::array<double, 10> kLatencyBucketsSeconds = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
+  std::array<std::atomic<int64_t>, 11> latency_buckets{};
+  std::atomic<int64_t> latency_sum_us{0};
+};
+
+// Thread-safe: any number of threads call it at once; at most max_connections of them
+// are on the network, the rest wait.
+class HttpFetcher {
+ public:
+  // Initializes libcurl once per process. INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<HttpFetcher>> Create(const FetchOptions& options);
+  virtual ~HttpFetcher() = default;
+
+  // The bytes of the range (exactly `length` of them, or to the end when 0). Errors,
+  // each naming the URL:
+  // - FAILED_PRECONDITION marked as ShardChangedError (common/shards/shard_reader.h)
+  //   when the object is not the one pinned: 412, another ETag, another size;
+  // - NOT_FOUND (404), PERMISSION_DENIED (401/403, with S3's error code and message
+  //   from the XML body when there is one), INVALID_ARGUMENT (other 4xx, 416): never
+  //   retried;
+  // - UNAVAILABLE marked as a HostIoError (common/shards/shard_reader.h: the store's
+  //   fault, not the data's) when the deadline passed while retrying 5xx, 408, 429,
+  //   connection failures, cut bodies and trickles: says how many attempts and the
+  //   last error.
+  // A retry after a body was cut asks for the rest only (Range from the last byte
+  // received) with If-Match on the ETag seen, so the bytes returned are one version.
+  virtual absl::StatusOr<std::string> Get(const RangeRequest& request) = 0;
+
+  // Like Get, but hands the body to `sink` in order as it arrives, never a byte
+  // twice (retries resume). For whole shards (indexing without an index file,
+  // .tar.gz shards into the disk cache): memory stays one buffer, whatever the
+  // object's size. An error from `sink` ends the read with that error.
+  virtual absl::Status GetStreaming(const RangeRequest& request,
+                                    const std::function<absl::Status(absl::string_view)>& sink) = 0;
+
+  // HEAD: size and ETag. Errors as Get.
+  virtual absl::StatusOr<ObjectHead> Head(const std::string& url,
+                                          const std::optional<SigV4>& sign) = 0;
+
+  virtual const FetchCounters& counters() const = 0;
+};
+
+}  // namespace shardcast::remote
+
+#endif  // SHARDCAST_COMMON_REMOTE_HTTP_FETCHER_H_

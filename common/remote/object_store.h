@@ -1,0 +1,68 @@
+// The shards of a remote dataset as objects: listing them (S3 ListObjectsV2; HTTP
+// brace URLs with a HEAD each), fetching small files next to them (the dataset index
+// file), and the RangeRequest that reads a piece of one.
+#ifndef SHARDCAST_COMMON_REMOTE_OBJECT_STORE_H_
+#define SHARDCAST_COMMON_REMOTE_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/remote/dataset_url.h"
+#include "common/remote/http_fetcher.h"
+#include "common/remote/s3_settings.h"
+
+namespace shardcast::remote {
+
+struct RemoteObject {
+  std::string name;  // relative to the dataset's root: "shard-000001.tar" (may hold '/')
+  std::string url;   // what a request fetches
+  uint64_t size = 0;
+  std::string etag;  // as the store sent it (quotes included); may be empty for HTTP
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // "s3://bucket/prefix/" or the HTTP base: the dataset's root in logs, errors and the
+  // index cache's key.
+  virtual const std::string& root() const = 0;
+
+  // Every shard (*.tar, *.tar.gz, *.tgz) of the dataset with its size and ETag, in
+  // the store's order (the index sorts). S3: ListObjectsV2 pages (continuation
+  // tokens) under the prefix, objects in "sub-directories" left out as a local
+  // dataset leaves out sub-directories. HTTP: a HEAD per expanded URL, up to
+  // FetchOptions::max_connections at once; a URL whose name is not a shard name is an
+  // error. Errors name the URL: NOT_FOUND for a bucket or URL that does not exist,
+  // PERMISSION_DENIED with S3's message, NOT_FOUND when no shard is there.
+  virtual absl::StatusOr<std::vector<RemoteObject>> ListShards() = 0;
+
+  // A file directly at the root (the dataset index file "shardcast-index.bin"),
+  // nullopt when it does not exist (404); an error for others, or a file over
+  // `max_bytes`.
+  virtual absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
+                                                             uint64_t max_bytes) = 0;
+
+  // The request for bytes [offset, offset + length) of `object`, pinned to its size
+  // and ETag, signed when the store signs.
+  virtual RangeRequest Request(const RemoteObject& object, uint64_t offset,
+                               uint64_t length) const = 0;
+
+  virtual HttpFetcher& fetcher() = 0;
+};
+
+// `fetcher` must outlive the store. `s3` is used for kS3 only.
+absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,
+                                                             const S3Settings& s3,
+                                                             HttpFetcher* fetcher);
+
+// The name the dataset index file has next to the shards.
+inline constexpr char kIndexFileName[] = "shardcast-index.bin";
+
+}  // namespace shardcast::remote
+
+#endif  // SHARDCAST_COMMON_REMOTE_OBJECT_STORE_H_
