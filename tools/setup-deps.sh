@@ -7,6 +7,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libarchive-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libabsl-dev
   libtorch-dev libgloo-dev
+  # Shards in object storage: HTTP(S) range reads and S3 SigV4 signing (common/remote).
+  libcurl4-openssl-dev
   libgtest-dev libgmock-dev
   # libcrypto for the server's token check (gRPC's own dependency too); the openssl CLI
   # makes the certificates of tests/server/security_test.cc.
