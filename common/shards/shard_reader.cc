@@ -310,6 +310,11 @@ absl::Status HostIoError(const std::string& where, absl::string_view what, int e
   return status;
 }
 
+absl::Status AsHostIoError(absl::Status status) {
+  status.SetPayload(kHostIoPayload, absl::Cord("0"));
+  return status;
+}
+
 bool IsHostIoError(const absl::Status& status) {
   return status.GetPayload(kHostIoPayload).has_value();
 }

@@ -76,6 +76,10 @@ bool IsShardChanged(const absl::Status& status);
 // corrupt content. The message names the shard (`where`), the errno's name and text.
 absl::Status HostIoError(const std::string& where, absl::string_view what, int error);
 bool IsHostIoError(const absl::Status& status);
+// `status` (UNAVAILABLE or DEADLINE_EXCEEDED of a remote store, say) marked so that
+// IsHostIoError recognizes it: the storage's fault, retried by the serve path, never
+// taken for corrupt content.
+absl::Status AsHostIoError(absl::Status status);
 
 }  // namespace shardcast
 
