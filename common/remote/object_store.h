@@ -41,7 +41,8 @@ class ObjectStore {
   // PERMISSION_DENIED with S3's message, NOT_FOUND when no shard is there.
   virtual absl::StatusOr<std::vector<RemoteObject>> ListShards() = 0;
 
-  // A file directly at the root (the dataset index file "shardcast-index.bin"),
+  // A file directly at the root (the dataset index file, kIndexFileName of
+  // common/shards/dataset_index.h),
   // nullopt when it does not exist (404); an error for others, or a file over
   // `max_bytes`.
   virtual absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
@@ -59,9 +60,6 @@ class ObjectStore {
 absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,
                                                              const S3Settings& s3,
                                                              HttpFetcher* fetcher);
-
-// The name the dataset index file has next to the shards.
-inline constexpr char kIndexFileName[] = "shardcast-index.bin";
 
 }  // namespace shardcast::remote
 

@@ -46,8 +46,9 @@ namespace {
 
 // Bump when the scan's rules or the cache layout change: old caches and fingerprints
 // then no longer match.
-// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards
-constexpr uint32_t kIndexVersion = 3;
+// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards;
+// 4: ETags of remote shards
+constexpr uint32_t kIndexVersion = 4;
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
@@ -170,20 +171,11 @@ std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const Index
   return h.Hex();
 }
 
-// What scanning one shard produces; merged in shard order so the index is deterministic.
-struct ShardScanResult {
-  absl::Status fatal;  // the shard could not be read at all
-  std::vector<SampleEntry> samples;
-  std::vector<SkippedSample> skipped;
-  std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
-  std::vector<std::string> warnings;
-  bool compressed = false;
-};
+}  // namespace
 
-ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
-                          const IndexOptions& options) {
+ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
+                              const IndexOptions& options, bool check_identity) {
   ShardScanResult result;
-  const std::string path = (fs::path(root) / shard.path).string();
   if (shard.file_size == 0) {
     // libarchive reads an empty file as an empty archive; webdataset fails on it.
     result.fatal = absl::DataLossError("empty file (0 bytes)");
@@ -205,11 +197,12 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
   }
   // Offsets and labels read from a file that changed meanwhile describe neither version.
   struct stat after;
-  if (::stat(path.c_str(), &after) != 0) {
+  if (check_identity && ::stat(path.c_str(), &after) != 0) {
     result.fatal = absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
     return result;
   }
-  if (std::string change = ShardChange(shard, after); !change.empty()) {
+  if (std::string change = check_identity ? ShardChange(shard, after) : "";
+      !change.empty()) {
     result.fatal = absl::AbortedError(
         absl::StrCat("changed while it was indexed (", change, "); restart to index it again"));
     return result;
@@ -262,6 +255,8 @@ ShardScanResult ScanShard(const std::string& root, const ShardInfo& shard,
   }
   return result;
 }
+
+namespace {
 
 // ---- cache file: magic, version, then length-prefixed fields, then an FNV checksum ----
 
@@ -339,6 +334,7 @@ std::string SerializeCache(const std::string& root, const IndexOptions& options,
     w.AddU64(static_cast<uint64_t>(s.mtime_ns));
     w.AddU64(static_cast<uint64_t>(s.ctime_ns));
     w.AddU64(s.inode);
+    w.AddString(s.etag);
     w.AddU64(s.compressed ? 1 : 0);
     w.AddString(scan.skip_reasons[i]);
     AddSamples(s.samples, &w);
@@ -399,7 +395,7 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     ShardInfo& s = scan->shards[i];
     uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
     if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
-        !p.U64(&compressed) || !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples)) {
+        !p.Str(&s.etag) || !p.U64(&compressed) || !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples)) {
       return corrupt("shard record");
     }
     s.file_size = size;
@@ -410,7 +406,7 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     s.compressed = compressed != 0;
     if (s.path != listed[i].path || s.file_size != listed[i].file_size ||
         s.mtime_ns != listed[i].mtime_ns || s.ctime_ns != listed[i].ctime_ns ||
-        s.inode != listed[i].inode) {
+        s.inode != listed[i].inode || s.etag != listed[i].etag) {
       *stale = true;
       return absl::OkStatus();
     }
@@ -519,7 +515,7 @@ absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
 }
 
 absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardInfo> shards,
-                                    const IndexOptions& options) {
+                                    const ShardListing& listing, const IndexOptions& options) {
   std::vector<ShardScanResult> results(shards.size());
   int threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -530,7 +526,7 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
   };
   const auto worker = [&] {
     for (size_t i = next++; i < shards.size() && !stopping(); i = next++) {
-      results[i] = ScanShard(root, shards[i], options);
+      results[i] = listing.scan(shards[i]);
     }
   };
   std::vector<std::thread> pool;
@@ -709,44 +705,107 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
   if (!fs::is_directory(root_path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
   }
-  const std::string root = root_path.string();
-  std::vector<SkippedShard> unlisted;
-  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(root, &unlisted);
+  ShardListing listing;
+  listing.root = root_path.string();
+  listing.local = true;
+  absl::StatusOr<std::vector<ShardInfo>> listed = ListShards(listing.root, &listing.unlisted);
   if (!listed.ok()) return listed.status();
-  if (listed->empty() && unlisted.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat(root, ": no shard (*.tar, *.tar.gz, *.tgz) directly in this directory"));
+  if (listed->empty() && listing.unlisted.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        listing.root, ": no shard (*.tar, *.tar.gz, *.tgz) directly in this directory"));
   }
+  listing.shards = *std::move(listed);
+  listing.scan = [root = listing.root, &options](const ShardInfo& shard) {
+    return ScanShardFile((fs::path(root) / shard.path).string(), shard, options,
+                         /*check_identity=*/true);
+  };
+  return BuildIndexFromListing(std::move(listing), options);
+}
 
+namespace {
+
+// The cache path for `listing`, "" for none; an error for a cache inside a local
+// dataset directory.
+absl::StatusOr<std::string> CachePathFor(const ShardListing& listing,
+                                         const IndexOptions& options) {
+  if (options.cache_dir.empty()) return std::string();
+  std::error_code ec;
+  const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache dir ", options.cache_dir, ": ", ec.message()));
+  }
+  const std::string cache_str = cache_dir.string();
+  if (listing.local &&
+      (cache_str == listing.root || absl::StartsWith(cache_str, listing.root + "/"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache dir ", options.cache_dir, " is inside the dataset directory ", listing.root,
+        "; put the index cache elsewhere (the dataset may be read-only or shared)"));
+  }
+  return CachePath(cache_str, listing.root);
+}
+
+// The listing as an index file records it: names, sizes and compression, no identity.
+std::vector<ShardInfo> WithoutIdentity(const std::vector<ShardInfo>& shards) {
+  std::vector<ShardInfo> out;
+  out.reserve(shards.size());
+  for (const ShardInfo& shard : shards) {
+    ShardInfo bare;
+    bare.path = shard.path;
+    bare.file_size = shard.file_size;
+    bare.compressed = shard.compressed;
+    out.push_back(std::move(bare));
+  }
+  return out;
+}
+
+// `scan` from the index file next to the shards, when it is an index of exactly the
+// listed shards; a warning says why not otherwise.
+bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, ScanOutcome* scan,
+                   std::vector<std::string>* warnings) {
+  bool stale = false;
+  absl::Status parsed = ParseCache(*listing.index_file, /*root=*/"", options,
+                                   WithoutIdentity(listing.shards), scan, &stale);
+  if (parsed.ok() && !stale) {
+    for (size_t i = 0; i < scan->shards.size(); ++i) {  // the identities of the listing
+      std::vector<SampleEntry> samples = std::move(scan->shards[i].samples);
+      scan->shards[i] = listing.shards[i];
+      scan->shards[i].samples = std::move(samples);
+    }
+    return true;
+  }
+  Warn(warnings, absl::StrCat(listing.root, kIndexFileName, ": ignored (",
+                              parsed.ok() ? "it indexes other shards, another label field or "
+                                            "another version"
+                                          : parsed.message(),
+                              "); scanning the shards"));
+  *scan = ScanOutcome();
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
+                                                   const IndexOptions& options) {
+  std::sort(listing.shards.begin(), listing.shards.end(),
+            [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
+  const std::string& root = listing.root;
   DatasetIndex index;
   index.root = root;
-
-  std::string cache_path;
-  if (!options.cache_dir.empty()) {
-    const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache dir ", options.cache_dir, ": ", ec.message()));
-    }
-    const std::string cache_str = cache_dir.string();
-    if (cache_str == root || absl::StartsWith(cache_str, root + "/")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cache dir ", options.cache_dir, " is inside the dataset directory ", root,
-                       "; put the index cache elsewhere (the dataset may be read-only or shared)"));
-    }
-    cache_path = CachePath(cache_str, root);
-  }
+  absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
+  if (!cache_path.ok()) return cache_path.status();
 
   ScanOutcome scan;
   bool have_scan = false;
-  if (!cache_path.empty() && fs::exists(cache_path, ec)) {
-    absl::StatusOr<std::string> data = ReadRegularFile(cache_path, MaxCacheBytes(*listed));
+  std::error_code ec;
+  if (!cache_path->empty() && fs::exists(*cache_path, ec)) {
+    absl::StatusOr<std::string> data = ReadRegularFile(*cache_path, MaxCacheBytes(listing.shards));
     bool stale = false;
     absl::Status parsed =
-        data.ok() ? ParseCache(*data, root, options, *listed, &scan, &stale) : data.status();
+        data.ok() ? ParseCache(*data, root, options, listing.shards, &scan, &stale) : data.status();
     if (!parsed.ok()) {
       Warn(&index.warnings,
-           absl::StrCat(cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
+           absl::StrCat(*cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
       scan = ScanOutcome();
     } else if (!stale) {
       have_scan = true;
@@ -755,17 +814,22 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
       scan = ScanOutcome();
     }
   }
+  bool write_cache = !have_scan;
+  if (!have_scan && listing.index_file.has_value()) {
+    have_scan = LoadIndexFile(listing, options, &scan, &index.warnings);
+    index.loaded_from_index_file = have_scan;
+  }
   if (!have_scan) {
-    absl::StatusOr<ScanOutcome> scanned = ScanAll(root, *std::move(listed), options);
+    absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
     if (!scanned.ok()) return scanned.status();
     scan = *std::move(scanned);
-    if (!cache_path.empty()) {
-      fs::create_directories(fs::path(cache_path).parent_path(), ec);
-      absl::Status written = ec ? absl::UnavailableError(ec.message())
-                                : WriteCacheFile(cache_path, SerializeCache(root, options, scan));
-      if (!written.ok()) {
-        Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
-      }
+  }
+  if (write_cache && !cache_path->empty()) {
+    fs::create_directories(fs::path(*cache_path).parent_path(), ec);
+    absl::Status written = ec ? absl::UnavailableError(ec.message())
+                              : WriteCacheFile(*cache_path, SerializeCache(root, options, scan));
+    if (!written.ok()) {
+      Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
     }
   }
 
@@ -774,10 +838,11 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
     if (scan.skip_reasons[i].empty()) {
       index.shards.push_back(std::move(scan.shards[i]));
     } else {
-      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i]});
+      index.skipped_shards.push_back(
+          SkippedShard{scan.shards[i].path, scan.skip_reasons[i], scan.shards[i].file_size});
     }
   }
-  for (SkippedShard& skipped : unlisted) {
+  for (SkippedShard& skipped : listing.unlisted) {
     Warn(&index.warnings, absl::StrCat("shard ", skipped.path, " skipped: ", skipped.reason,
                                        "; serving the other shards"));
     index.skipped_shards.push_back(std::move(skipped));
@@ -794,7 +859,11 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
   index.skipped = std::move(scan.skipped);
   for (const ShardInfo& s : index.shards)
     index.num_samples += static_cast<int64_t>(s.samples.size());
-  CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+  if (listing.local) {
+    CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+  } else {
+    index.num_classes = static_cast<int32_t>(scan.max_label + 1);
+  }
   WarnIfClassesSparse(&index);
   index.class_names = std::move(scan.class_names);
   if (!index.class_names.empty() &&
@@ -802,6 +871,44 @@ absl::StatusOr<DatasetIndex> BuildDatasetIndex(const std::string& dir,
     index.class_names.resize(static_cast<size_t>(index.num_classes));
   }
   return index;
+}
+
+std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options) {
+  ScanOutcome scan;
+  for (const ShardInfo& shard : index.shards) {
+    scan.shards.push_back(shard);
+    scan.skip_reasons.emplace_back();
+  }
+  for (const SkippedShard& skipped : index.skipped_shards) {
+    ShardInfo shard;
+    shard.path = skipped.path;
+    shard.file_size = skipped.file_size;
+    scan.shards.push_back(std::move(shard));
+    scan.skip_reasons.push_back(skipped.reason.empty() ? "skipped" : skipped.reason);
+  }
+  // In listing order, as the loader compares them with the listing.
+  std::vector<size_t> order(scan.shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return NaturalLess(scan.shards[a].path, scan.shards[b].path);
+  });
+  ScanOutcome sorted;
+  for (size_t i : order) {
+    ShardInfo bare = WithoutIdentity({scan.shards[i]})[0];
+    bare.samples = scan.shards[i].samples;
+    for (const SampleEntry& e : bare.samples) sorted.max_label = std::max(sorted.max_label, e.label);
+    sorted.shards.push_back(std::move(bare));
+    sorted.skip_reasons.push_back(scan.skip_reasons[i]);
+  }
+  sorted.skipped = index.skipped;
+  if (!index.class_names.empty() && sorted.max_label >= 0) {
+    sorted.class_names.assign(index.class_names.begin(),
+                              index.class_names.begin() +
+                                  std::min<size_t>(index.class_names.size(),
+                                                   static_cast<size_t>(sorted.max_label + 1)));
+    sorted.class_names.resize(static_cast<size_t>(sorted.max_label + 1));
+  }
+  return SerializeCache(/*root=*/"", options, sorted);
 }
 
 }  // namespace shardcast

@@ -7,7 +7,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +28,9 @@ struct ShardInfo {
   int64_t ctime_ns = 0;
   uint64_t inode = 0;
   uint64_t device = 0;
+  // A shard in object storage: its ETag when it was listed ("" for a local file, and for
+  // a store that sends none); the reader pins every request to it and to file_size.
+  std::string etag;
   bool compressed = false;  // .tar.gz / .tgz
   std::vector<SampleEntry> samples;
 };
@@ -41,10 +47,13 @@ struct SkippedSample {
 struct SkippedShard {
   std::string path;    // relative to the dataset root, as ShardInfo::path
   std::string reason;  // e.g. "empty file (0 bytes)"
+  uint64_t file_size = 0;  // when it was listed (0 when it could not be stat'ed)
 };
 
 struct DatasetIndex {
-  std::string root;               // absolute path of the dataset directory
+  // Absolute path of the dataset directory, or the URL of a remote dataset's root
+  // ("s3://bucket/prefix/", "https://host/d/"): ShardInfo::path is relative to it.
+  std::string root;
   std::vector<ShardInfo> shards;  // natural sorted order ("2" before "10")
   int64_t num_samples = 0;        // sum of shard sample counts
   int32_t num_classes = 0;        // info.json's, else max label + 1
@@ -58,6 +67,7 @@ struct DatasetIndex {
   // sample keys, labels, member offsets, label field); not of mtimes.
   std::string fingerprint;
   bool loaded_from_cache = false;
+  bool loaded_from_index_file = false;  // the index file next to the shards (remote)
 
   // Per-shard sample counts, in shard order: all the planner needs.
   std::vector<uint32_t> ShardSampleCounts() const;
@@ -78,6 +88,54 @@ struct IndexOptions {
   // BuildDatasetIndex returns CANCELLED (a server told to stop while indexing).
   const std::atomic<bool>* cancelled = nullptr;
 };
+
+// What scanning one shard's bytes found; BuildIndexFromListing merges them in shard
+// order, so the index does not depend on which scan finished first.
+struct ShardScanResult {
+  absl::Status fatal;  // the shard could not be read at all: it is skipped with this reason
+  std::vector<SampleEntry> samples;
+  std::vector<SkippedSample> skipped;
+  std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
+  std::vector<std::string> warnings;
+  bool compressed = false;
+};
+
+// Scans the tar (plain or gzip) at `path` holding the bytes of `shard`. With
+// `check_identity`, the file at `path` is stat'ed afterwards and a shard that changed
+// during the scan is fatal (a local dataset); a downloaded copy has no such identity.
+ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
+                              const IndexOptions& options, bool check_identity);
+
+// The shards of a dataset as listed, before they are scanned: a local directory
+// (BuildDatasetIndex) or an object store (common/remote/remote_index.h).
+struct ShardListing {
+  std::string root;               // DatasetIndex::root; keys the index cache
+  std::vector<ShardInfo> shards;  // identities, no samples; any order (sorted here)
+  std::vector<SkippedShard> unlisted;  // names that could not even be listed
+  // Scans one listed shard (called from `IndexOptions::threads` threads at once).
+  std::function<ShardScanResult(const ShardInfo&)> scan;
+  // The dataset index file found next to the shards (SerializeIndexFile's format), if
+  // any: used instead of scanning when it lists exactly these names and sizes.
+  std::optional<std::string> index_file;
+  bool local = false;  // a directory: info.json is read, the cache kept outside it
+};
+
+// The index of `listing`: from the index cache when it is valid for these shards
+// (names, sizes, file identities or ETags), else from `listing.index_file` when that
+// fits, else by scanning every shard; the cache is written afterwards. Errors and
+// warnings as BuildDatasetIndex.
+absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
+                                                   const IndexOptions& options);
+
+// The dataset index file that may be put next to the shards (shardcast-pack writes
+// one, `shardcast-ctl index` makes one for shards that exist): the index's content
+// (shard names and sizes, samples, skipped samples and shards, class names) without
+// file identities or root, so it serves any copy of the same bytes. Its checksum and
+// every offset are checked again when it is loaded.
+std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options);
+
+// The name of the dataset index file next to a remote dataset's shards.
+inline constexpr char kIndexFileName[] = "shardcast-index.bin";
 
 // Records the identity of the file `st` describes (size, mtime, ctime, inode, device)
 // in `shard`.

@@ -1,4 +1,5 @@
-// Reads one member of one shard by its recorded offset, for the serve path.
+// Reads one member of one shard of a local dataset by its recorded offset, for the
+// serve path.
 #ifndef SHARDCAST_COMMON_SHARDS_SHARD_READER_H_
 #define SHARDCAST_COMMON_SHARDS_SHARD_READER_H_
 
@@ -10,21 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/shards/dataset_index.h"
+#include "common/shards/member_reader.h"
 
 namespace shardcast {
-
-// A shard whose file is no longer the one indexed: what changed.
-struct ChangedShard {
-  std::string path;    // as ShardInfo::path
-  std::string change;  // ShardChange's text, e.g. "mtime ... -> ..."
-};
-
-// A shard the host cannot read now (its last open or read failed with an error of the
-// host, not of its content: EMFILE, EACCES, EIO...).
-struct UnreadableShard {
-  std::string path;   // as ShardInfo::path
-  std::string error;  // the last such error, e.g. "cannot open: Too many open files"
-};
 
 // Thread-safe. Plain tars are read with one pread per member on a cached file
 // descriptor; gzip shards through a GzipIndex per shard (built on first use by
@@ -40,26 +29,20 @@ struct UnreadableShard {
 // serving the indexed bytes, which are still the indexed ones, until the descriptor is
 // reopened.
 // REQUIRES: `index` outlives the reader.
-class ShardReader {
+class ShardReader : public MemberReader {
  public:
   static constexpr size_t kDefaultMaxGzipIndexBytes = size_t{1} << 30;
 
   explicit ShardReader(const DatasetIndex& index,
                        size_t max_gzip_index_bytes = kDefaultMaxGzipIndexBytes);
-  ~ShardReader();
+  ~ShardReader() override;
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
-  // Bytes of `member` of shard number `shard`. Errors name the shard and member
-  // (e.g. the file shrank since indexing).
-  absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member);
-
-  // Shards found changed so far, in the order they were found.
-  std::vector<ChangedShard> ChangedShards() const;
-
-  // Shards whose last read failed with HostIoError; one leaves the list with its next
-  // successful read.
-  std::vector<UnreadableShard> UnreadableShards() const;
+  // Errors also name what is wrong with the file (e.g. it shrank since indexing).
+  absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member) override;
+  std::vector<ChangedShard> ChangedShards() const override;
+  std::vector<UnreadableShard> UnreadableShards() const override;
 
  private:
   class Impl;
