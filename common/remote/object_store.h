@@ -48,6 +48,11 @@ class ObjectStore {
   virtual absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
                                                              uint64_t max_bytes) = 0;
 
+  // The object named `name` (a ShardInfo::path) with the size and ETag the index
+  // pinned: what Request needs, without listing again.
+  virtual RemoteObject Object(const std::string& name, uint64_t size,
+                              const std::string& etag) const = 0;
+
   // The request for bytes [offset, offset + length) of `object`, pinned to its size
   // and ETag, signed when the store signs.
   virtual RangeRequest Request(const RemoteObject& object, uint64_t offset,
