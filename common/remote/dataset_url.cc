@@ -66,7 +66,8 @@ struct Segment {
 };
 
 bool AllDigits(absl::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isdigit(c); });
 }
 
 absl::StatusOr<Segment> ParseGroup(absl::string_view body, absl::string_view pattern) {
@@ -93,9 +94,8 @@ absl::StatusOr<Segment> ParseGroup(absl::string_view body, absl::string_view pat
     (void)absl::SimpleAtoi(first, &seg.lo);
     (void)absl::SimpleAtoi(last, &seg.hi);
     if (seg.lo > seg.hi) {
-      return absl::InvalidArgumentError(absl::StrCat("range {", body, "} in \"", pattern,
-                                                     "\" runs backwards (", seg.lo, " > ",
-                                                     seg.hi, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "range {", body, "} in \"", pattern, "\" runs backwards (", seg.lo, " > ", seg.hi, ")"));
     }
     seg.width = static_cast<int>(first.size());
     return seg;
@@ -122,9 +122,9 @@ absl::StatusOr<std::vector<Segment>> ParsePattern(absl::string_view pattern) {
     const size_t close = pattern.find_first_of("{}", i + 1);
     if (close == absl::string_view::npos || pattern[close] != '}') {
       if (close != absl::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "nested braces at offset ", close, " in \"", pattern,
-            "\" are not supported: write the groups side by side ({a,b}{0..9})"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("nested braces at offset ", close, " in \"", pattern,
+                         "\" are not supported: write the groups side by side ({a,b}{0..9})"));
       }
       return absl::InvalidArgumentError(
           absl::StrCat("unbalanced '{' at offset ", i, " in \"", pattern, "\""));
@@ -179,14 +179,15 @@ absl::StatusOr<DatasetUrl> ParseHttp(absl::string_view text) {
   absl::string_view common = out.urls.front();
   for (const std::string& url : out.urls) {
     if (Origin(url) != origin) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "\"", text, "\" expands to URLs on different hosts (", out.urls.front(), ", ", url,
-          "): a dataset's shards share one scheme and host"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", text, "\" expands to URLs on different hosts (", out.urls.front(),
+                       ", ", url, "): a dataset's shards share one scheme and host"));
     }
     if (absl::EndsWith(url, "/")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "\"", url, "\" ends in '/': a directory cannot be listed over plain HTTP; name "
-                     "the shards with braces (https://host/d/shard-{000000..000127}.tar)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", url,
+                       "\" ends in '/': a directory cannot be listed over plain HTTP; name "
+                       "the shards with braces (https://host/d/shard-{000000..000127}.tar)"));
     }
     size_t n = 0;
     while (n < common.size() && n < url.size() && common[n] == url[n]) ++n;
@@ -240,8 +241,7 @@ absl::StatusOr<DatasetUrl> ParseS3(absl::string_view text) {
 }  // namespace
 
 bool IsRemoteUrl(absl::string_view text) {
-  return absl::StartsWithIgnoreCase(text, "s3://") ||
-         absl::StartsWithIgnoreCase(text, "http://") ||
+  return absl::StartsWithIgnoreCase(text, "s3://") || absl::StartsWithIgnoreCase(text, "http://") ||
          absl::StartsWithIgnoreCase(text, "https://");
 }
 
@@ -252,8 +252,8 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(absl::string_view pattern)
   for (const Segment& seg : *segments) {
     const uint64_t count = seg.Count();
     if (count > kMaxExpandedUrls || total > kMaxExpandedUrls / count) {
-      return absl::InvalidArgumentError(absl::StrCat("\"", pattern, "\" expands to more than ",
-                                                     kMaxExpandedUrls, " URLs"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", pattern, "\" expands to more than ", kMaxExpandedUrls, " URLs"));
     }
     total *= count;
   }

@@ -167,10 +167,10 @@ absl::StatusOr<Credentials> CredentialsFromSection(
   std::optional<Sourced> secret = FileValue(section, "aws_secret_access_key", where);
   if (!id.has_value() && !secret.has_value()) return creds;
   if (!id.has_value() || !secret.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, " has ", id.has_value() ? "aws_access_key_id" : "aws_secret_access_key",
-        " without ", id.has_value() ? "aws_secret_access_key" : "aws_access_key_id",
-        ": set both aws_access_key_id and aws_secret_access_key, or neither"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has ", id.has_value() ? "aws_access_key_id" : "aws_secret_access_key",
+                     " without ", id.has_value() ? "aws_secret_access_key" : "aws_access_key_id",
+                     ": set both aws_access_key_id and aws_secret_access_key, or neither"));
   }
   creds.access_key_id = id->value;
   creds.secret_access_key = secret->value;
@@ -182,8 +182,7 @@ absl::StatusOr<Credentials> CredentialsFromSection(
 }
 
 absl::StatusOr<Credentials> ResolveCredentials(const EnvLookup& env, const AwsFile& credentials,
-                                               const AwsFile& config,
-                                               const std::string& profile) {
+                                               const AwsFile& config, const std::string& profile) {
   std::optional<std::string> id = NonEmpty(env, "AWS_ACCESS_KEY_ID");
   std::optional<std::string> secret = NonEmpty(env, "AWS_SECRET_ACCESS_KEY");
   if (id.has_value() || secret.has_value()) {
@@ -212,9 +211,9 @@ absl::StatusOr<Credentials> ResolveCredentials(const EnvLookup& env, const AwsFi
 // the bucket and key are appended to it.
 absl::StatusOr<std::string> ValidateEndpoint(const Sourced& endpoint) {
   const auto invalid = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("S3 endpoint \"", endpoint.value, "\" (from ", endpoint.source,
-                     "): ", why, "; expected http(s)://host[:port]"));
+    return absl::InvalidArgumentError(absl::StrCat("S3 endpoint \"", endpoint.value, "\" (from ",
+                                                   endpoint.source, "): ", why,
+                                                   "; expected http(s)://host[:port]"));
   };
   absl::string_view text = endpoint.value;
   const size_t sep = text.find("://");
@@ -270,9 +269,9 @@ absl::Status ValidateRegion(const Sourced& region) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-';
   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "S3 region \"", region.value, "\" (from ", region.source,
-      ") is not a region name (letters, digits and '-', e.g. us-east-1)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("S3 region \"", region.value, "\" (from ", region.source,
+                   ") is not a region name (letters, digits and '-', e.g. us-east-1)"));
 }
 
 // Endpoints on amazonaws.com are AWS's own, where virtual-hosted style is the default
@@ -322,8 +321,7 @@ std::string S3Settings::BucketUrl(const std::string& bucket) const {
   if (path_style || sep == std::string::npos || !FitsHostName(bucket, scheme == "https")) {
     return absl::StrCat(endpoint, "/", EncodeKey(bucket), "/");
   }
-  return absl::StrCat(scheme, "://", bucket, ".", absl::string_view(endpoint).substr(sep + 3),
-                      "/");
+  return absl::StrCat(scheme, "://", bucket, ".", absl::string_view(endpoint).substr(sep + 3), "/");
 }
 
 EnvLookup ProcessEnvironment() {
@@ -367,8 +365,8 @@ absl::StatusOr<S3Settings> ResolveS3Settings(const S3Flags& flags, const EnvLook
       config_section == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "S3 profile \"", profile, "\" (from ", named_profile->source, ") is in neither ",
-        credentials->path.empty() ? "the credentials file (no HOME)" : credentials->path,
-        " nor ", config->path.empty() ? "the config file (no HOME)" : config->path));
+        credentials->path.empty() ? "the credentials file (no HOME)" : credentials->path, " nor ",
+        config->path.empty() ? "the config file (no HOME)" : config->path));
   }
 
   S3Settings settings;
