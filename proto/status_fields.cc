@@ -186,6 +186,62 @@ const std::vector<StatusField>& StatusFields() {
               "Shard reads the host failed (EMFILE, EACCES, EIO...) that were tried again.")
           .Ctl("shard problems", "reads retried", U::kCount),
 
+      Counter("remote_requests", "shardcast_remote_requests_total",
+              "HTTP requests to object storage (retries included).")
+          .Ctl("object storage", "requests", U::kCount),
+      Counter("remote_bytes", "shardcast_remote_bytes_total",
+              "Body bytes received from object storage.")
+          .Ctl("object storage", "received", U::kBytes),
+      Counter("remote_retries", "shardcast_remote_retries_total",
+              "Attempts after a request's first (5xx, Retry-After, cut bodies, trickles).")
+          .Ctl("object storage", "retries", U::kCount),
+      Counter("remote_failures", "shardcast_remote_failures_total",
+              "Requests to object storage that failed for good.")
+          .Ctl("object storage", "failed", U::kCount),
+      Counter("remote_requests_ok", "shardcast_remote_requests_ok_total",
+              "Requests to object storage that succeeded (the count of the latency sum).")
+          .Ctl("object storage", "succeeded", U::kCount),
+      Counter("remote_fetch_seconds", "shardcast_remote_fetch_seconds_total",
+              "Time the successful requests took, first attempt to last byte (sum).")
+          .Ctl("object storage", "time in requests", U::kSeconds),
+      Gauge("remote_connections_in_use", "shardcast_remote_connections_in_use",
+            "Requests to object storage in flight now.")
+          .Ctl("object storage", "in flight", U::kCount),
+      Counter("read_ahead_members", "shardcast_read_ahead_members_total",
+              "Members of the plan's next batches announced for fetching ahead.")
+          .Ctl("read-ahead", "members", U::kCount),
+      Counter("read_ahead_requests", "shardcast_read_ahead_requests_total",
+              "Coalesced requests the announced members became.")
+          .Ctl("read-ahead", "requests", U::kCount),
+      Counter("read_ahead_hits", "shardcast_read_ahead_hits_total",
+              "Reads served by read-ahead.")
+          .Ctl("read-ahead", "hits", U::kCount),
+      Counter("read_ahead_dropped", "shardcast_read_ahead_dropped_total",
+              "Members not fetched ahead: --remote-read-ahead-memory was held.")
+          .Ctl("read-ahead", "dropped", U::kCount),
+      Counter("remote_direct_reads", "shardcast_remote_direct_reads_total",
+              "Reads of remote members that fetched on demand (no read-ahead, no cache).")
+          .Ctl("read-ahead", "on-demand reads", U::kCount),
+      Gauge("read_ahead_bytes", "shardcast_read_ahead_bytes",
+            "Memory held by members fetched ahead and not yet read.")
+          .Ctl("read-ahead", "held", U::kBytes),
+      Gauge("cache_limit_bytes", "shardcast_cache_limit_bytes", "--cache-size (0 = no cache).")
+          .Ctl("disk cache", "--cache-size {}", U::kBytes)
+          .IfZero("no --cache-dir")
+          .GatesRest(),
+      Gauge("cache_bytes", "shardcast_cache_bytes", "Bytes held by the disk cache.")
+          .Ctl("disk cache", "held", U::kBytes),
+      Counter("cache_hits", "shardcast_cache_hits_total", "Reads served by the disk cache.")
+          .Ctl("disk cache", "hits", U::kCount),
+      Counter("cache_misses", "shardcast_cache_misses_total", "Reads the disk cache missed.")
+          .Ctl("disk cache", "misses", U::kCount),
+      Counter("cache_evictions", "shardcast_cache_evictions_total",
+              "Entries the disk cache dropped to stay within --cache-size.")
+          .Ctl("disk cache", "evicted", U::kCount),
+      Counter("cache_write_errors", "shardcast_cache_write_errors_total",
+              "Writes to the disk cache that failed (disk full?); the reads succeeded.")
+          .Ctl("disk cache", "write errors", U::kCount),
+
       Gauge("connections_open", "shardcast_connections_open", "Client connections open.")
           .Ctl("connections", "open", U::kCount),
       Counter("connections_refused", "shardcast_connections_refused_total",

@@ -230,6 +230,19 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
   }
 }
 
+void BatchAssembler::Prefetch(const PlannedBatch& planned) {
+  std::vector<MemberLocation> members;
+  members.reserve(planned.samples.size());
+  for (const SampleRef& ref : planned.samples) {
+    if (!ref.valid()) continue;
+    const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+    if (entry.image_member >= entry.members.size()) continue;
+    members.push_back(
+        MemberLocation{static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]});
+  }
+  dataset_->reader().Prefetch(members);
+}
+
 absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const PendingBatch& pending,
                                                                    uint32_t shard,
                                                                    const MemberRef& member) {

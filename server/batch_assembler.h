@@ -126,6 +126,10 @@ class BatchAssembler {
               const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
               std::function<void(bool complete)> done);
 
+  // Tells the dataset's reader that `planned`'s image members will be read soon
+  // (MemberReader::Prefetch). Never blocks on I/O.
+  void Prefetch(const PlannedBatch& planned);
+
   const ServedDataset& dataset() const { return *dataset_; }
 
  private:

@@ -54,7 +54,7 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
     if (!relaunch_.empty()) {
       launch.planned = std::move(relaunch_.front());
       relaunch_.pop_front();
-    } else if (!batches_->Next(&launch.planned)) {
+    } else if (!NextPlannedLocked(&launch.planned)) {
       launch_error_ = absl::InternalError(absl::StrCat("the epoch plan ended after ", launched_,
                                                        " of ", options_.count, " batches"));
       break;
@@ -73,7 +73,30 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   return launches;
 }
 
+bool BatchWindow::NextPlannedLocked(PlannedBatch* batch) {
+  const size_t want = 1 + static_cast<size_t>(std::max(0, options_.read_ahead));
+  while (pulled_.size() < want && !plan_ended_) {
+    PlannedBatch next;
+    if (!batches_->Next(&next)) {
+      plan_ended_ = true;
+      break;
+    }
+    if (options_.read_ahead > 0) announce_.push_back(next);
+    pulled_.push_back(std::move(next));
+  }
+  if (pulled_.empty()) return false;
+  *batch = std::move(pulled_.front());
+  pulled_.pop_front();
+  return true;
+}
+
 void BatchWindow::LaunchAll(std::vector<Launch> launches) {
+  std::vector<PlannedBatch> announce;
+  {
+    absl::MutexLock lock(&mu_);
+    announce.swap(announce_);
+  }
+  for (const PlannedBatch& planned : announce) assembler_->Prefetch(planned);
   for (Launch& launch : launches) {
     std::weak_ptr<BatchWindow> weak = weak_from_this();
     const int64_t sequence = launch.sequence;

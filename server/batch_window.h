@@ -34,6 +34,10 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     // grant from it, so the window is as deep as `depth` only while the budget allows
     // (and at least one batch). Null: no budget (tests, benchmarks).
     std::shared_ptr<StreamMemory> memory;
+    // The plan's batches this far beyond those launched are announced to the dataset's
+    // reader (MemberReader::Prefetch), so that a reader of remote shards fetches their
+    // bytes while the batches before them decode. 0 = none.
+    int read_ahead = 0;
   };
 
   // REQUIRES: `assembler` outlives the window and every batch it launched.
@@ -93,6 +97,9 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   // Reserves slots up to the depth; returns what the caller must launch (unlocked).
   std::vector<Launch> PlanLaunchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The plan's next batch, keeping `read_ahead` more pulled from the plan behind it
+  // (those pulled now wait in announce_ for LaunchAll). False once the plan ended.
+  bool NextPlannedLocked(PlannedBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LaunchAll(std::vector<Launch> launches) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAssembled(int64_t sequence, bool complete) ABSL_LOCKS_EXCLUDED(mu_);
   // The stream's guaranteed batch came back after a launch found no memory.
@@ -105,6 +112,9 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<RankBatchIterator> batches_ ABSL_GUARDED_BY(mu_);  // the plan, lazily
+  std::deque<PlannedBatch> pulled_ ABSL_GUARDED_BY(mu_);    // from the plan, not launched yet
+  std::vector<PlannedBatch> announce_ ABSL_GUARDED_BY(mu_);  // pulled, not yet announced
+  bool plan_ended_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order
   std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);  // given back by Shrink, in order
   int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched (or resent) so far

@@ -14,8 +14,13 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> ServedDataset::Load(const std::st
 }
 
 ServedDataset::ServedDataset(DatasetIndex index, size_t gzip_index_memory_bytes)
+    : ServedDataset(std::move(index), [gzip_index_memory_bytes](const DatasetIndex& index) {
+        return std::make_unique<ShardReader>(index, gzip_index_memory_bytes);
+      }) {}
+
+ServedDataset::ServedDataset(DatasetIndex index, const ReaderFactory& make_reader)
     : index_(std::move(index)),
       shard_sizes_(index_.ShardSampleCounts()),
-      reader_(std::make_unique<ShardReader>(index_, gzip_index_memory_bytes)) {}
+      reader_(make_reader(index_)) {}
 
 }  // namespace shardcast::server

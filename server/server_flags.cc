@@ -29,13 +29,15 @@ LogLevel LogLevelNamed(const std::string& name) {
 // What is served and how: the datasets, the listener, decoding, the index.
 void AddServingFlags(FlagSet& flags, ServerOptions& o) {
   flags.String({{"--shards"},
-                "DIR",
+                "DIR|URL",
                 "directory holding the .tar/.tar.gz shards, served as the dataset \"default\"\n"
-                "(what a trainer gets without --dataset); needed unless --dataset is given"},
+                "(what a trainer gets without --dataset); needed unless --dataset is given.\n"
+                "Or shards in object storage: s3://bucket/prefix/, or http(s) URLs in brace\n"
+                "notation, https://host/d/shard-{000000..000127}.tar (docs/server.md)"},
                &o.shards_dir);
   flags.Add({{"--dataset"},
-             "NAME=DIR",
-             "also serve the shards in DIR as the dataset NAME (repeatable; e.g.\n"
+             "NAME=DIR|URL",
+             "also serve the shards in DIR (or at URL) as the dataset NAME (repeatable; e.g.\n"
              "--dataset val=/data/val). A trainer picks one with --dataset NAME /\n"
              "--val-dataset NAME; each is indexed on its own and shown by name in status",
              "none",
@@ -87,6 +89,57 @@ void AddServingFlags(FlagSet& flags, ServerOptions& o) {
               "largest Batch message (at least 1MiB); jobs whose batches exceed it are\n"
               "refused"},
              &o.max_message_bytes);
+}
+
+// Shards in object storage: the store, the requests, read-ahead and the disk cache.
+void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
+  RemoteStorageOptions& r = o.remote;
+  flags.OptionalString({{"--s3-endpoint"},
+                        "URL",
+                        "S3-compatible endpoint (MinIO, Ceph, GCS: https://storage.googleapis.com);\n"
+                        "default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,\n"
+                        "else AWS's regional endpoint"},
+                       &r.s3.endpoint);
+  flags.OptionalString({{"--s3-region"}, "REGION",
+                        "default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else us-east-1"},
+                       &r.s3.region);
+  flags.OptionalString({{"--s3-profile"}, "NAME",
+                        "profile of ~/.aws/credentials and ~/.aws/config (default AWS_PROFILE,\n"
+                        "else default); keys in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY win"},
+                       &r.s3.profile);
+  flags.OptionalBool({{"--s3-path-style"}, "",
+                      "address buckets as ENDPOINT/BUCKET/KEY (default with a custom endpoint)"},
+                     &r.s3.path_style);
+  flags.Int({{"--remote-connections"}, "N",
+             "requests to object storage in flight at once (kept-alive connections)"},
+            &r.fetch.max_connections, 1, 1024);
+  flags.Duration({{"--remote-timeout"}, "DURATION",
+                  "deadline of one request to object storage, retries and backoff included;\n"
+                  "then the read fails like a failing disk (retried for --shard-read-retry)"},
+                 &r.fetch.request_deadline);
+  flags.String({{"--remote-ca-file"}, "FILE",
+                "CA certificates (PEM) to verify https stores with, instead of the system's"},
+               &r.fetch.ca_file, /*allow_empty=*/true);
+  flags.Add({{"--remote-insecure"}, "", "do not verify https stores' certificates (testing only)",
+             "off"},
+            0, [&r](const std::string&, const std::vector<std::string>&) {
+              r.fetch.verify_tls = false;
+              return absl::OkStatus();
+            });
+  flags.Int({{"--remote-read-ahead"}, "N",
+             "batches of each stream's plan whose bytes are fetched ahead of the batches\n"
+             "being decoded (0 = none)"},
+            &o.read_ahead_batches, 0, 1000);
+  flags.Size({{"--remote-read-ahead-memory"}, "SIZE",
+              "memory for bytes fetched ahead and not yet read, all streams together"},
+             &r.read.read_ahead_memory_bytes);
+  flags.String({{"--cache-dir"}, "DIR",
+                "disk cache of bytes read from object storage (kept across restarts);\n"
+                "empty = none: every epoch reads the store again"},
+               &r.cache_dir, /*allow_empty=*/true);
+  flags.Size({{"--cache-size"}, "SIZE",
+              "the most the disk cache holds; least recently used go first"},
+             &r.cache_size_bytes);
 }
 
 // How long a drain, a job and a job that never streamed last.
@@ -300,6 +353,8 @@ absl::Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* cl
   flags.Choice({{"--log-level"}, "", "lowest level logged"}, {"info", "warning", "error"},
                &log_level);
   flags.Bool({{"--version"}, "", "print the version and exit"}, &cl->version);
+  flags.Section("Object storage (docs/server.md, \"Shards in object storage\"):");
+  AddRemoteFlags(flags, o);
   flags.Section("Monitoring (docs/server.md, \"Metrics\"):");
   AddMonitoringFlags(flags, o);
   flags.Section("Security (docs/server.md):");

@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/remote/http_fetcher.h"
+#include "common/remote/remote_reader.h"
+#include "common/remote/s3_settings.h"
 #include "common/plan/job_config.h"
 #include "common/shards/dataset_index.h"
 #include "server/clock.h"
@@ -17,7 +20,16 @@ namespace shardcast::server {
 // A dataset served under a name (--dataset NAME=DIR).
 struct DatasetSpec {
   std::string name;
-  std::string dir;  // directory holding its .tar/.tar.gz shards
+  std::string dir;  // directory holding its .tar/.tar.gz shards, or an s3:// / http(s):// URL
+};
+
+// Shards in object storage (s3://, http(s):// datasets; docs/server.md).
+struct RemoteStorageOptions {
+  remote::S3Flags s3;              // --s3-endpoint, --s3-region, --s3-profile, --s3-path-style
+  remote::FetchOptions fetch;      // --remote-connections, --remote-timeout, TLS
+  remote::RemoteReadOptions read;  // --remote-read-ahead-memory
+  std::string cache_dir;           // --cache-dir; empty = no disk cache
+  int64_t cache_size_bytes = int64_t{10} << 30;  // --cache-size
 };
 
 struct ServerOptions {
@@ -32,6 +44,11 @@ struct ServerOptions {
   int decode_threads = 0;             // 0 = hardware concurrency
   int prefetch = 4;                   // batches assembled ahead of each stream's client
   std::string index_cache_dir;        // empty = no index cache
+  RemoteStorageOptions remote;
+  // The plan's batches announced to the reader ahead of those being assembled, so that
+  // a remote dataset's bytes are fetched while earlier batches decode
+  // (--remote-read-ahead, BatchWindow::Options::read_ahead).
+  int read_ahead_batches = 4;
   std::string label_field = "label";  // .json field holding the label (no .cls)
   // Memory for the seek indexes of .tar.gz shards (ShardReader's LRU).
   int64_t gzip_index_memory_bytes = int64_t{1} << 30;

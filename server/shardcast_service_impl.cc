@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/remote/dataset_url.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -107,6 +108,7 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       decode_budget_(DecodeMemoryLimit(options)),
       pool_(std::make_unique<DecodePool>(options.decode_threads)),
       options_error_(DatasetsToServe(options).status()),
+      remote_storage_(options.remote),
       datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
       jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
             options.max_jobs, options.unstreamed_job_ttl, options.max_unstreamed_jobs_per_peer,
@@ -155,12 +157,21 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
+  // A remote dataset's index (listing, ETags) is cached beside its bytes by default:
+  // listing a bucket is cheap, scanning it is not.
+  if (index_options.cache_dir.empty() && remote::IsRemoteUrl(spec.dir) &&
+      !options_.remote.cache_dir.empty()) {
+    index_options.cache_dir = options_.remote.cache_dir + "/index";
+  }
   index_options.cancelled = &stop_indexing_;
   const absl::Time start = absl::Now();
   const std::string what = absl::StrCat("dataset '", spec.name, "' (", spec.dir, ")");
   LogInfo("index", absl::StrCat("indexing ", what));
-  absl::StatusOr<std::unique_ptr<ServedDataset>> dataset = ServedDataset::Load(
-      spec.dir, index_options, static_cast<size_t>(options_.gzip_index_memory_bytes));
+  absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
+      remote::IsRemoteUrl(spec.dir)
+          ? remote_storage_.Load(spec.dir, index_options)
+          : ServedDataset::Load(spec.dir, index_options,
+                                static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
     if (absl::IsCancelled(dataset.status())) {
       LogInfo("index", absl::StrCat("indexing ", what, " stopped: the server is shutting down"));
@@ -385,6 +396,7 @@ v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
   FillTrafficStatus(now, &response);
   FillDecodeStatus(&response);
   FillHostStatus(&response);
+  remote_storage_.FillStatus(&response);
   bool all_serving = true;
   for (const v1::DatasetStatus& dataset : response.datasets()) {
     all_serving &= dataset.state() == v1::DatasetStatus::SERVING;

@@ -18,6 +18,7 @@
 #include "server/decode_pool.h"
 #include "server/job_registry.h"
 #include "server/metrics_text.h"
+#include "server/remote_storage.h"
 #include "server/served_dataset.h"
 #include "server/server_options.h"
 #include "server/server_stats.h"
@@ -130,6 +131,8 @@ class ShardcastServiceImpl {
   // Datasets by name; a spec error (DatasetsToServe) is kept in options_error_ and
   // returned by LoadDatasets.
   absl::Status options_error_;
+  // Before datasets_: the readers of remote datasets use its fetcher and cache.
+  RemoteStorage remote_storage_;
   DatasetRegistry datasets_;
   // Jobs of all datasets. Declared after datasets_: jobs refer to their dataset.
   JobRegistry jobs_;

@@ -231,6 +231,7 @@ std::unique_ptr<StreamSession> StreamManager::Start(StreamPlan plan, BatchAssemb
   window_options.transform = plan.job->config().transform;
   window_options.resend_first_batch = options_.bench_only_resend_first_batch;
   window_options.memory = std::move(memory);
+  window_options.read_ahead = options_.read_ahead_batches;
   std::shared_ptr<BatchWindow> window =
       BatchWindow::Create(assembler, std::move(plan.batches), window_options);
   auto control = std::make_shared<StreamControl>(plan.description);

@@ -433,6 +433,17 @@ void FlagSet::OptionalChoice(Spec spec, std::vector<std::string> choices,
            });
 }
 
+void FlagSet::OptionalString(Spec spec, std::optional<std::string>* dst) {
+  AddTyped(std::move(spec), "", 1,
+           [dst](const std::string& flag, const std::vector<std::string>& values) {
+             if (values[0].empty()) {
+               return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
+             }
+             *dst = values[0];
+             return absl::OkStatus();
+           });
+}
+
 void FlagSet::AcceptPositional(std::vector<std::string>* dst) { positional_ = dst; }
 
 FlagSet::Flag* FlagSet::Find(absl::string_view name) {

@@ -91,6 +91,7 @@ class FlagSet {
   void OptionalInt(Spec spec, std::optional<int32_t>* dst, int64_t min, int64_t max);
   void OptionalUint64(Spec spec, std::optional<uint64_t>* dst);
   void OptionalBool(Spec spec, std::optional<bool>* dst);
+  void OptionalString(Spec spec, std::optional<std::string>* dst);  // a non-empty value
   void OptionalChoice(Spec spec, std::vector<std::string> choices, std::optional<std::string>* dst);
 
   // Arguments that are not flags are collected here in order; without this, they are

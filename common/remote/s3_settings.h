@@ -22,6 +22,8 @@ struct S3Settings {
   std::string endpoint;
   // true: https://endpoint/bucket/key; false: https://bucket.endpoint/key (AWS's
   // default). A custom endpoint defaults to path-style (MinIO, Ceph and s3rver need it).
+  // A bucket whose name cannot be a DNS label (uppercase, '_', a '.' under https) is
+  // addressed path-style either way, as the AWS SDKs do.
   bool path_style = false;
   // Where each setting came from, for the server's startup log line and errors:
   // e.g. "credentials from AWS_ACCESS_KEY_ID; region from ~/.aws/config [profile x]".
@@ -57,7 +59,10 @@ EnvLookup ProcessEnvironment();
 //   default $HOME/.aws/config) [profile NAME] / [default] "region", else us-east-1.
 // - endpoint: flag, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the config file's
 //   endpoint_url, else https://s3.REGION.amazonaws.com.
-// - path style: flag, else true for a custom endpoint, false for AWS's.
+// - path style: flag, else true for a custom endpoint, false for AWS's (an endpoint
+//   given explicitly on *.amazonaws.com counts as AWS's).
+// An environment variable set to "" counts as unset. The profile "default" may be in no
+// file; any other profile named by the flag or AWS_PROFILE must be in one of them.
 // Errors: INVALID_ARGUMENT naming the setting and its source (an endpoint that is not
 // http(s)://host[:port], a profile named by the flag or AWS_PROFILE that no file has,
 // half a key pair); a credentials or config file that exists but cannot be read.

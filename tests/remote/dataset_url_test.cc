@@ -1,0 +1,209 @@
+// ParseDatasetUrl and ExpandBraces: the kinds of location, webdataset's brace notation
+// (widths, several groups) and the mistakes a user can make in it.
+#include "common/remote/dataset_url.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace shardcast::remote {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+std::vector<std::string> Expand(const std::string& pattern) {
+  absl::StatusOr<std::vector<std::string>> urls = ExpandBraces(pattern);
+  EXPECT_TRUE(urls.ok()) << pattern << ": " << urls.status();
+  return urls.ok() ? *urls : std::vector<std::string>();
+}
+
+absl::Status ExpandError(const std::string& pattern) {
+  absl::StatusOr<std::vector<std::string>> urls = ExpandBraces(pattern);
+  EXPECT_FALSE(urls.ok()) << pattern << " expanded";
+  EXPECT_EQ(urls.status().code(), absl::StatusCode::kInvalidArgument) << urls.status();
+  return urls.status();
+}
+
+absl::Status ParseError(const std::string& text) {
+  absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(text);
+  EXPECT_FALSE(url.ok()) << text << " parsed";
+  EXPECT_EQ(url.status().code(), absl::StatusCode::kInvalidArgument) << url.status();
+  return url.status();
+}
+
+TEST(ExpandBracesTest, WithoutBracesIsThePatternItself) {
+  EXPECT_THAT(Expand("https://h/d/a.tar"), ElementsAre("https://h/d/a.tar"));
+}
+
+TEST(ExpandBracesTest, RangeWithoutLeadingZerosIsNotPadded) {
+  EXPECT_THAT(Expand("s{0..10}"),
+              ElementsAre("s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10"));
+  EXPECT_THAT(Expand("{8..8}"), ElementsAre("8"));
+}
+
+TEST(ExpandBracesTest, RangeKeepsTheFirstBoundsWidth) {
+  std::vector<std::string> urls = Expand("shard-{000..010}.tar");
+  ASSERT_THAT(urls, SizeIs(11));
+  EXPECT_EQ(urls.front(), "shard-000.tar");
+  EXPECT_EQ(urls[7], "shard-007.tar");
+  EXPECT_EQ(urls.back(), "shard-010.tar");
+  // Numbers wider than the first bound are written whole.
+  EXPECT_THAT(Expand("{098..100}"), ElementsAre("098", "099", "100"));
+  EXPECT_THAT(Expand("{08..11}"), ElementsAre("08", "09", "10", "11"));
+  EXPECT_THAT(Expand("{000000..000127}"), SizeIs(128));
+}
+
+TEST(ExpandBracesTest, Lists) {
+  EXPECT_THAT(Expand("d/{train,val,test}.tar"),
+              ElementsAre("d/train.tar", "d/val.tar", "d/test.tar"));
+  // A comma makes a list even where an item holds "..".
+  EXPECT_THAT(Expand("{a..b,c}"), ElementsAre("a..b", "c"));
+  // Empty items are names too, as in braceexpand.
+  EXPECT_THAT(Expand("x{,-b}.tar"), ElementsAre("x.tar", "x-b.tar"));
+  EXPECT_THAT(Expand("{only}"), ElementsAre("only"));
+}
+
+TEST(ExpandBracesTest, SeveralGroupsMultiplyLeftmostSlowest) {
+  EXPECT_THAT(Expand("{a,b}/{0..2}-{x,y}"),
+              ElementsAre("a/0-x", "a/0-y", "a/1-x", "a/1-y", "a/2-x", "a/2-y", "b/0-x", "b/0-y",
+                          "b/1-x", "b/1-y", "b/2-x", "b/2-y"));
+  EXPECT_THAT(Expand("{0..1}{0..1}"), ElementsAre("00", "01", "10", "11"));
+}
+
+TEST(ExpandBracesTest, MalformedBracesAreRefused) {
+  EXPECT_THAT(ExpandError("a{0..3").message(), HasSubstr("unbalanced '{'"));
+  EXPECT_THAT(ExpandError("a}0").message(), HasSubstr("unbalanced '}'"));
+  EXPECT_THAT(ExpandError("a{0..1}}").message(), HasSubstr("unbalanced '}'"));
+  EXPECT_THAT(ExpandError("a{}b").message(), HasSubstr("empty braces"));
+  EXPECT_THAT(ExpandError("{a,{b,c}}").message(), HasSubstr("nested braces"));
+}
+
+TEST(ExpandBracesTest, BadRangesAreRefused) {
+  EXPECT_THAT(ExpandError("{a..z}").message(), HasSubstr("non-negative integers"));
+  EXPECT_THAT(ExpandError("{-1..3}").message(), HasSubstr("non-negative integers"));
+  EXPECT_THAT(ExpandError("{1..}").message(), HasSubstr("non-negative integers"));
+  EXPECT_THAT(ExpandError("{1..2..3}").message(), HasSubstr("non-negative integers"));
+  EXPECT_THAT(ExpandError("{10..2}").message(), HasSubstr("runs backwards"));
+  EXPECT_THAT(ExpandError("{0..1234567890123456789}").message(), HasSubstr("too large"));
+}
+
+TEST(ExpandBracesTest, TooManyUrlsAreRefusedBeforeExpansion) {
+  // A billion-entry range would take gigabytes if it were expanded before the check.
+  EXPECT_THAT(ExpandError("{0..999999999}").message(), HasSubstr("more than 1000000 URLs"));
+  // Each group alone is small; their product is not.
+  EXPECT_THAT(ExpandError("{0..999}{0..999}{0..9}").message(), HasSubstr("more than"));
+  EXPECT_THAT(ExpandBraces("{0..999}{0..999}").value(), SizeIs(kMaxExpandedUrls));
+}
+
+TEST(IsRemoteUrlTest, SchemesOfRemoteStorage) {
+  EXPECT_TRUE(IsRemoteUrl("s3://b/p"));
+  EXPECT_TRUE(IsRemoteUrl("S3://b/p"));
+  EXPECT_TRUE(IsRemoteUrl("http://h/x.tar"));
+  EXPECT_TRUE(IsRemoteUrl("https://h/x.tar"));
+  EXPECT_FALSE(IsRemoteUrl("/data/train"));
+  EXPECT_FALSE(IsRemoteUrl("gs://b/p"));
+  EXPECT_FALSE(IsRemoteUrl("s3:/b"));
+}
+
+TEST(ParseDatasetUrlTest, LocalDirectory) {
+  for (const std::string text : {"/data/train", "relative/dir", "./x", "C:dir"}) {
+    absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(text);
+    ASSERT_TRUE(url.ok()) << url.status();
+    EXPECT_EQ(url->kind, DatasetUrl::Kind::kLocal);
+    EXPECT_EQ(url->dir, text);
+    EXPECT_EQ(url->text, text);
+  }
+  EXPECT_THAT(ParseError("").message(), HasSubstr("empty"));
+}
+
+TEST(ParseDatasetUrlTest, S3PrefixGetsATrailingSlash) {
+  struct Case {
+    std::string text, bucket, prefix;
+  };
+  for (const Case& c : std::vector<Case>{{"s3://bkt/train", "bkt", "train/"},
+                                         {"s3://bkt/train/", "bkt", "train/"},
+                                         {"s3://bkt/a/b/c", "bkt", "a/b/c/"},
+                                         {"s3://bkt", "bkt", ""},
+                                         {"s3://bkt/", "bkt", ""},
+                                         {"S3://my.bucket_1/x", "my.bucket_1", "x/"}}) {
+    absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(c.text);
+    ASSERT_TRUE(url.ok()) << c.text << ": " << url.status();
+    EXPECT_EQ(url->kind, DatasetUrl::Kind::kS3);
+    EXPECT_EQ(url->bucket, c.bucket) << c.text;
+    EXPECT_EQ(url->prefix, c.prefix) << c.text;
+    EXPECT_EQ(url->text, c.text);
+  }
+}
+
+TEST(ParseDatasetUrlTest, BadS3Urls) {
+  EXPECT_THAT(ParseError("s3://").message(), HasSubstr("no bucket"));
+  EXPECT_THAT(ParseError("s3:///prefix").message(), HasSubstr("no bucket"));
+  EXPECT_THAT(ParseError("s3://my bucket/p").message(), HasSubstr("whitespace"));
+  EXPECT_THAT(ParseError("s3://b/shard-{0..3}.tar").message(),
+              HasSubstr("braces are for http(s) URLs; s3:// lists the prefix"));
+}
+
+TEST(ParseDatasetUrlTest, HttpUrlsExpandAroundACommonBase) {
+  absl::StatusOr<DatasetUrl> url =
+      ParseDatasetUrl("https://host.example/d/shard-{000000..000127}.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->kind, DatasetUrl::Kind::kHttp);
+  ASSERT_THAT(url->urls, SizeIs(128));
+  EXPECT_EQ(url->urls.front(), "https://host.example/d/shard-000000.tar");
+  EXPECT_EQ(url->urls.back(), "https://host.example/d/shard-000127.tar");
+  EXPECT_EQ(url->base, "https://host.example/d/");
+}
+
+TEST(ParseDatasetUrlTest, HttpBaseIsTheSharedDirectory) {
+  // Groups in the directory: the base stops before them.
+  absl::StatusOr<DatasetUrl> url = ParseDatasetUrl("http://h:8080/d/{train,val}/s-{0..1}.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_THAT(url->urls,
+              ElementsAre("http://h:8080/d/train/s-0.tar", "http://h:8080/d/train/s-1.tar",
+                          "http://h:8080/d/val/s-0.tar", "http://h:8080/d/val/s-1.tar"));
+  EXPECT_EQ(url->base, "http://h:8080/d/");
+
+  // Names that share a prefix ("t") do not make it part of the base.
+  url = ParseDatasetUrl("https://h/data/{train,test}.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->base, "https://h/data/");
+
+  // One URL: one shard, named by its last path element.
+  url = ParseDatasetUrl("https://h/x.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_THAT(url->urls, ElementsAre("https://h/x.tar"));
+  EXPECT_EQ(url->base, "https://h/");
+
+  // A '/' in a query string (a presigned URL's) is not a directory.
+  url = ParseDatasetUrl("https://h/d/{a,b}.tar?cred=AKIA/2024/x");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->base, "https://h/d/");
+}
+
+TEST(ParseDatasetUrlTest, BadHttpUrls) {
+  EXPECT_THAT(ParseError("https://h/d/").message(), HasSubstr("cannot be listed"));
+  EXPECT_THAT(ParseError("https://h/d/{a,b/}").message(), HasSubstr("cannot be listed"));
+  EXPECT_THAT(ParseError("https://{a,b}.example/x.tar").message(), HasSubstr("different hosts"));
+  EXPECT_THAT(ParseError("https://h").message(), HasSubstr("no path"));
+  EXPECT_THAT(ParseError("https:///x.tar").message(), HasSubstr("no host"));
+  EXPECT_THAT(ParseError("https://h/{a,a}.tar").message(), HasSubstr("more than once"));
+  EXPECT_THAT(ParseError("https://h/{0..3.tar").message(), HasSubstr("unbalanced"));
+  EXPECT_THAT(ParseError("https://h/{0..9999999}.tar").message(), HasSubstr("more than"));
+}
+
+TEST(ParseDatasetUrlTest, OtherSchemesAreRefused) {
+  absl::Status gs = ParseError("gs://bucket/train");
+  EXPECT_THAT(gs.message(), HasSubstr("s3://"));
+  EXPECT_THAT(gs.message(), HasSubstr("--s3-endpoint https://storage.googleapis.com"));
+  EXPECT_THAT(ParseError("ftp://h/x.tar").message(), HasSubstr("unknown scheme \"ftp://\""));
+  EXPECT_THAT(ParseError("file:///data").message(), HasSubstr("unknown scheme"));
+}
+
+}  // namespace
+}  // namespace shardcast::remote
