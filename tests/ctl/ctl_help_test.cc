@@ -14,7 +14,7 @@ TEST(CtlHelpTest, ListsEveryCommand) {
   for (const char* help : {"--help", "-h", "help"}) {
     const CommandOutput out = RunShellCapture(ShellCommand({kCtl, help}));
     EXPECT_EQ(out.exit_code, 0) << help;
-    for (const char* command : {"health", "inspect", "plan", "status"}) {
+    for (const char* command : {"health", "index", "inspect", "plan", "status"}) {
       EXPECT_TRUE(HasFlagWord(out.out, command)) << command << " is not in:\n" << out.out;
     }
   }
@@ -48,6 +48,12 @@ TEST(CtlHelpTest, Plan) {
 TEST(CtlHelpTest, Inspect) {
   ExpectHelpListsEveryFlag({kCtl, "inspect"},
                            {"--json", "--samples", "--label-field", "--cache-dir", "--threads"});
+}
+
+TEST(CtlHelpTest, Index) {
+  ExpectHelpListsEveryFlag({kCtl, "index"},
+                           {"--output", "--label-field", "--max-classes", "--s3-endpoint",
+                            "--s3-region", "--s3-profile", "--s3-path-style"});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/flags/flags.h"
+#include "common/shards/dataset_index.h"
 #include "tools/pack/image_folder.h"
 #include "tools/pack/synthetic_dataset.h"
 
@@ -198,6 +200,21 @@ int main(int argc, char** argv) {
   }
   for (const std::string& w : result->warnings) {
     std::fprintf(stderr, "warning: %s\n", w.c_str());
+  }
+  // The dataset index file beside the shards: a server reading them from object storage
+  // loads it with one GET instead of reading every shard (a local server ignores it).
+  absl::StatusOr<shardcast::DatasetIndex> index = shardcast::BuildDatasetIndex(out_dir, {});
+  if (!index.ok()) {
+    std::fprintf(stderr, "shardcast-pack: indexing what was written: %s\n",
+                 index.status().ToString().c_str());
+    return 1;
+  }
+  const std::string index_file = out_dir + "/" + shardcast::kIndexFileName;
+  std::ofstream(index_file, std::ios::binary | std::ios::trunc)
+      << shardcast::SerializeIndexFile(*index, {});
+  if (!std::ifstream(index_file)) {
+    std::fprintf(stderr, "shardcast-pack: cannot write %s\n", index_file.c_str());
+    return 1;
   }
   if (!a.quiet) {
     std::printf(

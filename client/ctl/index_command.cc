@@ -1,0 +1,123 @@
+// `shardcast-ctl index SOURCE`: writes the dataset index file (kIndexFileName) of shards
+// that exist, in a directory or in object storage, so that a server loads a remote
+// dataset's index with one GET instead of reading every shard once. Put the file next
+// to the shards.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "client/ctl/command_registry.h"
+#include "common/flags/flags.h"
+#include "common/remote/dataset_url.h"
+#include "common/remote/http_fetcher.h"
+#include "common/remote/object_store.h"
+#include "common/remote/remote_index.h"
+#include "common/remote/s3_settings.h"
+#include "common/shards/dataset_index.h"
+
+namespace shardcast::ctl {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: shardcast-ctl index DIR|URL [--output FILE] [--label-field F] [--max-classes N]\n"
+    "         [--s3-endpoint URL] [--s3-region R] [--s3-profile P] [--s3-path-style]\n"
+    "\n"
+    "Indexes the shards in DIR, at s3://bucket/prefix/ or at http(s) URLs in brace notation\n"
+    "(reading each shard once) and writes the dataset index file, shardcast-index.bin by\n"
+    "default. Copy it next to the shards (aws s3 cp shardcast-index.bin s3://bucket/prefix/):\n"
+    "a server then loads the index with one GET. It holds no file dates, so it stays valid\n"
+    "for every copy of the same shards; a server ignores it (and scans) when the shards'\n"
+    "names or sizes differ from it, or its --label-field or --max-classes do.\n";
+
+struct IndexFlags {
+  std::string source;
+  std::string output = kIndexFileName;
+  remote::S3Flags s3;
+  IndexOptions options;
+  bool help = false;
+  std::string help_text;
+};
+
+absl::StatusOr<IndexFlags> ParseFlags(const std::vector<std::string>& args) {
+  IndexFlags flags;
+  std::vector<std::string> positional;
+  FlagSet parser("shardcast-ctl index");
+  parser.String({{"--output", "-o"}, "FILE", "where to write the index file"}, &flags.output);
+  parser.String({{"--label-field"}, "F", "field of a sample's .json holding its label"},
+                &flags.options.label_field);
+  parser.Int({{"--max-classes"}, "N", "as the server's --max-classes"},
+             &flags.options.max_classes, 1);
+  parser.OptionalString({{"--s3-endpoint"}, "URL", "as the server's"}, &flags.s3.endpoint);
+  parser.OptionalString({{"--s3-region"}, "REGION", "as the server's"}, &flags.s3.region);
+  parser.OptionalString({{"--s3-profile"}, "NAME", "as the server's"}, &flags.s3.profile);
+  parser.OptionalBool({{"--s3-path-style"}, "", "as the server's"}, &flags.s3.path_style);
+  parser.AcceptPositional(&positional);
+  if (absl::Status s = parser.Parse(args); !s.ok()) return s;
+  flags.help = parser.help_requested();
+  flags.help_text = parser.Help();
+  if (!flags.help && positional.size() != 1) {
+    return absl::InvalidArgumentError("expected one DIR or URL");
+  }
+  if (!positional.empty()) flags.source = positional[0];
+  return flags;
+}
+
+absl::StatusOr<DatasetIndex> IndexOf(const IndexFlags& flags) {
+  if (!remote::IsRemoteUrl(flags.source)) return BuildDatasetIndex(flags.source, flags.options);
+  absl::StatusOr<remote::DatasetUrl> url = remote::ParseDatasetUrl(flags.source);
+  if (!url.ok()) return url.status();
+  remote::S3Settings s3;
+  if (url->kind == remote::DatasetUrl::Kind::kS3) {
+    absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(flags.s3);
+    if (!resolved.ok()) return resolved.status();
+    s3 = *std::move(resolved);
+  }
+  absl::StatusOr<std::unique_ptr<remote::HttpFetcher>> fetcher =
+      remote::HttpFetcher::Create(remote::FetchOptions{});
+  if (!fetcher.ok()) return fetcher.status();
+  absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
+      remote::OpenObjectStore(*url, s3, fetcher->get());
+  if (!store.ok()) return store.status();
+  return remote::BuildRemoteDatasetIndex(**store, flags.options);
+}
+
+int RunIndex(const std::vector<std::string>& args) {
+  absl::StatusOr<IndexFlags> flags = ParseFlags(args);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "shardcast-ctl index: %s\n\n%s",
+                 std::string(flags.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  if (flags->help) {
+    std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
+    return 0;
+  }
+  absl::StatusOr<DatasetIndex> index = IndexOf(*flags);
+  if (!index.ok()) {
+    std::fprintf(stderr, "shardcast-ctl index: %s\n", index.status().ToString().c_str());
+    return 1;
+  }
+  const std::string data = SerializeIndexFile(*index, flags->options);
+  std::ofstream out(flags->output, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "shardcast-ctl index: cannot write %s\n", flags->output.c_str());
+    return 1;
+  }
+  std::printf("%s: %zu shards, %lld samples, fingerprint %s -> %s (%zu bytes)\n",
+              index->root.c_str(), index->shards.size(),
+              static_cast<long long>(index->num_samples), index->fingerprint.c_str(),
+              flags->output.c_str(), data.size());
+  return 0;
+}
+
+RegisterCommand reg("index", {"write the dataset index file of shards (dir, s3://, https://)",
+                              RunIndex});
+
+}  // namespace
+}  // namespace shardcast::ctl
