@@ -127,7 +127,8 @@ class S3Store final : public ObjectStore {
   // empty after the last.
   absl::Status ParsePage(absl::string_view xml, std::vector<RemoteObject>& shards,
                          std::string& token) const {
-    if (!XmlFirstElement(xml, "ListBucketResult").has_value()) {
+    // (Its opening tag carries the xmlns attribute.)
+    if (!absl::StrContains(xml, "<ListBucketResult")) {
       return absl::InternalError(absl::StrCat(
           "listing ", root_, ": the answer is not a ListObjectsV2 result: \"",
           xml.substr(0, 200), "\""));

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -105,7 +106,8 @@ std::string XmlDecode(absl::string_view text) {
 }
 
 std::string S3ErrorText(absl::string_view body) {
-  if (!XmlFirstElement(body, "Error").has_value()) return "";
+  // "<Error" as the root may carry attributes (an xmlns) in some stores.
+  if (!absl::StrContains(body, "<Error")) return "";
   const std::optional<absl::string_view> code = XmlFirstElement(body, "Code");
   const std::optional<absl::string_view> message = XmlFirstElement(body, "Message");
   if (code.has_value() && message.has_value()) {
