@@ -1,0 +1,631 @@
+// HttpFetcher against real servers on loopback: nginx serving files, s3rver serving a
+// bucket, and the fault proxy in front of either cutting bodies, failing, trickling,
+// delaying and checking SigV4 signatures.
+#include "common/remote/http_fetcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/remote/s3_settings.h"
+#include "common/shards/shard_reader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/object_servers.h"
+#include "tests/support/temp_dir.h"
+
+namespace shardcast::remote {
+namespace {
+
+using ::shardcast::testing_util::FaultProxy;
+using ::shardcast::testing_util::NginxServer;
+using ::shardcast::testing_util::S3rverServer;
+using ::shardcast::testing_util::TempDir;
+using ::testing::HasSubstr;
+
+constexpr size_t kObjectBytes = 1 << 20;
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(random());
+  return out;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// Quick retries, so that the tests that retry take milliseconds between attempts.
+FetchOptions FastOptions() {
+  FetchOptions options;
+  options.request_deadline = absl::Seconds(20);
+  options.first_backoff = absl::Milliseconds(10);
+  options.max_backoff = absl::Milliseconds(100);
+  return options;
+}
+
+std::unique_ptr<HttpFetcher> MakeFetcher(const FetchOptions& options = FastOptions()) {
+  absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(options);
+  EXPECT_TRUE(fetcher.ok()) << fetcher.status();
+  return fetcher.ok() ? std::move(*fetcher) : nullptr;
+}
+
+RangeRequest Range(const std::string& url, uint64_t offset, uint64_t length) {
+  RangeRequest request;
+  request.url = url;
+  request.offset = offset;
+  request.length = length;
+  return request;
+}
+
+// nginx serving one 1 MiB file, alone and behind a fault proxy; shared by the suite
+// (servers take a while to start), faults cleared before each test.
+class NginxFetchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("http_fetcher_test");
+    bytes_ = new std::string(RandomBytes(kObjectBytes, 1));
+    WriteFile(*dir_ / "data.tar", *bytes_);
+    absl::StatusOr<std::unique_ptr<NginxServer>> nginx = NginxServer::Start(dir_->path());
+    ASSERT_TRUE(nginx.ok()) << nginx.status();
+    nginx_ = nginx->release();
+    absl::StatusOr<std::unique_ptr<FaultProxy>> proxy = FaultProxy::Start(nginx_->url());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = proxy->release();
+  }
+  static void TearDownTestSuite() {
+    delete proxy_;
+    delete nginx_;
+    delete bytes_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(proxy_, nullptr);
+    ASSERT_TRUE(proxy_->ClearFaults().ok());
+  }
+
+  static std::string DirectUrl() { return nginx_->url() + "/data.tar"; }
+  static std::string ProxiedUrl() { return proxy_->url() + "/data.tar"; }
+
+  static TempDir* dir_;
+  static std::string* bytes_;
+  static NginxServer* nginx_;
+  static FaultProxy* proxy_;
+};
+TempDir* NginxFetchTest::dir_ = nullptr;
+std::string* NginxFetchTest::bytes_ = nullptr;
+NginxServer* NginxFetchTest::nginx_ = nullptr;
+FaultProxy* NginxFetchTest::proxy_ = nullptr;
+
+TEST_F(NginxFetchTest, RangeReadsEqualTheFile) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
+      {0, 1}, {0, 512}, {12345, 100000}, {kObjectBytes - 7, 7}, {0, kObjectBytes}};
+  for (const auto& [offset, length] : ranges) {
+    absl::StatusOr<std::string> got = fetcher->Get(Range(DirectUrl(), offset, length));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == bytes_->substr(offset, length)) << offset << "+" << length;
+  }
+  // To the end, from the start and from the middle.
+  absl::StatusOr<std::string> whole = fetcher->Get(Range(DirectUrl(), 0, 0));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(*whole == *bytes_);
+  absl::StatusOr<std::string> tail = fetcher->Get(Range(DirectUrl(), 1000, 0));
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_TRUE(*tail == bytes_->substr(1000));
+
+  EXPECT_EQ(fetcher->counters().requests.load(), 7);
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);
+  EXPECT_EQ(fetcher->counters().failures.load(), 0);
+  int64_t latencies = 0;
+  for (const auto& bucket : fetcher->counters().latency_buckets) latencies += bucket.load();
+  EXPECT_EQ(latencies, 7);
+  EXPECT_GE(fetcher->counters().bytes.load(), static_cast<int64_t>(3 * kObjectBytes));
+}
+
+TEST_F(NginxFetchTest, RangePastTheEndIsInvalidArgument) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(DirectUrl(), kObjectBytes - 10, 20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(DirectUrl()));
+  got = fetcher->Get(Range(DirectUrl(), kObjectBytes + 10, 20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+}
+
+TEST_F(NginxFetchTest, WholeObjectStreamsInOrder) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::string streamed;
+  int chunks = 0;
+  absl::Status status =
+      fetcher->GetStreaming(Range(DirectUrl(), 0, 0), [&](absl::string_view chunk) {
+        streamed.append(chunk.data(), chunk.size());
+        ++chunks;
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(streamed == *bytes_);
+  EXPECT_GT(chunks, 1);  // handed over as it arrives, not as one buffer
+}
+
+TEST_F(NginxFetchTest, SinkErrorEndsTheRead) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  absl::Status status = fetcher->GetStreaming(Range(DirectUrl(), 0, 0), [](absl::string_view) {
+    return absl::ResourceExhaustedError("disk full");
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);
+}
+
+TEST_F(NginxFetchTest, HeadGivesSizeAndEtag) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  absl::StatusOr<ObjectHead> head = fetcher->Head(DirectUrl(), std::nullopt);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->size, kObjectBytes);
+  EXPECT_TRUE(absl::StartsWith(head->etag, "\"")) << head->etag;
+}
+
+TEST_F(NginxFetchTest, MissingObjectIsNotFoundNamingTheUrl) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const std::string url = nginx_->url() + "/absent.tar";
+  absl::StatusOr<std::string> got = fetcher->Get(Range(url, 0, 10));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(url));
+  absl::StatusOr<ObjectHead> head = fetcher->Head(url, std::nullopt);
+  EXPECT_EQ(head.status().code(), absl::StatusCode::kNotFound) << head.status();
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);  // never retried
+  EXPECT_EQ(fetcher->counters().failures.load(), 2);
+}
+
+TEST_F(NginxFetchTest, RewrittenFileIsShardChanged) {
+  const std::string path = *dir_ / "changing.tar";
+  const std::string url = nginx_->url() + "/changing.tar";
+  WriteFile(path, RandomBytes(4096, 2));
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  absl::StatusOr<ObjectHead> head = fetcher->Head(url, std::nullopt);
+  ASSERT_TRUE(head.ok()) << head.status();
+
+  // Other bytes, same size; nginx's ETag is mtime-size, so the mtime must move.
+  const auto mtime = std::filesystem::last_write_time(path);
+  WriteFile(path, RandomBytes(4096, 3));
+  std::filesystem::last_write_time(path, mtime + std::chrono::seconds(10));
+
+  RangeRequest pinned = Range(url, 100, 200);
+  pinned.etag = head->etag;
+  pinned.size = head->size;
+  absl::StatusOr<std::string> got = fetcher->Get(pinned);
+  EXPECT_TRUE(IsShardChanged(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(url));
+  EXPECT_THAT(got.status().message(), HasSubstr(head->etag));
+
+  // Only the size pinned (a server without ETags): a new size is a change too.
+  WriteFile(path, RandomBytes(5000, 4));
+  RangeRequest sized = Range(url, 100, 200);
+  sized.size = head->size;
+  got = fetcher->Get(sized);
+  EXPECT_TRUE(IsShardChanged(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("4096"));
+  EXPECT_THAT(got.status().message(), HasSubstr("5000"));
+}
+
+TEST_F(NginxFetchTest, CutBodyResumesFromTheLastByte) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const int64_t cut_before = *proxy_->Count("cut");
+  ASSERT_TRUE(proxy_->CutBody("data.tar", 100000, 2).ok());
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 1000, 900000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(1000, 900000));
+  EXPECT_EQ(fetcher->counters().retries.load(), 2);
+  EXPECT_EQ(fetcher->counters().requests.load(), 3);
+  EXPECT_EQ(*proxy_->Count("cut") - cut_before, 2);
+
+  // Streaming a whole object: never a byte twice.
+  ASSERT_TRUE(proxy_->CutBody("data.tar", 300000, 3).ok());
+  std::string streamed;
+  absl::Status status =
+      fetcher->GetStreaming(Range(ProxiedUrl(), 0, 0), [&](absl::string_view chunk) {
+        streamed.append(chunk.data(), chunk.size());
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(streamed == *bytes_);
+  EXPECT_EQ(fetcher->counters().retries.load(), 5);
+}
+
+TEST_F(NginxFetchTest, RetryAfterIsWaitedFor) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 1, 1).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 10, 1000));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(10, 1000));
+  EXPECT_GE(took, absl::Milliseconds(950));  // Retry-After: 1, not the 10 ms backoff
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_EQ(fetcher->counters().retries.load(), 1);
+}
+
+TEST_F(NginxFetchTest, RetryAfterBeyondTheMaximumFailsAtOnce) {
+  FetchOptions options = FastOptions();
+  options.max_retry_after = absl::Seconds(5);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 120, 1).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status()));
+  EXPECT_THAT(got.status().message(), HasSubstr("2m"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST_F(NginxFetchTest, TrickleIsCutAndResumed) {
+  FetchOptions options = FastOptions();
+  options.low_speed_bytes = 64 * 1024;
+  options.low_speed_time = absl::Seconds(1);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->Trickle("data.tar", 2000, 1).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, kObjectBytes));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == *bytes_);
+  EXPECT_GE(fetcher->counters().retries.load(), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not 500 s at 2 KB/s
+}
+
+TEST_F(NginxFetchTest, StoreFailingUntilTheDeadlineIsUnavailable) {
+  FetchOptions options = FastOptions();
+  options.request_deadline = absl::Seconds(2);
+  options.first_backoff = absl::Milliseconds(50);
+  options.max_backoff = absl::Milliseconds(200);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->FailWith("", 503, -1, -1).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status()));
+  EXPECT_THAT(got.status().message(), HasSubstr(ProxiedUrl()));
+  EXPECT_THAT(got.status().message(), HasSubstr("attempts"));
+  EXPECT_THAT(got.status().message(), HasSubstr("503"));
+  EXPECT_GE(took, absl::Milliseconds(1500));
+  EXPECT_LT(took, absl::Seconds(4));
+  EXPECT_GE(fetcher->counters().retries.load(), 3);
+  EXPECT_EQ(fetcher->counters().failures.load(), 1);
+}
+
+TEST_F(NginxFetchTest, ConnectionRefusedIsRetriedUntilTheDeadline) {
+  FetchOptions options = FastOptions();
+  options.request_deadline = absl::Seconds(1);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  // A port nobody listens on: bound, never listened to.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  absl::StatusOr<std::string> got =
+      fetcher->Get(Range(absl::StrCat("http://127.0.0.1:", ntohs(addr.sin_port), "/x.tar"), 0, 1));
+  ::close(fd);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status()));
+  EXPECT_GE(fetcher->counters().retries.load(), 1);
+}
+
+TEST_F(NginxFetchTest, PoolBoundsConnectionsInUse) {
+  FetchOptions options = FastOptions();
+  options.max_connections = 2;
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->Delay(200).ok());  // so that the requests overlap
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> most{0};
+  std::thread sampler([&] {
+    while (!stop) {
+      most = std::max(most.load(), fetcher->counters().connections_in_use.load());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&, i] {
+      absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), i * 1000, 1000));
+      if (got.ok() && *got == bytes_->substr(i * 1000, 1000)) ++ok;
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  const absl::Duration took = absl::Now() - start;
+  stop = true;
+  sampler.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(most.load(), 2);
+  EXPECT_EQ(fetcher->counters().connections_in_use.load(), 0);
+  EXPECT_GE(took, absl::Milliseconds(4 * 200 - 50));  // 8 requests, 2 at a time
+}
+
+TEST_F(NginxFetchTest, WaitingForAConnectionCountsTowardTheDeadline) {
+  FetchOptions options = FastOptions();
+  options.max_connections = 1;
+  options.request_deadline = absl::Milliseconds(700);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->Delay(500).ok());
+  std::vector<absl::Status> results(3);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back(
+        [&, i] { results[i] = fetcher->Get(Range(ProxiedUrl(), 0, 10)).status(); });
+  }
+  for (std::thread& reader : readers) reader.join();
+  // The first gets the connection; the last cannot have had it within 700 ms.
+  const int failed = static_cast<int>(std::count_if(
+      results.begin(), results.end(), [](const absl::Status& s) { return !s.ok(); }));
+  EXPECT_GE(failed, 1);
+  for (const absl::Status& s : results) {
+    if (!s.ok()) {
+      EXPECT_TRUE(IsHostIoError(s)) << s;
+    }
+  }
+}
+
+TEST(HttpFetcherTest, CreateRejectsBadOptions) {
+  FetchOptions options;
+  options.max_connections = 0;
+  EXPECT_EQ(HttpFetcher::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = FetchOptions();
+  options.request_deadline = absl::ZeroDuration();
+  EXPECT_EQ(HttpFetcher::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = FetchOptions();
+  options.max_backoff = absl::Milliseconds(1);
+  EXPECT_EQ(HttpFetcher::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// One request received by a bare socket (what curl really sends), answered 200 with
+// `body` whatever it asked for, as a server that ignores Range does.
+class OneShotListener {
+ public:
+  explicit OneShotListener(std::string body = "ok") : body_(std::move(body)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::listen(fd_, 1);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~OneShotListener() {
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  std::string url(const std::string& path) const {
+    return absl::StrCat("http://127.0.0.1:", port_, path);
+  }
+  // What was received; waits for the answer to have been sent.
+  const std::string& request() {
+    if (thread_.joinable()) thread_.join();
+    return request_;
+  }
+
+ private:
+  void Serve() {
+    const int conn = ::accept(fd_, nullptr, nullptr);
+    if (conn < 0) return;
+    char buffer[4096];
+    while (request_.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::read(conn, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      request_.append(buffer, static_cast<size_t>(n));
+    }
+    const std::string answer = absl::StrCat("HTTP/1.1 200 OK\r\nContent-Length: ", body_.size(),
+                                            "\r\nConnection: close\r\n\r\n", body_);
+    (void)!::write(conn, answer.data(), answer.size());
+    ::close(conn);
+  }
+
+  const std::string body_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::string request_;
+};
+
+TEST(HttpFetcherTest, SignedRequestCarriesAndSignsTheAmzHeaders) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  OneShotListener listener;
+  RangeRequest request;
+  request.url = listener.url("/bucket/key.tar");
+  request.sign = SigV4{"AKIDEXAMPLE", "secret", "the-session-token", "eu-west-3"};
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "ok");
+  const std::string& sent = listener.request();
+  EXPECT_THAT(sent, HasSubstr("x-amz-content-sha256: UNSIGNED-PAYLOAD\r\n"));
+  EXPECT_THAT(sent, HasSubstr("x-amz-security-token: the-session-token\r\n"));
+  EXPECT_THAT(sent, HasSubstr("Credential=AKIDEXAMPLE/"));
+  EXPECT_THAT(sent, HasSubstr("/eu-west-3/s3/aws4_request"));
+  EXPECT_THAT(sent,
+              HasSubstr("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token"));
+}
+
+TEST(HttpFetcherTest, WholeBodyAnswerToARangeIsSkippedToTheRange) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  OneShotListener listener("0123456789");
+  RangeRequest request = Range(listener.url("/ten.tar"), 3, 4);
+  request.size = 10;
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "3456");
+  EXPECT_THAT(listener.request(), HasSubstr("Range: bytes=3-6\r\n"));
+}
+
+// s3rver with one object, alone and behind a proxy that checks SigV4 signatures.
+class S3FetchTest : public ::testing::Test {
+ protected:
+  static constexpr char kBucket[] = "bucket";
+  static constexpr char kKey[] = "d/data.tar";
+  // s3rver knows no other key id; the proxy checks the signature made with the secret.
+  static constexpr const char* kKeyId = S3rverServer::kAccessKeyId;
+  static constexpr char kSecret[] = "secret-test-key";
+
+  static void SetUpTestSuite() {
+    bytes_ = new std::string(RandomBytes(kObjectBytes, 5));
+    absl::StatusOr<std::unique_ptr<S3rverServer>> s3 = S3rverServer::Start();
+    ASSERT_TRUE(s3.ok()) << s3.status();
+    s3_ = s3->release();
+    ASSERT_TRUE(s3_->CreateBucket(kBucket).ok());
+    ASSERT_TRUE(s3_->Put(kBucket, kKey, *bytes_).ok());
+    absl::StatusOr<std::unique_ptr<FaultProxy>> proxy = FaultProxy::Start(s3_->endpoint());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = proxy->release();
+  }
+  static void TearDownTestSuite() {
+    delete proxy_;
+    delete s3_;
+    delete bytes_;
+  }
+  void SetUp() override {
+    ASSERT_NE(proxy_, nullptr);
+    ASSERT_TRUE(proxy_->ClearFaults().ok());
+  }
+
+  static S3Settings Settings(const std::string& endpoint, const std::string& secret = kSecret) {
+    S3Settings settings;
+    settings.endpoint = endpoint;
+    settings.path_style = true;
+    settings.access_key_id = kKeyId;
+    settings.secret_access_key = secret;
+    return settings;
+  }
+
+  static std::string* bytes_;
+  static S3rverServer* s3_;
+  static FaultProxy* proxy_;
+};
+std::string* S3FetchTest::bytes_ = nullptr;
+S3rverServer* S3FetchTest::s3_ = nullptr;
+FaultProxy* S3FetchTest::proxy_ = nullptr;
+
+TEST_F(S3FetchTest, RangeReadsEqualTheObject) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const S3Settings settings = Settings(s3_->endpoint());
+  absl::StatusOr<ObjectHead> head =
+      fetcher->Head(settings.ObjectUrl(kBucket, kKey), SigV4For(settings));
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->size, kObjectBytes);
+  RangeRequest request = Range(settings.ObjectUrl(kBucket, kKey), 4321, 65536);
+  request.sign = SigV4For(settings);
+  request.etag = head->etag;
+  request.size = head->size;
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(4321, 65536));
+  request.offset = 0;
+  request.length = 0;
+  got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == *bytes_);
+}
+
+TEST_F(S3FetchTest, MissingKeyIsNotFoundWithS3sCode) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const S3Settings settings = Settings(s3_->endpoint());
+  const std::string url = settings.ObjectUrl(kBucket, "d/absent.tar");
+  absl::StatusOr<std::string> got = fetcher->Get(Range(url, 0, 10));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(url));
+  EXPECT_THAT(got.status().message(), HasSubstr("NoSuchKey"));
+}
+
+TEST_F(S3FetchTest, PutOfNewBytesIsShardChanged) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const S3Settings settings = Settings(s3_->endpoint());
+  const std::string key = "d/changing.tar";
+  ASSERT_TRUE(s3_->Put(kBucket, key, RandomBytes(8192, 6)).ok());
+  const std::string url = settings.ObjectUrl(kBucket, key);
+  absl::StatusOr<ObjectHead> head = fetcher->Head(url, SigV4For(settings));
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_TRUE(s3_->Put(kBucket, key, RandomBytes(8192, 7)).ok());
+  RangeRequest request = Range(url, 0, 100);
+  request.sign = SigV4For(settings);
+  request.etag = head->etag;
+  request.size = head->size;
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  EXPECT_TRUE(IsShardChanged(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(url));
+  EXPECT_THAT(got.status().message(), HasSubstr(head->etag));
+}
+
+TEST_F(S3FetchTest, SigV4WithTheRightKeyPassesTheVerifier) {
+  ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
+  const int64_t bad_before = *proxy_->Count("bad_signature");
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  S3Settings settings = Settings(proxy_->url());
+  RangeRequest request = Range(settings.ObjectUrl(kBucket, kKey), 100, 1000);
+  request.sign = SigV4For(settings);
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(100, 1000));
+  absl::StatusOr<ObjectHead> head = fetcher->Head(request.url, request.sign);
+  ASSERT_TRUE(head.ok()) << head.status();
+
+  // A session token is one more signed header.
+  settings.session_token = "FwoGZXIvYXdzE+/token=";
+  request.sign = SigV4For(settings);
+  got = fetcher->Get(request);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*proxy_->Count("bad_signature") - bad_before, 0);
+}
+
+TEST_F(S3FetchTest, WrongSecretIsPermissionDeniedWithS3sMessage) {
+  ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  const S3Settings settings = Settings(proxy_->url(), "not-the-secret");
+  RangeRequest request = Range(settings.ObjectUrl(kBucket, kKey), 0, 10);
+  request.sign = SigV4For(settings);
+  absl::StatusOr<std::string> got = fetcher->Get(request);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("SignatureDoesNotMatch"));
+  EXPECT_THAT(got.status().message(), HasSubstr(request.url));
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);
+}
+
+TEST(SigV4ForTest, NoKeyMeansUnsigned) {
+  S3Settings settings;
+  EXPECT_FALSE(SigV4For(settings).has_value());
+  settings.access_key_id = "AKID";
+  settings.secret_access_key = "secret";
+  settings.session_token = "token";
+  settings.region = "ap-south-1";
+  const std::optional<SigV4> sign = SigV4For(settings);
+  ASSERT_TRUE(sign.has_value());
+  EXPECT_EQ(sign->access_key_id, "AKID");
+  EXPECT_EQ(sign->secret_access_key, "secret");
+  EXPECT_EQ(sign->session_token, "token");
+  EXPECT_EQ(sign->region, "ap-south-1");
+}
+
+}  // namespace
+}  // namespace shardcast::remote
