@@ -443,7 +443,9 @@ class CurlFetcher final : public HttpFetcher {
         return absl::OkStatus();
       }
       if (outcome.kind == Outcome::kFail) {
-        counters_.failures.fetch_add(1);
+        // A 404 is an answer (the index file is looked for where it may not be), not a
+        // failing store.
+        if (!absl::IsNotFound(outcome.status)) counters_.failures.fetch_add(1);
         return outcome.status;
       }
       last_error = outcome.error;

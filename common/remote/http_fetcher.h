@@ -75,7 +75,7 @@ struct FetchCounters {
   std::atomic<int64_t> requests{0};        // HTTP requests sent (retries included)
   std::atomic<int64_t> bytes{0};           // body bytes received
   std::atomic<int64_t> retries{0};         // attempts after the first of a request
-  std::atomic<int64_t> failures{0};        // requests that returned an error
+  std::atomic<int64_t> failures{0};        // requests that returned an error but NOT_FOUND
   std::atomic<int64_t> connections_in_use{0};  // gauge
   // Latency of successful requests (first attempt to last byte), in the buckets of
   // kLatencyBucketsSeconds (cumulative counts as Prometheus wants them are made by the

@@ -68,9 +68,6 @@ class S3StoreTest : public ::testing::Test {
   static constexpr char kSecret[] = "secret-test-key";
 
   static void SetUpTestSuite() {
-    // s3rver makes continuation tokens with DES, which Node 17+ (OpenSSL 3) only has
-    // from the legacy provider: without it every truncated page is a 500.
-    ::setenv("NODE_OPTIONS", "--openssl-legacy-provider", /*overwrite=*/0);
     absl::StatusOr<std::unique_ptr<S3rverServer>> s3 = S3rverServer::Start();
     ASSERT_TRUE(s3.ok()) << s3.status();
     s3_ = s3->release();

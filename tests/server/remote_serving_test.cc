@@ -78,7 +78,7 @@ class RemoteServingTest : public ::testing::Test {
     fs::remove(dir_.path() + "/shardcast-index.bin");  // a scan, unless a test puts it back
     InProcessServer local(dir_.path());
     want_ = TwoEpochs(local, "job");
-    local_fingerprint_ = GetStatus(local.stub()).datasets(0).fingerprint();
+    local_fingerprint_ = GetStatus(local.stub()).datasets(0).index_fingerprint();
     ASSERT_EQ(want_[0].size(), static_cast<size_t>(kSamples / (kWorld * kBatch)));
   }
 
@@ -103,7 +103,7 @@ TEST_F(RemoteServingTest, HttpShardsInBraceNotationServeTheLocalBatches) {
   InProcessServer remote(absl::StrCat((*nginx)->url(), "/", kShardPattern), Remote());
   EXPECT_EQ(TwoEpochs(remote, "job"), want_);
   const v1::GetStatusResponse status = GetStatus(remote.stub());
-  EXPECT_EQ(status.datasets(0).fingerprint(), local_fingerprint_)
+  EXPECT_EQ(status.datasets(0).index_fingerprint(), local_fingerprint_)
       << "the same content plans the same batches";
   EXPECT_GT(status.remote_requests(), 0);
   EXPECT_GT(status.read_ahead_hits(), 0) << "the plan's next batches were fetched ahead";
@@ -130,7 +130,7 @@ TEST_F(RemoteServingTest, S3WithAnIndexFileAndADiskCacheReadsNothingRemoteInTheS
   const v1::GetStatusResponse indexed = GetStatus(remote.stub());
   // The listing and the index file: no shard was read to index it.
   EXPECT_EQ(indexed.remote_requests(), 2);
-  EXPECT_EQ(indexed.datasets(0).fingerprint(), local_fingerprint_);
+  EXPECT_EQ(indexed.datasets(0).index_fingerprint(), local_fingerprint_);
   RegisterJob(remote, "job");
   for (int rank = 0; rank < kWorld; ++rank) EXPECT_EQ(Epoch(remote, "job", rank, 0), want_[rank]);
   const v1::GetStatusResponse cold = GetStatus(remote.stub());
@@ -151,7 +151,7 @@ TEST_F(RemoteServingTest, CutBodies503sAndTricklesCostRetriesNotBytes) {
   auto proxy = FaultProxy::Start((*nginx)->url());
   ASSERT_TRUE(proxy.ok()) << proxy.status();
   InProcessServer remote(absl::StrCat((*proxy)->url(), "/", kShardPattern), Remote());
-  ASSERT_TRUE((*proxy)->CutBody("shard-000001", /*after_bytes=*/3000, /*count=*/3).ok());
+  ASSERT_TRUE((*proxy)->CutBody("shard-000001", /*after_bytes=*/500, /*count=*/3).ok());
   ASSERT_TRUE((*proxy)->FailWith("shard-000002", 503, /*retry_after_seconds=*/1, 2).ok());
   ASSERT_TRUE((*proxy)->FailWith("shard-000000", 500, /*retry_after_seconds=*/-1, 2).ok());
   ASSERT_TRUE((*proxy)->Trickle("shard-000003", /*bytes_per_second=*/1024, 1).ok());

@@ -307,6 +307,10 @@ absl::StatusOr<std::unique_ptr<S3rverServer>> S3rverServer::Start() {
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", buckets));
   // The log is outside `buckets`: s3rver takes every folder there for a bucket.
   const std::string log = server->data_->path() + "/s3rver";
+  // s3rver makes ListObjectsV2 continuation tokens with DES, which Node 17+ (OpenSSL 3)
+  // has only from the legacy provider: without it every truncated page is a 500. The
+  // child inherits the environment.
+  ::setenv("NODE_OPTIONS", "--openssl-legacy-provider", /*overwrite=*/0);
   const auto argv = [&](int port) {
     return std::vector<std::string>{
         s3rver,      "--directory", buckets,   "--port", std::to_string(port),
