@@ -2,6 +2,10 @@
 // through an HttpFetcher.
 #include "common/remote/object_store.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -15,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/remote/object_store_internal.h"
 #include "common/remote/s3_xml.h"
+#include "common/shards/shard_reader.h"
 
 namespace shardcast::remote {
 namespace {
@@ -298,6 +303,20 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& u
                                                              const S3Settings& s3,
                                                              HttpFetcher* fetcher) {
   return internal::OpenObjectStore(url, s3, fetcher, internal::ObjectStoreTuning());
+}
+
+absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
+                            const std::string& path) {
+  return store.fetcher().GetStreaming(
+      store.Request(object, 0, 0), [fd, &path](absl::string_view chunk) {
+        while (!chunk.empty()) {
+          const ssize_t n = ::write(fd, chunk.data(), chunk.size());
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) return HostIoError(path, "write failed", errno);
+          chunk.remove_prefix(static_cast<size_t>(n));
+        }
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace shardcast::remote

@@ -61,6 +61,11 @@ class ObjectStore {
   virtual HttpFetcher& fetcher() = 0;
 };
 
+// Streams `object` whole into the open file `fd` (`path` names it in errors), through
+// the fetcher's retries: a cut body resumes, no byte is written twice.
+absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
+                            const std::string& path);
+
 // `fetcher` must outlive the store. `s3` is used for kS3 only.
 absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,
                                                              const S3Settings& s3,

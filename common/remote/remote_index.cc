@@ -32,16 +32,7 @@ ShardScanResult ScanObject(ObjectStore& store, const ShardInfo& shard,
     return result;
   }
   const RemoteObject object = store.Object(shard.path, shard.file_size, shard.etag);
-  absl::Status fetched = store.fetcher().GetStreaming(
-      store.Request(object, 0, 0), [fd, &path](absl::string_view chunk) {
-        while (!chunk.empty()) {
-          const ssize_t n = ::write(fd, chunk.data(), chunk.size());
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0) return HostIoError(path, "write failed", errno);
-          chunk.remove_prefix(static_cast<size_t>(n));
-        }
-        return absl::OkStatus();
-      });
+  absl::Status fetched = DownloadObject(store, object, fd, path);
   ::close(fd);
   if (fetched.ok()) {
     result = ScanShardFile(path, shard, options, /*check_identity=*/false);

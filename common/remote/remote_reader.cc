@@ -443,16 +443,7 @@ class RemoteReader::Impl {
       if (fd >= 0) ::unlink(path.c_str());
     }
     if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
-    absl::Status fetched = store_->fetcher().GetStreaming(
-        store_->Request(ObjectOf(info), 0, 0), [fd, &path](absl::string_view chunk) {
-          while (!chunk.empty()) {
-            const ssize_t n = ::write(fd, chunk.data(), chunk.size());
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) return HostIoError(path, "write failed", errno);
-            chunk.remove_prefix(static_cast<size_t>(n));
-          }
-          return absl::OkStatus();
-        });
+    absl::Status fetched = DownloadObject(*store_, ObjectOf(info), fd, path);
     if (!fetched.ok()) {
       ::close(fd);
       if (cache_ != nullptr) ::unlink(path.c_str());
