@@ -5,15 +5,16 @@ and 50 ms of added round-trip time, cold and warm disk cache; and the seed's way
 it: webdataset reading the same URLs with `pipe:curl -s URL` through the same delay.
 
 A benchmark, not a test. One job of `--ranks` ranks (2), each its own process reading
-its stream as fast as it can (shardcast.Loader, normalize on the CPU, nothing else);
-images/s is the job's images over the time from the first rank's start to the last
-rank's end, after every rank has imported and connected. Rows:
+its stream for `--epochs` epochs as fast as it can (shardcast.Loader, normalize on the
+CPU, nothing else); images/s is the job's images over the time from the first rank's
+start to the last rank's end, after every rank has imported and connected. Rows run
+interleaved in `--rounds` rounds (the machine may be shared); figures are medians. Rows:
 
   local        shardcast-server --shards DIR
   http cold    --shards http://PROXY/shard-{000000..N}.tar, nginx behind
                tools/delay_proxy.py, a fresh server, no --cache-dir
   http warm    the same with --cache-dir: one epoch fills the cache (not timed), then a
-               restarted server with the same cache dir serves the timed epoch
+               restarted server with the same cache dir serves the timed epochs
   http ra N    cold with --remote-read-ahead N (default 4)
   s3 cold      --shards s3://bench/shards/ --s3-endpoint http://PROXY, s3rver behind
   seed         webdataset (bench/third_party) over `pipe:curl -s URL` (local: the tar
@@ -24,10 +25,10 @@ rank's end, after every rank has imported and connected. Rows:
 The delay proxy is one Python thread per direction on the same cores as everything
 else; 0 ms still goes through it. Server counters (remote requests, bytes, cache and
 read-ahead hits, reads fetched on demand) are the difference of GetStatus over the
-timed epoch; for the seed rows requests and bytes are what curl fetches (one GET per
-shard, every byte), not measured. "vs local" is against the same pipeline's local row.
+timed epochs (mean request: the successful requests' mean time); for the seed rows
+requests and bytes are what curl fetches (one GET per shard, every byte), not measured. "vs local" is against the same pipeline's local row.
 
-    bench/run_remote_shards_bench.sh [--samples 3000] [--rtts 0,5,20,50] [--rounds 1]
+    bench/run_remote_shards_bench.sh [--samples 4000] [--rtts 0,5,20,50] [--rounds 3]
 """
 
 import argparse
@@ -61,16 +62,17 @@ S3RVER = os.environ.get("SHARDCAST_S3RVER", os.path.join(
 SHARDCAST_RANK = textwrap.dedent("""
     import json, sys, time
     import shardcast
-    address, job, rank, world, batch, resize, crop = sys.argv[1:8]
+    address, job, rank, world, batch, resize, crop, epochs = sys.argv[1:9]
     loader = shardcast.Loader(address, job_id=job, batch_size=int(batch), rank=int(rank),
                               world_size=int(world), transform="center", resize=int(resize),
                               crop=int(crop), reconnect_deadline=300)
     print("ready", flush=True)
     sys.stdin.readline()
     t0, images = time.time(), 0
-    for x, y, info in loader:
-        shardcast.normalize(x, "cpu")
-        images += y.shape[0]
+    for _ in range(int(epochs)):
+        for x, y, info in loader:
+            shardcast.normalize(x, "cpu")
+            images += y.shape[0]
     print(json.dumps({"images": images, "start": t0, "end": time.time()}), flush=True)
     loader.close()
 """)
@@ -82,7 +84,7 @@ SEED_RANK = textwrap.dedent("""
     import torch
     import torchvision.transforms as T
     import webdataset as wds
-    urls, batch, resize, crop, workers = sys.argv[2], *map(int, sys.argv[3:7])
+    urls, batch, resize, crop, workers, epochs = sys.argv[2], *map(int, sys.argv[3:8])
     transform = T.Compose([T.Resize(resize), T.CenterCrop(crop), T.Lambda(lambda x: x / 255.),
                            T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     dataset = (wds.WebDataset(urls, nodesplitter=wds.split_by_node, shardshuffle=False)
@@ -92,8 +94,9 @@ SEED_RANK = textwrap.dedent("""
     print("ready", flush=True)
     sys.stdin.readline()
     t0, images = time.time(), 0
-    for x, y in loader:
-        images += len(y)
+    for _ in range(epochs):
+        for x, y in loader:
+            images += len(y)
     print(json.dumps({"images": images, "start": t0, "end": time.time()}), flush=True)
 """)
 
@@ -257,8 +260,8 @@ class Bench:
         self.env = python_env(a.build_dir)
         self.jobs = 0
 
-    def serve_epoch(self, server: ServerProcess) -> Dict[str, float]:
-        """One timed epoch of a fresh job on `server`, and its counters over it."""
+    def serve_job(self, server: ServerProcess, epochs: int) -> Dict[str, float]:
+        """`epochs` timed epochs of a fresh job on `server`, and its counters over them."""
         import shardcast
 
         self.jobs += 1
@@ -269,7 +272,8 @@ class Bench:
         before = server_status(self.a.build_dir, server.address)
         a = self.a
         result = run_ranks([[sys.executable, "-c", SHARDCAST_RANK, server.address, job, str(r),
-                             str(a.ranks), str(a.batch), str(a.resize), str(a.crop)]
+                             str(a.ranks), str(a.batch), str(a.resize), str(a.crop),
+                             str(epochs)]
                             for r in range(a.ranks)], [self.env] * a.ranks)
         after = server_status(self.a.build_dir, server.address)
         result.update({k: after[k] - before[k] for k in after})
@@ -286,9 +290,9 @@ class Bench:
         try:
             server.start(timeout=120)
             if warm:
-                self.serve_epoch(server)  # fills the cache; not timed
+                self.serve_job(server, 1)  # fills the cache; not timed
                 server.restart()
-            return self.serve_epoch(server)
+            return self.serve_job(server, self.a.epochs)
         finally:
             server.kill()
             if cache is not None:
@@ -297,23 +301,27 @@ class Bench:
     def seed_row(self, urls: str) -> Dict[str, float]:
         a = self.a
         argvs = [[sys.executable, "-c", SEED_RANK, str(HERE / "third_party"), urls, str(a.batch),
-                  str(a.resize), str(a.crop), str(a.seed_workers)] for _ in range(a.ranks)]
+                  str(a.resize), str(a.crop), str(a.seed_workers), str(a.epochs)]
+                 for _ in range(a.ranks)]
         envs = [dict(self.env, RANK=str(r), WORLD_SIZE=str(a.ranks)) for r in range(a.ranks)]
         tars = list(self.shards.glob("*.tar"))
-        return dict(run_ranks(argvs, envs), requests=len(tars),
-                    bytes=sum(p.stat().st_size for p in tars), cache_hits=float("nan"),
-                    ra_hits=float("nan"), direct=float("nan"))
+        return dict(run_ranks(argvs, envs), requests=len(tars) * a.epochs,
+                    bytes=sum(p.stat().st_size for p in tars) * a.epochs,
+                    cache_hits=float("nan"), ra_hits=float("nan"), direct=float("nan"),
+                    ok=float("nan"), fetch_s=float("nan"))
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build-dir", type=Path, default=REPO / "build")
-    p.add_argument("--samples", type=int, default=3000)
+    p.add_argument("--samples", type=int, default=4000)
     p.add_argument("--size", default="160x120", help="generated JPEGs, WxH")
     p.add_argument("--per-shard", type=int, default=100)
     p.add_argument("--resize", type=int, default=128)
     p.add_argument("--crop", type=int, default=112)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=2, help="per row, one job (cold: no cache, "
+                   "each epoch reads the store again)")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--decode-threads", type=int, default=0, help="server's; 0 = all cores")
     p.add_argument("--seed-workers", type=int, default=2, help="DataLoader workers per rank")
@@ -323,7 +331,7 @@ def parse_args() -> argparse.Namespace:
                    help="RTTs with extra --remote-read-ahead rows")
     p.add_argument("--read-aheads", default="8,16")
     p.add_argument("--rows", default="local,http,s3,read-ahead,seed")
-    p.add_argument("--rounds", type=int, default=1, help="rows run interleaved; medians")
+    p.add_argument("--rounds", type=int, default=3, help="rows run interleaved; medians")
     return p.parse_args()
 
 
@@ -415,17 +423,18 @@ def print_table(a, rows, results, mb) -> None:
     print(f"{a.samples} images {a.size} in shards of {a.per_shard} ({mb:.1f} MB), "
           f"{a.ranks} ranks, batch {a.batch}, Resize {a.resize} + CenterCrop {a.crop}, "
           f"server decode threads {a.decode_threads or 'all'}, seed: {a.seed_workers} "
-          f"DataLoader workers per rank; one epoch per row, median of {a.rounds} round(s)")
+          f"DataLoader workers per rank; {a.epochs} epochs per row (one job), median of "
+          f"{a.rounds} round(s)")
     print("| config | RTT | images/s | vs local | remote requests | MB | cache hits "
-          "| read-ahead hits | on-demand reads |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| read-ahead hits | on-demand reads | mean request |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 
     def count(v: float) -> str:
         return "-" if v != v else f"{v:.0f}"
 
     for i, (pipeline, name, rtt, _) in enumerate(rows):
         if not results[i]:
-            print(f"| {name} | {'-' if rtt is None else f'{rtt} ms'} | failed | | | | | | |")
+            print(f"| {name} | {'-' if rtt is None else f'{rtt} ms'} | failed | | | | | | | |")
             continue
         ips = med(i, "images_per_s")
         ratio = ips / local[pipeline] if pipeline in local else float("nan")
@@ -435,6 +444,8 @@ def print_table(a, rows, results, mb) -> None:
             cells = [f"{rtt} ms", f"{ips:.0f}", f"{ratio:.2f}", count(med(i, "requests")),
                      f"{med(i, 'bytes') / 1e6:.1f}"]
         cells += [count(med(i, k)) for k in ("cache_hits", "ra_hits", "direct")]
+        ok = med(i, "ok")
+        cells.append(f"{1000 * med(i, 'fetch_s') / ok:.0f} ms" if ok == ok and ok > 0 else "-")
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 

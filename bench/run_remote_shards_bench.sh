@@ -3,7 +3,7 @@
 # tools/delay_proxy.py at 0/5/20/50 ms against local disk, cold and warm cache, and the
 # seed's webdataset + pipe:curl beside it (bench/remote_shards_bench.py; results in
 # docs/BENCHMARKS.md, "Shards in object storage").
-#   bench/run_remote_shards_bench.sh [--samples 3000] [--rtts 0,5,20,50] [--rounds 1] ...
+#   bench/run_remote_shards_bench.sh [--samples 4000] [--rtts 0,5,20,50] [--rounds 3] ...
 # BUILD_DIR (default build) is a CMake build directory; only the targets used are built.
 # nginx and s3rver: tools/setup-test-servers.sh; webdataset from bench/third_party (its
 # braceexpand from Debian's python3-braceexpand).
