@@ -64,8 +64,13 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const std::st
   remote::RemoteReader* reader = nullptr;
   auto dataset = std::make_unique<ServedDataset>(
       *std::move(index), [&](const DatasetIndex& served_index) {
+        // One read-ahead thread per connection: each holds one request in flight, so
+        // fewer threads would leave connections idle (8 capped a 50 ms store at 8
+        // requests per round trip, docs/BENCHMARKS.md).
+        remote::RemoteReadOptions read = options_.read;
+        read.read_ahead_threads = options_.fetch.max_connections;
         auto made = std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache,
-                                                           options_.read);
+                                                           read);
         reader = made.get();
         return made;
       });

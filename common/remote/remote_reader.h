@@ -28,8 +28,8 @@ struct RemoteReadOptions {
   uint64_t coalesce_gap_bytes = 64 << 10;
   // No coalesced request is longer than this.
   uint64_t max_request_bytes = 8 << 20;
-  // Threads that fetch ahead (each holds one request in flight; the fetcher bounds
-  // connections).
+  // Threads that fetch ahead, each with one request in flight (the server makes one per
+  // --remote-connections; the fetcher bounds connections).
   int read_ahead_threads = 8;
 };
 
