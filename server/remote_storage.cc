@@ -87,9 +87,7 @@ void RemoteStorage::FillStatus(v1::GetStatusResponse* response) const {
     response->set_remote_bytes(f.bytes.load());
     response->set_remote_retries(f.retries.load());
     response->set_remote_failures(f.failures.load());
-    int64_t ok = 0;
-    for (const auto& bucket : f.latency_buckets) ok += bucket.load();
-    response->set_remote_requests_ok(ok);
+    response->set_remote_requests_ok(f.requests_ok.load());
     response->set_remote_fetch_seconds(static_cast<double>(f.latency_sum_us.load()) / 1e6);
     response->set_remote_connections_in_use(f.connections_in_use.load());
   }

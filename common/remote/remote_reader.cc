@@ -157,7 +157,6 @@ class RemoteReader::Impl {
   }
 
   const RemoteReadCounters& counters() const { return counters_; }
-  ObjectStore& store() { return *store_; }
 
  private:
   std::string Where(const ShardInfo& info, const MemberRef& member) const {
@@ -427,7 +426,6 @@ class RemoteReader::Impl {
   // The object streamed into a new file: the cache's, or an unlinked temporary file
   // that lives as long as its descriptor. Returns the descriptor.
   absl::StatusOr<int> FetchWhole(const ShardInfo& info, const std::string& key) {
-    counters_.whole_objects.fetch_add(1, std::memory_order_relaxed);
     std::string path;
     if (cache_ != nullptr) {
       path = cache_->TemporaryPath();
@@ -488,6 +486,5 @@ std::vector<UnreadableShard> RemoteReader::UnreadableShards() const {
   return impl_->UnreadableShards();
 }
 const RemoteReadCounters& RemoteReader::counters() const { return impl_->counters(); }
-ObjectStore& RemoteReader::store() { return impl_->store(); }
 
 }  // namespace shardcast::remote

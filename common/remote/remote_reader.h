@@ -40,7 +40,6 @@ struct RemoteReadCounters {
   std::atomic<int64_t> read_ahead_dropped{0};   // members not fetched ahead: no memory left
   std::atomic<int64_t> direct_reads{0};         // reads that fetched on demand
   std::atomic<int64_t> read_ahead_bytes{0};     // gauge: memory held by read-ahead
-  std::atomic<int64_t> whole_objects{0};        // .tar.gz objects fetched whole
 };
 
 class RemoteReader : public MemberReader {
@@ -57,7 +56,6 @@ class RemoteReader : public MemberReader {
   std::vector<UnreadableShard> UnreadableShards() const override;
 
   const RemoteReadCounters& counters() const;
-  ObjectStore& store();
 
  private:
   class Impl;

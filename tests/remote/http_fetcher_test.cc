@@ -137,9 +137,7 @@ TEST_F(NginxFetchTest, RangeReadsEqualTheFile) {
   EXPECT_EQ(fetcher->counters().requests.load(), 7);
   EXPECT_EQ(fetcher->counters().retries.load(), 0);
   EXPECT_EQ(fetcher->counters().failures.load(), 0);
-  int64_t latencies = 0;
-  for (const auto& bucket : fetcher->counters().latency_buckets) latencies += bucket.load();
-  EXPECT_EQ(latencies, 7);
+  EXPECT_EQ(fetcher->counters().requests_ok.load(), 7);
   EXPECT_GE(fetcher->counters().bytes.load(), static_cast<int64_t>(3 * kObjectBytes));
 }
 
