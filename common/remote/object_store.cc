@@ -39,10 +39,13 @@ absl::Status NoShardsError(const std::string& root) {
       absl::StrCat(root, ": no shards (*.tar, *.tar.gz, *.tgz) are there"));
 }
 
+// A ListObjectsV2 page of 1000 keys is a few hundred KB: a store that sends more is not
+// answering the listing.
+constexpr uint64_t kMaxListPageBytes = uint64_t{16} << 20;
+
 // Reads `request` whole, failing once it passes `max_bytes` rather than holding it all.
-absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher,
-                                                        const RangeRequest& request,
-                                                        uint64_t max_bytes) {
+absl::StatusOr<std::string> GetBounded(HttpFetcher& fetcher, const RangeRequest& request,
+                                       uint64_t max_bytes) {
   std::string out;
   absl::Status status = fetcher.GetStreaming(request, [&](absl::string_view data) {
     if (data.size() > max_bytes - out.size()) {
@@ -52,9 +55,18 @@ absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher,
     out.append(data.data(), data.size());
     return absl::OkStatus();
   });
-  if (absl::IsNotFound(status)) return std::nullopt;
   if (!status.ok()) return status;
   return out;
+}
+
+// GetBounded, with nullopt for a file that is not there (404).
+absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher,
+                                                        const RangeRequest& request,
+                                                        uint64_t max_bytes) {
+  absl::StatusOr<std::string> file = GetBounded(fetcher, request, max_bytes);
+  if (absl::IsNotFound(file.status())) return std::nullopt;
+  if (!file.ok()) return file.status();
+  return *std::move(file);
 }
 
 class S3Store final : public ObjectStore {
@@ -78,7 +90,7 @@ class S3Store final : public ObjectStore {
       RangeRequest request;
       request.url = ListUrl(token);
       request.sign = sign_;
-      absl::StatusOr<std::string> page = fetcher_.Get(request);
+      absl::StatusOr<std::string> page = GetBounded(fetcher_, request, kMaxListPageBytes);
       // As it is: its message names the bucket's URL, and its payloads must stay.
       if (!page.ok()) return page.status();
       absl::Status parsed = ParsePage(*page, shards, token);

@@ -259,6 +259,36 @@ class HttpStoreTest : public ::testing::Test {
   std::unique_ptr<HttpFetcher> fetcher_;
 };
 
+// An "S3 endpoint" that is nginx serving files in place of listings: a store that
+// answers the listing with something else gets an error naming it, never a crash or a
+// page held whole however large.
+TEST_F(HttpStoreTest, AHostileListingIsAnErrorNamingTheStore) {
+  const auto list = [&](const std::string& bucket, const std::string& page) {
+    std::filesystem::create_directory(*dir_ / bucket);
+    Write(bucket + "/index.html", page);
+    S3Settings settings;
+    settings.endpoint = nginx_->url();
+    settings.path_style = true;
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+        OpenObjectStore(Parse("s3://" + bucket + "/"), settings, fetcher_.get());
+    EXPECT_TRUE(store.ok()) << store.status();
+    return (*store)->ListShards().status();
+  };
+  absl::Status status = list("html", "<html>not a listing</html>");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("s3://html/"));
+  status = list("huge", "<ListBucketResult>" + std::string(17 << 20, ' '));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  status = list("size", "<ListBucketResult><Contents><Key>a.tar</Key>"
+                        "<Size>99999999999999999999999</Size></Contents></ListBucketResult>");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_THAT(status.message(), HasSubstr("not a number"));
+  status = list("nokey", "<ListBucketResult><Contents><Size>3</Size></Contents>");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  status = list("cut", "<ListBucketResult><IsTruncated>true</IsTruncated>");
+  EXPECT_THAT(status.message(), HasSubstr("without a NextContinuationToken"));
+}
+
 TEST_F(HttpStoreTest, BraceUrlsListWithAHeadEach) {
   std::unique_ptr<ObjectStore> store = Open(nginx_->url() + "/d/shard-{000000..000003}.tar");
   EXPECT_EQ(store->root(), nginx_->url() + "/d/");

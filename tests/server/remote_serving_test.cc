@@ -110,6 +110,27 @@ TEST_F(RemoteServingTest, HttpShardsInBraceNotationServeTheLocalBatches) {
   EXPECT_EQ(status.remote_failures(), 0);
 }
 
+TEST_F(RemoteServingTest, ABrokenIndexFileNextToTheShardsIsIgnoredAndTheShardsScanned) {
+  const std::string valid = SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
+  IndexOptions other_labels;
+  other_labels.label_field = "other";
+  for (const std::string& hostile :
+       {valid.substr(0, valid.size() / 2), std::string("not an index at all"), std::string(),
+        std::string(valid.size(), '\xff'),
+        SerializeIndexFile(BuildDatasetIndex(dir_.path(), other_labels).value(), other_labels)}) {
+    { std::ofstream(dir_.path() + "/shardcast-index.bin", std::ios::binary) << hostile; }
+    auto nginx = NginxServer::Start(dir_.path());
+    ASSERT_TRUE(nginx.ok()) << nginx.status();
+    InProcessServer remote(absl::StrCat((*nginx)->url(), "/", kShardPattern), Remote());
+    const v1::GetStatusResponse indexed = GetStatus(remote.stub());
+    ASSERT_EQ(indexed.datasets_size(), 1);
+    EXPECT_EQ(indexed.datasets(0).index_fingerprint(), local_fingerprint_);
+    // 4 HEADs, the index file, then each shard read once to scan it.
+    EXPECT_EQ(indexed.remote_requests(), 4 + 1 + 4);
+    EXPECT_EQ(TwoEpochs(remote, "job"), want_);
+  }
+}
+
 TEST_F(RemoteServingTest, S3WithAnIndexFileAndADiskCacheReadsNothingRemoteInTheSecondEpoch) {
   InProcessServer local(dir_.path());
   const std::string index_file =
