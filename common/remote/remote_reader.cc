@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/shards/gzip_index.h"
+#include "common/shards/shard_problems.h"
 #include "common/shards/shard_reader.h"
 
 namespace shardcast::remote {
@@ -71,7 +72,11 @@ class RemoteReader::Impl {
  public:
   Impl(const DatasetIndex& index, std::unique_ptr<ObjectStore> store, DiskCache* cache,
        const RemoteReadOptions& options)
-      : index_(index), store_(std::move(store)), cache_(cache), options_(options) {
+      : index_(index),
+        store_(std::move(store)),
+        cache_(cache),
+        options_(options),
+        problems_(index) {
     for (int i = 0; i < std::max(1, options_.read_ahead_threads); ++i) {
       threads_.emplace_back([this] { FetchLoop(); });
     }
@@ -91,7 +96,7 @@ class RemoteReader::Impl {
                                                 index_.shards.size(), " shards)"));
     }
     const ShardInfo& info = index_.shards[shard];
-    if (absl::Status changed = KnownChange(shard); !changed.ok()) return changed;
+    if (absl::Status changed = problems_.KnownChange(shard); !changed.ok()) return changed;
     if (!info.compressed &&
         (member.offset > info.file_size || member.size > info.file_size - member.offset)) {
       return absl::DataLossError(absl::StrCat(Where(info, member), ": past the end of the ",
@@ -99,7 +104,7 @@ class RemoteReader::Impl {
     }
     absl::StatusOr<std::string> bytes =
         info.compressed ? ReadCompressed(shard, info, member) : ReadPlain(shard, info, member);
-    return Note(shard, info, std::move(bytes));
+    return Note(shard, std::move(bytes));
   }
 
   void Prefetch(absl::Span<const MemberLocation> members) {
@@ -110,7 +115,7 @@ class RemoteReader::Impl {
       for (const MemberLocation& m : members) {
         if (m.shard >= index_.shards.size()) continue;
         const ShardInfo& info = index_.shards[m.shard];
-        if (changed_by_shard_.count(m.shard) > 0) continue;
+        if (!problems_.KnownChange(m.shard).ok()) continue;
         if (info.compressed) {
           if (copies_.count(m.shard) == 0 && whole_queued_.insert(m.shard).second) {
             FetchJob job;
@@ -142,19 +147,8 @@ class RemoteReader::Impl {
     }
   }
 
-  std::vector<ChangedShard> ChangedShards() const {
-    absl::MutexLock lock(&mu_);
-    return changed_;
-  }
-
-  std::vector<UnreadableShard> UnreadableShards() const {
-    absl::MutexLock lock(&mu_);
-    std::vector<UnreadableShard> out;
-    for (const auto& [shard, error] : unreadable_) {
-      out.push_back(UnreadableShard{index_.shards[shard].path, error});
-    }
-    return out;
-  }
+  std::vector<ChangedShard> ChangedShards() const { return problems_.Changed(); }
+  std::vector<UnreadableShard> UnreadableShards() const { return problems_.Unreadable(); }
 
   const RemoteReadCounters& counters() const { return counters_; }
 
@@ -175,26 +169,15 @@ class RemoteReader::Impl {
   }
 
   // Records what the outcome says about the shard (changed, unreadable, fine again).
-  absl::StatusOr<std::string> Note(uint32_t shard, const ShardInfo& info,
-                                   absl::StatusOr<std::string> bytes) {
-    absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> Note(uint32_t shard, absl::StatusOr<std::string> bytes) {
     if (bytes.ok()) {
-      unreadable_.erase(shard);
+      problems_.NoteReadable(shard);
     } else if (IsShardChanged(bytes.status())) {
-      if (changed_by_shard_.emplace(shard, bytes.status()).second) {
-        changed_.push_back(ChangedShard{info.path, std::string(bytes.status().message())});
-      }
+      return problems_.RecordChange(shard, std::string(bytes.status().message()), bytes.status());
     } else if (IsHostIoError(bytes.status())) {
-      unreadable_[shard] = std::string(bytes.status().message());
+      problems_.NoteUnreadable(shard, std::string(bytes.status().message()));
     }
     return bytes;
-  }
-
-  // The sticky error of a shard already found changed: every later read fails alike.
-  absl::Status KnownChange(uint32_t shard) const {
-    absl::MutexLock lock(&mu_);
-    auto it = changed_by_shard_.find(shard);
-    return it == changed_by_shard_.end() ? absl::OkStatus() : it->second;
   }
 
   absl::StatusOr<std::string> ReadPlain(uint32_t shard, const ShardInfo& info,
@@ -319,7 +302,7 @@ class RemoteReader::Impl {
     const ShardInfo& info = index_.shards[job.shard];
     absl::StatusOr<std::string> range =
         store_->fetcher().Get(store_->Request(ObjectOf(info), job.offset, job.length));
-    if (!range.ok()) (void)Note(job.shard, info, range.status());
+    if (!range.ok()) (void)Note(job.shard, range.status());
     std::vector<absl::StatusOr<std::string>> results;
     for (const MemberRef& member : job.members) {
       absl::StatusOr<std::string> bytes =
@@ -411,7 +394,7 @@ class RemoteReader::Impl {
     if (fd < 0) {
       absl::StatusOr<int> fetched = FetchWhole(info, key);
       if (!fetched.ok()) {
-        (void)Note(shard, info, fetched.status());
+        (void)Note(shard, fetched.status());
         return fetched.status();
       }
       fd = *fetched;
@@ -466,9 +449,7 @@ class RemoteReader::Impl {
   std::map<uint32_t, uint64_t> copy_use_ ABSL_GUARDED_BY(mu_);
   uint64_t copy_clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint32_t> whole_queued_ ABSL_GUARDED_BY(mu_);
-  std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, absl::Status> changed_by_shard_ ABSL_GUARDED_BY(mu_);  // the first error
-  std::map<uint32_t, std::string> unreadable_ ABSL_GUARDED_BY(mu_);
+  ShardProblems problems_;
   std::vector<std::thread> threads_;  // last: started after everything they use
 };
 

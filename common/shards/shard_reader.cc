@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/shards/gzip_index.h"
+#include "common/shards/shard_problems.h"
 
 namespace shardcast {
 namespace {
@@ -82,7 +83,8 @@ class ShardReader::Impl {
   Impl(const DatasetIndex& index, size_t max_gzip_index_bytes)
       : index_(index),
         max_open_files_(MaxOpenFiles()),
-        max_gzip_index_bytes_(max_gzip_index_bytes) {}
+        max_gzip_index_bytes_(max_gzip_index_bytes),
+        problems_(index) {}
 
   absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member) {
     if (shard >= index_.shards.size()) {
@@ -90,7 +92,7 @@ class ShardReader::Impl {
                                                 index_.shards.size(), " shards)"));
     }
     const ShardInfo& info = index_.shards[shard];
-    if (absl::Status changed = KnownChange(shard); !changed.ok()) return changed;
+    if (absl::Status changed = problems_.KnownChange(shard); !changed.ok()) return changed;
     absl::StatusOr<std::shared_ptr<OpenFile>> file = File(shard, info);
     if (!file.ok()) return NoteHostError(shard, info, file.status());
     absl::StatusOr<std::string> bytes =
@@ -100,26 +102,12 @@ class ShardReader::Impl {
       return NoteHostError(shard, info, unchanged);
     }
     if (!bytes.ok()) return NoteHostError(shard, info, bytes.status());
-    if (unreadable_count_.load(std::memory_order_relaxed) > 0) {
-      absl::MutexLock lock(&mu_);
-      if (unreadable_.erase(shard) > 0) unreadable_count_.store(unreadable_.size());
-    }
+    problems_.NoteReadable(shard);
     return bytes;
   }
 
-  std::vector<UnreadableShard> UnreadableShards() const {
-    absl::MutexLock lock(&mu_);
-    std::vector<UnreadableShard> out;
-    for (const auto& [shard, error] : unreadable_) {
-      out.push_back(UnreadableShard{index_.shards[shard].path, error});
-    }
-    return out;
-  }
-
-  std::vector<ChangedShard> ChangedShards() const {
-    absl::MutexLock lock(&mu_);
-    return changed_;
-  }
+  std::vector<UnreadableShard> UnreadableShards() const { return problems_.Unreadable(); }
+  std::vector<ChangedShard> ChangedShards() const { return problems_.Changed(); }
 
  private:
   std::string ShardPath(const ShardInfo& info) const { return index_.root + "/" + info.path; }
@@ -129,9 +117,7 @@ class ShardReader::Impl {
     if (!IsHostIoError(status)) return status;
     std::string error(status.message());
     if (absl::StartsWith(error, ShardPath(info))) error.erase(0, ShardPath(info).size() + 2);
-    absl::MutexLock lock(&mu_);
-    unreadable_[shard] = std::move(error);
-    unreadable_count_.store(unreadable_.size());
+    problems_.NoteUnreadable(shard, std::move(error));
     return status;
   }
 
@@ -169,14 +155,6 @@ class ShardReader::Impl {
     return file;
   }
 
-  // The sticky error of a shard already found changed.
-  absl::Status KnownChange(uint32_t shard) const {
-    absl::MutexLock lock(&mu_);
-    auto it = changed_by_shard_.find(shard);
-    if (it == changed_by_shard_.end()) return absl::OkStatus();
-    return ShardChangedError(ShardPath(index_.shards[shard]), changed_[it->second].change);
-  }
-
   absl::Status CheckUnchanged(uint32_t shard, const ShardInfo& info, const OpenFile& file) {
     struct stat st;
     if (::fstat(file.fd, &st) != 0) {
@@ -189,10 +167,8 @@ class ShardReader::Impl {
 
   // Makes the shard's change sticky (the first one found is kept) and returns its error.
   absl::Status RecordChange(uint32_t shard, const ShardInfo& info, std::string change) {
-    absl::MutexLock lock(&mu_);
-    auto [it, first] = changed_by_shard_.emplace(shard, changed_.size());
-    if (first) changed_.push_back(ChangedShard{info.path, std::move(change)});
-    return ShardChangedError(ShardPath(info), changed_[it->second].change);
+    absl::Status error = ShardChangedError(ShardPath(info), change);
+    return problems_.RecordChange(shard, std::move(change), std::move(error));
   }
 
   absl::StatusOr<std::string> ReadPlain(const ShardInfo& info, const OpenFile& file,
@@ -282,11 +258,7 @@ class ShardReader::Impl {
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;  // LRU time: bumped on every use
   std::map<uint32_t, LruSlot<OpenFile>> files_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, LruSlot<IndexedGzip>> gzip_ ABSL_GUARDED_BY(mu_);
-  std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);            // in the order found
-  std::map<uint32_t, size_t> changed_by_shard_ ABSL_GUARDED_BY(mu_);  // shard -> changed_ index
-  std::map<uint32_t, std::string> unreadable_ ABSL_GUARDED_BY(mu_);   // shard -> last error
-  // unreadable_.size(), read without the lock so that a good read costs no lock.
-  std::atomic<size_t> unreadable_count_{0};
+  ShardProblems problems_;
 };
 
 ShardReader::ShardReader(const DatasetIndex& index, size_t max_gzip_index_bytes)
