@@ -5,7 +5,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/remote/dataset_url.h"
 #include "common/remote/object_store.h"
 #include "common/remote/remote_index.h"
 #include "server/log.h"
@@ -34,16 +33,14 @@ absl::Status RemoteStorage::StartLocked() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const std::string& url,
-                                                                   const IndexOptions& options) {
-  absl::StatusOr<remote::DatasetUrl> parsed = remote::ParseDatasetUrl(url);
-  if (!parsed.ok()) return parsed.status();
+absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
+    const remote::DatasetUrl& url, const IndexOptions& options) {
   remote::S3Settings s3;
-  if (parsed->kind == remote::DatasetUrl::Kind::kS3) {
+  if (url.kind == remote::DatasetUrl::Kind::kS3) {
     absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
     if (!resolved.ok()) return resolved.status();
     s3 = *std::move(resolved);
-    LogInfo("s3", absl::StrCat(url, ": ", s3.described_source));
+    LogInfo("s3", absl::StrCat(url.text, ": ", s3.described_source));
   }
   remote::HttpFetcher* fetcher = nullptr;
   remote::DiskCache* cache = nullptr;
@@ -54,12 +51,12 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const std::st
     cache = cache_.get();
   }
   absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
-      remote::OpenObjectStore(*parsed, s3, fetcher);
+      remote::OpenObjectStore(url, s3, fetcher);
   if (!store.ok()) return store.status();
   absl::StatusOr<DatasetIndex> index = remote::BuildRemoteDatasetIndex(**store, options);
   if (!index.ok()) return index.status();
   if (index->loaded_from_index_file) {
-    LogInfo("index", absl::StrCat(url, ": loaded from ", index->root, kIndexFileName));
+    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index->root, kIndexFileName));
   }
   remote::RemoteReader* reader = nullptr;
   auto dataset = std::make_unique<ServedDataset>(

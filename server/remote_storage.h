@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/remote/dataset_url.h"
 #include "common/remote/disk_cache.h"
 #include "common/remote/http_fetcher.h"
 #include "common/remote/remote_reader.h"
@@ -33,9 +34,9 @@ class RemoteStorage {
   RemoteStorage& operator=(const RemoteStorage&) = delete;
 
   // Lists and indexes the dataset at `url` (s3://..., http(s)://...) and returns it
-  // with a reader of its shards. Errors name the URL: a bad URL, settings or cache
-  // dir (INVALID_ARGUMENT), the store's refusal, no shard there.
-  absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const std::string& url,
+  // with a reader of its shards. Errors name the URL: bad settings or cache dir
+  // (INVALID_ARGUMENT), the store's refusal, no shard there.
+  absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const remote::DatasetUrl& url,
                                                       const IndexOptions& options);
 
   void FillStatus(shardcast::v1::GetStatusResponse* response) const;

@@ -157,10 +157,12 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
+  // A directory, a URL of a store, or neither (gs://, a typo'd scheme): said once, here.
+  const absl::StatusOr<remote::DatasetUrl> where = remote::ParseDatasetUrl(spec.dir);
+  const bool remote = where.ok() && where->kind != remote::DatasetUrl::Kind::kLocal;
   // A remote dataset's index (listing, ETags) is cached beside its bytes by default:
   // listing a bucket is cheap, scanning it is not.
-  if (index_options.cache_dir.empty() && remote::IsRemoteUrl(spec.dir) &&
-      !options_.remote.cache_dir.empty()) {
+  if (index_options.cache_dir.empty() && remote && !options_.remote.cache_dir.empty()) {
     index_options.cache_dir = options_.remote.cache_dir + "/index";
   }
   index_options.cancelled = &stop_indexing_;
@@ -168,10 +170,10 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   const std::string what = absl::StrCat("dataset '", spec.name, "' (", spec.dir, ")");
   LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
-      remote::IsRemoteUrl(spec.dir)
-          ? remote_storage_.Load(spec.dir, index_options)
-          : ServedDataset::Load(spec.dir, index_options,
-                                static_cast<size_t>(options_.gzip_index_memory_bytes));
+      !where.ok() ? where.status()
+      : remote    ? remote_storage_.Load(*where, index_options)
+                  : ServedDataset::Load(spec.dir, index_options,
+                                        static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
     if (absl::IsCancelled(dataset.status())) {
       LogInfo("index", absl::StrCat("indexing ", what, " stopped: the server is shutting down"));

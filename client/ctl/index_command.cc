@@ -67,9 +67,11 @@ absl::StatusOr<IndexFlags> ParseFlags(const std::vector<std::string>& args) {
 }
 
 absl::StatusOr<DatasetIndex> IndexOf(const IndexFlags& flags) {
-  if (!remote::IsRemoteUrl(flags.source)) return BuildDatasetIndex(flags.source, flags.options);
   absl::StatusOr<remote::DatasetUrl> url = remote::ParseDatasetUrl(flags.source);
   if (!url.ok()) return url.status();
+  if (url->kind == remote::DatasetUrl::Kind::kLocal) {
+    return BuildDatasetIndex(flags.source, flags.options);
+  }
   remote::S3Settings s3;
   if (url->kind == remote::DatasetUrl::Kind::kS3) {
     absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(flags.s3);

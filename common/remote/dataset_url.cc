@@ -240,11 +240,6 @@ absl::StatusOr<DatasetUrl> ParseS3(absl::string_view text) {
 
 }  // namespace
 
-bool IsRemoteUrl(absl::string_view text) {
-  return absl::StartsWithIgnoreCase(text, "s3://") || absl::StartsWithIgnoreCase(text, "http://") ||
-         absl::StartsWithIgnoreCase(text, "https://");
-}
-
 absl::StatusOr<std::vector<std::string>> ExpandBraces(absl::string_view pattern) {
   absl::StatusOr<std::vector<Segment>> segments = ParsePattern(pattern);
   if (!segments.ok()) return segments.status();

@@ -37,9 +37,6 @@ struct DatasetUrl {
   std::string base;
 };
 
-// Whether `text` names remote storage (s3://, http://, https://).
-bool IsRemoteUrl(absl::string_view text);
-
 // INVALID_ARGUMENT with what is wrong: "s3://" without a bucket, an unknown scheme
 // ("gs://..."; the message says to use the S3 API endpoint), unbalanced or empty
 // braces, a range whose bounds are not numbers or run backwards, more than

@@ -101,16 +101,6 @@ TEST(ExpandBracesTest, TooManyUrlsAreRefusedBeforeExpansion) {
   EXPECT_THAT(ExpandBraces("{0..999}{0..999}").value(), SizeIs(kMaxExpandedUrls));
 }
 
-TEST(IsRemoteUrlTest, SchemesOfRemoteStorage) {
-  EXPECT_TRUE(IsRemoteUrl("s3://b/p"));
-  EXPECT_TRUE(IsRemoteUrl("S3://b/p"));
-  EXPECT_TRUE(IsRemoteUrl("http://h/x.tar"));
-  EXPECT_TRUE(IsRemoteUrl("https://h/x.tar"));
-  EXPECT_FALSE(IsRemoteUrl("/data/train"));
-  EXPECT_FALSE(IsRemoteUrl("gs://b/p"));
-  EXPECT_FALSE(IsRemoteUrl("s3:/b"));
-}
-
 TEST(ParseDatasetUrlTest, LocalDirectory) {
   for (const std::string text : {"/data/train", "relative/dir", "./x", "C:dir"}) {
     absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(text);

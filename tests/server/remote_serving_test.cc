@@ -246,5 +246,39 @@ TEST_F(RemoteServingTest, SignedRequestsWithASessionTokenPassAStrictSigV4Check) 
   ::unsetenv("AWS_SESSION_TOKEN");
 }
 
+// What the server is given for a remote dataset may be wrong in every way: each is a
+// clear error naming what is wrong, from indexing, never a crash or a hang.
+TEST_F(RemoteServingTest, BadUrlsAndSettingsAreClearErrors) {
+  TempDir cache;
+  struct Case {
+    std::string url;
+    std::string want;  // in the message
+    int64_t cache_size = int64_t{1} << 30;
+  };
+  const std::vector<Case> cases = {
+      {"gs://bucket/train/", "s3://"},
+      {"s3://", "bucket"},
+      {"ftp://host/shard.tar", "ftp"},
+      {"http://127.0.0.1/d/", "/"},
+      {"http://127.0.0.1/d/shard-{0..99999999}.tar", "URLs"},
+      {"http://127.0.0.1/d/shard-{1..2.tar", "unbalanced '{'"},
+      // Nothing listens on port 1: retried until the deadline, then named.
+      {"http://127.0.0.1:1/shard-{0..1}.tar", "127.0.0.1:1"},
+      {"http://127.0.0.1:1/shard-0.tar", "cache size", /*cache_size=*/0},
+  };
+  for (const Case& c : cases) {
+    server::ServerOptions options = Remote(cache.path());
+    options.remote.cache_size_bytes = c.cache_size;
+    options.remote.fetch.request_deadline = absl::Seconds(1);
+    options.shards_dir = c.url;
+    options.listen_address = "127.0.0.1:0";
+    server::ShardcastServer server(options);
+    absl::Status started = server.Start();
+    absl::Status ready = started.ok() ? server.WaitUntilReady() : started;
+    EXPECT_FALSE(ready.ok()) << c.url;
+    EXPECT_THAT(std::string(ready.message()), HasSubstr(c.want)) << c.url;
+  }
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing
