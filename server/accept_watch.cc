@@ -179,6 +179,11 @@ absl::Status AcceptWatch::SetAcceptBacklog(int backlog) {
   return absl::OkStatus();
 }
 
+int64_t AcceptWatch::listeners() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(listeners_.size());
+}
+
 int64_t AcceptWatch::CountOpen() {
   absl::MutexLock lock(&mu_);
   DropClosed();

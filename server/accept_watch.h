@@ -54,6 +54,9 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   // A listening socket gRPC made (called before gRPC's own listen()).
   void OnListening(int fd) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // gRPC's listening sockets seen through the mutator (one a listening address).
+  int64_t listeners() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Connections open now: those gRPC has closed since they were counted are dropped.
   int64_t CountOpen() ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -92,7 +92,8 @@ absl::StatusOr<ProbeTarget> ProbeTargetFor(const std::string& listen_address, in
 }
 
 ListenerProbe::ListenerProbe(ProbeTarget target, std::shared_ptr<AcceptWatch> watch,
-                             absl::Duration interval, std::function<void(bool)> on_change)
+                             absl::Duration interval,
+                             std::function<void(const absl::Status&)> on_change)
     : target_(std::move(target)),
       watch_(std::move(watch)),
       interval_(interval),
@@ -158,12 +159,14 @@ void ListenerProbe::Loop() {
       LogError("server", absl::StrCat("the listener on ", target_.text,
                                       " accepts no connections (gRPC stops a listener after a "
                                       "failed accept, e.g. out of descriptors): health "
-                                      "NOT_SERVING so that this server is restarted"));
-      on_change_(false);
+                                      "NOT_SERVING"));
+      on_change_(absl::UnavailableError(
+          absl::StrCat("the listener on ", target_.text, " accepts no connections: ", failures,
+                       " probes in a row failed, the last: ", probe.message())));
     } else if (!accepting && probe.ok()) {
       accepting = true;
       LogInfo("server", absl::StrCat("the listener on ", target_.text, " accepts again"));
-      on_change_(true);
+      on_change_(absl::OkStatus());
     }
   }
 }

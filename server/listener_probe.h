@@ -7,8 +7,8 @@
 // so neither an orchestrator's probe on a kept connection nor a port check sees it.
 // The probe waits for AcceptWatch to see a connection accepted after its own connect;
 // after kFailuresBeforeDown probes in a row that see none, it reports the listener
-// down (the server turns health NOT_SERVING so that an orchestrator restarts it), and
-// up again if one succeeds later.
+// down (the server turns health NOT_SERVING, drains and exits 75 so that its
+// supervisor restarts it: shardcast_server.h), and up again if one succeeds later.
 #ifndef SHARDCAST_SERVER_LISTENER_PROBE_H_
 #define SHARDCAST_SERVER_LISTENER_PROBE_H_
 
@@ -44,10 +44,11 @@ class ListenerProbe {
  public:
   static constexpr int kFailuresBeforeDown = 2;
 
-  // `on_change(accepting)` is called on the probe's thread when the listener is found
-  // down, and when it is found accepting again.
+  // `on_change(verdict)` is called on the probe's thread when the listener is found
+  // down (the last probe's failure: why nothing was accepted) and when it is found
+  // accepting again (OK).
   ListenerProbe(ProbeTarget target, std::shared_ptr<AcceptWatch> watch, absl::Duration interval,
-                std::function<void(bool accepting)> on_change);
+                std::function<void(const absl::Status& verdict)> on_change);
   ~ListenerProbe();  // Stop()
   ListenerProbe(const ListenerProbe&) = delete;
   ListenerProbe& operator=(const ListenerProbe&) = delete;
@@ -65,7 +66,7 @@ class ListenerProbe {
   const ProbeTarget target_;
   const std::shared_ptr<AcceptWatch> watch_;
   const absl::Duration interval_;
-  const std::function<void(bool)> on_change_;
+  const std::function<void(const absl::Status&)> on_change_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -1,5 +1,6 @@
 // shardcast-server: indexes a directory of WebDataset shards and streams
 // fixed-count batches to registered trainer ranks over gRPC.
+#include <grpcpp/version_info.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -35,6 +36,10 @@ constexpr char kUsage[] =
     "(service shardcast.v1.Shardcast, grpc.health.v1; reflection with --reflection).\n"
     "SIGTERM/SIGINT drain: health NOT_SERVING, streams finish or are cancelled\n"
     "after --grace-period, exit 0. SIGHUP re-reads --auth-token-file.\n"
+    "A listener that stops accepting (see --listener-probe-interval) drains the\n"
+    "same way, then exits 75 (EX_TEMPFAIL) for the supervisor to restart.\n"
+    "Exit status: 0 drained on a signal, 1 start or indexing failed, 2 usage,\n"
+    "75 the listener stopped accepting.\n"
     "\n";
 
 }  // namespace
@@ -68,6 +73,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   const shardcast::server::ServerOptions& options = cl.options;
+#ifdef SHARDCAST_GRPC_ABI_UNCHECKED
+  LogWarning("server", absl::StrCat("built with SHARDCAST_GRPC_ABI_UNCHECKED against gRPC ",
+                                    GRPC_CPP_VERSION_STRING,
+                                    ", whose socket mutator layout was not verified "
+                                    "(server/grpc_socket_mutator_abi.h): not for production"));
+#endif
   if (!descriptors.ok()) {
     LogWarning("server",
                absl::StrCat("descriptor limit unknown: ", descriptors.status().message()));
@@ -132,6 +143,20 @@ int main(int argc, char** argv) {
       LogError("server", absl::StrCat("exiting: ", ready->ToString()));
       server.Shutdown();
       return 1;
+    }
+    // No new client can reach a server whose listener stopped, so it is of no use: it
+    // drains as on SIGTERM (open streams get the grace period; their clients resume
+    // elsewhere or after the restart) and leaves with a status its supervisor restarts.
+    if (std::optional<absl::Status> lost = server.listener_failure(); lost.has_value()) {
+      LogError(
+          "server",
+          absl::StrFormat("%s; draining, then exit %d so that the supervisor restarts "
+                          "this server",
+                          lost->message(), shardcast::server::ShardcastServer::kExitListenerLost));
+      server.Drain();
+      LogInfo("server",
+              absl::StrCat("exit ", shardcast::server::ShardcastServer::kExitListenerLost));
+      return shardcast::server::ShardcastServer::kExitListenerLost;
     }
   }
   LogInfo("server", absl::StrCat("received ", strsignal(received.load()), "; draining"));

@@ -233,7 +233,8 @@ void AddResourceFlags(FlagSet& flags, const DescriptorLimit& descriptors, Server
   flags.Duration({{"--listener-probe-interval"},
                   "DURATION",
                   "how often the server connects to its own listener to check that it still\n"
-                  "accepts; two failed checks in a row turn health NOT_SERVING (0 = never)"},
+                  "accepts; two failed checks in a row turn health NOT_SERVING, then the\n"
+                  "server drains and exits 75 for its supervisor to restart it (0 = never)"},
                  &o.listener_probe_interval);
   flags.Int({{"--max-jobs"},
              "N",

@@ -25,6 +25,8 @@ namespace {
 // Room above the largest batch for the message's other fields.
 constexpr int64_t kSendSizeMargin = 1 << 20;
 constexpr int kMaxConcurrentStreams = 256;
+// How long the first listener probe at start waits for its connection to be accepted.
+constexpr absl::Duration kFirstProbeTimeout = absl::Seconds(5);
 
 // Takes gRPC's reflection plugin out of one server. Loading libgrpc++_reflection
 // registers the plugin for every server of the process (a static initializer), so
@@ -120,14 +122,35 @@ absl::Status ShardcastServer::StartListenerProbe() {
   absl::StatusOr<ProbeTarget> target = ProbeTargetFor(options_.listen_address, port_);
   if (!target.ok()) return target.status();
   listener_probe_ = std::make_unique<ListenerProbe>(
-      *std::move(target), accept_watch_, options_.listener_probe_interval, [this](bool accepting) {
-        impl_->stats().listener_accepting.store(accepting);
-        absl::MutexLock lock(&mu_);
-        listener_accepting_ = accepting;
-        if (!stopped_) UpdateHealth();
-      });
+      *std::move(target), accept_watch_, options_.listener_probe_interval,
+      [this](const absl::Status& verdict) { ListenerVerdict(verdict); });
+  // A fresh listener accepts: a first probe that fails means the socket mutator does
+  // not see accepts, and every later probe would fail too, so the server would exit
+  // kExitListenerLost after each restart. Said once, here, with its cause.
+  if (absl::Status first = listener_probe_->ProbeOnce(kFirstProbeTimeout); !first.ok()) {
+    listener_probe_.reset();
+    return absl::InternalError(absl::StrCat(
+        "listener self-check: the server's own connection to ", listening_address(),
+        " was not seen accepted (", first.message(),
+        "): either this host drops connections to itself, or the gRPC library does not call "
+        "the socket mutator as server/grpc_socket_mutator_abi.h expects (docs/server.md, "
+        "'Running out of descriptors'); --listener-probe-interval 0 turns the probe off"));
+  }
   listener_probe_->Start();
   return absl::OkStatus();
+}
+
+void ShardcastServer::ListenerVerdict(const absl::Status& verdict) {
+  impl_->stats().listener_accepting.store(verdict.ok());
+  absl::MutexLock lock(&mu_);
+  listener_accepting_ = verdict.ok();
+  if (!verdict.ok() && !listener_failure_.has_value()) listener_failure_ = verdict;
+  if (!stopped_) UpdateHealth();
+}
+
+std::optional<absl::Status> ShardcastServer::listener_failure() const {
+  absl::MutexLock lock(&mu_);
+  return listener_failure_;
 }
 
 void ShardcastServer::SetDatasetServing(const std::string& dataset) {

@@ -31,6 +31,11 @@ class ShardcastServer {
  public:
   // Full service name, as health checks and reflection know it.
   static constexpr char kServiceName[] = "shardcast.v1.Shardcast";
+  // The exit status of a daemon whose listener stopped accepting (listener_failure):
+  // EX_TEMPFAIL of sysexits.h, "try again later". Non-zero, so systemd's
+  // Restart=on-failure and docker's --restart on-failure restart it; distinct from 1
+  // (start or indexing failed) and 2 (usage), so logs and alerts tell them apart.
+  static constexpr int kExitListenerLost = 75;
 
   explicit ShardcastServer(ServerOptions options);
   ~ShardcastServer();  // Shutdown()
@@ -65,6 +70,13 @@ class ShardcastServer {
   // Indexing result without blocking; nullopt while indexing.
   std::optional<absl::Status> ready_status() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Why the listener accepts no more connections, once the listener probe found so:
+  // gRPC 1.51 stops its listener for good after a failed accept (EMFILE), so the
+  // verdict stays even if a later probe gets through. nullopt while it accepts (or with
+  // the probe off). The daemon drains and exits kExitListenerLost on it (main.cc): a
+  // server that cannot accept is of no use, and its supervisor restarts it.
+  std::optional<absl::Status> listener_failure() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Graceful stop: health NOT_SERVING, new registrations and streams refused
   // (UNAVAILABLE), open streams may finish for up to options.grace_period, then
   // the rest are cancelled and the server stops. Idempotent; blocks until stopped.
@@ -93,8 +105,12 @@ class ShardcastServer {
   absl::Status StartHealthListener();
   // `set(health)` on the main server's health service and the --health-listen one's.
   void ForEachHealthService(const std::function<void(grpc::HealthCheckServiceInterface*)>& set);
-  // Starts the listener probe (options.listener_probe_interval; after StartGrpc).
+  // Starts the listener probe (options.listener_probe_interval; after StartGrpc), after
+  // one probe that must succeed: a listener whose accepts the socket mutator does not
+  // see (a gRPC whose layout differs from grpc_socket_mutator_abi.h) fails Start.
   absl::Status StartListenerProbe();
+  // The probe's verdict on the listener: OK when it accepts.
+  void ListenerVerdict(const absl::Status& verdict) ABSL_LOCKS_EXCLUDED(mu_);
   // /metrics (options.metrics_listen_address), when asked for.
   absl::Status StartMetricsEndpoint();
   // Serves `dataset` at once, or indexes the options' datasets on a thread.
@@ -123,6 +139,8 @@ class ShardcastServer {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool listener_accepting_ ABSL_GUARDED_BY(mu_) = true;  // the listener probe's verdict
+  // The first verdict that the listener is down; kept (see listener_failure()).
+  std::optional<absl::Status> listener_failure_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardcast::server

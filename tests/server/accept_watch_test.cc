@@ -1,14 +1,25 @@
 // AcceptWatch on real sockets: counts connections until they close, shuts down those
-// beyond the limit, and wakes the listener probe; DefaultMaxConnections' arithmetic.
+// beyond the limit, and wakes the listener probe; on a real gRPC server, through the
+// socket mutator (the test that guards grpc_socket_mutator_abi.h); DefaultMaxConnections'
+// arithmetic.
 #include "server/accept_watch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/version_info.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -16,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/descriptor_limit.h"
+#include "server/listener_probe.h"
 
 namespace shardcast::server {
 namespace {
@@ -165,6 +177,81 @@ TEST(AcceptWatchTest, OnePeerHoldsAtMostItsShare) {
   for (int fd : fds) ::close(fd);
   ::close(listener);
   EXPECT_EQ(watch->CountOpen(), 0);
+}
+
+// A plain TCP connection to 127.0.0.1:`port`; -1 when it fails.
+int ConnectToLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True when the peer ends connection `fd` within `timeout_ms`.
+bool EndsWithin(int fd, int timeout_ms) {
+  pollfd readable = {fd, POLLIN, 0};
+  if (::poll(&readable, 1, timeout_ms) <= 0) return false;
+  char byte;
+  return ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
+}
+
+// The guard of grpc_socket_mutator_abi.h, which mirrors gRPC-internal declarations: on a
+// real gRPC server of the gRPC this is built against, the mutator sees the listening
+// socket and every accepted connection, with the accepted descriptor itself (shutting
+// it down ends the client's connection), and the listener probe sees its connection
+// accepted. With another layout or another listener, gRPC calls another slot or none:
+// nothing is counted (or it crashes) and this fails, before a server in production
+// finds its listener "dead" at every probe.
+TEST(AcceptWatchTest, ARealGrpcServersAcceptsReachTheWatchThroughTheSocketMutator) {
+  ServerStats stats(absl::Now());
+  auto watch = std::make_shared<AcceptWatch>(/*max_connections=*/1, /*max_per_peer=*/0, &stats);
+  grpc::CallbackGenericService unimplemented;  // gRPC serves nothing without a service
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&unimplemented);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetOption(watch->BuilderOption());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(watch->listeners(), 1)
+      << "gRPC " << GRPC_CPP_VERSION_STRING << ": the listening socket did not reach the mutator";
+  EXPECT_TRUE(watch->SetAcceptBacklog(16).ok());
+
+  // A gRPC client's connection (its own, not one shared with another channel).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args);
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  ASSERT_TRUE(watch->AwaitAcceptedBeyond(0, absl::Seconds(10)))
+      << "gRPC " << GRPC_CPP_VERSION_STRING << ": an accepted connection did not reach the mutator";
+  EXPECT_EQ(watch->accepted(), 1);
+  EXPECT_EQ(watch->CountOpen(), 1);
+  EXPECT_EQ(stats.connections_open.load(), 1);
+
+  // One more, beyond --max-connections 1: the descriptor the mutator got is the
+  // connection, so shutting it down there ends the client's side.
+  const int refused = ConnectToLoopback(port);
+  ASSERT_GE(refused, 0);
+  ASSERT_TRUE(watch->AwaitAcceptedBeyond(1, absl::Seconds(10)));
+  EXPECT_TRUE(EndsWithin(refused, 10000));
+  ::close(refused);
+  EXPECT_EQ(stats.connections_refused.load(), 1);
+
+  // The listener probe, as the server runs it.
+  absl::StatusOr<ProbeTarget> target = ProbeTargetFor("127.0.0.1:0", port);
+  ASSERT_TRUE(target.ok()) << target.status();
+  ListenerProbe probe(*std::move(target), watch, absl::Seconds(10), [](const absl::Status&) {});
+  EXPECT_TRUE(probe.ProbeOnce(absl::Seconds(10)).ok());
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST(DescriptorLimitTest, PerPeerDefaultIsAQuarterAtLeastSixteen) {

@@ -196,18 +196,39 @@ TEST_F(HostFaultsTest, BurstAtTheDefaultLimitsLeavesTheListenerAccepting) {
   EXPECT_THAT(ReadWholeFile(log("burst")), ::testing::Not(::testing::HasSubstr("Failed accept4")));
 }
 
-// With no connection limit and 64 descriptors, a flood of 80 does kill gRPC's listener.
-// Health asked on a connection opened before the flood must then say NOT_SERVING (the
-// listener probe saw its own connections go unaccepted), so that an orchestrator
-// restarts the server, instead of SERVING for good.
-TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServing) {
+// With no connection limit and 64 descriptors, a flood of 80 does kill gRPC's listener,
+// and gRPC 1.51 never accepts on it again. The listener probe sees its own connections
+// go unaccepted: health, asked on a connection opened before the flood, turns
+// NOT_SERVING; then the server drains as on SIGTERM (a stream open then gets
+// --grace-period, then ends with a status its client retries) and exits 75
+// (EX_TEMPFAIL), which systemd's Restart=on-failure and docker's --restart on-failure
+// restart. (Before: health NOT_SERVING, and the process stayed up, useless, for good.)
+TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServingDrainsAndExits75) {
   ChildServer child({"--shards", data(), "--listen", "127.0.0.1:0", "--max-connections", "0",
-                     "--listener-probe-interval", "200ms"},
+                     "--listener-probe-interval=200ms", "--grace-period=2s", "--batch-size=8",
+                     "--resize=64", "--crop=64", "--split=sample", "--prefetch=2"},
                     log("dead-listener"), DescriptorLimit(64));
   ASSERT_GT(child.port(), 0) << child.first_line();
   std::shared_ptr<grpc::Channel> kept = FreshChannel(child.target());
   ASSERT_EQ(HealthOfNewClient(child.target(), 10), HealthStatus::SERVING);
   ASSERT_EQ(Health(kept), HealthStatus::SERVING);
+  auto stub = v1::Shardcast::NewStub(kept);
+  v1::RegisterResponse job;
+  ASSERT_TRUE(
+      Register(stub.get(), MakeRegister("resume", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job)
+          .ok());
+  ASSERT_EQ(job.batches_per_epoch(), 5);
+  // A rank that was streaming: one batch read, then a small window holds the rest back,
+  // so the stream is still open when the drain begins.
+  auto streaming_stub =
+      v1::Shardcast::NewStub(MakeChannel(child.target(), /*stream_window_bytes=*/64 * 1024));
+  grpc::ClientContext streaming_context;
+  v1::StreamBatchesRequest request;
+  request.set_job_id("resume");
+  auto streaming = streaming_stub->StreamBatches(&streaming_context, request);
+  v1::Batch batch;
+  ASSERT_TRUE(streaming->Read(&batch));
+
   { HeldConnections flood(child.port(), 80); }
   HealthStatus::ServingStatus health = HealthStatus::SERVING;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -215,13 +236,26 @@ TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     health = Health(kept);
   }
-  EXPECT_EQ(health, HealthStatus::NOT_SERVING) << ReadWholeFile(log("dead-listener"));
+  ASSERT_EQ(health, HealthStatus::NOT_SERVING) << ReadWholeFile(log("dead-listener"));
+  const auto not_serving = std::chrono::steady_clock::now();
+  // Draining: the stalled stream keeps the server up for the grace period.
   EXPECT_EQ(Health(kept, "shardcast.v1.Shardcast"), HealthStatus::NOT_SERVING);
-  auto stub = v1::Shardcast::NewStub(kept);
   const v1::GetStatusResponse status = GetStatus(stub.get());
   EXPECT_FALSE(status.listener_accepting());
   EXPECT_FALSE(status.serving());
-  EXPECT_THAT(ReadWholeFile(log("dead-listener")), ::testing::HasSubstr("accepts no connections"));
+
+  EXPECT_EQ(child.WaitExit(15), 75) << ReadWholeFile(log("dead-listener"));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - not_serving).count();
+  EXPECT_LT(took, 10) << "the drain waits --grace-period (2s), not more";
+  while (streaming->Read(&batch)) {
+  }
+  const grpc::Status ended = streaming->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
+  const std::string logged = ReadWholeFile(log("dead-listener"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("accepts no connections"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("draining"));
+  EXPECT_THAT(logged, ::testing::HasSubstr("exit 75"));
 }
 
 // A shard the host cannot open (EMFILE: the server's descriptor limit lowered under
