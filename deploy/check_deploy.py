@@ -9,20 +9,23 @@ checked from the files, the CMake build and the host's Debian 12 packages.
   Dockerfile.dockerignore filter, every COPY --from path is a CMake executable
   that the stage builds, HEALTHCHECK / EXPOSE / listen ports agree.
 - docker-compose.yml: parses (PyYAML), services, build targets exist in the
-  Dockerfile, depends_on conditions, volumes declared, the flags passed to
-  shardcast-server / shardcast-train are flags those binaries accept (--help).
+  Dockerfile, depends_on conditions, volumes declared, the server's restart policy
+  restarts exit 75, the flags passed to shardcast-server / shardcast-train are
+  flags those binaries accept (--help).
 - Runtime packages: every shared library the built binaries load belongs to a
   package in the dependency closure of the runtime stage's apt list.
 - shardcast-server.service: `systemd-analyze verify` (on a temporary copy whose
   ExecStart points at the built binary when /usr/local/bin has none), flags in
-  ExecStart and the example env file are accepted, TimeoutStopSec > grace.
+  ExecStart and the example env file are accepted, TimeoutStopSec > grace, a
+  server that exits 75 (listener lost) is restarted.
 - deploy/k8s/*.yaml: parse; the server DaemonSet's args are flags it accepts, its
   native gRPC probes ask the --health-listen port, terminationGracePeriodSeconds
   exceeds --grace-period, the memory request covers --max-batch-memory +
   --max-decode-memory, TLS and token files come from Secret volumes, the shards are
-  read-only; a headless Service and a PodDisruptionBudget select the servers; the
-  training Job is Indexed with WORLD_SIZE = completions, the torchrun variables, and
-  --server naming the headless Service; servers and ranks on the node's network.
+  read-only, the pods restart (restartPolicy Always); a headless Service and a
+  PodDisruptionBudget select the servers; the training Job is Indexed with
+  WORLD_SIZE = completions, the torchrun variables, and --server naming the
+  headless Service; servers and ranks on the node's network.
 - --configure: copies exactly the COPY'd sources to a temporary directory and
   runs the build stages' cmake configure commands there; --build-stage STAGE
   runs that stage's whole configure + build + strip command instead.
@@ -189,6 +192,9 @@ def check_kubernetes(server_bin, train_bin):
         check(spec.get("grpc", {}).get("port") == health_port,
               f"{probe}: native gRPC probe on the --health-listen port {health_port} "
               "(plaintext: the main port speaks TLS)")
+    check(pod.get("restartPolicy", "Always") == "Always",
+          f"server pods restart a server that exits 75 (restartPolicy "
+          f"{pod.get('restartPolicy', 'Always')})")
     grace = parse_seconds(flags.get("--grace-period", "10s"))
     check(pod.get("terminationGracePeriodSeconds", 30) > grace,
           f"terminationGracePeriodSeconds {pod.get('terminationGracePeriodSeconds', 30)} > "
@@ -385,6 +391,9 @@ def main():
           "service_completed_successfully", "server waits for the data job to finish")
     check("shardcast-ctl" in " ".join(srv.get("healthcheck", {}).get("test", [])),
           "server healthcheck uses shardcast-ctl")
+    check(str(srv.get("restart", "no")).split(":")[0] in ("always", "unless-stopped",
+                                                          "on-failure"),
+          f"server restarts when it exits 75 (restart: {srv.get('restart', 'no')})")
     for t in ("trainer0", "trainer1"):
         check(services[t].get("depends_on", {}).get("server", {}).get("condition") ==
               "service_healthy", f"{t} waits for a healthy server")
@@ -478,6 +487,14 @@ def main():
                 "CacheDirectory=shardcast", "MemoryMax=", "TasksMax=",
                 "ExecReload=/bin/kill -HUP $MAINPID"):
         check(key in unit, f"unit has {key.strip()}")
+    # A server whose listener stopped accepting exits 75 to be restarted (docs/deploy.md,
+    # "Failures"): Restart= must cover a non-zero exit, and nothing may exempt 75.
+    restart = re.findall(r"^Restart=(\S+)$", unit, re.M)
+    exempt = " ".join(re.findall(r"^(?:RestartPreventExitStatus|SuccessExitStatus)=(.*)$",
+                                 unit, re.M)).split()
+    check(restart[-1:] in (["on-failure"], ["always"]) and "75" not in exempt,
+          f"unit restarts a server that exits 75 (Restart={restart[-1] if restart else 'no'}"
+          f"{'; exempt: ' + ' '.join(exempt) if exempt else ''})")
     exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
     stop = re.search(r"^TimeoutStopSec=(\d+)s?$", unit, re.M)
     env_text = open(os.path.join(DEPLOY, "shardcast-server.env")).read()
