@@ -134,7 +134,7 @@ absl::Status ShardcastServer::StartListenerProbe() {
         " was not seen accepted (", first.message(),
         "): either this host drops connections to itself, or the gRPC library does not call "
         "the socket mutator as server/grpc_socket_mutator_abi.h expects (docs/server.md, "
-        "'Running out of descriptors'); --listener-probe-interval 0 turns the probe off"));
+        "'gRPC version guard'); --listener-probe-interval 0 turns the probe off"));
   }
   listener_probe_->Start();
   return absl::OkStatus();
