@@ -546,6 +546,7 @@ def main():
                     shutil.copytree(from_, to, ignore=shutil.ignore_patterns(
                         "build*", "__pycache__", "*.swp"))
                 else:
+                    os.makedirs(os.path.dirname(to), exist_ok=True)
                     shutil.copy2(from_, to)
             run_stage = None
             for word, rest in instrs:
