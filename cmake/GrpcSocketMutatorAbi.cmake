@@ -16,8 +16,12 @@ option(SHARDCAST_GRPC_ABI_UNCHECKED
        "Build against a gRPC outside the range server/grpc_socket_mutator_abi.h was verified against"
        OFF)
 
+# Beside this file, not under PROJECT_SOURCE_DIR: accept_watch_test runs the guard in a
+# scratch project of its own.
+set(_SHARDCAST_GRPC_ABI_HEADER "${CMAKE_CURRENT_LIST_DIR}/../server/grpc_socket_mutator_abi.h")
+
 function(shardcast_check_grpc_socket_mutator_abi)
-  set(header "${PROJECT_SOURCE_DIR}/server/grpc_socket_mutator_abi.h")
+  set(header "${_SHARDCAST_GRPC_ABI_HEADER}")
   file(STRINGS "${header}" range REGEX "^#define SHARDCAST_GRPC_ABI_(MIN|MAX)_MINOR [0-9]+$")
   string(REGEX MATCH "MIN_MINOR ([0-9]+)" _ "${range}")
   set(min_minor "${CMAKE_MATCH_1}")

@@ -1,11 +1,12 @@
 // AcceptWatch on real sockets: counts connections until they close, shuts down those
 // beyond the limit, and wakes the listener probe; on a real gRPC server, through the
-// socket mutator (the test that guards grpc_socket_mutator_abi.h); DefaultMaxConnections'
-// arithmetic.
+// socket mutator, and the build's gRPC version guard (what guards
+// grpc_socket_mutator_abi.h); DefaultMaxConnections' arithmetic.
 #include "server/accept_watch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/security/credentials.h>
@@ -20,14 +21,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "server/descriptor_limit.h"
 #include "server/listener_probe.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace shardcast::server {
 namespace {
@@ -252,6 +258,83 @@ TEST(AcceptWatchTest, ARealGrpcServersAcceptsReachTheWatchThroughTheSocketMutato
   ListenerProbe probe(*std::move(target), watch, absl::Seconds(10), [](const absl::Status&) {});
   EXPECT_TRUE(probe.ProbeOnce(absl::Seconds(10)).ok());
   server->Shutdown(std::chrono::system_clock::now());
+}
+
+// A scratch CMake project that runs the configure step's guard
+// (cmake/GrpcSocketMutatorAbi.cmake) as if find_package(gRPC) had found
+// FAKE_GRPC_VERSION, then compiles grpc_socket_mutator_abi.h with that version's
+// GRPC_CPP_VERSION_MAJOR/MINOR (the real <grpcpp/version_info.h> kept out by its include
+// guard) and the definitions the guard left: "header compiles: 1" or "header compiles: ".
+// SKIP_GUARD=ON compiles the header alone, as a build that bypasses CMake would.
+class GrpcAbiGuardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(dir_ / "CMakeLists.txt")
+        << absl::StrReplaceAll(kProject, {{"@SOURCE_DIR@", SHARDCAST_SOURCE_DIR}});
+  }
+
+  static constexpr char kProject[] = R"cmake(cmake_minimum_required(VERSION 3.25)
+project(grpc_abi_guard CXX)
+set(gRPC_VERSION "${FAKE_GRPC_VERSION}")
+set(gRPC_DIR /nowhere/grpc)
+if(NOT SKIP_GUARD)
+  include("@SOURCE_DIR@/cmake/GrpcSocketMutatorAbi.cmake")
+  shardcast_check_grpc_socket_mutator_abi()
+endif()
+string(REGEX MATCH "^([0-9]+)[.]([0-9]+)" _ "${FAKE_GRPC_VERSION}")
+get_directory_property(defs COMPILE_DEFINITIONS)
+list(TRANSFORM defs PREPEND -D)
+set(CMAKE_REQUIRED_DEFINITIONS ${defs} -DGRPCPP_VERSION_INFO_H
+    -DGRPC_CPP_VERSION_MAJOR=${CMAKE_MATCH_1} -DGRPC_CPP_VERSION_MINOR=${CMAKE_MATCH_2})
+set(CMAKE_REQUIRED_INCLUDES "@SOURCE_DIR@")
+set(CMAKE_REQUIRED_QUIET ON)
+unset(HEADER_COMPILES CACHE)
+include(CheckCXXSourceCompiles)
+check_cxx_source_compiles("#include \"server/grpc_socket_mutator_abi.h\"
+int main() { return 0; }" HEADER_COMPILES)
+message(STATUS "header compiles: ${HEADER_COMPILES}")
+)cmake";
+
+  // Configures the scratch project (one build folder: the compiler is found once).
+  testing_util::CommandOutput Configure(const std::string& version, bool unchecked,
+                                        bool skip_guard = false) {
+    return testing_util::RunShellCapture(
+        testing_util::ShellCommand(
+            {"cmake", "-S", dir_.path(), "-B", dir_ / "build", "-DFAKE_GRPC_VERSION=" + version,
+             std::string("-DSHARDCAST_GRPC_ABI_UNCHECKED=") + (unchecked ? "ON" : "OFF"),
+             std::string("-DSKIP_GUARD=") + (skip_guard ? "ON" : "OFF")}) +
+        " 2>&1");
+  }
+
+  testing_util::TempDir dir_;
+};
+
+TEST_F(GrpcAbiGuardTest, TheVerifiedGrpcBuilds) {
+  const testing_util::CommandOutput configured = Configure(GRPC_CPP_VERSION_STRING, false);
+  EXPECT_EQ(configured.exit_code, 0) << configured.out;
+  EXPECT_THAT(configured.out,
+              ::testing::HasSubstr("inside the socket mutator layout's verified range"));
+  EXPECT_THAT(configured.out, ::testing::HasSubstr("header compiles: 1"));
+}
+
+// A new gRPC fails the build, not production: the configure step stops, naming the
+// version found and the way out; a build that bypasses CMake stops at the header.
+// SHARDCAST_GRPC_ABI_UNCHECKED=ON lets a developer try it, with a warning.
+TEST_F(GrpcAbiGuardTest, AGrpcOutsideTheVerifiedRangeFailsTheBuildUnlessAskedFor) {
+  for (const std::string version : {"1.52.0", "1.50.1", "2.0.0"}) {
+    const testing_util::CommandOutput refused = Configure(version, false);
+    EXPECT_NE(refused.exit_code, 0) << refused.out;
+    EXPECT_THAT(refused.out, ::testing::HasSubstr("but this is gRPC " + version));
+    EXPECT_THAT(refused.out, ::testing::HasSubstr("-DSHARDCAST_GRPC_ABI_UNCHECKED=ON"));
+  }
+  const testing_util::CommandOutput bypassed = Configure("1.60.1", false, /*skip_guard=*/true);
+  EXPECT_EQ(bypassed.exit_code, 0) << bypassed.out;
+  EXPECT_THAT(bypassed.out, ::testing::HasSubstr("header compiles: \n"));
+
+  const testing_util::CommandOutput tried = Configure("1.60.1", true);
+  EXPECT_EQ(tried.exit_code, 0) << tried.out;
+  EXPECT_THAT(tried.out, ::testing::HasSubstr("UNVERIFIED gRPC"));
+  EXPECT_THAT(tried.out, ::testing::HasSubstr("header compiles: 1"));
 }
 
 TEST(DescriptorLimitTest, PerPeerDefaultIsAQuarterAtLeastSixteen) {
