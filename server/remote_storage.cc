@@ -50,6 +50,9 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
     fetcher = fetcher_.get();
     cache = cache_.get();
   }
+  // The password of http://user:password@host/... goes to the fetcher alone: the URLs
+  // the store, the index and every message use were parsed without it.
+  if (url.credentials.has_value()) fetcher->AddCredentials(url.base, *url.credentials);
   absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
       remote::OpenObjectStore(url, s3, fetcher);
   if (!store.ok()) return store.status();

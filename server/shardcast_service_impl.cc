@@ -421,9 +421,12 @@ void ShardcastServiceImpl::FillDatasetStatus(v1::GetStatusResponse* response) co
     v1::DatasetStatus* dataset = response->add_datasets();
     dataset->set_name(entry.spec.name);
     // Operator-given paths and index errors need not be UTF-8; proto3 strings must be.
-    dataset->set_dir(EscapeToUtf8(entry.spec.dir));
+    // GetStatus needs no token: a URL's password or signature is not shown.
+    dataset->set_dir(EscapeToUtf8(remote::RedactedUrl(entry.spec.dir)));
     dataset->set_state(ToProto(entry.state));
-    if (!entry.error.ok()) dataset->set_error(EscapeToUtf8(entry.error.message()));
+    if (!entry.error.ok()) {
+      dataset->set_error(EscapeToUtf8(remote::RedactUrlsIn(entry.error.message())));
+    }
     if (entry.data != nullptr) {
       const DatasetIndex& index = entry.data->data->index();
       dataset->set_num_shards(static_cast<int32_t>(index.shards.size()));
