@@ -410,20 +410,19 @@ class RemoteReader::Impl {
   // that lives as long as its descriptor. Returns the descriptor.
   absl::StatusOr<int> FetchWhole(const ShardInfo& info, const std::string& key) {
     std::string path;
+    int fd = -1;
     if (cache_ != nullptr) {
-      path = cache_->TemporaryPath();
+      absl::StatusOr<DiskCache::Temporary> temporary = cache_->CreateTemporary();
+      if (!temporary.ok()) return temporary.status();
+      path = temporary->path;
+      fd = temporary->fd;
     } else {
       const char* tmp = std::getenv("TMPDIR");
       path = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/shardcast-XXXXXX");
-    }
-    int fd = -1;
-    if (cache_ != nullptr) {
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    } else {
       fd = ::mkstemp(path.data());
-      if (fd >= 0) ::unlink(path.c_str());
+      if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
+      ::unlink(path.c_str());
     }
-    if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
     absl::Status fetched = DownloadObject(*store_, ObjectOf(info), fd, path);
     if (!fetched.ok()) {
       ::close(fd);
