@@ -33,8 +33,9 @@ absl::Status RemoteStorage::StartLocked() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
-    const remote::DatasetUrl& url, const IndexOptions& options) {
+absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
+                                                                   const IndexOptions& options,
+                                                                   size_t gzip_index_memory_bytes) {
   remote::S3Settings s3;
   if (url.kind == remote::DatasetUrl::Kind::kS3) {
     absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
@@ -69,6 +70,7 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
         // requests per round trip, docs/BENCHMARKS.md).
         remote::RemoteReadOptions read = options_.read;
         read.read_ahead_threads = options_.fetch.max_connections;
+        read.max_gzip_index_bytes = gzip_index_memory_bytes;
         auto made = std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache,
                                                            read);
         reader = made.get();

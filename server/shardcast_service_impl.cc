@@ -167,11 +167,13 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   }
   index_options.cancelled = &stop_indexing_;
   const absl::Time start = absl::Now();
-  const std::string what = absl::StrCat("dataset '", spec.name, "' (", spec.dir, ")");
+  const std::string what =
+      absl::StrCat("dataset '", spec.name, "' (", remote::RedactedUrl(spec.dir), ")");
   LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
       !where.ok() ? where.status()
-      : remote    ? remote_storage_.Load(*where, index_options)
+      : remote    ? remote_storage_.Load(*where, index_options,
+                                         static_cast<size_t>(options_.gzip_index_memory_bytes))
                   : ServedDataset::Load(spec.dir, index_options,
                                         static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
