@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/child_process.h"
 #include "tests/support/object_servers.h"
 
 namespace shardcast::server_testing {
@@ -69,6 +70,15 @@ TEST_F(RemoteSecretsTest, APasswordInTheUrlAuthenticatesAndIsShownNowhere) {
   EXPECT_EQ(status.datasets(0).num_shards(), 4) << "the HEADs authenticated";
   EXPECT_THAT(status.DebugString(), Not(HasSubstr(kPassword)));
   EXPECT_THAT(status.datasets(0).dir(), HasSubstr("alice:REDACTED@"));
+  // shardcast-ctl status shows what GetStatus says, in text and JSON.
+  const std::string ctl = std::string(SHARDCAST_BINARY_DIR) + "/client/shardcast-ctl";
+  for (const std::string format : {"", " --json"}) {
+    const testing_util::CommandOutput shown = testing_util::RunShellCapture(
+        absl::StrCat(ctl, " status", format, " --server ", server.target(), " 2>&1"));
+    EXPECT_EQ(shown.exit_code, 0) << shown.out;
+    EXPECT_THAT(shown.out, HasSubstr("alice:REDACTED@"));
+    EXPECT_THAT(shown.out, Not(HasSubstr(kPassword)));
+  }
 
   // The reads authenticate: a whole epoch of both ranks.
   for (int rank = 0; rank < 2; ++rank) {
