@@ -59,8 +59,7 @@ TEST(RemoteGzipServingTest, ASmallGzipIndexMemoryServesTheLocalBatches) {
   ASSERT_TRUE(nginx.ok()) << nginx.status();
   TempDir cache;
   options.remote.cache_dir = cache.path();
-  InProcessServer remote(absl::StrCat((*nginx)->url(), "/shard-{000000..000003}.tar.gz"),
-                         options);
+  InProcessServer remote(absl::StrCat((*nginx)->url(), "/shard-{000000..000003}.tar.gz"), options);
   EXPECT_EQ(TwoEpochs(remote), want);
   const v1::GetStatusResponse status = GetStatus(remote.stub());
   EXPECT_EQ(status.remote_failures(), 0);
