@@ -66,7 +66,8 @@ void ListShardProblem(const std::string& dataset, const std::string& path,
   if (list->size() >= Impl::kMaxListedShardProblems) return;
   v1::ShardProblem* problem = list->Add();
   problem->set_path(LogSafe(path, Impl::kMaxShardNameBytes));
-  problem->set_reason(LogSafe(reason, Impl::kMaxShardReasonBytes));
+  // A store's error quotes its URL: GetStatus needs no token, so no secret of it.
+  problem->set_reason(LogSafe(remote::RedactUrlsIn(reason), Impl::kMaxShardReasonBytes));
   problem->set_dataset(dataset);
 }
 
