@@ -1,12 +1,15 @@
 // A remote .tar.gz dataset under a --gzip-index-memory far below one seek index (issue
 // 35): the server drops and rebuilds its shards' indexes as it does a local dataset's,
 // and serves the same batches as the same server reading the same shards from a
-// directory.
+// directory. Its --cache-dir, small enough to evict, holds files of the operator's:
+// they survive the start, the evictions and the restart.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,7 +47,7 @@ std::vector<std::string> TwoEpochs(InProcessServer& server) {
   return out;
 }
 
-TEST(RemoteGzipServingTest, ASmallGzipIndexMemoryServesTheLocalBatches) {
+TEST(RemoteGzipServingTest, ASmallGzipIndexMemoryAndCacheServeTheLocalBatchesSparingForeignFiles) {
   TempDir dir;
   MakeDataset(dir.path(), 160, 40);
   std::filesystem::remove(dir.path() + "/shardcast-index.bin");  // it names the .tar files
@@ -58,13 +61,29 @@ TEST(RemoteGzipServingTest, ASmallGzipIndexMemoryServesTheLocalBatches) {
   auto nginx = NginxServer::Start(dir.path());
   ASSERT_TRUE(nginx.ok()) << nginx.status();
   TempDir cache;
+  const std::map<std::string, std::string> foreign = {
+      {"weights.bin", std::string(1 << 20, 'w')},
+      {"tmp-1-0", "a user's file named like a temporary"},
+      {"0123456789abcdef0123456789abcdef.bin", "named like an entry"}};
+  for (const auto& [name, text] : foreign) std::ofstream(cache.path() + "/" + name) << text;
   options.remote.cache_dir = cache.path();
+  options.remote.cache_size_bytes = 64 << 10;  // below two shards: evictions
   InProcessServer remote(absl::StrCat((*nginx)->url(), "/shard-{000000..000003}.tar.gz"), options);
   EXPECT_EQ(TwoEpochs(remote), want);
   const v1::GetStatusResponse status = GetStatus(remote.stub());
   EXPECT_EQ(status.remote_failures(), 0);
   EXPECT_EQ(status.datasets(0).index_fingerprint(),
             GetStatus(local.stub()).datasets(0).index_fingerprint());
+  EXPECT_GT(status.cache_evictions(), 0);
+  {
+    InProcessServer restarted(absl::StrCat((*nginx)->url(), "/shard-{000000..000003}.tar.gz"),
+                              options);
+    EXPECT_EQ(TwoEpochs(restarted), want);
+  }
+  for (const auto& [name, text] : foreign) {
+    std::ifstream in(cache.path() + "/" + name, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), text) << name;
+  }
 }
 
 }  // namespace
