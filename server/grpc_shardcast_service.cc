@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/remote/dataset_url.h"
 #include "google/protobuf/descriptor.h"
 #include "server/batch_encoding.h"
 #include "server/log.h"
@@ -24,8 +25,10 @@ namespace v1 = ::shardcast::v1;
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  // absl and gRPC share the canonical code numbers.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // absl and gRPC share the canonical code numbers. A message may quote a URL (a store's
+  // error): what reaches a client never holds its secrets.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      remote::RedactUrlsIn(status.message()));
 }
 
 std::string PeerHost(absl::string_view peer) {

@@ -33,8 +33,9 @@ absl::Status RemoteStorage::StartLocked() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
-    const remote::DatasetUrl& url, const IndexOptions& options) {
+absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
+                                                                   const IndexOptions& options,
+                                                                   size_t gzip_index_memory_bytes) {
   remote::S3Settings s3;
   if (url.kind == remote::DatasetUrl::Kind::kS3) {
     absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
@@ -50,6 +51,9 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
     fetcher = fetcher_.get();
     cache = cache_.get();
   }
+  // The password of http://user:password@host/... goes to the fetcher alone: the URLs
+  // the store, the index and every message use were parsed without it.
+  if (url.credentials.has_value()) fetcher->AddCredentials(url.base, *url.credentials);
   absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
       remote::OpenObjectStore(url, s3, fetcher);
   if (!store.ok()) return store.status();
@@ -66,6 +70,7 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(
         // requests per round trip, docs/BENCHMARKS.md).
         remote::RemoteReadOptions read = options_.read;
         read.read_ahead_threads = options_.fetch.max_connections;
+        read.max_gzip_index_bytes = gzip_index_memory_bytes;
         auto made = std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache,
                                                            read);
         reader = made.get();

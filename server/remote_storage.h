@@ -35,9 +35,11 @@ class RemoteStorage {
 
   // Lists and indexes the dataset at `url` (s3://..., http(s)://...) and returns it
   // with a reader of its shards. Errors name the URL: bad settings or cache dir
-  // (INVALID_ARGUMENT), the store's refusal, no shard there.
+  // (INVALID_ARGUMENT), the store's refusal, no shard there. The seek indexes of its
+  // .tar.gz shards are held to `gzip_index_memory_bytes`, as a local dataset's are.
   absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const remote::DatasetUrl& url,
-                                                      const IndexOptions& options);
+                                                      const IndexOptions& options,
+                                                      size_t gzip_index_memory_bytes);
 
   void FillStatus(shardcast::v1::GetStatusResponse* response) const;
 

@@ -80,9 +80,10 @@ void AddServingFlags(FlagSet& flags, ServerOptions& o) {
             &o.max_classes, 1);
   flags.Size({{"--gzip-index-memory"},
               "SIZE",
-              "memory for the seek indexes of .tar.gz shards (about 1/8 of a shard's\n"
-              "uncompressed size each, built on its first read); beyond it the least\n"
-              "recently used are dropped and rebuilt when needed"},
+              "memory for the seek indexes of a dataset's .tar.gz shards, local or\n"
+              "remote (about 1/8 of a shard's uncompressed size each, built on its\n"
+              "first read); beyond it the least recently used are dropped and rebuilt\n"
+              "when needed"},
              &o.gzip_index_memory_bytes);
   flags.Size({{"--max-message-size"},
               "SIZE",
@@ -134,7 +135,8 @@ void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
               "memory for bytes fetched ahead and not yet read, all streams together"},
              &r.read.read_ahead_memory_bytes);
   flags.String({{"--cache-dir"}, "DIR",
-                "disk cache of bytes read from object storage (kept across restarts);\n"
+                "disk cache of bytes read from object storage (kept across restarts, in\n"
+                "DIR/shardcast-bytes: nothing else in DIR is touched);\n"
                 "empty = none: every epoch reads the store again"},
                &r.cache_dir, /*allow_empty=*/true);
   flags.Size({{"--cache-size"}, "SIZE",

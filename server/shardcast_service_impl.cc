@@ -66,7 +66,8 @@ void ListShardProblem(const std::string& dataset, const std::string& path,
   if (list->size() >= Impl::kMaxListedShardProblems) return;
   v1::ShardProblem* problem = list->Add();
   problem->set_path(LogSafe(path, Impl::kMaxShardNameBytes));
-  problem->set_reason(LogSafe(reason, Impl::kMaxShardReasonBytes));
+  // A store's error quotes its URL: GetStatus needs no token, so no secret of it.
+  problem->set_reason(LogSafe(remote::RedactUrlsIn(reason), Impl::kMaxShardReasonBytes));
   problem->set_dataset(dataset);
 }
 
@@ -167,11 +168,13 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   }
   index_options.cancelled = &stop_indexing_;
   const absl::Time start = absl::Now();
-  const std::string what = absl::StrCat("dataset '", spec.name, "' (", spec.dir, ")");
+  const std::string what =
+      absl::StrCat("dataset '", spec.name, "' (", remote::RedactedUrl(spec.dir), ")");
   LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
       !where.ok() ? where.status()
-      : remote    ? remote_storage_.Load(*where, index_options)
+      : remote    ? remote_storage_.Load(*where, index_options,
+                                         static_cast<size_t>(options_.gzip_index_memory_bytes))
                   : ServedDataset::Load(spec.dir, index_options,
                                         static_cast<size_t>(options_.gzip_index_memory_bytes));
   if (!dataset.ok()) {
@@ -421,9 +424,12 @@ void ShardcastServiceImpl::FillDatasetStatus(v1::GetStatusResponse* response) co
     v1::DatasetStatus* dataset = response->add_datasets();
     dataset->set_name(entry.spec.name);
     // Operator-given paths and index errors need not be UTF-8; proto3 strings must be.
-    dataset->set_dir(EscapeToUtf8(entry.spec.dir));
+    // GetStatus needs no token: a URL's password or signature is not shown.
+    dataset->set_dir(EscapeToUtf8(remote::RedactedUrl(entry.spec.dir)));
     dataset->set_state(ToProto(entry.state));
-    if (!entry.error.ok()) dataset->set_error(EscapeToUtf8(entry.error.message()));
+    if (!entry.error.ok()) {
+      dataset->set_error(EscapeToUtf8(remote::RedactUrlsIn(entry.error.message())));
+    }
     if (entry.data != nullptr) {
       const DatasetIndex& index = entry.data->data->index();
       dataset->set_num_shards(static_cast<int32_t>(index.shards.size()));

@@ -81,6 +81,7 @@ absl::StatusOr<DatasetIndex> IndexOf(const IndexFlags& flags) {
   absl::StatusOr<std::unique_ptr<remote::HttpFetcher>> fetcher =
       remote::HttpFetcher::Create(remote::FetchOptions{});
   if (!fetcher.ok()) return fetcher.status();
+  if (url->credentials.has_value()) (*fetcher)->AddCredentials(url->base, *url->credentials);
   absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
       remote::OpenObjectStore(*url, s3, fetcher->get());
   if (!store.ok()) return store.status();
@@ -100,7 +101,8 @@ int RunIndex(const std::vector<std::string>& args) {
   }
   absl::StatusOr<DatasetIndex> index = IndexOf(*flags);
   if (!index.ok()) {
-    std::fprintf(stderr, "shardcast-ctl index: %s\n", index.status().ToString().c_str());
+    std::fprintf(stderr, "shardcast-ctl index: %s\n",
+                 remote::RedactUrlsIn(index.status().ToString()).c_str());
     return 1;
   }
   const std::string data = SerializeIndexFile(*index, flags->options);
@@ -112,7 +114,7 @@ int RunIndex(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("%s: %zu shards, %lld samples, fingerprint %s -> %s (%zu bytes)\n",
-              index->root.c_str(), index->shards.size(),
+              remote::RedactedUrl(index->root).c_str(), index->shards.size(),
               static_cast<long long>(index->num_samples), index->fingerprint.c_str(),
               flags->output.c_str(), data.size());
   return 0;

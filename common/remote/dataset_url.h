@@ -4,6 +4,7 @@
 #ifndef SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 #define SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,10 +13,19 @@
 
 namespace shardcast::remote {
 
+// HTTP Basic credentials from a URL's userinfo (http://user:password@host/...),
+// percent-decoded. They reach the fetcher only (HttpFetcher::AddCredentials), never a
+// URL that is shown, logged or used as a key.
+struct UrlCredentials {
+  std::string user;
+  std::string password;  // empty for a user alone (https://TOKEN@host/...)
+};
+
 struct DatasetUrl {
   enum class Kind { kLocal, kS3, kHttp };
   Kind kind = Kind::kLocal;
-  std::string text;  // as given
+  // As given, with its secrets redacted (RedactedUrl): what logs and errors show.
+  std::string text;
 
   // kLocal: the directory, as given.
   std::string dir;
@@ -35,14 +45,31 @@ struct DatasetUrl {
   // ("https://host/d/"): shard names (ShardInfo::path) are the URLs with it removed,
   // and the dataset index file is looked for there.
   std::string base;
+  // kHttp: the userinfo of the location, taken out of `urls`, `base` and `text`.
+  std::optional<UrlCredentials> credentials;
 };
 
 // INVALID_ARGUMENT with what is wrong: "s3://" without a bucket, an unknown scheme
 // ("gs://..."; the message says to use the S3 API endpoint), unbalanced or empty
 // braces, a range whose bounds are not numbers or run backwards, more than
 // kMaxExpandedUrls URLs, an HTTP URL that ends in '/' (a directory cannot be listed
-// over plain HTTP: name the shards with braces), or URLs that do not share a base.
+// over plain HTTP: name the shards with braces), URLs that do not share a base, or
+// an s3:// URL with userinfo (S3 credentials come from the environment or a profile).
+// No message holds a password or a secret query value (RedactUrlsIn).
 absl::StatusOr<DatasetUrl> ParseDatasetUrl(absl::string_view text);
+
+// `url` as it may be shown (status, errors, logs, metrics, shardcast-ctl): the password
+// of its userinfo ("user:REDACTED@"; a user alone may be a token: "REDACTED@"), and the
+// values of query parameters that carry secrets (presigned URLs' X-Amz-Signature,
+// X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature; sig, key, token,
+// password, and any name holding "token", "secret", "password", "signature",
+// "credential") replaced by "REDACTED". Text without "://" is returned as it is.
+std::string RedactedUrl(absl::string_view url);
+
+// Every URL (scheme://...) inside free text (an error message, a log line) redacted as
+// RedactedUrl does; the rest of the text as it is. The last line of defence for
+// messages made from URLs below the layer that shows them.
+std::string RedactUrlsIn(absl::string_view text);
 
 // Brace expansion alone (exposed for tests and for shardcast-ctl).
 absl::StatusOr<std::vector<std::string>> ExpandBraces(absl::string_view pattern);

@@ -33,11 +33,22 @@ struct DiskCacheCounters {
 // the object's identity (URL, ETag, size) and the range never returns bytes of
 // another version. A file whose size is not the one asked for (a crash while writing
 // is impossible: files are renamed into place, but the disk may lie) is dropped.
-// Entries found in the directory at Open are kept (oldest modification first to go):
-// a restarted server starts warm.
+// Entries found at Open are kept (oldest modification first to go): a restarted
+// server starts warm.
+//
+// The cache owns only its own files: they live in its own subdirectory of `dir`
+// (kSubdirectory), and only names of its own patterns there (32 hex digits + ".bin",
+// "tmp-" + 32 hex digits) are ever counted, evicted or removed; anything else in `dir`
+// or the subdirectory is left alone. Temporary names carry 128 random bits, so caches
+// sharing the directory (servers on other hosts, or in other PID namespaces) never
+// write one file, and a temporary file is locked (flock) while it is written, so
+// another cache's start removes only those a crash left.
 class DiskCache {
  public:
-  // Creates `dir` when missing. INVALID_ARGUMENT for max_bytes <= 0.
+  static constexpr char kSubdirectory[] = "shardcast-bytes";
+
+  // Creates `dir` and its subdirectory when missing. INVALID_ARGUMENT for
+  // max_bytes <= 0.
   static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const std::string& dir,
                                                          int64_t max_bytes);
   DiskCache(const DiskCache&) = delete;
@@ -52,20 +63,31 @@ class DiskCache {
   // error is counted and logged once.
   void Put(const std::string& key, absl::string_view bytes);
 
-  // Whole files (a .tar.gz object): the path of a new file to write the entry into,
-  // then Adopt(key, that path) moves it in. Open the path Find returns; an entry
-  // evicted while open stays readable through the open descriptor (unlinked, not
-  // truncated).
-  std::string TemporaryPath();
+  // Whole files (a .tar.gz object): a new file to write the entry into, open for
+  // reading and writing and locked until `fd` is closed; Adopt(key, path) moves it in
+  // (close `fd` after: the lock keeps other caches' cleanup away until then). Open the
+  // path Find returns; an entry evicted while open stays readable through the open
+  // descriptor (unlinked, not truncated). A host error (UNAVAILABLE) when the file
+  // cannot be made.
+  struct Temporary {
+    std::string path;
+    int fd = -1;
+  };
+  absl::StatusOr<Temporary> CreateTemporary();
   void Adopt(const std::string& key, const std::string& temporary_path);
   std::optional<std::string> Find(const std::string& key);  // counts a hit or miss
 
   const DiskCacheCounters& counters() const { return counters_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_; }  // as given to Open
   int64_t max_bytes() const { return max_bytes_; }
 
  private:
   DiskCache(std::string dir, int64_t max_bytes);
+  static bool IsEntryName(const std::string& name);
+  static bool IsTemporaryName(const std::string& name);
+  // Removes a temporary file nobody writes (its lock is free): a crashed writer's.
+  static void RemoveIfAbandoned(const std::string& path);
+  void CountWriteError(const std::string& what);
   struct Entry {
     std::string path;
     uint64_t size = 0;
@@ -81,9 +103,9 @@ class DiskCache {
   void EvictFor(uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
+  const std::string own_dir_;  // dir_/kSubdirectory: every file of the cache is here
   const int64_t max_bytes_;
   DiskCacheCounters counters_;
-  std::atomic<uint64_t> temporaries_{0};
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by file name
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);

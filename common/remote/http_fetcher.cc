@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <mutex>
 #include <random>
 #include <utility>
@@ -417,9 +418,28 @@ class CurlFetcher final : public HttpFetcher {
     return ObjectHead{*call.headers.content_length, call.headers.etag};
   }
 
+  void AddCredentials(const std::string& url_prefix, const UrlCredentials& credentials) override {
+    absl::MutexLock lock(&credentials_mu_);
+    credentials_[url_prefix] = credentials;
+  }
+
   const FetchCounters& counters() const override { return counters_; }
 
  private:
+  // The credentials of the longest prefix of `url` given to AddCredentials.
+  std::optional<UrlCredentials> CredentialsFor(const std::string& url) {
+    absl::MutexLock lock(&credentials_mu_);
+    std::optional<UrlCredentials> found;
+    size_t longest = 0;
+    for (const auto& [prefix, credentials] : credentials_) {
+      if (absl::StartsWith(url, prefix) && prefix.size() >= longest) {
+        longest = prefix.size();
+        found = credentials;
+      }
+    }
+    return found;
+  }
+
   // Attempts until the call is done, fails for good, or its deadline passes.
   absl::Status Run(Call& call) {
     const absl::Time start = absl::Now();
@@ -554,6 +574,10 @@ class CurlFetcher final : public HttpFetcher {
       curl_easy_setopt(handle, CURLOPT_FOLLOWLOCATION, 1L);
       curl_easy_setopt(handle, CURLOPT_MAXREDIRS, 5L);
       curl_easy_setopt(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+      if (const std::optional<UrlCredentials> basic = CredentialsFor(call.url)) {
+        curl_easy_setopt(handle, CURLOPT_USERNAME, basic->user.c_str());
+        curl_easy_setopt(handle, CURLOPT_PASSWORD, basic->password.c_str());
+      }
     }
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers);
   }
@@ -640,6 +664,8 @@ class CurlFetcher final : public HttpFetcher {
   const FetchOptions options_;
   FetchCounters counters_;
   HandlePool pool_;
+  absl::Mutex credentials_mu_;
+  std::map<std::string, UrlCredentials> credentials_ ABSL_GUARDED_BY(credentials_mu_);
 };
 
 }  // namespace

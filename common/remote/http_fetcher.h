@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/remote/dataset_url.h"
 #include "common/remote/s3_settings.h"
 
 namespace shardcast::remote {
@@ -115,6 +116,12 @@ class HttpFetcher {
   // HEAD: size and ETag. Errors as Get.
   virtual absl::StatusOr<ObjectHead> Head(const std::string& url,
                                           const std::optional<SigV4>& sign) = 0;
+
+  // HTTP Basic credentials (a dataset URL's userinfo, which ParseDatasetUrl takes out
+  // of the URLs) for every unsigned request whose URL starts with `url_prefix` (the
+  // dataset's base): sent with CURLOPT_USERNAME/PASSWORD, so no URL carries them;
+  // never to another host a redirect leads to. The same prefix again replaces them.
+  virtual void AddCredentials(const std::string& url_prefix, const UrlCredentials& credentials) = 0;
 
   virtual const FetchCounters& counters() const = 0;
 };

@@ -59,8 +59,7 @@ struct CompressedCopy {
   absl::Mutex mu;  // held while the copy is made; readers wait on it
   bool ready ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
-  int fd = -1;  // immutable once ready
-  std::optional<GzipIndex> index;
+  int fd = -1;  // immutable once ready; its seek index is in Impl::gzip_indexes_
   ~CompressedCopy() {
     if (fd >= 0) ::close(fd);
   }
@@ -76,6 +75,7 @@ class RemoteReader::Impl {
         store_(std::move(store)),
         cache_(cache),
         options_(options),
+        gzip_indexes_(options.max_gzip_index_bytes),
         problems_(index) {
     for (int i = 0; i < std::max(1, options_.read_ahead_threads); ++i) {
       threads_.emplace_back([this] { FetchLoop(); });
@@ -339,13 +339,18 @@ class RemoteReader::Impl {
       return WithPayloads(copy.status(),
                           absl::StrCat(Where(info, member), ": ", copy.status().message()));
     }
-    const uint64_t stream_size = (*copy)->index->uncompressed_size();
+    absl::StatusOr<std::shared_ptr<const GzipIndex>> index = GzipIndexOf(shard, (*copy)->fd);
+    if (!index.ok()) {
+      return WithPayloads(index.status(),
+                          absl::StrCat(Where(info, member), ": ", index.status().message()));
+    }
+    const uint64_t stream_size = (*index)->uncompressed_size();
     if (member.offset > stream_size || member.size > stream_size - member.offset) {
       return absl::DataLossError(absl::StrCat(Where(info, member), ": past the end of the ",
                                               stream_size, "-byte uncompressed stream"));
     }
     std::string out(member.size, '\0');
-    absl::Status read = (*copy)->index->Read((*copy)->fd, member.offset, member.size, out.data());
+    absl::Status read = (*index)->Read((*copy)->fd, member.offset, member.size, out.data());
     if (!read.ok()) return WithPayloads(read, absl::StrCat(Where(info, member), ": ", read.message()));
     return out;
   }
@@ -400,30 +405,34 @@ class RemoteReader::Impl {
       fd = *fetched;
     }
     copy->fd = fd;
-    absl::StatusOr<GzipIndex> built = GzipIndex::Build(fd);
-    if (!built.ok()) return built.status();
-    copy->index.emplace(*std::move(built));
-    return absl::OkStatus();
+    return GzipIndexOf(shard, fd).status();  // a copy that does not inflate is no copy
+  }
+
+  // The shard's seek index, within --gzip-index-memory with the other shards'.
+  absl::StatusOr<std::shared_ptr<const GzipIndex>> GzipIndexOf(uint32_t shard, int fd) {
+    absl::StatusOr<std::shared_ptr<const GzipIndex>> index = gzip_indexes_.Get(shard, fd);
+    counters_.gzip_index_bytes.store(static_cast<int64_t>(gzip_indexes_.bytes()),
+                                     std::memory_order_relaxed);
+    return index;
   }
 
   // The object streamed into a new file: the cache's, or an unlinked temporary file
   // that lives as long as its descriptor. Returns the descriptor.
   absl::StatusOr<int> FetchWhole(const ShardInfo& info, const std::string& key) {
     std::string path;
+    int fd = -1;
     if (cache_ != nullptr) {
-      path = cache_->TemporaryPath();
+      absl::StatusOr<DiskCache::Temporary> temporary = cache_->CreateTemporary();
+      if (!temporary.ok()) return temporary.status();
+      path = temporary->path;
+      fd = temporary->fd;
     } else {
       const char* tmp = std::getenv("TMPDIR");
       path = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/shardcast-XXXXXX");
-    }
-    int fd = -1;
-    if (cache_ != nullptr) {
-      fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    } else {
       fd = ::mkstemp(path.data());
-      if (fd >= 0) ::unlink(path.c_str());
+      if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
+      ::unlink(path.c_str());
     }
-    if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
     absl::Status fetched = DownloadObject(*store_, ObjectOf(info), fd, path);
     if (!fetched.ok()) {
       ::close(fd);
@@ -449,6 +458,7 @@ class RemoteReader::Impl {
   std::map<uint32_t, uint64_t> copy_use_ ABSL_GUARDED_BY(mu_);
   uint64_t copy_clock_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint32_t> whole_queued_ ABSL_GUARDED_BY(mu_);
+  GzipIndexCache gzip_indexes_;
   ShardProblems problems_;
   std::vector<std::thread> threads_;  // last: started after everything they use
 };

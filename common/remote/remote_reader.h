@@ -31,6 +31,9 @@ struct RemoteReadOptions {
   // Threads that fetch ahead, each with one request in flight (the server makes one per
   // --remote-connections; the fetcher bounds connections).
   int read_ahead_threads = 8;
+  // The seek indexes of .tar.gz shards (copied whole to local disk) are held to this,
+  // as a local dataset's are (--gzip-index-memory; ShardReader).
+  size_t max_gzip_index_bytes = size_t{1} << 30;
 };
 
 struct RemoteReadCounters {
@@ -40,6 +43,7 @@ struct RemoteReadCounters {
   std::atomic<int64_t> read_ahead_dropped{0};   // members not fetched ahead: no memory left
   std::atomic<int64_t> direct_reads{0};         // reads that fetched on demand
   std::atomic<int64_t> read_ahead_bytes{0};     // gauge: memory held by read-ahead
+  std::atomic<int64_t> gzip_index_bytes{0};     // gauge: memory of .tar.gz seek indexes
 };
 
 class RemoteReader : public MemberReader {

@@ -235,4 +235,61 @@ size_t GzipIndex::memory_bytes() const {
   return bytes;
 }
 
+absl::StatusOr<std::shared_ptr<const GzipIndex>> GzipIndexCache::Get(uint64_t id, int fd) {
+  std::shared_ptr<Slot> slot;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Slot>& found = slots_[id];
+    if (found == nullptr) found = std::make_shared<Slot>();
+    found->last_use = ++clock_;
+    slot = found;
+  }
+  std::shared_ptr<const GzipIndex> index;
+  {
+    absl::MutexLock lock(&slot->mu);
+    if (!slot->done) {
+      absl::StatusOr<GzipIndex> built = GzipIndex::Build(fd);
+      slot->done = true;
+      if (built.ok()) {
+        slot->index = std::make_shared<const GzipIndex>(*std::move(built));
+      } else {
+        slot->status = built.status();
+      }
+    }
+    if (!slot->status.ok()) {
+      const absl::Status failed = slot->status;
+      absl::MutexLock map_lock(&mu_);
+      auto it = slots_.find(id);
+      if (it != slots_.end() && it->second == slot) slots_.erase(it);  // the next call retries
+      return failed;
+    }
+    index = slot->index;
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(id);
+  // Counted once, by the first caller after the build (unless evicted meanwhile).
+  if (it != slots_.end() && it->second == slot && slot->bytes == 0) {
+    slot->bytes = index->memory_bytes();
+    held_ += slot->bytes;
+  }
+  EvictLocked();
+  return index;
+}
+
+void GzipIndexCache::EvictLocked() {
+  while (slots_.size() > 1 && held_ > max_bytes_) {
+    auto oldest = slots_.begin();
+    for (auto it = slots_.begin(); it != slots_.end(); ++it) {
+      if (it->second->last_use < oldest->second->last_use) oldest = it;
+    }
+    held_ -= oldest->second->bytes;
+    slots_.erase(oldest);  // readers holding its index keep it until they are done
+  }
+}
+
+size_t GzipIndexCache::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
 }  // namespace shardcast

@@ -7,11 +7,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace shardcast {
 
@@ -54,6 +58,42 @@ class GzipIndex {
 
   std::vector<AccessPoint> points_;  // by `out`, the first at 0
   uint64_t uncompressed_size_ = 0;
+};
+
+// The seek indexes of several gzip files within one memory budget
+// (--gzip-index-memory): each built on first use, the least recently used dropped while
+// the total is over the budget, never the one just used (a budget below one index
+// still reads, rebuilding). An index dropped while a reader holds it lives until that
+// read is done. Thread-safe: one thread builds a file's index, the others wait for it.
+class GzipIndexCache {
+ public:
+  explicit GzipIndexCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+
+  // The index of the gzip file open as `fd`, known as `id` (a shard number: one id
+  // names one content, whatever descriptor reads it). Build's errors, after which the
+  // next call tries again.
+  absl::StatusOr<std::shared_ptr<const GzipIndex>> Get(uint64_t id, int fd);
+
+  // Heap bytes of the indexes kept (GzipIndex::memory_bytes).
+  size_t bytes() const;
+  size_t max_bytes() const { return max_bytes_; }
+
+ private:
+  struct Slot {
+    absl::Mutex mu;  // held by the thread building the index
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::shared_ptr<const GzipIndex> index ABSL_GUARDED_BY(mu);
+    size_t bytes = 0;       // guarded by GzipIndexCache::mu_, set once built
+    uint64_t last_use = 0;  // guarded by GzipIndexCache::mu_
+  };
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const size_t max_bytes_;
+  mutable absl::Mutex mu_;
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t held_ ABSL_GUARDED_BY(mu_) = 0;  // sum of the slots' bytes
+  std::map<uint64_t, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace shardcast

@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 std::vector<std::string> Expand(const std::string& pattern) {
@@ -193,6 +194,80 @@ TEST(ParseDatasetUrlTest, OtherSchemesAreRefused) {
   EXPECT_THAT(gs.message(), HasSubstr("--s3-endpoint https://storage.googleapis.com"));
   EXPECT_THAT(ParseError("ftp://h/x.tar").message(), HasSubstr("unknown scheme \"ftp://\""));
   EXPECT_THAT(ParseError("file:///data").message(), HasSubstr("unknown scheme"));
+}
+
+// Issue 35: a password in a dataset URL reached GetStatus, stream errors and the log.
+// Parsing takes the userinfo out: what flows on (urls, base, text) never holds it, and
+// the fetcher gets it as credentials.
+TEST(ParseDatasetUrlTest, UserinfoBecomesCredentialsAndLeavesTheUrls) {
+  absl::StatusOr<DatasetUrl> url =
+      ParseDatasetUrl("http://alice:s3cr%40t@h:8080/d/shard-{0..1}.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_THAT(url->urls, ElementsAre("http://h:8080/d/shard-0.tar", "http://h:8080/d/shard-1.tar"));
+  EXPECT_EQ(url->base, "http://h:8080/d/");
+  ASSERT_TRUE(url->credentials.has_value());
+  EXPECT_EQ(url->credentials->user, "alice");
+  EXPECT_EQ(url->credentials->password, "s3cr@t");  // percent-decoded, as curl sends it
+  EXPECT_EQ(url->text, "http://alice:REDACTED@h:8080/d/shard-{0..1}.tar");
+
+  url = ParseDatasetUrl("https://h/d/x.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_FALSE(url->credentials.has_value());
+
+  // A user alone (a token as user name) is a credential too.
+  url = ParseDatasetUrl("https://ghp_TOKEN@h/d/x.tar");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->urls.front(), "https://h/d/x.tar");
+  EXPECT_EQ(url->credentials->user, "ghp_TOKEN");
+  EXPECT_EQ(url->credentials->password, "");
+  EXPECT_THAT(url->text, Not(HasSubstr("ghp_TOKEN")));
+}
+
+TEST(ParseDatasetUrlTest, ErrorsNeverEchoAPassword) {
+  for (const std::string text :
+       {"http://u:hunter2@h/d/", "http://u:hunter2@h/{0..3.tar", "http://u:hunter2@h",
+        "http://u:hunter2@h/{a,a}.tar", "ftp://u:hunter2@h/x.tar", "s3://u:hunter2@bucket/p",
+        "http://u:hunter2@h/d/x.tar?X-Amz-Signature=abc/"}) {
+    absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(text);
+    ASSERT_FALSE(url.ok()) << text;
+    EXPECT_THAT(url.status().message(), Not(HasSubstr("hunter2"))) << url.status();
+  }
+}
+
+TEST(RedactedUrlTest, PasswordsAndSecretQueryValuesAreReplaced) {
+  EXPECT_EQ(RedactedUrl("http://u:pw@h/d/x.tar"), "http://u:REDACTED@h/d/x.tar");
+  EXPECT_EQ(RedactedUrl("https://tok@h/x.tar"), "https://REDACTED@h/x.tar");
+  EXPECT_EQ(RedactedUrl("https://h/d/x.tar"), "https://h/d/x.tar");
+  EXPECT_EQ(RedactedUrl("/data/train"), "/data/train");
+  EXPECT_EQ(RedactedUrl("s3://bucket/prefix/"), "s3://bucket/prefix/");
+  // A '@' in the path is not userinfo.
+  EXPECT_EQ(RedactedUrl("https://h/d/a@b.tar"), "https://h/d/a@b.tar");
+  // Presigned S3 URLs: the signature, the credential and the session token go; the
+  // rest (what is signed for how long) stays, it helps to read an error.
+  EXPECT_EQ(RedactedUrl("https://b.s3.amazonaws.com/x.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+                        "X-Amz-Credential=AKIA%2F20240101&X-Amz-Expires=3600&"
+                        "X-Amz-Security-Token=FQoG&X-Amz-Signature=deadbeef#frag"),
+            "https://b.s3.amazonaws.com/x.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+            "X-Amz-Credential=REDACTED&X-Amz-Expires=3600&X-Amz-Security-Token=REDACTED&"
+            "X-Amz-Signature=REDACTED#frag");
+  EXPECT_EQ(RedactedUrl("https://h/x.tar?token=1&sig=2&Signature=3&password=4&key=5&"
+                        "access_token=6&api_key=7&page=8"),
+            "https://h/x.tar?token=REDACTED&sig=REDACTED&Signature=REDACTED&password=REDACTED&"
+            "key=REDACTED&access_token=REDACTED&api_key=REDACTED&page=8");
+  // Google's and Azure's signed URLs.
+  EXPECT_EQ(RedactedUrl("https://h/x?X-Goog-Signature=a&sv=2020&sig=b"),
+            "https://h/x?X-Goog-Signature=REDACTED&sv=2020&sig=REDACTED");
+}
+
+TEST(RedactedUrlTest, EveryUrlInAMessageIsRedacted) {
+  EXPECT_EQ(RedactUrlsIn("GET http://u:pw@h/d/x.tar?sig=abc: HTTP 403 Forbidden"),
+            "GET http://u:REDACTED@h/d/x.tar?sig=REDACTED: HTTP 403 Forbidden");
+  EXPECT_EQ(RedactUrlsIn("dataset 'a' (http://u:pw@h/d/{0..3}.tar), then "
+                         "\"https://v:pw2@g/y.tar?token=t\"."),
+            "dataset 'a' (http://u:REDACTED@h/d/{0..3}.tar), then "
+            "\"https://v:REDACTED@g/y.tar?token=REDACTED\".");
+  EXPECT_EQ(RedactUrlsIn("no url here: a://"), "no url here: a://");
+  EXPECT_EQ(RedactUrlsIn(""), "");
 }
 
 }  // namespace

@@ -222,6 +222,11 @@ NginxServer::~NginxServer() {
 }
 
 absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::Start(const std::string& dir) {
+  return StartWithBasicAuth(dir, "", "");
+}
+
+absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::StartWithBasicAuth(
+    const std::string& dir, const std::string& user, const std::string& password) {
   const std::string nginx = NginxPath();
   if (absl::Status s = NeedProgram(nginx, "nginx"); !s.ok()) return s;
   std::error_code ec;
@@ -237,6 +242,20 @@ absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::Start(const std::strin
   const auto quoted = [](const std::string& s) {
     return "\"" + absl::StrReplaceAll(s, {{"\\", "\\\\"}, {"\"", "\\\""}}) + "\"";
   };
+  // nginx reads "{PLAIN}" passwords as they are written.
+  const std::string htpasswd = prefix + "/htpasswd";
+  if (!user.empty()) {
+    std::ofstream out(htpasswd, std::ios::trunc);
+    out << user << ":{PLAIN}" << password << "\n";
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", htpasswd));
+  }
+  const std::string location = user.empty()
+                                   ? "    location / { }\n"
+                                   : absl::StrCat(
+                                         "    location / {\n      auth_basic \"shardcast\";\n"
+                                         "      auth_basic_user_file ",
+                                         quoted(htpasswd), ";\n    }\n");
   const auto write_conf = [&](int port) -> absl::Status {
     // One process in the foreground (no master, no daemon): SIGTERM stops all of it
     // and nothing outlives the test. Every path the process writes is in the prefix,
@@ -264,8 +283,7 @@ absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::Start(const std::strin
         << "  server {\n"
         << "    listen 127.0.0.1:" << port << ";\n"
         << "    root " << quoted(root) << ";\n"
-        << "    location / { }\n"
-        << "  }\n"
+        << location << "  }\n"
         << "}\n";
     out.close();
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", conf));

@@ -25,6 +25,10 @@ class TempDir;
 class NginxServer {
  public:
   static absl::StatusOr<std::unique_ptr<NginxServer>> Start(const std::string& dir);
+  // The same, answering 401 to a request without HTTP Basic credentials `user` and
+  // `password` (nginx's auth_basic).
+  static absl::StatusOr<std::unique_ptr<NginxServer>> StartWithBasicAuth(
+      const std::string& dir, const std::string& user, const std::string& password);
   ~NginxServer();
   std::string url() const;  // "http://127.0.0.1:PORT" (no trailing '/')
   int port() const;
