@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/child_process.h"
 #include "tests/support/object_servers.h"
 #include "tools/pack/tar_writer.h"
 
@@ -331,6 +333,52 @@ TEST_F(RemoteServingTest, StoreErrorsMidEpochFailTheStreamNamingTheObjectNeverSu
   ASSERT_TRUE((*proxy)->ClearFaults().ok());
   RegisterJob(remote, "healthy");
   EXPECT_EQ(Epoch(remote, "healthy", 0, 0), want_[0]);
+  EXPECT_EQ(GetStatus(remote.stub()).substitutions(), 0);
+}
+
+// A .tar.gz shard is copied whole at serve time: a store that sends its body without
+// a Content-Length and on past the listed size fails the copy at the first byte too
+// many (never a buffer or a file growing with the store's bytes), the read is retried
+// and the stream fails UNAVAILABLE naming the object; nothing is substituted. (Before:
+// every byte was taken into the local copy.)
+TEST_F(RemoteServingTest, AWholeObjectBodyLongerThanListedFailsTheStreamNotTheMemory) {
+  TempDir gz;
+  for (int i = 0; i < kSamples / kPerShard; ++i) {
+    const std::string name = absl::StrFormat("shard-%06d.tar", i);
+    ASSERT_EQ(testing_util::RunShell(
+                  absl::StrCat("gzip -c ", testing_util::ShellQuote(dir_.path() + "/" + name),
+                               " > ", testing_util::ShellQuote(gz.path() + "/" + name + ".gz"))),
+              0);
+  }
+  auto nginx = NginxServer::Start(gz.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  auto proxy = FaultProxy::Start((*nginx)->url());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  server::ServerOptions options = Remote();
+  options.read_ahead_batches = 0;  // no copy made before the fault is armed
+  options.shard_read_retry = absl::Milliseconds(300);
+  InProcessServer remote(absl::StrCat((*proxy)->url(), "/shard-{000000..000003}.tar.gz"), options);
+  ASSERT_TRUE((*proxy)
+                  ->Arm(R"({"kind": "overlong", "method": "GET", "match": "shard-000001", )"
+                        R"("extra_bytes": 67108864})")
+                  .ok());
+  RegisterJob(remote, "job");
+  grpc::Status status;
+  std::vector<std::string> got = Epoch(remote, "job", 0, 0, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("shard-000001.tar.gz"));
+  EXPECT_THAT(status.error_message(), HasSubstr("past the end"));
+  EXPECT_LT(got.size(), want_[0].size());
+  EXPECT_GE(*(*proxy)->Count("overlong"), 1);
+  const v1::GetStatusResponse after = GetStatus(remote.stub());
+  EXPECT_EQ(after.substitutions(), 0);
+  EXPECT_LT(after.remote_bytes(), int64_t{32} << 20) << "the copies stopped at the listed size";
+  // The store healthy again: the whole epoch.
+  ASSERT_TRUE((*proxy)->ClearFaults().ok());
+  RegisterJob(remote, "again");
+  got = Epoch(remote, "again", 0, 0, &status);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got.size(), want_[0].size());
   EXPECT_EQ(GetStatus(remote.stub()).substitutions(), 0);
 }
 
