@@ -612,6 +612,30 @@ def self_test():
         if got != want:
             print(f"FAIL: {got!r} != {want!r}")
             failures += 1
+    # Which request takes a store fault: by path, method, after `skip`, for `count`.
+    state = State()
+    state.faults.append(parse_fault({"kind": "fail", "status": 404, "match": "shard-1",
+                                     "method": "get", "skip": 2, "count": 2}))
+    state.faults.append(parse_fault({"kind": "overlong", "match": "shard-2"}))
+    taken = [(f or {}).get("kind") for f in (
+        state.take_fault("HEAD", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-2.tar"))]
+    if taken != [None, None, None, "fail", "fail", None, "overlong"]:
+        print(f"FAIL: faults taken {taken}")
+        failures += 1
+    if state.faults[1]["extra_bytes"] != 1 << 20:
+        print("FAIL: overlong's default extra_bytes")
+        failures += 1
+    for bad in ({"kind": "overlong", "extra_bytes": 0}, {"kind": "fail", "status": 404, "skip": -1},
+                {"kind": "nonsense"}):
+        try:
+            parse_fault(bad)
+            print(f"FAIL: {bad} accepted")
+            failures += 1
+        except ValueError:
+            pass
     print("fault_proxy self-test: %s" % ("ok" if failures == 0 else f"{failures} failed"))
     return 1 if failures else 0
 

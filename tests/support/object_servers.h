@@ -1,7 +1,8 @@
 // Real object stores on loopback for the remote-shard tests (issue 27), started and
 // stopped by the test: nginx serving a directory (HTTP range reads), s3rver (npm, on
 // Debian's nodejs) serving buckets, and tools/fault_proxy.py in front of either to cut
-// bodies, answer 500/503 with Retry-After, trickle, delay, or check SigV4 signatures.
+// bodies, answer 500/503 with Retry-After (or 403/404), trickle, send a malformed 206 or
+// a body longer than the object, delay, or check SigV4 signatures.
 // The programs come from tools/setup-test-servers.sh (CI runs it); a test that cannot
 // find one fails (FAILED_PRECONDITION), naming the script. Overrides: SHARDCAST_NGINX,
 // SHARDCAST_S3RVER (the programs), SHARDCAST_TEST_TOOLS (where the script put s3rver).
