@@ -99,8 +99,11 @@ struct DecodeLimits {
 // be as wrong. A read that fails with an error of the host, not of the data
 // (HostIoError: EMFILE, EACCES, EIO...), is retried with backoff for
 // `limits.host_error_retry` (each retry counted in ServerStats::shard_read_retries),
-// then fails the batch likewise with that UNAVAILABLE naming the shard and the errno:
-// substitutes are for corrupt content only. No exception leaves a decode task: an
+// then fails the batch likewise with that UNAVAILABLE naming the shard and the errno
+// (a store's errors are HostIoErrors too, 403 and 404 included: common/remote/
+// http_fetcher.h). Substitutes are for corrupt content only: of the read errors, only
+// DATA_LOSS (the shard's bytes are not what the index says) is substituted; any other
+// fails the batch with its status. No exception leaves a decode task: an
 // allocation failure while reading or decoding one sample is that sample's error
 // (substituted, counted, logged).
 class BatchAssembler {
@@ -139,7 +142,9 @@ class BatchAssembler {
   absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
                                                      const MemberRef& member);
   // Reads and decodes one sample into `out` (3 x crop x crop bytes).
-  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out);
+  // `*read_failed` is set when the error is the read's (not the decode's).
+  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out,
+                             bool* read_failed);
 
   const ServedDataset* const dataset_;
   DecodePool* const pool_;

@@ -114,9 +114,11 @@ void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
   flags.Int({{"--remote-connections"}, "N",
              "requests to object storage in flight at once (kept-alive connections)"},
             &r.fetch.max_connections, 1, 1024);
-  flags.Duration({{"--remote-timeout"}, "DURATION",
-                  "deadline of one request to object storage, retries and backoff included;\n"
-                  "then the read fails like a failing disk (retried for --shard-read-retry)"},
+  flags.Duration({{"--remote-timeout"},
+                  "DURATION",
+                  "deadline of one request to object storage, retries and backoff included\n"
+                  "(of a whole object streamed: the longest time without a byte); then the\n"
+                  "read fails like a failing disk (retried for --shard-read-retry)"},
                  &r.fetch.request_deadline);
   flags.String({{"--remote-ca-file"}, "FILE",
                 "CA certificates (PEM) to verify https stores with, instead of the system's"},

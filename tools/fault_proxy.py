@@ -13,15 +13,29 @@ HTTP on the same port, under /__proxy/ (JSON bodies):
   POST /__proxy/faults  {"kind": "cut", "match": "part", "count": 1, "after_bytes": 100}
                         {"kind": "fail", "status": 503, "retry_after": 2, ...}
                         {"kind": "trickle", "bytes_per_second": 40000, ...}
+                        {"kind": "bad_range", ...}
+                        {"kind": "overlong", "extra_bytes": 1048576, ...}
   POST /__proxy/delay   {"ms": 50}          every request waits that long first
   POST /__proxy/sigv4   {"access_key_id": "AKID", "secret_access_key": "SECRET"}, or {}
   POST /__proxy/clear   faults, delay and the SigV4 check off (counts stay)
   GET  /__proxy/counts  {"requests": N, "forwarded": N, "cut": N, ...}
 
+The store faults, for a store that misbehaves in the middle of an epoch:
+  fail       answers `status` (403 expired credentials, 404 object deleted, 503...) with
+             an S3 error body instead of forwarding;
+  cut        sends `after_bytes` of the body, then closes the connection;
+  trickle    sends the body steadily at `bytes_per_second` (slow, not stalled);
+  bad_range  a malformed 206: the upstream's body, but under a Content-Range one byte
+             later than the one asked for (or `content_range` verbatim, when given);
+  overlong   the upstream's status and body with no Content-Length, then `extra_bytes`
+             more bytes, then the end of the connection (a body longer than the object).
+
 A request takes the first armed fault whose `match` is in its path (every path when
-empty) and whose count is not spent (-1: never spent). Each proxied request counts in
-"requests" and in exactly one kind: bad_signature, failed, cut, trickled or forwarded.
-One line on stderr per fault applied. Standard library only.
+empty), whose `method` is the request's (any when empty), and whose count is not spent
+(-1: never spent); a fault with `skip` N lets its first N such requests through
+untouched ("after N requests"). Each proxied request counts in "requests" and in
+exactly one kind: bad_signature, failed, cut, trickled, malformed, overlong or
+forwarded. One line on stderr per fault applied. Standard library only.
 """
 import argparse
 import hashlib
@@ -208,19 +222,25 @@ class State:
         self.delay_ms = 0
         self.sigv4 = None
         self.counts = {"requests": 0, "forwarded": 0, "cut": 0, "failed": 0, "trickled": 0,
-                       "bad_signature": 0}
+                       "malformed": 0, "overlong": 0, "bad_signature": 0}
 
     def count(self, kind):
         with self.lock:
             self.counts[kind] += 1
 
-    def take_fault(self, path):
+    def take_fault(self, method, path):
         with self.lock:
             for fault in self.faults:
-                if fault["count"] != 0 and fault["match"] in path:
-                    if fault["count"] > 0:
-                        fault["count"] -= 1
-                    return dict(fault)
+                if fault["count"] == 0 or fault["match"] not in path:
+                    continue
+                if fault["method"] and fault["method"] != method:
+                    continue
+                if fault["skip"] > 0:
+                    fault["skip"] -= 1
+                    return None  # one of the first N: through untouched
+                if fault["count"] > 0:
+                    fault["count"] -= 1
+                return dict(fault)
         return None
 
 
@@ -228,14 +248,21 @@ FAULT_PARAMS = {
     "cut": {"after_bytes": int},
     "fail": {"status": int, "retry_after": int},
     "trickle": {"bytes_per_second": int},
+    "bad_range": {"content_range": str},
+    "overlong": {"extra_bytes": int},
 }
+
+# What each fault kind counts as (see the module's docstring).
+FAULT_COUNTS = {"cut": "cut", "trickle": "trickled", "bad_range": "malformed",
+                "overlong": "overlong"}
 
 
 def parse_fault(spec):
     kind = spec.get("kind")
     if kind not in FAULT_PARAMS:
         raise ValueError(f"unknown fault kind {kind!r}")
-    fault = {"kind": kind, "match": str(spec.get("match", "")), "count": int(spec.get("count", -1))}
+    fault = {"kind": kind, "match": str(spec.get("match", "")), "count": int(spec.get("count", -1)),
+             "method": str(spec.get("method", "")).upper(), "skip": int(spec.get("skip", 0))}
     for name, cast in FAULT_PARAMS[kind].items():
         if name in spec:
             fault[name] = cast(spec[name])
@@ -246,6 +273,12 @@ def parse_fault(spec):
         raise ValueError("fail needs an HTTP status")
     if kind == "trickle" and fault.get("bytes_per_second", 0) <= 0:
         raise ValueError("trickle needs bytes_per_second > 0")
+    if kind == "overlong":
+        fault.setdefault("extra_bytes", 1 << 20)
+        if fault["extra_bytes"] <= 0:
+            raise ValueError("overlong needs extra_bytes > 0")
+    if fault["skip"] < 0:
+        raise ValueError("skip must be >= 0")
     return fault
 
 
@@ -308,7 +341,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 log(f"bad_signature {self.command} {self.path}: {code}: {message}")
                 self._reply(status, error_xml(code, message))
                 return
-        fault = state.take_fault(self.path.partition("?")[0])
+        fault = state.take_fault(self.command, self.path.partition("?")[0])
         if fault is not None and fault["kind"] == "fail":
             state.count("failed")
             log(f"fail {self.command} {self.path}: {fault['status']}")
@@ -360,23 +393,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # client gets a Content-Length, which cuts are measured against.
             prefetched = resp.read()
             length = str(len(prefetched))
-        self.send_response_only(resp.status, resp.reason)
+        kind = fault["kind"] if fault else "forwarded"
+        status, reason = resp.status, resp.reason
+        if kind == "bad_range" and not no_body:
+            status, reason = 206, "Partial Content"
+        overlong = kind == "overlong" and not no_body
+        self.send_response_only(status, reason)
         for name, value in resp.getheaders():
-            if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                self.send_header(name, value)
-        if length is not None:
+            lower = name.lower()
+            if lower in HOP_BY_HOP or lower == "content-length":
+                continue
+            if kind == "bad_range" and lower == "content-range":
+                continue
+            self.send_header(name, value)
+        if kind == "bad_range" and not no_body:
+            self.send_header("Content-Range", self._bad_content_range(fault, resp, length))
+        if overlong:
+            # No length: the body is delimited by the end of the connection, so the
+            # client cannot know it is longer than the object until the bytes come.
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        elif length is not None:
             self.send_header("Content-Length", length)
-        if resp.will_close:
+        if resp.will_close and not overlong:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
 
-        kind = fault["kind"] if fault else "forwarded"
-        self.state.count({"cut": "cut", "trickle": "trickled"}.get(kind, "forwarded"))
+        self.state.count(FAULT_COUNTS.get(kind, "forwarded"))
         if kind == "cut":
             log(f"cut {self.command} {self.path} after {fault['after_bytes']} of {length} bytes")
         elif kind == "trickle":
             log(f"trickle {self.command} {self.path} at {fault['bytes_per_second']} B/s")
+        elif kind in ("bad_range", "overlong"):
+            log(f"{kind} {self.command} {self.path}")
 
         remaining = fault["after_bytes"] if kind == "cut" else None
         rate = fault["bytes_per_second"] if kind == "trickle" else None
@@ -402,12 +452,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         break
                 if remaining == 0:
                     break
+            if overlong:
+                junk = b"\xa5" * min(fault["extra_bytes"], 64 * 1024)
+                left = fault["extra_bytes"]
+                while left > 0:
+                    self.wfile.write(junk[:left])
+                    left -= len(junk[:left])
             self.wfile.flush()
         except (ConnectionError, OSError):
             self.close_connection = True
             self._drop_upstream()
             return
-        if remaining is not None:
+        if remaining is not None or overlong:
             # Fewer bytes than the Content-Length, then the end of the stream (FIN): the
             # client sees a short body (curl: error 18, CURLE_PARTIAL_FILE). The rest of
             # the upstream body was not read, so that connection cannot be reused.
@@ -417,6 +473,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _bad_content_range(self, fault, resp, length):
+        """The Content-Range of a malformed 206: `content_range` as given, else the
+        upstream's range (or the whole body's) one byte later than the bytes sent."""
+        if fault.get("content_range"):
+            return fault["content_range"]
+        match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", resp.getheader("Content-Range") or "")
+        if match:
+            first, last, total = int(match.group(1)), int(match.group(2)), match.group(3)
+        else:
+            first, last, total = 0, max(int(length or 0) - 1, 0), length or "*"
+        return f"bytes {first + 1}-{last + 1}/{total}"
 
     def _drop_upstream(self):
         conn = getattr(self, "_conn", None)
@@ -465,7 +533,10 @@ def make_server(listen_host, listen_port, upstream_url):
         raise SystemExit(f"--upstream must be http://HOST:PORT, not {upstream_url}")
     handler = type("BoundHandler", (Handler,), {
         "state": State(), "upstream": (parsed.hostname, parsed.port or 80)})
-    server = http.server.ThreadingHTTPServer((listen_host, listen_port), handler)
+    # A listen backlog for a client's whole connection pool opening at once (the
+    # default 5 drops SYNs: connects then wait a second for the retransmission).
+    server_class = type("Server", (http.server.ThreadingHTTPServer,), {"request_queue_size": 128})
+    server = server_class((listen_host, listen_port), handler)
     server.daemon_threads = True
     return server
 
@@ -541,6 +612,30 @@ def self_test():
         if got != want:
             print(f"FAIL: {got!r} != {want!r}")
             failures += 1
+    # Which request takes a store fault: by path, method, after `skip`, for `count`.
+    state = State()
+    state.faults.append(parse_fault({"kind": "fail", "status": 404, "match": "shard-1",
+                                     "method": "get", "skip": 2, "count": 2}))
+    state.faults.append(parse_fault({"kind": "overlong", "match": "shard-2"}))
+    taken = [(f or {}).get("kind") for f in (
+        state.take_fault("HEAD", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
+        state.take_fault("GET", "/d/shard-2.tar"))]
+    if taken != [None, None, None, "fail", "fail", None, "overlong"]:
+        print(f"FAIL: faults taken {taken}")
+        failures += 1
+    if state.faults[1]["extra_bytes"] != 1 << 20:
+        print("FAIL: overlong's default extra_bytes")
+        failures += 1
+    for bad in ({"kind": "overlong", "extra_bytes": 0}, {"kind": "fail", "status": 404, "skip": -1},
+                {"kind": "nonsense"}):
+        try:
+            parse_fault(bad)
+            print(f"FAIL: {bad} accepted")
+            failures += 1
+        except ValueError:
+            pass
     print("fault_proxy self-test: %s" % ("ok" if failures == 0 else f"{failures} failed"))
     return 1 if failures else 0
 

@@ -170,6 +170,12 @@ struct Call {
   const std::optional<SigV4>* sign = nullptr;
   bool head = false;
   const Sink* sink = nullptr;
+  bool may_be_absent = false;  // a 404 is an answer (RangeRequest::may_be_absent)
+  // The deadline moves to `window` after the last byte received (GetStreaming), instead
+  // of staying `window` after the first attempt (Get, HEAD).
+  bool deadline_follows_progress = false;
+  absl::Duration window;
+  absl::Time deadline;
 
   // --- Across attempts.
   uint64_t next_offset = 0;      // of the next byte wanted
@@ -186,6 +192,8 @@ struct Call {
   bool progress = false;    // bytes went to the sink
   bool done = false;        // every wanted byte arrived; the rest of the body is not
   absl::Status abort;       // why the write callback stopped the transfer
+  bool sink_failed = false;  // `abort` is the sink's error, not the store's
+  bool stalled = false;      // the progress callback stopped it: no byte before `deadline`
   std::string error_body;
   char error_buffer[CURL_ERROR_SIZE] = {};
 
@@ -205,6 +213,8 @@ struct Call {
     progress = false;
     done = false;
     abort = absl::OkStatus();
+    sink_failed = false;
+    stalled = false;
     error_body.clear();
     error_buffer[0] = '\0';
   }
@@ -223,7 +233,7 @@ struct Call {
       }
       if (headers.content_range->first != next_offset) {
         return absl::InternalError(absl::StrCat(url, ": asked for bytes from ", next_offset,
-                                                ", got Content-Range \"",
+                                                ", got a 206 with Content-Range \"",
                                                 headers.content_range_text, "\""));
       }
       total = headers.content_range->total;
@@ -259,10 +269,25 @@ struct Call {
     skip -= skipped;
     data.remove_prefix(skipped);
     if (!to_end) data = data.substr(0, remaining);
+    if (to_end && size.has_value() && data.size() > *size - std::min(*size, next_offset)) {
+      // A body without a length (or with a wrong one) that goes on past the object's
+      // end: not the object's bytes, and no bound on memory if taken.
+      abort = absl::InternalError(absl::StrCat(
+          url, ": the body goes on past the end of the ", *size, "-byte object (",
+          headers.content_length.has_value() ? "a wrong Content-Length" : "no Content-Length",
+          "): not the object's bytes"));
+      return false;
+    }
     if (!data.empty()) {
       abort = (*sink)(data);
-      if (!abort.ok()) return false;
+      if (!abort.ok()) {
+        sink_failed = true;
+        return false;
+      }
       progress = true;
+      // Progress is a wanted byte, never one received again: an attempt that only
+      // repeats bytes (a server ignoring the Range of a resume) does not move it.
+      if (deadline_follows_progress) deadline = absl::Now() + window;
       next_offset += data.size();
       if (!to_end) remaining -= data.size();
     }
@@ -305,6 +330,15 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     call.headers.retry_after = ParseRetryAfter(value);
   }
   return bytes;
+}
+
+// Only for a call whose deadline follows progress (it has no whole-transfer timeout):
+// stops the transfer once no byte came before the deadline.
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  Call& call = *static_cast<Call*>(user);
+  if (absl::Now() < call.deadline) return 0;
+  call.stalled = true;
+  return 1;  // CURLE_ABORTED_BY_CALLBACK
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -373,7 +407,7 @@ class CurlFetcher final : public HttpFetcher {
     // kMaxReserve up front: the size comes from the store (a listing may lie), and the
     // bytes that really come grow the string as they arrive.
     constexpr uint64_t kMaxReserve = uint64_t{64} << 20;
-    if (request.length > 0) {
+    if (!request.to_end) {
       out.reserve(std::min(request.length, kMaxReserve));
     } else if (request.size > request.offset) {
       out.reserve(std::min(request.size - request.offset, kMaxReserve));
@@ -382,22 +416,13 @@ class CurlFetcher final : public HttpFetcher {
       out.append(data.data(), data.size());
       return absl::OkStatus();
     };
-    absl::Status status = GetStreaming(request, sink);
+    absl::Status status = Read(request, sink, /*deadline_follows_progress=*/false);
     if (!status.ok()) return status;
     return out;
   }
 
   absl::Status GetStreaming(const RangeRequest& request, const Sink& sink) override {
-    Call call;
-    call.url = request.url;
-    call.sign = &request.sign;
-    call.sink = &sink;
-    call.next_offset = request.offset;
-    call.to_end = request.length == 0;
-    call.remaining = request.length;
-    call.etag = request.etag;
-    if (request.size > 0) call.size = request.size;
-    return Run(call);
+    return Read(request, sink, /*deadline_follows_progress=*/true);
   }
 
   absl::StatusOr<ObjectHead> Head(const std::string& url,
@@ -411,9 +436,10 @@ class CurlFetcher final : public HttpFetcher {
     if (!status.ok()) return status;
     if (!call.headers.content_length.has_value()) {
       counters_.failures.fetch_add(1);
-      return absl::InvalidArgumentError(absl::StrCat(
-          url, ": the server answered HEAD without a Content-Length, so the object's size "
-               "is unknown; serve shards from a server that sends one"));
+      return AsHostIoError(absl::InvalidArgumentError(
+          absl::StrCat(url,
+                       ": the server answered HEAD without a Content-Length, so the object's size "
+                       "is unknown; serve shards from a server that sends one")));
     }
     return ObjectHead{*call.headers.content_length, call.headers.etag};
   }
@@ -440,17 +466,50 @@ class CurlFetcher final : public HttpFetcher {
     return found;
   }
 
+  absl::Status Read(const RangeRequest& request, const Sink& sink, bool deadline_follows_progress) {
+    if (request.to_end && request.length > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          request.url, ": a request for ", request.length, " bytes and to the object's end"));
+    }
+    // Nothing wanted, nothing asked: an open range would read the whole object.
+    if (!request.to_end && request.length == 0) return absl::OkStatus();
+    Call call;
+    call.url = request.url;
+    call.sign = &request.sign;
+    call.sink = &sink;
+    call.may_be_absent = request.may_be_absent;
+    call.deadline_follows_progress = deadline_follows_progress;
+    call.next_offset = request.offset;
+    call.to_end = request.to_end;
+    call.remaining = request.length;
+    call.etag = request.etag;
+    if (request.size > 0) call.size = request.size;
+    return Run(call);
+  }
+
+  // What a call that failed for good returns: the store's errors marked HostIoError
+  // (the store's fault, retried by the serve path, never taken for bad data), a
+  // changed object and the sink's own error as they are, a 404 of a file that may be
+  // absent as the answer it is. Counted in failures but for that last one.
+  absl::Status Failed(const Call& call, absl::Status status) {
+    const bool answer = call.may_be_absent && absl::IsNotFound(status);
+    if (!answer) counters_.failures.fetch_add(1);
+    if (answer || call.sink_failed || IsShardChanged(status)) return status;
+    return AsHostIoError(std::move(status));
+  }
+
   // Attempts until the call is done, fails for good, or its deadline passes.
   absl::Status Run(Call& call) {
     const absl::Time start = absl::Now();
-    const absl::Time deadline = start + options_.request_deadline;
+    call.window = options_.request_deadline;
+    call.deadline = start + call.window;
     absl::Duration backoff = options_.first_backoff;
     std::string last_error = "no attempt";
     int attempts = 0;
     while (true) {
       Outcome outcome;
       {
-        Lease lease(pool_, deadline);
+        Lease lease(pool_, call.deadline);
         if (lease.get() == nullptr) {
           last_error = absl::StrCat("no connection free (all ", options_.max_connections,
                                     " in use) before the deadline");
@@ -459,18 +518,13 @@ class CurlFetcher final : public HttpFetcher {
         if (attempts > 0) counters_.retries.fetch_add(1);
         ++attempts;
         counters_.requests.fetch_add(1);
-        outcome = Attempt(lease.get(), call, deadline);
+        outcome = Attempt(lease.get(), call);
       }
       if (outcome.kind == Outcome::kDone) {
         RecordLatency(absl::Now() - start);
         return absl::OkStatus();
       }
-      if (outcome.kind == Outcome::kFail) {
-        // A 404 is an answer (the index file is looked for where it may not be), not a
-        // failing store.
-        if (!absl::IsNotFound(outcome.status)) counters_.failures.fetch_add(1);
-        return outcome.status;
-      }
+      if (outcome.kind == Outcome::kFail) return Failed(call, std::move(outcome.status));
       last_error = outcome.error;
       // A cut body that delivered bytes is not a store getting worse: start over.
       if (call.progress) backoff = options_.first_backoff;
@@ -478,7 +532,7 @@ class CurlFetcher final : public HttpFetcher {
       backoff = std::min(backoff * 2, options_.max_backoff);
       if (outcome.retry_after.has_value()) {
         if (*outcome.retry_after > options_.max_retry_after) {
-          counters_.failures.fetch_add(1);
+          counters_.failures.fetch_add(1);  // (already a HostIoError: not through Failed)
           return AsHostIoError(absl::UnavailableError(absl::StrCat(
               call.method, " ", call.url, ": ", last_error, " asks to retry after ",
               absl::FormatDuration(*outcome.retry_after), ", longer than the ",
@@ -487,15 +541,17 @@ class CurlFetcher final : public HttpFetcher {
         wait = std::max(wait, *outcome.retry_after);
       }
       // Sleeping past the deadline would only delay the same answer.
-      if (absl::Now() + wait >= deadline) break;
+      if (absl::Now() + wait >= call.deadline) break;
       absl::SleepFor(wait);
     }
     counters_.failures.fetch_add(1);
-    return AsHostIoError(absl::UnavailableError(absl::StrCat(
-        call.method, " ", call.url, ": gave up after ", attempts, " attempt",
-        attempts == 1 ? "" : "s", " in ", absl::FormatDuration(absl::Now() - start),
-        " (deadline ", absl::FormatDuration(options_.request_deadline), "); last error: ",
-        last_error)));
+    return AsHostIoError(absl::UnavailableError(
+        absl::StrCat(call.method, " ", call.url, ": gave up after ", attempts, " attempt",
+                     attempts == 1 ? "" : "s", " in ", absl::FormatDuration(absl::Now() - start),
+                     call.deadline_follows_progress
+                         ? absl::StrCat(" (no byte for ", absl::FormatDuration(call.window), ")")
+                         : absl::StrCat(" (deadline ", absl::FormatDuration(call.window), ")"),
+                     "; last error: ", last_error)));
   }
 
   // Up to half of `backoff` more, so that many clients cut at once do not come back at once.
@@ -513,7 +569,7 @@ class CurlFetcher final : public HttpFetcher {
 
   // Sets every option of one attempt (the handle is reset: it keeps only its
   // connections and caches), with the headers in `headers` (freed by the caller).
-  void Configure(CURL* handle, Call& call, absl::Time deadline, curl_slist*& headers) {
+  void Configure(CURL* handle, Call& call, curl_slist*& headers) {
     curl_easy_reset(handle);
     curl_easy_setopt(handle, CURLOPT_URL, call.url.c_str());
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);  // threads: no SIGALRM for DNS timeouts
@@ -523,8 +579,16 @@ class CurlFetcher final : public HttpFetcher {
     curl_easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
     // The attempt may use what is left of the request's deadline, at least 1 ms (0
     // would mean no limit).
-    const int64_t left_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()));
-    curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
+    const int64_t left_ms =
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(call.deadline - absl::Now()));
+    if (call.deadline_follows_progress) {
+      // No limit on the whole transfer: OnProgress stops it once no byte came in time.
+      curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+      curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, OnProgress);
+      curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &call);
+    } else {
+      curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
+    }
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(std::min<int64_t>(
                          left_ms, std::max<int64_t>(1, absl::ToInt64Milliseconds(
@@ -582,10 +646,10 @@ class CurlFetcher final : public HttpFetcher {
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers);
   }
 
-  Outcome Attempt(CURL* handle, Call& call, absl::Time deadline) {
+  Outcome Attempt(CURL* handle, Call& call) {
     call.StartAttempt();
     curl_slist* headers = nullptr;
-    Configure(handle, call, deadline, headers);
+    Configure(handle, call, headers);
     const CURLcode code = curl_easy_perform(handle);
     curl_slist_free_all(headers);
     curl_off_t received = 0;
@@ -600,6 +664,10 @@ class CurlFetcher final : public HttpFetcher {
     if (!call.abort.ok()) return Fail(call.abort);
     // A connection that failed after the last wanted byte failed too late to matter.
     if (call.done || (!call.head && call.Complete())) return {};
+    if (call.stalled) {
+      return Retry(absl::StrCat("no byte for ", absl::FormatDuration(call.window), " at byte ",
+                                call.next_offset));
+    }
     const bool success = response.status >= 200 && response.status < 300;
     if (code != CURLE_OK) {
       const std::string error =

@@ -25,7 +25,8 @@ struct FetchOptions {
   // Requests in flight at once, over at most this many kept-alive connections; a
   // request beyond it waits for a connection (its wait counts toward its deadline).
   int max_connections = 16;
-  // One request, every retry and backoff included. --remote-timeout.
+  // One request, every retry and backoff included (Get, Head); for GetStreaming, the
+  // longest time without a byte received, retries included. --remote-timeout.
   absl::Duration request_deadline = absl::Seconds(60);
   absl::Duration connect_timeout = absl::Seconds(10);
   // An attempt that receives fewer than `low_speed_bytes` per second for
@@ -49,19 +50,28 @@ struct SigV4 {
 };
 std::optional<SigV4> SigV4For(const S3Settings& settings);  // nullopt without a key
 
-// One object's bytes [offset, offset + length).
+// One object's bytes: exactly [offset, offset + length), or, as a separate kind of
+// request (to_end), every byte from `offset` to the object's end. A length of 0 is 0
+// bytes (answered without a request), never "everything".
 struct RangeRequest {
   std::string url;
   std::optional<SigV4> sign;
   uint64_t offset = 0;
-  uint64_t length = 0;  // 0 = to the object's end
+  uint64_t length = 0;  // the bytes wanted; 0 with to_end
   // The identity pinned when the dataset was indexed; empty / 0 = unchecked. A
   // non-empty ETag is sent as If-Match (S3 answers 412 when it changed) and compared
   // with the response's ETag (for servers that ignore If-Match); a size is compared
   // with the total of the response's Content-Range (or its Content-Length for a
-  // whole-object read).
+  // whole-object read), and bounds the body: a byte past it is a store error.
   std::string etag;
   uint64_t size = 0;
+  // From `offset` to the object's end (a whole object: an index file, a shard copied
+  // whole) instead of `length` bytes. Bounded by the pinned size, else by the size the
+  // response announces; a body announcing none is bounded only by the caller's sink.
+  bool to_end = false;
+  // A 404 is an answer, not a store failing (a file looked for where it may not be,
+  // the dataset index file): NOT_FOUND unmarked and not counted in failures.
+  bool may_be_absent = false;
 };
 
 // What HEAD (or the first response of a read) says of an object.
@@ -75,7 +85,9 @@ struct FetchCounters {
   std::atomic<int64_t> requests{0};        // HTTP requests sent (retries included)
   std::atomic<int64_t> bytes{0};           // body bytes received
   std::atomic<int64_t> retries{0};         // attempts after the first of a request
-  std::atomic<int64_t> failures{0};        // requests that returned an error but NOT_FOUND
+  // Requests that returned an error (a 404 included, but for a request that said the
+  // object may be absent).
+  std::atomic<int64_t> failures{0};
   std::atomic<int64_t> connections_in_use{0};  // gauge
   // Successful requests and the time they took, first attempt to last byte (status
   // and /metrics give both: a mean latency, and its rate in Prometheus).
@@ -91,25 +103,31 @@ class HttpFetcher {
   static absl::StatusOr<std::unique_ptr<HttpFetcher>> Create(const FetchOptions& options);
   virtual ~HttpFetcher() = default;
 
-  // The bytes of the range (exactly `length` of them, or to the end when 0). Errors,
-  // each naming the URL:
+  // The bytes of the range (exactly `length` of them, or to the object's end for
+  // to_end). Every error is the store's, never the data's, and names the URL:
   // - FAILED_PRECONDITION marked as ShardChangedError (common/shards/shard_reader.h)
   //   when the object is not the one pinned: 412, another ETag, another size;
-  // - NOT_FOUND (404), PERMISSION_DENIED (401/403, with S3's error code and message
-  //   from the XML body when there is one), INVALID_ARGUMENT (other 4xx, 416): never
-  //   retried;
-  // - UNAVAILABLE marked as a HostIoError (common/shards/shard_reader.h: the store's
-  //   fault, not the data's) when the deadline passed while retrying 5xx, 408, 429,
-  //   connection failures, cut bodies and trickles: says how many attempts and the
-  //   last error.
+  // - else marked as a HostIoError (common/shards/shard_reader.h: the store's fault,
+  //   which the serve path retries and then fails the stream with; never a substitute):
+  //   NOT_FOUND (404), PERMISSION_DENIED (401/403, with S3's error code and message
+  //   from the XML body when there is one), INVALID_ARGUMENT (other 4xx, 416), INTERNAL
+  //   (a malformed answer: a 206 for other bytes or without a readable Content-Range, a
+  //   body longer than the object), none of them retried here; UNAVAILABLE when the
+  //   deadline passed while retrying 5xx, 408, 429, connection failures, cut bodies and
+  //   trickles, saying how many attempts and the last error.
+  //   Only a 404 of a request that set may_be_absent is NOT_FOUND unmarked.
   // A retry after a body was cut asks for the rest only (Range from the last byte
   // received) with If-Match on the ETag seen, so the bytes returned are one version.
+  // The deadline (FetchOptions::request_deadline) bounds the whole request.
   virtual absl::StatusOr<std::string> Get(const RangeRequest& request) = 0;
 
   // Like Get, but hands the body to `sink` in order as it arrives, never a byte
   // twice (retries resume). For whole shards (indexing without an index file,
   // .tar.gz shards into the disk cache): memory stays one buffer, whatever the
-  // object's size. An error from `sink` ends the read with that error.
+  // object's size. An error from `sink` ends the read with that error, as it is.
+  // The deadline bounds progress, not the whole read: it fails only when no byte came
+  // for request_deadline (retries included), so a big object on a slow but steady link
+  // is read whole, however long that takes.
   virtual absl::Status GetStreaming(const RangeRequest& request,
                                     const std::function<absl::Status(absl::string_view)>& sink) = 0;
 

@@ -43,9 +43,11 @@ absl::Status NoShardsError(const std::string& root) {
 // answering the listing.
 constexpr uint64_t kMaxListPageBytes = uint64_t{16} << 20;
 
-// Reads `request` whole, failing once it passes `max_bytes` rather than holding it all.
-absl::StatusOr<std::string> GetBounded(HttpFetcher& fetcher, const RangeRequest& request,
+// Reads `request`'s object whole, failing once it passes `max_bytes` rather than
+// holding it all.
+absl::StatusOr<std::string> GetBounded(HttpFetcher& fetcher, RangeRequest request,
                                        uint64_t max_bytes) {
+  request.to_end = true;
   std::string out;
   absl::Status status = fetcher.GetStreaming(request, [&](absl::string_view data) {
     if (data.size() > max_bytes - out.size()) {
@@ -60,9 +62,9 @@ absl::StatusOr<std::string> GetBounded(HttpFetcher& fetcher, const RangeRequest&
 }
 
 // GetBounded, with nullopt for a file that is not there (404).
-absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher,
-                                                        const RangeRequest& request,
+absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher, RangeRequest request,
                                                         uint64_t max_bytes) {
+  request.may_be_absent = true;  // a 404 is the answer "not there", not a failing store
   absl::StatusOr<std::string> file = GetBounded(fetcher, request, max_bytes);
   if (absl::IsNotFound(file.status())) return std::nullopt;
   if (!file.ok()) return file.status();
@@ -319,16 +321,17 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& u
 
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
                             const std::string& path) {
-  return store.fetcher().GetStreaming(
-      store.Request(object, 0, 0), [fd, &path](absl::string_view chunk) {
-        while (!chunk.empty()) {
-          const ssize_t n = ::write(fd, chunk.data(), chunk.size());
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0) return HostIoError(path, "write failed", errno);
-          chunk.remove_prefix(static_cast<size_t>(n));
-        }
-        return absl::OkStatus();
-      });
+  RangeRequest whole = store.Request(object, 0, 0);
+  whole.to_end = true;
+  return store.fetcher().GetStreaming(whole, [fd, &path](absl::string_view chunk) {
+    while (!chunk.empty()) {
+      const ssize_t n = ::write(fd, chunk.data(), chunk.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return HostIoError(path, "write failed", errno);
+      chunk.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace shardcast::remote

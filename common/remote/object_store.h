@@ -53,8 +53,9 @@ class ObjectStore {
   virtual RemoteObject Object(const std::string& name, uint64_t size,
                               const std::string& etag) const = 0;
 
-  // The request for bytes [offset, offset + length) of `object`, pinned to its size
-  // and ETag, signed when the store signs.
+  // The request for exactly bytes [offset, offset + length) of `object` (none when
+  // `length` is 0: set RangeRequest::to_end for the rest of the object), pinned to its
+  // size and ETag, signed when the store signs.
   virtual RangeRequest Request(const RemoteObject& object, uint64_t offset,
                                uint64_t length) const = 0;
 

@@ -125,6 +125,7 @@ class RemoteReader::Impl {
           }
           continue;
         }
+        if (m.member.size == 0) continue;  // read without a request (ReadPlain)
         const MemberKey key(m.shard, m.member.offset);
         if (read_ahead_.count(key) > 0) continue;
         if (cache_ != nullptr && cache_->Contains(CacheKey(info, m.member), m.member.size)) {
@@ -182,6 +183,8 @@ class RemoteReader::Impl {
 
   absl::StatusOr<std::string> ReadPlain(uint32_t shard, const ShardInfo& info,
                                         const MemberRef& member) {
+    // An empty member is its empty bytes: nothing to fetch, cache or fetch ahead.
+    if (member.size == 0) return std::string();
     if (std::shared_ptr<ReadAhead> ahead = TakeReadAhead(MemberKey(shard, member.offset))) {
       if (ahead->status.ok()) {
         counters_.read_ahead_hits.fetch_add(1, std::memory_order_relaxed);

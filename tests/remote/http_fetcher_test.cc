@@ -78,6 +78,15 @@ RangeRequest Range(const std::string& url, uint64_t offset, uint64_t length) {
   return request;
 }
 
+// From `offset` to the object's end.
+RangeRequest ToEnd(const std::string& url, uint64_t offset = 0) {
+  RangeRequest request;
+  request.url = url;
+  request.offset = offset;
+  request.to_end = true;
+  return request;
+}
+
 // nginx serving one 1 MiB file, alone and behind a fault proxy; shared by the suite
 // (servers take a while to start), faults cleared before each test.
 class NginxFetchTest : public ::testing::Test {
@@ -127,10 +136,10 @@ TEST_F(NginxFetchTest, RangeReadsEqualTheFile) {
     EXPECT_TRUE(*got == bytes_->substr(offset, length)) << offset << "+" << length;
   }
   // To the end, from the start and from the middle.
-  absl::StatusOr<std::string> whole = fetcher->Get(Range(DirectUrl(), 0, 0));
+  absl::StatusOr<std::string> whole = fetcher->Get(ToEnd(DirectUrl()));
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_TRUE(*whole == *bytes_);
-  absl::StatusOr<std::string> tail = fetcher->Get(Range(DirectUrl(), 1000, 0));
+  absl::StatusOr<std::string> tail = fetcher->Get(ToEnd(DirectUrl(), 1000));
   ASSERT_TRUE(tail.ok()) << tail.status();
   EXPECT_TRUE(*tail == bytes_->substr(1000));
 
@@ -154,12 +163,11 @@ TEST_F(NginxFetchTest, WholeObjectStreamsInOrder) {
   std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
   std::string streamed;
   int chunks = 0;
-  absl::Status status =
-      fetcher->GetStreaming(Range(DirectUrl(), 0, 0), [&](absl::string_view chunk) {
-        streamed.append(chunk.data(), chunk.size());
-        ++chunks;
-        return absl::OkStatus();
-      });
+  absl::Status status = fetcher->GetStreaming(ToEnd(DirectUrl()), [&](absl::string_view chunk) {
+    streamed.append(chunk.data(), chunk.size());
+    ++chunks;
+    return absl::OkStatus();
+  });
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(streamed == *bytes_);
   EXPECT_GT(chunks, 1);  // handed over as it arrives, not as one buffer
@@ -167,7 +175,7 @@ TEST_F(NginxFetchTest, WholeObjectStreamsInOrder) {
 
 TEST_F(NginxFetchTest, SinkErrorEndsTheRead) {
   std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  absl::Status status = fetcher->GetStreaming(Range(DirectUrl(), 0, 0), [](absl::string_view) {
+  absl::Status status = fetcher->GetStreaming(ToEnd(DirectUrl()), [](absl::string_view) {
     return absl::ResourceExhaustedError("disk full");
   });
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
@@ -182,16 +190,164 @@ TEST_F(NginxFetchTest, HeadGivesSizeAndEtag) {
   EXPECT_TRUE(absl::StartsWith(head->etag, "\"")) << head->etag;
 }
 
+// An object that is not there is the store's failure (it was deleted, or the listing
+// was wrong), not bad data: marked HostIoError and counted, like any store error.
+// Only a file looked for where it may not be (may_be_absent) takes a 404 as an answer.
 TEST_F(NginxFetchTest, MissingObjectIsNotFoundNamingTheUrl) {
   std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
   const std::string url = nginx_->url() + "/absent.tar";
   absl::StatusOr<std::string> got = fetcher->Get(Range(url, 0, 10));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status())) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr(url));
+  EXPECT_THAT(got.status().message(), HasSubstr("404"));
   absl::StatusOr<ObjectHead> head = fetcher->Head(url, std::nullopt);
   EXPECT_EQ(head.status().code(), absl::StatusCode::kNotFound) << head.status();
-  EXPECT_EQ(fetcher->counters().retries.load(), 0);  // never retried
-  EXPECT_EQ(fetcher->counters().failures.load(), 0);  // an answer, not a failing store
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);  // never retried here
+  EXPECT_EQ(fetcher->counters().failures.load(), 2);
+
+  RangeRequest optional = ToEnd(url);
+  optional.may_be_absent = true;
+  got = fetcher->Get(optional);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+  EXPECT_FALSE(IsHostIoError(got.status())) << "an answer, not a failing store";
+  EXPECT_EQ(fetcher->counters().failures.load(), 2);
+}
+
+// 403 (credentials expired), 404 (object deleted) and a malformed 206 in the middle of
+// reads: each is the store's error, marked HostIoError (retried by the serve path,
+// then failing the stream, never substituted), naming the object and the status, and
+// counted in failures. (Before: none marked, so each sample became a grey substitute;
+// the 404 not counted at all.)
+TEST_F(NginxFetchTest, StoreErrorsOfEveryKindAreHostIoErrorsNamingTheObjectAndCounted) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  struct Case {
+    std::string fault;
+    std::string want;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {R"({"kind": "fail", "status": 403, "match": "data.tar", "count": 1})", "403"},
+      {R"({"kind": "fail", "status": 404, "match": "data.tar", "count": 1})", "404"},
+      {R"({"kind": "bad_range", "match": "data.tar", "count": 1})", "206"},
+      {R"({"kind": "bad_range", "match": "data.tar", "count": 1, "content_range": "bytes x"})",
+       "206"},
+  };
+  int64_t failures = 0;
+  for (const Case& c : cases) {
+    ASSERT_TRUE(proxy_->ClearFaults().ok());
+    ASSERT_TRUE(proxy_->Arm(c.fault).ok()) << c.fault;
+    absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 1000, 5000));
+    EXPECT_FALSE(got.ok()) << c.fault;
+    EXPECT_TRUE(IsHostIoError(got.status())) << c.fault << ": " << got.status();
+    EXPECT_FALSE(IsShardChanged(got.status())) << got.status();
+    EXPECT_THAT(got.status().message(), HasSubstr(ProxiedUrl())) << c.fault;
+    EXPECT_THAT(got.status().message(), HasSubstr(c.want)) << c.fault;
+    EXPECT_EQ(fetcher->counters().failures.load(), ++failures) << c.fault;
+  }
+  EXPECT_EQ(*proxy_->Count("malformed"), 2);
+  // The store answering again: the same read is whole.
+  ASSERT_TRUE(proxy_->ClearFaults().ok());
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 1000, 5000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(1000, 5000));
+}
+
+// Length 0 is 0 bytes, never "to the end": no request at all. To the end is its own
+// kind of request. (Before: a 0-length range read the object from the offset to its
+// end, on every read.)
+TEST_F(NginxFetchTest, ZeroLengthRangeSendsNoRequest) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 4096, 0));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), 0u);
+  int chunks = 0;
+  absl::Status streamed = fetcher->GetStreaming(Range(ProxiedUrl(), 0, 0), [&](absl::string_view) {
+    ++chunks;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(streamed.ok()) << streamed;
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(fetcher->counters().requests.load(), 0);
+  EXPECT_EQ(fetcher->counters().bytes.load(), 0);
+  RangeRequest both = ToEnd(ProxiedUrl());
+  both.length = 10;
+  EXPECT_EQ(fetcher->Get(both).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A whole-object body without Content-Length that goes on past the object's pinned
+// size is the store's error, found at the first byte too many: never a buffer growing
+// until the deadline. (Before: every byte was taken, 9 MiB for a 1 MiB object.)
+TEST_F(NginxFetchTest, BodyLongerThanThePinnedSizeIsAStoreErrorNotAnUnboundedBuffer) {
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  for (const bool streaming : {false, true}) {
+    ASSERT_TRUE(proxy_->ClearFaults().ok());
+    ASSERT_TRUE(
+        proxy_->Arm(R"({"kind": "overlong", "match": "data.tar", "extra_bytes": 8388608})").ok());
+    RangeRequest whole = ToEnd(ProxiedUrl());
+    whole.size = kObjectBytes;
+    uint64_t sunk = 0;
+    absl::Status status;
+    if (streaming) {
+      status = fetcher->GetStreaming(whole, [&](absl::string_view chunk) {
+        sunk += chunk.size();
+        return absl::OkStatus();
+      });
+    } else {
+      absl::StatusOr<std::string> got = fetcher->Get(whole);
+      status = got.status();
+      if (got.ok()) sunk = got->size();
+    }
+    EXPECT_FALSE(status.ok()) << streaming;
+    EXPECT_TRUE(IsHostIoError(status)) << status;
+    EXPECT_THAT(status.message(), HasSubstr(ProxiedUrl()));
+    EXPECT_THAT(status.message(), HasSubstr("past the end"));
+    EXPECT_LE(sunk, kObjectBytes) << "no byte past the object's end is handed on";
+  }
+  EXPECT_EQ(*proxy_->Count("overlong"), 2);
+}
+
+// A big object on a slow but steady link: GetStreaming's deadline bounds progress, not
+// the whole read, so it is read whole in one attempt, though that takes longer than
+// request_deadline. A Get keeps its deadline for the whole request. (Before: the
+// stream failed at the deadline; a shard slower than --remote-timeout could never be
+// indexed.)
+TEST_F(NginxFetchTest, StreamingASlowButSteadyObjectOutlastsTheDeadline) {
+  FetchOptions options = FastOptions();
+  options.request_deadline = absl::Seconds(1);
+  options.low_speed_bytes = 4096;
+  options.low_speed_time = absl::Seconds(1);
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->Trickle("data.tar", /*bytes_per_second=*/400000, 1).ok());
+  std::string streamed;
+  absl::Status status = fetcher->GetStreaming(ToEnd(ProxiedUrl()), [&](absl::string_view chunk) {
+    streamed.append(chunk.data(), chunk.size());
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(streamed == *bytes_);
+  EXPECT_EQ(fetcher->counters().retries.load(), 0);
+  EXPECT_EQ(*proxy_->Count("trickled"), 1);
+
+  ASSERT_TRUE(proxy_->Trickle("data.tar", /*bytes_per_second=*/400000, -1).ok());
+  absl::StatusOr<std::string> got = fetcher->Get(ToEnd(ProxiedUrl()));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status()));
+}
+
+// ...but a stream that receives nothing fails after request_deadline without a byte.
+TEST_F(NginxFetchTest, StreamingWithoutProgressFailsAfterTheDeadline) {
+  FetchOptions options = FastOptions();
+  options.request_deadline = absl::Seconds(1);
+  options.low_speed_bytes = 0;  // only the deadline stops it
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->Delay(4000).ok());
+  const absl::Time start = absl::Now();
+  absl::Status status = fetcher->GetStreaming(ToEnd(ProxiedUrl()),
+                                              [](absl::string_view) { return absl::OkStatus(); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(IsHostIoError(status));
+  EXPECT_THAT(status.message(), HasSubstr("no byte for 1s"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
 TEST_F(NginxFetchTest, RewrittenFileIsShardChanged) {
@@ -239,11 +395,10 @@ TEST_F(NginxFetchTest, CutBodyResumesFromTheLastByte) {
   // Streaming a whole object: never a byte twice.
   ASSERT_TRUE(proxy_->CutBody("data.tar", 300000, 3).ok());
   std::string streamed;
-  absl::Status status =
-      fetcher->GetStreaming(Range(ProxiedUrl(), 0, 0), [&](absl::string_view chunk) {
-        streamed.append(chunk.data(), chunk.size());
-        return absl::OkStatus();
-      });
+  absl::Status status = fetcher->GetStreaming(ToEnd(ProxiedUrl()), [&](absl::string_view chunk) {
+    streamed.append(chunk.data(), chunk.size());
+    return absl::OkStatus();
+  });
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(streamed == *bytes_);
   EXPECT_EQ(fetcher->counters().retries.load(), 5);
@@ -453,8 +608,7 @@ class OneShotListener {
 TEST(HttpFetcherTest, SignedRequestCarriesAndSignsTheAmzHeaders) {
   std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
   OneShotListener listener;
-  RangeRequest request;
-  request.url = listener.url("/bucket/key.tar");
+  RangeRequest request = ToEnd(listener.url("/bucket/key.tar"));
   request.sign = SigV4{"AKIDEXAMPLE", "secret", "the-session-token", "eu-west-3"};
   absl::StatusOr<std::string> got = fetcher->Get(request);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -542,6 +696,7 @@ TEST_F(S3FetchTest, RangeReadsEqualTheObject) {
   EXPECT_TRUE(*got == bytes_->substr(4321, 65536));
   request.offset = 0;
   request.length = 0;
+  request.to_end = true;
   got = fetcher->Get(request);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(*got == *bytes_);

@@ -179,7 +179,7 @@ TEST_F(S3StoreTest, SignedListingAndReadsPassTheVerifier) {
   ASSERT_TRUE(shards.ok()) << shards.status();
   EXPECT_EQ(Names(*shards), kTrainShards);
   for (const RemoteObject& shard : *shards) {
-    absl::StatusOr<std::string> got = fetcher_->Get(store->Request(shard, 0, 0));
+    absl::StatusOr<std::string> got = fetcher_->Get(store->Request(shard, 0, shard.size));
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, objects_->at("train/" + shard.name));
   }
@@ -301,7 +301,7 @@ TEST_F(HttpStoreTest, BraceUrlsListWithAHeadEach) {
     EXPECT_EQ(shard.url, nginx_->url() + "/d/" + shard.name);
     EXPECT_EQ(shard.size, 100u + i);
     EXPECT_FALSE(shard.etag.empty());
-    absl::StatusOr<std::string> got = fetcher_->Get(store->Request(shard, 0, 0));
+    absl::StatusOr<std::string> got = fetcher_->Get(store->Request(shard, 0, shard.size));
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, std::string(100 + i, 'a' + i));
     EXPECT_EQ(store->Object(shard.name, shard.size, shard.etag).url, shard.url);

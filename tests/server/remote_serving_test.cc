@@ -14,9 +14,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/child_process.h"
 #include "tests/support/object_servers.h"
+#include "tools/pack/tar_writer.h"
 
 namespace shardcast::server_testing {
 namespace {
@@ -278,6 +281,193 @@ TEST_F(RemoteServingTest, BadUrlsAndSettingsAreClearErrors) {
     EXPECT_FALSE(ready.ok()) << c.url;
     EXPECT_THAT(std::string(ready.message()), HasSubstr(c.want)) << c.url;
   }
+}
+
+// A store that starts answering 403 (credentials expired), 404 (the object deleted) or
+// a malformed 206 in the middle of an epoch: the store's fault, not the data's. The
+// read is retried for --shard-read-retry, then the stream fails naming the object and
+// the HTTP status; no sample is ever a substitute. (Before: every later sample of the
+// object was a grey substitute and the stream ended OK; a 404 did not even count as a
+// store failure.)
+TEST_F(RemoteServingTest, StoreErrorsMidEpochFailTheStreamNamingTheObjectNeverSubstitutes) {
+  auto nginx = NginxServer::Start(dir_.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  auto proxy = FaultProxy::Start((*nginx)->url());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  server::ServerOptions options = Remote();
+  options.read_ahead_batches = 0;  // each read when it is needed, after the fault is armed
+  options.shard_read_retry = absl::Milliseconds(300);
+  InProcessServer remote(absl::StrCat((*proxy)->url(), "/", kShardPattern), options);
+  struct Case {
+    std::string fault;
+    std::string want;  // in the stream's error, besides the object
+  };
+  const std::vector<Case> cases = {
+      {R"({"kind": "fail", "status": 403, "method": "GET", "match": "shard-000001"})", "403"},
+      // From the third read of the object on: deleted in the middle of the epoch.
+      {R"({"kind": "fail", "status": 404, "method": "GET", "match": "shard-000001", "skip": 2})",
+       "404"},
+      {R"({"kind": "bad_range", "method": "GET", "match": "shard-000001"})", "206"},
+  };
+  int64_t failures = GetStatus(remote.stub()).remote_failures();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].fault);
+    ASSERT_TRUE((*proxy)->ClearFaults().ok());
+    ASSERT_TRUE((*proxy)->Arm(cases[i].fault).ok());
+    const std::string job = absl::StrCat("job", i);
+    RegisterJob(remote, job);
+    grpc::Status status;
+    std::vector<std::string> got = Epoch(remote, job, 0, 0, &status);
+    // UNAVAILABLE, as a failing disk: the client's token and job are fine.
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("shard-000001.tar"));
+    EXPECT_THAT(status.error_message(), HasSubstr(cases[i].want));
+    EXPECT_LT(got.size(), want_[0].size());
+    for (size_t b = 0; b < got.size(); ++b) {
+      EXPECT_TRUE(got[b] == want_[0][b]) << "batch " << b << " differs from the local one";
+    }
+    const v1::GetStatusResponse after = GetStatus(remote.stub());
+    EXPECT_EQ(after.substitutions(), 0);
+    EXPECT_GT(after.remote_failures(), failures) << "every failed request counts";
+    failures = after.remote_failures();
+  }
+  // The store healthy again: the same server serves the whole epoch.
+  ASSERT_TRUE((*proxy)->ClearFaults().ok());
+  RegisterJob(remote, "healthy");
+  EXPECT_EQ(Epoch(remote, "healthy", 0, 0), want_[0]);
+  EXPECT_EQ(GetStatus(remote.stub()).substitutions(), 0);
+}
+
+// A .tar.gz shard is copied whole at serve time: a store that sends its body without
+// a Content-Length and on past the listed size fails the copy at the first byte too
+// many (never a buffer or a file growing with the store's bytes), the read is retried
+// and the stream fails UNAVAILABLE naming the object; nothing is substituted. (Before:
+// every byte was taken into the local copy.)
+TEST_F(RemoteServingTest, AWholeObjectBodyLongerThanListedFailsTheStreamNotTheMemory) {
+  TempDir gz;
+  for (int i = 0; i < kSamples / kPerShard; ++i) {
+    const std::string name = absl::StrFormat("shard-%06d.tar", i);
+    ASSERT_EQ(testing_util::RunShell(
+                  absl::StrCat("gzip -c ", testing_util::ShellQuote(dir_.path() + "/" + name),
+                               " > ", testing_util::ShellQuote(gz.path() + "/" + name + ".gz"))),
+              0);
+  }
+  auto nginx = NginxServer::Start(gz.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  auto proxy = FaultProxy::Start((*nginx)->url());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  server::ServerOptions options = Remote();
+  options.read_ahead_batches = 0;  // no copy made before the fault is armed
+  options.shard_read_retry = absl::Milliseconds(300);
+  InProcessServer remote(absl::StrCat((*proxy)->url(), "/shard-{000000..000003}.tar.gz"), options);
+  ASSERT_TRUE((*proxy)
+                  ->Arm(R"({"kind": "overlong", "method": "GET", "match": "shard-000001", )"
+                        R"("extra_bytes": 67108864})")
+                  .ok());
+  RegisterJob(remote, "job");
+  grpc::Status status;
+  std::vector<std::string> got = Epoch(remote, "job", 0, 0, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("shard-000001.tar.gz"));
+  EXPECT_THAT(status.error_message(), HasSubstr("past the end"));
+  EXPECT_LT(got.size(), want_[0].size());
+  EXPECT_GE(*(*proxy)->Count("overlong"), 1);
+  const v1::GetStatusResponse after = GetStatus(remote.stub());
+  EXPECT_EQ(after.substitutions(), 0);
+  EXPECT_LT(after.remote_bytes(), int64_t{32} << 20) << "the copies stopped at the listed size";
+  // The store healthy again: the whole epoch.
+  ASSERT_TRUE((*proxy)->ClearFaults().ok());
+  RegisterJob(remote, "again");
+  got = Epoch(remote, "again", 0, 0, &status);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(got.size(), want_[0].size());
+  EXPECT_EQ(GetStatus(remote.stub()).substitutions(), 0);
+}
+
+// A 0-byte image member in a remote shard is 0 bytes: no request, no open range read
+// to the object's end, nothing cached under its key. The empty image is bad data, so
+// it is substituted, and the epoch is served. (Before: every read of it fetched the
+// rest of the object, here 4 MiB, each epoch.)
+TEST_F(RemoteServingTest, AZeroByteImageMemberIsReadWithoutARequest) {
+  // One shard of 8 samples, the first's image empty and a 4 MiB member behind it.
+  TempDir source;
+  MakeDataset(source.path(), 8, 8);
+  const DatasetIndex source_index = BuildDatasetIndex(source.path(), {}).value();
+  ASSERT_EQ(source_index.shards.size(), 1u);
+  const ShardInfo& shard = source_index.shards[0];
+  const std::string tar = testing_util::ReadWholeFile(source.path() + "/" + shard.path);
+  TempDir served;
+  auto writer = pack::TarWriter::Open(served.path() + "/shard-000000.tar");
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (size_t i = 0; i < shard.samples.size(); ++i) {
+    const SampleEntry& sample = shard.samples[i];
+    for (size_t m = 0; m < sample.members.size(); ++m) {
+      const MemberRef& member = sample.members[m];
+      const bool emptied = i == 0 && m == sample.image_member;
+      ASSERT_TRUE((*writer)
+                      ->AddMember(absl::StrCat(sample.key, ".", member.ext),
+                                  emptied ? "" : tar.substr(member.offset, member.size))
+                      .ok());
+    }
+    if (i == 0) {
+      ASSERT_TRUE((*writer)->AddMember(sample.key + ".pad", std::string(4 << 20, 'p')).ok());
+    }
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+
+  auto nginx = NginxServer::Start(served.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  server::ServerOptions options = Remote();
+  options.read_ahead_batches = 0;  // one request per member read, to count them
+  InProcessServer remote(absl::StrCat((*nginx)->url(), "/shard-000000.tar"), options);
+  v1::RegisterResponse job;
+  ASSERT_TRUE(Register(remote.stub(), MakeRegister("zero", 0, 1, 8), &job).ok());
+  const v1::GetStatusResponse before = GetStatus(remote.stub());
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    StreamResult result = StreamAll(remote.stub(), "zero", 0, epoch, 0);
+    ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+    ASSERT_EQ(result.batches.size(), 1u);
+    int substituted = 0;
+    for (const v1::SampleInfo& sample : result.batches[0].samples()) {
+      substituted += sample.substituted() ? 1 : 0;
+    }
+    EXPECT_EQ(substituted, 1) << "the empty image, and only it";
+  }
+  const v1::GetStatusResponse after = GetStatus(remote.stub());
+  EXPECT_EQ(after.remote_requests() - before.remote_requests(), 2 * 7)
+      << "one request per non-empty image member and epoch";
+  EXPECT_LT(after.remote_bytes() - before.remote_bytes(), 1 << 20) << "no read to the end";
+  EXPECT_EQ(after.remote_failures(), 0);
+}
+
+// A shard that downloads slower than one --remote-timeout, steadily: indexing it
+// (no index file: each shard streamed whole) takes several deadlines, and succeeds,
+// since the deadline of a whole-object download bounds progress, not the download.
+// (Before: the download failed at the deadline, the shard could not be indexed, and
+// the server did not serve the dataset.)
+TEST_F(RemoteServingTest, AShardSlowerThanTheRemoteTimeoutIsIndexed) {
+  auto nginx = NginxServer::Start(dir_.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  auto proxy = FaultProxy::Start((*nginx)->url());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  server::ServerOptions options = Remote();
+  options.remote.fetch.request_deadline = absl::Seconds(1);
+  // Each shard's download takes about 2.5 deadlines, at a rate well above the
+  // low-speed limit (a trickle is another fault: cut and resumed).
+  const int64_t shard_bytes =
+      static_cast<int64_t>(fs::file_size(dir_.path() + "/shard-000000.tar"));
+  const int64_t rate =
+      std::max<int64_t>(shard_bytes * 2 / 5, 4 * options.remote.fetch.low_speed_bytes);
+  ASSERT_TRUE((*proxy)
+                  ->Arm(absl::StrCat(R"({"kind": "trickle", "method": "GET", "match": "shard-", )",
+                                     R"("count": 4, "bytes_per_second": )", rate, "}"))
+                  .ok());
+  InProcessServer remote(absl::StrCat((*proxy)->url(), "/", kShardPattern), options);
+  EXPECT_EQ(*(*proxy)->Count("trickled"), 4) << "each shard was streamed slowly";
+  // Indexed whole: the same batches as from the local directory.
+  EXPECT_EQ(GetStatus(remote.stub()).datasets(0).index_fingerprint(), local_fingerprint_);
+  EXPECT_EQ(TwoEpochs(remote, "job"), want_);
+  EXPECT_EQ(GetStatus(remote.stub()).remote_failures(), 0);
 }
 
 }  // namespace

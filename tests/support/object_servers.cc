@@ -447,6 +447,10 @@ absl::Status FaultProxy::VerifySigV4(const std::string& access_key_id,
                                  JsonString(access_key_id), JsonString(secret_access_key)));
 }
 
+absl::Status FaultProxy::Arm(const std::string& fault_json) {
+  return Control("faults", fault_json);
+}
+
 absl::Status FaultProxy::ClearFaults() { return Control("clear", "{}"); }
 
 absl::StatusOr<int64_t> FaultProxy::Count(const std::string& kind) const {

@@ -1,7 +1,8 @@
 // Real object stores on loopback for the remote-shard tests (issue 27), started and
 // stopped by the test: nginx serving a directory (HTTP range reads), s3rver (npm, on
 // Debian's nodejs) serving buckets, and tools/fault_proxy.py in front of either to cut
-// bodies, answer 500/503 with Retry-After, trickle, delay, or check SigV4 signatures.
+// bodies, answer 500/503 with Retry-After (or 403/404), trickle, send a malformed 206 or
+// a body longer than the object, delay, or check SigV4 signatures.
 // The programs come from tools/setup-test-servers.sh (CI runs it); a test that cannot
 // find one fails (FAILED_PRECONDITION), naming the script. Overrides: SHARDCAST_NGINX,
 // SHARDCAST_S3RVER (the programs), SHARDCAST_TEST_TOOLS (where the script put s3rver).
@@ -95,11 +96,18 @@ class FaultProxy {
   // sorted, see tools/fault_proxy.py); an empty access_key_id turns the check off. The
   // check comes before the faults: a refused request takes none.
   absl::Status VerifySigV4(const std::string& access_key_id, const std::string& secret_access_key);
+  // Arms any fault as tools/fault_proxy.py takes it (a JSON object): the store faults
+  // beyond the ones above, e.g. {"kind": "bad_range", "match": "shard-1"} (a malformed
+  // 206), {"kind": "overlong", "extra_bytes": 1000000} (a body without Content-Length
+  // longer than the object), {"kind": "fail", "status": 404, "method": "GET",
+  // "skip": 10} (404 from the 11th GET on: an object deleted mid-epoch).
+  absl::Status Arm(const std::string& fault_json);
   // Disarms the faults, the delay and the SigV4 check (the counts stay).
   absl::Status ClearFaults();
 
   // Requests forwarded or answered so far, by kind ("forwarded", "cut", "failed",
-  // "trickled", "bad_signature": each request counts in exactly one, "forwarded" being
+  // "trickled", "malformed", "overlong", "bad_signature": each request counts in
+  // exactly one, "forwarded" being
   // those passed on untouched) and in all ("requests"). Control requests do not count.
   absl::StatusOr<int64_t> Count(const std::string& kind) const;
 
