@@ -65,8 +65,7 @@ absl::Status CheckRegistration(const v1::RegisterResponse& r, absl::string_view 
     wrong = absl::StrFormat("batches_per_epoch %d (want >= 1)", r.batches_per_epoch());
   } else if (r.batch_size() < 1 || r.batch_size() > kMaxBatchSize) {
     wrong = absl::StrFormat("batch size %d (want 1..%d)", r.batch_size(), kMaxBatchSize);
-  } else if (shape.size() != 3 || shape[0] != 3 || !extent_ok(shape[1]) ||
-             !extent_ok(shape[2])) {
+  } else if (shape.size() != 3 || shape[0] != 3 || !extent_ok(shape[1]) || !extent_ok(shape[2])) {
     wrong = absl::StrFormat("image shape [%s] (want [3,H,W] with H and W in 1..%d)",
                             absl::StrJoin(shape, ","), kMaxResize);
   } else if (const int64_t bytes = int64_t{r.batch_size()} * 3 * shape[1] * shape[2];
@@ -197,9 +196,9 @@ class RankStream::Impl {
         registration_ = std::move(response);
         registered_at_ = replica().target;
         return CheckRegistration(
-            registration_, absl::StrFormat("server %s, registering rank %d of job '%s',",
-                                           replica().target, options_.job.rank(),
-                                           options_.job.job_id()));
+            registration_,
+            absl::StrFormat("server %s, registering rank %d of job '%s',", replica().target,
+                            options_.job.rank(), options_.job.job_id()));
       }
       if (StopRequested()) return InterruptedError(options_.job);  // Connect's interrupt
       if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
@@ -833,8 +832,8 @@ bool IsClosed(const absl::Status& status) {
          status.GetPayload(kClosedPayload).has_value();
 }
 
-absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(
-    RankStreamOptions options, const InterruptCheck& interrupted) {
+absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options,
+                                                                const InterruptCheck& interrupted) {
   absl::StatusOr<std::vector<std::string>> targets = ExpandServerList(options.server);
   if (!targets.ok()) return targets.status();
   const std::vector<std::string> order = OrderForRank(*targets, options.job.rank());

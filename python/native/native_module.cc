@@ -80,8 +80,7 @@ const char* ErrorKind(const absl::Status& status, Call call) {
 
 // Raises the shardcast.errors class of `kind` with `message` (no status behind it).
 [[noreturn]] void RaiseKind(const char* kind, const std::string& message) {
-  py::object error =
-      py::module_::import("shardcast.errors").attr("from_native")(kind, message, 0);
+  py::object error = py::module_::import("shardcast.errors").attr("from_native")(kind, message, 0);
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
   throw py::error_already_set();
 }
@@ -319,8 +318,8 @@ class NativeStream {
   std::shared_ptr<RankStream> Stream() const {
     CheckProcess();
     if (stream_ == nullptr) {
-      RaiseKind("closed", absl::StrFormat("job '%s' rank %d: the loader was closed", job_id_,
-                                          rank_));
+      RaiseKind("closed",
+                absl::StrFormat("job '%s' rank %d: the loader was closed", job_id_, rank_));
     }
     return stream_;
   }
@@ -334,14 +333,14 @@ class NativeStream {
   // child's next() took batches the parent had buffered, then waited for ever.
   void CheckProcess() const {
     if (!Forked()) return;
-    RaiseKind("fork",
-              absl::StrFormat(
-                  "job '%s' rank %d: this shardcast Loader was created in pid %d and this is "
-                  "pid %d, a process forked from it; a Loader's stream (its thread and "
-                  "connection) stays in the process that created it. Create the Loader in "
-                  "the child (e.g. in a DataLoader worker after the fork), or use it in "
-                  "the parent only",
-                  job_id_, rank_, pid_, getpid()));
+    RaiseKind(
+        "fork",
+        absl::StrFormat("job '%s' rank %d: this shardcast Loader was created in pid %d and this is "
+                        "pid %d, a process forked from it; a Loader's stream (its thread and "
+                        "connection) stays in the process that created it. Create the Loader in "
+                        "the child (e.g. in a DataLoader worker after the fork), or use it in "
+                        "the parent only",
+                        job_id_, rank_, pid_, getpid()));
   }
 
   // In a forked child: lets go of the stream without destroying it. Its destructor

@@ -5,8 +5,9 @@ wrong one ends the Loader with BatchCheckError naming the field, at registration
 the registration is wrong. Before, a batch size of 0 (image shape [3, 0, 0]) killed the
 Python process with SIGSEGV.
 
-Each answer is tried in a child Python (a crash there fails the test instead of killing
-pytest) against the hostile server (hostile_server.py) in this process.
+The answers are tried by a child Python (a crash there fails the test, naming the
+answer, instead of killing pytest), each against its own hostile server
+(hostile_server.py) in this process.
 """
 
 import subprocess
