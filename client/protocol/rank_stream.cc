@@ -19,12 +19,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/server_list.h"
 #include "client/protocol/stream_clocks.h"
 #include "common/plan/epoch_plan.h"
+#include "common/plan/job_config.h"
 #include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
@@ -35,6 +37,49 @@ namespace v1 = ::shardcast::v1;
 
 // Marks SameJob's FAILED_PRECONDITION, which a server's refusal of the same code is not.
 constexpr char kJobChangedPayload[] = "type.shardcast.dev/client.JobChanged";
+// Marks the CANCELLED of a closed stream, which an interrupted wait's is not.
+constexpr char kClosedPayload[] = "type.shardcast.dev/client.Closed";
+
+absl::Status ClosedError(const v1::RegisterRequest& job) {
+  absl::Status status = absl::CancelledError(
+      absl::StrFormat("job '%s' rank %d: the stream was closed", job.job_id(), job.rank()));
+  status.SetPayload(kClosedPayload, absl::Cord("1"));
+  return status;
+}
+
+absl::Status InterruptedError(const v1::RegisterRequest& job) {
+  return absl::CancelledError(
+      absl::StrFormat("job '%s' rank %d: interrupted while waiting", job.job_id(), job.rank()));
+}
+
+// Checks what a registration says about the memory of every batch before anything is
+// sized by it: a batch size of 0 or an image of no pixels made batches of no bytes that
+// a consumer indexed (SIGSEGV in Python), extents of 2^32 overflowed the byte count to 0,
+// and a huge shape would size a pinned buffer of terabytes. The bounds are the server's
+// own (job_config.h) and what one protobuf message holds. `where` names server and job.
+absl::Status CheckRegistration(const v1::RegisterResponse& r, absl::string_view where) {
+  std::string wrong;
+  const auto& shape = r.image_shape();
+  const auto extent_ok = [](int64_t e) { return e >= 1 && e <= kMaxResize; };
+  if (r.batches_per_epoch() <= 0) {
+    wrong = absl::StrFormat("batches_per_epoch %d (want >= 1)", r.batches_per_epoch());
+  } else if (r.batch_size() < 1 || r.batch_size() > kMaxBatchSize) {
+    wrong = absl::StrFormat("batch size %d (want 1..%d)", r.batch_size(), kMaxBatchSize);
+  } else if (shape.size() != 3 || shape[0] != 3 || !extent_ok(shape[1]) || !extent_ok(shape[2])) {
+    wrong = absl::StrFormat("image shape [%s] (want [3,H,W] with H and W in 1..%d)",
+                            absl::StrJoin(shape, ","), kMaxResize);
+  } else if (const int64_t bytes = int64_t{r.batch_size()} * 3 * shape[1] * shape[2];
+             bytes > kMaxBatchPixelBytes) {
+    wrong = absl::StrFormat(
+        "batches of %d pixel bytes (batch size %d, image shape [%s]), more than one message "
+        "holds (%d)",
+        bytes, r.batch_size(), absl::StrJoin(shape, ","), kMaxBatchPixelBytes);
+  } else {
+    return absl::OkStatus();
+  }
+  return absl::DataLossError(
+      absl::StrCat(where, " answered a registration no batch can be received with: ", wrong));
+}
 
 // Statuses a reconnect cannot fix: the request itself is wrong, the job conflicts
 // with what other ranks registered, this is not a shardcast server, or the server
@@ -150,15 +195,12 @@ class RankStream::Impl {
       if (status.ok()) {
         registration_ = std::move(response);
         registered_at_ = replica().target;
-        if (registration_.batches_per_epoch() <= 0 || registration_.image_shape_size() != 3) {
-          return absl::InternalError(absl::StrFormat(
-              "server %s accepted job %s but replied batches_per_epoch=%d and image_shape of "
-              "%d dims",
-              replica().target, options_.job.job_id(), registration_.batches_per_epoch(),
-              registration_.image_shape_size()));
-        }
-        return absl::OkStatus();
+        return CheckRegistration(
+            registration_,
+            absl::StrFormat("server %s, registering rank %d of job '%s',", replica().target,
+                            options_.job.rank(), options_.job.job_id()));
       }
+      if (StopRequested()) return InterruptedError(options_.job);  // Connect's interrupt
       if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
         return FromGrpcStatus(
             status, absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
@@ -187,7 +229,9 @@ class RankStream::Impl {
       // waits its backoff. Attempts fail fast, so the loop itself waits out the whole
       // deadline.
       if (MoveToNextReplica()) continue;
-      absl::SleepFor(std::min(backoff, give_up - now));
+      if (!SleepUnlessStopped(std::min(backoff, give_up - now))) {
+        return InterruptedError(options_.job);
+      }
       backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
     }
   }
@@ -226,6 +270,9 @@ class RankStream::Impl {
           "(batches of this epoch of job '%s')",
           epoch, start_batch, n, options_.job.job_id()));
     }
+    // Close() on another thread stops the threads this starts: one of the two at a time.
+    absl::MutexLock control(&control_mu_);
+    if (IsClosedNow()) return ClosedError(options_.job);
     StopPrefetch();
     {
       absl::MutexLock lock(&mu_);
@@ -248,25 +295,52 @@ class RankStream::Impl {
 
   bool NextIsReady() const {
     absl::MutexLock lock(&mu_);
-    return !started_ || handed_out_ >= epoch_batches_ || !sticky_error_.ok() || !queue_.empty() ||
-           producer_done_;
+    return ReadyLocked();
   }
 
-  absl::StatusOr<std::optional<ReceivedBatch>> Next() {
+  void Close() {
+    absl::MutexLock control(&control_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;  // wakes a Next() waiting on another thread
+    }
+    StopPrefetch();
+  }
+
+  // Tells the thread registering or prefetching to stop, and cancels its RPC in flight.
+  void RequestStop() {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    if (active_context_ != nullptr) active_context_->TryCancel();
+  }
+
+  bool IsClosedNow() const {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+  absl::StatusOr<std::optional<ReceivedBatch>> Next(const InterruptCheck& interrupted) {
+    if (interrupted != nullptr) {
+      // The wait in slices, `interrupted` asked between them without the lock: it may
+      // wait for a lock of its own (Python's GIL) held by a thread that is asking this
+      // stream something (reconnects()). Ready stays ready for the one consumer.
+      while (!WaitReady(kInterruptPollInterval)) {
+        if (interrupted()) return InterruptedError(options_.job);
+      }
+    }
     QueueItem item;
     int64_t epoch = 0;
     int64_t expected_index = 0;
     {
       absl::MutexLock lock(&mu_);
+      if (closed_) return ClosedError(options_.job);
       if (!started_) {
         return absl::FailedPreconditionError("Next() before StartEpoch()");
       }
       if (handed_out_ >= epoch_batches_) return std::optional<ReceivedBatch>();
       if (!sticky_error_.ok()) return sticky_error_;
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || producer_done_;
-      };
-      mu_.Await(absl::Condition(&ready));
+      mu_.Await(absl::Condition(this, &Impl::ReadyLocked));
+      if (closed_) return ClosedError(options_.job);  // by Close() on another thread
       if (queue_.empty()) {
         // The producer stopped without delivering the batch: only possible if it
         // was told to stop, which only StartEpoch/destructor do.
@@ -296,6 +370,18 @@ class RankStream::Impl {
   }
 
  private:
+  // Whether Next() would return without waiting: a batch, the end or an error is ready.
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !started_ || handed_out_ >= epoch_batches_ || !sticky_error_.ok() ||
+           !queue_.empty() || producer_done_;
+  }
+
+  // Waits up to `timeout` for ReadyLocked(); whether it holds.
+  bool WaitReady(absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(this, &Impl::ReadyLocked), timeout);
+  }
+
   // One Register call, failing fast when the channel cannot connect: the callers retry
   // with their own backoff until `give_up`, and a failed connect returns gRPC's reason
   // at once, so a failed TLS handshake is told apart from an unreachable server
@@ -518,6 +604,14 @@ class RankStream::Impl {
       msg = std::make_shared<WireBatch>();
       WatchRead(read_deadline());
     }
+    // A message that did not parse ends Read() as the stream's end would: it is the
+    // server's error, not the network's, so the stream fails here, not retried (and
+    // the call is cancelled, or Finish() waits for the rest of it).
+    if (bad.ok() && msg != nullptr && !msg->parse_error().ok()) {
+      bad = absl::DataLossError(absl::StrFormat("job '%s' rank %d epoch %d batch %d: %s",
+                                                options_.job.job_id(), options_.job.rank(), epoch,
+                                                *next, msg->parse_error().message()));
+    }
     WatchRead(absl::InfiniteFuture());
     if (!bad.ok() || StopRequested() || attempt.moving) context.TryCancel();
     attempt.status = reader->Finish();
@@ -677,11 +771,7 @@ class RankStream::Impl {
 
   // Cancels the RPC in flight and joins the prefetch thread.
   void StopPrefetch() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-      if (active_context_ != nullptr) active_context_->TryCancel();
-    }
+    RequestStop();
     if (thread_.joinable()) thread_.join();
     if (watchdog_.joinable()) watchdog_.join();
     absl::MutexLock lock(&mu_);
@@ -703,6 +793,8 @@ class RankStream::Impl {
   // The prefetch thread of the current epoch and its watchdog (joined by StopPrefetch).
   std::thread thread_;
   std::thread watchdog_;
+  // Held by StartEpoch and Close, which start and join those threads.
+  absl::Mutex control_mu_;
 
   mutable absl::Mutex mu_;
   // Received batches not yet handed out, then at most one error; <= prefetch batches.
@@ -712,6 +804,8 @@ class RankStream::Impl {
   // The prefetch thread has exited (all batches received, error queued, or stopped).
   bool producer_done_ ABSL_GUARDED_BY(mu_) = true;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Close() was called: every call returns ClosedError from then on.
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // Batches of epoch_ (n, or fewer when dealt from a sample offset).
   int64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
@@ -733,12 +827,39 @@ bool IsJobChanged(const absl::Status& status) {
          status.GetPayload(kJobChangedPayload).has_value();
 }
 
-absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options) {
+bool IsClosed(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kCancelled &&
+         status.GetPayload(kClosedPayload).has_value();
+}
+
+absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOptions options,
+                                                                const InterruptCheck& interrupted) {
   absl::StatusOr<std::vector<std::string>> targets = ExpandServerList(options.server);
   if (!targets.ok()) return targets.status();
   const std::vector<std::string> order = OrderForRank(*targets, options.job.rank());
   auto impl = std::make_unique<Impl>(std::move(options), order);
-  absl::Status status = impl->InitialRegister();
+  absl::Status status;
+  if (interrupted == nullptr) {
+    status = impl->InitialRegister();
+  } else {
+    // The registration (an RPC that may wait up to the reconnect deadline) runs on a
+    // thread of its own, so that this one can ask `interrupted` meanwhile; a stop
+    // cancels its RPC or backoff at once.
+    absl::Notification done;
+    std::thread registering([&] {
+      status = impl->InitialRegister();
+      done.Notify();
+    });
+    bool stopped = false;
+    while (!done.WaitForNotificationWithTimeout(kInterruptPollInterval)) {
+      if (!stopped && interrupted()) {
+        stopped = true;
+        impl->RequestStop();
+      }
+    }
+    registering.join();
+    if (stopped) return InterruptedError(impl->options().job);
+  }
   if (!status.ok()) return status;
   return std::unique_ptr<RankStream>(new RankStream(std::move(impl)));
 }
@@ -758,7 +879,11 @@ absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t 
 
 int64_t RankStream::batches_in_epoch() const { return impl_->batches_in_epoch(); }
 
-absl::StatusOr<std::optional<ReceivedBatch>> RankStream::Next() { return impl_->Next(); }
+absl::StatusOr<std::optional<ReceivedBatch>> RankStream::Next(const InterruptCheck& interrupted) {
+  return impl_->Next(interrupted);
+}
+
+void RankStream::Close() { impl_->Close(); }
 
 bool RankStream::NextIsReady() const { return impl_->NextIsReady(); }
 

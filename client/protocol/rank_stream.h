@@ -12,12 +12,14 @@
 #define SHARDCAST_CLIENT_PROTOCOL_RANK_STREAM_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/protocol/stream_settings.h"
 #include "client/protocol/wire_batch.h"
 #include "shardcast/v1/shardcast.pb.h"
@@ -33,14 +35,29 @@ struct RankStreamOptions : StreamSettings {
 // in the slices they arrived in: wire_batch.h).
 using ReceivedBatch = std::shared_ptr<const WireBatch>;
 
+// Asked, on the waiting thread, every kInterruptPollInterval while Connect or Next waits
+// for the server; true ends the wait and the call returns CANCELLED, having consumed
+// nothing. A binding checks for Ctrl-C in it: Python runs signal handlers only on its
+// main thread, the one that waits, and only when asked (PyErr_CheckSignals).
+using InterruptCheck = std::function<bool()>;
+inline constexpr absl::Duration kInterruptPollInterval = absl::Milliseconds(50);
+
+// The most pixel bytes a batch may have (B*3*H*W): what one protobuf message can hold.
+// A registration that announces more is refused before anything is sized by it.
+inline constexpr int64_t kMaxBatchPixelBytes = (int64_t{1} << 31) - 1;
+
 class RankStream {
  public:
   // Registers the rank (retrying while the server is unreachable, up to the
   // deadline). Errors: the server's refusal (INVALID_ARGUMENT, FAILED_PRECONDITION
   // naming the field, UNAUTHENTICATED for a missing or wrong token, ...), a failed TLS
-  // handshake (UNAVAILABLE with a hint; never retried), or UNAVAILABLE once the
-  // deadline passed.
-  static absl::StatusOr<std::unique_ptr<RankStream>> Connect(RankStreamOptions options);
+  // handshake (UNAVAILABLE with a hint; never retried), UNAVAILABLE once the
+  // deadline passed, DATA_LOSS for a registration that cannot size a batch (batch size,
+  // image shape and batch bytes out of bounds: a hostile or broken server), or CANCELLED
+  // when `interrupted` said so (it is polled on the calling thread while the
+  // registration runs on another).
+  static absl::StatusOr<std::unique_ptr<RankStream>> Connect(
+      RankStreamOptions options, const InterruptCheck& interrupted = nullptr);
   ~RankStream();  // stops the prefetch thread and cancels the open stream
   RankStream(const RankStream&) = delete;
   RankStream& operator=(const RankStream&) = delete;
@@ -60,15 +77,24 @@ class RankStream {
   // Next batch of the current epoch, or std::nullopt once batches_in_epoch()
   // batches have been handed out. An error (returned again on later calls until the
   // next StartEpoch) means the server stayed unreachable past the reconnect
-  // deadline, answered with a status a reconnect cannot fix, changed the job, or
-  // delivered nothing within the stream timeout (also after reconnecting).
-  absl::StatusOr<std::optional<ReceivedBatch>> Next();
+  // deadline, answered with a status a reconnect cannot fix, changed the job, sent a
+  // batch that fails the checks (DATA_LOSS), or delivered nothing within the stream
+  // timeout (also after reconnecting). CANCELLED when `interrupted` said so while it
+  // waited (no batch is taken: the next call gets it), or once Close() was called
+  // (IsClosed; also while this call waited on another thread).
+  absl::StatusOr<std::optional<ReceivedBatch>> Next(const InterruptCheck& interrupted = nullptr);
   // Whether Next() would return without waiting (a batch, the end or an error is ready).
   // With one consumer, true stays true until that consumer calls Next() or StartEpoch().
   bool NextIsReady() const;
 
   // Reconnects made so far (tests, metrics).
   int64_t reconnects() const;
+
+  // Ends the stream for good, from any thread: stops the prefetch thread and cancels the
+  // call in flight; a Next() waiting on another thread returns CANCELLED (IsClosed) at
+  // once, and so do every later Next() and StartEpoch(). The object must still outlive
+  // every call in progress.
+  void Close();
 
  private:
   class Impl;
@@ -81,6 +107,9 @@ class RankStream {
 // like some of the server's own refusals, and told apart from them by a payload, so that
 // a client can report it as its own kind of error (Python: JobChangedError).
 bool IsJobChanged(const absl::Status& status);
+
+// Whether an error of Next() or StartEpoch() says the stream was closed (Close()).
+bool IsClosed(const absl::Status& status);
 
 }  // namespace shardcast::client
 

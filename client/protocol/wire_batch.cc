@@ -186,6 +186,7 @@ Status SerializationTraits<shardcast::client::WireBatch, void>::Deserialize(
   buffer->Clear();  // as protobuf's Deserialize does: the buffer is consumed
   if (!dumped.ok()) return dumped;
   absl::Status parsed = shardcast::client::WireBatch::Parse(std::move(slices), msg);
+  msg->parse_error_ = parsed;
   if (!parsed.ok()) return Status(StatusCode::INTERNAL, std::string(parsed.message()));
   return Status::OK;
 }

@@ -53,11 +53,18 @@ class WireBatch {
   // (truncated or malformed message) are INVALID_ARGUMENT naming what was wrong.
   static absl::Status Parse(std::vector<grpc::Slice> slices, WireBatch* out);
 
+  // Why the last message gRPC read into this object did not parse (OK if it did or none
+  // was read): a failed parse ends the sync Read() with false, as the stream's end does.
+  const absl::Status& parse_error() const { return parse_error_; }
+
  private:
+  friend class grpc::SerializationTraits<WireBatch, void>;
+
   shardcast::v1::Batch header_;
   std::vector<grpc::Slice> slices_;  // own the bytes chunks_ point into
   std::vector<absl::Span<const uint8_t>> chunks_;
   int64_t image_bytes_ = 0;
+  absl::Status parse_error_;
 };
 
 // StreamBatches with its messages read as WireBatch: what the generated stub's

@@ -5,6 +5,11 @@
 // what it produced:
 // - every call that waits (registering, stopping a stream, the next batch) releases the
 //   GIL, and receiving and parsing happen on RankStream's own thread;
+// - a wait for the server (registering, the next batch) takes the GIL back every 50 ms
+//   to run Python's signal handlers, so Ctrl-C raises KeyboardInterrupt at once, and
+//   close() from another thread ends it with LoaderClosedError;
+// - a stream is its process's: in a forked child (its threads and connection stayed in
+//   the parent) every call raises ForkedProcessError and the stream is never touched;
 // - a batch's pixels and labels reach Python as buffers over the memory they were
 //   received in (torch.frombuffer wraps them without a copy), or are copied once,
 //   without the GIL, into memory the caller names (a pinned tensor on its way to a GPU).
@@ -12,6 +17,7 @@
 #include <grpcpp/security/credentials.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -44,6 +50,7 @@ enum class Call { kRegister, kStartEpoch, kNext };
 
 // The shardcast.errors kind (from_native) of a failed call's status.
 const char* ErrorKind(const absl::Status& status, Call call) {
+  if (IsClosed(status)) return "closed";
   if (call == Call::kStartEpoch) return "value";
   if (call == Call::kNext && IsJobChanged(status)) return "changed";
   switch (status.code()) {
@@ -70,6 +77,37 @@ const char* ErrorKind(const absl::Status& status, Call call) {
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
   throw py::error_already_set();
 }
+
+// Raises the shardcast.errors class of `kind` with `message` (no status behind it).
+[[noreturn]] void RaiseKind(const char* kind, const std::string& message) {
+  py::object error = py::module_::import("shardcast.errors").attr("from_native")(kind, message, 0);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
+}
+
+// RankStream's InterruptCheck for a wait without the GIL: takes the GIL back and runs
+// Python's signal handlers (PyErr_CheckSignals: only on the main thread, where Ctrl-C's
+// KeyboardInterrupt is raised). Once a handler raised, the wait ends; the caller, holding
+// the GIL again, throws the Python error that is set (Rethrow).
+class SignalCheck {
+ public:
+  InterruptCheck Function() {
+    return [this] {
+      if (!raised_) {
+        py::gil_scoped_acquire gil;
+        raised_ = PyErr_CheckSignals() != 0;
+      }
+      return raised_;
+    };
+  }
+  // Holding the GIL, after the wait: the handler's exception, if one was raised.
+  void RethrowIfRaised() const {
+    if (raised_) throw py::error_already_set();
+  }
+
+ private:
+  bool raised_ = false;
+};
 
 // Memory that `owner` keeps alive, as a Python buffer (one dimension of `count` items
 // of `format`). torch.frombuffer and memoryview keep this object, and so the memory,
@@ -137,6 +175,8 @@ class NativeStream {
     if (!options.job.ParseFromString(std::string(job))) {
       throw py::value_error("job: not a serialized shardcast.v1.RegisterRequest");
     }
+    job_id_ = options.job.job_id();
+    rank_ = options.job.rank();
     options.credentials = Credentials(security);
     options.bearer_token = std::move(token);
     options.prefetch = prefetch;
@@ -148,10 +188,12 @@ class NativeStream {
     options.join_images = join_images;
     join_images_ = join_images;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
-      stream = RankStream::Connect(std::move(options));
+      stream = RankStream::Connect(std::move(options), signals.Function());
     }
+    signals.RethrowIfRaised();
     if (!stream.ok()) Raise(stream.status(), Call::kRegister);
     stream_ = std::shared_ptr<RankStream>(std::move(*stream));
     const v1::RegisterResponse& registration = stream_->registration();
@@ -161,15 +203,22 @@ class NativeStream {
   }
 
   // A Loader dropped without close(): the prefetch thread is stopped and joined here,
-  // without holding the GIL for it.
+  // without holding the GIL for it. In a forked child the stream is left alone (Forget).
   ~NativeStream() {
     if (stream_ == nullptr) return;
+    if (Forked()) {
+      Forget();
+      return;
+    }
     py::gil_scoped_release release;
     stream_.reset();
   }
 
   // The server's RegisterResponse, serialized (the Python side parses it with its stubs).
-  py::bytes registration() const { return py::bytes(registration_); }
+  py::bytes registration() const {
+    CheckProcess();
+    return py::bytes(registration_);
+  }
   int64_t batches_per_epoch() const { return Stream()->batches_per_epoch(); }
   int64_t batches_in_epoch() const { return Stream()->batches_in_epoch(); }
   int64_t reconnects() const { return Stream()->reconnects(); }
@@ -212,8 +261,12 @@ class NativeStream {
     if (stream->NextIsReady()) {
       received = stream->Next();
     } else {
-      py::gil_scoped_release release;
-      received = stream->Next();
+      SignalCheck signals;
+      {
+        py::gil_scoped_release release;
+        received = stream->Next(signals.Function());
+      }
+      signals.RethrowIfRaised();
     }
     return Take(std::move(received));
   }
@@ -221,6 +274,7 @@ class NativeStream {
   // The next batch with its pixels copied to `address` (`size` bytes, which must be the
   // batch's pixel count: B*3*C*C), or None after the epoch's last.
   std::optional<NativeBatch> next_into(uintptr_t address, int64_t size) {
+    CheckProcess();
     // Checked before a batch is taken, so a wrong destination loses none.
     if (size != batch_pixel_bytes_) {
       throw py::value_error(
@@ -229,31 +283,71 @@ class NativeStream {
     }
     std::shared_ptr<RankStream> stream = Stream();
     absl::StatusOr<std::optional<ReceivedBatch>> received;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
-      received = stream->Next();
+      received = stream->Next(signals.Function());
       // RankStream checked the batch's shape against the registration: `size` bytes.
       if (received.ok() && received->has_value()) {
         (**received)->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
       }
     }
+    signals.RethrowIfRaised();
     std::optional<NativeBatch> batch = Take(std::move(received));
     if (batch) batch->pixels_copied = true;
     return batch;
   }
 
   // Stops the prefetch thread, cancels the open stream and closes the channel (once the
-  // calls in flight on other threads return).
+  // calls in flight on other threads return: a next() waiting on another thread ends
+  // with LoaderClosedError at once). In a forked child it only lets go of the parent's
+  // stream (Forget).
   void close() {
+    if (stream_ == nullptr) return;
+    if (Forked()) {
+      Forget();
+      return;
+    }
     std::shared_ptr<RankStream> stream = std::move(stream_);
     py::gil_scoped_release release;
+    stream->Close();
     stream.reset();
   }
 
  private:
   std::shared_ptr<RankStream> Stream() const {
-    if (stream_ == nullptr) throw py::value_error("the stream was closed");
+    CheckProcess();
+    if (stream_ == nullptr) {
+      RaiseKind("closed",
+                absl::StrFormat("job '%s' rank %d: the loader was closed", job_id_, rank_));
+    }
     return stream_;
+  }
+
+  // Whether this is a child forked from the process that made the stream: its prefetch
+  // thread and watchdog do not exist here, its mutexes may be held for ever by threads
+  // that were mid-call at the fork, and its sockets are the parent's.
+  bool Forked() const { return getpid() != pid_; }
+
+  // Every call in a forked child raises, before the stream is touched: before, the
+  // child's next() took batches the parent had buffered, then waited for ever.
+  void CheckProcess() const {
+    if (!Forked()) return;
+    RaiseKind(
+        "fork",
+        absl::StrFormat("job '%s' rank %d: this shardcast Loader was created in pid %d and this is "
+                        "pid %d, a process forked from it; a Loader's stream (its thread and "
+                        "connection) stays in the process that created it. Create the Loader in "
+                        "the child (e.g. in a DataLoader worker after the fork), or use it in "
+                        "the parent only",
+                        job_id_, rank_, pid_, getpid()));
+  }
+
+  // In a forked child: lets go of the stream without destroying it. Its destructor
+  // would join threads that exist only in the parent and cancel calls on the parent's
+  // connection; the memory is the child's copy, freed when the child exits.
+  void Forget() {
+    new std::shared_ptr<RankStream>(std::move(stream_));  // deliberately never freed
   }
 
   // What Next() gave, as a batch (nullopt at the epoch's end) or a raised error.
@@ -264,6 +358,9 @@ class NativeStream {
   }
 
   std::shared_ptr<RankStream> stream_;
+  const pid_t pid_ = getpid();  // the process that made the stream
+  std::string job_id_;          // for messages
+  int32_t rank_ = 0;
   std::string registration_;
   int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration: every batch's
   bool join_images_ = true;
@@ -319,7 +416,9 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("pixels",
                              [](const NativeBatch& b) -> std::optional<OwnedBuffer> {
                                if (b.pixels_copied) return std::nullopt;
-                               const absl::Span<const uint8_t> block = b.wire->image_chunks()[0];
+                               // One block (join_images) of B*3*H*W >= 1 bytes: RankStream
+                               // checked the registration and the batch against it.
+                               const absl::Span<const uint8_t> block = b.wire->image_chunks().at(0);
                                return OwnedBuffer{b.wire, const_cast<uint8_t*>(block.data()),
                                                   static_cast<py::ssize_t>(block.size()), 1, "B"};
                              })

@@ -16,8 +16,10 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from shardcast.errors import (  # noqa: E402
     BatchCheckError,
+    ForkedProcessError,
     JobChangedError,
     JobRefusedError,
+    LoaderClosedError,
     ServerUnavailableError,
     StreamTimeoutError,
     ShardcastError,
@@ -30,11 +32,13 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchCheckError",
     "Batch",
+    "ForkedProcessError",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "JobChangedError",
     "JobRefusedError",
     "Loader",
+    "LoaderClosedError",
     "SampleInfo",
     "ServerUnavailableError",
     "StreamTimeoutError",

@@ -45,7 +45,22 @@ class JobChangedError(ShardcastError):
 
 class BatchCheckError(ShardcastError):
     """The server sent a batch that fails the checks (out of sequence, wrong shape or
-    byte count): a bug or a server speaking another version of the protocol."""
+    byte count, labels or samples of another count, a malformed message), or a
+    registration no batch can be received with (a batch size or image shape out of
+    bounds): a bug, a hostile server or one speaking another version of the protocol.
+    Nothing the server says sizes memory before it passed these checks."""
+
+
+class LoaderClosedError(ShardcastError):
+    """The Loader was closed: by close() on another thread while next() waited (the
+    wait ends at once), or before this call."""
+
+
+class ForkedProcessError(ShardcastError):
+    """The Loader was created in another process and this one was forked from it (a
+    DataLoader worker, multiprocessing's fork): its stream's thread and connection stay
+    in the parent, so every call in the child is refused. Create the Loader in the child,
+    or use it in the parent only. close() in the child only lets go of it."""
 
 
 # The kinds of error the native client (shardcast._native) reports, by class.
@@ -55,6 +70,8 @@ _NATIVE_KINDS = {
     "refused": JobRefusedError,
     "changed": JobChangedError,
     "check": BatchCheckError,
+    "closed": LoaderClosedError,
+    "fork": ForkedProcessError,
     "error": ShardcastError,
 }
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -66,4 +83,5 @@ def from_native(kind: str, message: str, code: int) -> Exception:
     numbering are the same)."""
     if kind == "value":
         return ValueError(message)
-    return _NATIVE_KINDS[kind](message, _CODES.get(code, grpc.StatusCode.UNKNOWN))
+    status = _CODES.get(code, grpc.StatusCode.UNKNOWN) if code != 0 else None
+    return _NATIVE_KINDS[kind](message, status)

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 import torch
 
 from shardcast._proto import enum_name, enum_value, pb
-from shardcast.errors import JobChangedError, ShardcastError
+from shardcast.errors import ForkedProcessError, JobChangedError, ShardcastError
 
 try:
     from shardcast import _native
@@ -126,8 +126,11 @@ class Loader:
     server's "default", or its only one), e.g. a validation set beside the training set.
 
     Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
-    load_state_dict() chose the position first. Each epoch yields exactly len(loader)
-    batches (fewer when resumed mid-epoch: batches_in_epoch). load_state_dict() also
+    load_state_dict() chose the position first, or an error (or Ctrl-C) raised by the
+    iteration ended it mid-epoch: the next iter() then resumes that epoch at the first
+    batch not handed out, as load_state_dict(state_dict()) would. Each epoch yields
+    exactly len(loader) batches (fewer when resumed mid-epoch: batches_in_epoch).
+    load_state_dict() also
     takes a state of another world size or batch size (split sample): the epoch goes on
     from the samples all ranks consumed, dealt over the new ranks (docs/python.md).
 
@@ -152,8 +155,15 @@ class Loader:
     reconnecting brings nothing within another `stream_timeout`; 0 = never),
     JobRefusedError when it refuses the job (the message is the server's and names the
     field; code UNAUTHENTICATED for a missing or wrong token), ValueError for a bad
-    argument.
+    argument. Every wait (registering, next()) ends at once on Ctrl-C
+    (KeyboardInterrupt) and on close() from another thread (LoaderClosedError). A Loader
+    belongs to the process that created it: in a forked child every call raises
+    ForkedProcessError.
     """
+
+    # An error raised by the iteration ended the epoch early: the next iter() resumes it
+    # (and keeps counting its substitutes).
+    _resume_after_error = False
 
     def __init__(
         self,
@@ -324,6 +334,7 @@ class Loader:
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         self._epoch, self._done, self._offset, self._pinned = epoch, 0, 0, True
+        self._resume_after_error = False
 
     def state_dict(self) -> Dict[str, Any]:
         """The position (the next batch to hand out is batch `batches_done` of `epoch`,
@@ -404,19 +415,38 @@ class Loader:
             # answers state_dict()).
             self._offset_batches = self._stream.batches_from_offset(offset)
         self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, True
+        self._resume_after_error = False
 
     # ---- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
+        epoch, done, offset = self._epoch, self._done, self._offset
         if not self._pinned:
-            self._epoch, self._done, self._offset = self._epoch + 1, 0, 0
-        self._pinned = False
+            epoch, done, offset = epoch + 1, 0, 0
+        # The position moves only once the stream took it: a refused start changes nothing.
+        self._stream.start_epoch(epoch, done, offset)
+        self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, False
         self._iteration += 1
-        self.substituted = 0
-        self._stream.start_epoch(self._epoch, self._done, self._offset)
+        if not self._resume_after_error:
+            self.substituted = 0
+        self._resume_after_error = False
         return self._batches(self._iteration)
 
     def _batches(self, iteration: int) -> Iterator[Batch]:
+        try:
+            yield from self._receive(iteration)
+        except GeneratorExit:  # the caller dropped the iterator: the next iter() moves on
+            raise
+        except BaseException:
+            # The stream failed (or Ctrl-C) before the epoch's end: the position stays
+            # at the first batch not handed out, and the next iter() resumes there, so
+            # no batch is lost and state_dict() stays true. An error that persists
+            # (another job, a closed loader) is raised again by that iteration.
+            if iteration == self._iteration:
+                self._pinned = self._resume_after_error = True
+            raise
+
+    def _receive(self, iteration: int) -> Iterator[Batch]:
         reg = self.registration
         shape = (reg.batch_size, *reg.image_shape)
         while True:
@@ -459,8 +489,14 @@ class Loader:
     def close(self) -> None:
         """Stops the prefetch thread, cancels the open stream and closes the connection.
         A loader dropped without close() does the same when Python frees it (its
-        iterators hold it too): use `with` or close() to say when."""
-        self._reconnects = self.reconnects
+        iterators hold it too): use `with` or close() to say when. From another thread,
+        it ends a next() waiting there with LoaderClosedError. In a process forked from
+        the one that created the loader, it only lets go of it (the stream is the
+        parent's)."""
+        try:
+            self._reconnects = self.reconnects
+        except ForkedProcessError:
+            pass  # the count is the parent's; this process never streamed
         self._closed = True
         self._stream.close()
 

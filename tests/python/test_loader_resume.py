@@ -1,6 +1,8 @@
 """state_dict() after k batches + a new Loader with load_state_dict() yields the rest of
 the epoch, the same samples and the same bytes; a state of another job is refused."""
 
+import signal
+
 import pytest
 import torch
 
@@ -69,3 +71,33 @@ def test_a_state_of_another_job_is_refused(server):
     with shardcast.Loader(server.address, job_id="resume-d", **dict(shard, batch_size=16)) as d:
         with pytest.raises(shardcast.JobChangedError, match="batch size 8"):
             d.load_state_dict(state)
+
+
+def test_iterating_again_after_an_error_resumes_where_it_stopped(own_server):
+    """A StreamTimeoutError mid-epoch (the server stopped), then iter() again once the
+    server is back: the rest of the same epoch, so the batches of both iterations are the
+    epoch's, each once. Before, the second iter() started epoch 1 and the rest of epoch 0
+    was lost while state_dict() still said epoch 0."""
+    # 1.2 MB batches, one buffered: the stream is open when the server stops.
+    job = dict(JOB, world_size=1, rank=0, resize=224, crop=224, prefetch=1)
+    with shardcast.Loader(own_server.address, job_id="again-reference", **job) as reference:
+        want = [[s.key for s in info] for _, _, info in reference]
+    with shardcast.Loader(own_server.address, job_id="again", stream_timeout=1,
+                          **job) as loader:
+        got = []
+        it = iter(loader)
+        got.append([s.key for s in next(it)[2]])
+        own_server.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(shardcast.StreamTimeoutError):
+                for _, _, info in it:
+                    got.append([s.key for s in info])
+        finally:
+            own_server.proc.send_signal(signal.SIGCONT)
+        state = loader.state_dict()
+        assert (state["epoch"], state["batches_done"]) == (0, len(got))
+        assert len(got) < len(loader)
+        got += [[s.key for s in info] for _, _, info in loader]  # iter() again
+        assert loader.state_dict()["batches_done"] == len(loader)
+        assert loader.epoch == 0
+    assert got == want

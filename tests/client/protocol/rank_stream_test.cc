@@ -2,11 +2,19 @@
 // rank gets exactly n checked batches carrying the registered shape, the effective
 // job config reads back from the registration, and a job whose config changed under
 // the rank (another run re-registered the id on a restarted server) is refused on
-// reconnect instead of resumed.
+// reconnect instead of resumed. Every wait ends at once on Close() from another thread
+// or when the caller's interrupt check says so.
 #include "client/protocol/rank_stream.h"
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include "proto/job_config_proto.h"
 #include "tests/server/server_test_support.h"
@@ -97,6 +105,79 @@ TEST(RankStreamTest, AJobChangedUnderTheRankIsRefusedOnReconnect) {
   // The re-registration with the old seed conflicts with the new job's.
   EXPECT_EQ(error.code(), absl::StatusCode::kFailedPrecondition) << error;
   EXPECT_THAT(error.message(), HasSubstr("seed"));
+}
+
+// A stream whose server is gone: its epoch's Next() waits for the reconnect deadline.
+std::unique_ptr<client::RankStream> StreamOfAServerThatIsGone(const std::string& job) {
+  TempDir dir;
+  MakeDataset(dir.path(), /*samples=*/40, /*per_shard=*/10);
+  auto server = std::make_unique<InProcessServer>(dir.path());
+  client::RankStreamOptions options = Options(server->target(), job);
+  options.reconnect_deadline_seconds = 60;
+  options.stream_timeout_seconds = 60;
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(options);
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  if (!stream.ok()) return nullptr;
+  server.reset();
+  EXPECT_TRUE((*stream)->StartEpoch(0).ok());
+  return *std::move(stream);
+}
+
+// The bounds below tell a wait that was woken from one that ran out (60 s).
+TEST(RankStreamTest, CloseFromAnotherThreadWakesAWaitingNext) {
+  std::unique_ptr<client::RankStream> stream = StreamOfAServerThatIsGone("closed");
+  ASSERT_NE(stream, nullptr);
+  const absl::Time start = absl::Now();
+  std::thread closer([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stream->Close();
+  });
+  absl::StatusOr<std::optional<client::ReceivedBatch>> next = stream->Next();
+  closer.join();
+  EXPECT_TRUE(client::IsClosed(next.status())) << next.status();
+  EXPECT_THAT(next.status().message(), HasSubstr("job 'closed' rank 0: the stream was closed"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  // Closed for good.
+  EXPECT_TRUE(client::IsClosed(stream->Next().status()));
+  EXPECT_TRUE(client::IsClosed(stream->StartEpoch(0)));
+}
+
+TEST(RankStreamTest, AnInterruptEndsAWaitingNext) {
+  std::unique_ptr<client::RankStream> stream = StreamOfAServerThatIsGone("interrupted");
+  ASSERT_NE(stream, nullptr);
+  const absl::Time start = absl::Now();
+  std::atomic<int> asked{0};
+  absl::StatusOr<std::optional<client::ReceivedBatch>> next =
+      stream->Next([&] { return absl::Now() - start > absl::Milliseconds(300) && ++asked > 0; });
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kCancelled) << next.status();
+  EXPECT_FALSE(client::IsClosed(next.status()));
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+// A server that accepts connections and never says a word (the kernel completes them
+// in the listen backlog): the registration waits for it until the deadline, unless the
+// interrupt check ends the wait.
+TEST(RankStreamTest, AnInterruptEndsARegistrationThatWaits) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  client::RankStreamOptions options =
+      Options(absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "mute");
+  options.reconnect_deadline_seconds = 60;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(
+      options, [&] { return absl::Now() - start > absl::Milliseconds(300); });
+  close(listener);
+  EXPECT_EQ(stream.status().code(), absl::StatusCode::kCancelled) << stream.status();
+  EXPECT_THAT(stream.status().message(), HasSubstr("interrupted"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
 }  // namespace

@@ -155,5 +155,22 @@ TEST(WireBatchTest, MalformedMessagesSayWhatIsWrong) {
   }
 }
 
+// What gRPC's Read() cannot say (it returns false, as at the stream's end): the reader
+// asks the message why, so a malformed batch fails the stream instead of ending it.
+TEST(WireBatchTest, AFailedDeserializeIsKeptInTheMessage) {
+  const std::string good = SampleBatch(96).SerializeAsString();
+  WireBatch got;
+  std::vector<grpc::Slice> slices = Cut(good, {10});
+  grpc::ByteBuffer buffer(slices.data(), slices.size());
+  ASSERT_TRUE((grpc::SerializationTraits<WireBatch>::Deserialize(&buffer, &got)).ok());
+  EXPECT_TRUE(got.parse_error().ok());
+
+  const std::string bad = std::string("\x7a\x80\x80\x04", 4) + "short";
+  grpc::Slice slice(bad.data(), bad.size());
+  grpc::ByteBuffer bad_buffer(&slice, 1);
+  EXPECT_FALSE((grpc::SerializationTraits<WireBatch>::Deserialize(&bad_buffer, &got)).ok());
+  EXPECT_THAT(got.parse_error().message(), HasSubstr("claims 65536 bytes, 5 left"));
+}
+
 }  // namespace
 }  // namespace shardcast::client
