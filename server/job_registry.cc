@@ -355,9 +355,10 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
         return absl::Status(n.status().code(),
                             absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
       }
-      job = std::make_shared<Job>(job_id, *config, *n,
-                                  JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve),
-                                  dataset, peer, clock_);
+      job = std::make_shared<Job>(
+          job_id, *config, *n,
+          JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
+          peer, clock_);
       jobs_.emplace(job_id, job);
     }
   }

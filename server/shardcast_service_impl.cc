@@ -210,9 +210,8 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
   auto named = std::make_unique<NamedDataset>();
   named->data = std::move(dataset);
   named->dir = named->data->index().root;
-  named->serve =
-      ServeSettingsFor(named->data->index(), options_.max_member_bytes, decode_budget_.limit(),
-                       options_.bench_only_resend_first_batch);
+  named->serve = ServeSettingsFor(named->data->index(), options_.max_member_bytes,
+                                  decode_budget_.limit(), options_.bench_only_resend_first_batch);
   // Replicas whose job fingerprints differ compare these lines (docs/server.md, replicas).
   LogInfo("index", absl::StrCat("dataset '", name, "': server settings in its job fingerprints: ",
                                 ServeSettingsString(named->serve)));

@@ -1,11 +1,11 @@
 // Several replicas of the server (issue 26): a rank knows a list of them, starts at the
 // one its order puts first, and when that one dies or drains it registers with the
 // next and resumes at the first batch it has not received, receiving the same bytes an
-// undisturbed run receives. Replicas with other data are refused, naming both. Real
-// in-process servers over loopback, on the same shard directory.
+// undisturbed run receives. Replicas with other data, or run with other byte-changing
+// settings (issue 35), are refused, naming both. Real in-process servers over loopback
+// (and real server processes for the settings), on the same shard directory.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <memory>
@@ -224,8 +224,8 @@ TEST_F(ReplicaTest, AReplicaWithAnotherMaxMemberBytesIsRefusedNamingBothAndBothF
 
   // What each replica answers for the same job.
   v1::RegisterResponse on_a, on_b;
-  const v1::RegisterRequest probe = MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE,
-                                                 kCrop, kCrop);
+  const v1::RegisterRequest probe =
+      MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
   auto a_stub = v1::Shardcast::NewStub(MakeChannel(a_target));
   auto b_stub = v1::Shardcast::NewStub(MakeChannel(b.address()));
   ASSERT_TRUE(Register(a_stub.get(), probe, &on_a).ok());
@@ -263,8 +263,8 @@ TEST_F(ReplicaTest, ALimitNoImageReachesLeavesTheFingerprintAlone) {
   server::ServerOptions bench;
   bench.bench_only_resend_first_batch = true;
   InProcessServer resend(dir_.path(), bench);
-  const v1::RegisterRequest probe = MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE,
-                                                 kCrop, kCrop);
+  const v1::RegisterRequest probe =
+      MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
   v1::RegisterResponse r_plain, r_big, r_small, r_resend;
   ASSERT_TRUE(Register(plain.stub(), probe, &r_plain).ok());
   ASSERT_TRUE(Register(big.stub(), probe, &r_big).ok());
