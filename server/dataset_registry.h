@@ -29,6 +29,9 @@ struct NamedDataset {
   std::string dir;
   std::unique_ptr<ServedDataset> data;
   std::unique_ptr<BatchAssembler> assembler;
+  // The server's byte-changing settings as they apply to this data (ServeSettingsFor
+  // in job_registry.h): part of every job fingerprint of the dataset.
+  ServeSettings serve;
 };
 
 // The datasets `options` asks for, in order: --shards as "default" (when given), then

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/image/image_decode_internal.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/batch_window.h"
@@ -32,6 +33,43 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------- ServeSettings
+
+int64_t DecodeNeedBound() {
+  // A JPEG is at most 65500 pixels a side (libjpeg's JPEG_MAX_DIMENSION) and kMaxPixels
+  // in all, so the padded blocks add at most 15 * (65500 + kMaxPixels / 65500) + 225
+  // pixels; 4 bytes a pixel decoded (CMYK) plus 4 components x 2 bytes of coefficients.
+  // A PNG needs less (3 bytes a pixel and a row pointer a row: at most 11 per pixel).
+  constexpr int64_t kMaxSide = 65500;
+  constexpr int64_t kPadded =
+      internal::kMaxPixels + 15 * (kMaxSide + internal::kMaxPixels / kMaxSide + 1) + 225;
+  return 4 * internal::kMaxPixels + 8 * kPadded;
+}
+
+ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,
+                               int64_t max_decode_bytes, bool resend_first_batch) {
+  uint64_t largest_image = 0;
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      if (sample.image_member < sample.members.size()) {
+        largest_image = std::max(largest_image, sample.members[sample.image_member].size);
+      }
+    }
+  }
+  ServeSettings serve;
+  // BatchAssembler substitutes a member whose size is above the limit.
+  if (max_member_bytes > 0 && largest_image > static_cast<uint64_t>(max_member_bytes)) {
+    serve.max_member_bytes = max_member_bytes;
+  }
+  // DecodeBudget refuses bytes above its limit.
+  if (max_decode_bytes > 0 && max_decode_bytes < DecodeNeedBound()) {
+    serve.max_decode_bytes = max_decode_bytes;
+  }
+  serve.max_pixels = internal::kMaxPixels;
+  serve.resend_first_batch = resend_first_batch;
+  return serve;
+}
 
 // ---------------------------------------------------------------------------- Job
 
@@ -317,9 +355,10 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
         return absl::Status(n.status().code(),
                             absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
       }
-      job = std::make_shared<Job>(job_id, *config, *n,
-                                  JobFingerprint(dataset->data->index().fingerprint, *config),
-                                  dataset, peer, clock_);
+      job = std::make_shared<Job>(
+          job_id, *config, *n,
+          JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
+          peer, clock_);
       jobs_.emplace(job_id, job);
     }
   }

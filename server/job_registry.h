@@ -40,6 +40,18 @@ struct RankProgress {
   bool stalled = false;                          // see Job::UpdateStalls
 };
 
+// The server's byte-changing settings (ServeSettings, common/plan/job_config.h) as they
+// apply to `index`: --max-member-bytes at or above the largest image member of the
+// data, and a decode limit at or above kDecodeNeedBound, substitute nothing and are 0.
+// One pass over the index's samples (done once, when the dataset is published).
+ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,
+                               int64_t max_decode_bytes, bool resend_first_batch);
+
+// The most decode buffer bytes an image the decoder accepts can need
+// (DecodeBufferBytes of the worst one: a progressive CMYK JPEG of kMaxPixels, its
+// blocks padded to 16x16): a decode limit at or above it refuses nothing.
+int64_t DecodeNeedBound();
+
 class Job {
  public:
   // REQUIRES: `dataset` outlives the job.
@@ -53,7 +65,8 @@ class Job {
   const std::string& id() const { return id_; }
   const JobConfig& config() const { return config_; }
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  // JobFingerprint(index content, config): what a stream must present.
+  // JobFingerprint(index content, config, the dataset's ServeSettings): what a stream
+  // must present.
   const std::string& job_fingerprint() const { return job_fingerprint_; }
   // The dataset the job reads (RegisterRequest.dataset, resolved).
   const NamedDataset& dataset() const { return *dataset_; }

@@ -213,6 +213,11 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
   auto named = std::make_unique<NamedDataset>();
   named->data = std::move(dataset);
   named->dir = named->data->index().root;
+  named->serve = ServeSettingsFor(named->data->index(), options_.max_member_bytes,
+                                  decode_budget_.limit(), options_.bench_only_resend_first_batch);
+  // Replicas whose job fingerprints differ compare these lines (docs/server.md, replicas).
+  LogInfo("index", absl::StrCat("dataset '", name, "': server settings in its job fingerprints: ",
+                                ServeSettingsString(named->serve)));
   named->assembler = std::make_unique<BatchAssembler>(
       named->data.get(), pool_.get(), &stats_,
       DecodeLimits{&decode_budget_, options_.max_member_bytes, options_.shard_read_retry});
@@ -332,7 +337,8 @@ absl::StatusOr<StreamPlan> ShardcastServiceImpl::PlanStream(
         "job_fingerprint: job '", LogSafe(job->id()), "' on this server is ",
         job->job_fingerprint(), ", the stream asked for ",
         printable ? asked : absl::StrCat("a malformed value of ", asked.size(), " bytes"),
-        " (the data or the job config changed since the rank registered)"));
+        " (the data, the job config or a byte-changing server setting changed since the rank "
+        "registered)"));
   }
   if (!job->IsRegistered(request.rank())) {
     return absl::FailedPreconditionError(absl::StrCat("rank ", request.rank(), " of job '",

@@ -482,8 +482,9 @@ class RankStream::Impl {
     const v1::RegisterResponse& was = registration_;
     std::string changed;
     if (now.job_fingerprint() != was.job_fingerprint()) {
-      changed = absl::StrFormat("job fingerprint %s (was %s: the data or the job config changed)",
-                                now.job_fingerprint(), was.job_fingerprint());
+      changed = absl::StrFormat(
+          "job fingerprint %s (was %s: other data, job config or byte-changing server settings)",
+          now.job_fingerprint(), was.job_fingerprint());
     } else if (now.world_size() != was.world_size() || now.batch_size() != was.batch_size()) {
       changed =
           absl::StrFormat("world size %d and batch size %d (were %d and %d)", now.world_size(),
@@ -498,7 +499,9 @@ class RankStream::Impl {
         replica().target == registered_at_
             ? absl::StrCat("server ", registered_at_)
             : absl::StrCat("replica ", replica().target, " (the rank registered at ",
-                           registered_at_, ": the replicas serve other data or defaults)");
+                           registered_at_,
+                           ": the replicas serve other data, defaults or settings such as "
+                           "--max-member-bytes; each server logs its settings)");
     absl::Status status = absl::FailedPreconditionError(
         absl::StrFormat("job '%s' rank %d: after reconnecting, %s has %s; cannot resume epoch %d "
                         "at batch %d",

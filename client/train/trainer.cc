@@ -1,9 +1,11 @@
 // One rank's training loop (see trainer.h).
 #include "client/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "client/train/checkpoint.h"
+#include "common/util/digest.h"
 
 namespace shardcast::train {
 namespace {
@@ -33,6 +36,82 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerConfig& c,
                                               torch::optim::AdamOptions(c.lr)
                                                   .betas(std::make_tuple(c.betas[0], c.betas[1]))
                                                   .weight_decay(c.weight_decay));
+}
+
+// What the ranks of a job must agree on before the first batch (Trainer::AgreeOnJob),
+// as a fixed-size int64 tensor so one all-gather carries it: the numbers, then the
+// fingerprint one character a word (a longer one is replaced by its digest).
+struct RankJob {
+  int64_t batches_per_epoch = 0;
+  int64_t world_size = 0;
+  int64_t batch_size = 0;
+  int64_t num_classes = 0;
+  std::string fingerprint;
+
+  static constexpr int64_t kNumbers = 5;  // the four above and the fingerprint's length
+  static constexpr int64_t kFingerprintChars = 64;
+  static constexpr int64_t kWords = kNumbers + kFingerprintChars;
+
+  torch::Tensor Encode() const {
+    std::string fp = fingerprint;
+    if (fp.size() > kFingerprintChars) {
+      Digest128 digest;
+      digest.AddString(fingerprint);
+      fp = "digest:" + digest.Hex();
+    }
+    torch::Tensor t = torch::zeros({kWords}, torch::TensorOptions().dtype(torch::kInt64));
+    auto w = t.accessor<int64_t, 1>();
+    w[0] = batches_per_epoch;
+    w[1] = world_size;
+    w[2] = batch_size;
+    w[3] = num_classes;
+    w[4] = static_cast<int64_t>(fp.size());
+    for (size_t i = 0; i < fp.size(); ++i) w[kNumbers + i] = static_cast<unsigned char>(fp[i]);
+    return t;
+  }
+
+  static RankJob Decode(const torch::Tensor& tensor) {
+    const torch::Tensor t = tensor.cpu().contiguous();
+    auto w = t.accessor<int64_t, 1>();
+    RankJob job;
+    job.batches_per_epoch = w[0];
+    job.world_size = w[1];
+    job.batch_size = w[2];
+    job.num_classes = w[3];
+    const int64_t length = std::clamp<int64_t>(w[4], 0, kFingerprintChars);
+    for (int64_t i = 0; i < length; ++i) {
+      job.fingerprint.push_back(static_cast<char>(w[kNumbers + i]));
+    }
+    return job;
+  }
+};
+
+// The fields in which some rank differs from rank 0, each with every rank's value,
+// e.g. "batches per epoch: rank 0 has 4, rank 1 has 6"; empty when all agree.
+std::vector<std::string> JobDifferences(const std::vector<RankJob>& jobs) {
+  struct Field {
+    const char* name;
+    std::function<std::string(const RankJob&)> value;
+  };
+  const Field fields[] = {
+      {"job fingerprint", [](const RankJob& j) { return j.fingerprint; }},
+      {"batches per epoch", [](const RankJob& j) { return absl::StrCat(j.batches_per_epoch); }},
+      {"world size", [](const RankJob& j) { return absl::StrCat(j.world_size); }},
+      {"batch size", [](const RankJob& j) { return absl::StrCat(j.batch_size); }},
+      {"classes", [](const RankJob& j) { return absl::StrCat(j.num_classes); }},
+  };
+  std::vector<std::string> differences;
+  for (const Field& field : fields) {
+    bool differs = false;
+    std::vector<std::string> values;
+    for (size_t rank = 0; rank < jobs.size(); ++rank) {
+      const std::string value = field.value(jobs[rank]);
+      differs = differs || value != field.value(jobs[0]);
+      values.push_back(absl::StrCat("rank ", rank, " has ", value));
+    }
+    if (differs) differences.push_back(absl::StrCat(field.name, ": ", absl::StrJoin(values, ", ")));
+  }
+  return differences;
 }
 
 absl::Status WithRank(int rank, const absl::Status& status) {
@@ -176,8 +255,38 @@ absl::Status Trainer::Resume(StartPosition* start) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::AgreeOnJob() {
+  RankJob mine;
+  mine.batches_per_epoch = source_->batches_per_epoch();
+  mine.world_size = comm_->world_size();
+  mine.batch_size = config_.batch_size;
+  mine.num_classes = source_->num_classes();
+  mine.fingerprint = source_->fingerprint();
+  absl::StatusOr<std::vector<torch::Tensor>> gathered =
+      comm_->AllGather(mine.Encode().to(config_.device));
+  if (!gathered.ok()) {
+    return absl::Status(gathered.status().code(),
+                        absl::StrCat("comparing the job with the other ranks before the first "
+                                     "batch failed; a peer rank has probably failed or exited "
+                                     "(its own error says why): ",
+                                     gathered.status().message()));
+  }
+  std::vector<RankJob> jobs;
+  for (const torch::Tensor& t : *gathered) jobs.push_back(RankJob::Decode(t));
+  const std::vector<std::string> differences = JobDifferences(jobs);
+  if (differences.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ranks of this job disagree before the first batch: ", absl::StrJoin(differences, "; "),
+      ". Their servers (replicas) serve other data or other byte-changing settings (each "
+      "server logs its job fingerprint and settings), or the ranks asked for other jobs: "
+      "training on would mix batches or hang at the epoch's end. Give every replica the "
+      "same shards and flags"));
+}
+
 absl::Status Trainer::Setup(StartPosition* start) {
   const int world = comm_->world_size();
+  // First, before anything else is exchanged or any checkpoint is read.
+  if (absl::Status agreed = AgreeOnJob(); !agreed.ok()) return agreed;
   model_->To(config_.device);
   model_->SetTraining(true);
   std::vector<torch::Tensor> params = model_->Parameters();

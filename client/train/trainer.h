@@ -110,6 +110,13 @@ class Trainer {
     int64_t sample_offset = 0;
   };
   absl::Status Setup(StartPosition* start);
+  // Before the first batch: every rank's job fingerprint, batches per epoch, world
+  // size, batch size and class count, all-gathered (one collective of 552 bytes per
+  // rank), must be the same on every rank. Ranks registered at replicas that serve
+  // other bytes or other settings would otherwise train on mixed data, or hang at an
+  // epoch's end on unequal batch counts. Every rank sees the same table, so every rank
+  // fails with the same error (FAILED_PRECONDITION naming each rank and its values).
+  absl::Status AgreeOnJob();
   // Loads --resume's checkpoint after checking it continues this batch sequence: the
   // same job, and the same world size and batch size, or (split sample) another one,
   // when the epoch goes on from the global number of samples consumed in it.

@@ -184,7 +184,8 @@ absl::Status Validate(const JobConfig& config, const JobLimits& limits) {
   return absl::OkStatus();
 }
 
-std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config) {
+std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config,
+                           const ServeSettings& serve) {
   // World and batch size fixed to 1: the plan digest then covers the data, the
   // planner version and every other (normalized) plan setting, and nothing else.
   PlanConfig plan = config.plan;
@@ -192,7 +193,7 @@ std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig&
   plan.batch_size = 1;
   const TransformSpec& t = config.transform;
   Digest128 digest;
-  digest.AddString("shardcast-job-v1");
+  digest.AddString("shardcast-job-v2");
   digest.AddString(PlanFingerprint(index_fingerprint, plan));
   digest.AddU64(kTransformVersion);
   digest.AddString(TransformModeName(t.mode));
@@ -200,7 +201,19 @@ std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig&
   // Random mode never reads resize: two random jobs that differ only there are the same.
   digest.AddU64(t.mode == TransformMode::kCenter ? static_cast<uint64_t>(t.resize) : 0);
   digest.AddU64(t.dct_scaling ? 1 : 0);
+  digest.AddU64(kSubstitutionVersion);
+  digest.AddU64(static_cast<uint64_t>(serve.max_member_bytes));
+  digest.AddU64(static_cast<uint64_t>(serve.max_decode_bytes));
+  digest.AddU64(static_cast<uint64_t>(serve.max_pixels));
+  digest.AddU64(serve.resend_first_batch ? 1 : 0);
   return digest.Hex();
+}
+
+std::string ServeSettingsString(const ServeSettings& serve) {
+  return absl::StrCat("max_member_bytes=", serve.max_member_bytes,
+                      " max_decode_bytes=", serve.max_decode_bytes,
+                      " max_pixels=", serve.max_pixels,
+                      " resend_first_batch=", serve.resend_first_batch ? "true" : "false");
 }
 
 std::optional<ConfigDifference> FirstDifference(const JobConfig& a, const JobConfig& b) {

@@ -141,14 +141,46 @@ int64_t BatchMessageBytes(const JobConfig& config);
 // planner's check (BatchesPerRank), not this one.
 absl::Status Validate(const JobConfig& config, const JobLimits& limits = {});
 
+// Server settings outside the job config that change the bytes of a batch: which
+// images the server substitutes (a grey image) instead of decoding, and the
+// benchmark mode that resends one batch. Two replicas run with other values serve
+// other bytes for the same job, so they are in the job fingerprint. The server
+// normalizes each to what it does to the data it serves (ServeSettingsFor in
+// server/job_registry.h): a limit that nothing in the data can reach is 0, so
+// replicas whose limits differ only where the data never goes still agree.
+struct ServeSettings {
+  // Image members larger than this are substituted unread (--max-member-bytes);
+  // 0 = none is (the limit is above the data's largest image member).
+  int64_t max_member_bytes = 0;
+  // An image whose decode buffers alone need more than this is substituted
+  // (--max-decode-memory); 0 = none is (the limit is above what any image the
+  // decoder accepts can need).
+  int64_t max_decode_bytes = 0;
+  // The decoder's pixel limit: larger images are substituted (a build constant).
+  int64_t max_pixels = 0;
+  // BENCHMARK ONLY (--bench-only-resend-first-batch): every batch of a stream carries
+  // the bytes of its first.
+  bool resend_first_batch = false;
+};
+
+// Bump when the server's rules for which images it substitutes, or what it sends in
+// their place, change: the job fingerprint then changes, as for kTransformVersion.
+inline constexpr int kSubstitutionVersion = 1;
+
 // Stable hex digest (32 digits) of the data (the content fingerprint of the index)
 // and every setting that decides which samples a batch holds and which bytes each
-// image becomes: split, remainder, workers, seed, shuffles, block size, transform.
+// image becomes: split, remainder, workers, seed, shuffles, block size, transform,
+// and the server's byte-changing settings (`serve`, with kSubstitutionVersion).
 // World size and batch size are NOT in it: they are compared on their own, so that
 // a later elastic resume can relax them. Settings that cannot change the batches
 // are normalized away first (as PlanFingerprint does), so equal digests mean equal
 // batches (for equal world and batch size) for every epoch.
-std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config);
+std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config,
+                           const ServeSettings& serve = {});
+
+// One line: "max_member_bytes=0 max_decode_bytes=0 max_pixels=178956970
+// resend_first_batch=false" (0 = no limit that the data reaches).
+std::string ServeSettingsString(const ServeSettings& serve);
 
 // The first setting in which two configs differ, as (field, a, b) text, e.g.
 // {"transform.crop", "224", "160"}; nullopt when they are equal. Field names are

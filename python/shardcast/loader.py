@@ -149,6 +149,14 @@ class Loader:
     `images.to(device, non_blocking=True)` (and normalize) is a DMA. Otherwise `images` is
     a view of the received bytes.
 
+    Ranks agree before the first batch: on the first iter(), with torch.distributed
+    initialized (its default group, when its size is world_size) or a `process_group`
+    given, every rank's job fingerprint, batches per epoch, batch size and world size are
+    all-gathered (one small all_gather_object, once) and a difference raises
+    JobChangedError on every rank, naming each rank's values: ranks registered at
+    replicas with other data or settings never train on mixed batches or hang at an
+    epoch's end. `check_ranks=False` turns this off.
+
     Raises ServerUnavailableError when the server cannot be reached within
     `reconnect_deadline` seconds (at once for a failed TLS handshake; StreamTimeoutError,
     a kind of it, when a stream delivers nothing for `stream_timeout` seconds and
@@ -194,6 +202,8 @@ class Loader:
         token: Optional[str] = None,
         pin_memory: bool = False,
         on_substitute: str = "mask",
+        process_group: Optional[Any] = None,
+        check_ranks: bool = True,
     ) -> None:
         # Checked before anything connects, with the argument's Python name.
         if prefetch < 1:
@@ -266,6 +276,10 @@ class Loader:
         self._offset = 0
         self._pinned = True
         self._iteration = 0  # bumped by each iter(), so an older iterator stops
+        # The ranks' agreement on the job, on the first iter() (_agree_on_job).
+        self._process_group = process_group
+        self._check_ranks = check_ranks
+        self._ranks_agreed = False
 
     # ---- what the server said ------------------------------------------------------
 
@@ -420,6 +434,7 @@ class Loader:
     # ---- iteration -------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
+        self._agree_on_job()
         epoch, done, offset = self._epoch, self._done, self._offset
         if not self._pinned:
             epoch, done, offset = epoch + 1, 0, 0
@@ -431,6 +446,58 @@ class Loader:
             self.substituted = 0
         self._resume_after_error = False
         return self._batches(self._iteration)
+
+    # ---- the ranks' agreement on the job -------------------------------------------
+
+    def _agree_on_job(self) -> None:
+        """Before the first batch, once: every rank's job as its server registered it
+        (job fingerprint, batches per epoch, batch size, world size, job id) is
+        all-gathered through the process group (`process_group`, else torch.distributed's
+        default group when one is initialized with this loader's world size) and must
+        be the same on every rank. Ranks registered at replicas that serve other bytes
+        or other settings would otherwise train on mixed batches, or hang in DDP at the
+        end of an epoch whose batch counts differ. Every rank sees the same table, so
+        every rank raises the same JobChangedError, naming each rank's values. Costs one
+        all_gather_object of about 200 bytes per rank, once per loader; check_ranks=False
+        turns it off (e.g. for ranks that do not call iter() together)."""
+        if self._ranks_agreed or not self._check_ranks or self.world_size <= 1:
+            return
+        dist = torch.distributed
+        group = self._process_group
+        if group is None:
+            if not (dist.is_available() and dist.is_initialized()):
+                return  # no process group: nothing to compare through
+            if dist.get_world_size() != self.world_size:
+                return  # the default group is not this job's ranks
+        elif dist.get_world_size(group) != self.world_size:
+            raise ValueError(
+                f"process_group has {dist.get_world_size(group)} ranks, the loader's job "
+                f"'{self.job_id}' {self.world_size}: pass the group of the job's ranks"
+            )
+        reg = self.registration
+        mine = {"rank": self.rank, "job_id": self.job_id, "world_size": self.world_size,
+                "job_fingerprint": reg.job_fingerprint,
+                "batches_per_epoch": reg.batches_per_epoch, "batch_size": reg.batch_size}
+        everyone: List[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=group)
+        differences = []
+        for field in ("job_fingerprint", "batches_per_epoch", "batch_size", "world_size",
+                      "job_id"):
+            if any(e[field] != everyone[0][field] for e in everyone):
+                differences.append(f"{field}: " + ", ".join(
+                    f"rank {e['rank']} has {e[field]!r}" for e in everyone))
+        if sorted(e["rank"] for e in everyone) != list(range(self.world_size)):
+            differences.append("rank: the group's ranks have ranks " + ", ".join(
+                str(e["rank"]) for e in everyone))
+        if differences:
+            raise JobChangedError(
+                f"job '{self.job_id}': the ranks disagree before the first batch: "
+                + "; ".join(differences) + ". Their servers (replicas) serve other data or "
+                "other byte-changing settings (each server logs its job fingerprint and "
+                "settings), or the ranks asked for other jobs: training on would mix batches "
+                "or hang at the epoch's end. Give every replica the same shards and flags"
+            )
+        self._ranks_agreed = True
 
     def _batches(self, iteration: int) -> Iterator[Batch]:
         try:

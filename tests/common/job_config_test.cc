@@ -159,7 +159,8 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
   EXPECT_EQ(fp.size(), 32u);
   // Pinned: ranks, replicas and checkpoints compare it across builds and machines.
   EXPECT_EQ(fp, JobFingerprint("index-a", Valid()));
-  EXPECT_EQ(fp, "a0470bdc58f8a98149854122a100cbbb");  // kTransformVersion 2, DCT scaling off
+  // kTransformVersion 2, DCT scaling off, kSubstitutionVersion 1, no serve settings.
+  EXPECT_EQ(fp, "e961e18bddee77f946f0f6b471388867");
   EXPECT_NE(fp, JobFingerprint("index-b", base));
 
   // World and batch size are compared apart from it.
@@ -204,6 +205,32 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
   JobConfig random_b = random_a;
   random_b.transform.resize = 512;
   EXPECT_EQ(JobFingerprint("index-a", random_a), JobFingerprint("index-a", random_b));
+}
+
+// Issue 35: the server settings that change a batch's bytes outside the job config
+// (which images are substituted, the benchmark resend mode) are in the fingerprint, so
+// replicas run with other values have other fingerprints.
+TEST(JobConfigFingerprint, CoversTheServersByteChangingSettings) {
+  const JobConfig base = Valid();
+  ServeSettings serve;
+  serve.max_pixels = 178956970;
+  const std::string fp = JobFingerprint("index-a", base, serve);
+  EXPECT_EQ(fp, JobFingerprint("index-a", base, serve));
+  const std::vector<std::function<void(ServeSettings&)>> changes = {
+      [](ServeSettings& s) { s.max_member_bytes = 100; },
+      [](ServeSettings& s) { s.max_member_bytes = 200; },
+      [](ServeSettings& s) { s.max_decode_bytes = 1 << 20; },
+      [](ServeSettings& s) { s.max_pixels = 1000; },
+      [](ServeSettings& s) { s.resend_first_batch = true; },
+  };
+  std::set<std::string> seen = {fp, JobFingerprint("index-a", base)};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    ServeSettings changed = serve;
+    changes[i](changed);
+    EXPECT_TRUE(seen.insert(JobFingerprint("index-a", base, changed)).second) << "change " << i;
+  }
+  EXPECT_EQ(ServeSettingsString(serve),
+            "max_member_bytes=0 max_decode_bytes=0 max_pixels=178956970 resend_first_batch=false");
 }
 
 TEST(JobConfigDifference, NamesTheFirstDifferingField) {

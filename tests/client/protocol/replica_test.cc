@@ -1,11 +1,14 @@
 // Several replicas of the server (issue 26): a rank knows a list of them, starts at the
 // one its order puts first, and when that one dies or drains it registers with the
 // next and resumes at the first batch it has not received, receiving the same bytes an
-// undisturbed run receives. Replicas with other data are refused, naming both. Real
-// in-process servers over loopback, on the same shard directory.
+// undisturbed run receives. Replicas with other data, or run with other byte-changing
+// settings (issue 35), are refused, naming both. Real in-process servers over loopback
+// (and real server processes for the settings), on the same shard directory.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_join.h"
@@ -204,6 +207,72 @@ TEST_F(ReplicaTest, AReplicaWithOtherDataIsRefusedNamingBoth) {
   EXPECT_THAT(rest.status().message(), HasSubstr(b.target()));
   EXPECT_THAT(rest.status().message(), HasSubstr(a_target));
   EXPECT_THAT(rest.status().message(), HasSubstr("job fingerprint"));
+}
+
+// Issue 35: the job fingerprint covers the server settings that change a batch's
+// bytes. Two real shardcast-server processes over the same shards, B run with a
+// --max-member-bytes below every image member (B substitutes every image): same index,
+// other job fingerprints; a rank that moves from A to B is refused, naming both
+// replicas and both fingerprints, instead of resuming on B's substitutes.
+TEST_F(ReplicaTest, AReplicaWithAnotherMaxMemberBytesIsRefusedNamingBothAndBothFingerprints) {
+  TempDir logs_a, logs_b;
+  auto a = std::make_unique<testing_util::ServerProcess>(dir_.path(), logs_a.path());
+  testing_util::ServerProcess b(dir_.path(), logs_b.path());
+  ASSERT_TRUE(a->Start().ok());
+  ASSERT_TRUE(b.Start(0, {"--max-member-bytes", "100"}).ok());
+  const std::string a_target = a->address();
+
+  // What each replica answers for the same job.
+  v1::RegisterResponse on_a, on_b;
+  const v1::RegisterRequest probe =
+      MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
+  auto a_stub = v1::Shardcast::NewStub(MakeChannel(a_target));
+  auto b_stub = v1::Shardcast::NewStub(MakeChannel(b.address()));
+  ASSERT_TRUE(Register(a_stub.get(), probe, &on_a).ok());
+  ASSERT_TRUE(Register(b_stub.get(), probe, &on_b).ok());
+  EXPECT_EQ(on_a.index_fingerprint(), on_b.index_fingerprint());  // the same shards
+  EXPECT_EQ(on_a.batches_per_epoch(), on_b.batches_per_epoch());
+  EXPECT_NE(on_a.job_fingerprint(), on_b.job_fingerprint()) << "B serves other bytes";
+
+  auto stream = client::RankStream::Connect(
+      Options(absl::StrCat(a_target, ",", b.address()), "settings", /*rank=*/0));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->StartEpoch(0).ok());
+  ASSERT_TRUE(Read(**stream, 2).ok());
+  a->Kill(SIGKILL);  // A dies in the middle of the epoch: the rank moves to B
+  a.reset();
+  absl::StatusOr<std::vector<std::string>> rest = Read(**stream, 1000);
+  ASSERT_FALSE(rest.ok()) << "resumed on B's substitutes: " << rest->size() << " batches";
+  EXPECT_TRUE(client::IsJobChanged(rest.status())) << rest.status();
+  EXPECT_THAT(rest.status().message(), HasSubstr(a_target));
+  EXPECT_THAT(rest.status().message(), HasSubstr(b.address()));
+  EXPECT_THAT(rest.status().message(), HasSubstr(on_a.job_fingerprint()));
+  EXPECT_THAT(rest.status().message(), HasSubstr(on_b.job_fingerprint()));
+}
+
+// The settings that substitute nothing in this data do not split replicas: a
+// --max-member-bytes above every image member leaves the fingerprint as it is.
+TEST_F(ReplicaTest, ALimitNoImageReachesLeavesTheFingerprintAlone) {
+  InProcessServer plain(dir_.path());
+  server::ServerOptions roomy;
+  roomy.max_member_bytes = int64_t{1} << 30;
+  InProcessServer big(dir_.path(), roomy);
+  server::ServerOptions tight;
+  tight.max_member_bytes = 100;
+  InProcessServer small(dir_.path(), tight);
+  server::ServerOptions bench;
+  bench.bench_only_resend_first_batch = true;
+  InProcessServer resend(dir_.path(), bench);
+  const v1::RegisterRequest probe =
+      MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
+  v1::RegisterResponse r_plain, r_big, r_small, r_resend;
+  ASSERT_TRUE(Register(plain.stub(), probe, &r_plain).ok());
+  ASSERT_TRUE(Register(big.stub(), probe, &r_big).ok());
+  ASSERT_TRUE(Register(small.stub(), probe, &r_small).ok());
+  ASSERT_TRUE(Register(resend.stub(), probe, &r_resend).ok());
+  EXPECT_EQ(r_plain.job_fingerprint(), r_big.job_fingerprint());
+  EXPECT_NE(r_plain.job_fingerprint(), r_small.job_fingerprint());
+  EXPECT_NE(r_plain.job_fingerprint(), r_resend.job_fingerprint());
 }
 
 }  // namespace
