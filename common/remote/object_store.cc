@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -85,16 +87,40 @@ class S3Store final : public ObjectStore {
 
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     std::vector<RemoteObject> shards;
+    // Each key with the page it came on, and each token seen: a store that repeats
+    // either never ends its listing, or lists a shard twice (served twice an epoch).
+    std::unordered_map<std::string, int64_t> page_of;
+    std::unordered_set<std::string> tokens;
     std::string token;
+    int64_t pages = 0;
     do {
+      if (pages == kMaxListPages) {
+        return absl::DataLossError(absl::StrCat("listing ", root_, ": still truncated after ",
+                                                pages, " pages; the listing does not end"));
+      }
       RangeRequest request;
       request.url = ListUrl(token);
       request.sign = sign_;
       absl::StatusOr<std::string> page = GetBounded(fetcher_, request, kMaxListPageBytes);
       // As it is: its message names the bucket's URL, and its payloads must stay.
       if (!page.ok()) return page.status();
+      ++pages;
+      const size_t first_new = shards.size();
       absl::Status parsed = ParsePage(*page, shards, token);
       if (!parsed.ok()) return parsed;
+      if (!token.empty() && !tokens.insert(token).second) {
+        return absl::DataLossError(absl::StrCat(
+            "listing ", root_, ": page ", pages, " answered the continuation token \"", token,
+            "\" again; the listing does not end"));
+      }
+      for (size_t i = first_new; i < shards.size(); ++i) {
+        auto [it, inserted] = page_of.emplace(shards[i].name, pages);
+        if (!inserted) {
+          return absl::DataLossError(absl::StrCat(
+              "listing ", root_, ": ", shards[i].name, " is listed twice (pages ", it->second,
+              " and ", pages, "); the store's listing is not consistent"));
+        }
+      }
     } while (!token.empty());
     if (shards.empty()) return NoShardsError(root_);
     return shards;
@@ -119,6 +145,10 @@ class S3Store final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
+  uint64_t download_piece_bytes() const override {
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes
+                                            : kDownloadPieceBytes;
+  }
 
  private:
   // ListObjectsV2 with the query's parameters in sorted order and percent-encoded:
@@ -202,12 +232,17 @@ class HttpStore final : public ObjectStore {
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     if (urls_.empty()) return NoShardsError(root_);
     std::vector<RemoteObject> shards(urls_.size());
+    std::unordered_set<std::string> names;
     for (size_t i = 0; i < urls_.size(); ++i) {
       shards[i].url = urls_[i];
       shards[i].name = urls_[i].substr(std::min(root_.size(), urls_[i].size()));
       if (!absl::StartsWith(urls_[i], root_) || !IsShardName(shards[i].name)) {
         return absl::InvalidArgumentError(absl::StrCat(
             urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
+      }
+      if (!names.insert(shards[i].name).second) {  // its samples would be served twice
+        return absl::InvalidArgumentError(
+            absl::StrCat(urls_[i], ": named twice by the dataset's URL"));
       }
     }
     absl::Status status = HeadAll(shards);
@@ -233,6 +268,10 @@ class HttpStore final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
+  uint64_t download_piece_bytes() const override {
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes
+                                            : kDownloadPieceBytes;
+  }
 
  private:
   // Fills in size and ETag with a HEAD per shard, several at once (a dataset of
@@ -318,17 +357,26 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& u
 }
 
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
-                            const std::string& path) {
-  return store.fetcher().GetStreaming(
-      store.Request(object, 0, 0), [fd, &path](absl::string_view chunk) {
-        while (!chunk.empty()) {
-          const ssize_t n = ::write(fd, chunk.data(), chunk.size());
-          if (n < 0 && errno == EINTR) continue;
-          if (n < 0) return HostIoError(path, "write failed", errno);
-          chunk.remove_prefix(static_cast<size_t>(n));
-        }
-        return absl::OkStatus();
-      });
+                            const std::string& path, ContentHasher* hasher) {
+  const auto sink = [fd, &path, hasher](absl::string_view chunk) {
+    if (hasher != nullptr) hasher->Add(chunk);
+    while (!chunk.empty()) {
+      const ssize_t n = ::write(fd, chunk.data(), chunk.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return HostIoError(path, "write failed", errno);
+      chunk.remove_prefix(static_cast<size_t>(n));
+    }
+    return absl::OkStatus();
+  };
+  const uint64_t piece = std::max<uint64_t>(1, store.download_piece_bytes());
+  // A size unknown (0) or within one piece: one request to the object's end.
+  if (object.size <= piece) return store.fetcher().GetStreaming(store.Request(object, 0, 0), sink);
+  for (uint64_t offset = 0; offset < object.size; offset += piece) {
+    const uint64_t length = std::min(piece, object.size - offset);
+    absl::Status status = store.fetcher().GetStreaming(store.Request(object, offset, length), sink);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardcast::remote
