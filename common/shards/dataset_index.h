@@ -150,7 +150,9 @@ struct ShardListing {
 // scanned as without an index file. A name listed twice is an error (its samples would
 // be served twice an epoch). A scan that fails for the store's or host's fault
 // (ShardScanResult::host_error) fails indexing, naming the shard, and nothing is
-// cached. Errors and warnings otherwise as BuildDatasetIndex.
+// cached. Where some shards are scanned and the others taken from the file, class
+// names are the file's first, a scanned shard's filling the labels the file did not
+// name. Errors and warnings otherwise as BuildDatasetIndex.
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                                                    const IndexOptions& options);
 
@@ -186,7 +188,9 @@ std::string ShardChange(const ShardInfo& shard, const struct stat& st);
 // Errors: the directory is missing/unreadable, contains no shard, or no shard could be
 // read; CANCELLED when `options.cancelled` was set.
 // A shard that cannot be read at all (0 bytes, unreadable, not a tar, changed while it
-// was scanned) is left out, recorded in `skipped_shards` and warned about; a bad sample
+// was scanned) is left out, recorded in `skipped_shards` and warned about; a read that
+// fails with an I/O error (EIO: the host's fault, not the data's) fails indexing
+// instead, naming the shard, and is not cached; a bad sample
 // is skipped and recorded in `skipped`. A cache whose contents do not fit the shard
 // files (offsets past a file's end, impossible labels or counts) is ignored with a
 // warning and rebuilt. A shard that breaks part-way (truncated, corrupt header)
