@@ -232,17 +232,12 @@ class HttpStore final : public ObjectStore {
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     if (urls_.empty()) return NoShardsError(root_);
     std::vector<RemoteObject> shards(urls_.size());
-    std::unordered_set<std::string> names;
     for (size_t i = 0; i < urls_.size(); ++i) {
       shards[i].url = urls_[i];
       shards[i].name = urls_[i].substr(std::min(root_.size(), urls_[i].size()));
       if (!absl::StartsWith(urls_[i], root_) || !IsShardName(shards[i].name)) {
         return absl::InvalidArgumentError(absl::StrCat(
             urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
-      }
-      if (!names.insert(shards[i].name).second) {  // its samples would be served twice
-        return absl::InvalidArgumentError(
-            absl::StrCat(urls_[i], ": named twice by the dataset's URL"));
       }
     }
     absl::Status status = HeadAll(shards);
