@@ -559,12 +559,16 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
   std::atomic<size_t> next{0};
+  // Set by the first host or store error: indexing fails with it, so the other
+  // threads take no more shards (a bucket's worth of downloads for nothing).
+  std::atomic<bool> host_failed{false};
   const auto stopping = [&] {
     return options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed);
   };
   const auto worker = [&] {
-    for (size_t i = next++; i < shards.size() && !stopping(); i = next++) {
+    for (size_t i = next++; i < shards.size() && !stopping() && !host_failed; i = next++) {
       results[i] = listing.scan(shards[i]);
+      if (results[i].host_error) host_failed = true;
     }
   };
   std::vector<std::thread> pool;
