@@ -4,10 +4,9 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -37,8 +36,7 @@ bool IsShardName(absl::string_view name) {
 }
 
 absl::Status NoShardsError(const std::string& root) {
-  return absl::NotFoundError(
-      absl::StrCat(root, ": no shards (*.tar, *.tar.gz, *.tgz) are there"));
+  return absl::NotFoundError(absl::StrCat(root, ": no shards (*.tar, *.tar.gz, *.tgz) are there"));
 }
 
 // A ListObjectsV2 page of 1000 keys is a few hundred KB: a store that sends more is not
@@ -109,16 +107,16 @@ class S3Store final : public ObjectStore {
       absl::Status parsed = ParsePage(*page, shards, token);
       if (!parsed.ok()) return parsed;
       if (!token.empty() && !tokens.insert(token).second) {
-        return absl::DataLossError(absl::StrCat(
-            "listing ", root_, ": page ", pages, " answered the continuation token \"", token,
-            "\" again; the listing does not end"));
+        return absl::DataLossError(absl::StrCat("listing ", root_, ": page ", pages,
+                                                " answered the continuation token \"", token,
+                                                "\" again; the listing does not end"));
       }
       for (size_t i = first_new; i < shards.size(); ++i) {
         auto [it, inserted] = page_of.emplace(shards[i].name, pages);
         if (!inserted) {
-          return absl::DataLossError(absl::StrCat(
-              "listing ", root_, ": ", shards[i].name, " is listed twice (pages ", it->second,
-              " and ", pages, "); the store's listing is not consistent"));
+          return absl::DataLossError(
+              absl::StrCat("listing ", root_, ": ", shards[i].name, " is listed twice (pages ",
+                           it->second, " and ", pages, "); the store's listing is not consistent"));
         }
       }
     } while (!token.empty());
@@ -146,8 +144,7 @@ class S3Store final : public ObjectStore {
 
   HttpFetcher& fetcher() override { return fetcher_; }
   uint64_t download_piece_bytes() const override {
-    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes
-                                            : kDownloadPieceBytes;
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
   }
 
  private:
@@ -176,9 +173,9 @@ class S3Store final : public ObjectStore {
                          std::string& token) const {
     // (Its opening tag carries the xmlns attribute.)
     if (!absl::StrContains(xml, "<ListBucketResult")) {
-      return absl::InternalError(absl::StrCat(
-          "listing ", root_, ": the answer is not a ListObjectsV2 result: \"",
-          xml.substr(0, 200), "\""));
+      return absl::InternalError(absl::StrCat("listing ", root_,
+                                              ": the answer is not a ListObjectsV2 result: \"",
+                                              xml.substr(0, 200), "\""));
     }
     for (absl::string_view contents : XmlElements(xml, "Contents")) {
       const std::optional<absl::string_view> key = XmlFirstElement(contents, "Key");
@@ -206,8 +203,8 @@ class S3Store final : public ObjectStore {
     if (XmlFirstElement(xml, "IsTruncated").value_or("false") == "true") {
       token = XmlDecode(XmlFirstElement(xml, "NextContinuationToken").value_or(""));
       if (token.empty()) {
-        return absl::InternalError(absl::StrCat(
-            "listing ", root_, ": a truncated page without a NextContinuationToken"));
+        return absl::InternalError(
+            absl::StrCat("listing ", root_, ": a truncated page without a NextContinuationToken"));
       }
     }
     return absl::OkStatus();
@@ -236,8 +233,8 @@ class HttpStore final : public ObjectStore {
       shards[i].url = urls_[i];
       shards[i].name = urls_[i].substr(std::min(root_.size(), urls_[i].size()));
       if (!absl::StartsWith(urls_[i], root_) || !IsShardName(shards[i].name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
+        return absl::InvalidArgumentError(
+            absl::StrCat(urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
       }
     }
     absl::Status status = HeadAll(shards);
@@ -264,8 +261,7 @@ class HttpStore final : public ObjectStore {
 
   HttpFetcher& fetcher() override { return fetcher_; }
   uint64_t download_piece_bytes() const override {
-    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes
-                                            : kDownloadPieceBytes;
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
   }
 
  private:
@@ -288,8 +284,7 @@ class HttpStore final : public ObjectStore {
         shards[i].etag = head->etag;
       }
     };
-    const size_t threads =
-        std::min<size_t>(shards.size(), std::max(1, tuning_.list_parallelism));
+    const size_t threads = std::min<size_t>(shards.size(), std::max(1, tuning_.list_parallelism));
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();

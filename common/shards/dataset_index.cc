@@ -221,8 +221,7 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
     result.fatal = absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
     return result;
   }
-  if (std::string change = check_identity ? ShardChange(shard, after) : "";
-      !change.empty()) {
+  if (std::string change = check_identity ? ShardChange(shard, after) : ""; !change.empty()) {
     result.fatal = absl::AbortedError(
         absl::StrCat("changed while it was indexed (", change, "); restart to index it again"));
     return result;
@@ -584,8 +583,8 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
     if (results[i].host_error) {
       return absl::Status(
           results[i].fatal.code(),
-          absl::StrCat("indexing ", root, ": shard ", shards[i].path, " could not be read: ",
-                       results[i].fatal.message(),
+          absl::StrCat("indexing ", root, ": shard ", shards[i].path,
+                       " could not be read: ", results[i].fatal.message(),
                        "; nothing was cached (it is read again at the next start), and the "
                        "dataset is not served with a shard missing"));
     }
@@ -794,8 +793,7 @@ namespace {
 
 // The cache path for `listing`, "" for none; an error for a cache inside a local
 // dataset directory.
-absl::StatusOr<std::string> CachePathFor(const ShardListing& listing,
-                                         const IndexOptions& options) {
+absl::StatusOr<std::string> CachePathFor(const ShardListing& listing, const IndexOptions& options) {
   if (options.cache_dir.empty()) return std::string();
   std::error_code ec;
   const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
@@ -948,9 +946,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   if (!cache_path->empty() && fs::exists(*cache_path, ec)) {
     absl::StatusOr<std::string> data = ReadRegularFile(*cache_path, MaxCacheBytes(listing.shards));
     bool stale = false;
-    absl::Status parsed =
-        data.ok() ? ParseCache(*data, root, options, listing.shards, CacheKind::kCache, &scan, &stale)
-                  : data.status();
+    absl::Status parsed = data.ok() ? ParseCache(*data, root, options, listing.shards,
+                                                 CacheKind::kCache, &scan, &stale)
+                                    : data.status();
     if (!parsed.ok()) {
       Warn(&index.warnings,
            absl::StrCat(*cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
@@ -963,7 +961,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     }
   }
   bool write_cache = !have_scan;
-  if (listing.index_file.has_value() && listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
+  if (listing.index_file.has_value() &&
+      listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
     Warn(&index.warnings,
          absl::StrCat(root, kIndexFileName, ": ignored (", listing.index_file->size(),
                       " bytes, more than an index of these shards can take); scanning the shards"));
@@ -981,10 +980,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
       have_scan = true;
     } else if (index.loaded_from_index_file) {
       Warn(&index.warnings,
-           absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ",
-                        listing.shards.size(), " shard(s) are not vouched for by their ETag (",
-                        unvouched[0].path, ": ETag ",
-                        unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
+           absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
+                        " shard(s) are not vouched for by their ETag (", unvouched[0].path,
+                        ": ETag ", unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
                         "); scanning those, using the file for the others"));
       absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
       if (!scanned.ok()) return scanned.status();
@@ -1079,16 +1077,17 @@ std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& op
   for (size_t i : order) {
     ShardInfo bare = IndexFileRecord(scan.shards[i]);
     bare.samples = scan.shards[i].samples;
-    for (const SampleEntry& e : bare.samples) sorted.max_label = std::max(sorted.max_label, e.label);
+    for (const SampleEntry& e : bare.samples)
+      sorted.max_label = std::max(sorted.max_label, e.label);
     sorted.shards.push_back(std::move(bare));
     sorted.skip_reasons.push_back(scan.skip_reasons[i]);
   }
   sorted.skipped = index.skipped;
   if (!index.class_names.empty() && sorted.max_label >= 0) {
-    sorted.class_names.assign(index.class_names.begin(),
-                              index.class_names.begin() +
-                                  std::min<size_t>(index.class_names.size(),
-                                                   static_cast<size_t>(sorted.max_label + 1)));
+    sorted.class_names.assign(
+        index.class_names.begin(),
+        index.class_names.begin() +
+            std::min<size_t>(index.class_names.size(), static_cast<size_t>(sorted.max_label + 1)));
     sorted.class_names.resize(static_cast<size_t>(sorted.max_label + 1));
   }
   return SerializeCache(/*root=*/"", options, sorted);

@@ -50,8 +50,8 @@ struct SkippedSample {
 // A shard file left out of the index as a whole (empty, unreadable, not a tar); the
 // other shards are served.
 struct SkippedShard {
-  std::string path;    // relative to the dataset root, as ShardInfo::path
-  std::string reason;  // e.g. "empty file (0 bytes)"
+  std::string path;        // relative to the dataset root, as ShardInfo::path
+  std::string reason;      // e.g. "empty file (0 bytes)"
   uint64_t file_size = 0;  // when it was listed (0 when it could not be stat'ed)
   // What the skip was decided on (ShardInfo's fields; "" when unknown): an index file
   // keeps them so that its skip is trusted only for these bytes.
@@ -127,8 +127,8 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
 // The shards of a dataset as listed, before they are scanned: a local directory
 // (BuildDatasetIndex) or an object store (common/remote/remote_index.h).
 struct ShardListing {
-  std::string root;               // DatasetIndex::root; keys the index cache
-  std::vector<ShardInfo> shards;  // identities, no samples; any order (sorted here)
+  std::string root;                    // DatasetIndex::root; keys the index cache
+  std::vector<ShardInfo> shards;       // identities, no samples; any order (sorted here)
   std::vector<SkippedShard> unlisted;  // names that could not even be listed
   // Scans one listed shard (called from `IndexOptions::threads` threads at once).
   std::function<ShardScanResult(const ShardInfo&)> scan;

@@ -41,10 +41,10 @@ class HostileStore {
     store->faults_ = *store->dir_ / "faults.json";
     store->log_ = *store->dir_ / "log";
     store->process_ = std::make_unique<ChildProcess>();
-    if (absl::Status s = store->process_->Start(
-            {python, "-u", script, "--dir", dir, "--bucket", bucket, "--port-file", port_file,
-             "--faults", store->faults_},
-            store->log_ + ".out", store->log_ + ".err");
+    if (absl::Status s =
+            store->process_->Start({python, "-u", script, "--dir", dir, "--bucket", bucket,
+                                    "--port-file", port_file, "--faults", store->faults_},
+                                   store->log_ + ".out", store->log_ + ".err");
         !s.ok()) {
       return s;
     }
