@@ -29,9 +29,12 @@ constexpr char kUsage[] =
     "Indexes the shards in DIR, at s3://bucket/prefix/ or at http(s) URLs in brace notation\n"
     "(reading each shard once) and writes the dataset index file, shardcast-index.bin by\n"
     "default. Copy it next to the shards (aws s3 cp shardcast-index.bin s3://bucket/prefix/):\n"
-    "a server then loads the index with one GET. It holds no file dates, so it stays valid\n"
-    "for every copy of the same shards; a server ignores it (and scans) when the shards'\n"
-    "names or sizes differ from it, or its --label-field or --max-classes do.\n";
+    "a server then loads the index with one GET. It holds no file dates, but each shard's\n"
+    "content digest (MD5) and, for shards indexed from a store, the ETag they had there: a\n"
+    "server uses a shard's record only when the store's ETag vouches for it (the ETag is\n"
+    "that MD5, as S3's for a single-part upload, or the very ETag recorded), and scans the\n"
+    "others. It ignores the file (and scans) when the shards' names or sizes differ from\n"
+    "it, or its --label-field or --max-classes do.\n";
 
 struct IndexFlags {
   std::string source;

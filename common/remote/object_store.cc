@@ -4,11 +4,12 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -35,8 +36,7 @@ bool IsShardName(absl::string_view name) {
 }
 
 absl::Status NoShardsError(const std::string& root) {
-  return absl::NotFoundError(
-      absl::StrCat(root, ": no shards (*.tar, *.tar.gz, *.tgz) are there"));
+  return absl::NotFoundError(absl::StrCat(root, ": no shards (*.tar, *.tar.gz, *.tgz) are there"));
 }
 
 // A ListObjectsV2 page of 1000 keys is a few hundred KB: a store that sends more is not
@@ -87,16 +87,40 @@ class S3Store final : public ObjectStore {
 
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     std::vector<RemoteObject> shards;
+    // Each key with the page it came on, and each token seen: a store that repeats
+    // either never ends its listing, or lists a shard twice (served twice an epoch).
+    std::unordered_map<std::string, int64_t> page_of;
+    std::unordered_set<std::string> tokens;
     std::string token;
+    int64_t pages = 0;
     do {
+      if (pages == kMaxListPages) {
+        return absl::DataLossError(absl::StrCat("listing ", root_, ": still truncated after ",
+                                                pages, " pages; the listing does not end"));
+      }
       RangeRequest request;
       request.url = ListUrl(token);
       request.sign = sign_;
       absl::StatusOr<std::string> page = GetBounded(fetcher_, request, kMaxListPageBytes);
       // As it is: its message names the bucket's URL, and its payloads must stay.
       if (!page.ok()) return page.status();
+      ++pages;
+      const size_t first_new = shards.size();
       absl::Status parsed = ParsePage(*page, shards, token);
       if (!parsed.ok()) return parsed;
+      if (!token.empty() && !tokens.insert(token).second) {
+        return absl::DataLossError(absl::StrCat("listing ", root_, ": page ", pages,
+                                                " answered the continuation token \"", token,
+                                                "\" again; the listing does not end"));
+      }
+      for (size_t i = first_new; i < shards.size(); ++i) {
+        auto [it, inserted] = page_of.emplace(shards[i].name, pages);
+        if (!inserted) {
+          return absl::DataLossError(
+              absl::StrCat("listing ", root_, ": ", shards[i].name, " is listed twice (pages ",
+                           it->second, " and ", pages, "); the store's listing is not consistent"));
+        }
+      }
     } while (!token.empty());
     if (shards.empty()) return NoShardsError(root_);
     return shards;
@@ -121,6 +145,9 @@ class S3Store final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
+  uint64_t download_piece_bytes() const override {
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
+  }
 
  private:
   // ListObjectsV2 with the query's parameters in sorted order and percent-encoded:
@@ -148,9 +175,9 @@ class S3Store final : public ObjectStore {
                          std::string& token) const {
     // (Its opening tag carries the xmlns attribute.)
     if (!absl::StrContains(xml, "<ListBucketResult")) {
-      return absl::InternalError(absl::StrCat(
-          "listing ", root_, ": the answer is not a ListObjectsV2 result: \"",
-          xml.substr(0, 200), "\""));
+      return absl::InternalError(absl::StrCat("listing ", root_,
+                                              ": the answer is not a ListObjectsV2 result: \"",
+                                              xml.substr(0, 200), "\""));
     }
     for (absl::string_view contents : XmlElements(xml, "Contents")) {
       const std::optional<absl::string_view> key = XmlFirstElement(contents, "Key");
@@ -178,8 +205,8 @@ class S3Store final : public ObjectStore {
     if (XmlFirstElement(xml, "IsTruncated").value_or("false") == "true") {
       token = XmlDecode(XmlFirstElement(xml, "NextContinuationToken").value_or(""));
       if (token.empty()) {
-        return absl::InternalError(absl::StrCat(
-            "listing ", root_, ": a truncated page without a NextContinuationToken"));
+        return absl::InternalError(
+            absl::StrCat("listing ", root_, ": a truncated page without a NextContinuationToken"));
       }
     }
     return absl::OkStatus();
@@ -208,8 +235,8 @@ class HttpStore final : public ObjectStore {
       shards[i].url = urls_[i];
       shards[i].name = urls_[i].substr(std::min(root_.size(), urls_[i].size()));
       if (!absl::StartsWith(urls_[i], root_) || !IsShardName(shards[i].name)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
+        return absl::InvalidArgumentError(
+            absl::StrCat(urls_[i], ": not a shard's name (*.tar, *.tar.gz, *.tgz) under ", root_));
       }
     }
     absl::Status status = HeadAll(shards);
@@ -235,6 +262,9 @@ class HttpStore final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
+  uint64_t download_piece_bytes() const override {
+    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
+  }
 
  private:
   // Fills in size and ETag with a HEAD per shard, several at once (a dataset of
@@ -256,8 +286,7 @@ class HttpStore final : public ObjectStore {
         shards[i].etag = head->etag;
       }
     };
-    const size_t threads =
-        std::min<size_t>(shards.size(), std::max(1, tuning_.list_parallelism));
+    const size_t threads = std::min<size_t>(shards.size(), std::max(1, tuning_.list_parallelism));
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
@@ -320,10 +349,9 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& u
 }
 
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
-                            const std::string& path) {
-  RangeRequest whole = store.Request(object, 0, 0);
-  whole.to_end = true;
-  return store.fetcher().GetStreaming(whole, [fd, &path](absl::string_view chunk) {
+                            const std::string& path, ContentHasher* hasher) {
+  const auto sink = [fd, &path, hasher](absl::string_view chunk) {
+    if (hasher != nullptr) hasher->Add(chunk);
     while (!chunk.empty()) {
       const ssize_t n = ::write(fd, chunk.data(), chunk.size());
       if (n < 0 && errno == EINTR) continue;
@@ -331,7 +359,20 @@ absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int 
       chunk.remove_prefix(static_cast<size_t>(n));
     }
     return absl::OkStatus();
-  });
+  };
+  const uint64_t piece = std::max<uint64_t>(1, store.download_piece_bytes());
+  // A size unknown (0) or within one piece: one request to the object's end.
+  if (object.size <= piece) {
+    RangeRequest whole = store.Request(object, 0, 0);
+    whole.to_end = true;
+    return store.fetcher().GetStreaming(whole, sink);
+  }
+  for (uint64_t offset = 0; offset < object.size; offset += piece) {
+    const uint64_t length = std::min(piece, object.size - offset);
+    absl::Status status = store.fetcher().GetStreaming(store.Request(object, offset, length), sink);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardcast::remote

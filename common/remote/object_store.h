@@ -14,6 +14,7 @@
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
 #include "common/remote/s3_settings.h"
+#include "common/shards/content_digest.h"
 
 namespace shardcast::remote {
 
@@ -38,7 +39,10 @@ class ObjectStore {
   // dataset leaves out sub-directories. HTTP: a HEAD per expanded URL, up to
   // FetchOptions::max_connections at once; a URL whose name is not a shard name is an
   // error. Errors name the URL: NOT_FOUND for a bucket or URL that does not exist,
-  // PERMISSION_DENIED with S3's message, NOT_FOUND when no shard is there.
+  // PERMISSION_DENIED with S3's message, NOT_FOUND when no shard is there. A listing
+  // that does not end (a continuation token answered again, more than kMaxListPages
+  // pages) or names an object twice is DATA_LOSS naming the token, page or object:
+  // never a shard indexed twice.
   virtual absl::StatusOr<std::vector<RemoteObject>> ListShards() = 0;
 
   // A file directly at the root (the dataset index file, kIndexFileName of
@@ -60,12 +64,24 @@ class ObjectStore {
                                uint64_t length) const = 0;
 
   virtual HttpFetcher& fetcher() = 0;
+
+  // DownloadObject reads an object in requests of at most this many bytes, each with
+  // its own deadline, so that an object of any size downloads at any speed a request
+  // of this size can keep up (one --remote-timeout per piece, not per object).
+  virtual uint64_t download_piece_bytes() const { return kDownloadPieceBytes; }
+  static constexpr uint64_t kDownloadPieceBytes = uint64_t{64} << 20;
 };
 
+// The most ListObjectsV2 pages one listing may take (a billion keys at 1000 a page).
+inline constexpr int64_t kMaxListPages = int64_t{1} << 20;
+
 // Streams `object` whole into the open file `fd` (`path` names it in errors), through
-// the fetcher's retries: a cut body resumes, no byte is written twice.
+// the fetcher's retries, in pieces of store.download_piece_bytes() (each one request
+// pinned to the object's size and ETag): a cut body resumes, no byte is written twice.
+// `hasher`, when given, is fed every byte as it is written (a content digest without
+// reading the file again).
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
-                            const std::string& path);
+                            const std::string& path, ContentHasher* hasher = nullptr);
 
 // `fetcher` must outlive the store. `s3` is used for kS3 only.
 absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,

@@ -19,7 +19,9 @@ namespace {
 
 constexpr int kDefaultScanThreads = 8;
 
-// The object streamed to an unlinked temporary file, scanned there.
+// The object streamed to a temporary file (digested as it is written), scanned there.
+// A download that fails is the store's fault (host_error): indexing stops with it, and
+// nothing is remembered.
 ShardScanResult ScanObject(ObjectStore& store, const ShardInfo& shard,
                            const IndexOptions& options) {
   ShardScanResult result;
@@ -29,15 +31,18 @@ ShardScanResult ScanObject(ObjectStore& store, const ShardInfo& shard,
   const int fd = ::mkstemp(path.data());
   if (fd < 0) {
     result.fatal = HostIoError(path, "cannot create a temporary copy", errno);
+    result.host_error = true;
     return result;
   }
   const RemoteObject object = store.Object(shard.path, shard.file_size, shard.etag);
-  absl::Status fetched = DownloadObject(store, object, fd, path);
+  ContentHasher hasher;
+  absl::Status fetched = DownloadObject(store, object, fd, path, &hasher);
   ::close(fd);
   if (fetched.ok()) {
-    result = ScanShardFile(path, shard, options, /*check_identity=*/false);
+    result = ScanShardFile(path, shard, options, /*check_identity=*/false, hasher.Hex());
   } else {
     result.fatal = fetched;
+    result.host_error = true;
   }
   ::unlink(path.c_str());
   return result;
@@ -69,10 +74,19 @@ absl::StatusOr<DatasetIndex> BuildRemoteDatasetIndex(ObjectStore& store,
     return absl::NotFoundError(
         absl::StrCat(store.root(), ": no shard (*.tar, *.tar.gz, *.tgz) there"));
   }
+  // Bounded by what an index of these shards can take, so a huge file is refused as it
+  // arrives, never held (a 128 MiB one made the server allocate 1.3 GB).
+  const uint64_t max_index_bytes = std::min(kMaxIndexFileBytes, MaxIndexFileBytes(listing.shards));
   absl::StatusOr<std::optional<std::string>> index_file =
-      store.GetFile(kIndexFileName, kMaxIndexFileBytes);
-  if (!index_file.ok()) return index_file.status();
-  listing.index_file = *std::move(index_file);
+      store.GetFile(kIndexFileName, max_index_bytes);
+  if (absl::IsResourceExhausted(index_file.status())) {
+    // Bad data, not a failing store: the shards are scanned instead.
+    listing.index_file_problem = std::string(index_file.status().message());
+  } else if (!index_file.ok()) {
+    return index_file.status();
+  } else {
+    listing.index_file = *std::move(index_file);
+  }
   IndexOptions scan_options = options;
   if (scan_options.threads <= 0) scan_options.threads = kDefaultScanThreads;
   listing.scan = [&store, &scan_options](const ShardInfo& shard) {

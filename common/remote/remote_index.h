@@ -12,10 +12,16 @@
 
 namespace shardcast::remote {
 
-// The index file is used when it lists exactly the listed names and sizes; shards
-// get the listing's ETags, which every later read is pinned to. Temporary copies go to
-// $TMPDIR and are removed after their scan (never more than IndexOptions::threads at
-// once, default 8). Errors name the store's root.
+// The index file is used when it lists exactly the listed names and sizes, for the
+// shards whose listed ETag vouches for its record (BuildIndexFromListing); shards get
+// the listing's ETags, which every later read is pinned to. An index file larger than
+// an index of the listed shards can be (MaxIndexFileBytes, at most kMaxIndexFileBytes)
+// is refused as it arrives, with a warning, and the shards are scanned. Temporary
+// copies go to $TMPDIR and are removed after their scan (never more than
+// IndexOptions::threads at once, default 8), each digested as it is downloaded. A
+// shard the store fails to serve (after the fetcher's retries) fails indexing, naming
+// the object and the status: it is never remembered as skipped. Errors name the
+// store's root.
 absl::StatusOr<DatasetIndex> BuildRemoteDatasetIndex(ObjectStore& store,
                                                      const IndexOptions& options);
 

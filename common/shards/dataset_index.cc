@@ -25,7 +25,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/shards/content_digest.h"
 #include "common/shards/sample_grouping.h"
+#include "common/shards/shard_reader.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "common/util/json_fields.h"
@@ -47,8 +49,9 @@ namespace {
 // Bump when the scan's rules or the cache layout change: old caches and fingerprints
 // then no longer match.
 // 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards;
-// 4: ETags of remote shards
-constexpr uint32_t kIndexVersion = 4;
+// 4: ETags of remote shards; 5: content digests (MD5 of each shard's bytes), in the
+// fingerprint
+constexpr uint32_t kIndexVersion = 5;
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
@@ -119,7 +122,10 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
     if (!IsShardName(name)) continue;
     struct stat st;
     if (::stat(it->path().c_str(), &st) != 0) {
-      unlisted->push_back(SkippedShard{name, absl::StrCat("cannot stat: ", std::strerror(errno))});
+      SkippedShard skipped;
+      skipped.path = name;
+      skipped.reason = absl::StrCat("cannot stat: ", std::strerror(errno));
+      unlisted->push_back(std::move(skipped));
       continue;
     }
     if (!S_ISREG(st.st_mode)) continue;
@@ -153,9 +159,10 @@ void AddSamples(const std::vector<SampleEntry>& samples, Sink* out) {
 }
 
 // The content fingerprint: what the planner and the serve path depend on (shard
-// names and sizes, every sample's key, label and member offsets) and nothing else.
-// Two replicas holding the same bytes agree on it however the files were copied;
-// mtimes only decide whether a cache is still valid.
+// names, sizes and content digests, every sample's key, label and member offsets) and
+// nothing else. Two replicas holding the same bytes agree on it however the files
+// were copied; two whose bytes differ anywhere do not (the digest covers every byte
+// that can reach a batch); mtimes only decide whether a cache is still valid.
 std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
   Digest128 h;
   h.AddString("shardcast-index");
@@ -165,6 +172,7 @@ std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const Index
   for (const ShardInfo& s : shards) {
     h.AddString(s.path);
     h.AddU64(s.file_size);
+    h.AddString(s.content_digest);
     h.AddU64(s.compressed ? 1 : 0);
     AddSamples(s.samples, &h);
   }
@@ -174,8 +182,20 @@ std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const Index
 }  // namespace
 
 ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
-                              const IndexOptions& options, bool check_identity) {
+                              const IndexOptions& options, bool check_identity,
+                              const std::string& content_digest) {
   ShardScanResult result;
+  result.content_digest = content_digest;
+  if (result.content_digest.empty()) {
+    // Before the scan, so that the identity check after it covers these bytes too.
+    absl::StatusOr<std::string> digest = FileContentDigest(path);
+    if (!digest.ok()) {
+      result.fatal = digest.status();
+      result.host_error = IsHostIoError(digest.status());
+      return result;
+    }
+    result.content_digest = *std::move(digest);
+  }
   if (shard.file_size == 0) {
     // libarchive reads an empty file as an empty archive; webdataset fails on it.
     result.fatal = absl::DataLossError("empty file (0 bytes)");
@@ -201,8 +221,7 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
     result.fatal = absl::UnavailableError(absl::StrCat("cannot stat: ", std::strerror(errno)));
     return result;
   }
-  if (std::string change = check_identity ? ShardChange(shard, after) : "";
-      !change.empty()) {
+  if (std::string change = check_identity ? ShardChange(shard, after) : ""; !change.empty()) {
     result.fatal = absl::AbortedError(
         absl::StrCat("changed while it was indexed (", change, "); restart to index it again"));
     return result;
@@ -298,8 +317,10 @@ class CacheParser {
     pos_ += n;
     return true;
   }
-  bool Count(uint64_t* n) {  // a count of items of at least 8 bytes each: bounded by data
-    return U64(n) && *n <= (data_.size() - pos_) / 8;
+  // A count of items whose records take at least `min_record_bytes` each: bounded by
+  // the bytes left, before anything is sized by it.
+  bool Count(uint64_t* n, size_t min_record_bytes = 8) {
+    return U64(n) && *n <= (data_.size() - pos_) / min_record_bytes;
   }
   size_t pos() const { return pos_; }
 
@@ -335,6 +356,7 @@ std::string SerializeCache(const std::string& root, const IndexOptions& options,
     w.AddU64(static_cast<uint64_t>(s.ctime_ns));
     w.AddU64(s.inode);
     w.AddString(s.etag);
+    w.AddString(s.content_digest);
     w.AddU64(s.compressed ? 1 : 0);
     w.AddString(scan.skip_reasons[i]);
     AddSamples(s.samples, &w);
@@ -353,11 +375,27 @@ std::string SerializeCache(const std::string& root, const IndexOptions& options,
   return w.Finish();
 }
 
+// The fewest bytes each record of the cache can take (its length prefixes and
+// numbers, a non-empty name where one is required): a count read from the file is
+// bounded by the bytes left divided by these before anything is sized by it, so a
+// file of N bytes never makes more than a small multiple of N bytes of records.
+constexpr size_t kMinShardRecordBytes = 10 * 8;
+constexpr size_t kMinMemberRecordBytes = 8 + 1 + 8 + 8;
+constexpr size_t kMinSampleRecordBytes = 8 + 1 + 3 * 8 + kMinMemberRecordBytes;
+constexpr size_t kMinSkippedRecordBytes = 3 * 8;
+
+// How a cache file's shard records are held against the listing.
+enum class CacheKind {
+  kCache,      // the local index cache: every identity field must match the listing
+  kIndexFile,  // an index file: names and sizes must match; ETags and digests are kept
+               // as recorded, for LoadIndexFile to check shard by shard
+};
+
 // Parses a cache file. Error = corrupt (the caller rebuilds); a valid file for other
 // shards is reported through `*stale`.
 absl::Status ParseCache(absl::string_view data, const std::string& root,
                         const IndexOptions& options, const std::vector<ShardInfo>& listed,
-                        ScanOutcome* scan, bool* stale) {
+                        CacheKind kind, ScanOutcome* scan, bool* stale) {
   const auto corrupt = [](absl::string_view what) {
     return absl::DataLossError(absl::StrCat("corrupt index cache: ", what));
   };
@@ -381,7 +419,8 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     *stale = true;  // another layout: rebuild without complaint
     return absl::OkStatus();
   }
-  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) || !p.Count(&n)) {
+  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) ||
+      !p.Count(&n, kMinShardRecordBytes)) {
     return corrupt("header");
   }
   if (stored_root != root || label_field != options.label_field ||
@@ -395,7 +434,8 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     ShardInfo& s = scan->shards[i];
     uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
     if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
-        !p.Str(&s.etag) || !p.U64(&compressed) || !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples)) {
+        !p.Str(&s.etag) || !p.Str(&s.content_digest) || !p.U64(&compressed) ||
+        !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples, kMinSampleRecordBytes)) {
       return corrupt("shard record");
     }
     s.file_size = size;
@@ -404,9 +444,11 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     s.inode = inode;
     s.device = listed[i].device;  // not kept: device numbers may change across reboots
     s.compressed = compressed != 0;
-    if (s.path != listed[i].path || s.file_size != listed[i].file_size ||
-        s.mtime_ns != listed[i].mtime_ns || s.ctime_ns != listed[i].ctime_ns ||
-        s.inode != listed[i].inode || s.etag != listed[i].etag) {
+    const bool identity_matches =
+        kind == CacheKind::kIndexFile ||
+        (s.mtime_ns == listed[i].mtime_ns && s.ctime_ns == listed[i].ctime_ns &&
+         s.inode == listed[i].inode && s.etag == listed[i].etag);
+    if (s.path != listed[i].path || s.file_size != listed[i].file_size || !identity_matches) {
       *stale = true;
       return absl::OkStatus();
     }
@@ -423,7 +465,8 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
     s.samples.resize(samples);
     for (SampleEntry& e : s.samples) {
       uint64_t label = 0, image = 0, members = 0;
-      if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) || !p.Count(&members)) {
+      if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) ||
+          !p.Count(&members, kMinMemberRecordBytes)) {
         return corrupt("sample record");
       }
       const std::string where = absl::StrCat(s.path, " sample '", e.key, "': ");
@@ -447,7 +490,7 @@ absl::Status ParseCache(absl::string_view data, const std::string& root,
       scan->max_label = std::max(scan->max_label, e.label);
     }
   }
-  if (!p.Count(&n)) return corrupt("skipped count");
+  if (!p.Count(&n, kMinSkippedRecordBytes)) return corrupt("skipped count");
   scan->skipped.resize(n);
   for (SkippedSample& s : scan->skipped) {
     if (!p.Str(&s.shard) || !p.Str(&s.key) || !p.Str(&s.reason)) return corrupt("skipped");
@@ -481,17 +524,11 @@ std::string CachePath(const std::string& cache_dir, const std::string& root) {
   return (fs::path(cache_dir) / ("shardcast-index-" + h.Hex().substr(0, 16) + ".bin")).string();
 }
 
-// The largest index cache `shards` can have: a sample's record is its key and a few
-// numbers, and in a tar every sample takes at least two 512-byte headers holding the
-// member names, so the records of a plain tar are smaller than the tar; a gzip shard
-// gets room for a decompressed stream 64 times its size. Anything larger is not a cache
-// of these shards (ReadRegularFile refuses it before reading).
+// The largest index cache `shards` can have (MaxIndexFileBytes): ReadRegularFile
+// refuses a larger one before reading.
 int64_t MaxCacheBytes(const std::vector<ShardInfo>& shards) {
-  int64_t bytes = int64_t{1} << 20;
-  for (const ShardInfo& s : shards) {
-    bytes += 4096 + static_cast<int64_t>(s.file_size) * (s.compressed ? 64 : 2);
-  }
-  return bytes;
+  return static_cast<int64_t>(
+      std::min<uint64_t>(MaxIndexFileBytes(shards), std::numeric_limits<int64_t>::max()));
 }
 
 // Written to a temporary name and renamed: a reader never sees half a cache.
@@ -521,12 +558,16 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
       options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
   std::atomic<size_t> next{0};
+  // Set by the first host or store error: indexing fails with it, so the other
+  // threads take no more shards (a bucket's worth of downloads for nothing).
+  std::atomic<bool> host_failed{false};
   const auto stopping = [&] {
     return options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed);
   };
   const auto worker = [&] {
-    for (size_t i = next++; i < shards.size() && !stopping(); i = next++) {
+    for (size_t i = next++; i < shards.size() && !stopping() && !host_failed; i = next++) {
       results[i] = listing.scan(shards[i]);
+      if (results[i].host_error) host_failed = true;
     }
   };
   std::vector<std::thread> pool;
@@ -535,12 +576,27 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
   for (std::thread& t : pool) t.join();
   if (stopping()) return absl::CancelledError(absl::StrCat("indexing ", root, " was cancelled"));
 
+  // The store's or the host's failure is no fact about the data: remembered as a skip,
+  // the shard would stay missing after the store recovers. (The fetcher has retried
+  // within its deadline already.)
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (results[i].host_error) {
+      return absl::Status(
+          results[i].fatal.code(),
+          absl::StrCat("indexing ", root, ": shard ", shards[i].path,
+                       " could not be read: ", results[i].fatal.message(),
+                       "; nothing was cached (it is read again at the next start), and the "
+                       "dataset is not served with a shard missing"));
+    }
+  }
+
   ScanOutcome out;
   out.skip_reasons.resize(shards.size());
   std::map<int64_t, std::string> names;
   std::set<int64_t> warned_labels;  // one warning per label with conflicting names
   for (size_t i = 0; i < shards.size(); ++i) {
     ShardScanResult& r = results[i];
+    shards[i].content_digest = r.content_digest;
     if (!r.fatal.ok()) {
       out.skip_reasons[i] = std::string(r.fatal.message());
       out.warnings.push_back(absl::StrCat("shard ", shards[i].path, " skipped: ", r.fatal.message(),
@@ -667,6 +723,17 @@ void WarnIfClassesSparse(DatasetIndex* index) {
 
 }  // namespace
 
+uint64_t MaxIndexFileBytes(const std::vector<ShardInfo>& shards) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  const auto add = [](uint64_t a, uint64_t b) { return a > kMax - b ? kMax : a + b; };
+  uint64_t bytes = uint64_t{1} << 20;
+  for (const ShardInfo& s : shards) {
+    const uint64_t factor = s.compressed ? 64 : 2;
+    bytes = add(bytes, add(4096, s.file_size > kMax / factor ? kMax : s.file_size * factor));
+  }
+  return bytes;
+}
+
 void SetShardIdentity(const struct stat& st, ShardInfo* shard) {
   shard->file_size = static_cast<uint64_t>(st.st_size);
   shard->mtime_ns = Nanos(st.st_mtim);
@@ -726,8 +793,7 @@ namespace {
 
 // The cache path for `listing`, "" for none; an error for a cache inside a local
 // dataset directory.
-absl::StatusOr<std::string> CachePathFor(const ShardListing& listing,
-                                         const IndexOptions& options) {
+absl::StatusOr<std::string> CachePathFor(const ShardListing& listing, const IndexOptions& options) {
   if (options.cache_dir.empty()) return std::string();
   std::error_code ec;
   const fs::path cache_dir = fs::weakly_canonical(fs::absolute(options.cache_dir), ec);
@@ -745,32 +811,48 @@ absl::StatusOr<std::string> CachePathFor(const ShardListing& listing,
   return CachePath(cache_str, listing.root);
 }
 
-// The listing as an index file records it: names, sizes and compression, no identity.
-std::vector<ShardInfo> WithoutIdentity(const std::vector<ShardInfo>& shards) {
-  std::vector<ShardInfo> out;
-  out.reserve(shards.size());
-  for (const ShardInfo& shard : shards) {
-    ShardInfo bare;
-    bare.path = shard.path;
-    bare.file_size = shard.file_size;
-    bare.compressed = shard.compressed;
-    out.push_back(std::move(bare));
-  }
-  return out;
+// A shard as an index file records it: name, size, compression, content digest and
+// the ETag it had in a store; no file identity (mtime, inode).
+ShardInfo IndexFileRecord(const ShardInfo& shard) {
+  ShardInfo bare;
+  bare.path = shard.path;
+  bare.file_size = shard.file_size;
+  bare.compressed = shard.compressed;
+  bare.etag = shard.etag;
+  bare.content_digest = shard.content_digest;
+  return bare;
+}
+
+// Whether the store's word on `listed` (its ETag) vouches for the index file's record
+// of it: the ETag is a single-part upload's MD5 equal to the recorded digest, or the
+// very ETag recorded when the file was made from this store. Names and sizes alone
+// vouch for nothing: a shard rewritten in place with the same size keeps both.
+bool Vouched(const ShardInfo& listed, const ShardInfo& recorded) {
+  if (listed.etag.empty()) return false;
+  if (!recorded.etag.empty() && recorded.etag == listed.etag) return true;
+  const std::string md5 = EtagContentDigest(listed.etag);
+  return !md5.empty() && md5 == recorded.content_digest;
 }
 
 // `scan` from the index file next to the shards, when it is an index of exactly the
-// listed shards; a warning says why not otherwise.
+// listed names and sizes (a warning says why not otherwise); `*vouched` says which
+// shards' records the store vouches for: only those are used, with the listing's
+// identities (the others are to be scanned).
 bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, ScanOutcome* scan,
-                   std::vector<std::string>* warnings) {
+                   std::vector<bool>* vouched, std::vector<std::string>* warnings) {
   bool stale = false;
-  absl::Status parsed = ParseCache(*listing.index_file, /*root=*/"", options,
-                                   WithoutIdentity(listing.shards), scan, &stale);
+  absl::Status parsed = ParseCache(*listing.index_file, /*root=*/"", options, listing.shards,
+                                   CacheKind::kIndexFile, scan, &stale);
   if (parsed.ok() && !stale) {
-    for (size_t i = 0; i < scan->shards.size(); ++i) {  // the identities of the listing
+    vouched->assign(scan->shards.size(), false);
+    for (size_t i = 0; i < scan->shards.size(); ++i) {
+      if (!Vouched(listing.shards[i], scan->shards[i])) continue;
+      (*vouched)[i] = true;
       std::vector<SampleEntry> samples = std::move(scan->shards[i].samples);
+      const std::string digest = scan->shards[i].content_digest;
       scan->shards[i] = listing.shards[i];
       scan->shards[i].samples = std::move(samples);
+      scan->shards[i].content_digest = digest;
     }
     return true;
   }
@@ -783,6 +865,60 @@ bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, Sca
   return false;
 }
 
+// The index file's outcome where `vouched`, `scanned` (the scan of the other shards,
+// in listing order) elsewhere, as one outcome in listing order.
+ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouched,
+                          ScanOutcome scanned) {
+  ScanOutcome out;
+  std::map<std::string, size_t> position;  // shard path -> listing index
+  std::set<std::string> rescanned;
+  size_t next_scanned = 0;
+  for (size_t i = 0; i < from_file.shards.size(); ++i) {
+    position[from_file.shards[i].path] = i;
+    if (vouched[i]) {
+      out.shards.push_back(std::move(from_file.shards[i]));
+      out.skip_reasons.push_back(std::move(from_file.skip_reasons[i]));
+    } else {
+      rescanned.insert(from_file.shards[i].path);
+      out.shards.push_back(std::move(scanned.shards[next_scanned]));
+      out.skip_reasons.push_back(std::move(scanned.skip_reasons[next_scanned]));
+      ++next_scanned;
+    }
+  }
+  for (SkippedSample& s : from_file.skipped) {
+    if (rescanned.count(s.shard) == 0) out.skipped.push_back(std::move(s));
+  }
+  for (SkippedSample& s : scanned.skipped) out.skipped.push_back(std::move(s));
+  std::stable_sort(out.skipped.begin(), out.skipped.end(),
+                   [&](const SkippedSample& a, const SkippedSample& b) {
+                     return position[a.shard] < position[b.shard];
+                   });
+  for (const ShardInfo& shard : out.shards) {
+    for (const SampleEntry& e : shard.samples) out.max_label = std::max(out.max_label, e.label);
+  }
+  // The file's names first; a scanned shard's fill the labels the file did not name.
+  out.class_names = std::move(from_file.class_names);
+  for (size_t label = 0; label < scanned.class_names.size(); ++label) {
+    if (scanned.class_names[label].empty()) continue;
+    if (out.class_names.size() <= label) out.class_names.resize(label + 1);
+    if (out.class_names[label].empty()) out.class_names[label] = scanned.class_names[label];
+  }
+  if (!out.class_names.empty()) {
+    out.class_names.resize(static_cast<size_t>(out.max_label + 1));
+  }
+  out.warnings = std::move(from_file.warnings);
+  for (std::string& w : scanned.warnings) out.warnings.push_back(std::move(w));
+  return out;
+}
+
+// The name of the first shard listed twice in `sorted`, "" when none is.
+std::string FirstDuplicate(const std::vector<ShardInfo>& sorted) {
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].path == sorted[i - 1].path) return sorted[i].path;
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
@@ -790,8 +926,17 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   std::sort(listing.shards.begin(), listing.shards.end(),
             [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
   const std::string& root = listing.root;
+  // Samples served twice an epoch otherwise (a store whose listing repeats a key).
+  if (const std::string twice = FirstDuplicate(listing.shards); !twice.empty()) {
+    return absl::DataLossError(absl::StrCat("listing ", root, ": shard ", twice,
+                                            " is listed twice; the listing is not consistent"));
+  }
   DatasetIndex index;
   index.root = root;
+  if (!listing.index_file_problem.empty()) {
+    Warn(&index.warnings, absl::StrCat(root, kIndexFileName, ": ignored (",
+                                       listing.index_file_problem, "); scanning the shards"));
+  }
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
@@ -801,8 +946,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   if (!cache_path->empty() && fs::exists(*cache_path, ec)) {
     absl::StatusOr<std::string> data = ReadRegularFile(*cache_path, MaxCacheBytes(listing.shards));
     bool stale = false;
-    absl::Status parsed =
-        data.ok() ? ParseCache(*data, root, options, listing.shards, &scan, &stale) : data.status();
+    absl::Status parsed = data.ok() ? ParseCache(*data, root, options, listing.shards,
+                                                 CacheKind::kCache, &scan, &stale)
+                                    : data.status();
     if (!parsed.ok()) {
       Warn(&index.warnings,
            absl::StrCat(*cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
@@ -815,9 +961,41 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     }
   }
   bool write_cache = !have_scan;
-  if (!have_scan && listing.index_file.has_value()) {
-    have_scan = LoadIndexFile(listing, options, &scan, &index.warnings);
-    index.loaded_from_index_file = have_scan;
+  if (listing.index_file.has_value() &&
+      listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
+    Warn(&index.warnings,
+         absl::StrCat(root, kIndexFileName, ": ignored (", listing.index_file->size(),
+                      " bytes, more than an index of these shards can take); scanning the shards"));
+    listing.index_file.reset();
+  }
+  std::vector<bool> vouched;
+  if (!have_scan && listing.index_file.has_value() &&
+      LoadIndexFile(listing, options, &scan, &vouched, &index.warnings)) {
+    std::vector<ShardInfo> unvouched;
+    for (size_t i = 0; i < vouched.size(); ++i) {
+      if (!vouched[i]) unvouched.push_back(listing.shards[i]);
+    }
+    index.loaded_from_index_file = unvouched.size() < listing.shards.size();
+    if (unvouched.empty()) {
+      have_scan = true;
+    } else if (index.loaded_from_index_file) {
+      Warn(&index.warnings,
+           absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
+                        " shard(s) are not vouched for by their ETag (", unvouched[0].path,
+                        ": ETag ", unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
+                        "); scanning those, using the file for the others"));
+      absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
+      if (!scanned.ok()) return scanned.status();
+      scan = MergeOutcomes(std::move(scan), vouched, *std::move(scanned));
+      have_scan = true;
+    } else {
+      Warn(&index.warnings,
+           absl::StrCat(root, kIndexFileName, ": no shard's ETag vouches for its record (",
+                        unvouched[0].path, ": ETag ",
+                        unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
+                        "); scanning the shards"));
+      scan = ScanOutcome();
+    }
   }
   if (!have_scan) {
     absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
@@ -838,8 +1016,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     if (scan.skip_reasons[i].empty()) {
       index.shards.push_back(std::move(scan.shards[i]));
     } else {
-      index.skipped_shards.push_back(
-          SkippedShard{scan.shards[i].path, scan.skip_reasons[i], scan.shards[i].file_size});
+      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i],
+                                                  scan.shards[i].file_size, scan.shards[i].etag,
+                                                  scan.shards[i].content_digest});
     }
   }
   for (SkippedShard& skipped : listing.unlisted) {
@@ -883,6 +1062,8 @@ std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& op
     ShardInfo shard;
     shard.path = skipped.path;
     shard.file_size = skipped.file_size;
+    shard.etag = skipped.etag;
+    shard.content_digest = skipped.content_digest;
     scan.shards.push_back(std::move(shard));
     scan.skip_reasons.push_back(skipped.reason.empty() ? "skipped" : skipped.reason);
   }
@@ -894,18 +1075,19 @@ std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& op
   });
   ScanOutcome sorted;
   for (size_t i : order) {
-    ShardInfo bare = WithoutIdentity({scan.shards[i]})[0];
+    ShardInfo bare = IndexFileRecord(scan.shards[i]);
     bare.samples = scan.shards[i].samples;
-    for (const SampleEntry& e : bare.samples) sorted.max_label = std::max(sorted.max_label, e.label);
+    for (const SampleEntry& e : bare.samples)
+      sorted.max_label = std::max(sorted.max_label, e.label);
     sorted.shards.push_back(std::move(bare));
     sorted.skip_reasons.push_back(scan.skip_reasons[i]);
   }
   sorted.skipped = index.skipped;
   if (!index.class_names.empty() && sorted.max_label >= 0) {
-    sorted.class_names.assign(index.class_names.begin(),
-                              index.class_names.begin() +
-                                  std::min<size_t>(index.class_names.size(),
-                                                   static_cast<size_t>(sorted.max_label + 1)));
+    sorted.class_names.assign(
+        index.class_names.begin(),
+        index.class_names.begin() +
+            std::min<size_t>(index.class_names.size(), static_cast<size_t>(sorted.max_label + 1)));
     sorted.class_names.resize(static_cast<size_t>(sorted.max_label + 1));
   }
   return SerializeCache(/*root=*/"", options, sorted);

@@ -31,6 +31,11 @@ struct ShardInfo {
   // A shard in object storage: its ETag when it was listed ("" for a local file, and for
   // a store that sends none); the reader pins every request to it and to file_size.
   std::string etag;
+  // Lowercase hex MD5 of the file's bytes as they were indexed (a single-part S3
+  // upload's ETag is the same digest). In the fingerprint: replicas whose bytes differ
+  // anywhere, sizes equal, get different fingerprints. "" only for shards skipped
+  // before their bytes could be read.
+  std::string content_digest;
   bool compressed = false;  // .tar.gz / .tgz
   std::vector<SampleEntry> samples;
 };
@@ -45,9 +50,13 @@ struct SkippedSample {
 // A shard file left out of the index as a whole (empty, unreadable, not a tar); the
 // other shards are served.
 struct SkippedShard {
-  std::string path;    // relative to the dataset root, as ShardInfo::path
-  std::string reason;  // e.g. "empty file (0 bytes)"
+  std::string path;        // relative to the dataset root, as ShardInfo::path
+  std::string reason;      // e.g. "empty file (0 bytes)"
   uint64_t file_size = 0;  // when it was listed (0 when it could not be stat'ed)
+  // What the skip was decided on (ShardInfo's fields; "" when unknown): an index file
+  // keeps them so that its skip is trusted only for these bytes.
+  std::string etag;
+  std::string content_digest;
 };
 
 struct DatasetIndex {
@@ -92,7 +101,13 @@ struct IndexOptions {
 // What scanning one shard's bytes found; BuildIndexFromListing merges them in shard
 // order, so the index does not depend on which scan finished first.
 struct ShardScanResult {
-  absl::Status fatal;  // the shard could not be read at all: it is skipped with this reason
+  // The shard could not be read at all: it is skipped with this reason (bad data: a
+  // skip the index cache remembers), or, with `host_error`, indexing fails with it.
+  absl::Status fatal;
+  // `fatal` is the fault of the store or the host (a failed download, a read error),
+  // not of the bytes: nothing is remembered, the next start asks again.
+  bool host_error = false;
+  std::string content_digest;  // ShardInfo::content_digest of the bytes scanned
   std::vector<SampleEntry> samples;
   std::vector<SkippedSample> skipped;
   std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
@@ -103,36 +118,58 @@ struct ShardScanResult {
 // Scans the tar (plain or gzip) at `path` holding the bytes of `shard`. With
 // `check_identity`, the file at `path` is stat'ed afterwards and a shard that changed
 // during the scan is fatal (a local dataset); a downloaded copy has no such identity.
+// `content_digest` is the file's digest when the caller hashed the bytes as it wrote
+// them (a download); when empty the file is read once more to digest it.
 ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
-                              const IndexOptions& options, bool check_identity);
+                              const IndexOptions& options, bool check_identity,
+                              const std::string& content_digest = "");
 
 // The shards of a dataset as listed, before they are scanned: a local directory
 // (BuildDatasetIndex) or an object store (common/remote/remote_index.h).
 struct ShardListing {
-  std::string root;               // DatasetIndex::root; keys the index cache
-  std::vector<ShardInfo> shards;  // identities, no samples; any order (sorted here)
+  std::string root;                    // DatasetIndex::root; keys the index cache
+  std::vector<ShardInfo> shards;       // identities, no samples; any order (sorted here)
   std::vector<SkippedShard> unlisted;  // names that could not even be listed
   // Scans one listed shard (called from `IndexOptions::threads` threads at once).
   std::function<ShardScanResult(const ShardInfo&)> scan;
   // The dataset index file found next to the shards (SerializeIndexFile's format), if
-  // any: used instead of scanning when it lists exactly these names and sizes.
+  // any: used when it lists exactly these names and sizes, for the shards whose listed
+  // ETag vouches for its record (see BuildIndexFromListing); the others are scanned.
   std::optional<std::string> index_file;
+  // Why an index file that was there is not in `index_file` (too large, say): warned.
+  std::string index_file_problem;
   bool local = false;  // a directory: info.json is read, the cache kept outside it
 };
 
 // The index of `listing`: from the index cache when it is valid for these shards
 // (names, sizes, file identities or ETags), else from `listing.index_file` when that
-// fits, else by scanning every shard; the cache is written afterwards. Errors and
-// warnings as BuildDatasetIndex.
+// fits, else by scanning every shard; the cache is written afterwards. A shard's
+// record in the index file is trusted only when the listing's ETag vouches for it: the
+// ETag is the MD5 the file recorded (a single-part upload's), or the very ETag the file
+// recorded (`shardcast-ctl index URL` records the ETags it saw); any other shard is
+// scanned as without an index file. A name listed twice is an error (its samples would
+// be served twice an epoch). A scan that fails for the store's or host's fault
+// (ShardScanResult::host_error) fails indexing, naming the shard, and nothing is
+// cached. Where some shards are scanned and the others taken from the file, class
+// names are the file's first, a scanned shard's filling the labels the file did not
+// name. Errors and warnings otherwise as BuildDatasetIndex.
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                                                    const IndexOptions& options);
 
 // The dataset index file that may be put next to the shards (shardcast-pack writes
 // one, `shardcast-ctl index` makes one for shards that exist): the index's content
 // (shard names and sizes, samples, skipped samples and shards, class names) without
-// file identities or root, so it serves any copy of the same bytes. Its checksum and
+// file identities or root, so it serves any copy of the same bytes, with each shard's
+// content digest and (for an index of a store) the ETag it had. Its checksum and
 // every offset are checked again when it is loaded.
 std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options);
+
+// The most bytes an index file (or index cache) of `shards` can take: a sample's record
+// is its key and a few numbers, and in a tar every sample takes at least two 512-byte
+// headers holding the member names, so the records of a plain tar are smaller than the
+// tar (a gzip shard gets room for a stream 64 times its size). A larger file is not an
+// index of these shards and is refused before it is read.
+uint64_t MaxIndexFileBytes(const std::vector<ShardInfo>& shards);
 
 // The name of the dataset index file next to a remote dataset's shards.
 inline constexpr char kIndexFileName[] = "shardcast-index.bin";
@@ -151,7 +188,9 @@ std::string ShardChange(const ShardInfo& shard, const struct stat& st);
 // Errors: the directory is missing/unreadable, contains no shard, or no shard could be
 // read; CANCELLED when `options.cancelled` was set.
 // A shard that cannot be read at all (0 bytes, unreadable, not a tar, changed while it
-// was scanned) is left out, recorded in `skipped_shards` and warned about; a bad sample
+// was scanned) is left out, recorded in `skipped_shards` and warned about; a read that
+// fails with an I/O error (EIO: the host's fault, not the data's) fails indexing
+// instead, naming the shard, and is not cached; a bad sample
 // is skipped and recorded in `skipped`. A cache whose contents do not fit the shard
 // files (offsets past a file's end, impossible labels or counts) is ignored with a
 // warning and rebuilt. A shard that breaks part-way (truncated, corrupt header)

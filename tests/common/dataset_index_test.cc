@@ -7,12 +7,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/shards/content_digest.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "gtest/gtest.h"
@@ -24,6 +28,7 @@ namespace {
 using shard_testing::FileSpec;
 using shard_testing::MakeTar;
 using shard_testing::Payload;
+using shard_testing::ReadWholeFile;
 using shard_testing::ScopedTempDir;
 using shard_testing::TarWriter;
 
@@ -672,6 +677,234 @@ TEST_F(DatasetIndexTest, ThreadCountAndLocationDoNotChangeTheIndex) {
   EXPECT_EQ(changed->num_samples, a->num_samples);
   EXPECT_EQ(changed->shards[3].file_size, a->shards[3].file_size);
   EXPECT_NE(changed->fingerprint, a->fingerprint);
+}
+
+// The digest of every byte: the fingerprint covers bytes that the index's metadata
+// does not describe (an image's pixels), so replicas whose one JPEG differs, same
+// size, disagree on it (issue 35: a rank failed over to such a replica silently).
+TEST_F(DatasetIndexTest, OneImageByteChangedSameSizeChangesTheFingerprint) {
+  MakeTar(tmp_.path(), SampleFiles(Samples("a", 3)), TarWriter::kGnuTarPax, shard("s.tar"));
+  absl::StatusOr<DatasetIndex> a = BuildDatasetIndex(data_dir(), {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string bytes = ReadWholeFile(shard("s.tar"));
+  ContentHasher md5;
+  md5.Add(bytes);
+  EXPECT_EQ(a->shards[0].content_digest, md5.Hex());
+
+  const std::string other = tmp_ / "other";
+  std::filesystem::create_directories(other);
+  const SampleEntry& sample = a->shards[0].samples[1];
+  const MemberRef& image = sample.members[sample.image_member];
+  std::string changed = bytes;
+  changed[image.offset + image.size / 2] ^= 0x01;  // one pixel's byte, nothing else
+  shard_testing::WriteFile(other + "/s.tar", changed);
+  absl::StatusOr<DatasetIndex> b = BuildDatasetIndex(other, {});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->shards[0].file_size, a->shards[0].file_size);
+  EXPECT_EQ(b->num_samples, a->num_samples);
+  EXPECT_NE(b->shards[0].content_digest, a->shards[0].content_digest);
+  EXPECT_NE(b->fingerprint, a->fingerprint);
+
+  // The digest survives the cache and the index file, so neither path forgets it.
+  IndexOptions cached;
+  cached.cache_dir = tmp_ / "cache";
+  ASSERT_TRUE(BuildDatasetIndex(data_dir(), cached).ok());
+  absl::StatusOr<DatasetIndex> reused = BuildDatasetIndex(data_dir(), cached);
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_TRUE(reused->loaded_from_cache);
+  EXPECT_EQ(reused->shards[0].content_digest, a->shards[0].content_digest);
+  EXPECT_EQ(reused->fingerprint, a->fingerprint);
+}
+
+// A store's listing of `index`'s shards as S3 gives it for single-part uploads: the
+// ETag is the quoted MD5 of the bytes in `dir`.
+ShardListing StoreListing(const std::string& dir, const DatasetIndex& index,
+                          const IndexOptions& options) {
+  ShardListing listing;
+  listing.root = "s3://bucket/data/";
+  for (const ShardInfo& indexed : index.shards) {
+    ShardInfo shard;
+    shard.path = indexed.path;
+    shard.compressed = indexed.compressed;
+    const std::string bytes = ReadWholeFile(dir + "/" + shard.path);
+    shard.file_size = bytes.size();
+    ContentHasher md5;
+    md5.Add(bytes);
+    shard.etag = absl::StrCat("\"", md5.Hex(), "\"");
+    listing.shards.push_back(std::move(shard));
+  }
+  listing.scan = [dir, options](const ShardInfo& shard) {
+    return ScanShardFile(dir + "/" + shard.path, shard, options, /*check_identity=*/false);
+  };
+  return listing;
+}
+
+// An index file next to the shards is trusted shard by shard only where the store's
+// ETag vouches for its record: a .cls rewritten in place, same size, is scanned again
+// and serves its new label (issue 35: the replica on the store served the old one).
+TEST_F(DatasetIndexTest, IndexFileRecordsAreTrustedOnlyWhereTheEtagVouchesForThem) {
+  for (int i = 0; i < 3; ++i) {
+    MakeTar(tmp_.path(), SampleFiles(Samples(absl::StrCat("s", i), 2, i)), TarWriter::kGnuTarPax,
+            shard(absl::StrCat("s", i, ".tar")));
+  }
+  absl::StatusOr<DatasetIndex> before = BuildDatasetIndex(data_dir(), {});
+  ASSERT_TRUE(before.ok()) << before.status();
+  const std::string index_file = SerializeIndexFile(*before, {});
+
+  // All vouched for: the file is used whole, no shard is read.
+  {
+    ShardListing listing = StoreListing(data_dir(), *before, {});
+    listing.index_file = index_file;
+    std::atomic<int> scans{0};
+    listing.scan = [&scans](const ShardInfo&) {
+      ++scans;
+      return ShardScanResult();
+    };
+    absl::StatusOr<DatasetIndex> loaded = BuildIndexFromListing(std::move(listing), {});
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->loaded_from_index_file);
+    EXPECT_EQ(scans.load(), 0);
+    EXPECT_EQ(loaded->fingerprint, before->fingerprint);
+  }
+
+  // s1's first .cls rewritten in place: "1\n" -> "3\n", same size, same offsets.
+  const SampleEntry& sample = before->shards[1].samples[0];
+  ASSERT_EQ(sample.label, 1);
+  const MemberRef* cls = nullptr;
+  for (const MemberRef& m : sample.members) {
+    if (m.ext == "cls") cls = &m;
+  }
+  ASSERT_NE(cls, nullptr);
+  std::string bytes = ReadWholeFile(shard("s1.tar"));
+  ASSERT_EQ(bytes.substr(cls->offset, cls->size), "1\n");
+  bytes[cls->offset] = '3';
+  shard_testing::WriteFile(shard("s1.tar"), bytes);
+  absl::StatusOr<DatasetIndex> after = BuildDatasetIndex(data_dir(), {});
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->shards[1].samples[0].label, 3);
+
+  ShardListing listing = StoreListing(data_dir(), *after, {});
+  listing.index_file = index_file;
+  std::vector<std::string> scanned;
+  std::mutex mu;
+  listing.scan = [&, inner = listing.scan](const ShardInfo& shard) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      scanned.push_back(shard.path);
+    }
+    return inner(shard);
+  };
+  absl::StatusOr<DatasetIndex> loaded = BuildIndexFromListing(std::move(listing), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(scanned, std::vector<std::string>{"s1.tar"});  // only the one not vouched for
+  EXPECT_TRUE(loaded->loaded_from_index_file);
+  EXPECT_TRUE(HasWarning(*loaded, "not vouched for")) << Dump(*loaded);
+  EXPECT_EQ(loaded->shards[1].samples[0].label, 3);
+  EXPECT_EQ(loaded->fingerprint, after->fingerprint);
+  // (Class names: the file's first, so label 3 keeps s2's "class3" where a full scan
+  // takes s1's json "class1" first; names are labels' descriptions, not in the plan.)
+  EXPECT_EQ(loaded->class_names.size(), after->class_names.size());
+
+  // A store whose ETags are not MD5s (nginx, multipart) vouches for nothing, unless
+  // the file recorded those very ETags (an index made from the store).
+  ShardListing opaque = StoreListing(data_dir(), *after, {});
+  for (ShardInfo& shard : opaque.shards) shard.etag = "\"5f3a-1c00\"";
+  opaque.index_file = index_file;
+  absl::StatusOr<DatasetIndex> rescanned = BuildIndexFromListing(opaque, {});
+  ASSERT_TRUE(rescanned.ok()) << rescanned.status();
+  EXPECT_FALSE(rescanned->loaded_from_index_file);
+  EXPECT_EQ(rescanned->fingerprint, after->fingerprint);
+  opaque.index_file = SerializeIndexFile(*rescanned, {});  // records "5f3a-1c00" each
+  opaque.scan = [](const ShardInfo&) { return ShardScanResult(); };
+  absl::StatusOr<DatasetIndex> recorded = BuildIndexFromListing(opaque, {});
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_TRUE(recorded->loaded_from_index_file);
+  EXPECT_EQ(recorded->fingerprint, after->fingerprint);
+}
+
+// A shard the host or store fails to read is not a fact about the data: indexing
+// fails naming it, and nothing is cached, so the next start reads it (issue 35: the
+// skip was cached and the shard never asked for again).
+TEST_F(DatasetIndexTest, HostErrorWhileIndexingFailsAndIsNotRemembered) {
+  for (int i = 0; i < 2; ++i) {
+    MakeTar(tmp_.path(), SampleFiles(Samples(absl::StrCat("s", i), 2)), TarWriter::kGnuTarPax,
+            shard(absl::StrCat("s", i, ".tar")));
+  }
+  absl::StatusOr<DatasetIndex> local = BuildDatasetIndex(data_dir(), {});
+  ASSERT_TRUE(local.ok());
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  bool store_fails = true;
+  const auto listing = [&] {
+    ShardListing l = StoreListing(data_dir(), *local, options);
+    l.scan = [&, inner = l.scan](const ShardInfo& shard) {
+      if (store_fails && shard.path == "s1.tar") {
+        ShardScanResult failed;
+        failed.fatal = absl::UnavailableError("http://store/s1.tar: HTTP 503 after 4 attempts");
+        failed.host_error = true;
+        return failed;
+      }
+      return inner(shard);
+    };
+    return l;
+  };
+  absl::StatusOr<DatasetIndex> failed = BuildIndexFromListing(listing(), options);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "s1.tar")) << failed.status();
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "503")) << failed.status();
+  store_fails = false;
+  absl::StatusOr<DatasetIndex> healthy = BuildIndexFromListing(listing(), options);
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_FALSE(healthy->loaded_from_cache);
+  EXPECT_EQ(healthy->shards.size(), 2u);
+  EXPECT_TRUE(healthy->skipped_shards.empty());
+  EXPECT_EQ(healthy->num_samples, 4);
+}
+
+// What the file's counts can make the parser allocate is bounded by the file's bytes:
+// a sample count just under (bytes left) / 8 once made it size a vector of SampleEntry
+// 9 times the file (a 128 MiB index file: 1.3 GB) before it found the file corrupt.
+TEST_F(DatasetIndexTest, IndexFileCountsAreBoundedByItsBytesBeforeAnythingIsSized) {
+  std::vector<FileSpec> files = SampleFiles(Samples("a", 3));
+  // A shard large enough that a 40 MiB index file is within what its index may take.
+  files.push_back({"big.jpg", std::string(size_t{24} << 20, 'x')});
+  files.push_back({"big.cls", "0\n"});
+  MakeTar(tmp_.path(), files, TarWriter::kGnuTarPax, shard("s.tar"));
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), {});
+  ASSERT_TRUE(index.ok()) << index.status();
+  const std::string good = SerializeIndexFile(*index, {});
+  std::string body = good.substr(0, good.size() - 40);
+  const size_t count_at = body.find(U64Bytes(3) + "a_0");
+  ASSERT_NE(count_at, std::string::npos);
+  ASSERT_EQ(body.substr(count_at - 8, 8), U64Bytes(4));  // the shard's sample count
+  body.append(size_t{40} << 20, '\0');
+  body.replace(count_at - 8, 8, U64Bytes((body.size() - count_at) / 8 - 1));
+  ASSERT_LE(Reseal(body).size(), MaxIndexFileBytes(index->shards));
+
+  ShardListing listing;
+  listing.root = "s3://bucket/data/";
+  listing.shards = index->shards;
+  listing.index_file = Reseal(body);
+  listing.scan = [this](const ShardInfo& info) {
+    return ScanShardFile(shard("s.tar"), info, {}, /*check_identity=*/false);
+  };
+  const auto kib = [](const char* field) {  // VmHWM / VmRSS of this process
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, field)) return std::stoll(line.substr(std::strlen(field)));
+    }
+    return -1LL;
+  };
+  // Resets the peak (VmHWM) to what is resident now (Linux >= 4.0).
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const long long rss_before = kib("VmRSS:");
+  absl::StatusOr<DatasetIndex> loaded = BuildIndexFromListing(std::move(listing), {});
+  const long long peak = kib("VmHWM:");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(HasWarning(*loaded, "corrupt index cache")) << Dump(*loaded);
+  EXPECT_FALSE(loaded->loaded_from_index_file);
+  EXPECT_LT(peak - rss_before, 64 * 1024) << "KiB of peak growth while parsing";
 }
 
 }  // namespace
