@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/server_list.h"
 #include "tests/server/server_test_support.h"
@@ -228,8 +230,21 @@ TEST_F(ReplicaTest, AReplicaWithAnotherMaxMemberBytesIsRefusedNamingBothAndBothF
       MakeRegister("probe", 0, kWorld, kBatch, v1::SPLIT_SAMPLE, kCrop, kCrop);
   auto a_stub = v1::Shardcast::NewStub(MakeChannel(a_target));
   auto b_stub = v1::Shardcast::NewStub(MakeChannel(b.address()));
-  ASSERT_TRUE(Register(a_stub.get(), probe, &on_a).ok());
-  ASSERT_TRUE(Register(b_stub.get(), probe, &on_b).ok());
+  // A server listens before its index is ready and answers UNAVAILABLE until it is.
+  const auto register_once_indexed = [&probe](v1::Shardcast::Stub* stub,
+                                              v1::RegisterResponse* response) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    grpc::Status status = Register(stub, probe, response);
+    while (status.error_code() == grpc::StatusCode::UNAVAILABLE && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(50));
+      status = Register(stub, probe, response);
+    }
+    return status;
+  };
+  const grpc::Status registered_a = register_once_indexed(a_stub.get(), &on_a);
+  ASSERT_TRUE(registered_a.ok()) << registered_a.error_message();
+  const grpc::Status registered_b = register_once_indexed(b_stub.get(), &on_b);
+  ASSERT_TRUE(registered_b.ok()) << registered_b.error_message();
   EXPECT_EQ(on_a.index_fingerprint(), on_b.index_fingerprint());  // the same shards
   EXPECT_EQ(on_a.batches_per_epoch(), on_b.batches_per_epoch());
   EXPECT_NE(on_a.job_fingerprint(), on_b.job_fingerprint()) << "B serves other bytes";
