@@ -531,22 +531,41 @@ int64_t MaxCacheBytes(const std::vector<ShardInfo>& shards) {
       std::min<uint64_t>(MaxIndexFileBytes(shards), std::numeric_limits<int64_t>::max()));
 }
 
-// Written to a temporary name and renamed: a reader never sees half a cache.
+// Written to a temporary name and renamed: a reader never sees half a cache. The name
+// comes from mkstemp (random letters, created O_EXCL): servers in separate PID
+// namespaces sharing the cache folder can draw the same PID and thread, never the
+// same file.
 absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".",
-                                       std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot create a temporary file: ",
+                                               std::strerror(errno)));
+  }
+  absl::string_view left = data;
+  while (!left.empty()) {
+    const ssize_t n = ::write(fd, left.data(), left.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::UnavailableError(
+          absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
     }
+    left.remove_prefix(static_cast<size_t>(n));
+  }
+  // mkstemp makes 0600; the cache is as readable as the files written before it.
+  ::fchmod(fd, 0644);
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
     std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(error)));
   }
   return absl::OkStatus();
 }
