@@ -79,6 +79,7 @@ class RetryPolicy {
   absl::Duration Elapsed() const { return clock_->Now() - start_; }
   int retries() const { return retries_; }  // kRetry decisions so far
   const Clock& clock() const { return *clock_; }
+  const RetryOptions& options() const { return options_; }
 
  private:
   absl::Duration Jitter(absl::Duration backoff);
