@@ -259,6 +259,8 @@ absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const Pending
   // From a blink (a descriptor freed a moment later) to a remount: short first, then
   // at most a second apart, for --shard-read-retry. The stream's cancel (a client gone,
   // a drain, the server stopping) ends a wait at once: a decode thread is never held.
+  absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
+  if (read.ok() || !IsHostIoError(read.status())) return read;  // (every read but a few)
   util::RetryOptions options;
   options.first_backoff = absl::Milliseconds(10);
   options.max_backoff = absl::Seconds(1);
@@ -266,8 +268,6 @@ absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const Pending
   util::RetryPolicy retry(options, limits_.clock);
   const util::CancelToken cancel(pending.cancelled.get());
   while (true) {
-    absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
-    if (read.ok() || !IsHostIoError(read.status())) return read;
     const util::RetryPolicy::Decision next =
         cancel.cancelled() ? util::RetryPolicy::Decision{util::RetryPolicy::Verdict::kDeadline}
                            : retry.AfterFailure();
@@ -278,6 +278,8 @@ absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const Pending
     }
     if (stats_ != nullptr) stats_->shard_read_retries.fetch_add(1, std::memory_order_relaxed);
     if (!retry.Wait(next.wait, &cancel)) return GivenUp(read.status(), retry);
+    read = dataset_->reader().ReadMember(shard, member);
+    if (read.ok() || !IsHostIoError(read.status())) return read;
   }
 }
 

@@ -20,7 +20,8 @@ RetryPolicy::RetryPolicy(const RetryOptions& options, const Clock* clock)
       start_(clock->Now()),
       deadline_(start_ + options.window),
       backoff_(options.first_backoff),
-      random_(JitterSeed(options.jitter_seed)) {}
+      // No jitter, no seed: a policy made for every read must not cost a getrandom.
+      random_(options.jitter > 0 ? JitterSeed(options.jitter_seed) : 0) {}
 
 RetryPolicy::Decision RetryPolicy::AfterFailure(std::optional<absl::Duration> retry_after) {
   if (retry_after.has_value() && *retry_after > options_.max_retry_after) {
