@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/shards/shard_reader.h"
+#include "common/util/retry_policy.h"
 #include "common/util/utf8.h"
 #include "server/log.h"
 
@@ -256,37 +257,45 @@ absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const Pending
                                                                    uint32_t shard,
                                                                    const MemberRef& member) {
   // From a blink (a descriptor freed a moment later) to a remount: short first, then
-  // at most a second apart.
-  constexpr absl::Duration kFirstBackoff = absl::Milliseconds(10);
-  constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
-  const absl::Time give_up = absl::Now() + limits_.host_error_retry;
-  absl::Duration backoff = kFirstBackoff;
-  int retries = 0;
+  // at most a second apart, for --shard-read-retry. The stream's cancel (a client gone,
+  // a drain, the server stopping) ends a wait at once: a decode thread is never held.
+  absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
+  if (read.ok() || !IsHostIoError(read.status())) return read;  // (every read but a few)
+  util::RetryOptions options;
+  options.first_backoff = absl::Milliseconds(10);
+  options.max_backoff = absl::Seconds(1);
+  options.window = limits_.host_error_retry;
+  util::RetryPolicy retry(options, limits_.clock);
+  const util::CancelToken cancel(pending.cancelled.get());
   while (true) {
-    absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
-    if (read.ok() || !IsHostIoError(read.status())) return read;
-    if (pending.cancelled->load(std::memory_order_relaxed) || absl::Now() + backoff > give_up) {
-      // UNAVAILABLE whatever the store's answer was (its 403 or 404 is in the message):
-      // to a client, the server cannot read its data now, as with a failing disk; a
-      // PERMISSION_DENIED or NOT_FOUND would say its own token or job was refused.
-      absl::Status given_up(
-          absl::StatusCode::kUnavailable,
-          absl::StrCat(read.status().message(), "; retried ", retries, " times for ",
-                       absl::FormatDuration(limits_.host_error_retry), " (--shard-read-retry)"));
-      read.status().ForEachPayload([&given_up](absl::string_view type, const absl::Cord& value) {
-        given_up.SetPayload(type, value);  // still a HostIoError
-      });
-      return given_up;
-    }
-    if (retries == 0) {
+    const util::RetryPolicy::Decision next =
+        cancel.cancelled() ? util::RetryPolicy::Decision{util::RetryPolicy::Verdict::kDeadline}
+                           : retry.AfterFailure();
+    if (next.verdict != util::RetryPolicy::Verdict::kRetry) return GivenUp(read.status(), retry);
+    if (retry.retries() == 1) {
       LogWarning("assembler", absl::StrCat("retrying a read the host failed: ",
                                            LogSafe(read.status().message(), 512)));
     }
-    ++retries;
     if (stats_ != nullptr) stats_->shard_read_retries.fetch_add(1, std::memory_order_relaxed);
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, kMaxBackoff);
+    if (!retry.Wait(next.wait, &cancel)) return GivenUp(read.status(), retry);
+    read = dataset_->reader().ReadMember(shard, member);
+    if (read.ok() || !IsHostIoError(read.status())) return read;
   }
+}
+
+absl::Status BatchAssembler::GivenUp(const absl::Status& last,
+                                     const util::RetryPolicy& retry) const {
+  // UNAVAILABLE whatever the store's answer was (its 403 or 404 is in the message): to
+  // a client, the server cannot read its data now, as with a failing disk; a
+  // PERMISSION_DENIED or NOT_FOUND would say its own token or job was refused.
+  absl::Status given_up(
+      absl::StatusCode::kUnavailable,
+      absl::StrCat(last.message(), "; retried ", retry.retries(), " times for ",
+                   absl::FormatDuration(limits_.host_error_retry), " (--shard-read-retry)"));
+  last.ForEachPayload([&given_up](absl::string_view type, const absl::Cord& value) {
+    given_up.SetPayload(type, value);  // still a HostIoError
+  });
+  return given_up;
 }
 
 absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,

@@ -15,6 +15,8 @@
 #include "absl/time/time.h"
 #include "common/image/image_transform.h"
 #include "common/plan/epoch_plan.h"
+#include "common/util/clock.h"
+#include "common/util/retry_policy.h"
 #include "server/batch_memory.h"
 #include "server/decode_budget.h"
 #include "server/decode_pool.h"
@@ -79,6 +81,8 @@ struct DecodeLimits {
   int64_t max_member_bytes = 0;    // image members larger than this are not read; 0 = no limit
   // How long a read that fails with an error of the host (HostIoError) is retried.
   absl::Duration host_error_retry = absl::Seconds(20);
+  // What that retry's backoff waits on (not owned, never null); tests pass a fake one.
+  const util::Clock* clock = util::Clock::Real();
 };
 
 // Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the
@@ -141,6 +145,9 @@ class BatchAssembler {
   // The member's bytes, a HostIoError retried as the class comment says.
   absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
                                                      const MemberRef& member);
+  // The UNAVAILABLE a read retried until `retry` gave up (or the stream was cancelled)
+  // ends with: `last`'s message and marks, and how long it was retried.
+  absl::Status GivenUp(const absl::Status& last, const util::RetryPolicy& retry) const;
   // Reads and decodes one sample into `out` (3 x crop x crop bytes).
   // `*read_failed` is set when the error is the read's (not the decode's).
   absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out,

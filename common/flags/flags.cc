@@ -121,6 +121,44 @@ absl::Status CheckChoice(absl::string_view flag, const std::vector<std::string>&
                    absl::StrCat("takes ", absl::StrJoin(choices, " or "), ", got '", value, "'"));
 }
 
+// The value of a switch: --name alone is true, --name=VALUE says which.
+absl::StatusOr<bool> SwitchValue(absl::string_view flag, const std::vector<std::string>& values) {
+  if (values.empty()) return true;
+  return ParseBoolValue(flag, values[0]);
+}
+
+// The Apply of every typed helper: `parse(flag, values)` gives a StatusOr of the
+// value, stored into *dst (the value's type, or a std::optional of it) when it is OK.
+template <typename Dst, typename Parse>
+FlagSet::Apply ParsedInto(Dst* dst, Parse parse) {
+  return [dst, parse = std::move(parse)](const std::string& flag,
+                                         const std::vector<std::string>& values) -> absl::Status {
+    auto value = parse(flag, values);
+    if (!value.ok()) return value.status();
+    *dst = *std::move(value);
+    return absl::OkStatus();
+  };
+}
+
+// The parser of an integer flag of type T in [min, max].
+template <typename T>
+auto IntegerIn(int64_t min, int64_t max) {
+  return [min, max](absl::string_view flag, const std::vector<std::string>& values) {
+    return ParseInt<T>(flag, values[0], min, max);
+  };
+}
+
+// The parser of a flag whose one value `parse(text)` reads; its error gets the flag's
+// name in front.
+template <typename Parse>
+auto PrefixedParser(Parse parse) {
+  return [parse](absl::string_view flag, const std::vector<std::string>& values) {
+    auto value = parse(values[0]);
+    if (!value.ok()) return decltype(value)(PrefixFlag(flag, value.status()));
+    return value;
+  };
+}
+
 // Multiplier of a size suffix: K/M/G/T and KiB..TiB are binary, kB..TB decimal (the
 // prefix letter in either case); "" and "B" are bytes. 0 = not a suffix.
 int64_t SizeMultiplier(absl::string_view suffix) {
@@ -264,83 +302,46 @@ void FlagSet::String(Spec spec, std::string* dst, bool allow_empty) {
 
 void FlagSet::Bool(Spec spec, bool* dst) {
   spec.value_name.clear();
-  AddTyped(std::move(spec), *dst ? "true" : "", 0,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             if (values.empty()) {
-               *dst = true;
-               return absl::OkStatus();
-             }
-             absl::StatusOr<bool> value = ParseBoolValue(flag, values[0]);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(std::move(spec), *dst ? "true" : "", 0, ParsedInto(dst, SwitchValue));
 }
 
 void FlagSet::Int(Spec spec, int32_t* dst, int64_t min, int64_t max) {
   if (spec.value_name.empty()) spec.value_name = "N";
-  AddTyped(std::move(spec), absl::StrCat(*dst), 1,
-           [dst, min, max](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<int32_t> value = ParseInt<int32_t>(flag, values[0], min, max);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(std::move(spec), absl::StrCat(*dst), 1, ParsedInto(dst, IntegerIn<int32_t>(min, max)));
 }
 
 void FlagSet::Int64(Spec spec, int64_t* dst, int64_t min, int64_t max) {
   if (spec.value_name.empty()) spec.value_name = "N";
-  AddTyped(std::move(spec), absl::StrCat(*dst), 1,
-           [dst, min, max](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<int64_t> value = ParseInt<int64_t>(flag, values[0], min, max);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(std::move(spec), absl::StrCat(*dst), 1, ParsedInto(dst, IntegerIn<int64_t>(min, max)));
 }
 
 void FlagSet::Uint64(Spec spec, uint64_t* dst) {
   if (spec.value_name.empty()) spec.value_name = "N";
   AddTyped(std::move(spec), absl::StrCat(*dst), 1,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<uint64_t> value = ParseUint64(flag, values[0]);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+           ParsedInto(dst, [](absl::string_view flag, const std::vector<std::string>& values) {
+             return ParseUint64(flag, values[0]);
+           }));
 }
 
 void FlagSet::Double(Spec spec, double* dst, double min, double max) {
   if (spec.value_name.empty()) spec.value_name = "X";
-  AddTyped(std::move(spec), absl::StrCat(*dst), 1,
-           [dst, min, max](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<double> value = ParseDouble(flag, values[0], min, max);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(
+      std::move(spec), absl::StrCat(*dst), 1,
+      ParsedInto(dst, [min, max](absl::string_view flag, const std::vector<std::string>& values) {
+        return ParseDouble(flag, values[0], min, max);
+      }));
 }
 
 void FlagSet::Duration(Spec spec, absl::Duration* dst) {
   if (spec.value_name.empty()) spec.value_name = "DURATION";
   AddTyped(std::move(spec), FormatFlagDuration(*dst), 1,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<absl::Duration> value = ParseFlagDuration(values[0]);
-             if (!value.ok()) return PrefixFlag(flag, value.status());
-             *dst = *value;
-             return absl::OkStatus();
-           });
+           ParsedInto(dst, PrefixedParser(ParseFlagDuration)));
 }
 
 void FlagSet::Size(Spec spec, int64_t* dst) {
   if (spec.value_name.empty()) spec.value_name = "SIZE";
   AddTyped(std::move(spec), FormatFlagSize(*dst), 1,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<int64_t> value = ParseFlagSize(values[0]);
-             if (!value.ok()) return PrefixFlag(flag, value.status());
-             *dst = *value;
-             return absl::OkStatus();
-           });
+           ParsedInto(dst, PrefixedParser(ParseFlagSize)));
 }
 
 void FlagSet::Choice(Spec spec, std::vector<std::string> choices, std::string* dst) {
@@ -386,39 +387,20 @@ void FlagSet::DoubleList(Spec spec, size_t count, std::vector<double>* dst) {
 
 void FlagSet::OptionalInt(Spec spec, std::optional<int32_t>* dst, int64_t min, int64_t max) {
   if (spec.value_name.empty()) spec.value_name = "N";
-  AddTyped(std::move(spec), "", 1,
-           [dst, min, max](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<int32_t> value = ParseInt<int32_t>(flag, values[0], min, max);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(std::move(spec), "", 1, ParsedInto(dst, IntegerIn<int32_t>(min, max)));
 }
 
 void FlagSet::OptionalUint64(Spec spec, std::optional<uint64_t>* dst) {
   if (spec.value_name.empty()) spec.value_name = "N";
   AddTyped(std::move(spec), "", 1,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             absl::StatusOr<uint64_t> value = ParseUint64(flag, values[0]);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+           ParsedInto(dst, [](absl::string_view flag, const std::vector<std::string>& values) {
+             return ParseUint64(flag, values[0]);
+           }));
 }
 
 void FlagSet::OptionalBool(Spec spec, std::optional<bool>* dst) {
   spec.value_name.clear();
-  AddTyped(std::move(spec), "", 0,
-           [dst](const std::string& flag, const std::vector<std::string>& values) {
-             if (values.empty()) {
-               *dst = true;
-               return absl::OkStatus();
-             }
-             absl::StatusOr<bool> value = ParseBoolValue(flag, values[0]);
-             if (!value.ok()) return value.status();
-             *dst = *value;
-             return absl::OkStatus();
-           });
+  AddTyped(std::move(spec), "", 0, ParsedInto(dst, SwitchValue));
 }
 
 void FlagSet::OptionalChoice(Spec spec, std::vector<std::string> choices,

@@ -9,7 +9,6 @@
 #include <ctime>
 #include <map>
 #include <mutex>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -21,8 +20,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/remote/http_retry.h"
 #include "common/remote/s3_xml.h"
 #include "common/shards/shard_reader.h"
+#include "common/util/retry_policy.h"
 
 namespace shardcast::remote {
 
@@ -133,16 +134,6 @@ std::optional<ContentRange> ParseContentRange(absl::string_view value) {
   return range;
 }
 
-// Retry-After in either form: delta-seconds, or an HTTP-date (curl_getdate reads it).
-std::optional<absl::Duration> ParseRetryAfter(absl::string_view value) {
-  int64_t seconds = 0;
-  if (absl::SimpleAtoi(value, &seconds)) return absl::Seconds(std::max<int64_t>(seconds, 0));
-  const std::string date(value);
-  const time_t when = curl_getdate(date.c_str(), nullptr);
-  if (when < 0) return std::nullopt;
-  return std::max(absl::FromTimeT(when) - absl::Now(), absl::ZeroDuration());
-}
-
 // ETags compared as the bytes they name: a weak W/"x" and a strong "x" name the same.
 absl::string_view EtagValue(absl::string_view etag) {
   absl::ConsumePrefix(&etag, "W/");
@@ -170,7 +161,8 @@ struct Call {
   const std::optional<SigV4>* sign = nullptr;
   bool head = false;
   const Sink* sink = nullptr;
-  bool may_be_absent = false;  // a 404 is an answer (RangeRequest::may_be_absent)
+  bool may_be_absent = false;          // a 404 is an answer (RangeRequest::may_be_absent)
+  const util::Clock* clock = nullptr;  // FetchOptions::clock
   // The deadline moves to `window` after the last byte received (GetStreaming), instead
   // of staying `window` after the first attempt (Get, HEAD).
   bool deadline_follows_progress = false;
@@ -187,11 +179,11 @@ struct Call {
   // --- The attempt in flight.
   ResponseHeaders headers;
   bool sent_range = false;
-  bool checked = false;     // the response's identity was checked (at its first byte)
-  uint64_t skip = 0;        // bytes of a 200 before the wanted offset (Range ignored)
-  bool progress = false;    // bytes went to the sink
-  bool done = false;        // every wanted byte arrived; the rest of the body is not
-  absl::Status abort;       // why the write callback stopped the transfer
+  bool checked = false;      // the response's identity was checked (at its first byte)
+  uint64_t skip = 0;         // bytes of a 200 before the wanted offset (Range ignored)
+  bool progress = false;     // bytes went to the sink
+  bool done = false;         // every wanted byte arrived; the rest of the body is not
+  absl::Status abort;        // why the write callback stopped the transfer
   bool sink_failed = false;  // `abort` is the sink's error, not the store's
   bool stalled = false;      // the progress callback stopped it: no byte before `deadline`
   std::string error_body;
@@ -227,9 +219,9 @@ struct Call {
     std::optional<uint64_t> total;
     if (headers.status == 206) {
       if (!headers.content_range.has_value()) {
-        return absl::InternalError(absl::StrCat(
-            url, ": a 206 response without a readable Content-Range (\"",
-            headers.content_range_text, "\")"));
+        return absl::InternalError(
+            absl::StrCat(url, ": a 206 response without a readable Content-Range (\"",
+                         headers.content_range_text, "\")"));
       }
       if (headers.content_range->first != next_offset) {
         return absl::InternalError(absl::StrCat(url, ": asked for bytes from ", next_offset,
@@ -252,9 +244,9 @@ struct Call {
     if (etag.empty()) etag = headers.etag;
     if (!size.has_value()) size = total;
     if (!to_end && size.has_value() && next_offset + remaining > *size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          url, ": bytes [", next_offset, ", ", next_offset + remaining, ") are past the end of the ",
-          *size, "-byte object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(url, ": bytes [", next_offset, ", ", next_offset + remaining,
+                       ") are past the end of the ", *size, "-byte object"));
     }
     return absl::OkStatus();
   }
@@ -287,7 +279,7 @@ struct Call {
       progress = true;
       // Progress is a wanted byte, never one received again: an attempt that only
       // repeats bytes (a server ignoring the Range of a resume) does not move it.
-      if (deadline_follows_progress) deadline = absl::Now() + window;
+      if (deadline_follows_progress) deadline = clock->Now() + window;
       next_offset += data.size();
       if (!to_end) remaining -= data.size();
     }
@@ -327,7 +319,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     call.headers.content_range_text = std::string(value);
     call.headers.content_range = ParseContentRange(value);
   } else if (name == "retry-after") {
-    call.headers.retry_after = ParseRetryAfter(value);
+    call.headers.retry_after = internal::ParseRetryAfter(value, call.clock->Now());
   }
   return bytes;
 }
@@ -336,7 +328,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
 // stops the transfer once no byte came before the deadline.
 int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   Call& call = *static_cast<Call*>(user);
-  if (absl::Now() < call.deadline) return 0;
+  if (call.clock->Now() < call.deadline) return 0;
   call.stalled = true;
   return 1;  // CURLE_ABORTED_BY_CALLBACK
 }
@@ -348,7 +340,8 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     // Returning less than `bytes` makes curl stop with CURLE_WRITE_ERROR.
     return call.TakeBody(absl::string_view(data, bytes)) ? bytes : 0;
   }
-  const size_t keep = std::min(bytes, kMaxErrorBody - std::min(kMaxErrorBody, call.error_body.size()));
+  const size_t keep =
+      std::min(bytes, kMaxErrorBody - std::min(kMaxErrorBody, call.error_body.size()));
   call.error_body.append(data, keep);
   return bytes;
 }
@@ -357,8 +350,8 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
 struct Outcome {
   enum Kind { kDone, kRetry, kFail };
   Kind kind = kDone;
-  absl::Status status;   // kFail
-  std::string error;     // kRetry: what went wrong, for the final message
+  absl::Status status;  // kFail
+  std::string error;    // kRetry: what went wrong, for the final message
   std::optional<absl::Duration> retry_after;
 };
 
@@ -500,10 +493,11 @@ class CurlFetcher final : public HttpFetcher {
 
   // Attempts until the call is done, fails for good, or its deadline passes.
   absl::Status Run(Call& call) {
-    const absl::Time start = absl::Now();
+    util::RetryPolicy retry(internal::FetchRetryOptions(options_), options_.clock);
+    call.clock = options_.clock;
     call.window = options_.request_deadline;
-    call.deadline = start + call.window;
-    absl::Duration backoff = options_.first_backoff;
+    call.deadline = retry.deadline();
+    const std::string what = absl::StrCat(call.method, " ", call.url);
     std::string last_error = "no attempt";
     int attempts = 0;
     while (true) {
@@ -521,45 +515,30 @@ class CurlFetcher final : public HttpFetcher {
         outcome = Attempt(lease.get(), call);
       }
       if (outcome.kind == Outcome::kDone) {
-        RecordLatency(absl::Now() - start);
+        RecordLatency(retry.Elapsed());
         return absl::OkStatus();
       }
       if (outcome.kind == Outcome::kFail) return Failed(call, std::move(outcome.status));
       last_error = outcome.error;
-      // A cut body that delivered bytes is not a store getting worse: start over.
-      if (call.progress) backoff = options_.first_backoff;
-      absl::Duration wait = backoff + Jitter(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
-      if (outcome.retry_after.has_value()) {
-        if (*outcome.retry_after > options_.max_retry_after) {
-          counters_.failures.fetch_add(1);  // (already a HostIoError: not through Failed)
-          return AsHostIoError(absl::UnavailableError(absl::StrCat(
-              call.method, " ", call.url, ": ", last_error, " asks to retry after ",
-              absl::FormatDuration(*outcome.retry_after), ", longer than the ",
-              absl::FormatDuration(options_.max_retry_after), " waited for at most")));
-        }
-        wait = std::max(wait, *outcome.retry_after);
+      retry.MoveDeadline(call.deadline);  // moved by progress, for GetStreaming
+      internal::RetryStep step =
+          internal::NextRetryStep(retry, {outcome.error, outcome.retry_after, call.progress}, what);
+      if (step.kind == internal::RetryStep::kRefused) {
+        counters_.failures.fetch_add(1);  // (a HostIoError below: not through Failed)
+        return AsHostIoError(std::move(step.refusal));
       }
-      // Sleeping past the deadline would only delay the same answer.
-      if (absl::Now() + wait >= call.deadline) break;
-      absl::SleepFor(wait);
+      if (step.kind == internal::RetryStep::kDeadline) break;
+      // Nothing cancels a request: it ends by its deadline (the wait counts toward it).
+      retry.Wait(step.wait);
     }
     counters_.failures.fetch_add(1);
     return AsHostIoError(absl::UnavailableError(
-        absl::StrCat(call.method, " ", call.url, ": gave up after ", attempts, " attempt",
-                     attempts == 1 ? "" : "s", " in ", absl::FormatDuration(absl::Now() - start),
+        absl::StrCat(what, ": gave up after ", attempts, " attempt", attempts == 1 ? "" : "s",
+                     " in ", absl::FormatDuration(retry.Elapsed()),
                      call.deadline_follows_progress
                          ? absl::StrCat(" (no byte for ", absl::FormatDuration(call.window), ")")
                          : absl::StrCat(" (deadline ", absl::FormatDuration(call.window), ")"),
                      "; last error: ", last_error)));
-  }
-
-  // Up to half of `backoff` more, so that many clients cut at once do not come back at once.
-  static absl::Duration Jitter(absl::Duration backoff) {
-    thread_local std::mt19937_64 random(std::random_device{}());
-    const int64_t max_us = absl::ToInt64Microseconds(backoff) / 2;
-    if (max_us <= 0) return absl::ZeroDuration();
-    return absl::Microseconds(std::uniform_int_distribution<int64_t>(0, max_us)(random));
   }
 
   void RecordLatency(absl::Duration latency) {
@@ -580,7 +559,7 @@ class CurlFetcher final : public HttpFetcher {
     // The attempt may use what is left of the request's deadline, at least 1 ms (0
     // would mean no limit).
     const int64_t left_ms =
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(call.deadline - absl::Now()));
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(call.deadline - call.clock->Now()));
     if (call.deadline_follows_progress) {
       // No limit on the whole transfer: OnProgress stops it once no byte came in time.
       curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
@@ -589,19 +568,20 @@ class CurlFetcher final : public HttpFetcher {
     } else {
       curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
     }
-    curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(std::min<int64_t>(
-                         left_ms, std::max<int64_t>(1, absl::ToInt64Milliseconds(
-                                                           options_.connect_timeout)))));
+    curl_easy_setopt(
+        handle, CURLOPT_CONNECTTIMEOUT_MS,
+        static_cast<long>(std::min<int64_t>(
+            left_ms, std::max<int64_t>(1, absl::ToInt64Milliseconds(options_.connect_timeout)))));
     // curl measures a trickle in whole seconds.
     curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(options_.low_speed_bytes));
-    curl_easy_setopt(handle, CURLOPT_LOW_SPEED_TIME,
-                     static_cast<long>(std::max<int64_t>(
-                         1, absl::ToInt64Seconds(absl::Ceil(options_.low_speed_time,
-                                                            absl::Seconds(1))))));
+    curl_easy_setopt(
+        handle, CURLOPT_LOW_SPEED_TIME,
+        static_cast<long>(std::max<int64_t>(
+            1, absl::ToInt64Seconds(absl::Ceil(options_.low_speed_time, absl::Seconds(1))))));
     curl_easy_setopt(handle, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
     curl_easy_setopt(handle, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-    if (!options_.ca_file.empty()) curl_easy_setopt(handle, CURLOPT_CAINFO, options_.ca_file.c_str());
+    if (!options_.ca_file.empty())
+      curl_easy_setopt(handle, CURLOPT_CAINFO, options_.ca_file.c_str());
     curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(handle, CURLOPT_HEADERDATA, &call);
     curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, OnBody);
@@ -610,10 +590,10 @@ class CurlFetcher final : public HttpFetcher {
 
     if (call.Ranged()) {
       headers = curl_slist_append(
-          headers, call.to_end
-                       ? absl::StrCat("Range: bytes=", call.next_offset, "-").c_str()
-                       : absl::StrCat("Range: bytes=", call.next_offset, "-",
-                                      call.next_offset + call.remaining - 1).c_str());
+          headers, call.to_end ? absl::StrCat("Range: bytes=", call.next_offset, "-").c_str()
+                               : absl::StrCat("Range: bytes=", call.next_offset, "-",
+                                              call.next_offset + call.remaining - 1)
+                                     .c_str());
     }
     // A weak ETag never matches If-Match (strong comparison): compared afterwards only.
     if (!call.etag.empty() && !absl::StartsWith(call.etag, "W/")) {
@@ -670,15 +650,16 @@ class CurlFetcher final : public HttpFetcher {
     }
     const bool success = response.status >= 200 && response.status < 300;
     if (code != CURLE_OK) {
-      const std::string error =
-          absl::StrCat(curl_easy_strerror(code),
-                       call.error_buffer[0] != '\0' ? absl::StrCat(" (", call.error_buffer, ")") : "",
-                       success && !call.head ? absl::StrCat(" at byte ", call.next_offset) : "");
+      const std::string error = absl::StrCat(
+          curl_easy_strerror(code),
+          call.error_buffer[0] != '\0' ? absl::StrCat(" (", call.error_buffer, ")") : "",
+          success && !call.head ? absl::StrCat(" at byte ", call.next_offset) : "");
       if (IsTransient(code)) return Retry(error);
       if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
-        return Fail(AsHostIoError(absl::UnavailableError(absl::StrCat(
-            call.url, ": ", error, "; --remote-ca-file names the CA to trust, --remote-insecure "
-                                   "turns verification off"))));
+        return Fail(AsHostIoError(absl::UnavailableError(
+            absl::StrCat(call.url, ": ", error,
+                         "; --remote-ca-file names the CA to trust, --remote-insecure "
+                         "turns verification off"))));
       }
       return Fail(absl::InvalidArgumentError(absl::StrCat(call.url, ": ", error)));
     }
@@ -711,7 +692,7 @@ class CurlFetcher final : public HttpFetcher {
     const std::string s3_text = internal::S3ErrorText(call.error_body);
     const std::string text =
         absl::StrCat(StatusText(response), s3_text.empty() ? "" : absl::StrCat(" (", s3_text, ")"));
-    if (status >= 500 || status == 408 || status == 429) {
+    if (internal::IsRetryableHttpStatus(status)) {
       return Retry(text, response.retry_after);
     }
     const std::string message = absl::StrCat(call.method, " ", call.url, ": ", text);
@@ -756,6 +737,7 @@ absl::StatusOr<std::unique_ptr<HttpFetcher>> HttpFetcher::Create(const FetchOpti
     return absl::InvalidArgumentError(
         "backoffs must satisfy 0 <= first_backoff <= max_backoff, max_retry_after >= 0");
   }
+  if (options.clock == nullptr) return absl::InvalidArgumentError("a fetcher needs a clock");
   const CURLcode init = InitCurlOnce();
   if (init != CURLE_OK) {
     return absl::InternalError(

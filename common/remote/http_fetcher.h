@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/s3_settings.h"
+#include "common/util/clock.h"
 
 namespace shardcast::remote {
 
@@ -39,6 +40,10 @@ struct FetchOptions {
   absl::Duration max_retry_after = absl::Seconds(30);
   bool verify_tls = true;  // --remote-insecure turns it off
   std::string ca_file;     // --remote-ca-file; empty = the system's CA store
+  // What the backoffs wait on and the deadlines are read from (common/util/
+  // retry_policy.h); not owned, never null. libcurl's own timeouts (connect, low speed,
+  // the attempt's share of the deadline) run on real time.
+  const util::Clock* clock = util::Clock::Real();
 };
 
 // How a request is signed: nullopt = not at all (HTTP, a public bucket).
@@ -82,9 +87,9 @@ struct ObjectHead {
 
 // Counters for status and /metrics; monotonic.
 struct FetchCounters {
-  std::atomic<int64_t> requests{0};        // HTTP requests sent (retries included)
-  std::atomic<int64_t> bytes{0};           // body bytes received
-  std::atomic<int64_t> retries{0};         // attempts after the first of a request
+  std::atomic<int64_t> requests{0};  // HTTP requests sent (retries included)
+  std::atomic<int64_t> bytes{0};     // body bytes received
+  std::atomic<int64_t> retries{0};   // attempts after the first of a request
   // Requests that returned an error (a 404 included, but for a request that said the
   // object may be absent).
   std::atomic<int64_t> failures{0};

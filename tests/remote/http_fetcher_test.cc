@@ -28,6 +28,7 @@
 #include "common/shards/shard_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/object_servers.h"
 #include "tests/support/temp_dir.h"
 
@@ -463,6 +464,43 @@ TEST_F(NginxFetchTest, StoreFailingUntilTheDeadlineIsUnavailable) {
   EXPECT_LT(took, absl::Seconds(4));
   EXPECT_GE(fetcher->counters().retries.load(), 3);
   EXPECT_EQ(fetcher->counters().failures.load(), 1);
+}
+
+// The same faults with the backoffs on a fake clock (FetchOptions::clock): the real
+// store and proxy answer, but a minute of retries and a Retry-After of 10 s pass in
+// the milliseconds the requests take.
+TEST_F(NginxFetchTest, StoreFailingForAMinuteOnAFakeClockIsUnavailable) {
+  util_testing::FakeClock clock;
+  FetchOptions options;  // the defaults: 100 ms doubling to 5 s, a 60 s deadline
+  options.clock = &clock;
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->FailWith("", 503, -1, -1).ok());
+  const absl::Time start = clock.Now();
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(IsHostIoError(got.status()));
+  EXPECT_THAT(got.status().message(), HasSubstr("(deadline 1m)"));
+  EXPECT_THAT(got.status().message(), HasSubstr("503"));
+  const std::vector<absl::Duration> waits = clock.waits();
+  ASSERT_FALSE(waits.empty());
+  EXPECT_GE(waits.front(), absl::Milliseconds(100));
+  for (absl::Duration wait : waits) EXPECT_LE(wait, absl::Milliseconds(7500));  // 5 s + jitter
+  EXPECT_GT(clock.Now() - start, absl::Seconds(50));
+  EXPECT_LT(clock.Now() - start, absl::Seconds(60));
+  EXPECT_EQ(fetcher->counters().retries.load(), static_cast<int64_t>(waits.size()));
+  EXPECT_EQ(fetcher->counters().failures.load(), 1);
+}
+
+TEST_F(NginxFetchTest, RetryAfterIsWaitedForOnAFakeClock) {
+  util_testing::FakeClock clock;
+  FetchOptions options = FastOptions();
+  options.clock = &clock;
+  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 10, 1).ok());
+  absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 10, 1000));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == bytes_->substr(10, 1000));
+  EXPECT_THAT(clock.waits(), ::testing::ElementsAre(absl::Seconds(10)));  // not 10 ms
 }
 
 TEST_F(NginxFetchTest, ConnectionRefusedIsRetriedUntilTheDeadline) {
