@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "server/descriptor_limit.h"
-#include "server/log.h"
+#include "server/net/descriptor_limit.h"
+#include "server/base/log.h"
 #include "server/server_flags.h"
 #include "server/shardcast_server.h"
-#include "server/version.h"
+#include "server/base/version.h"
 
 namespace {
 
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   LogWarning("server", absl::StrCat("built with SHARDCAST_GRPC_ABI_UNCHECKED against gRPC ",
                                     GRPC_CPP_VERSION_STRING,
                                     ", whose socket mutator layout was not verified "
-                                    "(server/grpc_socket_mutator_abi.h): not for production"));
+                                    "(server/rpc/grpc_socket_mutator_abi.h): not for production"));
 #endif
   if (!descriptors.ok()) {
     LogWarning("server",

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/listener_probe.h"
-#include "server/log.h"
-#include "server/metrics_text.h"
-#include "server/unix_socket.h"
+#include "server/rpc/listener_probe.h"
+#include "server/base/log.h"
+#include "server/status/metrics_text.h"
+#include "server/net/unix_socket.h"
 
 namespace shardcast::server {
 
@@ -133,7 +133,7 @@ absl::Status ShardcastServer::StartListenerProbe() {
         "listener self-check: the server's own connection to ", listening_address(),
         " was not seen accepted (", first.message(),
         "): either this host drops connections to itself, or the gRPC library does not call "
-        "the socket mutator as server/grpc_socket_mutator_abi.h expects (docs/server.md, "
+        "the socket mutator as server/rpc/grpc_socket_mutator_abi.h expects (docs/server.md, "
         "'gRPC version guard'); --listener-probe-interval 0 turns the probe off"));
   }
   listener_probe_->Start();

@@ -16,14 +16,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "server/accept_watch.h"
-#include "server/grpc_shardcast_service.h"
-#include "server/listener_probe.h"
-#include "server/metrics_http.h"
-#include "server/security.h"
-#include "server/served_dataset.h"
-#include "server/server_options.h"
-#include "server/shardcast_service_impl.h"
+#include "server/rpc/accept_watch.h"
+#include "server/rpc/grpc_shardcast_service.h"
+#include "server/rpc/listener_probe.h"
+#include "server/status/metrics_http.h"
+#include "server/rpc/security.h"
+#include "server/assembly/served_dataset.h"
+#include "server/base/server_options.h"
+#include "server/serving/shardcast_service_impl.h"
 
 namespace shardcast::server {
 

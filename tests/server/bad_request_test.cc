@@ -6,7 +6,7 @@
 
 #include <limits>
 
-#include "server/shardcast_service_impl.h"
+#include "server/serving/shardcast_service_impl.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

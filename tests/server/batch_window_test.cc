@@ -1,7 +1,7 @@
 // The per-stream window without gRPC: batches come out in plan order and exactly
 // `count` of them, the window never holds more than its depth, a stalled consumer
 // stops the decode work, and Cancel releases everything.
-#include "server/batch_window.h"
+#include "server/serving/batch_window.h"
 
 #include <gtest/gtest.h>
 

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/dataset_registry.h"
-#include "server/metrics_text.h"
+#include "server/serving/dataset_registry.h"
+#include "server/status/metrics_text.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

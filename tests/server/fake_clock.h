@@ -1,4 +1,4 @@
-// A clock the test moves (server/clock.h): TTL, idle and stall rules are checked by
+// A clock the test moves (server/base/clock.h): TTL, idle and stall rules are checked by
 // advancing it past their limits instead of sleeping for them.
 #ifndef SHARDCAST_TESTS_SERVER_FAKE_CLOCK_H_
 #define SHARDCAST_TESTS_SERVER_FAKE_CLOCK_H_
@@ -7,7 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/clock.h"
+#include "server/base/clock.h"
 
 namespace shardcast::server_testing {
 
