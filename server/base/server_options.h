@@ -122,8 +122,8 @@ struct ServerOptions {
   // (Kubernetes' native gRPC probes). It tells nothing but SERVING or NOT_SERVING per
   // service name. Empty = off.
   std::string health_listen_address;
-  // Security (server/rpc/security.h). Empty paths: plaintext, no client certificates, no
-  // tokens.
+  // Security (rpc/server_credentials.h, net/token_authenticator.h). Empty paths:
+  // plaintext, no client certificates, no tokens.
   std::string tls_cert_file;       // PEM certificate chain served (with tls_key_file)
   std::string tls_key_file;        // PEM private key of tls_cert_file
   std::string tls_client_ca_file;  // PEM CA: clients must present a certificate it signed

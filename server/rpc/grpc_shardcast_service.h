@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "server/rpc/security.h"
+#include "server/net/token_authenticator.h"
 #include "server/serving/shardcast_service_impl.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 

@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/rpc/security.h"
+#include "server/net/token_authenticator.h"
 
 namespace shardcast::server {
 

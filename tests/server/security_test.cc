@@ -3,7 +3,8 @@
 // localhost/127.0.0.1 signed by it, a client certificate signed by it, and an
 // unrelated second CA. The token reload runs against the real shardcast-server
 // process (SIGHUP); shardcast-ctl is run as a child process too.
-#include "server/rpc/security.h"
+#include "server/net/token_authenticator.h"
+#include "server/rpc/server_credentials.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>

@@ -1,15 +1,14 @@
-// Who may use the daemon: the listener's credentials (plaintext, TLS, or mTLS with
-// client certificates verified against a CA) and the bearer-token allow-list that every
-// shardcast.v1.Shardcast method checks. Standard gRPC/OpenSSL pieces only; no
-// home-made crypto.
-#ifndef SHARDCAST_SERVER_RPC_SECURITY_H_
-#define SHARDCAST_SERVER_RPC_SECURITY_H_
-
-#include <grpcpp/security/server_credentials.h>
+// The bearer-token allow-list that every shardcast.v1.Shardcast method and /metrics
+// check. Kept apart from the listener's credentials (rpc/server_credentials.h) so that
+// the rooms without gRPC (the /metrics endpoint) can check a token too. Standard
+// OpenSSL pieces only; no home-made crypto.
+#ifndef SHARDCAST_SERVER_NET_TOKEN_AUTHENTICATOR_H_
+#define SHARDCAST_SERVER_NET_TOKEN_AUTHENTICATOR_H_
 
 #include <array>
-#include <memory>
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -17,16 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "server/base/server_options.h"
 
 namespace shardcast::server {
-
-// The listener's credentials for `options`: plaintext without --tls-cert; TLS with
-// --tls-cert/--tls-key; with --tls-client-ca as well, clients must present a
-// certificate signed by that CA (the handshake fails otherwise). Errors name the flag
-// and the file (unreadable, or a key without a certificate and so on).
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerOptions& options);
 
 // The accepted bearer tokens, re-readable while calls are checked. Tokens are kept as
 // SHA-256 digests and compared with CRYPTO_memcmp, so neither the comparison's time
@@ -59,4 +50,4 @@ class TokenAuthenticator {
 
 }  // namespace shardcast::server
 
-#endif  // SHARDCAST_SERVER_RPC_SECURITY_H_
+#endif  // SHARDCAST_SERVER_NET_TOKEN_AUTHENTICATOR_H_
