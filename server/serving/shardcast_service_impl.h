@@ -22,6 +22,7 @@
 #include "server/assembly/served_dataset.h"
 #include "server/base/server_options.h"
 #include "server/base/server_stats.h"
+#include "server/serving/status_reply.h"
 #include "server/serving/stream_manager.h"
 #include "shardcast/v1/shardcast.pb.h"
 
@@ -67,8 +68,8 @@ class ShardcastServiceImpl {
   std::shared_ptr<StreamManager::Pending> OpenStream(
       const shardcast::v1::StreamBatchesRequest& request, StreamManager::OpenDone done);
 
-  // Changes nothing: expired jobs are left out of the reply, not dropped (Register and
-  // the monitor thread drop them).
+  // The status reply (status_reply.h). Changes nothing: expired jobs are left out of the
+  // reply, not dropped (Register and the monitor thread drop them).
   shardcast::v1::GetStatusResponse GetStatus() const;
   // GetStatus plus what only /metrics shows (the decode-time histogram, whether the
   // server drains), taken together.
@@ -82,14 +83,9 @@ class ShardcastServiceImpl {
   // and keeps a rank's global position (epoch * n + batch, the lag figures) far from
   // overflowing for any n an index can have (issue 29: 2^63-1 was accepted).
   static constexpr int64_t kMaxEpoch = 1'000'000'000;
-  // GetStatus lists at most this many jobs, and ranks per job.
-  static constexpr int kMaxListedJobs = 100;
-  static constexpr int kMaxListedRanks = 256;
-  // ... and at most this many skipped shards, and changed shards; their names and
-  // reasons cut to these sizes (LogSafe).
-  static constexpr int kMaxListedShardProblems = 100;
-  static constexpr size_t kMaxShardNameBytes = 256;
-  static constexpr size_t kMaxShardReasonBytes = 512;
+  // The status reply's listing bounds (status_reply.h), under the names tests use.
+  static constexpr int kMaxListedJobs = server::kMaxListedJobs;
+  static constexpr int kMaxListedRanks = server::kMaxListedRanks;
 
   StreamManager& streams() { return *streams_; }
   const DecodeBudget& decode_budget() const { return decode_budget_; }
@@ -104,18 +100,8 @@ class ShardcastServiceImpl {
   absl::StatusOr<StreamPlan> PlanStream(const shardcast::v1::StreamBatchesRequest& request);
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs();
-  // GetStatus's parts, each filling its piece of the reply (the streams' piece is
-  // StreamManager::FillStatus).
-  // The datasets, with their shard problems; the single-dataset fields.
-  void FillDatasetStatus(shardcast::v1::GetStatusResponse* response) const;
-  // The live jobs and their ranks, up to the listing bounds.
-  void FillJobStatus(absl::Time now, shardcast::v1::GetStatusResponse* response) const;
-  // Images and bytes served, rates, time streams waited.
-  void FillTrafficStatus(absl::Time now, shardcast::v1::GetStatusResponse* response) const;
-  // The decode pool, its memory budget and what decode substituted.
-  void FillDecodeStatus(shardcast::v1::GetStatusResponse* response) const;
-  // Memory, descriptors, connections and the listener's state.
-  void FillHostStatus(shardcast::v1::GetStatusResponse* response) const;
+  // BeginDrain was called.
+  bool draining() const ABSL_LOCKS_EXCLUDED(mu_);
   // UNAVAILABLE while draining.
   absl::Status Available() const ABSL_LOCKS_EXCLUDED(mu_);
   // Indexes one dataset and publishes it.
