@@ -12,13 +12,16 @@ std::shared_ptr<BatchWindow> BatchWindow::Create(BatchAssembler* assembler,
                                                  std::unique_ptr<RankBatchIterator> batches,
                                                  const Options& options) {
   std::shared_ptr<BatchWindow> window(new BatchWindow(assembler, std::move(batches), options));
-  if (options.memory != nullptr) {
-    std::weak_ptr<BatchWindow> weak = window;
-    options.memory->SetOnFreed([weak] {
-      if (auto self = weak.lock()) self->OnMemoryFreed();
-    });
-  }
+  WatchMemory(window);
   return window;
+}
+
+void BatchWindow::WatchMemory(const std::shared_ptr<BatchWindow>& window) {
+  if (window->options_.memory == nullptr) return;
+  std::weak_ptr<BatchWindow> weak = window;
+  window->options_.memory->SetOnFreed([weak] {
+    if (auto self = weak.lock()) self->OnMemoryFreed();
+  });
 }
 
 BatchWindow::BatchWindow(BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
@@ -42,11 +45,8 @@ void BatchWindow::Start() {
 std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   std::vector<Launch> launches;
   if (cancelled_locked_) return launches;
-  // In resend mode only the first batch is ever assembled.
-  const int64_t limit =
-      options_.resend_first_batch ? std::min<int64_t>(1, options_.count) : options_.count;
   const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
-  while (slots_.size() < depth && launched_ < limit && launch_error_.ok()) {
+  while (slots_.size() < depth && launched_ < options_.count && launch_error_.ok()) {
     // No memory, no launch: the window stays shallower until a batch comes back.
     BatchGrant grant;
     if (options_.memory != nullptr && !options_.memory->TryAcquire(&grant)) break;
@@ -111,7 +111,7 @@ int BatchWindow::Shrink() {
   std::vector<std::shared_ptr<AssembledBatch>> dropped;
   {
     absl::MutexLock lock(&mu_);
-    if (cancelled_locked_ || options_.resend_first_batch) return 0;
+    if (cancelled_locked_) return 0;
     // From the back, so the sequence numbers stay contiguous: a dropped batch gets its
     // sequence again when relaunched. Only ready slots: a batch still being assembled
     // would call OnAssembled later for a sequence that may have been relaunched.
@@ -159,7 +159,7 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
-    if (slots_.empty() && !(options_.resend_first_batch && first_batch_ != nullptr)) {
+    if (slots_.empty()) {
       // Below `count` the window is empty only when a launch failed or found no memory
       // (the stream's own batch still held by gRPC): try again now.
       if (!launch_error_.ok()) return launch_error_;
@@ -183,15 +183,6 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_locked_ || taken_ >= options_.count) return TakeResult::kEnd;
-    if (options_.resend_first_batch && first_batch_ != nullptr) {
-      // Stamped with the position it goes out at, so that clients' sequence checks
-      // take it (the Loader and BatchStream measured client-bound). The previous
-      // write's header was serialized when it started, so changing it now is safe.
-      first_batch_->header().set_index(first_index_ + taken_);
-      *batch = first_batch_;
-      ++taken_;
-      return TakeResult::kBatch;
-    }
     if (slots_.empty()) {
       // Cancelled meanwhile, or another caller took it: the caller serializes Take,
       // so only an error can bring us here.
@@ -212,10 +203,6 @@ absl::StatusOr<BatchWindow::TakeResult> BatchWindow::Take(std::shared_ptr<Assemb
     *batch = std::move(slots_.front().batch);
     slots_.pop_front();
     ++taken_;
-    if (options_.resend_first_batch) {
-      first_batch_ = *batch;
-      first_index_ = first_batch_->header().index() - (taken_ - 1);
-    }
     launches = PlanLaunchesLocked();
   }
   LaunchAll(std::move(launches));
@@ -230,7 +217,6 @@ void BatchWindow::Cancel() {
     cancelled_locked_ = true;
     on_ready_ = nullptr;
     dropped.swap(slots_);
-    first_batch_.reset();
     mu_.Await(absl::Condition(
         +[](int* running) { return *running == 0; }, &callbacks_running_));
   }

@@ -29,7 +29,6 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
     int depth = 4;                    // batches assembled or in flight ahead of the client (>= 1)
     int64_t count = 0;                // batches this stream sends (n - start_batch)
     TransformSpec transform;          // the job's transform
-    bool resend_first_batch = false;  // BENCHMARK ONLY, see ServerOptions
     // The stream's share of --max-batch-memory: every batch is launched only with a
     // grant from it, so the window is as deep as `depth` only while the budget allows
     // (and at least one batch). Null: no budget (tests, benchmarks).
@@ -44,7 +43,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   static std::shared_ptr<BatchWindow> Create(BatchAssembler* assembler,
                                              std::unique_ptr<RankBatchIterator> batches,
                                              const Options& options);
-  ~BatchWindow();
+  virtual ~BatchWindow();
 
   // Launches the first batches. Called once, before Take().
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
@@ -63,12 +62,12 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   // ones after it are dropped) or INTERNAL (the plan ended before `count` batches: a
   // planner bug, never expected). It is returned
   // again by later calls.
-  absl::StatusOr<TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
-                                  std::function<void()> on_ready) ABSL_LOCKS_EXCLUDED(mu_);
+  virtual absl::StatusOr<TakeResult> Take(std::shared_ptr<AssembledBatch>* batch,
+                                          std::function<void()> on_ready) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops the stream's work: queued decode tasks are skipped, buffers not yet
   // taken are released, and no callback fires afterwards. Idempotent.
-  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  virtual void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Memory pressure: gives back the batches assembled ahead of the client beyond the
   // next one (ready ones only; a batch being assembled is left alone). They are
@@ -77,11 +76,15 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   // Batches assembled or being assembled ahead of the client.
   int64_t depth() const ABSL_LOCKS_EXCLUDED(mu_);
-  int64_t taken() const ABSL_LOCKS_EXCLUDED(mu_);
+  virtual int64_t taken() const ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
+ protected:
   BatchWindow(BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
               const Options& options);
+  // Lets `window`'s stream memory call it back when the guaranteed batch is freed.
+  static void WatchMemory(const std::shared_ptr<BatchWindow>& window);
+
+ private:
 
   struct Slot {
     int64_t sequence = 0;                   // 0-based position in this stream
@@ -117,7 +120,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   bool plan_ended_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order
   std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);  // given back by Shrink, in order
-  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched (or resent) so far
+  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched so far
   int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;                  // batches handed to the client
   std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);     // armed by a kPending Take
   bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
@@ -127,9 +130,6 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   // on_ready callbacks running right now; Cancel() waits for them so that the
   // callback's owner may be destroyed as soon as Cancel() returns.
   int callbacks_running_ ABSL_GUARDED_BY(mu_) = 0;
-  // Resend mode: the first batch, kept to be re-sent.
-  std::shared_ptr<AssembledBatch> first_batch_ ABSL_GUARDED_BY(mu_);
-  int64_t first_index_ ABSL_GUARDED_BY(mu_) = 0;  // the index first_batch_ was sent with
 };
 
 }  // namespace shardcast::server

@@ -12,6 +12,7 @@
 #include "common/flags/flags.h"
 #include "server/base/log.h"
 #include "server/base/memory_limit.h"
+#include "server/serving/resend_window.h"
 
 namespace shardcast::server {
 
@@ -229,11 +230,12 @@ std::unique_ptr<StreamSession> StreamManager::Start(StreamPlan plan, BatchAssemb
   window_options.depth = std::max(1, options_.prefetch);
   window_options.count = plan.count;
   window_options.transform = plan.job->config().transform;
-  window_options.resend_first_batch = options_.bench_only_resend_first_batch;
   window_options.memory = std::move(memory);
   window_options.read_ahead = options_.read_ahead_batches;
   std::shared_ptr<BatchWindow> window =
-      BatchWindow::Create(assembler, std::move(plan.batches), window_options);
+      options_.bench_only_resend_first_batch
+          ? ResendFirstBatchWindow::Create(assembler, std::move(plan.batches), window_options)
+          : BatchWindow::Create(assembler, std::move(plan.batches), window_options);
   auto control = std::make_shared<StreamControl>(plan.description);
   Job::Opened opened =
       plan.job->OpenStream(plan.rank, plan.epoch, plan.start_batch, window, control);
