@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "server/net/descriptor_limit.h"
 #include "server/base/log.h"
+#include "server/base/version.h"
+#include "server/net/descriptor_limit.h"
 #include "server/server_flags.h"
 #include "server/shardcast_server.h"
-#include "server/base/version.h"
 
 namespace {
 

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/rpc/listener_probe.h"
 #include "server/base/log.h"
-#include "server/status/metrics_text.h"
 #include "server/net/unix_socket.h"
+#include "server/rpc/listener_probe.h"
+#include "server/status/metrics_text.h"
 
 namespace shardcast::server {
 

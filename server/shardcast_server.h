@@ -16,15 +16,15 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/assembly/served_dataset.h"
+#include "server/base/server_options.h"
+#include "server/net/token_authenticator.h"
 #include "server/rpc/accept_watch.h"
 #include "server/rpc/grpc_shardcast_service.h"
 #include "server/rpc/listener_probe.h"
-#include "server/status/metrics_http.h"
-#include "server/net/token_authenticator.h"
 #include "server/rpc/server_credentials.h"
-#include "server/assembly/served_dataset.h"
-#include "server/base/server_options.h"
 #include "server/serving/shardcast_service_impl.h"
+#include "server/status/metrics_http.h"
 
 namespace shardcast::server {
 

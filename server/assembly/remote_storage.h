@@ -18,9 +18,9 @@
 #include "common/remote/http_fetcher.h"
 #include "common/remote/remote_reader.h"
 #include "common/remote/s3_settings.h"
-#include "shardcast/v1/shardcast.pb.h"
 #include "server/assembly/served_dataset.h"
 #include "server/base/server_options.h"
+#include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
 

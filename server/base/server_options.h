@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/plan/job_config.h"
 #include "common/remote/http_fetcher.h"
 #include "common/remote/remote_reader.h"
 #include "common/remote/s3_settings.h"
-#include "common/plan/job_config.h"
 #include "common/shards/dataset_index.h"
 #include "server/base/clock.h"
 

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {

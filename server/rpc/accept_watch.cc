@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/rpc/grpc_socket_mutator_abi.h"
 #include "server/base/log.h"
+#include "server/rpc/grpc_socket_mutator_abi.h"
 
 namespace shardcast::server {
 

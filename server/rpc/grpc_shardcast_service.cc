@@ -16,8 +16,8 @@
 #include "absl/time/clock.h"
 #include "common/remote/dataset_url.h"
 #include "google/protobuf/descriptor.h"
-#include "server/rpc/batch_encoding.h"
 #include "server/base/log.h"
+#include "server/rpc/batch_encoding.h"
 
 namespace shardcast::server {
 

@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "server/net/host_port.h"
 #include "server/base/log.h"
+#include "server/net/host_port.h"
 #include "server/net/unix_socket.h"
 
 namespace shardcast::server {

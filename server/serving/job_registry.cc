@@ -10,10 +10,10 @@
 #include "common/image/image_decode_internal.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
-#include "server/serving/batch_window.h"
 #include "server/base/log.h"
-#include "server/serving/stall_watch.h"
 #include "server/base/version.h"
+#include "server/serving/batch_window.h"
+#include "server/serving/stall_watch.h"
 
 namespace shardcast::server {
 

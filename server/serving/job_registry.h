@@ -19,8 +19,8 @@
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
 #include "server/base/clock.h"
-#include "server/serving/dataset_registry.h"
 #include "server/base/server_options.h"
+#include "server/serving/dataset_registry.h"
 #include "server/serving/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
 

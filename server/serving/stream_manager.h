@@ -27,11 +27,11 @@
 #include "absl/time/time.h"
 #include "common/plan/epoch_plan.h"
 #include "server/assembly/batch_memory.h"
-#include "server/serving/batch_window.h"
 #include "server/base/clock.h"
-#include "server/serving/job_registry.h"
 #include "server/base/server_options.h"
 #include "server/base/server_stats.h"
+#include "server/serving/batch_window.h"
+#include "server/serving/job_registry.h"
 #include "server/serving/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
 

@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "server/net/host_port.h"
 #include "server/base/log.h"
+#include "server/net/host_port.h"
 
 namespace shardcast::server {
 
