@@ -20,7 +20,7 @@
 #include "server/base/server_options.h"
 #include "server/net/token_authenticator.h"
 #include "server/rpc/accept_watch.h"
-#include "server/rpc/grpc_shardcast_service.h"
+#include "server/rpc/grpc_adapter.h"
 #include "server/rpc/listener_probe.h"
 #include "server/rpc/server_credentials.h"
 #include "server/serving/shardcast_service_impl.h"
@@ -122,7 +122,7 @@ class ShardcastServer {
   const ServerOptions options_;
   const std::unique_ptr<ShardcastServiceImpl> impl_;
   const std::unique_ptr<TokenAuthenticator> tokens_;  // null without auth_token_file
-  GrpcShardcastService service_;                      // refers to impl_ and tokens_
+  GrpcAdapter service_;                               // refers to impl_ and tokens_
   // Sees every accepted connection (counted, limited, probed); shared with the socket
   // mutator gRPC keeps.
   const std::shared_ptr<AcceptWatch> accept_watch_;

@@ -105,7 +105,7 @@ struct ServerOptions {
   // Zero = no limit.
   int max_jobs = 64;
   // Register of a new job id is refused (RESOURCE_EXHAUSTED) when the same peer (its
-  // address without the port: PeerHost in grpc_shardcast_service.h) already created
+  // address without the port: PeerHost in grpc_adapter.h) already created
   // this many jobs none of whose ranks opened a stream yet: a stranger on an open
   // network cannot fill the job table alone. A real training run registers one job
   // and streams within seconds. Zero = no limit.

@@ -1,5 +1,5 @@
 // The serving core: registration, batch streams and status, with absl::Status
-// errors and no gRPC types (grpc_shardcast_service.h adapts it to the wire).
+// errors and no gRPC types (grpc_adapter.h adapts it to the wire).
 #ifndef SHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_
 #define SHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_
 
@@ -52,7 +52,7 @@ class ShardcastServiceImpl {
   // True once every dataset is loaded and until BeginDrain().
   bool serving() const;
 
-  // `peer`: the client's PeerHost (grpc_shardcast_service.h), which
+  // `peer`: the client's PeerHost (grpc_adapter.h), which
   // --max-unstreamed-jobs-per-peer counts by.
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
       const shardcast::v1::RegisterRequest& request, const std::string& peer);

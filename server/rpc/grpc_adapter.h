@@ -1,8 +1,8 @@
 // The gRPC face of the serving core: the callback API with one reactor per
 // stream, raw (ByteBuffer) StreamBatches for zero-copy pixels, and absl::Status
 // converted to grpc::Status here and nowhere else.
-#ifndef SHARDCAST_SERVER_RPC_GRPC_SHARDCAST_SERVICE_H_
-#define SHARDCAST_SERVER_RPC_GRPC_SHARDCAST_SERVICE_H_
+#ifndef SHARDCAST_SERVER_RPC_GRPC_ADAPTER_H_
+#define SHARDCAST_SERVER_RPC_GRPC_ADAPTER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -40,18 +40,17 @@ std::string PeerHost(absl::string_view peer);
 //
 // REQUIRES: `impl` and `tokens` outlive the service (and the grpc::Server it is
 // registered with).
-class GrpcShardcastService final : public shardcast::v1::Shardcast::Service {
+class GrpcAdapter final : public shardcast::v1::Shardcast::Service {
  public:
-  explicit GrpcShardcastService(ShardcastServiceImpl* impl,
-                                const TokenAuthenticator* tokens = nullptr);
+  explicit GrpcAdapter(ShardcastServiceImpl* impl, const TokenAuthenticator* tokens = nullptr);
 
  private:
   template <typename Request, typename Response>
-  using UnaryHandler = grpc::ServerUnaryReactor* (
-      GrpcShardcastService::*)(grpc::CallbackServerContext*, const Request*, Response*);
+  using UnaryHandler = grpc::ServerUnaryReactor* (GrpcAdapter::*)(grpc::CallbackServerContext*,
+                                                                  const Request*, Response*);
   template <typename Request, typename Response>
   using ServerStreamingHandler = grpc::ServerWriteReactor<Response>* (
-      GrpcShardcastService::*)(grpc::CallbackServerContext*, const Request*);
+      GrpcAdapter::*)(grpc::CallbackServerContext*, const Request*);
 
   // Serves `method` of shardcast.v1.Shardcast with `handler` behind the token check:
   // refused calls never reach it.
@@ -83,4 +82,4 @@ class GrpcShardcastService final : public shardcast::v1::Shardcast::Service {
 
 }  // namespace shardcast::server
 
-#endif  // SHARDCAST_SERVER_RPC_GRPC_SHARDCAST_SERVICE_H_
+#endif  // SHARDCAST_SERVER_RPC_GRPC_ADAPTER_H_

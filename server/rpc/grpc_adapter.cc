@@ -1,5 +1,5 @@
-// gRPC callback adapter over ShardcastServiceImpl (see grpc_shardcast_service.h).
-#include "server/rpc/grpc_shardcast_service.h"
+// gRPC callback adapter over ShardcastServiceImpl (see grpc_adapter.h).
+#include "server/rpc/grpc_adapter.h"
 
 #include <cstdlib>
 #include <memory>
@@ -261,16 +261,15 @@ int MethodIndex(const char* method) {
 
 }  // namespace
 
-GrpcShardcastService::GrpcShardcastService(ShardcastServiceImpl* impl,
-                                           const TokenAuthenticator* tokens)
+GrpcAdapter::GrpcAdapter(ShardcastServiceImpl* impl, const TokenAuthenticator* tokens)
     : impl_(impl), tokens_(tokens) {
-  Serve("Register", &GrpcShardcastService::HandleRegister);
-  Serve("StreamBatches", &GrpcShardcastService::HandleStreamBatches);
-  Serve("GetStatus", &GrpcShardcastService::HandleGetStatus);
+  Serve("Register", &GrpcAdapter::HandleRegister);
+  Serve("StreamBatches", &GrpcAdapter::HandleStreamBatches);
+  Serve("GetStatus", &GrpcAdapter::HandleGetStatus);
 }
 
 template <typename Request, typename Response>
-void GrpcShardcastService::Serve(const char* method, UnaryHandler<Request, Response> handler) {
+void GrpcAdapter::Serve(const char* method, UnaryHandler<Request, Response> handler) {
   auto* callback = new grpc::internal::CallbackUnaryHandler<Request, Response>(
       [this, handler](grpc::CallbackServerContext* context, const Request* request,
                       Response* response) -> grpc::ServerUnaryReactor* {
@@ -285,8 +284,7 @@ void GrpcShardcastService::Serve(const char* method, UnaryHandler<Request, Respo
 }
 
 template <typename Request, typename Response>
-void GrpcShardcastService::Serve(const char* method,
-                                 ServerStreamingHandler<Request, Response> handler) {
+void GrpcAdapter::Serve(const char* method, ServerStreamingHandler<Request, Response> handler) {
   auto* callback = new grpc::internal::CallbackServerStreamingHandler<Request, Response>(
       [this, handler](grpc::CallbackServerContext* context,
                       const Request* request) -> grpc::ServerWriteReactor<Response>* {
@@ -299,7 +297,7 @@ void GrpcShardcastService::Serve(const char* method,
 }
 
 template <typename Request>
-void GrpcShardcastService::Install(const char* method, grpc::internal::MethodHandler* handler) {
+void GrpcAdapter::Install(const char* method, grpc::internal::MethodHandler* handler) {
   // A raw method takes its messages as they came (StreamBatches: parsed by hand, its
   // replies encoded by hand for zero-copy pixels).
   if constexpr (std::is_same_v<Request, grpc::ByteBuffer>) {
@@ -309,7 +307,7 @@ void GrpcShardcastService::Install(const char* method, grpc::internal::MethodHan
   }
 }
 
-absl::Status GrpcShardcastService::Authorize(const grpc::CallbackServerContext& context) const {
+absl::Status GrpcAdapter::Authorize(const grpc::CallbackServerContext& context) const {
   if (tokens_ == nullptr) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
@@ -317,9 +315,9 @@ absl::Status GrpcShardcastService::Authorize(const grpc::CallbackServerContext& 
   return tokens_->Check(absl::string_view(it->second.data(), it->second.size()));
 }
 
-grpc::ServerUnaryReactor* GrpcShardcastService::HandleRegister(grpc::CallbackServerContext* context,
-                                                               const v1::RegisterRequest* request,
-                                                               v1::RegisterResponse* response) {
+grpc::ServerUnaryReactor* GrpcAdapter::HandleRegister(grpc::CallbackServerContext* context,
+                                                      const v1::RegisterRequest* request,
+                                                      v1::RegisterResponse* response) {
   absl::StatusOr<v1::RegisterResponse> result =
       impl_->Register(*request, PeerHost(context->peer()));
   if (result.ok()) *response = *std::move(result);
@@ -328,7 +326,7 @@ grpc::ServerUnaryReactor* GrpcShardcastService::HandleRegister(grpc::CallbackSer
   return reactor;
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::HandleStreamBatches(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcAdapter::HandleStreamBatches(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   v1::StreamBatchesRequest parsed;
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer; this copy is a ref
@@ -345,9 +343,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcShardcastService::HandleStreamBa
   return writer;
 }
 
-grpc::ServerUnaryReactor* GrpcShardcastService::HandleGetStatus(
-    grpc::CallbackServerContext* context, const v1::GetStatusRequest* /*request*/,
-    v1::GetStatusResponse* response) {
+grpc::ServerUnaryReactor* GrpcAdapter::HandleGetStatus(grpc::CallbackServerContext* context,
+                                                       const v1::GetStatusRequest* /*request*/,
+                                                       v1::GetStatusResponse* response) {
   *response = impl_->GetStatus();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
