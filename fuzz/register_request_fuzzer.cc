@@ -364,7 +364,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::RegisterRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
 
-  // As ShardcastServiceImpl::Register: resolve the dataset, then register.
+  // As ServiceCore::Register: resolve the dataset, then register.
   absl::StatusOr<const NamedDataset*> dataset = f.datasets->Resolve(request.dataset());
   if (!dataset.ok()) {
     CheckRefusal(dataset.status(), "Resolve");

@@ -1,4 +1,4 @@
-// gRPC callback adapter over ShardcastServiceImpl (see grpc_adapter.h).
+// gRPC callback adapter over ServiceCore (see grpc_adapter.h).
 #include "server/rpc/grpc_adapter.h"
 
 #include <cstdlib>
@@ -261,7 +261,7 @@ int MethodIndex(const char* method) {
 
 }  // namespace
 
-GrpcAdapter::GrpcAdapter(ShardcastServiceImpl* impl, const TokenAuthenticator* tokens)
+GrpcAdapter::GrpcAdapter(ServiceCore* impl, const TokenAuthenticator* tokens)
     : impl_(impl), tokens_(tokens) {
   Serve("Register", &GrpcAdapter::HandleRegister);
   Serve("StreamBatches", &GrpcAdapter::HandleStreamBatches);

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "server/net/token_authenticator.h"
-#include "server/serving/shardcast_service_impl.h"
+#include "server/serving/service_core.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::server {
@@ -42,7 +42,7 @@ std::string PeerHost(absl::string_view peer);
 // registered with).
 class GrpcAdapter final : public shardcast::v1::Shardcast::Service {
  public:
-  explicit GrpcAdapter(ShardcastServiceImpl* impl, const TokenAuthenticator* tokens = nullptr);
+  explicit GrpcAdapter(ServiceCore* impl, const TokenAuthenticator* tokens = nullptr);
 
  private:
   template <typename Request, typename Response>
@@ -76,7 +76,7 @@ class GrpcAdapter final : public shardcast::v1::Shardcast::Service {
                                             const shardcast::v1::GetStatusRequest* request,
                                             shardcast::v1::GetStatusResponse* response);
 
-  ShardcastServiceImpl* const impl_;
+  ServiceCore* const impl_;
   const TokenAuthenticator* const tokens_;  // null: no token required
 };
 

@@ -12,7 +12,7 @@
 // (the range below; cmake/GrpcSocketMutatorAbi.cmake reads it and fails the configure
 // step first, with the same message), and tests/server/accept_watch_test.cc fails when
 // a real gRPC server's accepts do not reach the mutator. At run time the server's
-// first listener probe (shardcast_server.cc) refuses to start without them.
+// first listener probe (daemon.cc) refuses to start without them.
 //
 // To add a gRPC release X.Y: in gRPC's source at vX.Y.0, check
 //   1. src/core/lib/iomgr/socket_mutator.h: grpc_fd_usage's enumerators in this order,

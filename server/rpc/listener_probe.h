@@ -8,7 +8,7 @@
 // The probe waits for AcceptWatch to see a connection accepted after its own connect;
 // after kFailuresBeforeDown probes in a row that see none, it reports the listener
 // down (the server turns health NOT_SERVING, drains and exits 75 so that its
-// supervisor restarts it: shardcast_server.h), and up again if one succeeds later.
+// supervisor restarts it: daemon.h), and up again if one succeeds later.
 #ifndef SHARDCAST_SERVER_RPC_LISTENER_PROBE_H_
 #define SHARDCAST_SERVER_RPC_LISTENER_PROBE_H_
 

@@ -17,8 +17,7 @@ BatchWindow::Options FirstBatchOnly(BatchWindow::Options options) {
 }  // namespace
 
 std::shared_ptr<BatchWindow> ResendFirstBatchWindow::Create(
-    BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches,
-    const Options& options) {
+    BatchAssembler* assembler, std::unique_ptr<RankBatchIterator> batches, const Options& options) {
   std::shared_ptr<BatchWindow> window(
       new ResendFirstBatchWindow(assembler, std::move(batches), options));
   WatchMemory(window);
@@ -28,8 +27,7 @@ std::shared_ptr<BatchWindow> ResendFirstBatchWindow::Create(
 ResendFirstBatchWindow::ResendFirstBatchWindow(BatchAssembler* assembler,
                                                std::unique_ptr<RankBatchIterator> batches,
                                                const Options& options)
-    : BatchWindow(assembler, std::move(batches), FirstBatchOnly(options)),
-      count_(options.count) {}
+    : BatchWindow(assembler, std::move(batches), FirstBatchOnly(options)), count_(options.count) {}
 
 absl::StatusOr<BatchWindow::TakeResult> ResendFirstBatchWindow::Take(
     std::shared_ptr<AssembledBatch>* batch, std::function<void()> on_ready) {

@@ -1,7 +1,7 @@
 // The server's open streams and the memory they hold: admission to --max-batch-memory,
 // one stream per rank (a newer one replaces it), reclaiming idle streams, shrinking
 // windows under pressure, stall warnings, and the monitor thread that runs the
-// periodic ones. The service (shardcast_service_impl.h) validates a request into a
+// periodic ones. The service (service_core.h) validates a request into a
 // StreamPlan and hands it here; the gRPC reactor gets a StreamSession back.
 //
 // Admission never blocks the caller's thread (a gRPC callback thread, which also

@@ -46,7 +46,7 @@ class BatchWindowTest : public ::testing::Test {
     spec_.crop = 32;
   }
 
-  // The pool stops first, as in ShardcastServiceImpl: a test may end with a batch
+  // The pool stops first, as in ServiceCore: a test may end with a batch
   // still decoding, and its tasks use the assembler and the stats, which the default
   // member order would destroy before joining the pool's threads.
   void TearDown() override { pool_.reset(); }

@@ -426,7 +426,7 @@ TEST_F(SecurityTest, BadSecurityFilesAreStartErrorsNamingTheFlag) {
   server::ServerOptions options = TlsOptions();
   options.tls_key_file = Path("missing.key");
   options.shards_dir = Path("shards");
-  server::ShardcastServer missing_key(options);
+  server::Daemon missing_key(options);
   absl::Status started = missing_key.Start();
   EXPECT_FALSE(started.ok());
   EXPECT_NE(started.message().find("--tls-key"), std::string::npos) << started;
@@ -435,7 +435,7 @@ TEST_F(SecurityTest, BadSecurityFilesAreStartErrorsNamingTheFlag) {
   no_tokens.shards_dir = Path("shards");
   WriteFile(Path("empty_tokens"), "# nothing yet\n\n");
   no_tokens.auth_token_file = Path("empty_tokens");
-  server::ShardcastServer empty(no_tokens);
+  server::Daemon empty(no_tokens);
   started = empty.Start();
   EXPECT_FALSE(started.ok());
   EXPECT_NE(started.message().find("holds no token"), std::string::npos) << started;

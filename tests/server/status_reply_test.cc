@@ -8,7 +8,7 @@
 #include <memory>
 #include <utility>
 
-#include "server/serving/shardcast_service_impl.h"
+#include "server/serving/service_core.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -29,7 +29,7 @@ TEST(StatusReplyTest, DescribesTheDatasetAndStopsServingOnDrain) {
   MakeDataset(dir.path(), /*samples=*/60, /*per_shard=*/20);
   auto dataset = server::ServedDataset::Load(dir.path(), IndexOptions());
   ASSERT_TRUE(dataset.ok()) << dataset.status();
-  server::ShardcastServiceImpl service{server::ServerOptions{}};
+  server::ServiceCore service{server::ServerOptions{}};
   service.SetDataset(*std::move(dataset));
 
   v1::GetStatusResponse status = service.GetStatus();

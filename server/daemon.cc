@@ -1,5 +1,5 @@
-// The gRPC daemon object (see shardcast_server.h).
-#include "server/shardcast_server.h"
+// The gRPC daemon object (see daemon.h).
+#include "server/daemon.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -46,9 +46,9 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 };
 }  // namespace
 
-ShardcastServer::ShardcastServer(ServerOptions options)
+Daemon::Daemon(ServerOptions options)
     : options_(std::move(options)),
-      impl_(std::make_unique<ShardcastServiceImpl>(options_)),
+      impl_(std::make_unique<ServiceCore>(options_)),
       tokens_(options_.auth_token_file.empty()
                   ? nullptr
                   : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
@@ -56,14 +56,14 @@ ShardcastServer::ShardcastServer(ServerOptions options)
       accept_watch_(std::make_shared<AcceptWatch>(
           options_.max_connections, options_.max_connections_per_peer, &impl_->stats())) {}
 
-absl::StatusOr<size_t> ShardcastServer::ReloadTokens() {
+absl::StatusOr<size_t> Daemon::ReloadTokens() {
   if (tokens_ == nullptr) {
     return absl::FailedPreconditionError("no --auth-token-file: the server takes no tokens");
   }
   return tokens_->Reload();
 }
 
-ShardcastServer::~ShardcastServer() {
+Daemon::~Daemon() {
   Shutdown();
   if (indexer_.joinable()) indexer_.join();
 }
@@ -79,21 +79,21 @@ std::string WithBoundPort(const std::string& address, int port) {
 
 }  // namespace
 
-std::string ShardcastServer::listening_address() const {
+std::string Daemon::listening_address() const {
   if (UnixSocketPath(options_.listen_address).has_value()) return options_.listen_address;
   return WithBoundPort(options_.listen_address, port_);
 }
 
-std::string ShardcastServer::metrics_address() const {
+std::string Daemon::metrics_address() const {
   if (metrics_ == nullptr) return "";
   return WithBoundPort(options_.metrics_listen_address, metrics_->port());
 }
 
-std::string ShardcastServer::DatasetHealthName(const std::string& dataset) {
+std::string Daemon::DatasetHealthName(const std::string& dataset) {
   return absl::StrCat(kServiceName, "/", dataset);
 }
 
-void ShardcastServer::ForEachHealthService(
+void Daemon::ForEachHealthService(
     const std::function<void(grpc::HealthCheckServiceInterface*)>& set) {
   for (grpc::Server* server : {server_.get(), health_server_.get()}) {
     if (server == nullptr) continue;
@@ -101,7 +101,7 @@ void ShardcastServer::ForEachHealthService(
   }
 }
 
-void ShardcastServer::SetServing(bool serving) {
+void Daemon::SetServing(bool serving) {
   const std::vector<DatasetRegistry::Entry> entries = impl_->datasets().Entries();
   ForEachHealthService([&](grpc::HealthCheckServiceInterface* health) {
     health->SetServingStatus("", serving);
@@ -113,11 +113,11 @@ void ShardcastServer::SetServing(bool serving) {
   });
 }
 
-void ShardcastServer::UpdateHealth() {
+void Daemon::UpdateHealth() {
   SetServing(ready_.has_value() && ready_->ok() && !stopped_ && listener_accepting_);
 }
 
-absl::Status ShardcastServer::StartListenerProbe() {
+absl::Status Daemon::StartListenerProbe() {
   if (options_.listener_probe_interval <= absl::ZeroDuration()) return absl::OkStatus();
   absl::StatusOr<ProbeTarget> target = ProbeTargetFor(options_.listen_address, port_);
   if (!target.ok()) return target.status();
@@ -140,7 +140,7 @@ absl::Status ShardcastServer::StartListenerProbe() {
   return absl::OkStatus();
 }
 
-void ShardcastServer::ListenerVerdict(const absl::Status& verdict) {
+void Daemon::ListenerVerdict(const absl::Status& verdict) {
   impl_->stats().listener_accepting.store(verdict.ok());
   absl::MutexLock lock(&mu_);
   listener_accepting_ = verdict.ok();
@@ -148,12 +148,12 @@ void ShardcastServer::ListenerVerdict(const absl::Status& verdict) {
   if (!stopped_) UpdateHealth();
 }
 
-std::optional<absl::Status> ShardcastServer::listener_failure() const {
+std::optional<absl::Status> Daemon::listener_failure() const {
   absl::MutexLock lock(&mu_);
   return listener_failure_;
 }
 
-void ShardcastServer::SetDatasetServing(const std::string& dataset) {
+void Daemon::SetDatasetServing(const std::string& dataset) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   ForEachHealthService([&](grpc::HealthCheckServiceInterface* health) {
@@ -161,7 +161,7 @@ void ShardcastServer::SetDatasetServing(const std::string& dataset) {
   });
 }
 
-absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
+absl::Status Daemon::Start(std::unique_ptr<ServedDataset> dataset) {
   {
     absl::MutexLock lock(&mu_);
     if (started_) return absl::FailedPreconditionError("server already started");
@@ -194,7 +194,7 @@ absl::Status ShardcastServer::Start(std::unique_ptr<ServedDataset> dataset) {
   return absl::OkStatus();
 }
 
-absl::Status ShardcastServer::LoadTokens() {
+absl::Status Daemon::LoadTokens() {
   if (tokens_ == nullptr) return absl::OkStatus();
   absl::StatusOr<size_t> loaded = tokens_->Reload();
   if (!loaded.ok()) return loaded.status();
@@ -208,7 +208,7 @@ absl::Status ShardcastServer::LoadTokens() {
   return absl::OkStatus();
 }
 
-absl::Status ShardcastServer::StartGrpc() {
+absl::Status Daemon::StartGrpc() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options_);
   if (!credentials.ok()) return credentials.status();
@@ -257,7 +257,7 @@ absl::Status ShardcastServer::StartGrpc() {
   return listener;
 }
 
-absl::Status ShardcastServer::StartHealthListener() {
+absl::Status Daemon::StartHealthListener() {
   if (options_.health_listen_address.empty()) return absl::OkStatus();
   // The default health service (EnableDefaultHealthCheckService, set before the main
   // server was built) comes with every server; this one registers nothing else.
@@ -276,7 +276,7 @@ absl::Status ShardcastServer::StartHealthListener() {
   return absl::OkStatus();
 }
 
-absl::Status ShardcastServer::StartMetricsEndpoint() {
+absl::Status Daemon::StartMetricsEndpoint() {
   if (options_.metrics_listen_address.empty()) return absl::OkStatus();
   metrics_ = std::make_unique<MetricsHttpServer>(
       options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
@@ -293,7 +293,7 @@ absl::Status ShardcastServer::StartMetricsEndpoint() {
   return absl::OkStatus();
 }
 
-void ShardcastServer::StartServing(std::unique_ptr<ServedDataset> dataset) {
+void Daemon::StartServing(std::unique_ptr<ServedDataset> dataset) {
   if (dataset != nullptr) {
     impl_->SetDataset(std::move(dataset));
     SetDatasetServing(kDefaultDatasetName);
@@ -314,23 +314,23 @@ void ShardcastServer::StartServing(std::unique_ptr<ServedDataset> dataset) {
   });
 }
 
-absl::Status ShardcastServer::WaitUntilReady() {
+absl::Status Daemon::WaitUntilReady() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](std::optional<absl::Status>* ready) { return ready->has_value(); }, &ready_));
   return *ready_;
 }
 
-std::optional<absl::Status> ShardcastServer::ready_status() const {
+std::optional<absl::Status> Daemon::ready_status() const {
   absl::MutexLock lock(&mu_);
   return ready_;
 }
 
-void ShardcastServer::Drain() { StopServer(options_.grace_period); }
+void Daemon::Drain() { StopServer(options_.grace_period); }
 
-void ShardcastServer::Shutdown() { StopServer(absl::ZeroDuration()); }
+void Daemon::Shutdown() { StopServer(absl::ZeroDuration()); }
 
-void ShardcastServer::StopServer(absl::Duration grace) {
+void Daemon::StopServer(absl::Duration grace) {
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || server_ == nullptr) return;

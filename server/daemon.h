@@ -1,9 +1,9 @@
 // The daemon as an object: a gRPC server (shardcast service, health, reflection when
-// asked for) over a ShardcastServiceImpl, listening first and indexing in the
+// asked for) over a ServiceCore, listening first and indexing in the
 // background, with a graceful drain for SIGTERM; TLS and bearer tokens per options;
 // the Prometheus /metrics endpoint when asked for.
-#ifndef SHARDCAST_SERVER_SHARDCAST_SERVER_H_
-#define SHARDCAST_SERVER_SHARDCAST_SERVER_H_
+#ifndef SHARDCAST_SERVER_DAEMON_H_
+#define SHARDCAST_SERVER_DAEMON_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -23,12 +23,12 @@
 #include "server/rpc/grpc_adapter.h"
 #include "server/rpc/listener_probe.h"
 #include "server/rpc/server_credentials.h"
-#include "server/serving/shardcast_service_impl.h"
+#include "server/serving/service_core.h"
 #include "server/status/metrics_http.h"
 
 namespace shardcast::server {
 
-class ShardcastServer {
+class Daemon {
  public:
   // Full service name, as health checks and reflection know it.
   static constexpr char kServiceName[] = "shardcast.v1.Shardcast";
@@ -38,10 +38,10 @@ class ShardcastServer {
   // (start or indexing failed) and 2 (usage), so logs and alerts tell them apart.
   static constexpr int kExitListenerLost = 75;
 
-  explicit ShardcastServer(ServerOptions options);
-  ~ShardcastServer();  // Shutdown()
-  ShardcastServer(const ShardcastServer&) = delete;
-  ShardcastServer& operator=(const ShardcastServer&) = delete;
+  explicit Daemon(ServerOptions options);
+  ~Daemon();  // Shutdown()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
 
   // Binds options.listen_address and starts answering (health NOT_SERVING, requests
   // UNAVAILABLE "indexing") while the index is built on a background thread; then
@@ -89,7 +89,7 @@ class ShardcastServer {
   // force. FAILED_PRECONDITION when the server takes no tokens.
   absl::StatusOr<size_t> ReloadTokens();
 
-  ShardcastServiceImpl& impl() { return *impl_; }
+  ServiceCore& impl() { return *impl_; }
   const ServerOptions& options() const { return options_; }
 
  private:
@@ -120,7 +120,7 @@ class ShardcastServer {
   void StopServer(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
 
   const ServerOptions options_;
-  const std::unique_ptr<ShardcastServiceImpl> impl_;
+  const std::unique_ptr<ServiceCore> impl_;
   const std::unique_ptr<TokenAuthenticator> tokens_;  // null without auth_token_file
   GrpcAdapter service_;                               // refers to impl_ and tokens_
   // Sees every accepted connection (counted, limited, probed); shared with the socket
@@ -146,4 +146,4 @@ class ShardcastServer {
 
 }  // namespace shardcast::server
 
-#endif  // SHARDCAST_SERVER_SHARDCAST_SERVER_H_
+#endif  // SHARDCAST_SERVER_DAEMON_H_

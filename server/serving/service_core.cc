@@ -1,5 +1,5 @@
-// The serving core (see shardcast_service_impl.h).
-#include "server/serving/shardcast_service_impl.h"
+// The serving core (see service_core.h).
+#include "server/serving/service_core.h"
 
 #include <utility>
 
@@ -28,7 +28,7 @@ int64_t DecodeMemoryLimit(const ServerOptions& options) {
 
 }  // namespace
 
-ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
+ServiceCore::ServiceCore(const ServerOptions& options)
     : options_(options),
       stats_(options.clock->Now()),
       decode_budget_(DecodeMemoryLimit(options)),
@@ -43,7 +43,7 @@ ShardcastServiceImpl::ShardcastServiceImpl(const ServerOptions& options)
       streams_(std::make_unique<StreamManager>(options_, &stats_, &jobs_, options.clock,
                                                [this] { DropExpiredJobs(); })) {}
 
-ShardcastServiceImpl::~ShardcastServiceImpl() {
+ServiceCore::~ServiceCore() {
   // The threads that act on streams first; then the pool, whose last tasks may still
   // hold batches that give memory back to the streams' budget; then that budget.
   streams_->Stop();
@@ -51,17 +51,16 @@ ShardcastServiceImpl::~ShardcastServiceImpl() {
   streams_.reset();
 }
 
-std::string ShardcastServiceImpl::IndexState(DatasetRegistry::State dataset) const {
+std::string ServiceCore::IndexState(DatasetRegistry::State dataset) const {
   return IndexStateName(dataset, draining());
 }
 
-bool ShardcastServiceImpl::draining() const {
+bool ServiceCore::draining() const {
   absl::MutexLock lock(&mu_);
   return draining_;
 }
 
-absl::Status ShardcastServiceImpl::LoadDatasets(
-    const std::function<void(const std::string&)>& on_ready) {
+absl::Status ServiceCore::LoadDatasets(const std::function<void(const std::string&)>& on_ready) {
   if (!options_error_.ok()) return options_error_;
   for (const DatasetRegistry::Entry& entry : datasets_.Entries()) {
     if (entry.state != DatasetRegistry::State::kIndexing) continue;
@@ -71,7 +70,7 @@ absl::Status ShardcastServiceImpl::LoadDatasets(
   return absl::OkStatus();
 }
 
-absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
+absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   IndexOptions index_options;
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
@@ -126,8 +125,7 @@ absl::Status ShardcastServiceImpl::LoadDataset(const DatasetSpec& spec) {
   return absl::OkStatus();
 }
 
-void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
-                                      const std::string& name) {
+void ServiceCore::SetDataset(std::unique_ptr<ServedDataset> dataset, const std::string& name) {
   auto named = std::make_unique<NamedDataset>();
   named->data = std::move(dataset);
   named->dir = named->data->index().root;
@@ -142,7 +140,7 @@ void ShardcastServiceImpl::SetDataset(std::unique_ptr<ServedDataset> dataset,
   datasets_.Publish(name, std::move(named));
 }
 
-void ShardcastServiceImpl::BeginDrain() {
+void ServiceCore::BeginDrain() {
   stop_indexing_.store(true);
   {
     absl::MutexLock lock(&mu_);
@@ -151,7 +149,7 @@ void ShardcastServiceImpl::BeginDrain() {
   streams_->BeginDrain();
 }
 
-bool ShardcastServiceImpl::serving() const {
+bool ServiceCore::serving() const {
   {
     absl::MutexLock lock(&mu_);
     if (draining_) return false;
@@ -159,14 +157,14 @@ bool ShardcastServiceImpl::serving() const {
   return datasets_.AllServing();
 }
 
-absl::Status ShardcastServiceImpl::Available() const {
+absl::Status ServiceCore::Available() const {
   absl::MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("draining: the server is shutting down");
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
-    const v1::RegisterRequest& request, const std::string& peer) {
+absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterRequest& request,
+                                                           const std::string& peer) {
   if (absl::Status s = Available(); !s.ok()) return s;
   absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
   if (dataset.ok()) DropExpiredJobs();
@@ -189,7 +187,7 @@ absl::StatusOr<v1::RegisterResponse> ShardcastServiceImpl::Register(
   return response;
 }
 
-void ShardcastServiceImpl::DropExpiredJobs() {
+void ServiceCore::DropExpiredJobs() {
   for (const JobRegistry::Dropped& job : jobs_.DropExpired(options_.clock->Now())) {
     LogInfo("register",
             job.never_streamed
@@ -201,7 +199,7 @@ void ShardcastServiceImpl::DropExpiredJobs() {
   }
 }
 
-std::shared_ptr<StreamManager::Pending> ShardcastServiceImpl::OpenStream(
+std::shared_ptr<StreamManager::Pending> ServiceCore::OpenStream(
     const v1::StreamBatchesRequest& request, StreamManager::OpenDone done) {
   // A refusal is logged with the request it refused, whenever it comes.
   auto log_refusal = [done = std::move(done),
@@ -224,8 +222,7 @@ std::shared_ptr<StreamManager::Pending> ShardcastServiceImpl::OpenStream(
   return streams_->Open(*std::move(plan), assembler, std::move(log_refusal));
 }
 
-absl::StatusOr<StreamPlan> ShardcastServiceImpl::PlanStream(
-    const v1::StreamBatchesRequest& request) {
+absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesRequest& request) {
   if (absl::Status s = Available(); !s.ok()) return s;
   std::shared_ptr<Job> job = jobs_.Find(request.job_id());
   if (job == nullptr && !datasets_.AllServing()) {
@@ -301,7 +298,7 @@ absl::StatusOr<StreamPlan> ShardcastServiceImpl::PlanStream(
   return stream;
 }
 
-MetricsSnapshot ShardcastServiceImpl::Metrics() const {
+MetricsSnapshot ServiceCore::Metrics() const {
   MetricsSnapshot snapshot;
   snapshot.status = GetStatus();
   snapshot.decode_time = stats_.decode_time.Read();
@@ -311,9 +308,9 @@ MetricsSnapshot ShardcastServiceImpl::Metrics() const {
   return snapshot;
 }
 
-v1::GetStatusResponse ShardcastServiceImpl::GetStatus() const {
-  const StatusSources sources{&options_, &stats_,     pool_.get(),    &decode_budget_,
-                              &datasets_, &jobs_,     streams_.get(), &remote_storage_};
+v1::GetStatusResponse ServiceCore::GetStatus() const {
+  const StatusSources sources{&options_,  &stats_, pool_.get(),    &decode_budget_,
+                              &datasets_, &jobs_,  streams_.get(), &remote_storage_};
   return BuildStatusReply(sources, options_.clock->Now(), draining());
 }
 

@@ -1,7 +1,7 @@
 // The serving core: registration, batch streams and status, with absl::Status
 // errors and no gRPC types (grpc_adapter.h adapts it to the wire).
-#ifndef SHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_
-#define SHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_
+#ifndef SHARDCAST_SERVER_SERVING_SERVICE_CORE_H_
+#define SHARDCAST_SERVER_SERVING_SERVICE_CORE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -28,14 +28,14 @@
 
 namespace shardcast::server {
 
-class ShardcastServiceImpl {
+class ServiceCore {
  public:
   // Starts the decode pool. The datasets come later (LoadDatasets/SetDataset):
   // until one is loaded, requests for it are UNAVAILABLE ("indexing").
-  explicit ShardcastServiceImpl(const ServerOptions& options);
-  ~ShardcastServiceImpl();
-  ShardcastServiceImpl(const ShardcastServiceImpl&) = delete;
-  ShardcastServiceImpl& operator=(const ShardcastServiceImpl&) = delete;
+  explicit ServiceCore(const ServerOptions& options);
+  ~ServiceCore();
+  ServiceCore(const ServiceCore&) = delete;
+  ServiceCore& operator=(const ServiceCore&) = delete;
 
   // Builds (or loads from cache) the index of every dataset of the options
   // (DatasetsToServe), one after the other, serving each as soon as it is ready and
@@ -136,4 +136,4 @@ class ShardcastServiceImpl {
 
 }  // namespace shardcast::server
 
-#endif  // SHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_
+#endif  // SHARDCAST_SERVER_SERVING_SERVICE_CORE_H_
