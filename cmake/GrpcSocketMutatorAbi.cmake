@@ -13,12 +13,12 @@
 # configure step warns loudly, the header's #error is off, and the server logs a
 # warning at start; accept_watch_test then says whether the mutator works there.
 option(SHARDCAST_GRPC_ABI_UNCHECKED
-       "Build against a gRPC outside the range server/grpc_socket_mutator_abi.h was verified against"
+       "Build against a gRPC outside the range server/rpc/grpc_socket_mutator_abi.h was verified against"
        OFF)
 
 # Beside this file, not under PROJECT_SOURCE_DIR: accept_watch_test runs the guard in a
 # scratch project of its own.
-set(_SHARDCAST_GRPC_ABI_HEADER "${CMAKE_CURRENT_LIST_DIR}/../server/grpc_socket_mutator_abi.h")
+set(_SHARDCAST_GRPC_ABI_HEADER "${CMAKE_CURRENT_LIST_DIR}/../server/rpc/grpc_socket_mutator_abi.h")
 
 function(shardcast_check_grpc_socket_mutator_abi)
   set(header "${_SHARDCAST_GRPC_ABI_HEADER}")
@@ -53,7 +53,7 @@ function(shardcast_check_grpc_socket_mutator_abi)
                    "(${verified})")
     return()
   endif()
-  string(CONCAT what "server/grpc_socket_mutator_abi.h mirrors gRPC's internal socket "
+  string(CONCAT what "server/rpc/grpc_socket_mutator_abi.h mirrors gRPC's internal socket "
                      "mutator layout and was verified against ${verified}, but this is "
                      "${found} (${gRPC_DIR}).")
   if(NOT SHARDCAST_GRPC_ABI_UNCHECKED)

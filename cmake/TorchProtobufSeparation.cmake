@@ -11,7 +11,8 @@
 # shardcast_check_torch_protobuf_separation(): after every target is defined, fails the
 # configure step for a target whose compile-time dependencies (its link libraries and,
 # transitively, their INTERFACE_LINK_LIBRARIES; $<LINK_ONLY:...> entries carry no
-# headers and are skipped) hold both `torch` and `shardcast_proto`, naming both paths.
+# headers and are skipped) hold both `torch` and `shardcast_proto` (or the messages alone,
+# `shardcast_proto_messages`), naming both paths.
 
 # Appends to `out_var` every target reachable from `target` through dependencies that
 # carry headers, as "dep<-parent<-...<-target" chains keyed by target name.
@@ -77,11 +78,11 @@ function(shardcast_check_torch_protobuf_separation)
     foreach(chain ${chains})
       if(chain MATCHES "^torch<-")
         set(torch_chain ${chain})
-      elseif(chain MATCHES "^shardcast_proto<-")
+      elseif(chain MATCHES "^shardcast_proto(_messages)?<-")
         set(proto_chain ${chain})
       endif()
     endforeach()
-    if(target STREQUAL "shardcast_proto")
+    if(target STREQUAL "shardcast_proto" OR target STREQUAL "shardcast_proto_messages")
       set(proto_chain shardcast_proto)
     endif()
     if(torch_chain AND proto_chain)

@@ -46,10 +46,10 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/job_config_proto.h"
-#include "server/dataset_registry.h"
-#include "server/job_registry.h"
-#include "server/served_dataset.h"
-#include "server/server_options.h"
+#include "server/serving/dataset_registry.h"
+#include "server/serving/job_registry.h"
+#include "server/assembly/served_dataset.h"
+#include "server/base/server_options.h"
 #include "shardcast/v1/shardcast.pb.h"
 #include "tests/support/synthetic_shards.h"
 #include "tests/support/temp_dir.h"
@@ -364,7 +364,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::RegisterRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
 
-  // As ShardcastServiceImpl::Register: resolve the dataset, then register.
+  // As ServiceCore::Register: resolve the dataset, then register.
   absl::StatusOr<const NamedDataset*> dataset = f.datasets->Resolve(request.dataset());
   if (!dataset.ok()) {
     CheckRefusal(dataset.status(), "Resolve");

@@ -1,7 +1,7 @@
 // The server-level figures of the GetStatus reply, described once.
 //
 // Every scalar (numeric or bool) field of shardcast.v1.GetStatusResponse has one row
-// here: its Prometheus family (server/metrics_text.cc renders those /metrics families
+// here: its Prometheus family (server/status/metrics_text.cc renders those /metrics families
 // from this table) and how `shardcast-ctl status` prints it (client/ctl/status_report.cc
 // renders its header block from this table). Both read the value by protobuf
 // reflection, by field name. A new server-level figure is therefore: the proto field,

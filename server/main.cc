@@ -16,11 +16,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "server/descriptor_limit.h"
-#include "server/log.h"
+#include "server/base/log.h"
+#include "server/base/version.h"
+#include "server/daemon.h"
+#include "server/net/descriptor_limit.h"
 #include "server/server_flags.h"
-#include "server/shardcast_server.h"
-#include "server/version.h"
 
 namespace {
 
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   LogWarning("server", absl::StrCat("built with SHARDCAST_GRPC_ABI_UNCHECKED against gRPC ",
                                     GRPC_CPP_VERSION_STRING,
                                     ", whose socket mutator layout was not verified "
-                                    "(server/grpc_socket_mutator_abi.h): not for production"));
+                                    "(server/rpc/grpc_socket_mutator_abi.h): not for production"));
 #endif
   if (!descriptors.ok()) {
     LogWarning("server",
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                                       options.max_connections_per_peer, options.accept_backlog));
   }
 
-  shardcast::server::ShardcastServer server(options);
+  shardcast::server::Daemon server(options);
   absl::Status started = server.Start();
   if (!started.ok()) {
     LogError("server", started.ToString());
@@ -148,15 +148,13 @@ int main(int argc, char** argv) {
     // drains as on SIGTERM (open streams get the grace period; their clients resume
     // elsewhere or after the restart) and leaves with a status its supervisor restarts.
     if (std::optional<absl::Status> lost = server.listener_failure(); lost.has_value()) {
-      LogError(
-          "server",
-          absl::StrFormat("%s; draining, then exit %d so that the supervisor restarts "
-                          "this server",
-                          lost->message(), shardcast::server::ShardcastServer::kExitListenerLost));
+      LogError("server",
+               absl::StrFormat("%s; draining, then exit %d so that the supervisor restarts "
+                               "this server",
+                               lost->message(), shardcast::server::Daemon::kExitListenerLost));
       server.Drain();
-      LogInfo("server",
-              absl::StrCat("exit ", shardcast::server::ShardcastServer::kExitListenerLost));
-      return shardcast::server::ShardcastServer::kExitListenerLost;
+      LogInfo("server", absl::StrCat("exit ", shardcast::server::Daemon::kExitListenerLost));
+      return shardcast::server::Daemon::kExitListenerLost;
     }
   }
   LogInfo("server", absl::StrCat("received ", strsignal(received.load()), "; draining"));

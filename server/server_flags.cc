@@ -12,9 +12,9 @@
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
 #include "common/plan/job_config.h"
-#include "server/dataset_registry.h"
-#include "server/host_port.h"
-#include "server/memory_limit.h"
+#include "server/base/memory_limit.h"
+#include "server/net/host_port.h"
+#include "server/serving/dataset_registry.h"
 
 namespace shardcast::server {
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/descriptor_limit.h"
-#include "server/log.h"
-#include "server/server_options.h"
+#include "server/base/log.h"
+#include "server/base/server_options.h"
+#include "server/net/descriptor_limit.h"
 
 namespace shardcast::server {
 

@@ -146,7 +146,7 @@ absl::Status Validate(const JobConfig& config, const JobLimits& limits = {});
 // benchmark mode that resends one batch. Two replicas run with other values serve
 // other bytes for the same job, so they are in the job fingerprint. The server
 // normalizes each to what it does to the data it serves (ServeSettingsFor in
-// server/job_registry.h): a limit that nothing in the data can reach is 0, so
+// server/serving/job_registry.h): a limit that nothing in the data can reach is 0, so
 // replicas whose limits differ only where the data never goes still agree.
 struct ServeSettings {
   // Image members larger than this are substituted unread (--max-member-bytes);

@@ -2,7 +2,7 @@
 // beyond the limit, and wakes the listener probe; on a real gRPC server, through the
 // socket mutator, and the build's gRPC version guard (what guards
 // grpc_socket_mutator_abi.h); DefaultMaxConnections' arithmetic.
-#include "server/accept_watch.h"
+#include "server/rpc/accept_watch.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -30,8 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
-#include "server/descriptor_limit.h"
-#include "server/listener_probe.h"
+#include "server/net/descriptor_limit.h"
+#include "server/rpc/listener_probe.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -290,7 +290,7 @@ set(CMAKE_REQUIRED_INCLUDES "@SOURCE_DIR@")
 set(CMAKE_REQUIRED_QUIET ON)
 unset(HEADER_COMPILES CACHE)
 include(CheckCXXSourceCompiles)
-check_cxx_source_compiles("#include \"server/grpc_socket_mutator_abi.h\"
+check_cxx_source_compiles("#include \"server/rpc/grpc_socket_mutator_abi.h\"
 int main() { return 0; }" HEADER_COMPILES)
 message(STATUS "header compiles: ${HEADER_COMPILES}")
 )cmake";

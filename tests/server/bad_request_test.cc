@@ -6,7 +6,7 @@
 
 #include <limits>
 
-#include "server/shardcast_service_impl.h"
+#include "server/serving/service_core.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -235,7 +235,7 @@ TEST(ServiceStateTest, RequestsWhileIndexingAreUnavailable) {
   server::ServerOptions options;
   options.shards_dir = "/nonexistent";
   options.decode_threads = 1;
-  server::ShardcastServiceImpl service(options);  // no dataset loaded yet
+  server::ServiceCore service(options);  // no dataset loaded yet
   auto registered = service.Register(MakeRegister("j", 0, 1, 4), "ipv4:127.0.0.1");
   EXPECT_EQ(registered.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(registered.status().message()), HasSubstr("indexing"));
@@ -257,7 +257,7 @@ TEST(ServiceStateTest, ShardsThatCannotBeIndexedKeepTheServerUnavailable) {
   options.shards_dir = empty.path();  // no shard in it
   options.listen_address = "127.0.0.1:0";
   options.decode_threads = 1;
-  server::ShardcastServer server(options);
+  server::Daemon server(options);
   ASSERT_TRUE(server.Start().ok());
   EXPECT_FALSE(server.WaitUntilReady().ok());
   auto channel = MakeChannel(absl::StrCat("127.0.0.1:", server.port()));
@@ -275,7 +275,7 @@ TEST(ServiceStateTest, AnAddressThatCannotBeBoundIsAStartError) {
   options.shards_dir = dir.path();
   options.listen_address = "300.1.2.3:1";  // no such IPv4 address
   options.decode_threads = 1;
-  server::ShardcastServer server(options);
+  server::Daemon server(options);
   absl::Status started = server.Start();
   EXPECT_EQ(started.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(started.message()), HasSubstr("300.1.2.3:1"));

@@ -1,6 +1,6 @@
 // The zero-copy wire encoding: two slices, the second one the batch buffer itself,
 // that parse as an ordinary Batch; the buffer lives exactly as long as gRPC holds it.
-#include "server/batch_encoding.h"
+#include "server/rpc/batch_encoding.h"
 
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>

@@ -1,7 +1,8 @@
 // The per-stream window without gRPC: batches come out in plan order and exactly
 // `count` of them, the window never holds more than its depth, a stalled consumer
 // stops the decode work, and Cancel releases everything.
-#include "server/batch_window.h"
+#include "server/serving/batch_window.h"
+#include "server/serving/resend_window.h"
 
 #include <gtest/gtest.h>
 
@@ -45,7 +46,7 @@ class BatchWindowTest : public ::testing::Test {
     spec_.crop = 32;
   }
 
-  // The pool stops first, as in ShardcastServiceImpl: a test may end with a batch
+  // The pool stops first, as in ServiceCore: a test may end with a batch
   // still decoding, and its tasks use the assembler and the stats, which the default
   // member order would destroy before joining the pool's threads.
   void TearDown() override { pool_.reset(); }
@@ -59,6 +60,19 @@ class BatchWindowTest : public ::testing::Test {
     options.count = count;
     options.transform = spec_;
     return BatchWindow::Create(assembler_.get(), plan_->Iterate(0, start), options);
+  }
+
+  // The benchmark-only window (resend_window.h) on the same plan.
+  std::shared_ptr<BatchWindow> MakeResendWindow(int depth, int64_t start, int64_t count) {
+    auto plan = EpochPlan::Create(dataset_->shard_sizes(), config_, /*epoch=*/2);
+    EXPECT_TRUE(plan.ok());
+    plan_ = *plan;
+    BatchWindow::Options options;
+    options.depth = depth;
+    options.count = count;
+    options.transform = spec_;
+    return server::ResendFirstBatchWindow::Create(assembler_.get(), plan_->Iterate(0, start),
+                                                  options);
   }
 
   // Takes one batch, waiting for the ready callback when needed; "batch", "end", or
@@ -203,6 +217,45 @@ TEST(AssembledBatchTest, AFreedBufferServesTheNextBatchOfItsSize) {
   big.reset();
   std::shared_ptr<AssembledBatch> big_again = *AssembledBatch::Create(2, 3400, &gauge);
   EXPECT_EQ(big_again->images()[0], 0) << "a fresh mapping, not the freed one";
+}
+
+// BENCHMARK ONLY mode, out of BatchWindow (issue 36): the first batch is assembled once
+// and sent `count` times, each stamped with the position it goes out at.
+TEST_F(BatchWindowTest, ResendWindowSendsTheFirstBatchCountTimes) {
+  auto window = MakeResendWindow(/*depth=*/3, /*start=*/5, /*count=*/4);
+  window->Start();
+  Reference reference(dir_.path());
+  auto expected = plan_->Iterate(0, 5);
+  PlannedBatch first;
+  ASSERT_TRUE(expected->Next(&first));
+  const std::string first_pixels = reference.Images(first, spec_);
+  std::shared_ptr<AssembledBatch> sent_first;
+  for (int64_t i = 5; i < 9; ++i) {
+    std::shared_ptr<AssembledBatch> batch;
+    ASSERT_EQ(TakeWaiting(window.get(), &batch), "batch");
+    if (sent_first == nullptr) sent_first = batch;
+    EXPECT_EQ(batch.get(), sent_first.get()) << "batch " << i << " is assembled again";
+    EXPECT_EQ(batch->header().index(), i);
+    const std::string pixels(reinterpret_cast<const char*>(batch->images()), batch->image_bytes());
+    EXPECT_TRUE(pixels == first_pixels) << "batch " << i;
+    EXPECT_LE(window->depth(), 1);
+  }
+  std::shared_ptr<AssembledBatch> none;
+  EXPECT_EQ(Describe(window->Take(&none, [] {})), "end");
+  EXPECT_EQ(window->taken(), 4);
+  EXPECT_EQ(window->Shrink(), 0);
+}
+
+TEST_F(BatchWindowTest, ResendWindowEndsOnCancel) {
+  auto window = MakeResendWindow(/*depth=*/3, /*start=*/0, /*count=*/10);
+  window->Start();
+  std::shared_ptr<AssembledBatch> batch;
+  ASSERT_EQ(TakeWaiting(window.get(), &batch), "batch");
+  window->Cancel();
+  std::shared_ptr<AssembledBatch> none;
+  EXPECT_EQ(Describe(window->Take(&none, [] {})), "end");
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(window->taken(), 1);
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/dataset_registry.h"
-#include "server/metrics_text.h"
+#include "server/serving/dataset_registry.h"
+#include "server/status/metrics_text.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -196,7 +196,7 @@ TEST_F(DatasetsTest, ADatasetNameIsResolvedOrRefusedWithTheNames) {
   options.datasets = {{"train", train_.path()}, {"val", val_.path()}};
   options.listen_address = "127.0.0.1:0";
   options.decode_threads = 1;
-  server::ShardcastServer server(options);  // no --shards: no "default"
+  server::Daemon server(options);  // no --shards: no "default"
   ASSERT_TRUE(server.Start().ok());
   ASSERT_TRUE(server.WaitUntilReady().ok());
   auto stub = v1::Shardcast::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", server.port())));
@@ -225,7 +225,7 @@ TEST_F(DatasetsTest, OneDatasetIsTakenWithoutItsName) {
   options.datasets = {{"only", val_.path()}};
   options.listen_address = "127.0.0.1:0";
   options.decode_threads = 1;
-  server::ShardcastServer server(options);
+  server::Daemon server(options);
   ASSERT_TRUE(server.Start().ok());
   ASSERT_TRUE(server.WaitUntilReady().ok());
   auto stub = v1::Shardcast::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", server.port())));
@@ -242,7 +242,7 @@ TEST_F(DatasetsTest, ADatasetThatCannotBeIndexedIsReportedByName) {
   options.datasets = {{"broken", empty.path()}};  // no shard in it
   options.listen_address = "127.0.0.1:0";
   options.decode_threads = 1;
-  server::ShardcastServer server(options);
+  server::Daemon server(options);
   ASSERT_TRUE(server.Start().ok());
   absl::Status ready = server.WaitUntilReady();
   ASSERT_FALSE(ready.ok());

@@ -1,7 +1,7 @@
 // The server-wide decode budget on its own: an image alone over the limit is refused
 // at once, a decode that does not fit waits for bytes to come back, admission is first
 // come first served, and the peak never passes the limit.
-#include "server/decode_budget.h"
+#include "server/assembly/decode_budget.h"
 
 #include <gtest/gtest.h>
 

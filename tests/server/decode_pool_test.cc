@@ -1,7 +1,7 @@
 // A decode pool task that throws (std::bad_alloc from an allocation that failed) is
 // logged and counted; the worker goes on and the process lives. A running task is
 // counted from the moment it leaves the queue until it and what it held are gone.
-#include "server/decode_pool.h"
+#include "server/assembly/decode_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// A clock the test moves (server/clock.h): TTL, idle and stall rules are checked by
+// A clock the test moves (server/base/clock.h): TTL, idle and stall rules are checked by
 // advancing it past their limits instead of sleeping for them. The one fake clock of
 // the tests (tests/support/fake_clock.h), under the name the server's tests use.
 #ifndef SHARDCAST_TESTS_SERVER_FAKE_CLOCK_H_

@@ -378,11 +378,11 @@ TEST_F(GovernanceTest, StatusListsABoundedNumberOfJobsAndSaysSo) {
   options.max_jobs = 0;
   options.max_unstreamed_jobs_per_peer = 0;  // all these jobs are one peer's, none streams
   Start(options);
-  const int jobs = server::ShardcastServiceImpl::kMaxListedJobs + 5;
+  const int jobs = server::ServiceCore::kMaxListedJobs + 5;
   for (int i = 0; i < jobs; ++i) RegisterOk(absl::StrCat("job", i), 0, 1, 16);
   const v1::GetStatusResponse status = GetStatus(stub());
-  EXPECT_EQ(status.jobs_size(), server::ShardcastServiceImpl::kMaxListedJobs);
-  EXPECT_EQ(status.max_listed_jobs(), server::ShardcastServiceImpl::kMaxListedJobs);
+  EXPECT_EQ(status.jobs_size(), server::ServiceCore::kMaxListedJobs);
+  EXPECT_EQ(status.max_listed_jobs(), server::ServiceCore::kMaxListedJobs);
   EXPECT_EQ(status.total_jobs(), jobs);
   EXPECT_TRUE(status.jobs_truncated());
   EXPECT_EQ(status.jobs(0).total_ranks(), 1);

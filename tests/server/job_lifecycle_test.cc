@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "server/grpc_shardcast_service.h"
+#include "server/rpc/grpc_adapter.h"
 #include "tests/server/fake_clock.h"
 #include "tests/server/server_test_support.h"
 

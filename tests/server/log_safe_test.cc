@@ -6,8 +6,8 @@
 #include <fstream>
 #include <string>
 
-#include "server/log.h"
-#include "server/memory_limit.h"
+#include "server/base/log.h"
+#include "server/base/memory_limit.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast::server {

@@ -24,9 +24,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "proto/status_fields.h"
-#include "server/metrics_http.h"
-#include "server/metrics_text.h"
-#include "server/stall_watch.h"
+#include "server/status/metrics_http.h"
+#include "server/status/metrics_text.h"
+#include "server/serving/stall_watch.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

@@ -233,7 +233,7 @@ TEST_F(RemoteServingTest, SignedRequestsWithASessionTokenPassAStrictSigV4Check) 
   EXPECT_EQ(*(*proxy)->Count("bad_signature"), 0);
   // A wrong secret is refused by the store, and the server says so.
   ::setenv("AWS_SECRET_ACCESS_KEY", "wrong", 1);
-  server::ShardcastServer refused([&] {
+  server::Daemon refused([&] {
     server::ServerOptions o = options;
     o.shards_dir = "s3://signed/d/";
     o.listen_address = "127.0.0.1:0";
@@ -275,7 +275,7 @@ TEST_F(RemoteServingTest, BadUrlsAndSettingsAreClearErrors) {
     options.remote.fetch.request_deadline = absl::Seconds(1);
     options.shards_dir = c.url;
     options.listen_address = "127.0.0.1:0";
-    server::ShardcastServer server(options);
+    server::Daemon server(options);
     absl::Status started = server.Start();
     absl::Status ready = started.ok() ? server.WaitUntilReady() : started;
     EXPECT_FALSE(ready.ok()) << c.url;

@@ -3,7 +3,8 @@
 // localhost/127.0.0.1 signed by it, a client certificate signed by it, and an
 // unrelated second CA. The token reload runs against the real shardcast-server
 // process (SIGHUP); shardcast-ctl is run as a child process too.
-#include "server/security.h"
+#include "server/net/token_authenticator.h"
+#include "server/rpc/server_credentials.h"
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -425,7 +426,7 @@ TEST_F(SecurityTest, BadSecurityFilesAreStartErrorsNamingTheFlag) {
   server::ServerOptions options = TlsOptions();
   options.tls_key_file = Path("missing.key");
   options.shards_dir = Path("shards");
-  server::ShardcastServer missing_key(options);
+  server::Daemon missing_key(options);
   absl::Status started = missing_key.Start();
   EXPECT_FALSE(started.ok());
   EXPECT_NE(started.message().find("--tls-key"), std::string::npos) << started;
@@ -434,7 +435,7 @@ TEST_F(SecurityTest, BadSecurityFilesAreStartErrorsNamingTheFlag) {
   no_tokens.shards_dir = Path("shards");
   WriteFile(Path("empty_tokens"), "# nothing yet\n\n");
   no_tokens.auth_token_file = Path("empty_tokens");
-  server::ShardcastServer empty(no_tokens);
+  server::Daemon empty(no_tokens);
   started = empty.Start();
   EXPECT_FALSE(started.ok());
   EXPECT_NE(started.message().find("holds no token"), std::string::npos) << started;

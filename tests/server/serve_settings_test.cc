@@ -5,7 +5,7 @@
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_transform.h"
 #include "common/shards/dataset_index.h"
-#include "server/job_registry.h"
+#include "server/serving/job_registry.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

@@ -28,7 +28,7 @@
 #include "common/shards/dataset_index.h"
 #include "common/shards/shard_reader.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/shardcast_server.h"
+#include "server/daemon.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -261,7 +261,7 @@ class InProcessServer {
     options.shards_dir = dir;
     options.listen_address = "127.0.0.1:0";
     if (options.decode_threads == 0) options.decode_threads = 2;
-    server_ = std::make_unique<server::ShardcastServer>(options);
+    server_ = std::make_unique<server::Daemon>(options);
     absl::Status started = server_->Start();
     EXPECT_TRUE(started.ok()) << started;
     absl::Status ready = server_->WaitUntilReady();
@@ -270,13 +270,13 @@ class InProcessServer {
     channel_ = MakeChannel(target_);
     stub_ = v1::Shardcast::NewStub(channel_);
   }
-  server::ShardcastServer& server() { return *server_; }
+  server::Daemon& server() { return *server_; }
   v1::Shardcast::Stub* stub() { return stub_.get(); }
   const std::string& target() const { return target_; }
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
 
  private:
-  std::unique_ptr<server::ShardcastServer> server_;
+  std::unique_ptr<server::Daemon> server_;
   std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Shardcast::Stub> stub_;

@@ -23,7 +23,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "proto/status_fields.h"
-#include "server/metrics_text.h"
+#include "server/status/metrics_text.h"
 
 namespace shardcast::server {
 namespace {
@@ -140,7 +140,7 @@ TEST(StatusMetricsDriftTest, EveryNumericStatusFieldIsInTheMetrics) {
   }
   EXPECT_TRUE(missing.empty()) << "status fields not in /metrics (a server-level figure: "
                                   "a row with a family in proto/status_fields.cc; of a job, "
-                                  "rank or dataset: a series in server/metrics_text.cc; or "
+                                  "rank or dataset: a series in server/status/metrics_text.cc; or "
                                   "an exemption here with the reason):\n  "
                                << absl::StrJoin(missing, "\n  ");
 }

@@ -1,7 +1,7 @@
 // --listen unix:PATH: the real shardcast-server on a socket file serves the same batches
 // as on TCP, gives the file mode 0660, refuses a path a live server or another file
 // holds, replaces a crashed server's stale socket, and leaves no file behind on exit.
-#include "server/unix_socket.h"
+#include "server/net/unix_socket.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

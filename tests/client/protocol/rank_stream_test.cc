@@ -85,7 +85,7 @@ TEST(RankStreamTest, AJobChangedUnderTheRankIsRefusedOnReconnect) {
   same_port.shards_dir = dir.path();
   same_port.listen_address = absl::StrCat("127.0.0.1:", port);
   same_port.decode_threads = 2;
-  auto restarted = std::make_unique<server::ShardcastServer>(same_port);
+  auto restarted = std::make_unique<server::Daemon>(same_port);
   ASSERT_TRUE(restarted->Start().ok());
   ASSERT_TRUE(restarted->WaitUntilReady().ok());
   v1::RegisterRequest other = options.job;

@@ -1,0 +1,359 @@
+// Batch assembly on the decode pool (see batch_assembler.h).
+#include "server/assembly/batch_assembler.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/shards/shard_reader.h"
+#include "common/util/retry_policy.h"
+#include "common/util/utf8.h"
+#include "server/base/log.h"
+
+namespace shardcast::server {
+
+namespace {
+// The substitute for a sample that fails to read or decode.
+constexpr uint8_t kSubstituteByte = 128;
+
+// Whether a read failed because of the shard's bytes (a member past the end of what was
+// indexed, a gzip stream that no longer inflates: DATA_LOSS), the only read failures a
+// substitute may stand for. Every other (the host's, a store's 403 or 404, a changed
+// shard, a kind of error added later) fails the batch: positively bad data only, so a
+// new error of a reader can never turn into silent grey samples.
+bool IsBadData(const absl::Status& status) {
+  return absl::IsDataLoss(status) && !IsHostIoError(status) && !IsShardChanged(status);
+}
+
+// Freed batch buffers kept for the next batch of the same size. A fresh mapping costs
+// far more than its page faults: on this project's VMs (free pages reported to the
+// host) writing a just-mapped 4.8 MB buffer ran at 0.5-0.7 GB/s against 30 GB/s for a
+// reused one (docs/BENCHMARKS.md), a third of the server's CPU per image. Bounded, so
+// RSS stays within a few batches of what live batches hold.
+class BufferRecycler {
+ public:
+  static BufferRecycler& Get() {
+    static BufferRecycler* recycler = new BufferRecycler;  // never destroyed: batches
+    return *recycler;                                      // may die during exit
+  }
+
+  // A kept buffer of exactly `bytes`, or null.
+  void* Take(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].second == bytes) {
+        void* p = kept_[i].first;
+        kept_[i] = kept_.back();
+        kept_.pop_back();
+        return p;
+      }
+    }
+    return nullptr;
+  }
+
+  // Keeps the buffer when there is room; when the list is full, a buffer of another
+  // size makes room for it (the current job's size is what the list should hold), else
+  // it is unmapped.
+  void Give(void* p, size_t bytes) {
+    void* unmap = p;
+    size_t unmap_bytes = bytes;
+    if (bytes <= kMaxKeptBatchBufferBytes) {
+      absl::MutexLock lock(&mu_);
+      if (kept_.size() < static_cast<size_t>(kKeptBatchBuffers)) {
+        kept_.emplace_back(p, bytes);
+        return;
+      }
+      for (auto& kept : kept_) {
+        if (kept.second != bytes) {
+          unmap = kept.first;
+          unmap_bytes = kept.second;
+          kept = {p, bytes};
+          break;
+        }
+      }
+    }
+    munmap(unmap, unmap_bytes);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<void*, size_t>> kept_ ABSL_GUARDED_BY(mu_);
+};
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
+    int batch_size, int crop, std::atomic<int64_t>* buffer_gauge, BatchGrant grant) {
+  const size_t sample_bytes = 3 * static_cast<size_t>(crop) * static_cast<size_t>(crop);
+  const size_t image_bytes = static_cast<size_t>(batch_size) * sample_bytes;
+  const size_t mapped_bytes = std::max<size_t>(image_bytes, 1);
+  // Every byte is written by decode, substitution or padding, so a reused buffer's old
+  // pixels never go out.
+  if (void* kept = BufferRecycler::Get().Take(mapped_bytes); kept != nullptr) {
+    return std::shared_ptr<AssembledBatch>(new AssembledBatch(
+        sample_bytes, image_bytes, static_cast<uint8_t*>(kept), buffer_gauge, std::move(grant)));
+  }
+  // MAP_POPULATE faults the pages in with one call instead of one fault per page while
+  // decoding.
+  void* mapped = mmap(nullptr, mapped_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mapped == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", image_bytes, " bytes for a batch of ", batch_size,
+                     " images of 3x", crop, "x", crop, ": ", std::strerror(errno)));
+  }
+  return std::shared_ptr<AssembledBatch>(new AssembledBatch(
+      sample_bytes, image_bytes, static_cast<uint8_t*>(mapped), buffer_gauge, std::move(grant)));
+}
+
+AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
+                               std::atomic<int64_t>* buffer_gauge, BatchGrant grant)
+    : sample_bytes_(sample_bytes),
+      image_bytes_(image_bytes),
+      images_(images),
+      buffer_gauge_(buffer_gauge),
+      grant_(std::move(grant)) {
+  if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_add(static_cast<int64_t>(image_bytes_));
+}
+
+AssembledBatch::~AssembledBatch() {
+  BufferRecycler::Get().Give(images_, std::max<size_t>(image_bytes_, 1));
+  if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_sub(static_cast<int64_t>(image_bytes_));
+}
+
+struct BatchAssembler::PendingBatch {
+  std::shared_ptr<AssembledBatch> batch;
+  TransformSpec spec;
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  std::function<void(bool)> done;
+  std::atomic<int> remaining{0};
+  std::vector<char> substituted;  // per slot; each written by one task only
+  absl::Mutex failure_mu;
+  absl::Status failure ABSL_GUARDED_BY(failure_mu);  // the first changed-shard error
+
+  // Called by whoever finishes the last sample.
+  void Finish() {
+    const bool complete = !cancelled->load(std::memory_order_acquire);
+    {
+      absl::MutexLock lock(&failure_mu);
+      if (!failure.ok()) batch->set_failure(failure);
+    }
+    if (complete) {
+      for (size_t i = 0; i < substituted.size(); ++i) {
+        if (substituted[i])
+          batch->header().mutable_samples(static_cast<int>(i))->set_substituted(true);
+      }
+    }
+    auto callback = std::move(done);
+    callback(complete);
+  }
+};
+
+BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
+                               DecodeLimits limits)
+    : dataset_(dataset), pool_(pool), stats_(stats), limits_(limits) {}
+
+absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
+                                                                        const TransformSpec& spec,
+                                                                        BatchGrant grant) {
+  const int batch_size = static_cast<int>(planned.samples.size());
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
+      batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr, std::move(grant));
+  if (!created.ok()) return created.status();
+  std::shared_ptr<AssembledBatch> batch = *std::move(created);
+  shardcast::v1::Batch& header = batch->header();
+  header.set_epoch(planned.epoch);
+  header.set_index(planned.index);
+  for (int64_t dim : {int64_t{batch_size}, int64_t{3}, int64_t{spec.crop}, int64_t{spec.crop}}) {
+    header.add_shape(dim);
+  }
+  header.mutable_labels()->Reserve(batch_size);
+  header.mutable_samples()->Reserve(batch_size);
+  const DatasetIndex& index = dataset_->index();
+  for (int i = 0; i < batch_size; ++i) {
+    const SampleRef& ref = planned.samples[i];
+    shardcast::v1::SampleInfo* info = header.add_samples();
+    if (!ref.valid()) {
+      header.add_labels(-1);
+      info->set_shard(-1);
+      info->set_index_in_shard(-1);
+      info->set_valid(false);
+      std::memset(batch->images() + i * batch->sample_bytes(), 0, batch->sample_bytes());
+      continue;
+    }
+    const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
+    header.add_labels(entry.label);
+    // proto3 strings must be UTF-8: a key that is not (a Latin-1 member name) is
+    // escaped one-to-one (common/util/utf8.h) so the client can parse the batch.
+    info->set_key(EscapeToUtf8(entry.key));
+    info->set_shard(ref.shard);
+    info->set_index_in_shard(ref.index);
+    info->set_valid(true);
+  }
+  return batch;
+}
+
+void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
+                            const TransformSpec& spec,
+                            std::shared_ptr<const std::atomic<bool>> cancelled,
+                            std::function<void(bool complete)> done) {
+  auto pending = std::make_shared<PendingBatch>();
+  pending->batch = std::move(batch);
+  pending->spec = spec;
+  pending->cancelled = std::move(cancelled);
+  pending->done = std::move(done);
+  pending->substituted.assign(planned.samples.size(), 0);
+  int valid = 0;
+  for (const SampleRef& ref : planned.samples) valid += ref.valid() ? 1 : 0;
+  if (valid == 0) {
+    pending->Finish();
+    return;
+  }
+  pending->remaining.store(valid, std::memory_order_relaxed);
+  for (size_t i = 0; i < planned.samples.size(); ++i) {
+    const SampleRef ref = planned.samples[i];
+    if (!ref.valid()) continue;
+    pool_->Submit([this, pending, slot = static_cast<int>(i), ref] {
+      if (!pending->cancelled->load(std::memory_order_relaxed)) {
+        // DecodeSample turns its failures into substitutes; whatever escapes it all
+        // the same must not skip the count below, or the batch would never finish.
+        try {
+          DecodeSample(pending.get(), slot, ref);
+        } catch (...) {
+          AssembledBatch& batch = *pending->batch;
+          std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
+                      batch.sample_bytes());
+          pending->substituted[slot] = 1;
+        }
+      }
+      if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) pending->Finish();
+    });
+  }
+}
+
+void BatchAssembler::Prefetch(const PlannedBatch& planned) {
+  std::vector<MemberLocation> members;
+  members.reserve(planned.samples.size());
+  for (const SampleRef& ref : planned.samples) {
+    if (!ref.valid()) continue;
+    const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+    if (entry.image_member >= entry.members.size()) continue;
+    members.push_back(
+        MemberLocation{static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]});
+  }
+  dataset_->reader().Prefetch(members);
+}
+
+absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const PendingBatch& pending,
+                                                                   uint32_t shard,
+                                                                   const MemberRef& member) {
+  // From a blink (a descriptor freed a moment later) to a remount: short first, then
+  // at most a second apart, for --shard-read-retry. The stream's cancel (a client gone,
+  // a drain, the server stopping) ends a wait at once: a decode thread is never held.
+  absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
+  if (read.ok() || !IsHostIoError(read.status())) return read;  // (every read but a few)
+  util::RetryOptions options;
+  options.first_backoff = absl::Milliseconds(10);
+  options.max_backoff = absl::Seconds(1);
+  options.window = limits_.host_error_retry;
+  util::RetryPolicy retry(options, limits_.clock);
+  const util::CancelToken cancel(pending.cancelled.get());
+  while (true) {
+    const util::RetryPolicy::Decision next =
+        cancel.cancelled() ? util::RetryPolicy::Decision{util::RetryPolicy::Verdict::kDeadline}
+                           : retry.AfterFailure();
+    if (next.verdict != util::RetryPolicy::Verdict::kRetry) return GivenUp(read.status(), retry);
+    if (retry.retries() == 1) {
+      LogWarning("assembler", absl::StrCat("retrying a read the host failed: ",
+                                           LogSafe(read.status().message(), 512)));
+    }
+    if (stats_ != nullptr) stats_->shard_read_retries.fetch_add(1, std::memory_order_relaxed);
+    if (!retry.Wait(next.wait, &cancel)) return GivenUp(read.status(), retry);
+    read = dataset_->reader().ReadMember(shard, member);
+    if (read.ok() || !IsHostIoError(read.status())) return read;
+  }
+}
+
+absl::Status BatchAssembler::GivenUp(const absl::Status& last,
+                                     const util::RetryPolicy& retry) const {
+  // UNAVAILABLE whatever the store's answer was (its 403 or 404 is in the message): to
+  // a client, the server cannot read its data now, as with a failing disk; a
+  // PERMISSION_DENIED or NOT_FOUND would say its own token or job was refused.
+  absl::Status given_up(
+      absl::StatusCode::kUnavailable,
+      absl::StrCat(last.message(), "; retried ", retry.retries(), " times for ",
+                   absl::FormatDuration(limits_.host_error_retry), " (--shard-read-retry)"));
+  last.ForEachPayload([&given_up](absl::string_view type, const absl::Cord& value) {
+    given_up.SetPayload(type, value);  // still a HostIoError
+  });
+  return given_up;
+}
+
+absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
+                                           uint8_t* out, bool* read_failed) {
+  const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+  if (entry.image_member >= entry.members.size()) {
+    return absl::InternalError("sample has no image member in the index");
+  }
+  const MemberRef& member = entry.members[entry.image_member];
+  if (limits_.max_member_bytes > 0 &&
+      member.size > static_cast<uint64_t>(limits_.max_member_bytes)) {
+    if (stats_ != nullptr) stats_->images_over_member_limit.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat("image member of ", member.size,
+                                                     " bytes is over --max-member-bytes ",
+                                                     limits_.max_member_bytes, "; not read"));
+  }
+  // The read buffer and the decoder allocate; running out of memory there is this
+  // sample's failure, not the process's (an exception must not leave a pool task).
+  try {
+    absl::StatusOr<std::string> encoded =
+        ReadRetryingHostErrors(pending, static_cast<uint32_t>(ref.shard), member);
+    if (!encoded.ok()) {
+      *read_failed = true;
+      return encoded.status();
+    }
+    return DecodeAndTransform(*encoded, pending.spec, ref.augment_seed, out, limits_.budget);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory while reading or decoding");
+  }
+}
+
+void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref) {
+  AssembledBatch& batch = *pending->batch;
+  uint8_t* out = batch.images() + slot * batch.sample_bytes();
+  // The histogram's decode time includes the read and any wait for decode memory: the
+  // time one sample holds a decode thread.
+  const absl::Time start = absl::Now();
+  bool read_failed = false;
+  const absl::Status status = ReadAndDecode(*pending, ref, out, &read_failed);
+  if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
+  if (status.ok()) return;
+  if (IsShardChanged(status) || IsHostIoError(status) || (read_failed && !IsBadData(status))) {
+    absl::MutexLock lock(&pending->failure_mu);
+    if (pending->failure.ok()) pending->failure = status;
+    return;
+  }
+  std::memset(out, kSubstituteByte, batch.sample_bytes());
+  pending->substituted[slot] = 1;
+  if (stats_ != nullptr) {
+    stats_->decode_errors.fetch_add(1, std::memory_order_relaxed);
+    stats_->substitutions.fetch_add(1, std::memory_order_relaxed);
+  }
+  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const SampleEntry& entry = shard.samples[ref.index];
+  LogWarning("assembler",
+             absl::StrCat("substituted sample: shard ", shard.path, " key '", LogSafe(entry.key),
+                          "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),
+                          " slot ", slot, "): ", status.ToString()));
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,164 @@
+// Turns a planned batch into bytes: reads each sample's image member, decodes and
+// transforms it into its slot of the batch buffer on the decode pool, and fills the
+// Batch message fields (labels, per-sample info) around it.
+#ifndef SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_
+#define SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/image/image_transform.h"
+#include "common/plan/epoch_plan.h"
+#include "common/util/clock.h"
+#include "common/util/retry_policy.h"
+#include "server/assembly/batch_memory.h"
+#include "server/assembly/decode_budget.h"
+#include "server/assembly/decode_pool.h"
+#include "server/assembly/served_dataset.h"
+#include "server/base/server_stats.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::server {
+
+// One batch: the Batch message without its images, plus the image buffer
+// (B x 3 x C x C bytes, uint8 NCHW, page-aligned). The buffer is counted in
+// ServerStats::buffer_bytes for as long as the object lives, and holds its grant of
+// batch memory (batch_memory.h) until the buffer is unmapped.
+class AssembledBatch {
+ public:
+  // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped.
+  static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(int batch_size, int crop,
+                                                                std::atomic<int64_t>* buffer_gauge,
+                                                                BatchGrant grant = {});
+  ~AssembledBatch();
+  AssembledBatch(const AssembledBatch&) = delete;
+  AssembledBatch& operator=(const AssembledBatch&) = delete;
+
+  shardcast::v1::Batch& header() { return header_; }
+  const shardcast::v1::Batch& header() const { return header_; }
+  uint8_t* images() { return images_; }
+  const uint8_t* images() const { return images_; }
+  size_t image_bytes() const { return image_bytes_; }
+  size_t sample_bytes() const { return sample_bytes_; }
+
+  // Why this batch must not be sent (OK when it may): a sample's shard changed since
+  // indexing (IsShardChanged). Set by the assembler before `done` runs; read after it.
+  const absl::Status& failure() const { return failure_; }
+  void set_failure(absl::Status failure) { failure_ = std::move(failure); }
+
+ private:
+  AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
+                 std::atomic<int64_t>* buffer_gauge, BatchGrant grant);
+
+  shardcast::v1::Batch header_;  // every field but `images`
+  const size_t sample_bytes_;    // 3 * C * C
+  const size_t image_bytes_;     // batch_size * sample_bytes_
+  // Mapped (not malloc'ed) and, when the batch dies, kept for the next batch of the
+  // same size in a small process-wide free list (at most kKeptBatchBuffers buffers) or
+  // unmapped: the server's RSS follows the buffers it holds plus that list, instead of
+  // malloc's arenas keeping their high-water mark, and a steady stream reuses warm pages
+  // instead of faulting in fresh ones for every batch (batch_assembler.cc).
+  uint8_t* const images_;
+  std::atomic<int64_t>* const buffer_gauge_;  // not owned; may be null
+  // Given back after the destructor gave the buffer up (members die after its body).
+  BatchGrant grant_;
+  absl::Status failure_;
+};
+
+// How many freed batch buffers the server keeps for reuse, and the largest it keeps.
+inline constexpr int kKeptBatchBuffers = 4;
+inline constexpr size_t kMaxKeptBatchBufferBytes = size_t{64} << 20;
+
+// What the serve path refuses to decode, and the budget decodes share.
+struct DecodeLimits {
+  DecodeBudget* budget = nullptr;  // not owned; null = no server-wide budget
+  int64_t max_member_bytes = 0;    // image members larger than this are not read; 0 = no limit
+  // How long a read that fails with an error of the host (HostIoError) is retried.
+  absl::Duration host_error_retry = absl::Seconds(20);
+  // What that retry's backoff waits on (not owned, never null); tests pass a fake one.
+  const util::Clock* clock = util::Clock::Real();
+};
+
+// Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the
+// assembler and every batch it has started.
+//
+// A sample whose member cannot be read or decoded is replaced by a mid-gray image
+// (every byte 128, a deterministic substitute that needs no other sample), keeps its
+// label and key, and is flagged `substituted`; the failure is counted in
+// ServerStats::decode_errors / substitutions and logged with shard, key and error.
+// Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
+// So is an image member over `limits.max_member_bytes` (not read; counted in
+// ServerStats::images_over_member_limit) and an image whose decode buffers alone
+// exceed the decode budget (not decoded; counted by the budget). Every decode waits
+// for its bytes of the budget, so the decode threads together never hold more.
+// A sample whose shard changed since indexing (IsShardChanged) is not substituted: the
+// batch fails (AssembledBatch::failure), and the stream ends with that
+// FAILED_PRECONDITION naming the shard, since every later sample of the shard would
+// be as wrong. A read that fails with an error of the host, not of the data
+// (HostIoError: EMFILE, EACCES, EIO...), is retried with backoff for
+// `limits.host_error_retry` (each retry counted in ServerStats::shard_read_retries),
+// then fails the batch likewise with that UNAVAILABLE naming the shard and the errno
+// (a store's errors are HostIoErrors too, 403 and 404 included: common/remote/
+// http_fetcher.h). Substitutes are for corrupt content only: of the read errors, only
+// DATA_LOSS (the shard's bytes are not what the index says) is substituted; any other
+// fails the batch with its status. No exception leaves a decode task: an
+// allocation failure while reading or decoding one sample is that sample's error
+// (substituted, counted, logged).
+class BatchAssembler {
+ public:
+  BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
+                 DecodeLimits limits = {});
+  BatchAssembler(const BatchAssembler&) = delete;
+  BatchAssembler& operator=(const BatchAssembler&) = delete;
+
+  // Allocates the batch and fills its message fields (no I/O). RESOURCE_EXHAUSTED
+  // when its buffer cannot be allocated. The batch keeps `grant` (its reservation of
+  // batch memory) for its life.
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
+                                                          const TransformSpec& spec,
+                                                          BatchGrant grant = {});
+
+  // Queues one decode task per valid sample of `batch` (made by Prepare from
+  // `planned`). `done(complete)` runs exactly once when every sample is finished,
+  // on a pool thread, or on the calling thread when there is nothing to decode;
+  // `complete` is false when `cancelled` was set meanwhile (remaining samples are then
+  // skipped without work and the buffer contents are unspecified).
+  void Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
+              const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
+              std::function<void(bool complete)> done);
+
+  // Tells the dataset's reader that `planned`'s image members will be read soon
+  // (MemberReader::Prefetch). Never blocks on I/O.
+  void Prefetch(const PlannedBatch& planned);
+
+  const ServedDataset& dataset() const { return *dataset_; }
+
+ private:
+  struct PendingBatch;
+  void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+  // The member's bytes, a HostIoError retried as the class comment says.
+  absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
+                                                     const MemberRef& member);
+  // The UNAVAILABLE a read retried until `retry` gave up (or the stream was cancelled)
+  // ends with: `last`'s message and marks, and how long it was retried.
+  absl::Status GivenUp(const absl::Status& last, const util::RetryPolicy& retry) const;
+  // Reads and decodes one sample into `out` (3 x crop x crop bytes).
+  // `*read_failed` is set when the error is the read's (not the decode's).
+  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out,
+                             bool* read_failed);
+
+  const ServedDataset* const dataset_;
+  DecodePool* const pool_;
+  ServerStats* const stats_;
+  const DecodeLimits limits_;
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_

@@ -1,0 +1,117 @@
+// Remote datasets of the server (see remote_storage.h).
+#include "server/assembly/remote_storage.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/remote/object_store.h"
+#include "common/remote/remote_index.h"
+#include "server/base/log.h"
+
+namespace shardcast::server {
+
+RemoteStorage::RemoteStorage(RemoteStorageOptions options) : options_(std::move(options)) {}
+RemoteStorage::~RemoteStorage() = default;
+
+absl::Status RemoteStorage::StartLocked() {
+  if (fetcher_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<remote::HttpFetcher>> fetcher =
+      remote::HttpFetcher::Create(options_.fetch);
+  if (!fetcher.ok()) return fetcher.status();
+  if (!options_.cache_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<remote::DiskCache>> cache =
+        remote::DiskCache::Open(options_.cache_dir, options_.cache_size_bytes);
+    if (!cache.ok()) return cache.status();
+    cache_ = *std::move(cache);
+    LogInfo("cache", absl::StrCat("disk cache ", options_.cache_dir, ": ",
+                                  cache_->counters().entries.load(), " entries, ",
+                                  cache_->counters().bytes.load(), " of ",
+                                  options_.cache_size_bytes, " bytes held from before"));
+  }
+  fetcher_ = *std::move(fetcher);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
+                                                                   const IndexOptions& options,
+                                                                   size_t gzip_index_memory_bytes) {
+  remote::S3Settings s3;
+  if (url.kind == remote::DatasetUrl::Kind::kS3) {
+    absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
+    if (!resolved.ok()) return resolved.status();
+    s3 = *std::move(resolved);
+    LogInfo("s3", absl::StrCat(url.text, ": ", s3.described_source));
+  }
+  remote::HttpFetcher* fetcher = nullptr;
+  remote::DiskCache* cache = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status started = StartLocked(); !started.ok()) return started;
+    fetcher = fetcher_.get();
+    cache = cache_.get();
+  }
+  // The password of http://user:password@host/... goes to the fetcher alone: the URLs
+  // the store, the index and every message use were parsed without it.
+  if (url.credentials.has_value()) fetcher->AddCredentials(url.base, *url.credentials);
+  absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
+      remote::OpenObjectStore(url, s3, fetcher);
+  if (!store.ok()) return store.status();
+  absl::StatusOr<DatasetIndex> index = remote::BuildRemoteDatasetIndex(**store, options);
+  if (!index.ok()) return index.status();
+  if (index->loaded_from_index_file) {
+    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index->root, kIndexFileName));
+  }
+  remote::RemoteReader* reader = nullptr;
+  auto dataset = std::make_unique<ServedDataset>(
+      *std::move(index), [&](const DatasetIndex& served_index) {
+        // One read-ahead thread per connection: each holds one request in flight, so
+        // fewer threads would leave connections idle (8 capped a 50 ms store at 8
+        // requests per round trip, docs/BENCHMARKS.md).
+        remote::RemoteReadOptions read = options_.read;
+        read.read_ahead_threads = options_.fetch.max_connections;
+        read.max_gzip_index_bytes = gzip_index_memory_bytes;
+        auto made = std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache,
+                                                           read);
+        reader = made.get();
+        return made;
+      });
+  absl::MutexLock lock(&mu_);
+  readers_.push_back(reader);
+  return dataset;
+}
+
+void RemoteStorage::FillStatus(v1::GetStatusResponse* response) const {
+  absl::MutexLock lock(&mu_);
+  if (fetcher_ != nullptr) {
+    const remote::FetchCounters& f = fetcher_->counters();
+    response->set_remote_requests(f.requests.load());
+    response->set_remote_bytes(f.bytes.load());
+    response->set_remote_retries(f.retries.load());
+    response->set_remote_failures(f.failures.load());
+    response->set_remote_requests_ok(f.requests_ok.load());
+    response->set_remote_fetch_seconds(static_cast<double>(f.latency_sum_us.load()) / 1e6);
+    response->set_remote_connections_in_use(f.connections_in_use.load());
+  }
+  for (const remote::RemoteReader* reader : readers_) {
+    const remote::RemoteReadCounters& r = reader->counters();
+    response->set_read_ahead_members(response->read_ahead_members() + r.read_ahead_members.load());
+    response->set_read_ahead_requests(response->read_ahead_requests() +
+                                      r.read_ahead_requests.load());
+    response->set_read_ahead_hits(response->read_ahead_hits() + r.read_ahead_hits.load());
+    response->set_read_ahead_dropped(response->read_ahead_dropped() + r.read_ahead_dropped.load());
+    response->set_remote_direct_reads(response->remote_direct_reads() + r.direct_reads.load());
+    response->set_read_ahead_bytes(response->read_ahead_bytes() + r.read_ahead_bytes.load());
+  }
+  if (cache_ != nullptr) {
+    const remote::DiskCacheCounters& c = cache_->counters();
+    response->set_cache_limit_bytes(cache_->max_bytes());
+    response->set_cache_bytes(c.bytes.load());
+    response->set_cache_hits(c.hits.load());
+    response->set_cache_misses(c.misses.load());
+    response->set_cache_evictions(c.evictions.load());
+    response->set_cache_write_errors(c.write_errors.load());
+  }
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,411 @@
+// Job registration, plan cache and rank progress (see job_registry.h).
+#include "server/serving/job_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/image/image_decode_internal.h"
+#include "common/util/utf8.h"
+#include "proto/job_config_proto.h"
+#include "server/base/log.h"
+#include "server/base/version.h"
+#include "server/serving/batch_window.h"
+#include "server/serving/stall_watch.h"
+
+namespace shardcast::server {
+
+namespace v1 = ::shardcast::v1;
+
+namespace {
+
+// Ranks of a job agree on every setting, world and batch size included; the error
+// names the first field that differs.
+absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfig& has,
+                            const JobConfig& asked) {
+  std::optional<ConfigDifference> diff = FirstDifference(has, asked);
+  if (!diff.has_value()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      diff->field, ": job '", LogSafe(job), "' has ", diff->a, ", rank ", rank, " asked ", diff->b,
+      " (ranks of a job must agree; use another job id for another config)"));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- ServeSettings
+
+int64_t DecodeNeedBound() {
+  // A JPEG is at most 65500 pixels a side (libjpeg's JPEG_MAX_DIMENSION) and kMaxPixels
+  // in all, so the padded blocks add at most 15 * (65500 + kMaxPixels / 65500) + 225
+  // pixels; 4 bytes a pixel decoded (CMYK) plus 4 components x 2 bytes of coefficients.
+  // A PNG needs less (3 bytes a pixel and a row pointer a row: at most 11 per pixel).
+  constexpr int64_t kMaxSide = 65500;
+  constexpr int64_t kPadded =
+      internal::kMaxPixels + 15 * (kMaxSide + internal::kMaxPixels / kMaxSide + 1) + 225;
+  return 4 * internal::kMaxPixels + 8 * kPadded;
+}
+
+ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,
+                               int64_t max_decode_bytes, bool resend_first_batch) {
+  uint64_t largest_image = 0;
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      if (sample.image_member < sample.members.size()) {
+        largest_image = std::max(largest_image, sample.members[sample.image_member].size);
+      }
+    }
+  }
+  ServeSettings serve;
+  // BatchAssembler substitutes a member whose size is above the limit.
+  if (max_member_bytes > 0 && largest_image > static_cast<uint64_t>(max_member_bytes)) {
+    serve.max_member_bytes = max_member_bytes;
+  }
+  // DecodeBudget refuses bytes above its limit.
+  if (max_decode_bytes > 0 && max_decode_bytes < DecodeNeedBound()) {
+    serve.max_decode_bytes = max_decode_bytes;
+  }
+  serve.max_pixels = internal::kMaxPixels;
+  serve.resend_first_batch = resend_first_batch;
+  return serve;
+}
+
+// ---------------------------------------------------------------------------- Job
+
+Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
+         const NamedDataset* dataset, std::string peer, const Clock* clock)
+    : clock_(clock),
+      id_(std::move(id)),
+      config_(config),
+      batches_per_epoch_(batches_per_epoch),
+      job_fingerprint_(std::move(job_fingerprint)),
+      dataset_(dataset),
+      peer_(std::move(peer)),
+      last_active_(clock->Now()) {}
+
+absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->first == epoch) {
+      plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front().second;
+    }
+  }
+  // Built under the lock: ranks asking for the same new epoch wait for one build
+  // instead of each building it.
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
+      EpochPlan::Create(dataset_->data->shard_sizes(), config_.plan, epoch);
+  if (!plan.ok()) return plan.status();
+  plans_.emplace_front(epoch, *plan);
+  if (plans_.size() > kPlanCacheSize) plans_.pop_back();
+  return *plan;
+}
+
+void Job::MarkRegistered(int32_t rank) {
+  absl::MutexLock lock(&mu_);
+  RankProgress& progress = ranks_[rank].progress;
+  progress.rank = rank;
+  last_active_ = clock_->Now();
+  // The stall clock of a rank that has not streamed yet starts at its registration.
+  if (progress.last_batch == absl::InfinitePast()) progress.last_batch = last_active_;
+}
+
+bool Job::IdleFor(absl::Duration ttl, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return open_streams_ == 0 && now - last_active_ >= ttl;
+}
+
+bool Job::EverStreamed() const {
+  absl::MutexLock lock(&mu_);
+  return ever_streamed_;
+}
+
+bool Job::IsRegistered(int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return ranks_.count(rank) > 0;
+}
+
+Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
+                            std::weak_ptr<BatchWindow> window,
+                            std::shared_ptr<StreamControl> control) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  Opened opened;
+  if (state.progress.streaming) {
+    opened.replaced = std::move(state.control);
+    opened.replaced_window = state.window.lock();
+  }
+  state.control = std::move(control);
+  state.progress.rank = rank;
+  state.progress.epoch = epoch;
+  state.progress.next_batch = start_batch;
+  state.progress.streaming = true;
+  state.progress.last_batch = clock_->Now();
+  state.progress.stalled = false;
+  state.stream_id = next_stream_id_++;
+  state.window = std::move(window);
+  ++open_streams_;
+  ever_streamed_ = true;
+  last_active_ = clock_->Now();
+  opened.stream_id = state.stream_id;
+  return opened;
+}
+
+std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> Job::StreamOf(
+    int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end() || !it->second.progress.streaming) return {nullptr, nullptr};
+  return {it->second.control, it->second.window.lock()};
+}
+
+std::vector<std::shared_ptr<BatchWindow>> Job::OpenWindows() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<BatchWindow>> windows;
+  for (const auto& [rank, state] : ranks_) {
+    if (!state.progress.streaming) continue;
+    if (std::shared_ptr<BatchWindow> window = state.window.lock()) windows.push_back(window);
+  }
+  return windows;
+}
+
+std::vector<std::shared_ptr<StreamControl>> Job::OpenStreams() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<StreamControl>> controls;
+  for (const auto& [rank, state] : ranks_) {
+    if (state.progress.streaming && state.control != nullptr) controls.push_back(state.control);
+  }
+  return controls;
+}
+
+bool Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  ++state.progress.batches_sent;
+  if (state.stream_id != stream_id) return false;
+  state.progress.next_batch = batch_index + 1;
+  state.progress.last_batch = now;
+  const bool was_stalled = state.progress.stalled;
+  state.progress.stalled = false;
+  return was_stalled;
+}
+
+std::vector<RankProgress> Job::UpdateStalls(absl::Duration stall_warn, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<RankActivity> activity;
+  activity.reserve(ranks_.size());
+  for (const auto& [rank, state] : ranks_) {
+    activity.push_back({state.progress.epoch * batches_per_epoch_ + state.progress.next_batch,
+                        state.progress.last_batch});
+  }
+  const std::vector<bool> stalled = StalledRanks(activity, stall_warn, now);
+  std::vector<RankProgress> newly_stalled;
+  size_t i = 0;
+  for (auto& [rank, state] : ranks_) {
+    // Flags are only raised here; only a batch or a new stream (the rank moved)
+    // lowers one, so a rank stays flagged while its peers also stop.
+    if (stalled[i++] && !state.progress.stalled) {
+      state.progress.stalled = true;
+      newly_stalled.push_back(state.progress);
+    }
+  }
+  return newly_stalled;
+}
+
+void Job::CloseStream(int32_t rank, int64_t stream_id) {
+  absl::MutexLock lock(&mu_);
+  --open_streams_;
+  last_active_ = clock_->Now();
+  RankState& state = ranks_[rank];
+  if (state.stream_id != stream_id) return;
+  state.progress.streaming = false;
+  state.progress.window_depth = 0;
+  state.window.reset();
+  state.control.reset();
+}
+
+std::vector<RankProgress> Job::Progress() const {
+  std::vector<std::pair<RankProgress, std::shared_ptr<BatchWindow>>> ranks;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [rank, state] : ranks_) {
+      ranks.emplace_back(state.progress, state.window.lock());
+    }
+  }
+  std::vector<RankProgress> progress;
+  for (auto& [rank_progress, window] : ranks) {
+    // Window depth read outside the job lock (the window has its own).
+    if (window != nullptr) rank_progress.window_depth = window->depth();
+    progress.push_back(rank_progress);
+  }
+  return progress;
+}
+
+// ---------------------------------------------------------------------------- JobRegistry
+
+JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
+                         int max_jobs, absl::Duration unstreamed_job_ttl,
+                         int max_unstreamed_jobs_per_peer, const Clock* clock)
+    : clock_(clock),
+      defaults_(defaults),
+      limits_(limits),
+      job_ttl_(job_ttl),
+      max_jobs_(max_jobs),
+      unstreamed_job_ttl_(unstreamed_job_ttl),
+      max_unstreamed_jobs_per_peer_(max_unstreamed_jobs_per_peer) {}
+
+absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
+  if (max_unstreamed_jobs_per_peer_ <= 0) return absl::OkStatus();
+  int unstreamed = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->peer() == peer && !job->EverStreamed()) ++unstreamed;
+  }
+  if (unstreamed < max_unstreamed_jobs_per_peer_) return absl::OkStatus();
+  // How the peer's places come free again without a stream: the TTL that applies.
+  std::string expiry = "restart the server (--job-ttl and --unstreamed-job-ttl are 0)";
+  if (unstreamed_job_ttl_ > absl::ZeroDuration()) {
+    expiry = absl::StrCat("wait until they expire (--unstreamed-job-ttl ",
+                          absl::FormatDuration(unstreamed_job_ttl_), ")");
+  } else if (job_ttl_ > absl::ZeroDuration()) {
+    expiry =
+        absl::StrCat("wait until they expire (--job-ttl ", absl::FormatDuration(job_ttl_), ")");
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "job '", LogSafe(job_id), "': peer ", LogSafe(peer), " already holds ", unstreamed,
+      " jobs that never opened a stream, its limit (--max-unstreamed-jobs-per-peer ",
+      max_unstreamed_jobs_per_peer_, "); open a stream for one of them, ", expiry,
+      ", or raise --max-unstreamed-jobs-per-peer"));
+}
+
+bool JobRegistry::Expired(const Job& job, absl::Time now, bool* never_streamed) const {
+  const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
+  const bool unstreamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
+                          job.IdleFor(unstreamed_job_ttl_, now);
+  *never_streamed = unstreamed && !expired;
+  return expired || unstreamed;
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::LiveJobs(absl::Time now) const {
+  std::vector<std::shared_ptr<Job>> live;
+  for (std::shared_ptr<Job>& job : Jobs()) {
+    bool never_streamed = false;
+    if (!Expired(*job, now, &never_streamed)) live.push_back(std::move(job));
+  }
+  return live;
+}
+
+std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Dropped> dropped;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    bool never_streamed = false;
+    if (Expired(*it->second, now, &never_streamed)) {
+      dropped.push_back(Dropped{it->first, never_streamed});
+      it = jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request,
+                                                           const NamedDataset* dataset,
+                                                           const std::string& peer) {
+  const std::string& job_id = request.job_id();
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  if (job_id.size() > kMaxJobIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_id: longer than ", kMaxJobIdLength, " characters"));
+  }
+  absl::StatusOr<JobConfig> config = EffectiveJobConfig(request, defaults_, limits_);
+  if (!config.ok()) return config.status();
+  if (request.rank() < 0 || request.rank() >= request.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank: must be in [0, world_size=", request.world_size(), "), got ", request.rank()));
+  }
+
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(job_id);
+    if (it != jobs_.end()) {
+      job = it->second;
+      if (&job->dataset() != dataset) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "dataset: job '", LogSafe(job_id), "' reads dataset '", job->dataset().name, "', rank ",
+            request.rank(), " asked for '", dataset->name,
+            "' (ranks of a job must agree; use another job id for another dataset)"));
+      }
+      absl::Status agree = CheckAgreement(job_id, request.rank(), job->config(), *config);
+      if (!agree.ok()) return agree;
+    } else {
+      // Only a new job counts against the peer: the other ranks of a job join it
+      // from wherever they run.
+      if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
+      if (max_jobs_ > 0 && jobs_.size() >= static_cast<size_t>(max_jobs_)) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
+                         " jobs, its limit (--max-jobs ", max_jobs_,
+                         "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
+      }
+      absl::StatusOr<int64_t> n = BatchesPerRank(dataset->data->shard_sizes(), config->plan);
+      if (!n.ok()) {
+        return absl::Status(n.status().code(),
+                            absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
+      }
+      job = std::make_shared<Job>(
+          job_id, *config, *n,
+          JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
+          peer, clock_);
+      jobs_.emplace(job_id, job);
+    }
+  }
+  job->MarkRegistered(request.rank());
+
+  const DatasetIndex& index = dataset->data->index();
+  const JobConfig& effective = job->config();
+  v1::RegisterResponse response;
+  response.set_batches_per_epoch(job->batches_per_epoch());
+  response.set_num_classes(index.num_classes);
+  // Wire strings are UTF-8: label text and shard names are escaped (common/util/utf8.h).
+  for (const std::string& name : index.class_names) response.add_class_names(EscapeToUtf8(name));
+  response.set_num_samples(index.num_samples);
+  response.add_image_shape(3);
+  response.add_image_shape(effective.transform.crop);
+  response.add_image_shape(effective.transform.crop);
+  response.set_job_fingerprint(job->job_fingerprint());
+  if (effective.plan.split == Split::kShard) {
+    absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(0);
+    if (!plan.ok()) return plan.status();
+    for (int32_t shard : (*plan)->ShardsOfRank(request.rank())) {
+      response.add_shards(EscapeToUtf8(index.shards[shard].path));
+    }
+  }
+  SetResponseConfig(effective, &response);
+  response.set_index_fingerprint(index.fingerprint);
+  response.set_server_version(kServerVersion);
+  response.set_dataset(dataset->name);
+  return response;
+}
+
+std::shared_ptr<Job> JobRegistry::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+size_t JobRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+std::vector<std::shared_ptr<Job>> JobRegistry::Jobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  return jobs;
+}
+
+}  // namespace shardcast::server

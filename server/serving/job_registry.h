@@ -1,0 +1,215 @@
+// Jobs by id: registration (validation, defaults, agreement between the ranks of
+// a job), the job's epoch plans (a small cache by epoch) and per-rank progress
+// for GetStatus.
+#ifndef SHARDCAST_SERVER_SERVING_JOB_REGISTRY_H_
+#define SHARDCAST_SERVER_SERVING_JOB_REGISTRY_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/plan/epoch_plan.h"
+#include "common/plan/job_config.h"
+#include "server/base/clock.h"
+#include "server/base/server_options.h"
+#include "server/serving/dataset_registry.h"
+#include "server/serving/stream_control.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::server {
+
+class BatchWindow;
+
+// Progress of one rank, as GetStatus reports it.
+struct RankProgress {
+  int32_t rank = 0;
+  int64_t epoch = 0;
+  int64_t next_batch = 0;  // of the open (or last) stream
+  bool streaming = false;
+  int64_t batches_sent = 0;
+  int64_t window_depth = 0;
+  absl::Time last_batch = absl::InfinitePast();  // last batch taken (or stream opened)
+  bool stalled = false;                          // see Job::UpdateStalls
+};
+
+// The server's byte-changing settings (ServeSettings, common/plan/job_config.h) as they
+// apply to `index`: --max-member-bytes at or above the largest image member of the
+// data, and a decode limit at or above kDecodeNeedBound, substitute nothing and are 0.
+// One pass over the index's samples (done once, when the dataset is published).
+ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,
+                               int64_t max_decode_bytes, bool resend_first_batch);
+
+// The most decode buffer bytes an image the decoder accepts can need
+// (DecodeBufferBytes of the worst one: a progressive CMYK JPEG of kMaxPixels, its
+// blocks padded to 16x16): a decode limit at or above it refuses nothing.
+int64_t DecodeNeedBound();
+
+class Job {
+ public:
+  // REQUIRES: `dataset` outlives the job.
+  // `peer`: PeerHost of the client whose Register created the job. `clock` (which
+  // must outlive the job) times its activity and its ranks' last batches.
+  Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
+      const NamedDataset* dataset, std::string peer, const Clock* clock = Clock::Real());
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& id() const { return id_; }
+  const JobConfig& config() const { return config_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // JobFingerprint(index content, config, the dataset's ServeSettings): what a stream
+  // must present.
+  const std::string& job_fingerprint() const { return job_fingerprint_; }
+  // The dataset the job reads (RegisterRequest.dataset, resolved).
+  const NamedDataset& dataset() const { return *dataset_; }
+  // Who created the job (PeerHost), for the per-peer limit on jobs that never streamed.
+  const std::string& peer() const { return peer_; }
+
+  // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
+  // epochs at a time). Errors come from the planner.
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> Plan(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+
+  void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stream bookkeeping. OpenStream returns a stream id and the rank's stream it
+  // replaces, if one was open (one open stream per rank: the caller ends it); later
+  // calls with an id that is no longer the rank's newest stream only count bytes.
+  struct Opened {
+    int64_t stream_id = 0;
+    std::shared_ptr<StreamControl> replaced;       // null when none was open
+    std::shared_ptr<BatchWindow> replaced_window;  // null when gone already
+  };
+  Opened OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
+                    std::weak_ptr<BatchWindow> window, std::shared_ptr<StreamControl> control)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns true when the rank was flagged stalled (the flag is cleared: it moved).
+  bool BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void CloseStream(int32_t rank, int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The newest stream of `rank` while open (nulls otherwise).
+  std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> StreamOf(
+      int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The windows of the ranks' open streams (to shrink them under memory pressure).
+  std::vector<std::shared_ptr<BatchWindow>> OpenWindows() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The controls of the ranks' open streams (for the idle reaper).
+  std::vector<std::shared_ptr<StreamControl>> OpenStreams() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Flags the ranks that StalledRanks (stall_watch.h) finds stalled at `now` and
+  // returns those newly flagged (a flag stays until the rank takes a batch or opens a
+  // stream), so that each stall is logged once.
+  std::vector<RankProgress> UpdateStalls(absl::Duration stall_warn, absl::Time now)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Registered ranks, in rank order, with live window depths.
+  std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True when no rank has a stream open and none has registered, opened or closed one
+  // for `ttl` before `now`.
+  bool IdleFor(absl::Duration ttl, absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether any rank ever opened a stream.
+  bool EverStreamed() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct RankState {
+    RankProgress progress;
+    int64_t stream_id = 0;                   // newest stream of this rank (0 = none yet)
+    std::weak_ptr<BatchWindow> window;       // of the newest open stream
+    std::shared_ptr<StreamControl> control;  // of the newest open stream
+  };
+  static constexpr size_t kPlanCacheSize = 4;
+
+  const Clock* const clock_;
+  const std::string id_;
+  const JobConfig config_;
+  const int64_t batches_per_epoch_;
+  const std::string job_fingerprint_;
+  const NamedDataset* const dataset_;
+  const std::string peer_;
+
+  mutable absl::Mutex mu_;
+  std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
+  int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int open_streams_ ABSL_GUARDED_BY(mu_) = 0;  // of all ranks, replaced ones included
+  bool ever_streamed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_active_ ABSL_GUARDED_BY(mu_);
+  // Most recently used first: (epoch, plan).
+  std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+class JobRegistry {
+ public:
+  // Jobs of every dataset share one registry: job ids are the server's, and
+  // --max-jobs counts them all.
+  // `job_ttl`, `unstreamed_job_ttl`: see ServerOptions (zero = that rule is off).
+  // `max_jobs`, `max_unstreamed_jobs_per_peer`: see ServerOptions (zero = no limit).
+  JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
+              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration(),
+              int max_unstreamed_jobs_per_peer = 0, const Clock* clock = Clock::Real());
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // Validates the request, fills defaults, creates the job on its first rank or checks
+  // that the rank agrees with it (dataset included), and answers with n, shapes and
+  // fingerprints. `dataset` is the one the request names (DatasetRegistry::Resolve);
+  // `peer` is the client's PeerHost (a new job counts against its per-peer limit).
+  // REQUIRES: `dataset` outlives the registry.
+  // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
+  // job's, naming the field; or the data cannot serve the job, with the planner's
+  // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs, or beyond the peer's
+  // max_unstreamed_jobs_per_peer jobs that never streamed; expired jobs are dropped
+  // before, by the caller).
+  absl::StatusOr<shardcast::v1::RegisterResponse> Register(
+      const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset,
+      const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // nullptr when no rank has registered job `id`.
+  std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The jobs not expired at `now` (DropExpired would keep them): what status lists,
+  // without dropping anything, so that asking for status changes nothing.
+  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Drops the jobs idle for the TTL (or for the unstreamed TTL, when none of their
+  // ranks ever streamed) and returns them, for the log. The service calls it before
+  // every Register (so an expired job's id is free) and from its monitor thread.
+  struct Dropped {
+    std::string job_id;
+    bool never_streamed = false;
+  };
+  std::vector<Dropped> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
+  bool Expired(const Job& job, absl::Time now, bool* never_streamed) const;
+  // RESOURCE_EXHAUSTED when `peer` already holds max_unstreamed_jobs_per_peer_ jobs none
+  // of whose ranks ever opened a stream, so that one host cannot take the whole job
+  // table with registrations that never stream.
+  absl::Status CheckPeerLimit(const std::string& job_id, const std::string& peer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Clock* const clock_;  // given to the jobs
+  const JobConfig defaults_;
+  const JobLimits limits_;
+  const absl::Duration job_ttl_;
+  const int max_jobs_;
+  const absl::Duration unstreamed_job_ttl_;
+  const int max_unstreamed_jobs_per_peer_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shardcast::server
+
+#endif  // SHARDCAST_SERVER_SERVING_JOB_REGISTRY_H_

@@ -1,0 +1,267 @@
+// The status reply (see status_reply.h).
+#include "server/serving/status_reply.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/remote/dataset_url.h"
+#include "common/util/utf8.h"
+#include "proto/job_config_proto.h"
+#include "server/base/log.h"
+#include "server/base/memory_limit.h"
+#include "server/base/version.h"
+
+namespace shardcast::server {
+
+namespace v1 = ::shardcast::v1;
+
+namespace {
+
+v1::DatasetStatus::State ToProto(DatasetRegistry::State state) {
+  switch (state) {
+    case DatasetRegistry::State::kIndexing:
+      return v1::DatasetStatus::INDEXING;
+    case DatasetRegistry::State::kServing:
+      return v1::DatasetStatus::SERVING;
+    case DatasetRegistry::State::kFailed:
+      return v1::DatasetStatus::FAILED;
+  }
+  return v1::DatasetStatus::STATE_UNSPECIFIED;
+}
+
+// Descriptors this process has open (the entries of /proc/self/fd, less the one
+// listing them); -1 when /proc is not mounted.
+int64_t OpenDescriptorCount() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int64_t count = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count - 1;
+}
+
+// Appends one shard problem of `dataset` to `list` while the list is below its bound;
+// the path and reason come from the data and are made log-safe.
+void ListShardProblem(const std::string& dataset, const std::string& path,
+                      const std::string& reason,
+                      google::protobuf::RepeatedPtrField<v1::ShardProblem>* list) {
+  if (list->size() >= kMaxListedShardProblems) return;
+  v1::ShardProblem* problem = list->Add();
+  problem->set_path(LogSafe(path, kMaxShardNameBytes));
+  // A store's error quotes its URL: GetStatus needs no token, so no secret of it.
+  problem->set_reason(LogSafe(remote::RedactUrlsIn(reason), kMaxShardReasonBytes));
+  problem->set_dataset(dataset);
+}
+
+// The skipped and changed shards of `dataset` into its totals in `status` and into the
+// response's lists and totals, which hold every dataset's: a changed shard of any
+// dataset fails the streams that read it, so none may go unreported.
+void AddShardProblems(const ServedDataset& dataset, v1::DatasetStatus* status,
+                      v1::GetStatusResponse* response) {
+  const DatasetIndex& index = dataset.index();
+  const std::vector<ChangedShard> changed = dataset.reader().ChangedShards();
+  status->set_total_skipped_shards(static_cast<int32_t>(index.skipped_shards.size()));
+  status->set_total_changed_shards(static_cast<int32_t>(changed.size()));
+  response->set_total_skipped_shards(response->total_skipped_shards() +
+                                     status->total_skipped_shards());
+  response->set_total_changed_shards(response->total_changed_shards() +
+                                     status->total_changed_shards());
+  for (const SkippedShard& skipped : index.skipped_shards) {
+    ListShardProblem(status->name(), skipped.path, skipped.reason,
+                     response->mutable_skipped_shards());
+  }
+  for (const ChangedShard& shard : changed) {
+    ListShardProblem(status->name(), shard.path, shard.change, response->mutable_changed_shards());
+  }
+  const std::vector<UnreadableShard> unreadable = dataset.reader().UnreadableShards();
+  status->set_total_unreadable_shards(static_cast<int32_t>(unreadable.size()));
+  response->set_total_unreadable_shards(response->total_unreadable_shards() +
+                                        status->total_unreadable_shards());
+  for (const UnreadableShard& shard : unreadable) {
+    ListShardProblem(status->name(), shard.path, shard.error,
+                     response->mutable_unreadable_shards());
+  }
+}
+
+// The datasets, with their shard problems; the single-dataset fields.
+void FillDatasetStatus(const StatusSources& s, bool draining, v1::GetStatusResponse* response) {
+  const std::vector<DatasetRegistry::Entry> entries = s.datasets->Entries();
+  std::string primary = entries.empty() ? "" : entries.front().spec.name;
+  for (const DatasetRegistry::Entry& entry : entries) {
+    if (entry.spec.name == kDefaultDatasetName) primary = entry.spec.name;
+  }
+  for (const DatasetRegistry::Entry& entry : entries) {
+    v1::DatasetStatus* dataset = response->add_datasets();
+    dataset->set_name(entry.spec.name);
+    // Operator-given paths and index errors need not be UTF-8; proto3 strings must be.
+    // GetStatus needs no token: a URL's password or signature is not shown.
+    dataset->set_dir(EscapeToUtf8(remote::RedactedUrl(entry.spec.dir)));
+    dataset->set_state(ToProto(entry.state));
+    if (!entry.error.ok()) {
+      dataset->set_error(EscapeToUtf8(remote::RedactUrlsIn(entry.error.message())));
+    }
+    if (entry.data != nullptr) {
+      const DatasetIndex& index = entry.data->data->index();
+      dataset->set_num_shards(static_cast<int32_t>(index.shards.size()));
+      dataset->set_num_samples(index.num_samples);
+      dataset->set_num_classes(index.num_classes);
+      dataset->set_index_fingerprint(index.fingerprint);
+      dataset->set_skipped_samples(static_cast<int64_t>(index.skipped.size()));
+      AddShardProblems(*entry.data->data, dataset, response);
+    }
+    // The single-dataset fields describe "default", else the first dataset.
+    if (entry.spec.name == primary) {
+      response->set_shards_dir(dataset->dir());
+      response->set_num_shards(dataset->num_shards());
+      response->set_num_samples(dataset->num_samples());
+      response->set_num_classes(dataset->num_classes());
+      response->set_index_fingerprint(dataset->index_fingerprint());
+      response->set_skipped_samples(dataset->skipped_samples());
+      response->set_index_state(IndexStateName(entry.state, draining));
+    }
+  }
+}
+
+// The live jobs and their ranks, up to the listing bounds.
+void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse* response) {
+  const std::vector<std::shared_ptr<Job>> jobs = s.jobs->LiveJobs(now);
+  response->set_total_jobs(static_cast<int32_t>(jobs.size()));
+  response->set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
+  response->set_max_listed_jobs(kMaxListedJobs);
+  response->set_max_listed_ranks(kMaxListedRanks);
+  response->set_max_jobs(s.options->max_jobs);
+  int32_t total_stalled = 0;
+  for (const std::shared_ptr<Job>& job : jobs) {
+    const std::vector<RankProgress> ranks = job->Progress();
+    int32_t stalled = 0;
+    for (const RankProgress& rank : ranks) stalled += rank.stalled ? 1 : 0;
+    total_stalled += stalled;
+    if (response->jobs_size() >= kMaxListedJobs) continue;
+    v1::JobStatus* job_status = response->add_jobs();
+    job_status->set_job_id(job->id());
+    job_status->set_world_size(job->config().plan.world_size);
+    job_status->set_batch_size(job->config().plan.batch_size);
+    job_status->set_batches_per_epoch(job->batches_per_epoch());
+    job_status->set_job_fingerprint(job->job_fingerprint());
+    job_status->set_split(ToProto(job->config().plan.split));
+    job_status->set_dataset(job->dataset().name);
+    job_status->set_stalled_ranks(stalled);
+    job_status->set_total_ranks(static_cast<int32_t>(ranks.size()));
+    job_status->set_ranks_truncated(ranks.size() > static_cast<size_t>(kMaxListedRanks));
+    const int64_t n = job->batches_per_epoch();
+    int64_t most_advanced = 0;
+    for (const RankProgress& rank : ranks) {
+      most_advanced = std::max(most_advanced, rank.epoch * n + rank.next_batch);
+    }
+    for (const RankProgress& rank : ranks) {
+      if (job_status->ranks_size() >= kMaxListedRanks) break;
+      v1::RankStatus* rank_status = job_status->add_ranks();
+      rank_status->set_rank(rank.rank);
+      rank_status->set_epoch(rank.epoch);
+      rank_status->set_next_batch(rank.next_batch);
+      rank_status->set_lag_batches(most_advanced - (rank.epoch * n + rank.next_batch));
+      rank_status->set_streaming(rank.streaming);
+      rank_status->set_batches_sent(rank.batches_sent);
+      rank_status->set_window_depth(rank.window_depth);
+      rank_status->set_stalled(rank.stalled);
+      rank_status->set_seconds_since_last_batch(
+          std::max(0.0, absl::ToDoubleSeconds(now - rank.last_batch)));
+    }
+  }
+  response->set_stalled_ranks(total_stalled);
+}
+
+// Images and bytes served, rates, time streams waited.
+void FillTrafficStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse* response) {
+  response->set_images_served(s.stats->images_served.load());
+  response->set_bytes_served(s.stats->bytes_served.load());
+  double images_per_second = 0, bytes_per_second = 0;
+  s.stats->rate.Rates(now, &images_per_second, &bytes_per_second);
+  response->set_images_per_second(images_per_second);
+  response->set_bytes_per_second(bytes_per_second);
+  response->set_stream_wait_for_batch_seconds(
+      static_cast<double>(s.stats->wait_for_batch_nanos.load()) * 1e-9);
+  response->set_stream_wait_for_client_seconds(
+      static_cast<double>(s.stats->wait_for_client_nanos.load()) * 1e-9);
+}
+
+// The decode pool, its memory budget and what decode substituted.
+void FillDecodeStatus(const StatusSources& s, v1::GetStatusResponse* response) {
+  response->set_decode_errors(s.stats->decode_errors.load());
+  response->set_substitutions(s.stats->substitutions.load());
+  response->set_shard_read_retries(s.stats->shard_read_retries.load());
+  response->set_queue_depth(s.pool->queue_depth());
+  response->set_decode_tasks_running(s.pool->running());
+  response->set_decode_threads(s.pool->threads());
+  response->set_decode_task_exceptions(s.pool->task_exceptions());
+  response->set_decode_memory_limit_bytes(s.decode_budget->limit());
+  response->set_decode_memory_in_use_bytes(s.decode_budget->in_use());
+  response->set_decode_memory_peak_bytes(s.decode_budget->peak_in_use());
+  response->set_images_over_decode_memory(s.decode_budget->refused());
+  response->set_decode_memory_waits(s.decode_budget->waited());
+  response->set_max_member_bytes(s.options->max_member_bytes);
+  response->set_images_over_member_limit(s.stats->images_over_member_limit.load());
+}
+
+// Memory, descriptors, connections and the listener's state.
+void FillHostStatus(const StatusSources& s, v1::GetStatusResponse* response) {
+  response->set_memory_in_use_bytes(s.stats->buffer_bytes.load());
+  response->set_rss_bytes(ResidentSetBytes());
+  response->set_max_listed_shard_problems(kMaxListedShardProblems);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    response->set_descriptor_limit(
+        limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(limit.rlim_cur));
+  }
+  response->set_open_descriptors(OpenDescriptorCount());
+  response->set_max_connections(s.options->max_connections);
+  response->set_max_connections_per_peer(s.options->max_connections_per_peer);
+  response->set_connections_open(s.stats->connections_open.load());
+  response->set_connections_refused(s.stats->connections_refused.load());
+  response->set_listener_accepting(s.stats->listener_accepting.load());
+}
+
+}  // namespace
+
+std::string IndexStateName(DatasetRegistry::State dataset, bool draining) {
+  if (draining) return "draining";
+  switch (dataset) {
+    case DatasetRegistry::State::kIndexing:
+      return "indexing";
+    case DatasetRegistry::State::kServing:
+      return "serving";
+    case DatasetRegistry::State::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+v1::GetStatusResponse BuildStatusReply(const StatusSources& sources, absl::Time now,
+                                       bool draining) {
+  v1::GetStatusResponse response;
+  response.set_version(kServerVersion);
+  response.set_uptime_seconds(absl::ToDoubleSeconds(now - sources.stats->start_time));
+  FillDatasetStatus(sources, draining, &response);
+  FillJobStatus(sources, now, &response);
+  sources.streams->FillStatus(&response);
+  FillTrafficStatus(sources, now, &response);
+  FillDecodeStatus(sources, &response);
+  FillHostStatus(sources, &response);
+  sources.remote_storage->FillStatus(&response);
+  bool all_serving = true;
+  for (const v1::DatasetStatus& dataset : response.datasets()) {
+    all_serving &= dataset.state() == v1::DatasetStatus::SERVING;
+  }
+  response.set_serving(!draining && all_serving && response.datasets_size() > 0 &&
+                       response.listener_accepting());
+  return response;
+}
+
+}  // namespace shardcast::server

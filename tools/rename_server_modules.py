@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Issue 36's renames of the server's three modules whose names differed by a word, by
+`git mv` and word replacement only: shardcast_server -> daemon (ShardcastServer ->
+Daemon), serving/shardcast_service_impl -> serving/service_core (ShardcastServiceImpl ->
+ServiceCore); rpc/grpc_shardcast_service -> rpc/grpc_adapter was the commit before.
+Run once from the repository root on a clean tree. docs/testing.md is the lead's."""
+
+import re
+import subprocess
+import sys
+
+MOVES = [("server/shardcast_server.h", "server/daemon.h"),
+         ("server/shardcast_server.cc", "server/daemon.cc"),
+         ("server/serving/shardcast_service_impl.h", "server/serving/service_core.h"),
+         ("server/serving/shardcast_service_impl.cc", "server/serving/service_core.cc")]
+WORDS = [(r"\bShardcastServiceImpl\b", "ServiceCore"),
+         (r"\bShardcastServer\b", "Daemon"),
+         (r"\bSHARDCAST_SERVER_SERVING_SHARDCAST_SERVICE_IMPL_H_\b",
+          "SHARDCAST_SERVER_SERVING_SERVICE_CORE_H_"),
+         (r"\bSHARDCAST_SERVER_SHARDCAST_SERVER_H_\b", "SHARDCAST_SERVER_DAEMON_H_"),
+         (r"\bshardcast_service_impl\b", "service_core"),
+         # The file, not the libraries shardcast_server_<room>.
+         (r"\bshardcast_server(?=\.(h|cc|\*|\{)|`)", "daemon")]
+SKIP = {"docs/testing.md", "tools/move_server_into_rooms.py", "tools/rename_server_modules.py"}
+
+
+def git(*args):
+    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
+
+
+def main():
+    if git("status", "--porcelain").strip():
+        sys.exit("the tree is not clean")
+    for old, new in MOVES:
+        git("mv", old, new)
+    for f in git("ls-files").split("\n"):
+        if not f or f in SKIP:
+            continue
+        try:
+            with open(f, encoding="utf-8") as fh:
+                text = fh.read()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        new = text
+        for pattern, replacement in WORDS:
+            new = re.sub(pattern, replacement, new)
+        if new != text:
+            with open(f, "w", encoding="utf-8") as fh:
+                fh.write(new)
+
+
+if __name__ == "__main__":
+    main()
