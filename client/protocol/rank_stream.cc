@@ -28,6 +28,8 @@
 #include "client/protocol/stream_clocks.h"
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
+#include "common/util/clock.h"
+#include "common/util/retry_policy.h"
 #include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
@@ -58,24 +60,18 @@ class RankStream::Impl {
 
   ~Impl() { StopPrefetch(); }
 
-  // Register with retries on the caller's thread (Connect).
+  // Register with retries on the caller's thread (Connect). The waits between rounds
+  // are the retry policy's on stop_token_, so a stop (Connect's interrupt, Close) wakes
+  // them at once.
   absl::Status InitialRegister() {
-    if (options_.prefetch < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
-    }
-    if (!(options_.stream_timeout_seconds >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("stream timeout must be >= 0 seconds, got ",
-                                                     options_.stream_timeout_seconds));
-    }
-    const absl::Time give_up = absl::Now() + absl::Seconds(options_.reconnect_deadline_seconds);
-    absl::Duration backoff = absl::Seconds(options_.reconnect_initial_seconds);
+    if (absl::Status valid = CheckOptions(); !valid.ok()) return valid;
+    util::RetryPolicy retry(RegisterRetry());
     int64_t attempts = 0;
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
     std::string last_error;
     while (true) {
       v1::RegisterResponse response;
-      grpc::Status status = RegisterOnce(give_up, &response);
+      grpc::Status status = RegisterOnce(retry.deadline(), &response);
       ++attempts;
       if (status.ok()) return Registered(std::move(response));
       if (StopRequested()) return Interrupted();  // Connect's interrupt
@@ -93,20 +89,16 @@ class RankStream::Impl {
       if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || last_error.empty()) {
         last_error = status.error_message();
       }
-      const absl::Time now = absl::Now();
-      if (now >= give_up) {
-        return absl::UnavailableError(absl::StrFormat(
-            "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
-            "last error: %s",
-            options_.job.rank(), options_.job.job_id(), options_.server,
-            options_.reconnect_deadline_seconds, attempts, last_error));
-      }
+      if (retry.Expired()) return Unreachable(attempts, last_error);
       // Unreachable or draining: the next replica at once; a round that reached none
       // waits its backoff. Attempts fail fast, so the loop itself waits out the whole
-      // deadline.
+      // deadline (the last wait ends on it: one last attempt there).
       if (replicas_.MoveToNext()) continue;
-      if (!SleepUnlessStopped(std::min(backoff, give_up - now))) return Interrupted();
-      backoff = std::min(backoff * 2, absl::Seconds(options_.reconnect_max_seconds));
+      const util::RetryPolicy::Decision next = retry.AfterFailure();
+      if (next.verdict != util::RetryPolicy::Verdict::kRetry) {
+        return Unreachable(attempts, last_error);
+      }
+      if (!retry.Wait(next.wait, &stop_token_)) return Interrupted();
     }
   }
 
@@ -140,6 +132,7 @@ class RankStream::Impl {
     {
       absl::MutexLock lock(&mu_);
       stop_ = false;
+      stop_token_.Reset();
       started_ = true;
       epoch_ = epoch;
       epoch_batches_ = *n;
@@ -171,6 +164,7 @@ class RankStream::Impl {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     if (active_context_ != nullptr) active_context_->TryCancel();
+    stop_token_.Cancel();
     queue_.Stop();
   }
 
@@ -229,6 +223,37 @@ class RankStream::Impl {
 
   StreamPosition Position(int64_t epoch, int64_t batch) const {
     return StreamPosition{options_.job.job_id(), options_.job.rank(), epoch, batch};
+  }
+
+  absl::Status CheckOptions() const {
+    if (options_.prefetch < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
+    }
+    if (!(options_.stream_timeout_seconds >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("stream timeout must be >= 0 seconds, got ",
+                                                     options_.stream_timeout_seconds));
+    }
+    return absl::OkStatus();
+  }
+
+  // Registration's retries: the reconnect backoff, doubling, no jitter, until the
+  // reconnect deadline, with one last attempt on it.
+  util::RetryOptions RegisterRetry() const {
+    util::RetryOptions retry;
+    retry.first_backoff = absl::Seconds(options_.reconnect_initial_seconds);
+    retry.max_backoff = absl::Seconds(options_.reconnect_max_seconds);
+    retry.window = absl::Seconds(options_.reconnect_deadline_seconds);
+    retry.last_attempt_at_deadline = true;
+    return retry;
+  }
+
+  absl::Status Unreachable(int64_t attempts, const std::string& last_error) const {
+    return absl::UnavailableError(absl::StrFormat(
+        "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
+        "last error: %s",
+        options_.job.rank(), options_.job.job_id(), options_.server,
+        options_.reconnect_deadline_seconds, attempts, last_error));
   }
 
   // Whether Next() answers without the queue: closed, not started, the epoch handed out
@@ -302,14 +327,6 @@ class RankStream::Impl {
   }
 
   void DeliverError(absl::Status error) { queue_.Push(std::move(error)); }
-
-  // Sleeps for `d` unless a stop is requested first; false if stopped.
-  bool SleepUnlessStopped(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
-    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stopped), d);
-    return !stop_;
-  }
 
   absl::Duration stream_timeout() const { return absl::Seconds(options_.stream_timeout_seconds); }
 
@@ -511,7 +528,7 @@ class RankStream::Impl {
       const bool moved = !unknown_job && replicas_.MoveToNext();
       if (!unknown_job && !moved) {
         const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
-        if (!SleepUnlessStopped(retry.TakeBackoff(now, give_up))) break;
+        if (!util::Clock::Real()->WaitFor(retry.TakeBackoff(now, give_up), &stop_token_)) break;
       }
       need_register = true;
       CountReconnect();
@@ -552,8 +569,10 @@ class RankStream::Impl {
   absl::Mutex control_mu_;
 
   mutable absl::Mutex mu_;
-  // Tells the thread registering or prefetching to stop; set by RequestStop.
+  // Tells the thread registering or prefetching to stop; set by RequestStop, which
+  // also cancels stop_token_ (what ends its waits between attempts).
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  util::CancelToken stop_token_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Close() was called: every call returns ClosedError from then on.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
