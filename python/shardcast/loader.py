@@ -86,24 +86,6 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
-def _security(tls: bool, tls_ca: Optional[str], tls_cert: Optional[str],
-              tls_key: Optional[str]) -> "_native.Security":
-    """TLS when asked for or when any TLS file is given (the C++ clients' --tls-ca,
-    --tls-cert, --tls-key): trusting `tls_ca` (PEM; default the system's roots), with a
-    client certificate when `tls_cert` and `tls_key` are given (mTLS)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("tls_cert and tls_key: pass both (a client certificate and its key)")
-    security = _native.Security()
-    security.tls = bool(tls or tls_ca or tls_cert)
-    # Read as the C++ clients read them: a regular file of at most 1 MiB (a FIFO would
-    # block, a device never end) holding a PEM block.
-    read = _native.read_pem_file
-    security.root_pem = read("tls_ca", tls_ca) if tls_ca is not None else ""
-    security.cert_pem = read("tls_cert", tls_cert) if tls_cert is not None else ""
-    security.key_pem = read("tls_key", tls_key) if tls_key is not None else ""
-    return security
-
-
 def _new_job_id() -> str:
     """run-<host>-<pid>-<random>: unique per run, readable in the server's status."""
     return f"run-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -242,20 +224,20 @@ class Loader:
             job.shuffle_buffer = shuffle_buffer
         if block_size is not None:
             job.block_size = block_size
-        if token is None:
-            token = os.environ.get(TOKEN_ENV, "").strip() or None
-        self._stream = _native.Stream(
-            server,
-            job.SerializeToString(),
-            security=_security(tls, tls_ca, tls_cert, tls_key),
-            token=token or "",
-            prefetch=prefetch,
-            reconnect_deadline=reconnect_deadline,
-            stream_timeout=stream_timeout,
-            # The receiving thread joins the pixels into one block for the tensor; pinned
-            # batches are copied from the received pieces into the pinned memory instead.
-            join_images=not pin_memory,
-        )
+        # TLS and the token by the C++ clients' one rule (client/protocol/client_security.h):
+        # TLS when tls, tls_ca or tls_cert is given (tls_ca: default the system's roots),
+        # files read as they read them, the token given or else $SHARDCAST_TOKEN's.
+        security = _native.client_security(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                           tls_key=tls_key, token=token)
+        options = _native.StreamOptions()
+        options.server = server
+        options.prefetch = prefetch
+        options.reconnect_deadline = reconnect_deadline
+        options.stream_timeout = stream_timeout
+        # The receiving thread joins the pixels into one block for the tensor; pinned
+        # batches are copied from the received pieces into the pinned memory instead.
+        options.join_images = not pin_memory
+        self._stream = _native.Stream(job.SerializeToString(), options, security)
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
         self._pin_memory = pin_memory
         self._on_substitute = on_substitute
