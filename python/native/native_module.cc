@@ -31,6 +31,7 @@
 #include "client/protocol/client_security.h"
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/receive_memory.h"
+#include "client/protocol/run_rules.h"
 #include "client/protocol/wire_batch.h"
 #include "common/plan/epoch_plan.h"
 #include "common/util/token_file.h"
@@ -472,6 +473,25 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("handshake_refusal", &StreamSettings::handshake_refusal_seconds)
       .def_readwrite("stream_timeout", &StreamSettings::stream_timeout_seconds)
       .def_readwrite("join_images", &StreamSettings::join_images);
+
+  // The run's rules (client/protocol/run_rules.h), as shardcast-train applies them.
+  m.def("new_job_id", &NewRunJobId, "run-<host>-<pid>-<random>: a new job id for a run");
+  py::class_<SavedPosition>(m, "SavedPosition")
+      .def(py::init<>())
+      .def_readwrite("epoch", &SavedPosition::epoch)
+      .def_readwrite("next_batch", &SavedPosition::next_batch)
+      .def_readwrite("sample_offset", &SavedPosition::sample_offset)
+      .def_readwrite("world_size", &SavedPosition::world_size)
+      .def_readwrite("batch_size", &SavedPosition::batch_size)
+      .def_property_readonly("samples_consumed", &SavedPosition::SamplesConsumed);
+  py::class_<ResumePosition>(m, "ResumePosition")
+      .def_readonly("epoch", &ResumePosition::epoch)
+      .def_readonly("batch", &ResumePosition::batch)
+      .def_readonly("sample_offset", &ResumePosition::sample_offset)
+      .def_readonly("elastic", &ResumePosition::elastic);
+  m.def("resume_at", &ResumeAt, py::arg("saved"), py::arg("world_size"), py::arg("batch_size"),
+        py::arg("num_samples"),
+        "where a saved position resumes with this run's world size and batch size");
 
   py::class_<NativeStream>(m, "Stream")
       .def(py::init<const py::bytes&, const StreamSettings&, const ClientSecurity&>(),

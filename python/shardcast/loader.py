@@ -86,9 +86,17 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
+def _saved_position(epoch: int, done: int, offset: int, world_size: int,
+                    batch_size: int) -> "_native.SavedPosition":
+    saved = _native.SavedPosition()
+    saved.epoch, saved.next_batch, saved.sample_offset = epoch, done, offset
+    saved.world_size, saved.batch_size = world_size, batch_size
+    return saved
+
+
 def _new_job_id() -> str:
-    """run-<host>-<pid>-<random>: unique per run, readable in the server's status."""
-    return f"run-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    """run-<host>-<pid>-<random>: shardcast-train's rule (client/protocol/run_rules.h)."""
+    return _native.new_job_id()
 
 
 class Loader:
@@ -344,7 +352,9 @@ class Loader:
             "batches_done": self._done,
             "batches_in_epoch": self.batches_in_epoch,
             "sample_offset": self._offset,
-            "samples_consumed": self._offset + self._done * reg.world_size * reg.batch_size,
+            "samples_consumed": _saved_position(
+                self._epoch, self._done, self._offset, reg.world_size, reg.batch_size
+            ).samples_consumed,
             "job_id": self.job_id,
             "rank": self.rank,
             "world_size": reg.world_size,
@@ -389,8 +399,11 @@ class Loader:
         if done == epoch_batches:  # the epoch was finished: any world size goes on from here
             epoch, done, offset = epoch + 1, 0, 0
         elif state["world_size"] != reg.world_size or state["batch_size"] != reg.batch_size:
-            consumed = offset + done * int(state["world_size"]) * int(state["batch_size"])
-            if consumed > 0 and reg.split != pb.SPLIT_SAMPLE:
+            # Where the epoch goes on: shardcast-train's rule (client/protocol/run_rules.h).
+            saved = _saved_position(epoch, done, offset, int(state["world_size"]),
+                                    int(state["batch_size"]))
+            at = _native.resume_at(saved, reg.world_size, reg.batch_size, reg.num_samples)
+            if at.elastic and reg.split != pb.SPLIT_SAMPLE:
                 raise JobChangedError(
                     f"{where}: the state has world size {state['world_size']} and batch size "
                     f"{state['batch_size']}, this loader's job '{self.job_id}' "
@@ -399,7 +412,7 @@ class Loader:
                     "depend on the world size): resume with the same world size and batch "
                     "size, or from a state taken at the end of an epoch"
                 )
-            done, offset = 0, min(consumed, reg.num_samples)
+            done, offset = at.batch, at.sample_offset
         elif state["batches_per_epoch"] != reg.batches_per_epoch:
             raise JobChangedError(
                 f"{where}: the state is of a job with batches_per_epoch "
