@@ -1,8 +1,8 @@
-// RankStream: registration with retry, the prefetch loop with reconnect/resume (see
-// rank_stream.h). Its parts live beside it: the queue to Next() (bounded_queue.h), the
-// checks of what a server says (stream_checks.h), the stream timeout's watchdog
-// (read_watchdog.h), the replicas (replica_set.h), which failures are retried
-// (retry_rules.h) and the retry clocks (stream_clocks.h).
+// RankStream: the prefetch loop with reconnect/resume (see rank_stream.h). Its parts
+// live beside it: the first registration (registration.h), the queue to Next()
+// (bounded_queue.h), the checks of what a server says (stream_checks.h), the stream
+// timeout's watchdog (read_watchdog.h), the replicas (replica_set.h), which failures
+// are retried (retry_rules.h) and the reconnect clocks (stream_clocks.h).
 #include "client/protocol/rank_stream.h"
 
 #include <grpcpp/grpcpp.h>
@@ -22,6 +22,7 @@
 #include "client/protocol/bounded_queue.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/read_watchdog.h"
+#include "client/protocol/registration.h"
 #include "client/protocol/replica_set.h"
 #include "client/protocol/retry_rules.h"
 #include "client/protocol/server_list.h"
@@ -29,7 +30,6 @@
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
 #include "common/util/clock.h"
-#include "common/util/retry_policy.h"
 #include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
@@ -60,46 +60,18 @@ class RankStream::Impl {
 
   ~Impl() { StopPrefetch(); }
 
-  // Register with retries on the caller's thread (Connect). The waits between rounds
-  // are the retry policy's on stop_token_, so a stop (Connect's interrupt, Close) wakes
-  // them at once.
+  // Register with retries on the caller's thread (Connect); a stop (Connect's
+  // interrupt) ends its RPC or its wait at once.
   absl::Status InitialRegister() {
     if (absl::Status valid = CheckOptions(); !valid.ok()) return valid;
-    util::RetryPolicy retry(RegisterRetry());
-    int64_t attempts = 0;
-    HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
-    std::string last_error;
-    while (true) {
-      v1::RegisterResponse response;
-      grpc::Status status = RegisterOnce(retry.deadline(), &response);
-      ++attempts;
-      if (status.ok()) return Registered(std::move(response));
-      if (StopRequested()) return Interrupted();  // Connect's interrupt
-      const std::string what =
-          absl::StrFormat("register rank %d of job '%s' at %s", options_.job.rank(),
-                          options_.job.job_id(), replica().target);
-      if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
-        return FromGrpcStatus(status, what);
-      }
-      if (absl::Status refused = refusal.Observe(status, absl::Now(), what); !refused.ok()) {
-        return refused;
-      }
-      // The attempt that starts at the deadline ends at once with DEADLINE_EXCEEDED; the
-      // error of the attempt before says more.
-      if (status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || last_error.empty()) {
-        last_error = status.error_message();
-      }
-      if (retry.Expired()) return Unreachable(attempts, last_error);
-      // Unreachable or draining: the next replica at once; a round that reached none
-      // waits its backoff. Attempts fail fast, so the loop itself waits out the whole
-      // deadline (the last wait ends on it: one last attempt there).
-      if (replicas_.MoveToNext()) continue;
-      const util::RetryPolicy::Decision next = retry.AfterFailure();
-      if (next.verdict != util::RetryPolicy::Verdict::kRetry) {
-        return Unreachable(attempts, last_error);
-      }
-      if (!retry.Wait(next.wait, &stop_token_)) return Interrupted();
-    }
+    absl::StatusOr<v1::RegisterResponse> response = RegisterWithRetry(
+        options_, options_.job, &replicas_,
+        [this](absl::Time give_up, v1::RegisterResponse* out) {
+          return RegisterOnce(give_up, out);
+        },
+        stop_token_);
+    if (!response.ok()) return response.status();
+    return Registered(*std::move(response));
   }
 
   const RankStreamOptions& options() const { return options_; }
@@ -163,8 +135,8 @@ class RankStream::Impl {
   void RequestStop() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    stop_token_.Cancel();  // first: the cancelled RPC's caller reads it
     if (active_context_ != nullptr) active_context_->TryCancel();
-    stop_token_.Cancel();
     queue_.Stop();
   }
 
@@ -235,25 +207,6 @@ class RankStream::Impl {
                                                      options_.stream_timeout_seconds));
     }
     return absl::OkStatus();
-  }
-
-  // Registration's retries: the reconnect backoff, doubling, no jitter, until the
-  // reconnect deadline, with one last attempt on it.
-  util::RetryOptions RegisterRetry() const {
-    util::RetryOptions retry;
-    retry.first_backoff = absl::Seconds(options_.reconnect_initial_seconds);
-    retry.max_backoff = absl::Seconds(options_.reconnect_max_seconds);
-    retry.window = absl::Seconds(options_.reconnect_deadline_seconds);
-    retry.last_attempt_at_deadline = true;
-    return retry;
-  }
-
-  absl::Status Unreachable(int64_t attempts, const std::string& last_error) const {
-    return absl::UnavailableError(absl::StrFormat(
-        "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
-        "last error: %s",
-        options_.job.rank(), options_.job.job_id(), options_.server,
-        options_.reconnect_deadline_seconds, attempts, last_error));
   }
 
   // Whether Next() answers without the queue: closed, not started, the epoch handed out
