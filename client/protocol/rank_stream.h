@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/protocol/stream_checks.h"
 #include "client/protocol/stream_settings.h"
 #include "client/protocol/wire_batch.h"
 #include "shardcast/v1/shardcast.pb.h"
@@ -41,10 +42,6 @@ using ReceivedBatch = std::shared_ptr<const WireBatch>;
 // main thread, the one that waits, and only when asked (PyErr_CheckSignals).
 using InterruptCheck = std::function<bool()>;
 inline constexpr absl::Duration kInterruptPollInterval = absl::Milliseconds(50);
-
-// The most pixel bytes a batch may have (B*3*H*W): what one protobuf message can hold.
-// A registration that announces more is refused before anything is sized by it.
-inline constexpr int64_t kMaxBatchPixelBytes = (int64_t{1} << 31) - 1;
 
 class RankStream {
  public:
@@ -102,14 +99,11 @@ class RankStream {
   std::unique_ptr<Impl> impl_;
 };
 
-// Whether an error of Next() says the job changed under the rank (after a reconnect the
-// server has another job fingerprint, world size, batch size or n): FAILED_PRECONDITION,
-// like some of the server's own refusals, and told apart from them by a payload, so that
-// a client can report it as its own kind of error (Python: JobChangedError).
-bool IsJobChanged(const absl::Status& status);
-
-// Whether an error of Next() or StartEpoch() says the stream was closed (Close()).
-bool IsClosed(const absl::Status& status);
+// Errors of Next() told apart by kind (stream_checks.h): IsJobChanged (after a reconnect
+// the server has another job fingerprint, world size, batch size or n; FAILED_PRECONDITION,
+// like some of the server's own refusals, marked by a payload so that a client can report
+// it as its own kind: Python's JobChangedError), and IsClosed (Next() or StartEpoch()
+// after Close()).
 
 }  // namespace shardcast::client
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/batch_stream.h"
+#include "client/protocol/run_rules.h"
 #include "client/train/batch_source.h"
 #include "client/train/checkpoint.h"
 #include "client/train/ddp.h"
@@ -93,14 +94,6 @@ absl::StatusOr<ComputeFormat> ChooseComputeFormat(const TrainOptions& o,
   return format;
 }
 
-// "run-<host>-<pid>-<random>": unique per run, readable in the server's status.
-std::string GenerateJobId() {
-  char host[64] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "host");
-  std::random_device entropy;
-  return absl::StrFormat("run-%s-%d-%08x", host, ::getpid(), entropy());
-}
-
 client::RankJob MakeJob(const TrainOptions& o, const std::string& job_id) {
   client::RankJob job;
   job.job_id = job_id;
@@ -129,8 +122,8 @@ client::RankJob MakeValJob(const TrainOptions& o, const std::string& job_id,
   val.split = Split::kSample;
   val.remainder = Remainder::kPad;
   val.transform_mode = TransformMode::kCenter;
-  val.resize = train != nullptr ? std::optional<int32_t>(train->config.transform.resize)
-                                : o.job.resize;
+  val.resize =
+      train != nullptr ? std::optional<int32_t>(train->config.transform.resize) : o.job.resize;
   val.crop = train != nullptr ? std::optional<int32_t>(train->config.transform.crop) : o.job.crop;
   return job;
 }
@@ -250,7 +243,7 @@ int RunRank(const TrainOptions& o) {
   // name through the rendezvous store): a rerun with other flags never collides with
   // the job an earlier run left on the server.
   absl::StatusOr<std::string> job_id = o.job_id;
-  if (o.job_id.empty()) job_id = (*comm)->ShareFromRankZero("job_id", GenerateJobId());
+  if (o.job_id.empty()) job_id = (*comm)->ShareFromRankZero("job_id", client::NewRunJobId());
   if (!job_id.ok()) Fail(job_id.status());
 
   std::unique_ptr<BatchSource> source;  // null with --eval-only

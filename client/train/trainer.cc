@@ -6,12 +6,14 @@
 #include <csignal>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "client/protocol/run_rules.h"
 #include "client/train/checkpoint.h"
 #include "common/util/digest.h"
 
@@ -240,18 +242,19 @@ absl::Status Trainer::Resume(StartPosition* start) {
         *path, position->world_size, position->batch_size, position->fingerprint, world,
         config_.batch_size, source_->fingerprint()));
   }
-  start->epoch = position->epoch;
   global_step_ = position->global_step;
-  if (position->world_size == world && position->batch_size == config_.batch_size) {
-    start->batch = position->next_batch;
-    start->sample_offset = position->sample_offset;
-    return absl::OkStatus();
-  }
-  // Elastic: the epoch goes on from the samples all ranks consumed in it, dealt over
-  // this run's ranks (a checkpoint at an epoch boundary needs no offset at all). The
-  // stream refuses it for split shard, with the reason (common/plan/epoch_plan.h).
-  start->batch = 0;
-  start->sample_offset = position->SamplesConsumed();
+  // The same world size and batch size resume at the same batch; another (elastic) goes on
+  // from the samples all ranks consumed in the epoch, dealt over this run's ranks: the
+  // rule Python's Loader applies too (run_rules.h). The stream refuses it for split
+  // shard, with the reason (common/plan/epoch_plan.h), and judges the offset against
+  // the data, so it is not bounded here.
+  const client::ResumePosition at = client::ResumeAt(
+      client::SavedPosition{position->epoch, position->next_batch, position->sample_offset,
+                            position->world_size, position->batch_size},
+      world, config_.batch_size, std::numeric_limits<int64_t>::max());
+  start->epoch = at.epoch;
+  start->batch = at.batch;
+  start->sample_offset = at.sample_offset;
   return absl::OkStatus();
 }
 

@@ -14,7 +14,6 @@
 //   received in (torch.frombuffer wraps them without a copy), or are copied once,
 //   without the GIL, into memory the caller names (a pinned tensor on its way to a GPU).
 // No torch here: the module works with whatever torch the Python side imports.
-#include <grpcpp/security/credentials.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <unistd.h>
@@ -29,8 +28,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "client/protocol/client_security.h"
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/receive_memory.h"
+#include "client/protocol/run_rules.h"
 #include "client/protocol/wire_batch.h"
 #include "common/plan/epoch_plan.h"
 #include "common/util/token_file.h"
@@ -48,41 +49,52 @@ namespace v1 = ::shardcast::v1;
 // start_epoch's own checks is a bad argument.
 enum class Call { kRegister, kStartEpoch, kNext };
 
-// The shardcast.errors kind (from_native) of a failed call's status.
-const char* ErrorKind(const absl::Status& status, Call call) {
-  if (IsClosed(status)) return "closed";
-  if (call == Call::kStartEpoch) return "value";
-  if (call == Call::kNext && IsJobChanged(status)) return "changed";
+// The kinds of error the native client reports, bound as _native.ErrorKind: each is one
+// shardcast.errors class (errors.from_native), so neither side spells a kind as a string.
+enum class ErrorKind {
+  kValue,        // a bad argument: ValueError
+  kUnavailable,  // ServerUnavailableError
+  kTimeout,      // StreamTimeoutError
+  kRefused,      // JobRefusedError
+  kChanged,      // JobChangedError
+  kCheck,        // BatchCheckError
+  kClosed,       // LoaderClosedError
+  kFork,         // ForkedProcessError
+  kError,        // ShardcastError
+};
+
+// The kind of a failed call's status.
+ErrorKind KindOf(const absl::Status& status, Call call) {
+  if (IsClosed(status)) return ErrorKind::kClosed;
+  if (call == Call::kStartEpoch) return ErrorKind::kValue;
+  if (call == Call::kNext && IsJobChanged(status)) return ErrorKind::kChanged;
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
-      return "unavailable";
+      return ErrorKind::kUnavailable;
     case absl::StatusCode::kDeadlineExceeded:
       // RankStream's stall rule; a register attempt's deadline ends as UNAVAILABLE.
-      return "timeout";
+      return ErrorKind::kTimeout;
     case absl::StatusCode::kDataLoss:
-      return "check";
+      return ErrorKind::kCheck;
     case absl::StatusCode::kInternal:
-      return "error";
+      return ErrorKind::kError;
     default:
-      return "refused";
+      return ErrorKind::kRefused;
   }
+}
+
+// Raises the shardcast.errors class of `kind` with `message` and the status code `code`
+// (0: no status behind it).
+[[noreturn]] void RaiseKind(ErrorKind kind, const std::string& message, int code = 0) {
+  py::object error =
+      py::module_::import("shardcast.errors").attr("from_native")(kind, message, code);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
 }
 
 // Raises `status` as the shardcast.errors class of its kind, with its message and code.
 [[noreturn]] void Raise(const absl::Status& status, Call call) {
-  py::object error =
-      py::module_::import("shardcast.errors")
-          .attr("from_native")(ErrorKind(status, call), std::string(status.message()),
-                               static_cast<int>(status.code()));
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-  throw py::error_already_set();
-}
-
-// Raises the shardcast.errors class of `kind` with `message` (no status behind it).
-[[noreturn]] void RaiseKind(const char* kind, const std::string& message) {
-  py::object error = py::module_::import("shardcast.errors").attr("from_native")(kind, message, 0);
-  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
-  throw py::error_already_set();
+  RaiseKind(KindOf(status, call), std::string(status.message()), static_cast<int>(status.code()));
 }
 
 // RankStream's InterruptCheck for a wait without the GIL: takes the GIL back and runs
@@ -145,48 +157,25 @@ py::list Samples(const v1::Batch& header) {
   return samples;
 }
 
-struct SecuritySettings {
-  bool tls = false;
-  std::string root_pem;  // empty: the system's roots
-  std::string cert_pem;  // with key_pem: a client certificate (mTLS)
-  std::string key_pem;
-};
-
-std::shared_ptr<grpc::ChannelCredentials> Credentials(const SecuritySettings& security) {
-  if (!security.tls) return nullptr;
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = security.root_pem;
-  ssl.pem_cert_chain = security.cert_pem;
-  ssl.pem_private_key = security.key_pem;
-  return grpc::SslCredentials(ssl);
-}
-
 // One rank's stream. Methods are called by one consumer at a time (the Loader); close()
 // from another thread while next() waits is safe: the stream is destroyed when the last
 // call using it returns.
 class NativeStream {
  public:
-  NativeStream(std::string server, const py::bytes& job, const SecuritySettings& security,
-               std::string token, int prefetch, double reconnect_initial, double reconnect_max,
-               double reconnect_deadline, double handshake_refusal, double stream_timeout,
-               bool join_images) {
+  // `job`: a serialized RegisterRequest; `settings`: how to stream it (the Loader's
+  // keywords, _native.StreamOptions); `security`: client_security()'s.
+  NativeStream(const py::bytes& job, const StreamSettings& settings,
+               const ClientSecurity& security) {
     RankStreamOptions options;
-    options.server = std::move(server);
+    static_cast<StreamSettings&>(options) = settings;
     if (!options.job.ParseFromString(std::string(job))) {
       throw py::value_error("job: not a serialized shardcast.v1.RegisterRequest");
     }
     job_id_ = options.job.job_id();
     rank_ = options.job.rank();
-    options.credentials = Credentials(security);
-    options.bearer_token = std::move(token);
-    options.prefetch = prefetch;
-    options.reconnect_initial_seconds = reconnect_initial;
-    options.reconnect_max_seconds = reconnect_max;
-    options.reconnect_deadline_seconds = reconnect_deadline;
-    options.handshake_refusal_seconds = handshake_refusal;
-    options.stream_timeout_seconds = stream_timeout;
-    options.join_images = join_images;
-    join_images_ = join_images;
+    options.credentials = security.credentials;
+    options.bearer_token = security.bearer_token;
+    join_images_ = options.join_images;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
     SignalCheck signals;
     {
@@ -318,7 +307,7 @@ class NativeStream {
   std::shared_ptr<RankStream> Stream() const {
     CheckProcess();
     if (stream_ == nullptr) {
-      RaiseKind("closed",
+      RaiseKind(ErrorKind::kClosed,
                 absl::StrFormat("job '%s' rank %d: the loader was closed", job_id_, rank_));
     }
     return stream_;
@@ -334,7 +323,7 @@ class NativeStream {
   void CheckProcess() const {
     if (!Forked()) return;
     RaiseKind(
-        "fork",
+        ErrorKind::kFork,
         absl::StrFormat("job '%s' rank %d: this shardcast Loader was created in pid %d and this is "
                         "pid %d, a process forked from it; a Loader's stream (its thread and "
                         "connection) stays in the process that created it. Create the Loader in "
@@ -396,7 +385,6 @@ void NormalizeWithTable(uintptr_t in_address, uintptr_t out_address, int64_t bat
 
 PYBIND11_MODULE(_native, m) {
   using namespace shardcast::client;
-  static const StreamSettings kDefaults;
   m.doc() = "shardcast's C++ protocol client (client/protocol/rank_stream.h) for Python";
 
   py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol())
@@ -439,25 +427,75 @@ PYBIND11_MODULE(_native, m) {
         return count;
       });
 
-  py::class_<SecuritySettings>(m, "Security")
+  py::enum_<ErrorKind>(m, "ErrorKind", "the kinds of error (one shardcast.errors class each)")
+      .value("VALUE", ErrorKind::kValue)
+      .value("UNAVAILABLE", ErrorKind::kUnavailable)
+      .value("TIMEOUT", ErrorKind::kTimeout)
+      .value("REFUSED", ErrorKind::kRefused)
+      .value("CHANGED", ErrorKind::kChanged)
+      .value("CHECK", ErrorKind::kCheck)
+      .value("CLOSED", ErrorKind::kClosed)
+      .value("FORK", ErrorKind::kFork)
+      .value("ERROR", ErrorKind::kError);
+
+  // The channel's credentials and token, opaque: built by client_security().
+  py::class_<ClientSecurity>(m, "Security");
+  m.def(
+      "client_security",
+      [](bool tls, const std::optional<std::string>& tls_ca,
+         const std::optional<std::string>& tls_cert, const std::optional<std::string>& tls_key,
+         std::optional<std::string> token) {
+        ClientSecurityValues values;
+        values.tls = tls;
+        values.tls_ca = tls_ca.value_or("");
+        values.tls_cert = tls_cert.value_or("");
+        values.tls_key = tls_key.value_or("");
+        values.token = std::move(token);
+        absl::StatusOr<ClientSecurity> security = LoadClientSecurity(values, KeywordNames());
+        if (!security.ok()) throw py::value_error(std::string(security.status().message()));
+        return *std::move(security);
+      },
+      py::arg("tls") = false, py::arg("tls_ca") = py::none(), py::arg("tls_cert") = py::none(),
+      py::arg("tls_key") = py::none(), py::arg("token") = py::none(),
+      "the C++ clients' rule (client_security.h): TLS when tls, tls_ca or tls_cert is given, a "
+      "client certificate with tls_cert and tls_key (both or neither), the token given or else "
+      "$SHARDCAST_TOKEN's (one token or empty); ValueError naming the keyword and the file");
+
+  // A rank's stream settings (stream_settings.h; its defaults), named as the Loader's
+  // keywords.
+  py::class_<StreamSettings>(m, "StreamOptions")
       .def(py::init<>())
-      .def_readwrite("tls", &SecuritySettings::tls)
-      .def_readwrite("root_pem", &SecuritySettings::root_pem)
-      .def_readwrite("cert_pem", &SecuritySettings::cert_pem)
-      .def_readwrite("key_pem", &SecuritySettings::key_pem);
+      .def_readwrite("server", &StreamSettings::server)
+      .def_readwrite("prefetch", &StreamSettings::prefetch)
+      .def_readwrite("reconnect_initial", &StreamSettings::reconnect_initial_seconds)
+      .def_readwrite("reconnect_max", &StreamSettings::reconnect_max_seconds)
+      .def_readwrite("reconnect_deadline", &StreamSettings::reconnect_deadline_seconds)
+      .def_readwrite("handshake_refusal", &StreamSettings::handshake_refusal_seconds)
+      .def_readwrite("stream_timeout", &StreamSettings::stream_timeout_seconds)
+      .def_readwrite("join_images", &StreamSettings::join_images);
+
+  // The run's rules (client/protocol/run_rules.h), as shardcast-train applies them.
+  m.def("new_job_id", &NewRunJobId, "run-<host>-<pid>-<random>: a new job id for a run");
+  py::class_<SavedPosition>(m, "SavedPosition")
+      .def(py::init<>())
+      .def_readwrite("epoch", &SavedPosition::epoch)
+      .def_readwrite("next_batch", &SavedPosition::next_batch)
+      .def_readwrite("sample_offset", &SavedPosition::sample_offset)
+      .def_readwrite("world_size", &SavedPosition::world_size)
+      .def_readwrite("batch_size", &SavedPosition::batch_size)
+      .def_property_readonly("samples_consumed", &SavedPosition::SamplesConsumed);
+  py::class_<ResumePosition>(m, "ResumePosition")
+      .def_readonly("epoch", &ResumePosition::epoch)
+      .def_readonly("batch", &ResumePosition::batch)
+      .def_readonly("sample_offset", &ResumePosition::sample_offset)
+      .def_readonly("elastic", &ResumePosition::elastic);
+  m.def("resume_at", &ResumeAt, py::arg("saved"), py::arg("world_size"), py::arg("batch_size"),
+        py::arg("num_samples"),
+        "where a saved position resumes with this run's world size and batch size");
 
   py::class_<NativeStream>(m, "Stream")
-      .def(py::init<std::string, const py::bytes&, const SecuritySettings&, std::string, int,
-                    double, double, double, double, double, bool>(),
-           // Defaults: StreamSettings' (client/protocol/stream_settings.h).
-           py::arg("server"), py::arg("job"), py::arg("security"), py::arg("token") = "",
-           py::arg("prefetch") = kDefaults.prefetch,
-           py::arg("reconnect_initial") = kDefaults.reconnect_initial_seconds,
-           py::arg("reconnect_max") = kDefaults.reconnect_max_seconds,
-           py::arg("reconnect_deadline") = kDefaults.reconnect_deadline_seconds,
-           py::arg("handshake_refusal") = kDefaults.handshake_refusal_seconds,
-           py::arg("stream_timeout") = kDefaults.stream_timeout_seconds,
-           py::arg("join_images") = true)
+      .def(py::init<const py::bytes&, const StreamSettings&, const ClientSecurity&>(),
+           py::arg("job"), py::arg("options"), py::arg("security"))
       .def_property_readonly("registration", &NativeStream::registration)
       .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)

@@ -4,7 +4,7 @@ Every error is a ShardcastError; its message names the server, job and rank, and
 server's refusal carries the server's own text (which names the offending field).
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import grpc
 
@@ -63,25 +63,40 @@ class ForkedProcessError(ShardcastError):
     or use it in the parent only. close() in the child only lets go of it."""
 
 
-# The kinds of error the native client (shardcast._native) reports, by class.
-_NATIVE_KINDS = {
-    "unavailable": ServerUnavailableError,
-    "timeout": StreamTimeoutError,
-    "refused": JobRefusedError,
-    "changed": JobChangedError,
-    "check": BatchCheckError,
-    "closed": LoaderClosedError,
-    "fork": ForkedProcessError,
-    "error": ShardcastError,
-}
+# The class of each kind of error the native client reports (_native.ErrorKind, bound
+# from the one C++ enum), built on first use: only the native client calls from_native.
+_native_kinds: Optional[Dict[Any, type]] = None
+
+
+def native_kinds() -> Dict[Any, type]:
+    """_native.ErrorKind -> the exception class of that kind (ValueError for VALUE)."""
+    global _native_kinds
+    if _native_kinds is None:
+        from . import _native
+        kind = _native.ErrorKind
+        _native_kinds = {
+            kind.VALUE: ValueError,
+            kind.UNAVAILABLE: ServerUnavailableError,
+            kind.TIMEOUT: StreamTimeoutError,
+            kind.REFUSED: JobRefusedError,
+            kind.CHANGED: JobChangedError,
+            kind.CHECK: BatchCheckError,
+            kind.CLOSED: LoaderClosedError,
+            kind.FORK: ForkedProcessError,
+            kind.ERROR: ShardcastError,
+        }
+    return _native_kinds
+
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def from_native(kind: str, message: str, code: int) -> Exception:
-    """The exception for an error of the native client: its kind says the class ("value":
-    a bad argument, ValueError), `code` is the status code number (absl's and gRPC's
-    numbering are the same)."""
-    if kind == "value":
+def from_native(kind: Any, message: str, code: int) -> Exception:
+    """The exception for an error of the native client: `kind` (_native.ErrorKind) says
+    the class, `code` is the status code number (absl's and gRPC's numbering are the
+    same; 0: no status behind it)."""
+    cls = native_kinds()[kind]
+    if cls is ValueError:
         return ValueError(message)
     status = _CODES.get(code, grpc.StatusCode.UNKNOWN) if code != 0 else None
-    return _NATIVE_KINDS[kind](message, status)
+    return cls(message, status)

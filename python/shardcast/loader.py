@@ -86,27 +86,17 @@ def _resolve_job_id(job_id: Optional[str], world_size: int) -> str:
     )
 
 
-def _security(tls: bool, tls_ca: Optional[str], tls_cert: Optional[str],
-              tls_key: Optional[str]) -> "_native.Security":
-    """TLS when asked for or when any TLS file is given (the C++ clients' --tls-ca,
-    --tls-cert, --tls-key): trusting `tls_ca` (PEM; default the system's roots), with a
-    client certificate when `tls_cert` and `tls_key` are given (mTLS)."""
-    if (tls_cert is None) != (tls_key is None):
-        raise ValueError("tls_cert and tls_key: pass both (a client certificate and its key)")
-    security = _native.Security()
-    security.tls = bool(tls or tls_ca or tls_cert)
-    # Read as the C++ clients read them: a regular file of at most 1 MiB (a FIFO would
-    # block, a device never end) holding a PEM block.
-    read = _native.read_pem_file
-    security.root_pem = read("tls_ca", tls_ca) if tls_ca is not None else ""
-    security.cert_pem = read("tls_cert", tls_cert) if tls_cert is not None else ""
-    security.key_pem = read("tls_key", tls_key) if tls_key is not None else ""
-    return security
+def _saved_position(epoch: int, done: int, offset: int, world_size: int,
+                    batch_size: int) -> "_native.SavedPosition":
+    saved = _native.SavedPosition()
+    saved.epoch, saved.next_batch, saved.sample_offset = epoch, done, offset
+    saved.world_size, saved.batch_size = world_size, batch_size
+    return saved
 
 
 def _new_job_id() -> str:
-    """run-<host>-<pid>-<random>: unique per run, readable in the server's status."""
-    return f"run-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    """run-<host>-<pid>-<random>: shardcast-train's rule (client/protocol/run_rules.h)."""
+    return _native.new_job_id()
 
 
 class Loader:
@@ -242,20 +232,20 @@ class Loader:
             job.shuffle_buffer = shuffle_buffer
         if block_size is not None:
             job.block_size = block_size
-        if token is None:
-            token = os.environ.get(TOKEN_ENV, "").strip() or None
-        self._stream = _native.Stream(
-            server,
-            job.SerializeToString(),
-            security=_security(tls, tls_ca, tls_cert, tls_key),
-            token=token or "",
-            prefetch=prefetch,
-            reconnect_deadline=reconnect_deadline,
-            stream_timeout=stream_timeout,
-            # The receiving thread joins the pixels into one block for the tensor; pinned
-            # batches are copied from the received pieces into the pinned memory instead.
-            join_images=not pin_memory,
-        )
+        # TLS and the token by the C++ clients' one rule (client/protocol/client_security.h):
+        # TLS when tls, tls_ca or tls_cert is given (tls_ca: default the system's roots),
+        # files read as they read them, the token given or else $SHARDCAST_TOKEN's.
+        security = _native.client_security(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                           tls_key=tls_key, token=token)
+        options = _native.StreamOptions()
+        options.server = server
+        options.prefetch = prefetch
+        options.reconnect_deadline = reconnect_deadline
+        options.stream_timeout = stream_timeout
+        # The receiving thread joins the pixels into one block for the tensor; pinned
+        # batches are copied from the received pieces into the pinned memory instead.
+        options.join_images = not pin_memory
+        self._stream = _native.Stream(job.SerializeToString(), options, security)
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
         self._pin_memory = pin_memory
         self._on_substitute = on_substitute
@@ -362,7 +352,9 @@ class Loader:
             "batches_done": self._done,
             "batches_in_epoch": self.batches_in_epoch,
             "sample_offset": self._offset,
-            "samples_consumed": self._offset + self._done * reg.world_size * reg.batch_size,
+            "samples_consumed": _saved_position(
+                self._epoch, self._done, self._offset, reg.world_size, reg.batch_size
+            ).samples_consumed,
             "job_id": self.job_id,
             "rank": self.rank,
             "world_size": reg.world_size,
@@ -407,8 +399,11 @@ class Loader:
         if done == epoch_batches:  # the epoch was finished: any world size goes on from here
             epoch, done, offset = epoch + 1, 0, 0
         elif state["world_size"] != reg.world_size or state["batch_size"] != reg.batch_size:
-            consumed = offset + done * int(state["world_size"]) * int(state["batch_size"])
-            if consumed > 0 and reg.split != pb.SPLIT_SAMPLE:
+            # Where the epoch goes on: shardcast-train's rule (client/protocol/run_rules.h).
+            saved = _saved_position(epoch, done, offset, int(state["world_size"]),
+                                    int(state["batch_size"]))
+            at = _native.resume_at(saved, reg.world_size, reg.batch_size, reg.num_samples)
+            if at.elastic and reg.split != pb.SPLIT_SAMPLE:
                 raise JobChangedError(
                     f"{where}: the state has world size {state['world_size']} and batch size "
                     f"{state['batch_size']}, this loader's job '{self.job_id}' "
@@ -417,7 +412,7 @@ class Loader:
                     "depend on the world size): resume with the same world size and batch "
                     "size, or from a state taken at the end of an epoch"
                 )
-            done, offset = 0, min(consumed, reg.num_samples)
+            done, offset = at.batch, at.sample_offset
         elif state["batches_per_epoch"] != reg.batches_per_epoch:
             raise JobChangedError(
                 f"{where}: the state is of a job with batches_per_epoch "

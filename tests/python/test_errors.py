@@ -64,3 +64,15 @@ def test_names_come_from_the_proto_and_a_wrong_one_lists_them():
 def test_loader_arguments_are_checked_before_connecting():
     with pytest.raises(ValueError, match="prefetch must be >= 1"):
         shardcast.Loader("127.0.0.1:1", prefetch=0)
+
+
+def test_every_kind_of_native_error_has_its_class():
+    """The kinds cross the binding as one C++ enum (_native.ErrorKind), not as strings two
+    files must keep equal: each has its class, and a ShardcastError carries the code."""
+    from shardcast import _native
+    from shardcast.errors import from_native, native_kinds
+    assert set(native_kinds()) == set(_native.ErrorKind.__members__.values())
+    assert isinstance(from_native(_native.ErrorKind.VALUE, "bad", 0), ValueError)
+    error = from_native(_native.ErrorKind.CHANGED, "changed", grpc.StatusCode.FAILED_PRECONDITION.value[0])
+    assert isinstance(error, shardcast.JobChangedError)
+    assert error.code == grpc.StatusCode.FAILED_PRECONDITION

@@ -150,3 +150,21 @@ def test_a_tls_file_that_is_no_pem_file_is_refused_naming_it(tmp_path, content, 
     path.write_bytes(content)
     with pytest.raises(ValueError, match=message):
         shardcast.Loader("localhost:1", tls_ca=str(path))
+
+
+# Python builds its channel security with the C++ clients' one function (LoadClientSecurity
+# through _native.client_security): $SHARDCAST_TOKEN is checked as shardcast-train and
+# shardcast-ctl check it (one token of visible ASCII, or empty for none), before anything
+# connects. Python used to send whatever the variable held.
+@pytest.mark.parametrize("value", ["two tokens", "tab\tinside"])
+def test_an_environment_token_that_is_not_one_token_is_a_value_error(monkeypatch, value):
+    monkeypatch.setenv("SHARDCAST_TOKEN", value)
+    with pytest.raises(ValueError, match="SHARDCAST_TOKEN: one token"):
+        shardcast.Loader("localhost:1", batch_size=8, reconnect_deadline=300)
+
+
+def test_a_token_given_is_sent_whatever_the_environment_holds(secure_server, certs, monkeypatch):
+    monkeypatch.setenv("SHARDCAST_TOKEN", "two tokens")  # not read: token= wins
+    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
+                          tls_ca=str(certs / "ca.pem"), token=TOKEN) as loader:
+        assert next(iter(loader))[0].shape[0] == 8

@@ -180,5 +180,30 @@ TEST(RankStreamTest, AnInterruptEndsARegistrationThatWaits) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
+// A port nobody listens on refuses at once: the registration then waits its backoff
+// (here a minute) on the retry policy's cancellable wait, which the interrupt ends.
+TEST(RankStreamTest, AnInterruptEndsTheBackoffBetweenRegisterAttempts) {
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(probe);  // the port is free again: connecting is refused
+  client::RankStreamOptions options =
+      Options(absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "refused");
+  options.reconnect_initial_seconds = 60;
+  options.reconnect_max_seconds = 60;
+  options.reconnect_deadline_seconds = 120;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(
+      options, [&] { return absl::Now() - start > absl::Milliseconds(300); });
+  EXPECT_EQ(stream.status().code(), absl::StatusCode::kCancelled) << stream.status();
+  EXPECT_THAT(stream.status().message(), HasSubstr("interrupted"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing

@@ -1,0 +1,67 @@
+// The checks a rank makes of what a server says, as pure functions (RankStream calls
+// them; tests call them on made-up messages): that a registration can size a batch,
+// that a received batch is the one due and has the registration's shape, and that after
+// a reconnect the server still serves the same job. Each error names the job, the rank
+// and where in the epoch, and says what was wrong.
+#ifndef SHARDCAST_CLIENT_PROTOCOL_STREAM_CHECKS_H_
+#define SHARDCAST_CLIENT_PROTOCOL_STREAM_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "client/protocol/wire_batch.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::client {
+
+// The most pixel bytes a batch may have (B*3*H*W): what one protobuf message can hold.
+// A registration that announces more is refused before anything is sized by it.
+inline constexpr int64_t kMaxBatchPixelBytes = (int64_t{1} << 31) - 1;
+
+// Where a check is made: a rank of a job, at a batch of an epoch.
+struct StreamPosition {
+  std::string job_id;
+  int rank = 0;
+  int64_t epoch = 0;
+  int64_t batch = 0;  // the batch due next
+};
+
+// Checks what a registration says about the memory of every batch before anything is
+// sized by it (batches per epoch, batch size, image shape, pixel bytes of a batch).
+// DATA_LOSS naming `where` (server and job) and the wrong figure.
+absl::Status CheckRegistration(const shardcast::v1::RegisterResponse& registration,
+                               absl::string_view where);
+
+// Checks a received batch against what must come next at `at` of an epoch of
+// `epoch_batches` batches: not past the last one, in sequence, the registration's shape,
+// and as many image bytes, labels and samples as the shape says. DATA_LOSS naming both.
+absl::Status CheckBatch(const WireBatch& batch, const shardcast::v1::RegisterResponse& registration,
+                        const StreamPosition& at, int64_t epoch_batches);
+
+// How an error names the server a rank re-registered with: `target`, and when that is
+// not `registered_at` (the replica of the first registration) a hint that replicas
+// must serve the same data and settings.
+std::string ResumedServer(absl::string_view registered_at, absl::string_view target);
+
+// After a reconnect: the server (`server`, from ResumedServer) must still serve the job
+// the rank started with (same job fingerprint, world size, batch size and batches per
+// epoch), or resuming at `at` would silently hand out other samples or other pixels.
+// FAILED_PRECONDITION marked so that IsJobChanged tells it apart from a server's refusal.
+absl::Status SameJob(const shardcast::v1::RegisterResponse& was,
+                     const shardcast::v1::RegisterResponse& now, absl::string_view server,
+                     const StreamPosition& at);
+
+// Whether `status` is SameJob's error (the job changed under the rank).
+bool IsJobChanged(const absl::Status& status);
+
+// The CANCELLED of a closed stream (ClosedError), told apart by IsClosed from the
+// CANCELLED of an interrupted wait (InterruptedError).
+absl::Status ClosedError(absl::string_view job_id, int rank);
+absl::Status InterruptedError(absl::string_view job_id, int rank);
+bool IsClosed(const absl::Status& status);
+
+}  // namespace shardcast::client
+
+#endif  // SHARDCAST_CLIENT_PROTOCOL_STREAM_CHECKS_H_

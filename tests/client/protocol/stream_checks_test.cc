@@ -1,0 +1,182 @@
+// The rank's checks of what a server says, on made-up registrations and batches: each
+// wrong figure is refused with an error that names the job, the rank, where in the
+// epoch and what was wrong; a right one passes.
+#include "client/protocol/stream_checks.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::client {
+namespace {
+
+using ::testing::HasSubstr;
+namespace v1 = ::shardcast::v1;
+
+// 2 images of 3x4x5 per batch, 10 batches per epoch.
+v1::RegisterResponse Registration() {
+  v1::RegisterResponse r;
+  r.set_batches_per_epoch(10);
+  r.set_batch_size(2);
+  r.set_world_size(4);
+  r.set_job_fingerprint("fp-1");
+  for (int64_t d : {3, 4, 5}) r.add_image_shape(d);
+  return r;
+}
+
+// Batch `index` of `epoch` as the registration says it must be.
+v1::Batch GoodBatch(int64_t epoch, int64_t index) {
+  v1::Batch batch;
+  batch.set_epoch(epoch);
+  batch.set_index(index);
+  for (int64_t d : {2, 3, 4, 5}) batch.add_shape(d);
+  for (int i = 0; i < 2; ++i) {
+    batch.add_labels(i);
+    batch.add_samples()->set_key("k" + std::to_string(i));
+  }
+  batch.set_images(std::string(2 * 3 * 4 * 5, '\x7f'));
+  return batch;
+}
+
+WireBatch Wire(const v1::Batch& batch) {
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(batch.SerializeAsString());
+  WireBatch wire;
+  EXPECT_TRUE(WireBatch::Parse(std::move(slices), &wire).ok());
+  return wire;
+}
+
+const StreamPosition kAt{"job-a", 1, /*epoch=*/2, /*batch=*/3};
+
+TEST(StreamChecksTest, ARegistrationThatSizesABatchPasses) {
+  EXPECT_TRUE(CheckRegistration(Registration(), "server s").ok());
+}
+
+TEST(StreamChecksTest, ARegistrationNoBatchCanBeReceivedWithIsDataLossNamingTheFigure) {
+  struct Case {
+    std::string name;
+    void (*spoil)(v1::RegisterResponse*);
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"no batches", [](v1::RegisterResponse* r) { r->set_batches_per_epoch(0); },
+       "batches_per_epoch 0 (want >= 1)"},
+      {"batch size 0", [](v1::RegisterResponse* r) { r->set_batch_size(0); }, "batch size 0"},
+      {"batch size too big", [](v1::RegisterResponse* r) { r->set_batch_size(1 << 20); },
+       "batch size 1048576"},
+      {"two extents", [](v1::RegisterResponse* r) { r->mutable_image_shape()->RemoveLast(); },
+       "image shape [3,4]"},
+      {"no pixels", [](v1::RegisterResponse* r) { r->set_image_shape(1, 0); },
+       "image shape [3,0,5]"},
+      {"extent of 2^32", [](v1::RegisterResponse* r) { r->set_image_shape(2, int64_t{1} << 32); },
+       "image shape [3,4,4294967296]"},
+      {"more than a message holds",
+       [](v1::RegisterResponse* r) {
+         r->set_batch_size(1 << 16);
+         r->set_image_shape(1, 16384);
+         r->set_image_shape(2, 16384);
+       },
+       "more than one message holds"},
+  };
+  for (const Case& c : cases) {
+    v1::RegisterResponse r = Registration();
+    c.spoil(&r);
+    const absl::Status s = CheckRegistration(r, "server s, registering rank 1 of job 'a',");
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr("server s, registering rank 1 of job 'a', answered a "
+                                       "registration no batch can be received with"))
+        << c.name;
+    EXPECT_THAT(s.message(), HasSubstr(c.says)) << c.name;
+  }
+}
+
+TEST(StreamChecksTest, TheBatchDueWithTheRegisteredShapePasses) {
+  EXPECT_TRUE(CheckBatch(Wire(GoodBatch(2, 3)), Registration(), kAt, 10).ok());
+}
+
+TEST(StreamChecksTest, ABatchOutOfSequenceOrPastTheLastIsDataLoss) {
+  absl::Status s = CheckBatch(Wire(GoodBatch(2, 4)), Registration(), kAt, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("job 'job-a' rank 1 epoch 2 batch 3: server sent (epoch 2, "
+                                     "index 4) instead; the stream is out of sequence"));
+  s = CheckBatch(Wire(GoodBatch(1, 3)), Registration(), kAt, 10);
+  EXPECT_THAT(s.message(), HasSubstr("(epoch 1, index 3) instead"));
+  s = CheckBatch(Wire(GoodBatch(2, 3)), Registration(), kAt, /*epoch_batches=*/3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(),
+              HasSubstr("job 'job-a' rank 1 epoch 2: server sent batch 3 past the last one (2)"));
+}
+
+TEST(StreamChecksTest, ABatchOfAnotherShapeOrCountIsDataLoss) {
+  v1::Batch batch = GoodBatch(2, 3);
+  batch.set_shape(2, 8);
+  absl::Status s = CheckBatch(Wire(batch), Registration(), kAt, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("batch shape [2,3,8,5] does not match the registered batch "
+                                     "size 2 and image shape [3,4,5]"));
+  batch = GoodBatch(2, 3);
+  batch.set_images(std::string(7, 'x'));
+  s = CheckBatch(Wire(batch), Registration(), kAt, 10);
+  EXPECT_THAT(s.message(),
+              HasSubstr("7 image bytes, 2 labels, 2 samples for shape [2,3,4,5] (want 120, 2, 2)"));
+  batch = GoodBatch(2, 3);
+  batch.add_labels(9);
+  s = CheckBatch(Wire(batch), Registration(), kAt, 10);
+  EXPECT_THAT(s.message(), HasSubstr("120 image bytes, 3 labels, 2 samples"));
+}
+
+TEST(StreamChecksTest, TheSameJobAfterAReconnectPasses) {
+  EXPECT_TRUE(SameJob(Registration(), Registration(), "server s", kAt).ok());
+}
+
+TEST(StreamChecksTest, AChangedJobIsFailedPreconditionMarkedAsJobChanged) {
+  struct Case {
+    void (*change)(v1::RegisterResponse*);
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::RegisterResponse* r) { r->set_job_fingerprint("fp-2"); },
+       "job fingerprint fp-2 (was fp-1: other data"},
+      {[](v1::RegisterResponse* r) { r->set_world_size(8); },
+       "world size 8 and batch size 2 (were 4 and 2)"},
+      {[](v1::RegisterResponse* r) { r->set_batch_size(3); },
+       "world size 4 and batch size 3 (were 4 and 2)"},
+      {[](v1::RegisterResponse* r) { r->set_batches_per_epoch(9); },
+       "9 batches per epoch (was 10)"},
+  };
+  for (const Case& c : cases) {
+    v1::RegisterResponse now = Registration();
+    c.change(&now);
+    const absl::Status s = SameJob(Registration(), now, "server s", kAt);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.says;
+    EXPECT_TRUE(IsJobChanged(s)) << s;
+    EXPECT_THAT(s.message(),
+                HasSubstr("job 'job-a' rank 1: after reconnecting, server s has " + c.says));
+    EXPECT_THAT(s.message(), HasSubstr("cannot resume epoch 2 at batch 3"));
+  }
+  EXPECT_FALSE(IsJobChanged(absl::FailedPreconditionError("a server's own refusal")));
+}
+
+TEST(StreamChecksTest, AnotherReplicaIsNamedWithWhereTheRankRegistered) {
+  EXPECT_EQ(ResumedServer("a:1", "a:1"), "server a:1");
+  EXPECT_THAT(ResumedServer("a:1", "b:2"),
+              HasSubstr("replica b:2 (the rank registered at a:1: the replicas serve other data"));
+}
+
+TEST(StreamChecksTest, ClosedIsToldApartFromInterrupted) {
+  const absl::Status closed = ClosedError("job-a", 1);
+  const absl::Status interrupted = InterruptedError("job-a", 1);
+  EXPECT_EQ(closed.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(interrupted.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(IsClosed(closed));
+  EXPECT_FALSE(IsClosed(interrupted));
+  EXPECT_EQ(closed.message(), "job 'job-a' rank 1: the stream was closed");
+  EXPECT_EQ(interrupted.message(), "job 'job-a' rank 1: interrupted while waiting");
+}
+
+}  // namespace
+}  // namespace shardcast::client
