@@ -3,7 +3,8 @@
 rewrites only (#include lines, header guards, CMake source lists, paths in comments and
 docs). Run once from the repository root on a clean tree; the build passes after it.
 Kept for the record (as the common/ move was): `git log --follow` and rename detection
-carry history and concurrent edits across it."""
+carry history and concurrent edits across it. `--rewrite-only` does the path rewrites
+alone (idempotent), for code merged from branches that still name the old paths."""
 
 import re
 import subprocess
@@ -47,9 +48,10 @@ def git(*args):
 
 
 def main():
-    if git("status", "--porcelain").strip():
+    rewrite_only = "--rewrite-only" in sys.argv[1:]
+    if not rewrite_only and git("status", "--porcelain").strip():
         sys.exit("the tree is not clean")
-    for room, names in ROOMS.items():
+    for room, names in ([] if rewrite_only else ROOMS.items()):
         for name in names:
             subprocess.run(["mkdir", "-p", f"server/{room}"], check=True)
             git("mv", f"server/{name}", f"server/{room}/{name}")
@@ -74,7 +76,7 @@ def main():
             new = guard.sub(
                 lambda m: f"SHARDCAST_SERVER_{guard_room[m.group(1)].upper()}_{m.group(1)}_H_",
                 new)
-        if f == "server/CMakeLists.txt":
+        if f == "server/CMakeLists.txt" and not rewrite_only:
             # The source lists name files relative to server/.
             new = re.sub(rf"(?m)^(\s+)({names})$",
                          lambda m: f"{m.group(1)}{ROOM_OF[m.group(2)]}/{m.group(2)}", new)

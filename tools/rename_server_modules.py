@@ -3,7 +3,9 @@
 `git mv` and word replacement only: shardcast_server -> daemon (ShardcastServer ->
 Daemon), serving/shardcast_service_impl -> serving/service_core (ShardcastServiceImpl ->
 ServiceCore); rpc/grpc_shardcast_service -> rpc/grpc_adapter was the commit before.
-Run once from the repository root on a clean tree. docs/testing.md is the lead's."""
+Run once from the repository root on a clean tree. docs/testing.md is the lead's.
+`--rewrite-only` does the word replacements alone (idempotent), for code merged from
+branches that still use the old names."""
 
 import re
 import subprocess
@@ -29,9 +31,10 @@ def git(*args):
 
 
 def main():
-    if git("status", "--porcelain").strip():
+    rewrite_only = "--rewrite-only" in sys.argv[1:]
+    if not rewrite_only and git("status", "--porcelain").strip():
         sys.exit("the tree is not clean")
-    for old, new in MOVES:
+    for old, new in ([] if rewrite_only else MOVES):
         git("mv", old, new)
     for f in git("ls-files").split("\n"):
         if not f or f in SKIP:
