@@ -28,8 +28,13 @@ from server_process import python_env
 LONG = dict(job_id="interrupted", batch_size=2, world_size=1, rank=0,
             reconnect_deadline=120, stream_timeout=120)
 
+# The child restores Python's own SIGINT handler: a process started in the background
+# by a non-interactive shell (a CI script's `cmd &`) inherits SIGINT ignored, and Python
+# then installs no KeyboardInterrupt handler at all; an interactive user's has one.
 CHILD = textwrap.dedent("""
+    import signal
     import sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import shardcast
     print("waiting", flush=True)
     try:
