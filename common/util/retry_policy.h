@@ -1,7 +1,7 @@
 // The one retry policy of the project: exponential backoff with jitter, a deadline,
 // and a server's Retry-After honoured up to a bound, on an injected clock whose waits a
 // cancel ends at once. Used by the HTTP fetcher (common/remote/http_fetcher.cc), the
-// serve path's shard-read retry (server/batch_assembler.cc) and the client's
+// serve path's shard-read retry (server/assembly/batch_assembler.cc) and the client's
 // registration.
 //
 // The policy decides and waits; the caller runs the attempts, so that what an attempt
