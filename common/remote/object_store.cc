@@ -145,9 +145,6 @@ class S3Store final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
-  uint64_t download_piece_bytes() const override {
-    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
-  }
 
  private:
   // ListObjectsV2 with the query's parameters in sorted order and percent-encoded:
@@ -262,9 +259,6 @@ class HttpStore final : public ObjectStore {
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
-  uint64_t download_piece_bytes() const override {
-    return tuning_.download_piece_bytes > 0 ? tuning_.download_piece_bytes : kDownloadPieceBytes;
-  }
 
  private:
   // Fills in size and ETag with a HEAD per shard, several at once (a dataset of
@@ -360,19 +354,9 @@ absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int 
     }
     return absl::OkStatus();
   };
-  const uint64_t piece = std::max<uint64_t>(1, store.download_piece_bytes());
-  // A size unknown (0) or within one piece: one request to the object's end.
-  if (object.size <= piece) {
-    RangeRequest whole = store.Request(object, 0, 0);
-    whole.to_end = true;
-    return store.fetcher().GetStreaming(whole, sink);
-  }
-  for (uint64_t offset = 0; offset < object.size; offset += piece) {
-    const uint64_t length = std::min(piece, object.size - offset);
-    absl::Status status = store.fetcher().GetStreaming(store.Request(object, offset, length), sink);
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  RangeRequest whole = store.Request(object, 0, 0);
+  whole.to_end = true;
+  return store.fetcher().GetStreaming(whole, sink);
 }
 
 }  // namespace shardcast::remote

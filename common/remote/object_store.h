@@ -65,19 +65,16 @@ class ObjectStore {
 
   virtual HttpFetcher& fetcher() = 0;
 
-  // DownloadObject reads an object in requests of at most this many bytes, each with
-  // its own deadline, so that an object of any size downloads at any speed a request
-  // of this size can keep up (one --remote-timeout per piece, not per object).
-  virtual uint64_t download_piece_bytes() const { return kDownloadPieceBytes; }
-  static constexpr uint64_t kDownloadPieceBytes = uint64_t{64} << 20;
 };
 
 // The most ListObjectsV2 pages one listing may take (a billion keys at 1000 a page).
 inline constexpr int64_t kMaxListPages = int64_t{1} << 20;
 
 // Streams `object` whole into the open file `fd` (`path` names it in errors), through
-// the fetcher's retries, in pieces of store.download_piece_bytes() (each one request
-// pinned to the object's size and ETag): a cut body resumes, no byte is written twice.
+// the fetcher's retries in one request pinned to the object's size and ETag: a cut body
+// resumes, no byte is written twice, and --remote-timeout bounds the wait for progress,
+// not the whole download (HttpFetcher::GetStreaming), so any size downloads at a steady
+// rate.
 // `hasher`, when given, is fed every byte as it is written (a content digest without
 // reading the file again).
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,

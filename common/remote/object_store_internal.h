@@ -19,9 +19,6 @@ struct ObjectStoreTuning {
   int list_page_size = 0;
   // HEADs at once when listing HTTP URLs (the fetcher's pool bounds them again).
   int list_parallelism = 16;
-  // ObjectStore::download_piece_bytes; 0 = kDownloadPieceBytes. Tests set a few KB to
-  // download a small shard in several requests.
-  uint64_t download_piece_bytes = 0;
 };
 
 absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,
