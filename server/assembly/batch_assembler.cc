@@ -337,7 +337,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   const absl::Status status = ReadAndDecode(*pending, ref, out, &read_failed);
   if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
-  if (IsShardChanged(status) || IsHostIoError(status) || (read_failed && !IsBadData(status))) {
+  if (read_failed && !IsBadData(status)) {  // the host's, the store's, a changed shard
     absl::MutexLock lock(&pending->failure_mu);
     if (pending->failure.ok()) pending->failure = status;
     return;
