@@ -42,10 +42,10 @@
 #include "client/protocol/channel.h"
 #include "client/protocol/wire_batch.h"
 #include "server/assembly/batch_assembler.h"
-#include "server/serving/batch_window.h"
 #include "server/assembly/decode_pool.h"
-#include "server/base/log.h"
 #include "server/assembly/served_dataset.h"
+#include "server/base/log.h"
+#include "server/serving/batch_window.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
@@ -533,8 +533,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& [name, row] : rows) {
       std::printf("| %-39s | %5d | %8.1f | %5.1f | %12.2f |\n", name.c_str(), ranks,
-                  row.images_per_second,
-                  row.mb_per_second, row.cpu_ms_per_image);
+                  row.images_per_second, row.mb_per_second, row.cpu_ms_per_image);
     }
   }
   std::printf(
@@ -547,11 +546,10 @@ int main(int argc, char** argv) {
     for (int ranks : {1, 2, 4}) {
       std::vector<double> ratios = round_ratios[{transport, ranks}];
       std::sort(ratios.begin(), ratios.end());
-      std::printf("| %-25s | %5d | %.2fx (%.2f..%.2f)%*s | %12.2fx |\n",
-                  kTransportNames[transport], ranks,
-                  ratios[ratios.size() / 2], ratios.front(), ratios.back(), 24, "",
-                  best_served[{transport, ranks}].cpu_ms_per_image /
-                      best_local[ranks].cpu_ms_per_image);
+      std::printf(
+          "| %-25s | %5d | %.2fx (%.2f..%.2f)%*s | %12.2fx |\n", kTransportNames[transport], ranks,
+          ratios[ratios.size() / 2], ratios.front(), ratios.back(), 24, "",
+          best_served[{transport, ranks}].cpu_ms_per_image / best_local[ranks].cpu_ms_per_image);
     }
   }
   std::printf("\n| wire (one batch re-sent, no decode)  | streams | MB/s per stream |\n");
@@ -559,8 +557,8 @@ int main(int argc, char** argv) {
   for (Transport transport : {kTcp, kUnix}) {
     for (int streams : {1, 2}) {
       std::printf("| %-36s | %-7d | %15.0f |\n",
-                  absl::StrCat(kTransportNames[transport], " -> WireBatch reader").c_str(),
-                  streams, wire[{transport, streams}]);
+                  absl::StrCat(kTransportNames[transport], " -> WireBatch reader").c_str(), streams,
+                  wire[{transport, streams}]);
     }
   }
   const int streams = 4;

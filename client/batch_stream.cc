@@ -36,9 +36,7 @@ BatchStream::BatchStream(BatchStreamOptions options, std::unique_ptr<client::Ran
     : options_(std::move(options)), stream_(std::move(stream)) {}
 BatchStream::~BatchStream() = default;
 
-const client::Registration& BatchStream::registration() const {
-  return stream_->registration();
-}
+const client::Registration& BatchStream::registration() const { return stream_->registration(); }
 int64_t BatchStream::batches_per_epoch() const { return stream_->batches_per_epoch(); }
 int64_t BatchStream::reconnects() const { return stream_->reconnects(); }
 

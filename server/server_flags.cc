@@ -95,23 +95,28 @@ void AddServingFlags(FlagSet& flags, ServerOptions& o) {
 // Shards in object storage: the store, the requests, read-ahead and the disk cache.
 void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
   RemoteStorageOptions& r = o.remote;
-  flags.OptionalString({{"--s3-endpoint"},
-                        "URL",
-                        "S3-compatible endpoint (MinIO, Ceph, GCS: https://storage.googleapis.com);\n"
-                        "default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,\n"
-                        "else AWS's regional endpoint"},
-                       &r.s3.endpoint);
-  flags.OptionalString({{"--s3-region"}, "REGION",
+  flags.OptionalString(
+      {{"--s3-endpoint"},
+       "URL",
+       "S3-compatible endpoint (MinIO, Ceph, GCS: https://storage.googleapis.com);\n"
+       "default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,\n"
+       "else AWS's regional endpoint"},
+      &r.s3.endpoint);
+  flags.OptionalString({{"--s3-region"},
+                        "REGION",
                         "default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else us-east-1"},
                        &r.s3.region);
-  flags.OptionalString({{"--s3-profile"}, "NAME",
+  flags.OptionalString({{"--s3-profile"},
+                        "NAME",
                         "profile of ~/.aws/credentials and ~/.aws/config (default AWS_PROFILE,\n"
                         "else default); keys in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY win"},
                        &r.s3.profile);
-  flags.OptionalBool({{"--s3-path-style"}, "",
+  flags.OptionalBool({{"--s3-path-style"},
+                      "",
                       "address buckets as ENDPOINT/BUCKET/KEY (default with a custom endpoint)"},
                      &r.s3.path_style);
-  flags.Int({{"--remote-connections"}, "N",
+  flags.Int({{"--remote-connections"},
+             "N",
              "requests to object storage in flight at once (kept-alive connections)"},
             &r.fetch.max_connections, 1, 1024);
   flags.Duration({{"--remote-timeout"},
@@ -120,30 +125,34 @@ void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
                   "(of a whole object streamed: the longest time without a byte); then the\n"
                   "read fails like a failing disk (retried for --shard-read-retry)"},
                  &r.fetch.request_deadline);
-  flags.String({{"--remote-ca-file"}, "FILE",
+  flags.String({{"--remote-ca-file"},
+                "FILE",
                 "CA certificates (PEM) to verify https stores with, instead of the system's"},
                &r.fetch.ca_file, /*allow_empty=*/true);
-  flags.Add({{"--remote-insecure"}, "", "do not verify https stores' certificates (testing only)",
-             "off"},
-            0, [&r](const std::string&, const std::vector<std::string>&) {
-              r.fetch.verify_tls = false;
-              return absl::OkStatus();
-            });
-  flags.Int({{"--remote-read-ahead"}, "N",
+  flags.Add(
+      {{"--remote-insecure"}, "", "do not verify https stores' certificates (testing only)", "off"},
+      0, [&r](const std::string&, const std::vector<std::string>&) {
+        r.fetch.verify_tls = false;
+        return absl::OkStatus();
+      });
+  flags.Int({{"--remote-read-ahead"},
+             "N",
              "batches of each stream's plan whose bytes are fetched ahead of the batches\n"
              "being decoded (0 = none)"},
             &o.read_ahead_batches, 0, 1000);
-  flags.Size({{"--remote-read-ahead-memory"}, "SIZE",
+  flags.Size({{"--remote-read-ahead-memory"},
+              "SIZE",
               "memory for bytes fetched ahead and not yet read, all streams together"},
              &r.read.read_ahead_memory_bytes);
-  flags.String({{"--cache-dir"}, "DIR",
+  flags.String({{"--cache-dir"},
+                "DIR",
                 "disk cache of bytes read from object storage (kept across restarts, in\n"
                 "DIR/shardcast-bytes: nothing else in DIR is touched);\n"
                 "empty = none: every epoch reads the store again"},
                &r.cache_dir, /*allow_empty=*/true);
-  flags.Size({{"--cache-size"}, "SIZE",
-              "the most the disk cache holds; least recently used go first"},
-             &r.cache_size_bytes);
+  flags.Size(
+      {{"--cache-size"}, "SIZE", "the most the disk cache holds; least recently used go first"},
+      &r.cache_size_bytes);
 }
 
 // How long a drain, a job and a job that never streamed last.

@@ -52,8 +52,8 @@ absl::StatusOr<IndexFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.String({{"--output", "-o"}, "FILE", "where to write the index file"}, &flags.output);
   parser.String({{"--label-field"}, "F", "field of a sample's .json holding its label"},
                 &flags.options.label_field);
-  parser.Int({{"--max-classes"}, "N", "as the server's --max-classes"},
-             &flags.options.max_classes, 1);
+  parser.Int({{"--max-classes"}, "N", "as the server's --max-classes"}, &flags.options.max_classes,
+             1);
   parser.OptionalString({{"--s3-endpoint"}, "URL", "as the server's"}, &flags.s3.endpoint);
   parser.OptionalString({{"--s3-region"}, "REGION", "as the server's"}, &flags.s3.region);
   parser.OptionalString({{"--s3-profile"}, "NAME", "as the server's"}, &flags.s3.profile);
@@ -123,8 +123,8 @@ int RunIndex(const std::vector<std::string>& args) {
   return 0;
 }
 
-RegisterCommand reg("index", {"write the dataset index file of shards (dir, s3://, https://)",
-                              RunIndex});
+RegisterCommand reg("index",
+                    {"write the dataset index file of shards (dir, s3://, https://)", RunIndex});
 
 }  // namespace
 }  // namespace shardcast::ctl

@@ -89,8 +89,8 @@ absl::StatusOr<std::optional<FeedBatch>> RankFeed::Next() {
   out.labels_.assign(header.labels().begin(), header.labels().end());
   out.samples_.reserve(header.samples_size());
   for (const v1::SampleInfo& info : header.samples()) {
-    out.samples_.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(),
-                                      info.valid(), info.substituted()});
+    out.samples_.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(), info.valid(),
+                                      info.substituted()});
   }
   out.wire_ = std::move(wire);
   return std::optional<FeedBatch>(std::move(out));

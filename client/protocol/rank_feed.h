@@ -68,7 +68,7 @@ class FeedBatch {
  public:
   int64_t epoch() const { return epoch_; }
   int64_t index() const { return index_; }
-  const std::vector<int64_t>& shape() const { return shape_; }  // [B, 3, C, C]
+  const std::vector<int64_t>& shape() const { return shape_; }    // [B, 3, C, C]
   const std::vector<int64_t>& labels() const { return labels_; }  // -1: padding
   const std::vector<SampleMeta>& samples() const { return samples_; }
 
@@ -107,8 +107,7 @@ class RankFeed {
   int64_t reconnects() const;
 
  private:
-  RankFeed(RankFeedOptions options, Registration registration,
-           std::unique_ptr<RankStream> stream);
+  RankFeed(RankFeedOptions options, Registration registration, std::unique_ptr<RankStream> stream);
 
   const RankFeedOptions options_;
   const Registration registration_;

@@ -216,7 +216,9 @@ absl::Status SaveStateDict(const std::string& path, const NamedTensors& tensors)
     }
     std::vector<char> pickle;
     torch::jit::Pickler pickler(
-        [&pickle](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+        [&pickle](const char* data, size_t size) {
+          pickle.insert(pickle.end(), data, data + size);
+        },
         /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
         /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
     pickler.protocol();
@@ -227,8 +229,8 @@ absl::Status SaveStateDict(const std::string& path, const NamedTensors& tensors)
       container.insert(container.end(), bytes, bytes + size);
       return size;
     });
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(),
-                                       pickler.tensorData(), writer);
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(),
+                                       writer);
     writer.writeEndOfFile();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("serializing the model for ", path, ": ", e.what()));

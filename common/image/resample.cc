@@ -288,9 +288,9 @@ HorizontalAvx2Fn PickHorizontalAvx2(int max_count) {
 // per step, every multiply lane useful, no per-pixel shuffles. The same integers as
 // the passes above, in the same order of operations per output, so the same bytes.
 
-constexpr int kPlanarGroup = 16;   // outputs per horizontal step (16 int32 lanes)
-constexpr int kPlanarWindow = 64;  // values one permute can pick from (two registers)
-constexpr int kPlanarChunk = 32;   // pixels per vertical step (96 int16 values)
+constexpr int kPlanarGroup = 16;    // outputs per horizontal step (16 int32 lanes)
+constexpr int kPlanarWindow = 64;   // values one permute can pick from (two registers)
+constexpr int kPlanarChunk = 32;    // pixels per vertical step (96 int16 values)
 constexpr int kMaxPlanarPairs = 4;  // tap pairs per axis (8 taps), fixed at compile time
 
 // The horizontal taps in the permute's terms, per group of 16 consecutive outputs
@@ -339,8 +339,8 @@ bool BuildPlanarTaps(const ResampleTaps& t, int crop, PlanarTaps* pt) {
         const int16_t weight = k < xt.stride ? w[k] : 0;
         if (weight != 0 && rel + k >= kPlanarWindow) return false;
         // A zero-weight tap past the window reads any value in it.
-        const size_t lane = (static_cast<size_t>(g) * pt->pairs + k / 2) * 2 * kPlanarGroup +
-                            2 * i + (k & 1);
+        const size_t lane =
+            (static_cast<size_t>(g) * pt->pairs + k / 2) * 2 * kPlanarGroup + 2 * i + (k & 1);
         pt->index[lane] = static_cast<int16_t>(std::min(rel + k, kPlanarWindow - 1));
         pt->weight[lane] = weight;
       }
@@ -468,13 +468,13 @@ SHARDCAST_AVX512 void HorizontalPlanarAvx512(const int16_t* const planes[3], con
       const __m512i hi = _mm512_loadu_si512(window + 32);
       __m512i acc = round;
       for (int j = 0; j < kPairs; ++j) {
-        acc = _mm512_add_epi32(
-            acc, _mm512_madd_epi16(_mm512_permutex2var_epi16(lo, idx[j], hi), wt[j]));
+        acc = _mm512_add_epi32(acc,
+                               _mm512_madd_epi16(_mm512_permutex2var_epi16(lo, idx[j], hi), wt[j]));
       }
       // Clamped to [0, 255]: max with 0, then the unsigned saturating narrow.
       __m128i bytes = _mm512_maskz_cvtusepi32_epi8(
-          all, _mm512_maskz_max_epi32(all, _mm512_maskz_srai_epi32(all, acc, kHorizontalShift),
-                                      zero));
+          all,
+          _mm512_maskz_max_epi32(all, _mm512_maskz_srai_epi32(all, acc, kHorizontalShift), zero));
       if (kFlip) bytes = _mm_shuffle_epi8(bytes, reverse);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out[c] + at[g]), bytes);
     }
@@ -486,9 +486,8 @@ using VerticalPlanarFn = void (*)(const uint8_t* const*, const int16_t*, int, in
 using HorizontalPlanarFn = void (*)(const int16_t* const[3], const PlanarTaps&, uint8_t* const[3]);
 
 VerticalPlanarFn PickVerticalPlanar(int pairs) {
-  static constexpr VerticalPlanarFn kByPairs[] = {
-      VerticalPlanarAvx512<1>, VerticalPlanarAvx512<2>, VerticalPlanarAvx512<3>,
-      VerticalPlanarAvx512<4>};
+  static constexpr VerticalPlanarFn kByPairs[] = {VerticalPlanarAvx512<1>, VerticalPlanarAvx512<2>,
+                                                  VerticalPlanarAvx512<3>, VerticalPlanarAvx512<4>};
   return kByPairs[pairs - 1];
 }
 
@@ -512,8 +511,7 @@ SHARDCAST_AVX512 bool ResamplePlanarAvx512(const uint8_t* base, size_t src_strid
   const int span = t.x.needed_hi - t.x.needed_lo;
   // The vertical pass writes whole chunks; a window reads up to 64 values from its base.
   const size_t plane_len =
-      static_cast<size_t>((span + kPlanarChunk - 1) / kPlanarChunk * kPlanarChunk) +
-      kPlanarWindow;
+      static_cast<size_t>((span + kPlanarChunk - 1) / kPlanarChunk * kPlanarChunk) + kPlanarWindow;
   thread_local std::vector<int16_t> buffer;
   thread_local std::vector<const uint8_t*> rows;
   if (buffer.size() < 3 * plane_len) buffer.resize(3 * plane_len);

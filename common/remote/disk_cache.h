@@ -23,8 +23,8 @@ namespace shardcast::remote {
 struct DiskCacheCounters {
   std::atomic<int64_t> hits{0};
   std::atomic<int64_t> misses{0};
-  std::atomic<int64_t> bytes{0};      // gauge: bytes held
-  std::atomic<int64_t> entries{0};    // gauge
+  std::atomic<int64_t> bytes{0};    // gauge: bytes held
+  std::atomic<int64_t> entries{0};  // gauge
   std::atomic<int64_t> evictions{0};
   std::atomic<int64_t> write_errors{0};  // a full or failing disk: the read still succeeds
 };
@@ -49,8 +49,7 @@ class DiskCache {
 
   // Creates `dir` and its subdirectory when missing. INVALID_ARGUMENT for
   // max_bytes <= 0.
-  static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const std::string& dir,
-                                                         int64_t max_bytes);
+  static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const std::string& dir, int64_t max_bytes);
   DiskCache(const DiskCache&) = delete;
   DiskCache& operator=(const DiskCache&) = delete;
 

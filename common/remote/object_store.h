@@ -64,7 +64,6 @@ class ObjectStore {
                                uint64_t length) const = 0;
 
   virtual HttpFetcher& fetcher() = 0;
-
 };
 
 // The most ListObjectsV2 pages one listing may take (a billion keys at 1000 a page).

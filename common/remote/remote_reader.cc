@@ -309,9 +309,9 @@ class RemoteReader::Impl {
     std::vector<absl::StatusOr<std::string>> results;
     for (const MemberRef& member : job.members) {
       absl::StatusOr<std::string> bytes =
-          range.ok() ? absl::StatusOr<std::string>(
-                           range->substr(member.offset - job.offset, member.size))
-                     : absl::StatusOr<std::string>(range.status());
+          range.ok()
+              ? absl::StatusOr<std::string>(range->substr(member.offset - job.offset, member.size))
+              : absl::StatusOr<std::string>(range.status());
       if (bytes.ok() && cache_ != nullptr) cache_->Put(CacheKey(info, member), *bytes);
       results.push_back(std::move(bytes));
     }
@@ -354,7 +354,8 @@ class RemoteReader::Impl {
     }
     std::string out(member.size, '\0');
     absl::Status read = (*index)->Read((*copy)->fd, member.offset, member.size, out.data());
-    if (!read.ok()) return WithPayloads(read, absl::StrCat(Where(info, member), ": ", read.message()));
+    if (!read.ok())
+      return WithPayloads(read, absl::StrCat(Where(info, member), ": ", read.message()));
     return out;
   }
 
@@ -367,8 +368,9 @@ class RemoteReader::Impl {
       copy = slot;
       copy_use_[shard] = ++copy_clock_;
       while (copies_.size() > kMaxOpenCompressedCopies) {
-        auto oldest = std::min_element(copy_use_.begin(), copy_use_.end(),
-                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+        auto oldest =
+            std::min_element(copy_use_.begin(), copy_use_.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
         copies_.erase(oldest->first);  // readers that hold it keep it alive
         copy_use_.erase(oldest);
       }
@@ -382,7 +384,8 @@ class RemoteReader::Impl {
       absl::Status failed = copy->status;
       absl::MutexLock map_lock(&mu_);
       auto it = copies_.find(shard);
-      if (it != copies_.end() && it->second == copy) copies_.erase(it);  // the next read tries again
+      if (it != copies_.end() && it->second == copy)
+        copies_.erase(it);  // the next read tries again
       whole_queued_.erase(shard);
       return failed;
     }
@@ -391,8 +394,8 @@ class RemoteReader::Impl {
 
   absl::Status MakeCopy(uint32_t shard, CompressedCopy* copy) {
     const ShardInfo& info = index_.shards[shard];
-    const std::string key = absl::StrCat(index_.root, info.path, "\n", info.etag, "\n",
-                                         info.file_size, "\nwhole");
+    const std::string key =
+        absl::StrCat(index_.root, info.path, "\n", info.etag, "\n", info.file_size, "\nwhole");
     int fd = -1;
     if (cache_ != nullptr) {
       if (std::optional<std::string> path = cache_->Find(key)) {

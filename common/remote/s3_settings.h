@@ -13,9 +13,9 @@
 namespace shardcast::remote {
 
 struct S3Settings {
-  std::string access_key_id;      // empty = unsigned requests (a public bucket)
+  std::string access_key_id;  // empty = unsigned requests (a public bucket)
   std::string secret_access_key;
-  std::string session_token;      // sent as x-amz-security-token when set
+  std::string session_token;  // sent as x-amz-security-token when set
   std::string region = "us-east-1";
   // Scheme, host and port, no trailing '/': "https://s3.us-east-1.amazonaws.com" by
   // default, "http://127.0.0.1:9000" for a MinIO on loopback.
@@ -38,10 +38,10 @@ struct S3Settings {
 
 // What the command line says; an unset optional leaves the environment's choice.
 struct S3Flags {
-  std::optional<std::string> endpoint;   // --s3-endpoint
-  std::optional<std::string> region;     // --s3-region
-  std::optional<std::string> profile;    // --s3-profile
-  std::optional<bool> path_style;        // --s3-path-style
+  std::optional<std::string> endpoint;  // --s3-endpoint
+  std::optional<std::string> region;    // --s3-region
+  std::optional<std::string> profile;   // --s3-profile
+  std::optional<bool> path_style;       // --s3-path-style
 };
 
 // Reads an environment variable; std::getenv by default (tests pass their own).

@@ -539,8 +539,8 @@ absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat(path, ": cannot create a temporary file: ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot create a temporary file: ", std::strerror(errno)));
   }
   absl::string_view left = data;
   while (!left.empty()) {
@@ -550,8 +550,7 @@ absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
       const int error = n < 0 ? errno : ENOSPC;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return absl::UnavailableError(
-          absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
+      return absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
     }
     left.remove_prefix(static_cast<size_t>(n));
   }

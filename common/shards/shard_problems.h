@@ -43,9 +43,9 @@ class ShardProblems {
  private:
   const DatasetIndex& index_;
   mutable absl::Mutex mu_;
-  std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);                  // in the order found
-  std::map<uint32_t, absl::Status> changed_error_ ABSL_GUARDED_BY(mu_);     // the first error
-  std::map<uint32_t, std::string> unreadable_ ABSL_GUARDED_BY(mu_);         // the last error
+  std::vector<ChangedShard> changed_ ABSL_GUARDED_BY(mu_);               // in the order found
+  std::map<uint32_t, absl::Status> changed_error_ ABSL_GUARDED_BY(mu_);  // the first error
+  std::map<uint32_t, std::string> unreadable_ ABSL_GUARDED_BY(mu_);      // the last error
   // unreadable_.size(), read without the lock so that a good read costs no lock.
   std::atomic<size_t> unreadable_count_{0};
 };

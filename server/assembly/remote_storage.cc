@@ -24,10 +24,10 @@ absl::Status RemoteStorage::StartLocked() {
         remote::DiskCache::Open(options_.cache_dir, options_.cache_size_bytes);
     if (!cache.ok()) return cache.status();
     cache_ = *std::move(cache);
-    LogInfo("cache", absl::StrCat("disk cache ", options_.cache_dir, ": ",
-                                  cache_->counters().entries.load(), " entries, ",
-                                  cache_->counters().bytes.load(), " of ",
-                                  options_.cache_size_bytes, " bytes held from before"));
+    LogInfo("cache",
+            absl::StrCat("disk cache ", options_.cache_dir, ": ", cache_->counters().entries.load(),
+                         " entries, ", cache_->counters().bytes.load(), " of ",
+                         options_.cache_size_bytes, " bytes held from before"));
   }
   fetcher_ = *std::move(fetcher);
   return absl::OkStatus();
@@ -63,16 +63,16 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
     LogInfo("index", absl::StrCat(url.text, ": loaded from ", index->root, kIndexFileName));
   }
   remote::RemoteReader* reader = nullptr;
-  auto dataset = std::make_unique<ServedDataset>(
-      *std::move(index), [&](const DatasetIndex& served_index) {
+  auto dataset =
+      std::make_unique<ServedDataset>(*std::move(index), [&](const DatasetIndex& served_index) {
         // One read-ahead thread per connection: each holds one request in flight, so
         // fewer threads would leave connections idle (8 capped a 50 ms store at 8
         // requests per round trip, docs/BENCHMARKS.md).
         remote::RemoteReadOptions read = options_.read;
         read.read_ahead_threads = options_.fetch.max_connections;
         read.max_gzip_index_bytes = gzip_index_memory_bytes;
-        auto made = std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache,
-                                                           read);
+        auto made =
+            std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache, read);
         reader = made.get();
         return made;
       });

@@ -24,7 +24,6 @@
 
 namespace shardcast::server {
 
-
 // Thread-safe.
 class RemoteStorage {
  public:

@@ -41,9 +41,9 @@ struct ServerOptions {
   // The job settings a RegisterRequest leaves unset (world_size unused): server flags
   // change them.
   JobConfig defaults = DefaultJobConfig();
-  int decode_threads = 0;             // 0 = hardware concurrency
-  int prefetch = 4;                   // batches assembled ahead of each stream's client
-  std::string index_cache_dir;        // empty = no index cache
+  int decode_threads = 0;       // 0 = hardware concurrency
+  int prefetch = 4;             // batches assembled ahead of each stream's client
+  std::string index_cache_dir;  // empty = no index cache
   RemoteStorageOptions remote;
   // The plan's batches announced to the reader ahead of those being assembled, so that
   // a remote dataset's bytes are fetched while earlier batches decode

@@ -71,7 +71,7 @@ struct ServerStats {
   std::atomic<int64_t> substitutions{0};  // substitutes sent (one per failure)
   // Shard reads the host failed (HostIoError) and that were tried again.
   std::atomic<int64_t> shard_read_retries{0};
-  std::atomic<int64_t> buffer_bytes{0};   // bytes held in live batch buffers
+  std::atomic<int64_t> buffer_bytes{0};  // bytes held in live batch buffers
   // Of the decode errors: image members over --max-member-bytes (not read).
   std::atomic<int64_t> images_over_member_limit{0};
   // Resource governance (see batch_memory.h, stream_control.h).

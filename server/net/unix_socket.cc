@@ -80,10 +80,11 @@ absl::Status PrepareUnixSocket(const std::string& path) {
       break;
   }
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot remove the stale socket '", Quoted(path), "': ", std::strerror(errno)));
+    return absl::FailedPreconditionError(absl::StrCat("cannot remove the stale socket '",
+                                                      Quoted(path), "': ", std::strerror(errno)));
   }
-  LogInfo("server", absl::StrCat("removed the stale socket '", Quoted(path), "' (no server on it)"));
+  LogInfo("server",
+          absl::StrCat("removed the stale socket '", Quoted(path), "' (no server on it)"));
   return absl::OkStatus();
 }
 

@@ -26,9 +26,9 @@ namespace shardcast::server {
 class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
  public:
   struct Options {
-    int depth = 4;                    // batches assembled or in flight ahead of the client (>= 1)
-    int64_t count = 0;                // batches this stream sends (n - start_batch)
-    TransformSpec transform;          // the job's transform
+    int depth = 4;            // batches assembled or in flight ahead of the client (>= 1)
+    int64_t count = 0;        // batches this stream sends (n - start_batch)
+    TransformSpec transform;  // the job's transform
     // The stream's share of --max-batch-memory: every batch is launched only with a
     // grant from it, so the window is as deep as `depth` only while the budget allows
     // (and at least one batch). Null: no budget (tests, benchmarks).
@@ -85,7 +85,6 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   static void WatchMemory(const std::shared_ptr<BatchWindow>& window);
 
  private:
-
   struct Slot {
     int64_t sequence = 0;                   // 0-based position in this stream
     std::shared_ptr<AssembledBatch> batch;  // allocated when launched
@@ -115,7 +114,7 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<RankBatchIterator> batches_ ABSL_GUARDED_BY(mu_);  // the plan, lazily
-  std::deque<PlannedBatch> pulled_ ABSL_GUARDED_BY(mu_);    // from the plan, not launched yet
+  std::deque<PlannedBatch> pulled_ ABSL_GUARDED_BY(mu_);     // from the plan, not launched yet
   std::vector<PlannedBatch> announce_ ABSL_GUARDED_BY(mu_);  // pulled, not yet announced
   bool plan_ended_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order

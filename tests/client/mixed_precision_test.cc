@@ -122,8 +122,7 @@ TEST(ComputeFormatTest, Bf16ChannelsLastComputesWhatFp32DoesWithinBf16Precision)
   EXPECT_LT((got - want).abs().max().item<double>(), 0.05 * scale);
   EXPECT_GT((got - want).abs().max().item<double>(), 0.0) << "bf16 changed nothing: not active?";
 
-  torch::nn::functional::cross_entropy(got, torch::tensor({0, 1, 2, 3, 4, 0, 1, 2}))
-      .backward();
+  torch::nn::functional::cross_entropy(got, torch::tensor({0, 1, 2, 3, 4, 0, 1, 2})).backward();
   for (auto& [name, t] : mixed->NamedParameters()) {
     ASSERT_TRUE(t.grad().defined()) << name;
     EXPECT_TRUE(t.grad().isfinite().all().item<bool>()) << name;
@@ -141,20 +140,44 @@ TEST(TrainPrecisionTest, TwoRanksInBf16ChannelsLastStayIdenticalAndSaveLoadableF
   TempDir dir;
   ChildProcess trainer;
   ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"), "--arch", "small-cnn",
-                          "--synthetic-batches", "4", "--num-classes", "4", "-b", "8", "--crop",
-                          "16", "--epochs", "2", "--nproc-per-node", "2", "-lr", "0.01",
-                          "--threads", "1", "--device", "cpu", "--precision", "bf16",
-                          "--channels-last", "--no-progress", "--metrics",
-                          dir.path() + "/m.{rank}.jsonl", "--save", dir.path() + "/w.{rank}.pt"},
+                  .Start({BinaryPath("client/shardcast-train"),
+                          "--arch",
+                          "small-cnn",
+                          "--synthetic-batches",
+                          "4",
+                          "--num-classes",
+                          "4",
+                          "-b",
+                          "8",
+                          "--crop",
+                          "16",
+                          "--epochs",
+                          "2",
+                          "--nproc-per-node",
+                          "2",
+                          "-lr",
+                          "0.01",
+                          "--threads",
+                          "1",
+                          "--device",
+                          "cpu",
+                          "--precision",
+                          "bf16",
+                          "--channels-last",
+                          "--no-progress",
+                          "--metrics",
+                          dir.path() + "/m.{rank}.jsonl",
+                          "--save",
+                          dir.path() + "/w.{rank}.pt"},
                          dir.path() + "/out", dir.path() + "/err")
                   .ok());
   std::optional<int> status = trainer.WaitFor(std::chrono::minutes(3));
   ASSERT_TRUE(status.has_value());
   ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
       << ReadWholeFile(dir.path() + "/err");
-  EXPECT_NE(ReadWholeFile(dir.path() + "/m.0.jsonl").find(R"("precision":"bf16","channels_last":true)"),
-            std::string::npos);
+  EXPECT_NE(
+      ReadWholeFile(dir.path() + "/m.0.jsonl").find(R"("precision":"bf16","channels_last":true)"),
+      std::string::npos);
 
   absl::StatusOr<NamedTensors> w0 = LoadStateDict(dir.path() + "/w.0.pt");
   absl::StatusOr<NamedTensors> w1 = LoadStateDict(dir.path() + "/w.1.pt");

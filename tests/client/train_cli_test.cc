@@ -194,11 +194,12 @@ TEST(TrainHelpTest, ListsEveryFlag) {
        "--shuffle", "--shuffle-shards", "--shuffle-buffer", "--block-size", "--transform",
        "--resize", "--crop", "--mean", "--std", "--prefetch", "--stream-timeout", "--tls-ca",
        "--tls-cert", "--tls-key", "--auth-token-file", "--arch", "--model", "--num-classes",
-       "--device", "--precision", "--channels-last", "--epochs", "--lr", "--betas", "--optimizer", "--momentum", "--weight-decay",
-       "--bucket-mb", "--threads", "--max-steps", "--metrics", "--log-keys", "--ckpt-dir",
-       "--ckpt-every", "--ckpt-keep", "--resume", "--save", "--progress", "--no-progress", "--rank",
-       "--world-size", "--local-rank", "--master-addr", "--master-port", "--nproc-per-node",
-       "--nnodes", "--node-rank", "--rendezvous-timeout", "--synthetic-batches",
+       "--device", "--precision", "--channels-last", "--epochs", "--lr", "--betas", "--optimizer",
+       "--momentum", "--weight-decay", "--bucket-mb", "--threads", "--max-steps", "--metrics",
+       "--log-keys", "--ckpt-dir", "--ckpt-every", "--ckpt-keep", "--resume", "--save",
+       "--progress", "--no-progress", "--rank", "--world-size", "--local-rank", "--master-addr",
+       "--master-port", "--nproc-per-node", "--nnodes", "--node-rank", "--rendezvous-timeout",
+       "--synthetic-batches",
        // The seed's spellings.
        "-b", "--batch_size", "--n_epochs", "-lr", "-w", "--num_workers"});
   const testing_util::CommandOutput out = testing_util::RunShellCapture(

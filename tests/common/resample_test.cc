@@ -51,8 +51,7 @@ TEST_F(ResampleIsaTest, EveryKernelLevelGivesTheScalarBytes) {
           std::vector<uint8_t> scalar(size_t{3} * crop * crop), simd(scalar.size());
           SetResampleIsaForTest(ResampleIsa::kScalar);
           ASSERT_TRUE(ApplyTransform(img, spec, seed, scalar.data()).ok());
-          for (ResampleIsa isa :
-               {ResampleIsa::kSsse3, ResampleIsa::kAvx2, ResampleIsa::kAvx512}) {
+          for (ResampleIsa isa : {ResampleIsa::kSsse3, ResampleIsa::kAvx2, ResampleIsa::kAvx512}) {
             SetResampleIsaForTest(isa);
             ASSERT_TRUE(ApplyTransform(img, spec, seed, simd.data()).ok());
             ASSERT_EQ(scalar, simd) << sz[0] << "x" << sz[1] << " crop " << crop << " isa "
@@ -101,8 +100,8 @@ TEST(ResampleTest, WeightsSumToExactlyOneAndCoverTheNeededRange) {
 }
 
 TEST_F(ResampleIsaTest, UniformExtremesStayExact) {
-  for (ResampleIsa isa : {ResampleIsa::kScalar, ResampleIsa::kSsse3, ResampleIsa::kAvx2,
-                          ResampleIsa::kAvx512}) {
+  for (ResampleIsa isa :
+       {ResampleIsa::kScalar, ResampleIsa::kSsse3, ResampleIsa::kAvx2, ResampleIsa::kAvx512}) {
     SetResampleIsaForTest(isa);
     for (uint8_t v : {uint8_t{0}, uint8_t{1}, uint8_t{254}, uint8_t{255}}) {
       RgbImage img;

@@ -245,8 +245,9 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
   // Off: said so.
   st.set_stall_warn_seconds(0);
   st.set_stalled_ranks(0);
-  EXPECT_NE(RenderStatusReport(st, "h:1").find("stall warning    0 stalled ranks, --stall-warn off\n"),
-            std::string::npos);
+  EXPECT_NE(
+      RenderStatusReport(st, "h:1").find("stall warning    0 stalled ranks, --stall-warn off\n"),
+      std::string::npos);
 }
 
 TEST(RenderStatusReportTest, DatasetsTableWithStateAndError) {

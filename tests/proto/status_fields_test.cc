@@ -123,8 +123,8 @@ TEST(StatusFieldsTest, CtlLinesAreWhole) {
     // ctl pads titles to 16 columns; the rows of a line are consecutive.
     EXPECT_LE(section.size(), 16u) << section;
     if (section != current) {
-      EXPECT_TRUE(done.insert(section).second) << "the rows of `" << section
-                                               << "` are not consecutive";
+      EXPECT_TRUE(done.insert(section).second)
+          << "the rows of `" << section << "` are not consecutive";
       current = section;
     }
     const std::string label = row.label;

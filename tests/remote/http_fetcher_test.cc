@@ -569,8 +569,8 @@ TEST_F(NginxFetchTest, WaitingForAConnectionCountsTowardTheDeadline) {
   }
   for (std::thread& reader : readers) reader.join();
   // The first gets the connection; the last cannot have had it within 700 ms.
-  const int failed = static_cast<int>(std::count_if(
-      results.begin(), results.end(), [](const absl::Status& s) { return !s.ok(); }));
+  const int failed = static_cast<int>(
+      std::count_if(results.begin(), results.end(), [](const absl::Status& s) { return !s.ok(); }));
   EXPECT_GE(failed, 1);
   for (const absl::Status& s : results) {
     if (!s.ok()) {

@@ -130,9 +130,9 @@ std::map<std::string, std::string>* S3StoreTest::objects_ = nullptr;
 S3rverServer* S3StoreTest::s3_ = nullptr;
 FaultProxy* S3StoreTest::proxy_ = nullptr;
 
-const std::vector<std::string> kTrainShards = {
-    "shard 000003+copy.tar", "shard-000000.tar",    "shard-000001.tar",
-    "shard-000002.tar",      "shard-000004.tar.gz", "shard-000005.tgz"};
+const std::vector<std::string> kTrainShards = {"shard 000003+copy.tar", "shard-000000.tar",
+                                               "shard-000001.tar",      "shard-000002.tar",
+                                               "shard-000004.tar.gz",   "shard-000005.tgz"};
 
 TEST_F(S3StoreTest, ListsShardsDirectlyUnderThePrefix) {
   std::unique_ptr<ObjectStore> store = Open("s3://datasets/train", Settings(s3_->endpoint()));
@@ -144,7 +144,8 @@ TEST_F(S3StoreTest, ListsShardsDirectlyUnderThePrefix) {
     const std::string& bytes = objects_->at("train/" + shard.name);
     EXPECT_EQ(shard.size, bytes.size()) << shard.name;
     // The listing's ETag is the one a read sees.
-    absl::StatusOr<ObjectHead> head = fetcher_->Head(shard.url, SigV4For(Settings(s3_->endpoint())));
+    absl::StatusOr<ObjectHead> head =
+        fetcher_->Head(shard.url, SigV4For(Settings(s3_->endpoint())));
     ASSERT_TRUE(head.ok()) << head.status();
     EXPECT_EQ(shard.etag, head->etag) << shard.name;
     EXPECT_EQ(shard.url, Settings(s3_->endpoint()).ObjectUrl(kBucket, "train/" + shard.name));
@@ -200,7 +201,8 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDenied) {
 }
 
 TEST_F(S3StoreTest, EmptyPrefixOrMissingBucketIsNotFound) {
-  std::unique_ptr<ObjectStore> store = Open("s3://datasets/nothing-here/", Settings(s3_->endpoint()));
+  std::unique_ptr<ObjectStore> store =
+      Open("s3://datasets/nothing-here/", Settings(s3_->endpoint()));
   absl::StatusOr<std::vector<RemoteObject>> shards = store->ListShards();
   EXPECT_EQ(shards.status().code(), absl::StatusCode::kNotFound) << shards.status();
   EXPECT_THAT(shards.status().message(), HasSubstr("s3://datasets/nothing-here/"));
@@ -279,8 +281,9 @@ TEST_F(HttpStoreTest, AHostileListingIsAnErrorNamingTheStore) {
   EXPECT_THAT(status.message(), HasSubstr("s3://html/"));
   status = list("huge", "<ListBucketResult>" + std::string(17 << 20, ' '));
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  status = list("size", "<ListBucketResult><Contents><Key>a.tar</Key>"
-                        "<Size>99999999999999999999999</Size></Contents></ListBucketResult>");
+  status = list("size",
+                "<ListBucketResult><Contents><Key>a.tar</Key>"
+                "<Size>99999999999999999999999</Size></Contents></ListBucketResult>");
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
   EXPECT_THAT(status.message(), HasSubstr("not a number"));
   status = list("nokey", "<ListBucketResult><Contents><Size>3</Size></Contents>");
@@ -367,8 +370,7 @@ TEST(S3XmlTest, ErrorText) {
 }
 
 TEST(SigV4QueryTest, EncodesAllButUnreserved) {
-  EXPECT_EQ(internal::SigV4QueryValue("train/a b+c=d~e_f.g-h"),
-            "train%2Fa%20b%2Bc%3Dd~e_f.g-h");
+  EXPECT_EQ(internal::SigV4QueryValue("train/a b+c=d~e_f.g-h"), "train%2Fa%20b%2Bc%3Dd~e_f.g-h");
   EXPECT_EQ(internal::SigV4QueryValue("\xC3\xA9"), "%C3%A9");
 }
 

@@ -2,13 +2,13 @@
 // `count` of them, the window never holds more than its depth, a stalled consumer
 // stops the decode work, and Cancel releases everything.
 #include "server/serving/batch_window.h"
-#include "server/serving/resend_window.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "server/serving/resend_window.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {

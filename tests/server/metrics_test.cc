@@ -24,20 +24,20 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "proto/status_fields.h"
+#include "server/serving/stall_watch.h"
 #include "server/status/metrics_http.h"
 #include "server/status/metrics_text.h"
-#include "server/serving/stall_watch.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
 namespace {
 
 using server::DurationHistogram;
-using ::shardcast::StatusField;
-using ::shardcast::StatusFields;
 using server::MetricsSnapshot;
 using server::RankActivity;
 using server::StalledRanks;
+using ::shardcast::StatusField;
+using ::shardcast::StatusFields;
 
 // ------------------------------------------------------------------ the stall rule
 
@@ -274,11 +274,10 @@ TEST(MetricsTextTest, IndexStatePerDatasetAndDraining) {
   train->set_state(v1::DatasetStatus::INDEXING);
   const auto state = [](const std::map<std::string, std::string>& m, const std::string& dataset,
                         const std::string& name) {
-    return m.at(absl::StrCat("shardcast_index_state{dataset=\"", dataset, "\",state=\"", name,
-                             "\"}"));
+    return m.at(
+        absl::StrCat("shardcast_index_state{dataset=\"", dataset, "\",state=\"", name, "\"}"));
   };
-  std::map<std::string, std::string> m =
-      ParseExposition(server::RenderPrometheusText(snapshot));
+  std::map<std::string, std::string> m = ParseExposition(server::RenderPrometheusText(snapshot));
   for (const auto& [dataset, current] : std::map<std::string, std::string>{
            {"default", "serving"}, {"val", "failed"}, {"train", "indexing"}}) {
     for (const char* name : server::kIndexStates) {

@@ -136,8 +136,7 @@ TEST_F(RemoteServingTest, ABrokenIndexFileNextToTheShardsIsIgnoredAndTheShardsSc
 
 TEST_F(RemoteServingTest, S3WithAnIndexFileAndADiskCacheReadsNothingRemoteInTheSecondEpoch) {
   InProcessServer local(dir_.path());
-  const std::string index_file =
-      SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
+  const std::string index_file = SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
   auto s3 = S3rverServer::Start();
   ASSERT_TRUE(s3.ok()) << s3.status();
   ASSERT_TRUE((*s3)->CreateBucket("data").ok());

@@ -3,9 +3,6 @@
 // localhost/127.0.0.1 signed by it, a client certificate signed by it, and an
 // unrelated second CA. The token reload runs against the real shardcast-server
 // process (SIGHUP); shardcast-ctl is run as a child process too.
-#include "server/net/token_authenticator.h"
-#include "server/rpc/server_credentials.h"
-
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -24,6 +21,8 @@
 #include "client/protocol/rank_stream.h"
 #include "common/util/token_file.h"
 #include "google/protobuf/descriptor.h"
+#include "server/net/token_authenticator.h"
+#include "server/rpc/server_credentials.h"
 #include "tests/server/server_test_support.h"
 #include "tests/support/child_process.h"
 

@@ -73,8 +73,8 @@ class UnixSocketServerTest : public ::testing::Test {
   static std::string socket_path() { return dir_->path() + "/s.sock"; }
   static std::string log(const std::string& name) { return dir_->path() + "/" + name + ".log"; }
   static std::vector<std::string> Args() {
-    return {"--shards", data(),         "--listen", "unix:" + socket_path(), "--batch-size",
-            "8",        "--resize=36", "--crop=32", "--split=sample",         "--decode-threads=2"};
+    return {"--shards", data(),        "--listen",  "unix:" + socket_path(), "--batch-size",
+            "8",        "--resize=36", "--crop=32", "--split=sample",        "--decode-threads=2"};
   }
 
   // Waits until `server` answers GetStatus serving, then stops it with SIGTERM: exit 0.
@@ -166,7 +166,8 @@ TEST_F(UnixSocketServerTest, PathsItCannotBindOnExitWithTheReason) {
   const std::string missing = dir_->path() + "/no-such-dir/s.sock";
   ChildServer in_missing_dir(ArgsListeningOn("unix:" + missing), log("missing-dir"));
   EXPECT_EQ(in_missing_dir.WaitExit(20), 1);
-  EXPECT_THAT(ReadWholeFile(log("missing-dir")), HasSubstr("cannot listen on 'unix:" + missing + "'"));
+  EXPECT_THAT(ReadWholeFile(log("missing-dir")),
+              HasSubstr("cannot listen on 'unix:" + missing + "'"));
 
   ChildServer on_a_directory(ArgsListeningOn("unix:" + dir_->path()), log("directory"));
   EXPECT_EQ(on_a_directory.WaitExit(20), 1);
