@@ -25,6 +25,9 @@ packages=(
   # libFuzzer: clang and its runtime (which --no-install-recommends leaves out), for the
   # separate fuzz tree of tools/fuzz.sh (docs/fuzzing.md).
   clang-14 libclang-rt-14-dev
+  # The format check of the test command (tools/check-format.sh) and the lint script
+  # (tools/lint.sh): version 14, as .clang-format's output is pinned to it.
+  clang-format-14 clang-tidy-14
   # Parses the server's /metrics exposition in tests/python/test_metrics.py.
   python3-prometheus-client
 )

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (packages, the object stores of the remote
-# tests), builds, runs every test: ctest, then the Python client's pytest suite
-# (tests/python) against the binaries just built, then the non-torch tests again under
+# tests), checks the format, builds, runs every test: ctest, then the Python client's
+# pytest suite (tests/python) against the binaries just built, then the non-torch tests again under
 # ASan + UBSan (tools/sanitize.sh: a clang tree), then the fuzz harnesses in that same
 # tree (tools/fuzz.sh: corpus replay, 20 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup-deps.sh
+# Formatting drift fails at once, before minutes of building (.clang-format).
+tools/check-format.sh
 # nginx, s3rver and Node for the remote-shard tests (tests/support/object_servers.h).
 tools/setup-test-servers.sh
 tools/build.sh
