@@ -84,6 +84,7 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
     index_options.cache_dir = options_.remote.cache_dir + "/index";
   }
   index_options.cancelled = &stop_indexing_;
+  // Real time: how long indexing took, for the log line; it decides nothing.
   const absl::Time start = absl::Now();
   const std::string what =
       absl::StrCat("dataset '", spec.name, "' (", remote::RedactedUrl(spec.dir), ")");

@@ -193,6 +193,8 @@ std::shared_ptr<StreamManager::Pending> StreamManager::Open(StreamPlan plan,
     done(memory.status());
     return nullptr;
   }
+  // Real time: the admission thread waits for memory on a condition variable until
+  // this deadline, and a clock nobody moves must not keep a stream waiting forever.
   auto pending = std::make_shared<Pending>(std::move(plan), assembler, std::move(done), batch_bytes,
                                            absl::Now() + options_.admission_wait);
   absl::MutexLock lock(&admission_mu_);
@@ -284,7 +286,7 @@ void StreamManager::AdmissionLoop() {
       // Outside the lock: admitting starts a stream, which may end another whose
       // memory coming back calls MemoryReleased.
       admission_mu_.Unlock();
-      const absl::Time now = absl::Now();
+      const absl::Time now = absl::Now();  // against the real-time deadlines (see Open)
       for (const std::shared_ptr<Pending>& pending : round) {
         if (draining) {
           Complete(pending, absl::UnavailableError("draining: the server is shutting down"));
