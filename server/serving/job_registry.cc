@@ -244,44 +244,48 @@ std::vector<RankProgress> Job::Progress() const {
 
 // ---------------------------------------------------------------------------- JobRegistry
 
-JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-                         int max_jobs, absl::Duration unstreamed_job_ttl,
-                         int max_unstreamed_jobs_per_peer, const Clock* clock)
-    : clock_(clock),
-      defaults_(defaults),
-      limits_(limits),
-      job_ttl_(job_ttl),
-      max_jobs_(max_jobs),
-      unstreamed_job_ttl_(unstreamed_job_ttl),
-      max_unstreamed_jobs_per_peer_(max_unstreamed_jobs_per_peer) {}
+JobRegistry::Options JobRegistry::OptionsFor(const ServerOptions& options) {
+  Options registry;
+  registry.defaults = options.defaults;
+  registry.limits = JobLimits{options.max_message_bytes};
+  registry.job_ttl = options.job_ttl;
+  registry.max_jobs = options.max_jobs;
+  registry.unstreamed_job_ttl = options.unstreamed_job_ttl;
+  registry.max_unstreamed_jobs_per_peer = options.max_unstreamed_jobs_per_peer;
+  registry.clock = options.clock;
+  return registry;
+}
+
+JobRegistry::JobRegistry(Options options) : options_(std::move(options)) {}
 
 absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
-  if (max_unstreamed_jobs_per_peer_ <= 0) return absl::OkStatus();
+  if (options_.max_unstreamed_jobs_per_peer <= 0) return absl::OkStatus();
   int unstreamed = 0;
   for (const auto& [id, job] : jobs_) {
     if (job->peer() == peer && !job->EverStreamed()) ++unstreamed;
   }
-  if (unstreamed < max_unstreamed_jobs_per_peer_) return absl::OkStatus();
+  if (unstreamed < options_.max_unstreamed_jobs_per_peer) return absl::OkStatus();
   // How the peer's places come free again without a stream: the TTL that applies.
   std::string expiry = "restart the server (--job-ttl and --unstreamed-job-ttl are 0)";
-  if (unstreamed_job_ttl_ > absl::ZeroDuration()) {
+  if (options_.unstreamed_job_ttl > absl::ZeroDuration()) {
     expiry = absl::StrCat("wait until they expire (--unstreamed-job-ttl ",
-                          absl::FormatDuration(unstreamed_job_ttl_), ")");
-  } else if (job_ttl_ > absl::ZeroDuration()) {
-    expiry =
-        absl::StrCat("wait until they expire (--job-ttl ", absl::FormatDuration(job_ttl_), ")");
+                          absl::FormatDuration(options_.unstreamed_job_ttl), ")");
+  } else if (options_.job_ttl > absl::ZeroDuration()) {
+    expiry = absl::StrCat("wait until they expire (--job-ttl ",
+                          absl::FormatDuration(options_.job_ttl), ")");
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "job '", LogSafe(job_id), "': peer ", LogSafe(peer), " already holds ", unstreamed,
       " jobs that never opened a stream, its limit (--max-unstreamed-jobs-per-peer ",
-      max_unstreamed_jobs_per_peer_, "); open a stream for one of them, ", expiry,
+      options_.max_unstreamed_jobs_per_peer, "); open a stream for one of them, ", expiry,
       ", or raise --max-unstreamed-jobs-per-peer"));
 }
 
 bool JobRegistry::Expired(const Job& job, absl::Time now, bool* never_streamed) const {
-  const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
-  const bool unstreamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
-                          job.IdleFor(unstreamed_job_ttl_, now);
+  const bool expired =
+      options_.job_ttl > absl::ZeroDuration() && job.IdleFor(options_.job_ttl, now);
+  const bool unstreamed = options_.unstreamed_job_ttl > absl::ZeroDuration() &&
+                          !job.EverStreamed() && job.IdleFor(options_.unstreamed_job_ttl, now);
   *never_streamed = unstreamed && !expired;
   return expired || unstreamed;
 }
@@ -319,7 +323,8 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
     return absl::InvalidArgumentError(
         absl::StrCat("job_id: longer than ", kMaxJobIdLength, " characters"));
   }
-  absl::StatusOr<JobConfig> config = EffectiveJobConfig(request, defaults_, limits_);
+  absl::StatusOr<JobConfig> config =
+      EffectiveJobConfig(request, options_.defaults, options_.limits);
   if (!config.ok()) return config.status();
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -344,10 +349,10 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       // Only a new job counts against the peer: the other ranks of a job join it
       // from wherever they run.
       if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
-      if (max_jobs_ > 0 && jobs_.size() >= static_cast<size_t>(max_jobs_)) {
+      if (options_.max_jobs > 0 && jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
         return absl::ResourceExhaustedError(
             absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
-                         " jobs, its limit (--max-jobs ", max_jobs_,
+                         " jobs, its limit (--max-jobs ", options_.max_jobs,
                          "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
       }
       absl::StatusOr<int64_t> n = BatchesPerRank(dataset->data->shard_sizes(), config->plan);
@@ -358,7 +363,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       job = std::make_shared<Job>(
           job_id, *config, *n,
           JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
-          peer, clock_);
+          peer, options_.clock);
       jobs_.emplace(job_id, job);
     }
   }

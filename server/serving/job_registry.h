@@ -148,13 +148,23 @@ class Job {
 
 class JobRegistry {
  public:
+  // The registry's rules; the flags of the same names (ServerOptions) say what each does.
+  struct Options {
+    JobConfig defaults;  // what a Register leaves unset
+    JobLimits limits;
+    absl::Duration job_ttl = absl::ZeroDuration();             // zero: jobs never expire
+    int max_jobs = 0;                                          // zero: no limit
+    absl::Duration unstreamed_job_ttl = absl::ZeroDuration();  // zero: that rule is off
+    int max_unstreamed_jobs_per_peer = 0;                      // zero: no limit
+    // Times the jobs' activity and their ranks' last batches; must outlive the registry.
+    const Clock* clock = Clock::Real();
+  };
+  // The registry's options as the server's flags set them.
+  static Options OptionsFor(const ServerOptions& options);
+
   // Jobs of every dataset share one registry: job ids are the server's, and
   // --max-jobs counts them all.
-  // `job_ttl`, `unstreamed_job_ttl`: see ServerOptions (zero = that rule is off).
-  // `max_jobs`, `max_unstreamed_jobs_per_peer`: see ServerOptions (zero = no limit).
-  JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration(),
-              int max_unstreamed_jobs_per_peer = 0, const Clock* clock = Clock::Real());
+  explicit JobRegistry(Options options);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -198,13 +208,7 @@ class JobRegistry {
   absl::Status CheckPeerLimit(const std::string& job_id, const std::string& peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const Clock* const clock_;  // given to the jobs
-  const JobConfig defaults_;
-  const JobLimits limits_;
-  const absl::Duration job_ttl_;
-  const int max_jobs_;
-  const absl::Duration unstreamed_job_ttl_;
-  const int max_unstreamed_jobs_per_peer_;
+  const Options options_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -36,9 +36,7 @@ ServiceCore::ServiceCore(const ServerOptions& options)
       options_error_(DatasetsToServe(options).status()),
       remote_storage_(options.remote),
       datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
-      jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
-            options.max_jobs, options.unstreamed_job_ttl, options.max_unstreamed_jobs_per_peer,
-            options.clock),
+      jobs_(JobRegistry::OptionsFor(options)),
       // Dropping expired jobs between Registers frees their memory.
       streams_(std::make_unique<StreamManager>(options_, &stats_, &jobs_, options.clock,
                                                [this] { DropExpiredJobs(); })) {}
