@@ -187,7 +187,8 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
 }
 
 void ServiceCore::DropExpiredJobs() {
-  for (const JobRegistry::Dropped& job : jobs_.DropExpired(options_.clock->Now())) {
+  for (const JobRegistry::Dropped& job :
+       jobs_.DropExpired(options_.clock->Now(), streams_->table())) {
     LogInfo("register",
             job.never_streamed
                 ? absl::StrCat("dropped job '", LogSafe(job.job_id), "': registered, no stream in ",
