@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -277,7 +276,16 @@ void StreamManager::AdmissionLoop() {
     const int64_t generation = generation_;
     const bool draining = draining_.load();
     const std::vector<std::shared_ptr<Pending>> round(waiting_.begin(), waiting_.end());
-    absl::flat_hash_set<Pending*> finished;
+    // Out of the queue before its caller hears: a status asked right after the answer
+    // no longer counts it as waiting.
+    auto finish = [this](const std::shared_ptr<Pending>& pending,
+                         absl::StatusOr<std::shared_ptr<StreamMemory>> result) {
+      {
+        absl::MutexLock lock(&admission_mu_);
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), pending), waiting_.end());
+      }
+      Complete(pending, std::move(result));
+    };
     {
       // Outside the lock: admitting starts a stream, which may end another whose
       // memory coming back calls MemoryReleased.
@@ -285,8 +293,7 @@ void StreamManager::AdmissionLoop() {
       const absl::Time now = absl::Now();  // against the real-time deadlines (see Open)
       for (const std::shared_ptr<Pending>& pending : round) {
         if (draining) {
-          Complete(pending, absl::UnavailableError("draining: the server is shutting down"));
-          finished.insert(pending.get());
+          finish(pending, absl::UnavailableError("draining: the server is shutting down"));
           continue;
         }
         // First come, first served; a smaller stream behind a large one that does not
@@ -300,16 +307,10 @@ void StreamManager::AdmissionLoop() {
               absl::StrCat(memory.status().message(), " (waited ",
                            absl::FormatDuration(options_.admission_wait), ", --admission-wait)"));
         }
-        Complete(pending, std::move(memory));
-        finished.insert(pending.get());
+        finish(pending, std::move(memory));
       }
       admission_mu_.Lock();
     }
-    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                  [&](const std::shared_ptr<Pending>& pending) {
-                                    return finished.contains(pending.get());
-                                  }),
-                   waiting_.end());
     // Memory came back, a stream came or the drain began meanwhile: another round.
     if (generation_ != generation) continue;
     absl::Time next_deadline = absl::InfiniteFuture();
