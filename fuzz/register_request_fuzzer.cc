@@ -370,7 +370,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckRefusal(dataset.status(), "Resolve");
     return 0;
   }
-  JobRegistry jobs(f.options.defaults, f.limits, f.options.job_ttl, f.options.max_jobs);
+  JobRegistry::Options registry;
+  registry.defaults = f.options.defaults;
+  registry.limits = f.limits;
+  registry.job_ttl = f.options.job_ttl;
+  registry.max_jobs = f.options.max_jobs;
+  JobRegistry jobs(registry);
   const absl::StatusOr<v1::RegisterResponse> first = jobs.Register(request, *dataset, kPeer);
   const absl::StatusOr<v1::RegisterResponse> again = jobs.Register(request, *dataset, kPeer);
   Check(SameOutcome(first, again),

@@ -53,8 +53,9 @@ Daemon::Daemon(ServerOptions options)
                   ? nullptr
                   : std::make_unique<TokenAuthenticator>(options_.auth_token_file)),
       service_(impl_.get(), tokens_.get()),
-      accept_watch_(std::make_shared<AcceptWatch>(
-          options_.max_connections, options_.max_connections_per_peer, &impl_->stats())) {}
+      accept_watch_(std::make_shared<AcceptWatch>(options_.max_connections,
+                                                  options_.max_connections_per_peer,
+                                                  &impl_->stats(), options_.clock)) {}
 
 absl::StatusOr<size_t> Daemon::ReloadTokens() {
   if (tokens_ == nullptr) {
@@ -346,6 +347,7 @@ void Daemon::StopServer(absl::Duration grace) {
   const int64_t open = impl_->streams().open_streams();
   LogInfo("server", absl::StrFormat("draining: NOT_SERVING, %d open streams, grace %s", open,
                                     absl::FormatDuration(grace)));
+  // Real time: the grace is a wait for real streams to end, bounded for SIGTERM.
   impl_->streams().AwaitNoOpenStreams(absl::Now() + grace);
   const int64_t left = impl_->streams().open_streams();
   if (left > 0) {

@@ -331,7 +331,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
   AssembledBatch& batch = *pending->batch;
   uint8_t* out = batch.images() + slot * batch.sample_bytes();
   // The histogram's decode time includes the read and any wait for decode memory: the
-  // time one sample holds a decode thread.
+  // time one sample holds a decode thread. Real time: it measures work, decides nothing.
   const absl::Time start = absl::Now();
   bool read_failed = false;
   const absl::Status status = ReadAndDecode(*pending, ref, out, &read_failed);

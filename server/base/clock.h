@@ -1,6 +1,6 @@
 // The time the serving core reads: job TTLs, idle streams, stalls, rates and uptime.
 // The server runs on the real clock; tests pass a clock they move themselves
-// (tests/server/fake_clock.h), so that a TTL of an hour is checked without waiting.
+// (tests/support/fake_clock.h), so that a TTL of an hour is checked without waiting.
 // The clock itself is common/util/clock.h, shared with the retries of the fetcher and
 // the client.
 //

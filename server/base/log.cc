@@ -40,7 +40,7 @@ void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); 
 void Log(LogLevel level, absl::string_view component, absl::string_view message) {
   if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
   // Messages quote URLs made far below (a fetcher's error): their secrets go here, once
-  // for every line.
+  // for every line. The timestamp is real time (a test's fake clock must not date logs).
   std::string line =
       absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
                    std::string(1, LevelLetter(level)), " ", component, ": ",

@@ -15,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "server/base/log.h"
 #include "server/rpc/grpc_socket_mutator_abi.h"
 
@@ -97,8 +96,12 @@ std::string PeerOf(int fd) {
   return "unknown";
 }
 
-AcceptWatch::AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats)
-    : max_connections_(max_connections), max_per_peer_(max_per_peer), stats_(stats) {}
+AcceptWatch::AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats,
+                         const Clock* clock)
+    : max_connections_(max_connections),
+      max_per_peer_(max_per_peer),
+      stats_(stats),
+      clock_(clock) {}
 
 std::unique_ptr<grpc::ServerBuilderOption> AcceptWatch::BuilderOption() {
   return std::make_unique<WatchOption>(shared_from_this());
@@ -133,7 +136,7 @@ void AcceptWatch::OnAccepted(int fd) {
     // handshake reads the end of the connection a moment later.
     ::shutdown(fd, SHUT_RDWR);
     stats_->connections_refused.fetch_add(1);
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_->Now();
     if (now - last_refusal_log_ >= kRefusalLogInterval) {
       last_refusal_log_ = now;
       LogWarning("server", absl::StrFormat("refusing connections: %s (%d refused so far)", reason,

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/base/clock.h"
 #include "server/base/server_stats.h"
 
 namespace grpc {
@@ -35,8 +36,10 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   // `max_connections`: connections open at once (0 = no limit); `max_per_peer`: of
   // them, from one peer (its IP address; every unix-socket client is one peer "unix";
   // 0 = no limit), so that one host's flood cannot take every place. Keeps stats->
-  // connections_open and connections_refused. REQUIRES: `stats` outlives the watch.
-  AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats);
+  // connections_open and connections_refused. `clock` spaces the refusal log lines.
+  // REQUIRES: `stats` and `clock` outlive the watch.
+  AcceptWatch(int64_t max_connections, int64_t max_per_peer, ServerStats* stats,
+              const Clock* clock = Clock::Real());
 
   // The option that makes a ServerBuilder's server call OnAccepted for every accepted
   // connection. It holds a reference to this watch for as long as gRPC keeps the mutator.
@@ -81,6 +84,7 @@ class AcceptWatch : public std::enable_shared_from_this<AcceptWatch> {
   const int64_t max_connections_;
   const int64_t max_per_peer_;
   ServerStats* const stats_;
+  const Clock* const clock_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int, Counted> open_ ABSL_GUARDED_BY(mu_);  // by descriptor
   absl::flat_hash_map<std::string, int64_t> per_peer_ ABSL_GUARDED_BY(mu_);

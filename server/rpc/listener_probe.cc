@@ -114,6 +114,7 @@ void ListenerProbe::Stop() {
 }
 
 absl::Status ListenerProbe::ProbeOnce(absl::Duration timeout) {
+  // Real time: the deadline bounds a real connect and poll, which no fake clock moves.
   const absl::Time deadline = absl::Now() + timeout;
   ScopedFd fd(::socket(target_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));

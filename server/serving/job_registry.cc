@@ -12,8 +12,8 @@
 #include "proto/job_config_proto.h"
 #include "server/base/log.h"
 #include "server/base/version.h"
-#include "server/serving/batch_window.h"
 #include "server/serving/stall_watch.h"
+#include "server/serving/stream_table.h"
 
 namespace shardcast::server {
 
@@ -104,16 +104,16 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
 
 void Job::MarkRegistered(int32_t rank) {
   absl::MutexLock lock(&mu_);
-  RankProgress& progress = ranks_[rank].progress;
+  RankProgress& progress = ranks_[rank];
   progress.rank = rank;
   last_active_ = clock_->Now();
   // The stall clock of a rank that has not streamed yet starts at its registration.
   if (progress.last_batch == absl::InfinitePast()) progress.last_batch = last_active_;
 }
 
-bool Job::IdleFor(absl::Duration ttl, absl::Time now) const {
+bool Job::QuietFor(absl::Duration ttl, absl::Time now) const {
   absl::MutexLock lock(&mu_);
-  return open_streams_ == 0 && now - last_active_ >= ttl;
+  return now - last_active_ >= ttl;
 }
 
 bool Job::EverStreamed() const {
@@ -126,181 +126,139 @@ bool Job::IsRegistered(int32_t rank) const {
   return ranks_.count(rank) > 0;
 }
 
-Job::Opened Job::OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
-                            std::weak_ptr<BatchWindow> window,
-                            std::shared_ptr<StreamControl> control) {
+void Job::StreamStarted(int32_t rank, int64_t epoch, int64_t start_batch) {
   absl::MutexLock lock(&mu_);
-  RankState& state = ranks_[rank];
-  Opened opened;
-  if (state.progress.streaming) {
-    opened.replaced = std::move(state.control);
-    opened.replaced_window = state.window.lock();
-  }
-  state.control = std::move(control);
-  state.progress.rank = rank;
-  state.progress.epoch = epoch;
-  state.progress.next_batch = start_batch;
-  state.progress.streaming = true;
-  state.progress.last_batch = clock_->Now();
-  state.progress.stalled = false;
-  state.stream_id = next_stream_id_++;
-  state.window = std::move(window);
-  ++open_streams_;
+  RankProgress& progress = ranks_[rank];
+  progress.rank = rank;
+  progress.epoch = epoch;
+  progress.next_batch = start_batch;
+  progress.last_batch = clock_->Now();
+  progress.stalled = false;
   ever_streamed_ = true;
   last_active_ = clock_->Now();
-  opened.stream_id = state.stream_id;
-  return opened;
 }
 
-std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> Job::StreamOf(
-    int32_t rank) const {
+void Job::BatchSent(int32_t rank) {
   absl::MutexLock lock(&mu_);
-  auto it = ranks_.find(rank);
-  if (it == ranks_.end() || !it->second.progress.streaming) return {nullptr, nullptr};
-  return {it->second.control, it->second.window.lock()};
+  ++ranks_[rank].batches_sent;
 }
 
-std::vector<std::shared_ptr<BatchWindow>> Job::OpenWindows() const {
+bool Job::RankTookBatch(int32_t rank, int64_t batch_index, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<BatchWindow>> windows;
-  for (const auto& [rank, state] : ranks_) {
-    if (!state.progress.streaming) continue;
-    if (std::shared_ptr<BatchWindow> window = state.window.lock()) windows.push_back(window);
-  }
-  return windows;
-}
-
-std::vector<std::shared_ptr<StreamControl>> Job::OpenStreams() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<StreamControl>> controls;
-  for (const auto& [rank, state] : ranks_) {
-    if (state.progress.streaming && state.control != nullptr) controls.push_back(state.control);
-  }
-  return controls;
-}
-
-bool Job::BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  RankState& state = ranks_[rank];
-  ++state.progress.batches_sent;
-  if (state.stream_id != stream_id) return false;
-  state.progress.next_batch = batch_index + 1;
-  state.progress.last_batch = now;
-  const bool was_stalled = state.progress.stalled;
-  state.progress.stalled = false;
+  RankProgress& progress = ranks_[rank];
+  progress.next_batch = batch_index + 1;
+  progress.last_batch = now;
+  const bool was_stalled = progress.stalled;
+  progress.stalled = false;
   return was_stalled;
+}
+
+void Job::StreamEnded() {
+  absl::MutexLock lock(&mu_);
+  last_active_ = clock_->Now();
 }
 
 std::vector<RankProgress> Job::UpdateStalls(absl::Duration stall_warn, absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<RankActivity> activity;
   activity.reserve(ranks_.size());
-  for (const auto& [rank, state] : ranks_) {
-    activity.push_back({state.progress.epoch * batches_per_epoch_ + state.progress.next_batch,
-                        state.progress.last_batch});
+  for (const auto& [rank, progress] : ranks_) {
+    activity.push_back(
+        {progress.epoch * batches_per_epoch_ + progress.next_batch, progress.last_batch});
   }
   const std::vector<bool> stalled = StalledRanks(activity, stall_warn, now);
   std::vector<RankProgress> newly_stalled;
   size_t i = 0;
-  for (auto& [rank, state] : ranks_) {
+  for (auto& [rank, progress] : ranks_) {
     // Flags are only raised here; only a batch or a new stream (the rank moved)
     // lowers one, so a rank stays flagged while its peers also stop.
-    if (stalled[i++] && !state.progress.stalled) {
-      state.progress.stalled = true;
-      newly_stalled.push_back(state.progress);
+    if (stalled[i++] && !progress.stalled) {
+      progress.stalled = true;
+      newly_stalled.push_back(progress);
     }
   }
   return newly_stalled;
 }
 
-void Job::CloseStream(int32_t rank, int64_t stream_id) {
-  absl::MutexLock lock(&mu_);
-  --open_streams_;
-  last_active_ = clock_->Now();
-  RankState& state = ranks_[rank];
-  if (state.stream_id != stream_id) return;
-  state.progress.streaming = false;
-  state.progress.window_depth = 0;
-  state.window.reset();
-  state.control.reset();
-}
-
 std::vector<RankProgress> Job::Progress() const {
-  std::vector<std::pair<RankProgress, std::shared_ptr<BatchWindow>>> ranks;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [rank, state] : ranks_) {
-      ranks.emplace_back(state.progress, state.window.lock());
-    }
-  }
+  absl::MutexLock lock(&mu_);
   std::vector<RankProgress> progress;
-  for (auto& [rank_progress, window] : ranks) {
-    // Window depth read outside the job lock (the window has its own).
-    if (window != nullptr) rank_progress.window_depth = window->depth();
-    progress.push_back(rank_progress);
-  }
+  progress.reserve(ranks_.size());
+  for (const auto& [rank, rank_progress] : ranks_) progress.push_back(rank_progress);
   return progress;
 }
 
 // ---------------------------------------------------------------------------- JobRegistry
 
-JobRegistry::JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-                         int max_jobs, absl::Duration unstreamed_job_ttl,
-                         int max_unstreamed_jobs_per_peer, const Clock* clock)
-    : clock_(clock),
-      defaults_(defaults),
-      limits_(limits),
-      job_ttl_(job_ttl),
-      max_jobs_(max_jobs),
-      unstreamed_job_ttl_(unstreamed_job_ttl),
-      max_unstreamed_jobs_per_peer_(max_unstreamed_jobs_per_peer) {}
+JobRegistry::Options JobRegistry::OptionsFor(const ServerOptions& options) {
+  Options registry;
+  registry.defaults = options.defaults;
+  registry.limits = JobLimits{options.max_message_bytes};
+  registry.job_ttl = options.job_ttl;
+  registry.max_jobs = options.max_jobs;
+  registry.unstreamed_job_ttl = options.unstreamed_job_ttl;
+  registry.max_unstreamed_jobs_per_peer = options.max_unstreamed_jobs_per_peer;
+  registry.clock = options.clock;
+  return registry;
+}
+
+JobRegistry::JobRegistry(Options options) : options_(std::move(options)) {}
 
 absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
-  if (max_unstreamed_jobs_per_peer_ <= 0) return absl::OkStatus();
+  if (options_.max_unstreamed_jobs_per_peer <= 0) return absl::OkStatus();
   int unstreamed = 0;
   for (const auto& [id, job] : jobs_) {
     if (job->peer() == peer && !job->EverStreamed()) ++unstreamed;
   }
-  if (unstreamed < max_unstreamed_jobs_per_peer_) return absl::OkStatus();
+  if (unstreamed < options_.max_unstreamed_jobs_per_peer) return absl::OkStatus();
   // How the peer's places come free again without a stream: the TTL that applies.
   std::string expiry = "restart the server (--job-ttl and --unstreamed-job-ttl are 0)";
-  if (unstreamed_job_ttl_ > absl::ZeroDuration()) {
+  if (options_.unstreamed_job_ttl > absl::ZeroDuration()) {
     expiry = absl::StrCat("wait until they expire (--unstreamed-job-ttl ",
-                          absl::FormatDuration(unstreamed_job_ttl_), ")");
-  } else if (job_ttl_ > absl::ZeroDuration()) {
-    expiry =
-        absl::StrCat("wait until they expire (--job-ttl ", absl::FormatDuration(job_ttl_), ")");
+                          absl::FormatDuration(options_.unstreamed_job_ttl), ")");
+  } else if (options_.job_ttl > absl::ZeroDuration()) {
+    expiry = absl::StrCat("wait until they expire (--job-ttl ",
+                          absl::FormatDuration(options_.job_ttl), ")");
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "job '", LogSafe(job_id), "': peer ", LogSafe(peer), " already holds ", unstreamed,
       " jobs that never opened a stream, its limit (--max-unstreamed-jobs-per-peer ",
-      max_unstreamed_jobs_per_peer_, "); open a stream for one of them, ", expiry,
+      options_.max_unstreamed_jobs_per_peer, "); open a stream for one of them, ", expiry,
       ", or raise --max-unstreamed-jobs-per-peer"));
 }
 
-bool JobRegistry::Expired(const Job& job, absl::Time now, bool* never_streamed) const {
-  const bool expired = job_ttl_ > absl::ZeroDuration() && job.IdleFor(job_ttl_, now);
-  const bool unstreamed = unstreamed_job_ttl_ > absl::ZeroDuration() && !job.EverStreamed() &&
-                          job.IdleFor(unstreamed_job_ttl_, now);
+bool JobRegistry::Expired(const Job& job, absl::Time now, const StreamTable& streams,
+                          bool* never_streamed) const {
+  // A job with a stream open never expires, however long that stream runs.
+  if (streams.AnyOpen(&job)) {
+    *never_streamed = false;
+    return false;
+  }
+  const bool expired =
+      options_.job_ttl > absl::ZeroDuration() && job.QuietFor(options_.job_ttl, now);
+  const bool unstreamed = options_.unstreamed_job_ttl > absl::ZeroDuration() &&
+                          !job.EverStreamed() && job.QuietFor(options_.unstreamed_job_ttl, now);
   *never_streamed = unstreamed && !expired;
   return expired || unstreamed;
 }
 
-std::vector<std::shared_ptr<Job>> JobRegistry::LiveJobs(absl::Time now) const {
+std::vector<std::shared_ptr<Job>> JobRegistry::LiveJobs(absl::Time now,
+                                                        const StreamTable& streams) const {
   std::vector<std::shared_ptr<Job>> live;
   for (std::shared_ptr<Job>& job : Jobs()) {
     bool never_streamed = false;
-    if (!Expired(*job, now, &never_streamed)) live.push_back(std::move(job));
+    if (!Expired(*job, now, streams, &never_streamed)) live.push_back(std::move(job));
   }
   return live;
 }
 
-std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now) {
+std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now,
+                                                           const StreamTable& streams) {
   absl::MutexLock lock(&mu_);
   std::vector<Dropped> dropped;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     bool never_streamed = false;
-    if (Expired(*it->second, now, &never_streamed)) {
+    if (Expired(*it->second, now, streams, &never_streamed)) {
       dropped.push_back(Dropped{it->first, never_streamed});
       it = jobs_.erase(it);
     } else {
@@ -319,7 +277,8 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
     return absl::InvalidArgumentError(
         absl::StrCat("job_id: longer than ", kMaxJobIdLength, " characters"));
   }
-  absl::StatusOr<JobConfig> config = EffectiveJobConfig(request, defaults_, limits_);
+  absl::StatusOr<JobConfig> config =
+      EffectiveJobConfig(request, options_.defaults, options_.limits);
   if (!config.ok()) return config.status();
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -344,10 +303,10 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       // Only a new job counts against the peer: the other ranks of a job join it
       // from wherever they run.
       if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
-      if (max_jobs_ > 0 && jobs_.size() >= static_cast<size_t>(max_jobs_)) {
+      if (options_.max_jobs > 0 && jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
         return absl::ResourceExhaustedError(
             absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
-                         " jobs, its limit (--max-jobs ", max_jobs_,
+                         " jobs, its limit (--max-jobs ", options_.max_jobs,
                          "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
       }
       absl::StatusOr<int64_t> n = BatchesPerRank(dataset->data->shard_sizes(), config->plan);
@@ -358,7 +317,7 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       job = std::make_shared<Job>(
           job_id, *config, *n,
           JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
-          peer, clock_);
+          peer, options_.clock);
       jobs_.emplace(job_id, job);
     }
   }

@@ -21,21 +21,18 @@
 #include "server/base/clock.h"
 #include "server/base/server_options.h"
 #include "server/serving/dataset_registry.h"
-#include "server/serving/stream_control.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
 
-class BatchWindow;
+class StreamTable;
 
 // Progress of one rank, as GetStatus reports it.
 struct RankProgress {
   int32_t rank = 0;
   int64_t epoch = 0;
   int64_t next_batch = 0;  // of the open (or last) stream
-  bool streaming = false;
   int64_t batches_sent = 0;
-  int64_t window_depth = 0;
   absl::Time last_batch = absl::InfinitePast();  // last batch taken (or stream opened)
   bool stalled = false;                          // see Job::UpdateStalls
 };
@@ -80,29 +77,19 @@ class Job {
   void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stream bookkeeping. OpenStream returns a stream id and the rank's stream it
-  // replaces, if one was open (one open stream per rank: the caller ends it); later
-  // calls with an id that is no longer the rank's newest stream only count bytes.
-  struct Opened {
-    int64_t stream_id = 0;
-    std::shared_ptr<StreamControl> replaced;       // null when none was open
-    std::shared_ptr<BatchWindow> replaced_window;  // null when gone already
-  };
-  Opened OpenStream(int32_t rank, int64_t epoch, int64_t start_batch,
-                    std::weak_ptr<BatchWindow> window, std::shared_ptr<StreamControl> control)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Returns true when the rank was flagged stalled (the flag is cleared: it moved).
-  bool BatchSent(int32_t rank, int64_t stream_id, int64_t batch_index, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void CloseStream(int32_t rank, int64_t stream_id) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // The newest stream of `rank` while open (nulls otherwise).
-  std::pair<std::shared_ptr<StreamControl>, std::shared_ptr<BatchWindow>> StreamOf(
-      int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The windows of the ranks' open streams (to shrink them under memory pressure).
-  std::vector<std::shared_ptr<BatchWindow>> OpenWindows() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The controls of the ranks' open streams (for the idle reaper).
-  std::vector<std::shared_ptr<StreamControl>> OpenStreams() const ABSL_LOCKS_EXCLUDED(mu_);
+  // What the stream table (stream_table.h) reports of the ranks' streams: the job
+  // keeps their progress, the table the streams.
+  //
+  // A stream of `rank` from `start_batch` of `epoch` became the rank's newest: the
+  // rank moved (its stall flag is lowered) and the job is active.
+  void StreamStarted(int32_t rank, int64_t epoch, int64_t start_batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A stream of `rank` sent a batch (replaced streams' included: batches_sent).
+  void BatchSent(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
+  // The rank's newest stream sent `batch_index` at `now`. Returns true when the rank
+  // was flagged stalled (the flag is cleared: it moved).
+  bool RankTookBatch(int32_t rank, int64_t batch_index, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // A stream of the job ended: the job was active now.
+  void StreamEnded() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Flags the ranks that StalledRanks (stall_watch.h) finds stalled at `now` and
   // returns those newly flagged (a flag stays until the rank takes a batch or opens a
@@ -110,22 +97,16 @@ class Job {
   std::vector<RankProgress> UpdateStalls(absl::Duration stall_warn, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Registered ranks, in rank order, with live window depths.
+  // Registered ranks, in rank order.
   std::vector<RankProgress> Progress() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // True when no rank has a stream open and none has registered, opened or closed one
-  // for `ttl` before `now`.
-  bool IdleFor(absl::Duration ttl, absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  // True when no rank has registered, opened or closed a stream for `ttl` before `now`
+  // (whether one is still open is the stream table's to say).
+  bool QuietFor(absl::Duration ttl, absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
   // Whether any rank ever opened a stream.
   bool EverStreamed() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct RankState {
-    RankProgress progress;
-    int64_t stream_id = 0;                   // newest stream of this rank (0 = none yet)
-    std::weak_ptr<BatchWindow> window;       // of the newest open stream
-    std::shared_ptr<StreamControl> control;  // of the newest open stream
-  };
   static constexpr size_t kPlanCacheSize = 4;
 
   const Clock* const clock_;
@@ -137,9 +118,7 @@ class Job {
   const std::string peer_;
 
   mutable absl::Mutex mu_;
-  std::map<int32_t, RankState> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
-  int64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
-  int open_streams_ ABSL_GUARDED_BY(mu_) = 0;  // of all ranks, replaced ones included
+  std::map<int32_t, RankProgress> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
   bool ever_streamed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_active_ ABSL_GUARDED_BY(mu_);
   // Most recently used first: (epoch, plan).
@@ -148,13 +127,23 @@ class Job {
 
 class JobRegistry {
  public:
+  // The registry's rules; the flags of the same names (ServerOptions) say what each does.
+  struct Options {
+    JobConfig defaults;  // what a Register leaves unset
+    JobLimits limits;
+    absl::Duration job_ttl = absl::ZeroDuration();             // zero: jobs never expire
+    int max_jobs = 0;                                          // zero: no limit
+    absl::Duration unstreamed_job_ttl = absl::ZeroDuration();  // zero: that rule is off
+    int max_unstreamed_jobs_per_peer = 0;                      // zero: no limit
+    // Times the jobs' activity and their ranks' last batches; must outlive the registry.
+    const Clock* clock = Clock::Real();
+  };
+  // The registry's options as the server's flags set them.
+  static Options OptionsFor(const ServerOptions& options);
+
   // Jobs of every dataset share one registry: job ids are the server's, and
   // --max-jobs counts them all.
-  // `job_ttl`, `unstreamed_job_ttl`: see ServerOptions (zero = that rule is off).
-  // `max_jobs`, `max_unstreamed_jobs_per_peer`: see ServerOptions (zero = no limit).
-  JobRegistry(const JobConfig& defaults, const JobLimits& limits, absl::Duration job_ttl,
-              int max_jobs = 0, absl::Duration unstreamed_job_ttl = absl::ZeroDuration(),
-              int max_unstreamed_jobs_per_peer = 0, const Clock* clock = Clock::Real());
+  explicit JobRegistry(Options options);
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -177,34 +166,32 @@ class JobRegistry {
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
   // The jobs not expired at `now` (DropExpired would keep them): what status lists,
   // without dropping anything, so that asking for status changes nothing.
-  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now, const StreamTable& streams) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops the jobs idle for the TTL (or for the unstreamed TTL, when none of their
-  // ranks ever streamed) and returns them, for the log. The service calls it before
-  // every Register (so an expired job's id is free) and from its monitor thread.
+  // ranks ever streamed) and returns them, for the log; a job with a stream open in
+  // `streams` never expires. The service calls it before every Register (so an expired
+  // job's id is free) and from its monitor thread.
   struct Dropped {
     std::string job_id;
     bool never_streamed = false;
   };
-  std::vector<Dropped> DropExpired(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Dropped> DropExpired(absl::Time now, const StreamTable& streams)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
-  bool Expired(const Job& job, absl::Time now, bool* never_streamed) const;
+  bool Expired(const Job& job, absl::Time now, const StreamTable& streams,
+               bool* never_streamed) const;
   // RESOURCE_EXHAUSTED when `peer` already holds max_unstreamed_jobs_per_peer_ jobs none
   // of whose ranks ever opened a stream, so that one host cannot take the whole job
   // table with registrations that never stream.
   absl::Status CheckPeerLimit(const std::string& job_id, const std::string& peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const Clock* const clock_;  // given to the jobs
-  const JobConfig defaults_;
-  const JobLimits limits_;
-  const absl::Duration job_ttl_;
-  const int max_jobs_;
-  const absl::Duration unstreamed_job_ttl_;
-  const int max_unstreamed_jobs_per_peer_;
+  const Options options_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -36,9 +36,7 @@ ServiceCore::ServiceCore(const ServerOptions& options)
       options_error_(DatasetsToServe(options).status()),
       remote_storage_(options.remote),
       datasets_(options_error_.ok() ? *DatasetsToServe(options) : std::vector<DatasetSpec>{}),
-      jobs_(options.defaults, JobLimits{options.max_message_bytes}, options.job_ttl,
-            options.max_jobs, options.unstreamed_job_ttl, options.max_unstreamed_jobs_per_peer,
-            options.clock),
+      jobs_(JobRegistry::OptionsFor(options)),
       // Dropping expired jobs between Registers frees their memory.
       streams_(std::make_unique<StreamManager>(options_, &stats_, &jobs_, options.clock,
                                                [this] { DropExpiredJobs(); })) {}
@@ -84,6 +82,7 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
     index_options.cache_dir = options_.remote.cache_dir + "/index";
   }
   index_options.cancelled = &stop_indexing_;
+  // Real time: how long indexing took, for the log line; it decides nothing.
   const absl::Time start = absl::Now();
   const std::string what =
       absl::StrCat("dataset '", spec.name, "' (", remote::RedactedUrl(spec.dir), ")");
@@ -188,7 +187,8 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
 }
 
 void ServiceCore::DropExpiredJobs() {
-  for (const JobRegistry::Dropped& job : jobs_.DropExpired(options_.clock->Now())) {
+  for (const JobRegistry::Dropped& job :
+       jobs_.DropExpired(options_.clock->Now(), streams_->table())) {
     LogInfo("register",
             job.never_streamed
                 ? absl::StrCat("dropped job '", LogSafe(job.job_id), "': registered, no stream in ",

@@ -15,6 +15,8 @@
 #include "server/base/log.h"
 #include "server/base/memory_limit.h"
 #include "server/base/version.h"
+#include "server/serving/batch_window.h"
+#include "server/serving/stream_table.h"
 
 namespace shardcast::server {
 
@@ -131,7 +133,8 @@ void FillDatasetStatus(const StatusSources& s, bool draining, v1::GetStatusRespo
 
 // The live jobs and their ranks, up to the listing bounds.
 void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse* response) {
-  const std::vector<std::shared_ptr<Job>> jobs = s.jobs->LiveJobs(now);
+  const StreamTable& streams = s.streams->table();
+  const std::vector<std::shared_ptr<Job>> jobs = s.jobs->LiveJobs(now, streams);
   response->set_total_jobs(static_cast<int32_t>(jobs.size()));
   response->set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
   response->set_max_listed_jobs(kMaxListedJobs);
@@ -167,9 +170,10 @@ void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse
       rank_status->set_epoch(rank.epoch);
       rank_status->set_next_batch(rank.next_batch);
       rank_status->set_lag_batches(most_advanced - (rank.epoch * n + rank.next_batch));
-      rank_status->set_streaming(rank.streaming);
+      const StreamTable::Stream stream = streams.NewestOf(job.get(), rank.rank);
+      rank_status->set_streaming(stream.control != nullptr);
       rank_status->set_batches_sent(rank.batches_sent);
-      rank_status->set_window_depth(rank.window_depth);
+      rank_status->set_window_depth(stream.window != nullptr ? stream.window->depth() : 0);
       rank_status->set_stalled(rank.stalled);
       rank_status->set_seconds_since_last_batch(
           std::max(0.0, absl::ToDoubleSeconds(now - rank.last_batch)));

@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -20,10 +19,10 @@ namespace v1 = ::shardcast::v1;
 
 // ---------------------------------------------------------------------------- StreamSession
 
-StreamSession::StreamSession(StreamManager* manager, StreamPlan plan,
+StreamSession::StreamSession(SessionContext context, StreamPlan plan,
                              std::shared_ptr<BatchWindow> window, int64_t stream_id,
                              std::shared_ptr<StreamControl> control)
-    : manager_(manager),
+    : context_(context),
       plan_(std::move(plan)),
       window_(std::move(window)),
       stream_id_(stream_id),
@@ -36,33 +35,34 @@ absl::StatusOr<BatchWindow::TakeResult> StreamSession::Take(std::shared_ptr<Asse
   absl::StatusOr<BatchWindow::TakeResult> taken = window_->Take(batch, std::move(on_ready));
   if (!taken.ok()) return taken;
   if (*taken == BatchWindow::TakeResult::kPending) {
-    if (pending_since_ == absl::InfinitePast()) pending_since_ = manager_->clock_->Now();
+    if (pending_since_ == absl::InfinitePast()) pending_since_ = context_.clock->Now();
   } else if (pending_since_ != absl::InfinitePast()) {
-    manager_->stats_->wait_for_batch_nanos.fetch_add(
-        absl::ToInt64Nanoseconds(manager_->clock_->Now() - pending_since_),
+    context_.stats->wait_for_batch_nanos.fetch_add(
+        absl::ToInt64Nanoseconds(context_.clock->Now() - pending_since_),
         std::memory_order_relaxed);
     pending_since_ = absl::InfinitePast();
   }
   return taken;
 }
 
-bool StreamSession::server_draining() const { return manager_->draining_.load(); }
+bool StreamSession::server_draining() const { return context_.draining->load(); }
 
-void StreamSession::WriteStarted() { control_->WriteStarted(manager_->clock_->Now()); }
+void StreamSession::WriteStarted() { control_->WriteStarted(context_.clock->Now()); }
 
 void StreamSession::Sent(const AssembledBatch& batch, int64_t message_bytes) {
   ++sent_;
-  const absl::Time now = manager_->clock_->Now();
+  const absl::Time now = context_.clock->Now();
   const absl::Duration write_wait = control_->WriteWaiting(now).value_or(absl::ZeroDuration());
   control_->WriteDone();
   const int64_t images = batch.header().samples_size();
-  ServerStats& stats = *manager_->stats_;
+  ServerStats& stats = *context_.stats;
   stats.images_served.fetch_add(images, std::memory_order_relaxed);
   stats.bytes_served.fetch_add(message_bytes, std::memory_order_relaxed);
   stats.wait_for_client_nanos.fetch_add(absl::ToInt64Nanoseconds(write_wait),
                                         std::memory_order_relaxed);
   stats.rate.Add(images, message_bytes, now);
-  if (plan_.job->BatchSent(plan_.rank, stream_id_, batch.header().index(), now)) {
+  if (context_.streams->Sent(plan_.job.get(), plan_.rank, stream_id_, batch.header().index(),
+                             now)) {
     LogInfo("stall", absl::StrCat("job '", LogSafe(plan_.job->id()), "' rank ", plan_.rank,
                                   " moves again: took epoch ", batch.header().epoch(), " batch ",
                                   batch.header().index()));
@@ -73,8 +73,7 @@ void StreamSession::Close(const std::string& how) {
   if (closed_) return;
   closed_ = true;
   window_->Cancel();
-  plan_.job->CloseStream(plan_.rank, stream_id_);
-  manager_->StreamClosed();
+  context_.streams->Close(plan_.job.get(), plan_.rank, stream_id_);
   LogInfo("stream", absl::StrCat("closed ", plan_.description, " after ", sent_, "/", plan_.count,
                                  " batches: ", how));
 }
@@ -169,10 +168,11 @@ std::shared_ptr<StreamManager::Pending> StreamManager::Open(StreamPlan plan,
   // One open stream per (job, rank): a reconnect replaces the stream the rank left
   // behind, whose client is gone or no longer reading; ended first, so its memory can
   // go to the new one.
-  if (auto [old_control, old_window] = plan.job->StreamOf(plan.rank); old_control != nullptr) {
+  if (StreamTable::Stream old = table_.NewestOf(plan.job.get(), plan.rank);
+      old.control != nullptr) {
     LogInfo("stream",
-            absl::StrCat("replacing ", old_control->description(), " by ", plan.description));
-    EndStream(old_control, old_window, Replaced(plan));
+            absl::StrCat("replacing ", old.control->description(), " by ", plan.description));
+    EndStream(old, Replaced(plan));
   }
   const int64_t batch_bytes = BatchBytes(*plan.job);
   if (batch_bytes > budget_.limit()) {
@@ -193,6 +193,8 @@ std::shared_ptr<StreamManager::Pending> StreamManager::Open(StreamPlan plan,
     done(memory.status());
     return nullptr;
   }
+  // Real time: the admission thread waits for memory on a condition variable until
+  // this deadline, and a clock nobody moves must not keep a stream waiting forever.
   auto pending = std::make_shared<Pending>(std::move(plan), assembler, std::move(done), batch_bytes,
                                            absl::Now() + options_.admission_wait);
   absl::MutexLock lock(&admission_mu_);
@@ -237,20 +239,15 @@ std::unique_ptr<StreamSession> StreamManager::Start(StreamPlan plan, BatchAssemb
           ? ResendFirstBatchWindow::Create(assembler, std::move(plan.batches), window_options)
           : BatchWindow::Create(assembler, std::move(plan.batches), window_options);
   auto control = std::make_shared<StreamControl>(plan.description);
-  Job::Opened opened =
-      plan.job->OpenStream(plan.rank, plan.epoch, plan.start_batch, window, control);
+  StreamTable::Opened opened =
+      table_.Open(plan.job.get(), plan.rank, plan.epoch, plan.start_batch, window, control);
   // Another stream of this rank that opened meanwhile is replaced as well.
-  if (opened.replaced != nullptr) {
-    EndStream(opened.replaced, opened.replaced_window, Replaced(plan));
-  }
-  {
-    absl::MutexLock lock(&open_mu_);
-    ++open_streams_;
-  }
+  if (opened.replaced.control != nullptr) EndStream(opened.replaced, Replaced(plan));
   LogInfo("stream", absl::StrCat("opened ", plan.description));
   window->Start();
-  return std::unique_ptr<StreamSession>(new StreamSession(this, std::move(plan), std::move(window),
-                                                          opened.stream_id, std::move(control)));
+  const SessionContext context{clock_, stats_, &table_, &draining_};
+  return std::make_unique<StreamSession>(context, std::move(plan), std::move(window),
+                                         opened.stream_id, std::move(control));
 }
 
 void StreamManager::Complete(const std::shared_ptr<Pending>& pending,
@@ -279,16 +276,24 @@ void StreamManager::AdmissionLoop() {
     const int64_t generation = generation_;
     const bool draining = draining_.load();
     const std::vector<std::shared_ptr<Pending>> round(waiting_.begin(), waiting_.end());
-    absl::flat_hash_set<Pending*> finished;
+    // Out of the queue before its caller hears: a status asked right after the answer
+    // no longer counts it as waiting.
+    auto finish = [this](const std::shared_ptr<Pending>& pending,
+                         absl::StatusOr<std::shared_ptr<StreamMemory>> result) {
+      {
+        absl::MutexLock lock(&admission_mu_);
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), pending), waiting_.end());
+      }
+      Complete(pending, std::move(result));
+    };
     {
       // Outside the lock: admitting starts a stream, which may end another whose
       // memory coming back calls MemoryReleased.
       admission_mu_.Unlock();
-      const absl::Time now = absl::Now();
+      const absl::Time now = absl::Now();  // against the real-time deadlines (see Open)
       for (const std::shared_ptr<Pending>& pending : round) {
         if (draining) {
-          Complete(pending, absl::UnavailableError("draining: the server is shutting down"));
-          finished.insert(pending.get());
+          finish(pending, absl::UnavailableError("draining: the server is shutting down"));
           continue;
         }
         // First come, first served; a smaller stream behind a large one that does not
@@ -302,16 +307,10 @@ void StreamManager::AdmissionLoop() {
               absl::StrCat(memory.status().message(), " (waited ",
                            absl::FormatDuration(options_.admission_wait), ", --admission-wait)"));
         }
-        Complete(pending, std::move(memory));
-        finished.insert(pending.get());
+        finish(pending, std::move(memory));
       }
       admission_mu_.Lock();
     }
-    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                  [&](const std::shared_ptr<Pending>& pending) {
-                                    return finished.contains(pending.get());
-                                  }),
-                   waiting_.end());
     // Memory came back, a stream came or the drain began meanwhile: another round.
     if (generation_ != generation) continue;
     absl::Time next_deadline = absl::InfiniteFuture();
@@ -329,63 +328,42 @@ void StreamManager::BeginDrain() {
   admission_changed_.Signal();
 }
 
-bool StreamManager::AwaitNoOpenStreams(absl::Time deadline) {
-  absl::MutexLock lock(&open_mu_);
-  return open_mu_.AwaitWithDeadline(absl::Condition(
-                                        +[](int64_t* open) { return *open == 0; }, &open_streams_),
-                                    deadline);
-}
-
-void StreamManager::StreamClosed() {
-  absl::MutexLock lock(&open_mu_);
-  --open_streams_;
-}
-
-int64_t StreamManager::open_streams() const {
-  absl::MutexLock lock(&open_mu_);
-  return open_streams_;
-}
-
 int64_t StreamManager::waiting_streams() const {
   absl::MutexLock lock(&admission_mu_);
   return static_cast<int64_t>(waiting_.size());
 }
 
-void StreamManager::EndStream(const std::shared_ptr<StreamControl>& control,
-                              const std::shared_ptr<BatchWindow>& window,
-                              const absl::Status& status) {
-  if (control != nullptr && control->End(status)) stats_->streams_replaced.fetch_add(1);
+void StreamManager::EndStream(const StreamTable::Stream& stream, const absl::Status& status) {
+  if (stream.control != nullptr && stream.control->End(status)) {
+    stats_->streams_replaced.fetch_add(1);
+  }
   // The reactor's ender cancels the window too; this frees it even when the reactor
   // is not attached yet or already finishing.
-  if (window != nullptr) window->Cancel();
+  if (stream.window != nullptr) stream.window->Cancel();
 }
 
 int StreamManager::ReclaimIdleStreams() {
   if (options_.stream_idle_timeout <= absl::ZeroDuration()) return 0;
   const absl::Time now = clock_->Now();
   int reclaimed = 0;
-  for (const std::shared_ptr<Job>& job : jobs_->Jobs()) {
-    for (const std::shared_ptr<StreamControl>& control : job->OpenStreams()) {
-      std::optional<absl::Duration> waiting = control->WriteWaiting(now);
-      if (!waiting.has_value() || *waiting < options_.stream_idle_timeout) continue;
-      const std::string why = absl::StrCat(
-          "idle: the client took no batch for ", absl::FormatDuration(*waiting),
-          " (--stream-idle-timeout ", absl::FormatDuration(options_.stream_idle_timeout), ")");
-      if (!control->End(absl::CancelledError(why))) continue;
-      ++reclaimed;
-      stats_->streams_reclaimed_idle.fetch_add(1);
-      LogWarning("stream", absl::StrCat("reclaimed ", control->description(), ": ", why));
-    }
+  for (const std::shared_ptr<StreamControl>& control : table_.NewestControls()) {
+    std::optional<absl::Duration> waiting = control->WriteWaiting(now);
+    if (!waiting.has_value() || *waiting < options_.stream_idle_timeout) continue;
+    const std::string why = absl::StrCat("idle: the client took no batch for ",
+                                         absl::FormatDuration(*waiting), " (--stream-idle-timeout ",
+                                         absl::FormatDuration(options_.stream_idle_timeout), ")");
+    if (!control->End(absl::CancelledError(why))) continue;
+    ++reclaimed;
+    stats_->streams_reclaimed_idle.fetch_add(1);
+    LogWarning("stream", absl::StrCat("reclaimed ", control->description(), ": ", why));
   }
   return reclaimed;
 }
 
 int StreamManager::ShrinkWindows() {
   int given_back = 0;
-  for (const std::shared_ptr<Job>& job : jobs_->Jobs()) {
-    for (const std::shared_ptr<BatchWindow>& window : job->OpenWindows()) {
-      given_back += window->Shrink();
-    }
+  for (const std::shared_ptr<BatchWindow>& window : table_.NewestWindows()) {
+    given_back += window->Shrink();
   }
   if (given_back > 0) {
     stats_->batches_given_back.fetch_add(given_back);

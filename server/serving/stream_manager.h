@@ -1,5 +1,6 @@
 // The server's open streams and the memory they hold: admission to --max-batch-memory,
-// one stream per rank (a newer one replaces it), reclaiming idle streams, shrinking
+// one stream per rank (a newer one replaces it; the table of open streams is
+// stream_table.h, which the manager owns), reclaiming idle streams, shrinking
 // windows under pressure, stall warnings, and the monitor thread that runs the
 // periodic ones. The service (service_core.h) validates a request into a
 // StreamPlan and hands it here; the gRPC reactor gets a StreamSession back.
@@ -33,11 +34,10 @@
 #include "server/serving/batch_window.h"
 #include "server/serving/job_registry.h"
 #include "server/serving/stream_control.h"
+#include "server/serving/stream_table.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
-
-class StreamManager;
 
 // A validated StreamBatches request: everything a stream needs but its memory.
 struct StreamPlan {
@@ -50,11 +50,24 @@ struct StreamPlan {
   std::string description;  // "job 'x' rank 0 epoch 1 batches [0, 12)"
 };
 
+// What a session reads from and reports to the server around it: the manager that
+// opens it hands it over. REQUIRES: each outlives the session.
+struct SessionContext {
+  const Clock* clock = nullptr;                 // times waits and batches
+  ServerStats* stats = nullptr;                 // the traffic and wait counters
+  StreamTable* streams = nullptr;               // holds the session's stream until it closes
+  const std::atomic<bool>* draining = nullptr;  // the server drains
+};
+
 // One open StreamBatches call: hands out the batches of (job, rank, epoch) from
-// start_batch in order and keeps the job's progress and the server's counters.
-// Not thread-safe: the owner (one stream reactor) serializes calls.
+// start_batch in order and reports them (the job's progress goes through the stream
+// table, the server's counters to the stats). Not thread-safe: the owner (one stream
+// reactor) serializes calls.
 class StreamSession {
  public:
+  // `stream_id` is the stream's in `context.streams` (StreamTable::Open).
+  StreamSession(SessionContext context, StreamPlan plan, std::shared_ptr<BatchWindow> window,
+                int64_t stream_id, std::shared_ptr<StreamControl> control);
   ~StreamSession();  // Close()s
   StreamSession(const StreamSession&) = delete;
   StreamSession& operator=(const StreamSession&) = delete;
@@ -89,11 +102,7 @@ class StreamSession {
   const std::string& description() const { return plan_.description; }
 
  private:
-  friend class StreamManager;
-  StreamSession(StreamManager* manager, StreamPlan plan, std::shared_ptr<BatchWindow> window,
-                int64_t stream_id, std::shared_ptr<StreamControl> control);
-
-  StreamManager* const manager_;
+  const SessionContext context_;
   const StreamPlan plan_;
   const std::shared_ptr<BatchWindow> window_;
   const int64_t stream_id_;
@@ -138,7 +147,7 @@ class StreamManager {
   // Refuses the streams waiting for memory (UNAVAILABLE, draining); open ones go on.
   void BeginDrain() ABSL_LOCKS_EXCLUDED(admission_mu_);
   // Waits (real time) until no stream is open or `deadline`; true when none is.
-  bool AwaitNoOpenStreams(absl::Time deadline) ABSL_LOCKS_EXCLUDED(open_mu_);
+  bool AwaitNoOpenStreams(absl::Time deadline) const { return table_.AwaitNone(deadline); }
 
   // Ends the streams whose client has not taken a batch for --stream-idle-timeout
   // (CANCELLED, counted, logged); returns how many. The monitor thread calls it.
@@ -151,27 +160,26 @@ class StreamManager {
   // memory budget, refusals, replacements, idle reclaims, given-back batches.
   void FillStatus(shardcast::v1::GetStatusResponse* response) const;
 
-  int64_t open_streams() const ABSL_LOCKS_EXCLUDED(open_mu_);
+  int64_t open_streams() const { return table_.size(); }
   int64_t waiting_streams() const ABSL_LOCKS_EXCLUDED(admission_mu_);
   BatchMemoryBudget& budget() { return budget_; }
+  // The open streams (for the status reply and the jobs' expiry).
+  const StreamTable& table() const { return table_; }
 
  private:
-  friend class StreamSession;
   // Reserves the stream's guaranteed batch: at once, or after reclaiming idle streams
   // and shrinking windows. RESOURCE_EXHAUSTED when it does not fit now.
   absl::StatusOr<std::shared_ptr<StreamMemory>> AdmitNow(int64_t batch_bytes);
-  // Builds the admitted stream's window and session and registers it with its job.
+  // Builds the admitted stream's window and session and adds it to the table.
   std::unique_ptr<StreamSession> Start(StreamPlan plan, BatchAssembler* assembler,
                                        std::shared_ptr<StreamMemory> memory);
   // Completes `pending` with `result` unless it was withdrawn.
   void Complete(const std::shared_ptr<Pending>& pending,
                 absl::StatusOr<std::shared_ptr<StreamMemory>> result);
-  // Ends `control`'s stream (if still open) with `status` and frees its window.
-  void EndStream(const std::shared_ptr<StreamControl>& control,
-                 const std::shared_ptr<BatchWindow>& window, const absl::Status& status);
+  // Ends `stream` (if still open) with `status` and frees its window.
+  void EndStream(const StreamTable::Stream& stream, const absl::Status& status);
   // Shrinks every open window to its next batch; returns the batches given back.
   int ShrinkWindows();
-  void StreamClosed() ABSL_LOCKS_EXCLUDED(open_mu_);
   void AdmissionLoop() ABSL_LOCKS_EXCLUDED(admission_mu_);
   void MonitorLoop();
   // Budget's release hook: memory came back, the queue may fit now.
@@ -182,8 +190,8 @@ class StreamManager {
   JobRegistry* const jobs_;
   const Clock* const clock_;
   const std::function<void()> on_monitor_tick_;
-  mutable absl::Mutex open_mu_;
-  int64_t open_streams_ ABSL_GUARDED_BY(open_mu_) = 0;
+  // The open streams: every session reports to it until it closes.
+  StreamTable table_;
 
   mutable absl::Mutex admission_mu_;
   absl::CondVar admission_changed_;  // a waiter came, memory came back, drain or stop

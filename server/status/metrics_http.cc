@@ -221,6 +221,8 @@ void MetricsHttpServer::EventLoop() {
   std::vector<Connection> connections;
   std::vector<pollfd> fds;
   while (true) {
+    // Real time: every time here is a poll() deadline on real sockets (the accept
+    // backoff, a connection's head and answer), which a clock nobody moves would hang.
     const absl::Time now = absl::Now();
     absl::Time next = absl::InfiniteFuture();
     fds.clear();

@@ -33,6 +33,7 @@
 #include "server/net/descriptor_limit.h"
 #include "server/rpc/listener_probe.h"
 #include "tests/support/child_process.h"
+#include "tests/support/fake_clock.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast::server {
@@ -80,6 +81,29 @@ TEST(AcceptWatchTest, CountsOpenConnectionsAndRefusesBeyondTheLimit) {
   EXPECT_EQ(watch->CountOpen(), 2);
   EXPECT_EQ(stats.connections_refused.load(), 1);
   EXPECT_EQ(watch->accepted(), 4);
+}
+
+// Refusals are logged at most once per 10 s of the watch's clock, so that a flood of
+// connections does not flood the log; a fake clock moves past the spacing at once.
+TEST(AcceptWatchTest, RefusalsAreLoggedOncePerIntervalOfItsClock) {
+  ServerStats stats(absl::Now());
+  util_testing::FakeClock clock;
+  auto watch =
+      std::make_shared<AcceptWatch>(/*max_connections=*/1, /*max_per_peer=*/0, &stats, &clock);
+  Connection open, first, second, third;
+  watch->OnAccepted(open.server);
+  auto logged_refusal = [&](const Connection& refused) {
+    ::testing::internal::CaptureStderr();
+    watch->OnAccepted(refused.server);
+    return ::testing::internal::GetCapturedStderr().find("refusing connections") !=
+           std::string::npos;
+  };
+  EXPECT_TRUE(logged_refusal(first));
+  clock.Advance(absl::Seconds(9));
+  EXPECT_FALSE(logged_refusal(second));  // within the interval: counted, not logged
+  clock.Advance(absl::Seconds(1));
+  EXPECT_TRUE(logged_refusal(third));
+  EXPECT_EQ(stats.connections_refused.load(), 3);
 }
 
 TEST(AcceptWatchTest, ADescriptorReusedForAnotherFileIsNotCountedAsTheConnection) {
