@@ -66,12 +66,14 @@ class HandlePool {
     const auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return !free_.empty() || created_ < max_;
     };
-    // A cancel does not signal mu_: it is seen at the next poll.
-    while (!mu_.AwaitWithDeadline(
-        absl::Condition(&available),
-        cancel == nullptr ? deadline
-                          : std::min(deadline, absl::Now() + util::CancelToken::kFlagPoll))) {
-      if (absl::Now() >= deadline || (cancel != nullptr && cancel->cancelled())) return nullptr;
+    // Like libcurl's timeouts, this wait is on real time. A cancel does not signal mu_:
+    // it is seen at the next poll.
+    while (true) {
+      const absl::Time until = cancel == nullptr
+                                   ? deadline
+                                   : std::min(deadline, absl::Now() + util::CancelToken::kFlagPoll);
+      if (mu_.AwaitWithDeadline(absl::Condition(&available), until)) break;
+      if (until == deadline || cancel->cancelled()) return nullptr;
     }
     CURL* handle = nullptr;
     if (!free_.empty()) {
