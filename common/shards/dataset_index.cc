@@ -660,6 +660,75 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
   return out;
 }
 
+// The outcome the index cache at `path` ("" for none) holds for `listing`, or nullopt
+// when there is none or it is stale; a cache that cannot be read or is corrupt is
+// warned about and rebuilt.
+std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing& listing,
+                                     const IndexOptions& options,
+                                     std::vector<std::string>* warnings) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
+  absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
+  absl::StatusOr<std::optional<ScanOutcome>> parsed =
+      data.ok()
+          ? ParseScanOutcome(*data, listing.root, options, listing.shards, IndexRecordKind::kCache)
+          : data.status();
+  if (!parsed.ok()) {
+    Warn(warnings,
+         absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
+
+// Writes `scan` as the index cache at `path`, its folder created; a cache that cannot
+// be written is warned about (the index is served without one).
+void WriteCache(const std::string& path, const std::string& root, const IndexOptions& options,
+                const ScanOutcome& scan, std::vector<std::string>* warnings) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  absl::Status written = ec ? absl::UnavailableError(ec.message())
+                            : WriteCacheFile(path, SerializeScanOutcome(root, options, scan));
+  if (!written.ok()) {
+    Warn(warnings, absl::StrCat("index cache not written: ", written.message()));
+  }
+}
+
+// The outcome of `listing` from its index file: the file's records where the store
+// vouches for them, the other shards scanned; nullopt (warned) when the file is of no
+// use, so that every shard is scanned. Sets `index->loaded_from_index_file`, and
+// warns in `index`.
+absl::StatusOr<std::optional<ScanOutcome>> OutcomeFromIndexFile(const ShardListing& listing,
+                                                                const IndexOptions& options,
+                                                                DatasetIndex* index) {
+  ScanOutcome from_file;
+  std::vector<bool> vouched;
+  if (!LoadIndexFile(listing, options, &from_file, &vouched, &index->warnings)) {
+    return std::nullopt;
+  }
+  std::vector<ShardInfo> unvouched;
+  for (size_t i = 0; i < vouched.size(); ++i) {
+    if (!vouched[i]) unvouched.push_back(listing.shards[i]);
+  }
+  const std::string& root = listing.root;
+  index->loaded_from_index_file = unvouched.size() < listing.shards.size();
+  if (unvouched.empty()) return std::optional<ScanOutcome>(std::move(from_file));
+  const std::string first_etag = unvouched[0].etag.empty() ? "none" : unvouched[0].etag;
+  if (!index->loaded_from_index_file) {
+    Warn(&index->warnings,
+         absl::StrCat(root, kIndexFileName, ": no shard's ETag vouches for its record (",
+                      unvouched[0].path, ": ETag ", first_etag, "); scanning the shards"));
+    return std::nullopt;
+  }
+  Warn(&index->warnings,
+       absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
+                    " shard(s) are not vouched for by their ETag (", unvouched[0].path, ": ETag ",
+                    first_etag, "); scanning those, using the file for the others"));
+  absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
+  if (!scanned.ok()) return scanned.status();
+  return MergeOutcomes(std::move(from_file), vouched, *std::move(scanned));
+}
+
 // The name of the first shard listed twice in `sorted`, "" when none is.
 std::string FirstDuplicate(const std::vector<ShardInfo>& sorted) {
   for (size_t i = 1; i < sorted.size(); ++i) {
@@ -689,24 +758,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
-  ScanOutcome scan;
-  bool have_scan = false;
-  std::error_code ec;
-  if (!cache_path->empty() && fs::exists(*cache_path, ec)) {
-    absl::StatusOr<std::string> data = ReadRegularFile(*cache_path, MaxCacheBytes(listing.shards));
-    absl::StatusOr<std::optional<ScanOutcome>> parsed =
-        data.ok() ? ParseScanOutcome(*data, root, options, listing.shards, IndexRecordKind::kCache)
-                  : data.status();
-    if (!parsed.ok()) {
-      Warn(&index.warnings, absl::StrCat(*cache_path, ": ignored (", parsed.status().message(),
-                                         "); rebuilding the index"));
-    } else if (parsed->has_value()) {
-      scan = **std::move(parsed);
-      have_scan = true;
-      index.loaded_from_cache = true;
-    }
-  }
-  bool write_cache = !have_scan;
+  std::optional<ScanOutcome> scan = LoadCache(*cache_path, listing, options, &index.warnings);
+  index.loaded_from_cache = scan.has_value();
   if (listing.index_file.has_value() &&
       listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
     Warn(&index.warnings,
@@ -714,58 +767,29 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                       " bytes, more than an index of these shards can take); scanning the shards"));
     listing.index_file.reset();
   }
-  std::vector<bool> vouched;
-  if (!have_scan && listing.index_file.has_value() &&
-      LoadIndexFile(listing, options, &scan, &vouched, &index.warnings)) {
-    std::vector<ShardInfo> unvouched;
-    for (size_t i = 0; i < vouched.size(); ++i) {
-      if (!vouched[i]) unvouched.push_back(listing.shards[i]);
-    }
-    index.loaded_from_index_file = unvouched.size() < listing.shards.size();
-    if (unvouched.empty()) {
-      have_scan = true;
-    } else if (index.loaded_from_index_file) {
-      Warn(&index.warnings,
-           absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
-                        " shard(s) are not vouched for by their ETag (", unvouched[0].path,
-                        ": ETag ", unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
-                        "); scanning those, using the file for the others"));
-      absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
-      if (!scanned.ok()) return scanned.status();
-      scan = MergeOutcomes(std::move(scan), vouched, *std::move(scanned));
-      have_scan = true;
-    } else {
-      Warn(&index.warnings,
-           absl::StrCat(root, kIndexFileName, ": no shard's ETag vouches for its record (",
-                        unvouched[0].path, ": ETag ",
-                        unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
-                        "); scanning the shards"));
-      scan = ScanOutcome();
-    }
+  if (!scan.has_value() && listing.index_file.has_value()) {
+    absl::StatusOr<std::optional<ScanOutcome>> from_file =
+        OutcomeFromIndexFile(listing, options, &index);
+    if (!from_file.ok()) return from_file.status();
+    scan = *std::move(from_file);
   }
-  if (!have_scan) {
+  if (!scan.has_value()) {
     absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
     if (!scanned.ok()) return scanned.status();
     scan = *std::move(scanned);
   }
-  if (write_cache && !cache_path->empty()) {
-    fs::create_directories(fs::path(*cache_path).parent_path(), ec);
-    absl::Status written =
-        ec ? absl::UnavailableError(ec.message())
-           : WriteCacheFile(*cache_path, SerializeScanOutcome(root, options, scan));
-    if (!written.ok()) {
-      Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
-    }
+  if (!index.loaded_from_cache && !cache_path->empty()) {
+    WriteCache(*cache_path, root, options, *scan, &index.warnings);
   }
 
-  for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
-  for (size_t i = 0; i < scan.shards.size(); ++i) {
-    if (scan.skip_reasons[i].empty()) {
-      index.shards.push_back(std::move(scan.shards[i]));
+  for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
+  for (size_t i = 0; i < scan->shards.size(); ++i) {
+    if (scan->skip_reasons[i].empty()) {
+      index.shards.push_back(std::move(scan->shards[i]));
     } else {
-      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i],
-                                                  scan.shards[i].file_size, scan.shards[i].etag,
-                                                  scan.shards[i].content_digest});
+      index.skipped_shards.push_back(SkippedShard{scan->shards[i].path, scan->skip_reasons[i],
+                                                  scan->shards[i].file_size, scan->shards[i].etag,
+                                                  scan->shards[i].content_digest});
     }
   }
   for (SkippedShard& skipped : listing.unlisted) {
@@ -782,16 +806,16 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
         index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
   }
   index.fingerprint = ContentFingerprint(index.shards, options);
-  index.skipped = std::move(scan.skipped);
+  index.skipped = std::move(scan->skipped);
   for (const ShardInfo& s : index.shards)
     index.num_samples += static_cast<int64_t>(s.samples.size());
   if (listing.local) {
-    CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+    CheckInfoJson(root, scan->max_label, options.max_classes, &index);
   } else {
-    index.num_classes = static_cast<int32_t>(scan.max_label + 1);
+    index.num_classes = static_cast<int32_t>(scan->max_label + 1);
   }
   WarnIfClassesSparse(&index);
-  index.class_names = std::move(scan.class_names);
+  index.class_names = std::move(scan->class_names);
   if (!index.class_names.empty() &&
       index.class_names.size() < static_cast<size_t>(index.num_classes)) {
     index.class_names.resize(static_cast<size_t>(index.num_classes));
