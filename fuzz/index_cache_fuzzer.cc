@@ -1,16 +1,16 @@
-// libFuzzer harness: loading the index cache (common/shards/dataset_index). The input is a
-// cache body; the harness appends the checksum it needs (so the parser's checks, not
-// the checksum, are what is fuzzed) and builds the index of a small real dataset with
-// it. Whatever the cache says, every member of the resulting index must lie inside its
-// shard file and read back with ShardReader (no out-of-bounds read, no huge buffer).
+// libFuzzer harness: parsing the index cache format (common/shards/index_cache_format.h)
+// as the index cache of a small real dataset. The input is a cache body; the harness
+// appends the checksum it needs (so the parser's checks, not the checksum, are what is
+// fuzzed) and parses it against the dataset's listing. Whatever the body says, a parse
+// either fails or gives an outcome whose every member lies inside its shard file and
+// reads back with ShardReader (no out-of-bounds read, no huge buffer).
 //
 // The shard's mtime, ctime and inode differ on every machine; in the input they are
-// the placeholders kMtime, kCtime, kInode, replaced by the real values before loading,
+// the placeholders kMtime, kCtime, kInode, replaced by the real values before parsing,
 // so a corpus made once reaches the parser's checks anywhere. The same goes for the
 // fixture's directory, which the cache names: kRootPlaceholder in the input is this
 // process's own directory (same length, from mkdtemp), so runs at the same time (CI's
-// replay beside a long campaign) do not rewrite each other's cache file. The seed is
-// written by
+// replay beside a long campaign) do not share a fixture. The seed is written by
 //   SHARDCAST_FUZZ_SEED_OUT=fuzz/corpus/index_cache/valid index_cache_fuzzer -runs=0
 #include <fcntl.h>
 #include <unistd.h>
@@ -22,10 +22,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/shards/dataset_index.h"
+#include "common/shards/index_cache_format.h"
 #include "common/shards/shard_reader.h"
 #include "common/util/digest.h"
 
@@ -45,6 +47,7 @@ struct Fixture {
   std::string cache_dir;
   std::string cache_file;
   uint64_t mtime = 0, ctime = 0, inode = 0;  // of the shard
+  shardcast::DatasetIndex index;             // as scanned: its root and listing
 };
 
 std::string U64Bytes(uint64_t v) {
@@ -94,10 +97,10 @@ const Fixture& GetFixture() {
     options.cache_dir = f->cache_dir;
     if (!shardcast::BuildDatasetIndex(f->data_dir, options).ok()) std::abort();
     f->cache_file = fs::directory_iterator(f->cache_dir)->path().string();
-    const shardcast::DatasetIndex index = *shardcast::BuildDatasetIndex(f->data_dir, options);
-    f->mtime = static_cast<uint64_t>(index.shards[0].mtime_ns);
-    f->ctime = static_cast<uint64_t>(index.shards[0].ctime_ns);
-    f->inode = index.shards[0].inode;
+    f->index = *shardcast::BuildDatasetIndex(f->data_dir, options);
+    f->mtime = static_cast<uint64_t>(f->index.shards[0].mtime_ns);
+    f->ctime = static_cast<uint64_t>(f->index.shards[0].ctime_ns);
+    f->inode = f->index.shards[0].inode;
     if (const char* seed_out = std::getenv("SHARDCAST_FUZZ_SEED_OUT"); seed_out != nullptr) {
       std::ifstream in(f->cache_file, std::ios::binary);
       std::string cache((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -127,18 +130,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string sealed = body;
   for (int i = 0; i < 8; ++i) sealed.push_back(static_cast<char>(i == 0 ? 32 : 0));
   sealed += h.Hex();
-  WriteFile(f.cache_file, sealed);
 
-  shardcast::IndexOptions options;
-  options.cache_dir = f.cache_dir;
-  absl::StatusOr<shardcast::DatasetIndex> index = shardcast::BuildDatasetIndex(f.data_dir, options);
-  if (!index.ok()) std::abort();  // the data is fine: a bad cache must only cost a rescan
-  if (index->num_classes < 0) std::abort();
-  shardcast::ShardReader reader(*index);
-  for (uint32_t s = 0; s < index->shards.size(); ++s) {
-    const shardcast::ShardInfo& shard = index->shards[s];
+  absl::StatusOr<std::optional<shardcast::ScanOutcome>> parsed =
+      shardcast::ParseScanOutcome(sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,
+                                  shardcast::IndexRecordKind::kCache);
+  if (!parsed.ok() || !parsed->has_value()) return 0;  // corrupt or stale: a rescan
+  const shardcast::ScanOutcome& scan = **parsed;
+  if (scan.max_label < -1) std::abort();
+  // The served shards, as BuildDatasetIndex takes them from the outcome.
+  shardcast::DatasetIndex index;
+  index.root = f.index.root;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) index.shards.push_back(scan.shards[i]);
+  }
+  shardcast::ShardReader reader(index);
+  for (uint32_t s = 0; s < index.shards.size(); ++s) {
+    const shardcast::ShardInfo& shard = index.shards[s];
     for (const shardcast::SampleEntry& e : shard.samples) {
-      if (e.label < 0 || e.image_member >= e.members.size()) std::abort();
+      if (e.label < 0 || e.label > scan.max_label || e.image_member >= e.members.size()) {
+        std::abort();
+      }
       for (const shardcast::MemberRef& m : e.members) {
         if (!shard.compressed &&
             (m.offset > shard.file_size || m.size > shard.file_size - m.offset)) {

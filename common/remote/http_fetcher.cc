@@ -59,13 +59,22 @@ class HandlePool {
   }
 
   // A handle, waiting for one to be returned when all `max` are lent; nullptr when
-  // `deadline` passes first or libcurl cannot make one.
-  CURL* Take(absl::Time deadline) {
+  // `deadline` passes first, `cancel` (null: nothing) is cancelled first, or libcurl
+  // cannot make one.
+  CURL* Take(absl::Time deadline, const util::CancelToken* cancel) {
     absl::MutexLock lock(&mu_);
     const auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return !free_.empty() || created_ < max_;
     };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&available), deadline)) return nullptr;
+    // Like libcurl's timeouts, this wait is on real time. A cancel does not signal mu_:
+    // it is seen at the next poll.
+    while (true) {
+      const absl::Time until = cancel == nullptr
+                                   ? deadline
+                                   : std::min(deadline, absl::Now() + util::CancelToken::kFlagPoll);
+      if (mu_.AwaitWithDeadline(absl::Condition(&available), until)) break;
+      if (until == deadline || cancel->cancelled()) return nullptr;
+    }
     CURL* handle = nullptr;
     if (!free_.empty()) {
       handle = free_.back();
@@ -96,7 +105,8 @@ class HandlePool {
 // A handle taken from the pool for one attempt, returned when it goes out of scope.
 class Lease {
  public:
-  Lease(HandlePool& pool, absl::Time deadline) : pool_(pool), handle_(pool.Take(deadline)) {}
+  Lease(HandlePool& pool, absl::Time deadline, const util::CancelToken* cancel)
+      : pool_(pool), handle_(pool.Take(deadline, cancel)) {}
   ~Lease() {
     if (handle_ != nullptr) pool_.Return(handle_);
   }
@@ -161,8 +171,9 @@ struct Call {
   const std::optional<SigV4>* sign = nullptr;
   bool head = false;
   const Sink* sink = nullptr;
-  bool may_be_absent = false;          // a 404 is an answer (RangeRequest::may_be_absent)
-  const util::Clock* clock = nullptr;  // FetchOptions::clock
+  bool may_be_absent = false;                 // a 404 is an answer (RangeRequest::may_be_absent)
+  const util::CancelToken* cancel = nullptr;  // RangeRequest::cancel
+  const util::Clock* clock = nullptr;         // FetchOptions::clock
   // The deadline moves to `window` after the last byte received (GetStreaming), instead
   // of staying `window` after the first attempt (Get, HEAD).
   bool deadline_follows_progress = false;
@@ -186,10 +197,12 @@ struct Call {
   absl::Status abort;        // why the write callback stopped the transfer
   bool sink_failed = false;  // `abort` is the sink's error, not the store's
   bool stalled = false;      // the progress callback stopped it: no byte before `deadline`
+  bool cancelled = false;    // the progress callback stopped it: `cancel` was cancelled
   std::string error_body;
   char error_buffer[CURL_ERROR_SIZE] = {};
 
   bool Ranged() const { return next_offset > 0 || !to_end; }
+  bool Cancelled() const { return cancel != nullptr && cancel->cancelled(); }
 
   // Every wanted byte went to the sink (known only once a response said the size).
   bool Complete() const {
@@ -207,6 +220,7 @@ struct Call {
     abort = absl::OkStatus();
     sink_failed = false;
     stalled = false;
+    cancelled = false;
     error_body.clear();
     error_buffer[0] = '\0';
   }
@@ -324,13 +338,18 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   return bytes;
 }
 
-// Only for a call whose deadline follows progress (it has no whole-transfer timeout):
-// stops the transfer once no byte came before the deadline.
+// For a call that can be cancelled, or whose deadline follows progress (it has no
+// whole-transfer timeout): stops the transfer once cancelled, or once no byte came
+// before the deadline. Returning non-zero ends it with CURLE_ABORTED_BY_CALLBACK.
 int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   Call& call = *static_cast<Call*>(user);
-  if (call.clock->Now() < call.deadline) return 0;
+  if (call.Cancelled()) {
+    call.cancelled = true;
+    return 1;
+  }
+  if (!call.deadline_follows_progress || call.clock->Now() < call.deadline) return 0;
   call.stalled = true;
-  return 1;  // CURLE_ABORTED_BY_CALLBACK
+  return 1;
 }
 
 size_t OnBody(char* data, size_t size, size_t count, void* user) {
@@ -471,6 +490,7 @@ class CurlFetcher final : public HttpFetcher {
     call.sign = &request.sign;
     call.sink = &sink;
     call.may_be_absent = request.may_be_absent;
+    call.cancel = request.cancel;
     call.deadline_follows_progress = deadline_follows_progress;
     call.next_offset = request.offset;
     call.to_end = request.to_end;
@@ -485,6 +505,7 @@ class CurlFetcher final : public HttpFetcher {
   // changed object and the sink's own error as they are, a 404 of a file that may be
   // absent as the answer it is. Counted in failures but for that last one.
   absl::Status Failed(const Call& call, absl::Status status) {
+    if (call.cancelled) return status;  // no failure of the store's
     const bool answer = call.may_be_absent && absl::IsNotFound(status);
     if (!answer) counters_.failures.fetch_add(1);
     if (answer || call.sink_failed || IsShardChanged(status)) return status;
@@ -501,10 +522,12 @@ class CurlFetcher final : public HttpFetcher {
     std::string last_error = "no attempt";
     int attempts = 0;
     while (true) {
+      if (call.Cancelled()) return Cancelled(what);
       Outcome outcome;
       {
-        Lease lease(pool_, call.deadline);
+        Lease lease(pool_, call.deadline, call.cancel);
         if (lease.get() == nullptr) {
+          if (call.Cancelled()) return Cancelled(what);
           last_error = absl::StrCat("no connection free (all ", options_.max_connections,
                                     " in use) before the deadline");
           break;
@@ -528,8 +551,8 @@ class CurlFetcher final : public HttpFetcher {
         return AsHostIoError(std::move(step.refusal));
       }
       if (step.kind == internal::RetryStep::kDeadline) break;
-      // Nothing cancels a request: it ends by its deadline (the wait counts toward it).
-      retry.Wait(step.wait);
+      // The wait counts toward the deadline; a cancel ends it at once.
+      if (!retry.Wait(step.wait, call.cancel)) return Cancelled(what);
     }
     counters_.failures.fetch_add(1);
     return AsHostIoError(absl::UnavailableError(
@@ -539,6 +562,12 @@ class CurlFetcher final : public HttpFetcher {
                          ? absl::StrCat(" (no byte for ", absl::FormatDuration(call.window), ")")
                          : absl::StrCat(" (deadline ", absl::FormatDuration(call.window), ")"),
                      "; last error: ", last_error)));
+  }
+
+  // What a call whose RangeRequest::cancel was cancelled returns: not the store's
+  // failure, so neither counted nor marked.
+  static absl::Status Cancelled(const std::string& what) {
+    return absl::CancelledError(absl::StrCat(what, ": cancelled"));
   }
 
   void RecordLatency(absl::Duration latency) {
@@ -560,12 +589,14 @@ class CurlFetcher final : public HttpFetcher {
     // would mean no limit).
     const int64_t left_ms =
         std::max<int64_t>(1, absl::ToInt64Milliseconds(call.deadline - call.clock->Now()));
-    if (call.deadline_follows_progress) {
-      // No limit on the whole transfer: OnProgress stops it once no byte came in time.
+    if (call.deadline_follows_progress || call.cancel != nullptr) {
       curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, OnProgress);
       curl_easy_setopt(handle, CURLOPT_XFERINFODATA, &call);
-    } else {
+    }
+    // Without a limit on the whole transfer, OnProgress stops it once no byte came in
+    // time.
+    if (!call.deadline_follows_progress) {
       curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(left_ms));
     }
     curl_easy_setopt(
@@ -642,6 +673,9 @@ class CurlFetcher final : public HttpFetcher {
   Outcome Classify(Call& call, CURLcode code) {
     const ResponseHeaders& response = call.headers;
     if (!call.abort.ok()) return Fail(call.abort);
+    if (call.cancelled) {
+      return Fail(Cancelled(absl::StrCat(call.method, " ", call.url)));
+    }
     // A connection that failed after the last wanted byte failed too late to matter.
     if (call.done || (!call.head && call.Complete())) return {};
     if (call.stalled) {

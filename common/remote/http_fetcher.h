@@ -77,6 +77,12 @@ struct RangeRequest {
   // A 404 is an answer, not a store failing (a file looked for where it may not be,
   // the dataset index file): NOT_FOUND unmarked and not counted in failures.
   bool may_be_absent = false;
+  // Ends the request early once cancelled (null: nothing does): at once when it waits
+  // between attempts, at libcurl's next progress call (about a second when no byte
+  // comes) when a transfer is in flight. The request then fails with CANCELLED,
+  // unmarked (no fault of the store) and not counted in failures. Not owned; must
+  // outlive the request.
+  const util::CancelToken* cancel = nullptr;
 };
 
 // What HEAD (or the first response of a read) says of an object.

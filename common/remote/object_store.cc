@@ -343,7 +343,8 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& u
 }
 
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
-                            const std::string& path, ContentHasher* hasher) {
+                            const std::string& path, ContentHasher* hasher,
+                            const util::CancelToken* cancel) {
   const auto sink = [fd, &path, hasher](absl::string_view chunk) {
     if (hasher != nullptr) hasher->Add(chunk);
     while (!chunk.empty()) {
@@ -356,6 +357,7 @@ absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int 
   };
   RangeRequest whole = store.Request(object, 0, 0);
   whole.to_end = true;
+  whole.cancel = cancel;
   return store.fetcher().GetStreaming(whole, sink);
 }
 

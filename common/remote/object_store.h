@@ -15,6 +15,7 @@
 #include "common/remote/http_fetcher.h"
 #include "common/remote/s3_settings.h"
 #include "common/shards/content_digest.h"
+#include "common/util/clock.h"
 
 namespace shardcast::remote {
 
@@ -75,9 +76,11 @@ inline constexpr int64_t kMaxListPages = int64_t{1} << 20;
 // not the whole download (HttpFetcher::GetStreaming), so any size downloads at a steady
 // rate.
 // `hasher`, when given, is fed every byte as it is written (a content digest without
-// reading the file again).
+// reading the file again). `cancel`, when given, ends the download early
+// (RangeRequest::cancel).
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
-                            const std::string& path, ContentHasher* hasher = nullptr);
+                            const std::string& path, ContentHasher* hasher = nullptr,
+                            const util::CancelToken* cancel = nullptr);
 
 // `fetcher` must outlive the store. `s3` is used for kS3 only.
 absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,

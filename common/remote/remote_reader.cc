@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/shards/gzip_index.h"
 #include "common/shards/shard_problems.h"
 #include "common/shards/shard_reader.h"
@@ -87,6 +87,7 @@ class RemoteReader::Impl {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
+    stop_.Cancel();
     for (std::thread& t : threads_) t.join();
   }
 
@@ -169,6 +170,13 @@ class RemoteReader::Impl {
     return store_->Object(info.path, info.file_size, info.etag);
   }
 
+  // The request for a range of `info`, cancelled when the reader stops.
+  RangeRequest RequestOf(const ShardInfo& info, uint64_t offset, uint64_t length) const {
+    RangeRequest request = store_->Request(ObjectOf(info), offset, length);
+    request.cancel = &stop_;
+    return request;
+  }
+
   // Records what the outcome says about the shard (changed, unreadable, fine again).
   absl::StatusOr<std::string> Note(uint32_t shard, absl::StatusOr<std::string> bytes) {
     if (bytes.ok()) {
@@ -199,7 +207,7 @@ class RemoteReader::Impl {
     }
     counters_.direct_reads.fetch_add(1, std::memory_order_relaxed);
     absl::StatusOr<std::string> bytes =
-        store_->fetcher().Get(store_->Request(ObjectOf(info), member.offset, member.size));
+        store_->fetcher().Get(RequestOf(info, member.offset, member.size));
     if (!bytes.ok()) {
       return WithPayloads(bytes.status(),
                           absl::StrCat(Where(info, member), ": ", bytes.status().message()));
@@ -238,7 +246,7 @@ class RemoteReader::Impl {
   // Drops finished read-ahead nobody read for kUnreadReadAheadAge (a stream that was
   // cancelled), so that its memory serves the streams that read.
   void ReleaseUnreadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     for (auto it = read_ahead_.begin(); it != read_ahead_.end();) {
       if (it->second->done && now - it->second->finished > kUnreadReadAheadAge) {
         held_ -= static_cast<int64_t>(it->second->size);
@@ -304,7 +312,7 @@ class RemoteReader::Impl {
   void RunFetch(const FetchJob& job) {
     const ShardInfo& info = index_.shards[job.shard];
     absl::StatusOr<std::string> range =
-        store_->fetcher().Get(store_->Request(ObjectOf(info), job.offset, job.length));
+        store_->fetcher().Get(RequestOf(info, job.offset, job.length));
     if (!range.ok()) (void)Note(job.shard, range.status());
     std::vector<absl::StatusOr<std::string>> results;
     for (const MemberRef& member : job.members) {
@@ -316,7 +324,7 @@ class RemoteReader::Impl {
       results.push_back(std::move(bytes));
     }
     absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     for (size_t i = 0; i < job.members.size(); ++i) {
       auto it = read_ahead_.find(MemberKey(job.shard, job.members[i].offset));
       if (it == read_ahead_.end() || it->second->done) continue;
@@ -439,7 +447,8 @@ class RemoteReader::Impl {
       if (fd < 0) return HostIoError(path, "cannot create a local copy", errno);
       ::unlink(path.c_str());
     }
-    absl::Status fetched = DownloadObject(*store_, ObjectOf(info), fd, path);
+    absl::Status fetched =
+        DownloadObject(*store_, ObjectOf(info), fd, path, /*hasher=*/nullptr, &stop_);
     if (!fetched.ok()) {
       ::close(fd);
       if (cache_ != nullptr) ::unlink(path.c_str());
@@ -456,7 +465,9 @@ class RemoteReader::Impl {
   RemoteReadCounters counters_;
 
   mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // wakes FetchLoop's wait on mu_
+  // Cancelled with stopping_: ends the fetches in flight (RangeRequest::cancel).
+  util::CancelToken stop_;
   std::deque<FetchJob> queue_ ABSL_GUARDED_BY(mu_);
   std::map<MemberKey, std::shared_ptr<ReadAhead>> read_ahead_ ABSL_GUARDED_BY(mu_);
   int64_t held_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of read_ahead_ entries

@@ -16,6 +16,7 @@
 #include "common/remote/object_store.h"
 #include "common/shards/dataset_index.h"
 #include "common/shards/member_reader.h"
+#include "common/util/clock.h"
 
 namespace shardcast::remote {
 
@@ -34,6 +35,8 @@ struct RemoteReadOptions {
   // The seek indexes of .tar.gz shards (copied whole to local disk) are held to this,
   // as a local dataset's are (--gzip-index-memory; ShardReader).
   size_t max_gzip_index_bytes = size_t{1} << 30;
+  // What the age of unread read-ahead is measured on; not owned, never null.
+  const util::Clock* clock = util::Clock::Real();
 };
 
 struct RemoteReadCounters {
@@ -52,7 +55,10 @@ class RemoteReader : public MemberReader {
   // cache) outlive the reader.
   RemoteReader(const DatasetIndex& index, std::unique_ptr<ObjectStore> store, DiskCache* cache,
                const RemoteReadOptions& options);
-  ~RemoteReader() override;  // stops the read-ahead threads; queued fetches are dropped
+  // Stops the read-ahead threads: queued fetches are dropped, and those in flight are
+  // cancelled (a backoff at once, a stalled transfer within about a second), so a
+  // store that stopped answering does not hold the reader's owner for its deadline.
+  ~RemoteReader() override;
 
   absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member) override;
   void Prefetch(absl::Span<const MemberLocation> members) override;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/shards/content_digest.h"
+#include "common/shards/index_cache_format.h"
 #include "common/shards/sample_grouping.h"
 #include "common/shards/shard_reader.h"
 #include "common/shards/tar_reader.h"
@@ -46,21 +48,10 @@ std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
 
 namespace {
 
-// Bump when the scan's rules or the cache layout change: old caches and fingerprints
-// then no longer match.
-// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards;
-// 4: ETags of remote shards; 5: content digests (MD5 of each shard's bytes), in the
-// fingerprint
-constexpr uint32_t kIndexVersion = 5;
-constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
 // .cls/.json members bigger than this are not label files; they are not read.
 constexpr uint64_t kMaxLabelMemberBytes = 1 << 20;
 // WarnIfClassesSparse stays quiet for small gaps (a few classes without samples).
 constexpr int64_t kSparseClassesMinGap = 10;
-// Deflate cannot expand data more than about 1032:1, so no member of a gzip shard ends
-// past this multiple of the compressed size: the bound a cached offset is checked
-// against where the uncompressed size is not known without inflating.
-constexpr uint64_t kMaxDeflateRatio = 1032;
 
 int64_t Nanos(const struct timespec& t) {
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
@@ -140,24 +131,6 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
   return shards;
 }
 
-// A shard's samples as the index holds them (keys, labels, member offsets), written
-// field by field into a digest or the cache file: both read exactly this.
-template <typename Sink>
-void AddSamples(const std::vector<SampleEntry>& samples, Sink* out) {
-  out->AddU64(samples.size());
-  for (const SampleEntry& e : samples) {
-    out->AddString(e.key);
-    out->AddU64(static_cast<uint64_t>(e.label));
-    out->AddU64(e.image_member);
-    out->AddU64(e.members.size());
-    for (const MemberRef& m : e.members) {
-      out->AddString(m.ext);
-      out->AddU64(m.offset);
-      out->AddU64(m.size);
-    }
-  }
-}
-
 // The content fingerprint: what the planner and the serve path depend on (shard
 // names, sizes and content digests, every sample's key, label and member offsets) and
 // nothing else. Two replicas holding the same bytes agree on it however the files
@@ -174,7 +147,7 @@ std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const Index
     h.AddU64(s.file_size);
     h.AddString(s.content_digest);
     h.AddU64(s.compressed ? 1 : 0);
-    AddSamples(s.samples, &h);
+    AddSampleRecords(s.samples, &h);
   }
   return h.Hex();
 }
@@ -276,247 +249,6 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
 }
 
 namespace {
-
-// ---- cache file: magic, version, then length-prefixed fields, then an FNV checksum ----
-
-class CacheWriter {
- public:
-  void AddU64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
-  }
-  void AddString(absl::string_view s) {
-    AddU64(s.size());
-    out_.append(s.data(), s.size());
-  }
-  std::string Finish() {
-    Digest128 h;
-    h.AddBytes(out_);
-    AddString(h.Hex());
-    return std::move(out_);
-  }
-
- private:
-  std::string out_;
-};
-
-class CacheParser {
- public:
-  explicit CacheParser(absl::string_view data) : data_(data) {}
-  bool U64(uint64_t* v) {
-    if (pos_ + 8 > data_.size()) return false;
-    *v = 0;
-    for (int i = 0; i < 8; ++i)
-      *v |= static_cast<uint64_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
-    pos_ += 8;
-    return true;
-  }
-  bool Str(std::string* s) {
-    uint64_t n = 0;
-    if (!U64(&n) || n > data_.size() - pos_) return false;
-    s->assign(data_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  // A count of items whose records take at least `min_record_bytes` each: bounded by
-  // the bytes left, before anything is sized by it.
-  bool Count(uint64_t* n, size_t min_record_bytes = 8) {
-    return U64(n) && *n <= (data_.size() - pos_) / min_record_bytes;
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  absl::string_view data_;
-  size_t pos_ = 0;
-};
-
-// The scan results that the cache keeps (info.json checks are redone on every load).
-struct ScanOutcome {
-  std::vector<ShardInfo> shards;          // every listed shard, skipped ones included
-  std::vector<std::string> skip_reasons;  // by shard: why it is left out, "" = served
-  std::vector<SkippedSample> skipped;
-  std::vector<std::string> class_names;  // by label, "" where unknown
-  std::vector<std::string> warnings;
-  int64_t max_label = -1;
-};
-
-std::string SerializeCache(const std::string& root, const IndexOptions& options,
-                           const ScanOutcome& scan) {
-  CacheWriter w;
-  w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
-  w.AddU64(kIndexVersion);
-  w.AddString(root);
-  w.AddString(options.label_field);
-  w.AddU64(static_cast<uint64_t>(options.max_classes));
-  w.AddU64(scan.shards.size());
-  for (size_t i = 0; i < scan.shards.size(); ++i) {
-    const ShardInfo& s = scan.shards[i];
-    w.AddString(s.path);
-    w.AddU64(s.file_size);
-    w.AddU64(static_cast<uint64_t>(s.mtime_ns));
-    w.AddU64(static_cast<uint64_t>(s.ctime_ns));
-    w.AddU64(s.inode);
-    w.AddString(s.etag);
-    w.AddString(s.content_digest);
-    w.AddU64(s.compressed ? 1 : 0);
-    w.AddString(scan.skip_reasons[i]);
-    AddSamples(s.samples, &w);
-  }
-  w.AddU64(scan.skipped.size());
-  for (const SkippedSample& s : scan.skipped) {
-    w.AddString(s.shard);
-    w.AddString(s.key);
-    w.AddString(s.reason);
-  }
-  w.AddU64(scan.class_names.size());
-  for (const std::string& name : scan.class_names) w.AddString(name);
-  w.AddU64(scan.warnings.size());
-  for (const std::string& warning : scan.warnings) w.AddString(warning);
-  w.AddU64(static_cast<uint64_t>(scan.max_label));
-  return w.Finish();
-}
-
-// The fewest bytes each record of the cache can take (its length prefixes and
-// numbers, a non-empty name where one is required): a count read from the file is
-// bounded by the bytes left divided by these before anything is sized by it, so a
-// file of N bytes never makes more than a small multiple of N bytes of records.
-constexpr size_t kMinShardRecordBytes = 10 * 8;
-constexpr size_t kMinMemberRecordBytes = 8 + 1 + 8 + 8;
-constexpr size_t kMinSampleRecordBytes = 8 + 1 + 3 * 8 + kMinMemberRecordBytes;
-constexpr size_t kMinSkippedRecordBytes = 3 * 8;
-
-// How a cache file's shard records are held against the listing.
-enum class CacheKind {
-  kCache,      // the local index cache: every identity field must match the listing
-  kIndexFile,  // an index file: names and sizes must match; ETags and digests are kept
-               // as recorded, for LoadIndexFile to check shard by shard
-};
-
-// Parses a cache file. Error = corrupt (the caller rebuilds); a valid file for other
-// shards is reported through `*stale`.
-absl::Status ParseCache(absl::string_view data, const std::string& root,
-                        const IndexOptions& options, const std::vector<ShardInfo>& listed,
-                        CacheKind kind, ScanOutcome* scan, bool* stale) {
-  const auto corrupt = [](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("corrupt index cache: ", what));
-  };
-  // Checksum first: everything after it can trust lengths not to lie.
-  if (data.size() < 8 + 32) return corrupt("too short");
-  {
-    CacheParser tail(data.substr(data.size() - 40));
-    std::string stored;
-    if (!tail.Str(&stored)) return corrupt("no checksum");
-    Digest128 h;
-    h.AddBytes(data.substr(0, data.size() - 40));
-    if (stored != h.Hex()) return corrupt("checksum mismatch");
-  }
-  CacheParser p(data.substr(0, data.size() - 40));
-  std::string magic, stored_root, label_field;
-  uint64_t version = 0, n = 0, max_classes = 0;
-  if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
-    return corrupt("bad magic");
-  }
-  if (!p.U64(&version) || version != kIndexVersion) {
-    *stale = true;  // another layout: rebuild without complaint
-    return absl::OkStatus();
-  }
-  if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) ||
-      !p.Count(&n, kMinShardRecordBytes)) {
-    return corrupt("header");
-  }
-  if (stored_root != root || label_field != options.label_field ||
-      max_classes != static_cast<uint64_t>(options.max_classes) || n != listed.size()) {
-    *stale = true;
-    return absl::OkStatus();
-  }
-  scan->shards.resize(n);
-  scan->skip_reasons.resize(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    ShardInfo& s = scan->shards[i];
-    uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
-    if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
-        !p.Str(&s.etag) || !p.Str(&s.content_digest) || !p.U64(&compressed) ||
-        !p.Str(&scan->skip_reasons[i]) || !p.Count(&samples, kMinSampleRecordBytes)) {
-      return corrupt("shard record");
-    }
-    s.file_size = size;
-    s.mtime_ns = static_cast<int64_t>(mtime);
-    s.ctime_ns = static_cast<int64_t>(ctime);
-    s.inode = inode;
-    s.device = listed[i].device;  // not kept: device numbers may change across reboots
-    s.compressed = compressed != 0;
-    const bool identity_matches =
-        kind == CacheKind::kIndexFile ||
-        (s.mtime_ns == listed[i].mtime_ns && s.ctime_ns == listed[i].ctime_ns &&
-         s.inode == listed[i].inode && s.etag == listed[i].etag);
-    if (s.path != listed[i].path || s.file_size != listed[i].file_size || !identity_matches) {
-      *stale = true;
-      return absl::OkStatus();
-    }
-    if (compressed > 1) return corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
-    if (!scan->skip_reasons[i].empty() && samples != 0) {
-      return corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
-    }
-    if (samples > std::numeric_limits<uint32_t>::max()) {
-      return corrupt(absl::StrCat(s.path, ": ", samples, " samples"));
-    }
-    // Where member data may lie: inside a plain tar; within deflate's largest expansion
-    // of a compressed one (the reader checks the exact end when it inflates).
-    const uint64_t data_end = s.compressed ? s.file_size * kMaxDeflateRatio : s.file_size;
-    s.samples.resize(samples);
-    for (SampleEntry& e : s.samples) {
-      uint64_t label = 0, image = 0, members = 0;
-      if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) ||
-          !p.Count(&members, kMinMemberRecordBytes)) {
-        return corrupt("sample record");
-      }
-      const std::string where = absl::StrCat(s.path, " sample '", e.key, "': ");
-      if (e.key.empty()) return corrupt(absl::StrCat(s.path, ": a sample without a key"));
-      // The scan admits labels in [0, max_classes) only (and max_classes matched above).
-      if (label >= static_cast<uint64_t>(options.max_classes)) {
-        return corrupt(absl::StrCat(where, "label ", static_cast<int64_t>(label)));
-      }
-      e.label = static_cast<int64_t>(label);
-      if (image >= members) return corrupt(absl::StrCat(where, "image member out of range"));
-      e.image_member = static_cast<uint32_t>(image);
-      e.members.resize(members);
-      for (MemberRef& m : e.members) {
-        if (!p.Str(&m.ext) || !p.U64(&m.offset) || !p.U64(&m.size)) return corrupt("member");
-        if (m.ext.empty() || m.offset > data_end || m.size > data_end - m.offset) {
-          return corrupt(absl::StrCat(where, "member '.", m.ext, "' at ", m.offset, " (", m.size,
-                                      " bytes) lies past the shard's end (", s.file_size,
-                                      s.compressed ? " bytes compressed)" : " bytes)"));
-        }
-      }
-      scan->max_label = std::max(scan->max_label, e.label);
-    }
-  }
-  if (!p.Count(&n, kMinSkippedRecordBytes)) return corrupt("skipped count");
-  scan->skipped.resize(n);
-  for (SkippedSample& s : scan->skipped) {
-    if (!p.Str(&s.shard) || !p.Str(&s.key) || !p.Str(&s.reason)) return corrupt("skipped");
-  }
-  if (!p.Count(&n)) return corrupt("class count");
-  scan->class_names.resize(n);
-  for (std::string& name : scan->class_names) {
-    if (!p.Str(&name)) return corrupt("class name");
-  }
-  if (!p.Count(&n)) return corrupt("warning count");
-  scan->warnings.resize(n);
-  for (std::string& warning : scan->warnings) {
-    if (!p.Str(&warning)) return corrupt("warning");
-  }
-  uint64_t max_label = 0;
-  if (!p.U64(&max_label)) return corrupt("max label");
-  // Recomputed from the samples above, never trusted: it sizes num_classes.
-  if (static_cast<int64_t>(max_label) != scan->max_label) return corrupt("max label");
-  if (!scan->class_names.empty() &&
-      scan->class_names.size() != static_cast<size_t>(scan->max_label + 1)) {
-    return corrupt(
-        absl::StrCat(scan->class_names.size(), " class names for labels up to ", scan->max_label));
-  }
-  if (p.pos() != data.size() - 40) return corrupt("trailing bytes");
-  return absl::OkStatus();
-}
 
 std::string CachePath(const std::string& cache_dir, const std::string& root) {
   Digest128 h;
@@ -858,10 +590,10 @@ bool Vouched(const ShardInfo& listed, const ShardInfo& recorded) {
 // identities (the others are to be scanned).
 bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, ScanOutcome* scan,
                    std::vector<bool>* vouched, std::vector<std::string>* warnings) {
-  bool stale = false;
-  absl::Status parsed = ParseCache(*listing.index_file, /*root=*/"", options, listing.shards,
-                                   CacheKind::kIndexFile, scan, &stale);
-  if (parsed.ok() && !stale) {
+  absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
+      *listing.index_file, /*root=*/"", options, listing.shards, IndexRecordKind::kIndexFile);
+  if (parsed.ok() && parsed->has_value()) {
+    *scan = **std::move(parsed);
     vouched->assign(scan->shards.size(), false);
     for (size_t i = 0; i < scan->shards.size(); ++i) {
       if (!Vouched(listing.shards[i], scan->shards[i])) continue;
@@ -877,9 +609,8 @@ bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, Sca
   Warn(warnings, absl::StrCat(listing.root, kIndexFileName, ": ignored (",
                               parsed.ok() ? "it indexes other shards, another label field or "
                                             "another version"
-                                          : parsed.message(),
+                                          : parsed.status().message(),
                               "); scanning the shards"));
-  *scan = ScanOutcome();
   return false;
 }
 
@@ -929,6 +660,75 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
   return out;
 }
 
+// The outcome the index cache at `path` ("" for none) holds for `listing`, or nullopt
+// when there is none or it is stale; a cache that cannot be read or is corrupt is
+// warned about and rebuilt.
+std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing& listing,
+                                     const IndexOptions& options,
+                                     std::vector<std::string>* warnings) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
+  absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
+  absl::StatusOr<std::optional<ScanOutcome>> parsed =
+      data.ok()
+          ? ParseScanOutcome(*data, listing.root, options, listing.shards, IndexRecordKind::kCache)
+          : data.status();
+  if (!parsed.ok()) {
+    Warn(warnings,
+         absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
+    return std::nullopt;
+  }
+  return *std::move(parsed);
+}
+
+// Writes `scan` as the index cache at `path`, its folder created; a cache that cannot
+// be written is warned about (the index is served without one).
+void WriteCache(const std::string& path, const std::string& root, const IndexOptions& options,
+                const ScanOutcome& scan, std::vector<std::string>* warnings) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  absl::Status written = ec ? absl::UnavailableError(ec.message())
+                            : WriteCacheFile(path, SerializeScanOutcome(root, options, scan));
+  if (!written.ok()) {
+    Warn(warnings, absl::StrCat("index cache not written: ", written.message()));
+  }
+}
+
+// The outcome of `listing` from its index file: the file's records where the store
+// vouches for them, the other shards scanned; nullopt (warned) when the file is of no
+// use, so that every shard is scanned. Sets `index->loaded_from_index_file`, and
+// warns in `index`.
+absl::StatusOr<std::optional<ScanOutcome>> OutcomeFromIndexFile(const ShardListing& listing,
+                                                                const IndexOptions& options,
+                                                                DatasetIndex* index) {
+  ScanOutcome from_file;
+  std::vector<bool> vouched;
+  if (!LoadIndexFile(listing, options, &from_file, &vouched, &index->warnings)) {
+    return std::nullopt;
+  }
+  std::vector<ShardInfo> unvouched;
+  for (size_t i = 0; i < vouched.size(); ++i) {
+    if (!vouched[i]) unvouched.push_back(listing.shards[i]);
+  }
+  const std::string& root = listing.root;
+  index->loaded_from_index_file = unvouched.size() < listing.shards.size();
+  if (unvouched.empty()) return std::optional<ScanOutcome>(std::move(from_file));
+  const std::string first_etag = unvouched[0].etag.empty() ? "none" : unvouched[0].etag;
+  if (!index->loaded_from_index_file) {
+    Warn(&index->warnings,
+         absl::StrCat(root, kIndexFileName, ": no shard's ETag vouches for its record (",
+                      unvouched[0].path, ": ETag ", first_etag, "); scanning the shards"));
+    return std::nullopt;
+  }
+  Warn(&index->warnings,
+       absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
+                    " shard(s) are not vouched for by their ETag (", unvouched[0].path, ": ETag ",
+                    first_etag, "); scanning those, using the file for the others"));
+  absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
+  if (!scanned.ok()) return scanned.status();
+  return MergeOutcomes(std::move(from_file), vouched, *std::move(scanned));
+}
+
 // The name of the first shard listed twice in `sorted`, "" when none is.
 std::string FirstDuplicate(const std::vector<ShardInfo>& sorted) {
   for (size_t i = 1; i < sorted.size(); ++i) {
@@ -958,27 +758,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
-  ScanOutcome scan;
-  bool have_scan = false;
-  std::error_code ec;
-  if (!cache_path->empty() && fs::exists(*cache_path, ec)) {
-    absl::StatusOr<std::string> data = ReadRegularFile(*cache_path, MaxCacheBytes(listing.shards));
-    bool stale = false;
-    absl::Status parsed = data.ok() ? ParseCache(*data, root, options, listing.shards,
-                                                 CacheKind::kCache, &scan, &stale)
-                                    : data.status();
-    if (!parsed.ok()) {
-      Warn(&index.warnings,
-           absl::StrCat(*cache_path, ": ignored (", parsed.message(), "); rebuilding the index"));
-      scan = ScanOutcome();
-    } else if (!stale) {
-      have_scan = true;
-      index.loaded_from_cache = true;
-    } else {
-      scan = ScanOutcome();
-    }
-  }
-  bool write_cache = !have_scan;
+  std::optional<ScanOutcome> scan = LoadCache(*cache_path, listing, options, &index.warnings);
+  index.loaded_from_cache = scan.has_value();
   if (listing.index_file.has_value() &&
       listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
     Warn(&index.warnings,
@@ -986,57 +767,29 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                       " bytes, more than an index of these shards can take); scanning the shards"));
     listing.index_file.reset();
   }
-  std::vector<bool> vouched;
-  if (!have_scan && listing.index_file.has_value() &&
-      LoadIndexFile(listing, options, &scan, &vouched, &index.warnings)) {
-    std::vector<ShardInfo> unvouched;
-    for (size_t i = 0; i < vouched.size(); ++i) {
-      if (!vouched[i]) unvouched.push_back(listing.shards[i]);
-    }
-    index.loaded_from_index_file = unvouched.size() < listing.shards.size();
-    if (unvouched.empty()) {
-      have_scan = true;
-    } else if (index.loaded_from_index_file) {
-      Warn(&index.warnings,
-           absl::StrCat(root, kIndexFileName, ": ", unvouched.size(), " of ", listing.shards.size(),
-                        " shard(s) are not vouched for by their ETag (", unvouched[0].path,
-                        ": ETag ", unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
-                        "); scanning those, using the file for the others"));
-      absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
-      if (!scanned.ok()) return scanned.status();
-      scan = MergeOutcomes(std::move(scan), vouched, *std::move(scanned));
-      have_scan = true;
-    } else {
-      Warn(&index.warnings,
-           absl::StrCat(root, kIndexFileName, ": no shard's ETag vouches for its record (",
-                        unvouched[0].path, ": ETag ",
-                        unvouched[0].etag.empty() ? "none" : unvouched[0].etag,
-                        "); scanning the shards"));
-      scan = ScanOutcome();
-    }
+  if (!scan.has_value() && listing.index_file.has_value()) {
+    absl::StatusOr<std::optional<ScanOutcome>> from_file =
+        OutcomeFromIndexFile(listing, options, &index);
+    if (!from_file.ok()) return from_file.status();
+    scan = *std::move(from_file);
   }
-  if (!have_scan) {
+  if (!scan.has_value()) {
     absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
     if (!scanned.ok()) return scanned.status();
     scan = *std::move(scanned);
   }
-  if (write_cache && !cache_path->empty()) {
-    fs::create_directories(fs::path(*cache_path).parent_path(), ec);
-    absl::Status written = ec ? absl::UnavailableError(ec.message())
-                              : WriteCacheFile(*cache_path, SerializeCache(root, options, scan));
-    if (!written.ok()) {
-      Warn(&index.warnings, absl::StrCat("index cache not written: ", written.message()));
-    }
+  if (!index.loaded_from_cache && !cache_path->empty()) {
+    WriteCache(*cache_path, root, options, *scan, &index.warnings);
   }
 
-  for (std::string& w : scan.warnings) Warn(&index.warnings, std::move(w));
-  for (size_t i = 0; i < scan.shards.size(); ++i) {
-    if (scan.skip_reasons[i].empty()) {
-      index.shards.push_back(std::move(scan.shards[i]));
+  for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
+  for (size_t i = 0; i < scan->shards.size(); ++i) {
+    if (scan->skip_reasons[i].empty()) {
+      index.shards.push_back(std::move(scan->shards[i]));
     } else {
-      index.skipped_shards.push_back(SkippedShard{scan.shards[i].path, scan.skip_reasons[i],
-                                                  scan.shards[i].file_size, scan.shards[i].etag,
-                                                  scan.shards[i].content_digest});
+      index.skipped_shards.push_back(SkippedShard{scan->shards[i].path, scan->skip_reasons[i],
+                                                  scan->shards[i].file_size, scan->shards[i].etag,
+                                                  scan->shards[i].content_digest});
     }
   }
   for (SkippedShard& skipped : listing.unlisted) {
@@ -1053,16 +806,16 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
         index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
   }
   index.fingerprint = ContentFingerprint(index.shards, options);
-  index.skipped = std::move(scan.skipped);
+  index.skipped = std::move(scan->skipped);
   for (const ShardInfo& s : index.shards)
     index.num_samples += static_cast<int64_t>(s.samples.size());
   if (listing.local) {
-    CheckInfoJson(root, scan.max_label, options.max_classes, &index);
+    CheckInfoJson(root, scan->max_label, options.max_classes, &index);
   } else {
-    index.num_classes = static_cast<int32_t>(scan.max_label + 1);
+    index.num_classes = static_cast<int32_t>(scan->max_label + 1);
   }
   WarnIfClassesSparse(&index);
-  index.class_names = std::move(scan.class_names);
+  index.class_names = std::move(scan->class_names);
   if (!index.class_names.empty() &&
       index.class_names.size() < static_cast<size_t>(index.num_classes)) {
     index.class_names.resize(static_cast<size_t>(index.num_classes));
@@ -1108,7 +861,7 @@ std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& op
             std::min<size_t>(index.class_names.size(), static_cast<size_t>(sorted.max_label + 1)));
     sorted.class_names.resize(static_cast<size_t>(sorted.max_label + 1));
   }
-  return SerializeCache(/*root=*/"", options, sorted);
+  return SerializeScanOutcome(/*root=*/"", options, sorted);
 }
 
 }  // namespace shardcast

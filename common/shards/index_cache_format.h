@@ -1,0 +1,92 @@
+// The binary format of a scan's outcome, shared by the local index cache and the
+// dataset index file next to a remote dataset's shards (kIndexFileName): a magic, the
+// format version, length-prefixed little-endian fields, then a checksum of all of it.
+// Parsing checks the checksum first, then every count and offset against the bytes
+// left and the listed shards, so a file of N bytes never sizes more than a small
+// multiple of N bytes of records and never points a read past a shard's end.
+//
+// This is the one place a field is added to the format (issue 37 adds member
+// offsets): write it in SerializeScanOutcome, read and bound it in ParseScanOutcome,
+// and bump kIndexVersion so that files of the old layout are rebuilt without
+// complaint. Where the cache lives, when it is stale and how it is written are
+// dataset_index.cc's.
+#ifndef SHARDCAST_COMMON_SHARDS_INDEX_CACHE_FORMAT_H_
+#define SHARDCAST_COMMON_SHARDS_INDEX_CACHE_FORMAT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/shards/dataset_index.h"
+#include "common/shards/sample_entry.h"
+
+namespace shardcast {
+
+// Bump when the scan's rules or the format's layout change: old caches and
+// fingerprints (ContentFingerprint hashes it) then no longer match.
+// 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards;
+// 4: ETags of remote shards; 5: content digests (MD5 of each shard's bytes), in the
+// fingerprint
+inline constexpr uint32_t kIndexVersion = 5;
+
+// The scan results that the format keeps (info.json checks are redone on every load).
+struct ScanOutcome {
+  std::vector<ShardInfo> shards;          // every listed shard, skipped ones included
+  std::vector<std::string> skip_reasons;  // by shard: why it is left out, "" = served
+  std::vector<SkippedSample> skipped;
+  std::vector<std::string> class_names;  // by label, "" where unknown
+  std::vector<std::string> warnings;
+  int64_t max_label = -1;
+};
+
+// How a file's shard records are held against the listing.
+enum class IndexRecordKind {
+  kCache,      // the local index cache: every identity field must match the listing
+  kIndexFile,  // an index file: names and sizes must match; ETags and digests are kept
+               // as recorded, for the caller to check shard by shard
+};
+
+// A shard's samples as the index holds them (keys, labels, member offsets), written
+// field by field into `out` (AddU64, AddString): the format's sample records, and what
+// the content fingerprint digests, so both read exactly this.
+template <typename Sink>
+void AddSampleRecords(const std::vector<SampleEntry>& samples, Sink* out) {
+  out->AddU64(samples.size());
+  for (const SampleEntry& e : samples) {
+    out->AddString(e.key);
+    out->AddU64(static_cast<uint64_t>(e.label));
+    out->AddU64(e.image_member);
+    out->AddU64(e.members.size());
+    for (const MemberRef& m : e.members) {
+      out->AddString(m.ext);
+      out->AddU64(m.offset);
+      out->AddU64(m.size);
+    }
+  }
+}
+
+// `scan` of the dataset at `root` ("" for an index file, which serves any copy) under
+// `options` (its label field and max_classes are recorded: a scan under others is
+// another scan). `scan.skip_reasons` has one entry per shard.
+std::string SerializeScanOutcome(const std::string& root, const IndexOptions& options,
+                                 const ScanOutcome& scan);
+
+// The outcome `data` holds, when it was written for `root` and `options` and its shard
+// records match `listed` (in listing order) as `kind` says. nullopt: a sound file of
+// another version, root, label field, max_classes or listing (stale: rebuilt without
+// complaint). DATA_LOSS ("corrupt index cache: ...") for a file that is not sound: too
+// short, bad checksum, bad magic, a truncated record, trailing bytes, or contents that
+// cannot be a scan's (a member past its shard's end, a label at or above max_classes,
+// a skipped shard with samples, a max label that its samples do not give).
+absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
+                                                            const std::string& root,
+                                                            const IndexOptions& options,
+                                                            const std::vector<ShardInfo>& listed,
+                                                            IndexRecordKind kind);
+
+}  // namespace shardcast
+
+#endif  // SHARDCAST_COMMON_SHARDS_INDEX_CACHE_FORMAT_H_

@@ -1,0 +1,245 @@
+// The index cache / index file format on its own (common/shards/index_cache_format.h):
+// a round trip, what makes a file stale (rebuilt without complaint) and what makes it
+// corrupt (bad magic, checksum, truncation). What the cache's contents are bounded by
+// (offsets, labels) and what BuildDatasetIndex does with a bad cache are in
+// dataset_index_test.
+#include "common/shards/index_cache_format.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "common/util/digest.h"
+
+namespace shardcast {
+namespace {
+
+constexpr char kRoot[] = "/data/set";
+constexpr size_t kChecksumRecordBytes = 8 + 32;
+
+ShardInfo Listed(const std::string& path, uint64_t size) {
+  ShardInfo shard;
+  shard.path = path;
+  shard.file_size = size;
+  shard.mtime_ns = 1700000000123456789;
+  shard.ctime_ns = 1700000001000000000;
+  shard.inode = 42;
+  shard.device = 7;
+  shard.etag = "\"etag-" + path + "\"";
+  return shard;
+}
+
+// Two shards, the second skipped; one sample with a class name, one without.
+ScanOutcome TwoShardOutcome() {
+  ScanOutcome scan;
+  ShardInfo served = Listed("s-1.tar", 10240);
+  served.content_digest = "0123456789abcdef0123456789abcdef";
+  SampleEntry a;
+  a.key = "a_0";
+  a.label = 2;
+  a.image_member = 0;
+  a.members = {MemberRef{"jpg", 512, 700}, MemberRef{"cls", 1536, 2}};
+  SampleEntry b;
+  b.key = "a_1";
+  b.label = 0;
+  b.image_member = 1;
+  b.members = {MemberRef{"json", 2560, 30}, MemberRef{"png", 3584, 900}};
+  served.samples = {a, b};
+  scan.shards.push_back(served);
+  scan.skip_reasons.emplace_back();
+  scan.shards.push_back(Listed("s-2.tar", 0));
+  scan.skip_reasons.push_back("empty file (0 bytes)");
+  scan.skipped.push_back(SkippedSample{"s-1.tar", "a_9", "no image member"});
+  scan.class_names = {"cat", "", "dog"};
+  scan.warnings = {"shard s-2.tar skipped: empty file (0 bytes); serving the other shards"};
+  scan.max_label = 2;
+  return scan;
+}
+
+// The listing the outcome was scanned from: identities without samples.
+std::vector<ShardInfo> ListingOf(const ScanOutcome& scan) {
+  std::vector<ShardInfo> listed;
+  for (const ShardInfo& shard : scan.shards) {
+    ShardInfo bare = shard;
+    bare.samples.clear();
+    bare.content_digest.clear();
+    listed.push_back(bare);
+  }
+  return listed;
+}
+
+std::string U64Bytes(uint64_t v) {
+  std::string out;
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+// `body` with a checksum that fits it: a file tampered with on purpose passes the
+// checksum, so what is tested is the check behind it.
+std::string Reseal(const std::string& body) {
+  Digest128 h;
+  h.AddBytes(body);
+  return body + U64Bytes(32) + h.Hex();
+}
+
+std::string BodyOf(const std::string& file) {
+  return file.substr(0, file.size() - kChecksumRecordBytes);
+}
+
+void ExpectCorrupt(const absl::StatusOr<std::optional<ScanOutcome>>& parsed,
+                   const std::string& why) {
+  ASSERT_FALSE(parsed.ok()) << why;
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << parsed.status();
+  EXPECT_TRUE(absl::StrContains(parsed.status().message(), "corrupt index cache: " + why))
+      << parsed.status();
+}
+
+TEST(IndexCacheFormatTest, AnOutcomeReadsBackAsItWasWritten) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  absl::StatusOr<std::optional<ScanOutcome>> parsed =
+      ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->has_value());
+  const ScanOutcome& back = **parsed;
+  ASSERT_EQ(back.shards.size(), 2u);
+  for (size_t i = 0; i < back.shards.size(); ++i) {
+    const ShardInfo& want = scan.shards[i];
+    const ShardInfo& got = back.shards[i];
+    EXPECT_EQ(got.path, want.path);
+    EXPECT_EQ(got.file_size, want.file_size);
+    EXPECT_EQ(got.mtime_ns, want.mtime_ns);
+    EXPECT_EQ(got.ctime_ns, want.ctime_ns);
+    EXPECT_EQ(got.inode, want.inode);
+    EXPECT_EQ(got.device, want.device);  // from the listing: not kept in the file
+    EXPECT_EQ(got.etag, want.etag);
+    EXPECT_EQ(got.content_digest, want.content_digest);
+    EXPECT_EQ(got.compressed, want.compressed);
+    ASSERT_EQ(got.samples.size(), want.samples.size());
+    for (size_t s = 0; s < got.samples.size(); ++s) {
+      EXPECT_EQ(got.samples[s].key, want.samples[s].key);
+      EXPECT_EQ(got.samples[s].label, want.samples[s].label);
+      EXPECT_EQ(got.samples[s].image_member, want.samples[s].image_member);
+      ASSERT_EQ(got.samples[s].members.size(), want.samples[s].members.size());
+      for (size_t m = 0; m < got.samples[s].members.size(); ++m) {
+        EXPECT_EQ(got.samples[s].members[m].ext, want.samples[s].members[m].ext);
+        EXPECT_EQ(got.samples[s].members[m].offset, want.samples[s].members[m].offset);
+        EXPECT_EQ(got.samples[s].members[m].size, want.samples[s].members[m].size);
+      }
+    }
+  }
+  EXPECT_EQ(back.skip_reasons, scan.skip_reasons);
+  ASSERT_EQ(back.skipped.size(), 1u);
+  EXPECT_EQ(back.skipped[0].shard, "s-1.tar");
+  EXPECT_EQ(back.skipped[0].key, "a_9");
+  EXPECT_EQ(back.skipped[0].reason, "no image member");
+  EXPECT_EQ(back.class_names, scan.class_names);
+  EXPECT_EQ(back.warnings, scan.warnings);
+  EXPECT_EQ(back.max_label, 2);
+  // The same outcome writes the same bytes: nothing is lost or reordered.
+  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back), file);
+}
+
+TEST(IndexCacheFormatTest, AFileForAnotherRootOptionsOrListingIsStaleNotCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::vector<ShardInfo> listed = ListingOf(scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const auto parse = [&](const std::string& root, const IndexOptions& options,
+                         const std::vector<ShardInfo>& listing, IndexRecordKind kind) {
+    return ParseScanOutcome(file, root, options, listing, kind);
+  };
+  const auto expect_stale = [](const absl::StatusOr<std::optional<ScanOutcome>>& parsed,
+                               const std::string& what) {
+    ASSERT_TRUE(parsed.ok()) << what << ": " << parsed.status();
+    EXPECT_FALSE(parsed->has_value()) << what;
+  };
+  expect_stale(parse("/other", IndexOptions(), listed, IndexRecordKind::kCache), "root");
+  IndexOptions other_field;
+  other_field.label_field = "class";
+  expect_stale(parse(kRoot, other_field, listed, IndexRecordKind::kCache), "label field");
+  IndexOptions other_max;
+  other_max.max_classes = 10;
+  expect_stale(parse(kRoot, other_max, listed, IndexRecordKind::kCache), "max_classes");
+  std::vector<ShardInfo> fewer = {listed[0]};
+  expect_stale(parse(kRoot, IndexOptions(), fewer, IndexRecordKind::kCache), "shard count");
+  std::vector<ShardInfo> renamed = listed;
+  renamed[1].path = "s-3.tar";
+  expect_stale(parse(kRoot, IndexOptions(), renamed, IndexRecordKind::kIndexFile), "name");
+  std::vector<ShardInfo> resized = listed;
+  resized[0].file_size += 1;
+  expect_stale(parse(kRoot, IndexOptions(), resized, IndexRecordKind::kIndexFile), "size");
+
+  // A file identity that changed (a touched shard, another ETag) makes a cache stale;
+  // an index file records none to compare, so it still parses.
+  std::vector<ShardInfo> touched = listed;
+  touched[0].mtime_ns += 1;
+  touched[1].etag = "\"new\"";
+  expect_stale(parse(kRoot, IndexOptions(), touched, IndexRecordKind::kCache), "mtime");
+  absl::StatusOr<std::optional<ScanOutcome>> as_index_file =
+      parse(kRoot, IndexOptions(), touched, IndexRecordKind::kIndexFile);
+  ASSERT_TRUE(as_index_file.ok()) << as_index_file.status();
+  ASSERT_TRUE(as_index_file->has_value());
+  EXPECT_EQ((*as_index_file)->shards[1].etag, scan.shards[1].etag);  // as recorded
+}
+
+TEST(IndexCacheFormatTest, AnotherFormatVersionIsStale) {
+  const ScanOutcome scan = TwoShardOutcome();
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
+  const size_t version_at = 8 + 8;  // after the magic's length prefix and its 8 bytes
+  ASSERT_EQ(body.substr(version_at, 8), U64Bytes(kIndexVersion));
+  body.replace(version_at, 8, U64Bytes(kIndexVersion - 1));
+  absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
+      Reseal(body), kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->has_value());
+}
+
+TEST(IndexCacheFormatTest, BadMagicIsCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
+  body[8] = 'X';  // the magic's first byte ("SCIDX...")
+  ExpectCorrupt(ParseScanOutcome(Reseal(body), kRoot, IndexOptions(), ListingOf(scan),
+                                 IndexRecordKind::kCache),
+                "bad magic");
+}
+
+TEST(IndexCacheFormatTest, AnyChangedByteFailsTheChecksum) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  for (size_t at = 0; at < file.size() - kChecksumRecordBytes; ++at) {
+    std::string flipped = file;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
+    ExpectCorrupt(
+        ParseScanOutcome(flipped, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+        "checksum mismatch");
+  }
+}
+
+TEST(IndexCacheFormatTest, TruncationIsCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::vector<ShardInfo> listed = ListingOf(scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  // A file cut short: its end is no checksum of the rest.
+  for (size_t size = 0; size < file.size(); ++size) {
+    absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
+        file.substr(0, size), kRoot, IndexOptions(), listed, IndexRecordKind::kCache);
+    ASSERT_FALSE(parsed.ok()) << size;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << size;
+  }
+  // A body cut short and sealed again (written by a broken writer): every cut after the
+  // version field is a record that does not finish.
+  const std::string body = BodyOf(file);
+  for (size_t size = 8 + 8 + 8; size < body.size(); ++size) {
+    absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
+        Reseal(body.substr(0, size)), kRoot, IndexOptions(), listed, IndexRecordKind::kCache);
+    ASSERT_FALSE(parsed.ok()) << size;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << size;
+  }
+}
+
+}  // namespace
+}  // namespace shardcast
