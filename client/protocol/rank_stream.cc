@@ -17,7 +17,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/bounded_queue.h"
 #include "client/protocol/channel.h"
@@ -56,7 +55,7 @@ class RankStream::Impl {
       : options_(std::move(options)),
         replicas_(options_, targets),
         queue_(static_cast<size_t>(std::max(options_.prefetch, 1))),
-        watchdog_([this] { CancelActiveCall(); }) {}
+        watchdog_([this] { CancelActiveCall(); }, options_.clock) {}
 
   ~Impl() { StopPrefetch(); }
 
@@ -302,7 +301,7 @@ class RankStream::Impl {
                      const RetryClock& retry, StallClock* stall) {
     Attempt attempt;
     auto read_deadline = [&] {
-      return stall->ReadDeadline(absl::Now(), std::min(retry.GiveUp(), stall->GiveUp()));
+      return stall->ReadDeadline(clock().Now(), std::min(retry.GiveUp(), stall->GiveUp()));
     };
     grpc::ClientContext context;
     if (!SetActiveContext(&context)) {
@@ -400,7 +399,7 @@ class RankStream::Impl {
     const std::string what =
         absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s", options_.job.job_id(),
                         options_.job.rank(), epoch, replica().target);
-    if (absl::Status refused = refusal->Observe(*status, absl::Now(), what); !refused.ok()) {
+    if (absl::Status refused = refusal->Observe(*status, clock().Now(), what); !refused.ok()) {
       DeliverError(refused);
       return false;
     }
@@ -468,7 +467,7 @@ class RankStream::Impl {
                                     options_.job.rank(), epoch, next)));
         break;
       }
-      const absl::Time now = absl::Now();
+      const absl::Time now = clock().Now();
       if (stalled) stall.Cut(now);
       retry.Failed(now, absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)),
                                      ": ", status.error_message()));
@@ -481,7 +480,7 @@ class RankStream::Impl {
       const bool moved = !unknown_job && replicas_.MoveToNext();
       if (!unknown_job && !moved) {
         const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
-        if (!util::Clock::Real()->WaitFor(retry.TakeBackoff(now, give_up), &stop_token_)) break;
+        if (!clock().WaitFor(retry.TakeBackoff(now, give_up), &stop_token_)) break;
       }
       need_register = true;
       CountReconnect();
@@ -491,6 +490,7 @@ class RankStream::Impl {
   }
 
   const Replica& replica() const { return replicas_.current(); }
+  const util::Clock& clock() const { return *options_.clock; }
 
   void CountReconnect() {
     absl::MutexLock lock(&mu_);
