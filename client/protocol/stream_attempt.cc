@@ -49,50 +49,17 @@ shardcast::v1::StreamBatchesRequest StreamAttempts::Request(int64_t epoch, int64
 AttemptOutcome StreamAttempts::Run(const Replica& replica, bool can_move, int64_t epoch, int64_t n,
                                    int64_t sample_offset, int64_t* next, ReconnectBudget* budget) {
   AttemptOutcome attempt;
-  auto read_deadline = [&] { return budget->ReadDeadline(options_.clock->Now()); };
-  auto position = [&] {
-    return StreamPosition{options_.job.job_id(), options_.job.rank(), epoch, *next};
-  };
   grpc::ClientContext context;
   if (!call_->Begin(&context)) {
     attempt.ended = true;
     return attempt;
   }
-  watchdog_->Arm(read_deadline());  // the first batch counts from the request
+  watchdog_->Arm(budget->ReadDeadline(options_.clock->Now()));  // counts from the request
   // The generated stub would parse every batch into a v1::Batch, copying its
   // pixels; a reader of WireBatch keeps them in the received slices.
   std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
       replica.batch_stub.StreamBatches(&context, Request(epoch, *next, sample_offset));
-  auto msg = std::make_shared<WireBatch>();
-  absl::Status bad;
-  while (reader->Read(msg.get())) {
-    watchdog_->Arm(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
-    bad = CheckBatch(*msg, registration_, position(), n);
-    if (!bad.ok()) break;
-    if (options_.join_images) msg->JoinImages();
-    if (!queue_->WaitForSpace()) break;
-    const bool draining = msg->header().server_draining();
-    queue_->Push(ReceivedBatch(std::move(msg)));
-    ++*next;
-    ++attempt.received;
-    budget->BatchArrived();
-    // A draining server's batches say so: with another replica to go to, the rank
-    // moves now rather than when the grace period cuts the stream.
-    if (draining && can_move && *next < n) {
-      attempt.moving = true;
-      break;
-    }
-    msg = std::make_shared<WireBatch>();
-    watchdog_->Arm(read_deadline());
-  }
-  // A message that did not parse ends Read() as the stream's end would: it is the
-  // server's error, not the network's, so the stream fails here, not retried (and
-  // the call is cancelled, or Finish() waits for the rest of it).
-  if (bad.ok() && msg != nullptr && !msg->parse_error().ok()) {
-    const StreamPosition at = position();
-    bad = absl::DataLossError(absl::StrFormat("job '%s' rank %d epoch %d batch %d: %s", at.job_id,
-                                              at.rank, epoch, *next, msg->parse_error().message()));
-  }
+  absl::Status bad = ReadBatches(reader.get(), can_move, epoch, n, next, budget, &attempt);
   watchdog_->Arm(absl::InfiniteFuture());
   if (!bad.ok() || call_->stopped() || attempt.moving) context.TryCancel();
   attempt.status = reader->Finish();
@@ -107,6 +74,43 @@ AttemptOutcome StreamAttempts::Run(const Replica& replica, bool can_move, int64_
     attempt.status = Outcome(attempt, replica, options_.stream_timeout_seconds, *next, n);
   }
   return attempt;
+}
+
+absl::Status StreamAttempts::ReadBatches(grpc::ClientReader<WireBatch>* reader, bool can_move,
+                                         int64_t epoch, int64_t n, int64_t* next,
+                                         ReconnectBudget* budget, AttemptOutcome* attempt) {
+  const StreamPosition rank{options_.job.job_id(), options_.job.rank(), epoch, 0};
+  auto msg = std::make_shared<WireBatch>();
+  while (reader->Read(msg.get())) {
+    watchdog_->Arm(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
+    StreamPosition at = rank;
+    at.batch = *next;
+    if (absl::Status bad = CheckBatch(*msg, registration_, at, n); !bad.ok()) return bad;
+    if (options_.join_images) msg->JoinImages();
+    if (!queue_->WaitForSpace()) return absl::OkStatus();
+    const bool draining = msg->header().server_draining();
+    queue_->Push(ReceivedBatch(std::move(msg)));
+    ++*next;
+    ++attempt->received;
+    budget->BatchArrived();
+    // A draining server's batches say so: with another replica to go to, the rank
+    // moves now rather than when the grace period cuts the stream.
+    if (draining && can_move && *next < n) {
+      attempt->moving = true;
+      return absl::OkStatus();
+    }
+    msg = std::make_shared<WireBatch>();
+    watchdog_->Arm(budget->ReadDeadline(options_.clock->Now()));
+  }
+  // A message that did not parse ends Read() as the stream's end would: it is the
+  // server's error, not the network's, so the stream fails here, not retried (and
+  // the call is cancelled, or Finish() waits for the rest of it).
+  if (!msg->parse_error().ok()) {
+    return absl::DataLossError(absl::StrFormat("job '%s' rank %d epoch %d batch %d: %s",
+                                               rank.job_id, rank.rank, epoch, *next,
+                                               msg->parse_error().message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace shardcast::client

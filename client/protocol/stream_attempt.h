@@ -49,6 +49,11 @@ class StreamAttempts {
                      int64_t sample_offset, int64_t* next, ReconnectBudget* budget);
 
  private:
+  // The loop of Run: reads batches into the queue, checked, until the stream ends, the
+  // queue stops taking them or the rank moves (OK), or a batch is bad (its error).
+  absl::Status ReadBatches(grpc::ClientReader<WireBatch>* reader, bool can_move, int64_t epoch,
+                           int64_t n, int64_t* next, ReconnectBudget* budget,
+                           AttemptOutcome* attempt);
   shardcast::v1::StreamBatchesRequest Request(int64_t epoch, int64_t start_batch,
                                               int64_t sample_offset) const;
 
