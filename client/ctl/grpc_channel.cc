@@ -72,6 +72,7 @@ std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags,
 }
 
 void SetCallOptions(grpc::ClientContext* context, absl::Duration timeout) {
+  // gRPC's deadline is a time of the real clock.
   context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   context->set_wait_for_ready(false);
 }

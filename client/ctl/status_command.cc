@@ -79,8 +79,10 @@ int Watch(const ServerCommandFlags& common, absl::Duration interval, int count) 
   // the reports one after another.
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   for (int shown = 0; count == 0 || shown < count; ++shown) {
+    // Real: the interval a person watching asked for, ended only by Ctrl-C.
     if (shown > 0) absl::SleepFor(interval);
     bool failed = false;
+    // The wall time printed for the reader, not a deadline.
     std::string frame =
         absl::StrCat("shardcast-ctl status --watch: every ", FormatFlagDuration(interval), ", ",
                      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()),

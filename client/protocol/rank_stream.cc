@@ -1,8 +1,11 @@
 // RankStream: the prefetch loop with reconnect/resume (see rank_stream.h). Its parts
 // live beside it: the first registration (registration.h), the queue to Next()
-// (bounded_queue.h), the checks of what a server says (stream_checks.h), the stream
+// (bounded_queue.h), the checks of what a server says (stream_checks.h) and of what the
+// caller asks (request_checks.h), one StreamBatches call (stream_attempt.h), the stream
 // timeout's watchdog (read_watchdog.h), the replicas (replica_set.h), which failures
-// are retried (retry_rules.h) and the reconnect clocks (stream_clocks.h).
+// are retried (retry_rules.h), how long reconnecting may go on (reconnect_budget.h),
+// the RPC a stop cancels (inflight_call.h) and the interruptible wait of Connect
+// (interruptible.h).
 #include "client/protocol/rank_stream.h"
 
 #include <grpcpp/grpcpp.h>
@@ -16,38 +19,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/protocol/bounded_queue.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/inflight_call.h"
+#include "client/protocol/interruptible.h"
 #include "client/protocol/read_watchdog.h"
+#include "client/protocol/reconnect_budget.h"
 #include "client/protocol/registration.h"
 #include "client/protocol/replica_set.h"
+#include "client/protocol/request_checks.h"
 #include "client/protocol/retry_rules.h"
 #include "client/protocol/server_list.h"
-#include "client/protocol/stream_clocks.h"
-#include "common/plan/epoch_plan.h"
-#include "common/plan/job_config.h"
+#include "client/protocol/stream_attempt.h"
 #include "common/util/clock.h"
-#include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::client {
-namespace {
 
 namespace v1 = ::shardcast::v1;
-
-// What one StreamBatches call came to.
-struct Attempt {
-  grpc::Status status;   // OK once the epoch's last batch arrived
-  int64_t received = 0;  // batches this call delivered
-  bool stalled = false;  // the watchdog cut it
-  bool moving = false;   // the server drains: the rank moves to another replica
-  bool ended = false;    // the loop must end: an error was delivered, or stop
-};
-
-}  // namespace
 
 class RankStream::Impl {
  public:
@@ -56,20 +46,21 @@ class RankStream::Impl {
       : options_(std::move(options)),
         replicas_(options_, targets),
         queue_(static_cast<size_t>(std::max(options_.prefetch, 1))),
-        watchdog_([this] { CancelActiveCall(); }) {}
+        watchdog_([this] { call_.CancelCurrent(); }, options_.clock),
+        attempts_(options_, registration_, &queue_, &watchdog_, &call_) {}
 
   ~Impl() { StopPrefetch(); }
 
   // Register with retries on the caller's thread (Connect); a stop (Connect's
   // interrupt) ends its RPC or its wait at once.
   absl::Status InitialRegister() {
-    if (absl::Status valid = CheckOptions(); !valid.ok()) return valid;
+    if (absl::Status valid = CheckStreamSettings(options_); !valid.ok()) return valid;
     absl::StatusOr<v1::RegisterResponse> response = RegisterWithRetry(
         options_, options_.job, &replicas_,
         [this](absl::Time give_up, v1::RegisterResponse* out) {
           return RegisterOnce(give_up, out);
         },
-        stop_token_);
+        call_.token());
     if (!response.ok()) return response.status();
     return Registered(*std::move(response));
   }
@@ -88,30 +79,24 @@ class RankStream::Impl {
   }
 
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
-    absl::StatusOr<int64_t> n = EpochBatches(epoch, sample_offset);
+    absl::StatusOr<int64_t> n =
+        EpochBatches(registration_, options_.job, epoch, start_batch, sample_offset);
     if (!n.ok()) return n.status();
-    if (epoch < 0 || start_batch < 0 || start_batch > *n) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "StartEpoch(epoch=%d, start_batch=%d): need epoch >= 0 and 0 <= start_batch <= %d "
-          "(batches of this epoch of job '%s')",
-          epoch, start_batch, *n, options_.job.job_id()));
-    }
     // Close() on another thread stops the threads this starts: one of the two at a time.
     absl::MutexLock control(&control_mu_);
     if (queue_.closed()) return Closed();
     StopPrefetch();
     queue_.Restart(/*finished=*/start_batch == *n);
+    call_.Reset();
     {
       absl::MutexLock lock(&mu_);
-      stop_ = false;
-      stop_token_.Reset();
       started_ = true;
       epoch_ = epoch;
       epoch_batches_ = *n;
       handed_out_ = start_batch;
     }
     if (start_batch < *n) {
-      if (stream_timeout() > absl::ZeroDuration()) watchdog_.Start();
+      if (options_.stream_timeout_seconds > 0) watchdog_.Start();
       thread_ = std::thread([this, epoch, start_batch, n = *n, sample_offset] {
         PrefetchLoop(epoch, start_batch, n, sample_offset);
       });
@@ -133,10 +118,7 @@ class RankStream::Impl {
 
   // Tells the thread registering or prefetching to stop, and cancels its RPC in flight.
   void RequestStop() {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-    stop_token_.Cancel();  // first: the cancelled RPC's caller reads it
-    if (active_context_ != nullptr) active_context_->TryCancel();
+    call_.Stop();
     queue_.Stop();
   }
 
@@ -197,40 +179,11 @@ class RankStream::Impl {
     return StreamPosition{options_.job.job_id(), options_.job.rank(), epoch, batch};
   }
 
-  absl::Status CheckOptions() const {
-    if (options_.prefetch < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prefetch must be >= 1, got ", options_.prefetch));
-    }
-    if (!(options_.stream_timeout_seconds >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("stream timeout must be >= 0 seconds, got ",
-                                                     options_.stream_timeout_seconds));
-    }
-    return absl::OkStatus();
-  }
-
   // Whether Next() answers without the queue: closed, not started, the epoch handed out
   // or an error returned before.
   bool AnswerWithoutQueue() const {
     absl::MutexLock lock(&mu_);
     return closed_ || !started_ || handed_out_ >= epoch_batches_ || !sticky_error_.ok();
-  }
-
-  // Batches of `epoch`: batches_per_epoch(), or those left from an elastic resume's
-  // `sample_offset`.
-  absl::StatusOr<int64_t> EpochBatches(int64_t epoch, int64_t sample_offset) const {
-    if (sample_offset == 0) return batches_per_epoch();
-    absl::StatusOr<JobConfig> config = ResponseConfig(registration_);
-    if (!config.ok()) return config.status();
-    config->plan.world_size = options_.job.world_size();
-    absl::StatusOr<int64_t> left =
-        BatchesFromOffset(registration_.num_samples(), config->plan, sample_offset);
-    if (!left.ok()) {
-      return absl::Status(left.status().code(),
-                          absl::StrFormat("job '%s' epoch %d: %s", options_.job.job_id(), epoch,
-                                          left.status().message()));
-    }
-    return *left;
   }
 
   // Keeps the first registration (set once, before any other thread exists) and checks
@@ -253,143 +206,13 @@ class RankStream::Impl {
     grpc::ClientContext context;
     context.set_wait_for_ready(false);
     context.set_deadline(absl::ToChronoTime(give_up));
-    if (!SetActiveContext(&context)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
+    if (!call_.Begin(&context)) return grpc::Status(grpc::StatusCode::CANCELLED, "stopped");
     grpc::Status status = replica().stub->Register(&context, options_.job, response);
-    SetActiveContext(nullptr);
+    call_.End();
     return status;
   }
 
-  // Publishes the context of the RPC in flight so StopPrefetch can cancel it.
-  // Returns false (and publishes nothing) once a stop was requested.
-  bool SetActiveContext(grpc::ClientContext* context) {
-    absl::MutexLock lock(&mu_);
-    if (context != nullptr && stop_) return false;
-    active_context_ = context;
-    return true;
-  }
-
-  // The watchdog's `cancel` (called with the watchdog's lock held: mu_ comes after it).
-  void CancelActiveCall() {
-    absl::MutexLock lock(&mu_);
-    if (active_context_ != nullptr) active_context_->TryCancel();
-  }
-
-  bool StopRequested() {
-    absl::MutexLock lock(&mu_);
-    return stop_;
-  }
-
   void DeliverError(absl::Status error) { queue_.Push(std::move(error)); }
-
-  absl::Duration stream_timeout() const { return absl::Seconds(options_.stream_timeout_seconds); }
-
-  v1::StreamBatchesRequest StreamRequest(int64_t epoch, int64_t start_batch,
-                                         int64_t sample_offset) const {
-    v1::StreamBatchesRequest request;
-    request.set_job_id(options_.job.job_id());
-    request.set_rank(options_.job.rank());
-    request.set_epoch(epoch);
-    request.set_start_batch(start_batch);
-    request.set_sample_offset(sample_offset);
-    request.set_job_fingerprint(registration_.job_fingerprint());
-    return request;
-  }
-
-  // One StreamBatches call from batch *next of `epoch`: delivers what arrives, checked,
-  // advancing *next, until the stream ends, breaks, is cut by the watchdog (the read
-  // deadlines come from the clocks) or the consumer stops.
-  Attempt StreamOnce(int64_t epoch, int64_t n, int64_t sample_offset, int64_t* next,
-                     const RetryClock& retry, StallClock* stall) {
-    Attempt attempt;
-    auto read_deadline = [&] {
-      return stall->ReadDeadline(absl::Now(), std::min(retry.GiveUp(), stall->GiveUp()));
-    };
-    grpc::ClientContext context;
-    if (!SetActiveContext(&context)) {
-      attempt.ended = true;
-      return attempt;
-    }
-    watchdog_.Arm(read_deadline());  // the first batch counts from the request
-    // The generated stub would parse every batch into a v1::Batch, copying its
-    // pixels; a reader of WireBatch keeps them in the received slices.
-    std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
-        replica().batch_stub.StreamBatches(&context, StreamRequest(epoch, *next, sample_offset));
-    auto msg = std::make_shared<WireBatch>();
-    absl::Status bad;
-    while (reader->Read(msg.get())) {
-      watchdog_.Arm(absl::InfiniteFuture());  // waiting for queue space is the consumer's time
-      bad = CheckBatch(*msg, registration_, Position(epoch, *next), n);
-      if (!bad.ok()) break;
-      if (options_.join_images) msg->JoinImages();
-      if (!queue_.WaitForSpace()) break;
-      const bool draining = msg->header().server_draining();
-      queue_.Push(ReceivedBatch(std::move(msg)));
-      ++*next;
-      ++attempt.received;
-      stall->BatchArrived();
-      // A draining server's batches say so: with another replica to go to, the rank
-      // moves now rather than when the grace period cuts the stream.
-      if (draining && replicas_.size() > 1 && *next < n) {
-        attempt.moving = true;
-        break;
-      }
-      msg = std::make_shared<WireBatch>();
-      watchdog_.Arm(read_deadline());
-    }
-    // A message that did not parse ends Read() as the stream's end would: it is the
-    // server's error, not the network's, so the stream fails here, not retried (and
-    // the call is cancelled, or Finish() waits for the rest of it).
-    if (bad.ok() && msg != nullptr && !msg->parse_error().ok()) {
-      bad = absl::DataLossError(absl::StrFormat("job '%s' rank %d epoch %d batch %d: %s",
-                                                options_.job.job_id(), options_.job.rank(), epoch,
-                                                *next, msg->parse_error().message()));
-    }
-    watchdog_.Arm(absl::InfiniteFuture());
-    if (!bad.ok() || StopRequested() || attempt.moving) context.TryCancel();
-    attempt.status = reader->Finish();
-    SetActiveContext(nullptr);
-    attempt.stalled = watchdog_.TakeStalled();
-    if (!bad.ok()) {
-      DeliverError(bad);
-      attempt.ended = true;
-    } else if (StopRequested()) {
-      attempt.ended = true;
-    } else if (attempt.moving) {
-      attempt.status = grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          absl::StrFormat("server %s is draining; moving after batch %d", replica().target, *next));
-    } else if (attempt.stalled && *next < n) {
-      attempt.status = grpc::Status(
-          grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrFormat("no batch for %g s (stream timeout); stream cancelled after batch %d",
-                          options_.stream_timeout_seconds, *next));
-    } else if (attempt.status.ok() && *next < n) {
-      attempt.status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                    absl::StrFormat("stream ended after batch %d of %d", *next, n));
-    }
-    return attempt;
-  }
-
-  // The error to give up with once both clocks' time is over at `now`; OK while
-  // retrying may go on.
-  absl::Status GiveUpError(absl::Time now, int64_t epoch, int64_t next, int64_t n,
-                           const RetryClock& retry, const StallClock& stall) const {
-    if (now < std::min(retry.GiveUp(), stall.GiveUp())) return absl::OkStatus();
-    if (stall.stalled()) {
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "job '%s' rank %d epoch %d: no batch from server %s for %g s (the stream timeout) "
-          "at batch %d of %d, and reconnecting brought none within another %g s (%d "
-          "attempts); last error: %s",
-          options_.job.job_id(), options_.job.rank(), epoch, options_.server,
-          options_.stream_timeout_seconds, next, n, options_.stream_timeout_seconds,
-          retry.attempts(), retry.last_error()));
-    }
-    return absl::UnavailableError(absl::StrFormat(
-        "job '%s' rank %d epoch %d: stream broken at batch %d of %d and server %s not back "
-        "within %.1f s (%d attempts); last error: %s",
-        options_.job.job_id(), options_.job.rank(), epoch, next, n, options_.server,
-        options_.reconnect_deadline_seconds, retry.attempts(), retry.last_error()));
-  }
 
   // Re-registers after a reconnect (at `next` of `epoch`): the refusal or job change to
   // end the loop with (delivered), else OK with *status Register's outcome.
@@ -400,7 +223,7 @@ class RankStream::Impl {
     const std::string what =
         absl::StrFormat("job '%s' rank %d epoch %d: re-register at %s", options_.job.job_id(),
                         options_.job.rank(), epoch, replica().target);
-    if (absl::Status refused = refusal->Observe(*status, absl::Now(), what); !refused.ok()) {
+    if (absl::Status refused = refusal->Observe(*status, clock().Now(), what); !refused.ok()) {
       DeliverError(refused);
       return false;
     }
@@ -417,29 +240,25 @@ class RankStream::Impl {
   // yet received.
   void PrefetchLoop(int64_t epoch, int64_t start_batch, int64_t n, int64_t sample_offset) {
     int64_t next = start_batch;  // first batch not yet received
-    RetryClock retry(absl::Seconds(options_.reconnect_initial_seconds),
-                     absl::Seconds(options_.reconnect_max_seconds),
-                     absl::Seconds(options_.reconnect_deadline_seconds));
-    StallClock stall(stream_timeout());
+    ReconnectBudget budget(options_);
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
     bool need_register = false;    // the server may have forgotten the job
     bool registered_here = false;  // a Register succeeded since the last batch
 
-    while (next < n && !StopRequested()) {
+    while (next < n && !call_.stopped()) {
       grpc::Status status;
       if (need_register) {
-        const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
-        if (!Reregister(epoch, next, give_up, &refusal, &status)) break;
+        if (!Reregister(epoch, next, budget.GiveUp(), &refusal, &status)) break;
         registered_here = registered_here || status.ok();
       }
       bool stalled = false;
       if (status.ok()) {
-        const Attempt attempt = StreamOnce(epoch, n, sample_offset, &next, retry, &stall);
+        const AttemptOutcome attempt =
+            attempts_.Run(replica(), replicas_.size() > 1, epoch, n, sample_offset, &next, &budget);
         if (attempt.ended) break;
         status = attempt.status;
         stalled = attempt.stalled;
         if (attempt.received > 0) {
-          retry.Reset();
           registered_here = false;
           need_register = false;
           replicas_.StartRound();
@@ -454,7 +273,7 @@ class RankStream::Impl {
         }
       }
       if (status.ok()) break;  // next == n
-      if (StopRequested()) break;
+      if (call_.stopped()) break;
 
       const grpc::StatusCode code = status.error_code();
       // A restarted server has forgotten the job: streaming before re-registering
@@ -468,11 +287,9 @@ class RankStream::Impl {
                                     options_.job.rank(), epoch, next)));
         break;
       }
-      const absl::Time now = absl::Now();
-      if (stalled) stall.Cut(now);
-      retry.Failed(now, absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(code)),
-                                     ": ", status.error_message()));
-      if (absl::Status give_up = GiveUpError(now, epoch, next, n, retry, stall); !give_up.ok()) {
+      const absl::Time now = clock().Now();
+      if (absl::Status give_up = budget.Failed(now, status, stalled, Position(epoch, next), n);
+          !give_up.ok()) {
         DeliverError(give_up);
         break;
       }
@@ -480,8 +297,7 @@ class RankStream::Impl {
       // backoff (as a single server's reconnect does every time).
       const bool moved = !unknown_job && replicas_.MoveToNext();
       if (!unknown_job && !moved) {
-        const absl::Time give_up = std::min(retry.GiveUp(), stall.GiveUp());
-        if (!util::Clock::Real()->WaitFor(retry.TakeBackoff(now, give_up), &stop_token_)) break;
+        if (!clock().WaitFor(budget.TakeBackoff(now), &call_.token())) break;
       }
       need_register = true;
       CountReconnect();
@@ -491,6 +307,7 @@ class RankStream::Impl {
   }
 
   const Replica& replica() const { return replicas_.current(); }
+  const util::Clock& clock() const { return *options_.clock; }
 
   void CountReconnect() {
     absl::MutexLock lock(&mu_);
@@ -503,7 +320,6 @@ class RankStream::Impl {
     if (thread_.joinable()) thread_.join();
     watchdog_.Stop();
     absl::MutexLock lock(&mu_);
-    active_context_ = nullptr;
     sticky_error_ = absl::OkStatus();
   }
 
@@ -514,18 +330,17 @@ class RankStream::Impl {
   std::string registered_at_;  // the replica that answered it
   // Received batches not yet handed out, then at most one error; <= prefetch batches.
   BoundedQueue<ReceivedBatch> queue_;
+  // The RPC of the thread registering or prefetching, and the stop that cancels it.
+  InflightCall call_;
   // Cancels the stream in flight once the batch it waits for is overdue (stream timeout).
   ReadWatchdog watchdog_;
+  StreamAttempts attempts_;  // the prefetch thread's StreamBatches calls
   // The prefetch thread of the current epoch (joined by StopPrefetch).
   std::thread thread_;
   // Held by StartEpoch and Close, which start and join the threads.
   absl::Mutex control_mu_;
 
   mutable absl::Mutex mu_;
-  // Tells the thread registering or prefetching to stop; set by RequestStop, which
-  // also cancels stop_token_ (what ends its waits between attempts).
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  util::CancelToken stop_token_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // Close() was called: every call returns ClosedError from then on.
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -536,8 +351,6 @@ class RankStream::Impl {
   int64_t handed_out_ ABSL_GUARDED_BY(mu_) = 0;
   // The error Next returned; returned again until the next StartEpoch.
   absl::Status sticky_error_ ABSL_GUARDED_BY(mu_);
-  // The RPC in flight on the registering or prefetch thread, so a stop can cancel it.
-  grpc::ClientContext* active_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -547,28 +360,11 @@ absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOption
   if (!targets.ok()) return targets.status();
   const std::vector<std::string> order = OrderForRank(*targets, options.job.rank());
   auto impl = std::make_unique<Impl>(std::move(options), order);
-  absl::Status status;
-  if (interrupted == nullptr) {
-    status = impl->InitialRegister();
-  } else {
-    // The registration (an RPC that may wait up to the reconnect deadline) runs on a
-    // thread of its own, so that this one can ask `interrupted` meanwhile; a stop
-    // cancels its RPC or backoff at once.
-    absl::Notification done;
-    std::thread registering([&] {
-      status = impl->InitialRegister();
-      done.Notify();
-    });
-    bool stopped = false;
-    while (!done.WaitForNotificationWithTimeout(kInterruptPollInterval)) {
-      if (!stopped && interrupted()) {
-        stopped = true;
-        impl->RequestStop();
-      }
-    }
-    registering.join();
-    if (stopped) return impl->Interrupted();
-  }
+  // The registration (an RPC that may wait up to the reconnect deadline) runs on a
+  // thread of its own when `interrupted` is to be asked meanwhile; a stop cancels its RPC
+  // or backoff at once.
+  const absl::Status status = RunInterruptibly([&] { return impl->InitialRegister(); }, interrupted,
+                                               [&] { impl->RequestStop(); }, impl->Interrupted());
   if (!status.ok()) return status;
   return std::unique_ptr<RankStream>(new RankStream(std::move(impl)));
 }

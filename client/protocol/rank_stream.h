@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/protocol/interruptible.h"
 #include "client/protocol/stream_checks.h"
 #include "client/protocol/stream_settings.h"
 #include "client/protocol/wire_batch.h"
@@ -35,13 +36,6 @@ struct RankStreamOptions : StreamSettings {
 // to the registration's ([batch_size, 3, C, C]), B labels, B samples and B*3*C*C image bytes (kept
 // in the slices they arrived in: wire_batch.h).
 using ReceivedBatch = std::shared_ptr<const WireBatch>;
-
-// Asked, on the waiting thread, every kInterruptPollInterval while Connect or Next waits
-// for the server; true ends the wait and the call returns CANCELLED, having consumed
-// nothing. A binding checks for Ctrl-C in it: Python runs signal handlers only on its
-// main thread, the one that waits, and only when asked (PyErr_CheckSignals).
-using InterruptCheck = std::function<bool()>;
-inline constexpr absl::Duration kInterruptPollInterval = absl::Milliseconds(50);
 
 class RankStream {
  public:

@@ -1,8 +1,6 @@
 // ReadWatchdog (see read_watchdog.h).
 #include "client/protocol/read_watchdog.h"
 
-#include "absl/time/clock.h"
-
 namespace shardcast::client {
 
 void ReadWatchdog::Start() {
@@ -17,6 +15,7 @@ void ReadWatchdog::Start() {
 void ReadWatchdog::Arm(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   deadline_ = deadline;
+  if (deadline_ < waiting_for_) wake_.Cancel();
 }
 
 bool ReadWatchdog::TakeStalled() {
@@ -29,6 +28,7 @@ bool ReadWatchdog::TakeStalled() {
 void ReadWatchdog::Quit() {
   absl::MutexLock lock(&mu_);
   quit_ = true;
+  wake_.Cancel();
 }
 
 void ReadWatchdog::Stop() {
@@ -36,24 +36,33 @@ void ReadWatchdog::Stop() {
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
   deadline_ = absl::InfiniteFuture();
+  waiting_for_ = absl::InfiniteFuture();
   stalled_ = false;
 }
 
 void ReadWatchdog::Run() {
-  absl::MutexLock lock(&mu_);
-  while (!quit_) {
-    const absl::Time deadline = deadline_;
-    if (absl::Now() >= deadline) {
-      stalled_ = true;
-      deadline_ = absl::InfiniteFuture();
-      cancel_();
-      continue;
+  while (true) {
+    absl::Duration wait;
+    {
+      absl::MutexLock lock(&mu_);
+      if (quit_) return;
+      const absl::Time now = clock_->Now();
+      if (now >= deadline_) {
+        stalled_ = true;
+        deadline_ = absl::InfiniteFuture();
+        cancel_();
+        continue;
+      }
+      waiting_for_ = deadline_;
+      wake_.Reset();
+      wait = deadline_ - now;
     }
-    // Woken early only when the deadline moves closer (armed after being disarmed); a
-    // deadline pushed later by a received message is seen when the old one passes.
-    auto woken = [this, deadline]()
-                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return quit_ || deadline_ < deadline; };
-    mu_.AwaitWithDeadline(absl::Condition(&woken), deadline);
+    // Disarmed, it waits for Arm or Quit alone: an event, not a time of the clock.
+    if (wait == absl::InfiniteDuration()) {
+      wake_.AwaitUntil(absl::InfiniteFuture());
+    } else {
+      clock_->WaitFor(wait, &wake_);
+    }
   }
 }
 

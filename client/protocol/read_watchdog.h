@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/util/clock.h"
 
 namespace shardcast::client {
 
@@ -19,8 +20,11 @@ class ReadWatchdog {
  public:
   // `cancel` runs on the watchdog's thread with the watchdog's lock held, so that an Arm()
   // racing it is either before (the read was overdue) or after (the next read is
-  // watched): it must not call back into this object.
-  explicit ReadWatchdog(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  // watched): it must not call back into this object. Deadlines are times of `clock`
+  // (not owned), which the watchdog's thread reads and waits on.
+  explicit ReadWatchdog(std::function<void()> cancel,
+                        const util::Clock* clock = util::Clock::Real())
+      : cancel_(std::move(cancel)), clock_(clock) {}
   ~ReadWatchdog() { Stop(); }
   ReadWatchdog(const ReadWatchdog&) = delete;
   ReadWatchdog& operator=(const ReadWatchdog&) = delete;
@@ -42,9 +46,15 @@ class ReadWatchdog {
   void Run();
 
   const std::function<void()> cancel_;
+  const util::Clock* const clock_;
   std::thread thread_;
+  // Ends the thread's wait early: cancelled when the deadline moves before the one it
+  // waits for, and on Quit; armed again by the thread before each wait.
+  util::CancelToken wake_;
   absl::Mutex mu_;
   absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // The deadline the thread waits for now (a later one moved in is seen when it passes).
+  absl::Time waiting_for_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
   bool quit_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "client/protocol/channel.h"
 #include "client/protocol/retry_rules.h"
 #include "client/protocol/stream_checks.h"
@@ -42,7 +41,7 @@ absl::StatusOr<v1::RegisterResponse> RegisterWithRetry(const StreamSettings& set
                                                        ReplicaSet* replicas,
                                                        const RegisterAttempt& attempt,
                                                        const util::CancelToken& stop) {
-  util::RetryPolicy retry(RegisterRetry(settings));
+  util::RetryPolicy retry(RegisterRetry(settings), settings.clock);
   int64_t attempts = 0;
   HandshakeRefusalWatch refusal(absl::Seconds(settings.handshake_refusal_seconds));
   std::string last_error;
@@ -57,7 +56,8 @@ absl::StatusOr<v1::RegisterResponse> RegisterWithRetry(const StreamSettings& set
     if (IsPermanent(status) || status.error_code() == grpc::StatusCode::CANCELLED) {
       return FromGrpcStatus(status, what);
     }
-    if (absl::Status refused = refusal.Observe(status, absl::Now(), what); !refused.ok()) {
+    if (absl::Status refused = refusal.Observe(status, settings.clock->Now(), what);
+        !refused.ok()) {
       return refused;
     }
     // The attempt that starts at the deadline ends at once with DEADLINE_EXCEEDED; the

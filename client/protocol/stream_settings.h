@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "common/util/clock.h"
+
 namespace grpc {
 class ChannelCredentials;
 }  // namespace grpc
@@ -51,6 +53,10 @@ struct StreamSettings {
   // holds at most this much beyond the prefetch queue. 0 = gRPC's BDP-grown window,
   // which on loopback takes megabytes: a whole short epoch can sit in it.
   int stream_window_bytes = 0;
+  // What the reconnect backoff, its deadline, the handshake-refusal window and the
+  // stream timeout's watchdog read and wait on (not owned; outlives the stream). Tests
+  // pass a clock they move (tests/support/fake_clock.h).
+  const util::Clock* clock = util::Clock::Real();
 };
 
 }  // namespace shardcast::client

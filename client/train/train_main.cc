@@ -317,28 +317,14 @@ int RunRank(const TrainOptions& o) {
     return EvaluateOnly(o, *device, model->get(), evaluator.get(), metrics.get(), &progress,
                         summary_out);
 
-  TrainerConfig config;
-  config.epochs = o.epochs;
-  config.max_steps = o.max_steps;
-  config.optimizer = o.optimizer;
-  config.lr = o.lr;
-  config.betas = o.betas;
-  config.momentum = o.momentum;
-  config.weight_decay = o.weight_decay;
-  config.bucket_mb = o.bucket_mb;
-  config.batch_size = batch_size;
-  config.ckpt_dir = o.ckpt_dir;
-  config.ckpt_every = o.ckpt_every;
-  config.ckpt_keep = o.ckpt_keep;
-  config.resume_path = o.resume;
-  config.save_path = o.save;
-  config.log_keys = o.log_keys;
-  config.device = *device;
-  config.evaluator = evaluator.get();
-  config.val_every = o.val_every;
-  config.stop_signal = &g_stop_signal;
+  TrainerRuntime runtime;
+  runtime.device = *device;
+  runtime.batch_size = batch_size;
+  runtime.evaluator = evaluator.get();
+  runtime.stop_signal = &g_stop_signal;
   InstallStopHandlers();
-  Trainer trainer(config, comm->get(), source.get(), model->get(), metrics.get(), &progress);
+  Trainer trainer(/*config=*/o, runtime, comm->get(), source.get(), model->get(), metrics.get(),
+                  &progress);
   absl::StatusOr<TrainerResult> result = trainer.Run();
   if (!result.ok()) Fail(result.status());
   if (result->stopped_by_signal != 0) {

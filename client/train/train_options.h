@@ -11,11 +11,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/protocol/client_security.h"
+#include "client/train/trainer_config.h"
 #include "common/plan/job_config.h"
 
 namespace shardcast::train {
 
-struct TrainOptions {
+// The command line. The training loop's own settings (epochs, optimizer, checkpoints,
+// --val-every, ...) are the TrainerConfig it is: the flags fill them there and the
+// Trainer takes them as parsed.
+struct TrainOptions : TrainerConfig {
   // Data (the server's job).
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id;                      // empty: a new job per run (rank 0 names it)
@@ -36,7 +40,6 @@ struct TrainOptions {
 
   // Exact evaluation (client/train/evaluator.h).
   std::string val_dataset;     // the server's dataset to evaluate on; empty = none
-  int val_every = 1;           // epochs between evaluations (the last epoch always)
   int32_t val_batch_size = 0;  // per rank; 0 = the training batch size
   bool eval_only = false;      // evaluate --weights or --resume's model, no training
   std::string weights;         // a state_dict written by --save (for --eval-only)
@@ -50,24 +53,10 @@ struct TrainOptions {
   // exactly on CUDA.
   std::optional<std::string> precision;
   std::optional<bool> channels_last;
-  int epochs = 10;
-  double lr = 1e-4;
-  std::vector<double> betas = {0.9, 0.999};
-  std::string optimizer = "adam";
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-  double bucket_mb = 25.0;
   int threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
 
   // Outputs.
   std::string metrics_path;
-  bool log_keys = false;
-  std::string ckpt_dir;
-  int64_t ckpt_every = 0;
-  int ckpt_keep = 3;
-  std::string resume;
-  std::string save;
-  int64_t max_steps = 0;
   std::optional<bool> progress;  // unset: on for rank 0
 
   // Distributed (flags override torchrun's env vars).

@@ -123,9 +123,11 @@ absl::Status WithRank(int rank, const absl::Status& status) {
 
 }  // namespace
 
-Trainer::Trainer(TrainerConfig config, Communicator* comm, BatchSource* source,
-                 TrainableModel* model, MetricsWriter* metrics, ProgressBar* progress)
+Trainer::Trainer(TrainerConfig config, TrainerRuntime runtime, Communicator* comm,
+                 BatchSource* source, TrainableModel* model, MetricsWriter* metrics,
+                 ProgressBar* progress)
     : config_(std::move(config)),
+      runtime_(runtime),
       comm_(comm),
       source_(source),
       model_(model),
@@ -140,7 +142,7 @@ absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch, int64_t samp
   position.sample_offset = sample_offset;
   position.global_step = global_step_;
   position.world_size = comm_->world_size();
-  position.batch_size = config_.batch_size;
+  position.batch_size = runtime_.batch_size;
   position.fingerprint = source_->fingerprint();
   absl::StatusOr<std::string> path =
       SaveCheckpointInDir(config_.ckpt_dir, config_.ckpt_keep, *model_, *optimizer_, position);
@@ -203,13 +205,13 @@ absl::Status Trainer::SaveModel(const std::string& path_pattern) {
 }
 
 absl::Status Trainer::SaveFinalModel() {
-  if (config_.save_path.empty()) return absl::OkStatus();
-  return SaveModel(config_.save_path);
+  if (config_.save.empty()) return absl::OkStatus();
+  return SaveModel(config_.save);
 }
 
 absl::Status Trainer::Evaluate(int64_t epoch, TrainerResult* result) {
   const auto start = Clock::now();
-  absl::StatusOr<EvalSums> sums = config_.evaluator->Run();
+  absl::StatusOr<EvalSums> sums = runtime_.evaluator->Run();
   if (!sums.ok()) {
     return absl::Status(sums.status().code(),
                         absl::StrCat("epoch ", epoch, ": ", sums.status().message()));
@@ -222,15 +224,15 @@ absl::Status Trainer::Evaluate(int64_t epoch, TrainerResult* result) {
   }
   ReportEval(*sums, epoch, config_.epochs, Seconds(Clock::now() - start), best, comm_->rank(),
              metrics_, progress_);
-  if (best && !config_.save_path.empty()) return SaveModel(BestModelPath(config_.save_path));
+  if (best && !config_.save.empty()) return SaveModel(BestModelPath(config_.save));
   return absl::OkStatus();
 }
 
 absl::Status Trainer::Resume(StartPosition* start) {
-  absl::StatusOr<std::string> path = ResolveResumePath(config_.resume_path);
+  absl::StatusOr<std::string> path = ResolveResumePath(config_.resume);
   if (!path.ok()) return path.status();
   absl::StatusOr<CheckpointPosition> position =
-      LoadCheckpoint(*path, *model_, *optimizer_, config_.device);
+      LoadCheckpoint(*path, *model_, *optimizer_, runtime_.device);
   if (!position.ok()) return position.status();
   const int world = comm_->world_size();
   if (position->fingerprint != source_->fingerprint()) {
@@ -240,7 +242,7 @@ absl::Status Trainer::Resume(StartPosition* start) {
         "same batch sequence; use the same data and job settings (with split sample, "
         "world size and batch size may change).",
         *path, position->world_size, position->batch_size, position->fingerprint, world,
-        config_.batch_size, source_->fingerprint()));
+        runtime_.batch_size, source_->fingerprint()));
   }
   global_step_ = position->global_step;
   // The same world size and batch size resume at the same batch; another (elastic) goes on
@@ -251,7 +253,7 @@ absl::Status Trainer::Resume(StartPosition* start) {
   const client::ResumePosition at = client::ResumeAt(
       client::SavedPosition{position->epoch, position->next_batch, position->sample_offset,
                             position->world_size, position->batch_size},
-      world, config_.batch_size, std::numeric_limits<int64_t>::max());
+      world, runtime_.batch_size, std::numeric_limits<int64_t>::max());
   start->epoch = at.epoch;
   start->batch = at.batch;
   start->sample_offset = at.sample_offset;
@@ -262,11 +264,11 @@ absl::Status Trainer::AgreeOnJob() {
   RankJob mine;
   mine.batches_per_epoch = source_->batches_per_epoch();
   mine.world_size = comm_->world_size();
-  mine.batch_size = config_.batch_size;
+  mine.batch_size = runtime_.batch_size;
   mine.num_classes = source_->num_classes();
   mine.fingerprint = source_->fingerprint();
   absl::StatusOr<std::vector<torch::Tensor>> gathered =
-      comm_->AllGather(mine.Encode().to(config_.device));
+      comm_->AllGather(mine.Encode().to(runtime_.device));
   if (!gathered.ok()) {
     return absl::Status(gathered.status().code(),
                         absl::StrCat("comparing the job with the other ranks before the first "
@@ -290,7 +292,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
   const int world = comm_->world_size();
   // First, before anything else is exchanged or any checkpoint is read.
   if (absl::Status agreed = AgreeOnJob(); !agreed.ok()) return agreed;
-  model_->To(config_.device);
+  model_->To(runtime_.device);
   model_->SetTraining(true);
   std::vector<torch::Tensor> params = model_->Parameters();
   if (params.empty()) return absl::InvalidArgumentError("the model has no trainable parameters");
@@ -299,7 +301,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
     loss_scaler_ = std::make_unique<LossScaler>();
   }
   *start = StartPosition();
-  if (!config_.resume_path.empty()) {
+  if (!config_.resume.empty()) {
     if (absl::Status s = Resume(start); !s.ok()) return s;
   }
 
@@ -322,7 +324,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
             .Add("rank", comm_->rank())
             .Add("world_size", world)
             .Add("backend", comm_->backend())
-            .Add("device", config_.device.str())
+            .Add("device", runtime_.device.str())
             .Add("model", model_->Describe())
             .Add("precision", PrecisionName(model_->compute_format().precision))
             .Add("channels_last", model_->compute_format().channels_last)
@@ -331,7 +333,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
             .Add("epoch", start->epoch)
             .Add("next_batch", start->batch)
             .Add("step", global_step_)
-            .Add("resumed_from", config_.resume_path)
+            .Add("resumed_from", config_.resume)
             .Add("sample_offset", start->sample_offset)
             .Add("buckets", static_cast<int64_t>(reducer_ ? reducer_->num_buckets() : 0))
             .AddTime("time", UnixTime()));
@@ -343,7 +345,7 @@ absl::StatusOr<Trainer::StepAgreement> Trainer::AgreeOnStep(bool have_batch, int
                                                             int64_t epoch, int64_t consumed) {
   torch::Tensor have = torch::tensor({have_batch ? 1.0 : 0.0, my_signal ? 1.0 : 0.0},
                                      torch::TensorOptions().dtype(torch::kFloat64))
-                           .to(config_.device);
+                           .to(runtime_.device);
   if (absl::Status s = comm_->AllReduce(have); !s.ok()) {
     // Usually a peer failed (its stream timed out, its server refused it) and exited,
     // which Gloo reports as a closed connection: point at the peer's own error.
@@ -412,7 +414,7 @@ absl::Status Trainer::RecordStep(const TrainingBatch& batch, const torch::Tensor
     torch::Tensor count = valid.sum().to(torch::kFloat64);
     torch::Tensor correct = (logits.argmax(1).eq(batch.labels) & valid).sum().to(torch::kFloat64);
     torch::Tensor loss_total = loss.detach().to(torch::kFloat64) * count;
-    stats = torch::stack({loss_total, correct, count}).to(config_.device);
+    stats = torch::stack({loss_total, correct, count}).to(runtime_.device);
     const double c = count.item<double>();
     local_loss = c > 0 ? loss_total.item<double>() / c : 0.0;
     local_acc = c > 0 ? correct.item<double>() / c : 0.0;
@@ -472,7 +474,7 @@ void Trainer::WriteStopped(int signal, int64_t epoch, int64_t next_batch) {
 absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed, double seconds,
                                   const EpochTotals& totals, TrainerResult* result) {
   // Every rank must have consumed exactly n batches of this epoch.
-  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(config_.device);
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(runtime_.device);
   // ... and how many substitutes each masked, for the progress line.
   torch::Tensor mine = torch::tensor(
       {static_cast<double>(consumed), static_cast<double>(totals.substituted)}, options);
@@ -541,7 +543,7 @@ absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, int64_t sample_offs
       return absl::Status(next.status().code(), absl::StrCat("epoch ", epoch, " batch ", consumed,
                                                              ": ", next.status().message()));
     }
-    const int my_signal = config_.stop_signal ? config_.stop_signal->load() : 0;
+    const int my_signal = runtime_.stop_signal ? runtime_.stop_signal->load() : 0;
     absl::StatusOr<StepAgreement> agreed =
         AgreeOnStep(next->has_value(), my_signal, epoch, consumed);
     if (!agreed.ok()) return agreed.status();
@@ -602,7 +604,7 @@ absl::StatusOr<TrainerResult> Trainer::Run() {
     const bool epoch_done = result.epochs_completed == epoch + 1;
     const bool last =
         epoch + 1 == config_.epochs || (config_.max_steps > 0 && global_step_ >= config_.max_steps);
-    if (config_.evaluator != nullptr && epoch_done &&
+    if (runtime_.evaluator != nullptr && epoch_done &&
         ((epoch + 1) % config_.val_every == 0 || last)) {
       if (absl::Status s = Evaluate(epoch, &result); !s.ok()) return WithRank(rank, s);
     }

@@ -19,31 +19,16 @@
 #include "client/train/mixed_precision.h"
 #include "client/train/model.h"
 #include "client/train/progress.h"
+#include "client/train/trainer_config.h"
 
 namespace shardcast::train {
 
-struct TrainerConfig {
-  int epochs = 1;
-  int64_t max_steps = 0;  // 0 = no limit
-  std::string optimizer = "adam";
-  double lr = 1e-4;
-  std::vector<double> betas = {0.9, 0.999};
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-  double bucket_mb = 25.0;
-  int64_t batch_size = 0;  // recorded in checkpoints, checked on resume
-  std::string ckpt_dir;
-  int64_t ckpt_every = 0;
-  int ckpt_keep = 3;
-  std::string resume_path;  // a file or a --ckpt-dir
-  std::string save_path;    // "{rank}": every rank saves; else rank 0 only
-  bool log_keys = false;
+// What exists only once the rank runs, beside the command line's TrainerConfig.
+struct TrainerRuntime {
   torch::Device device = torch::kCPU;
-  // Exact evaluation on a val set after every `val_every` epochs and after the last
-  // one; null: none. The model with the best val top-1 so far is saved to
-  // BestModelPath(save_path) (needs save_path).
+  int64_t batch_size = 0;  // as the source deals them: recorded in checkpoints, checked on resume
+  // Exact evaluation on a val set (TrainerConfig::val_every); null: none.
   Evaluator* evaluator = nullptr;
-  int val_every = 1;
   // Set (to the signal number) by a SIGINT/SIGTERM handler: all ranks then stop at the
   // same step boundary and rank 0 checkpoints there. Null: never stop early.
   const std::atomic<int>* stop_signal = nullptr;
@@ -77,8 +62,8 @@ class Trainer {
  public:
   // REQUIRES: all pointers outlive the Trainer; `metrics` may be null; `progress` is
   // only drawn on (pass a disabled bar on ranks other than 0).
-  Trainer(TrainerConfig config, Communicator* comm, BatchSource* source, TrainableModel* model,
-          MetricsWriter* metrics, ProgressBar* progress);
+  Trainer(TrainerConfig config, TrainerRuntime runtime, Communicator* comm, BatchSource* source,
+          TrainableModel* model, MetricsWriter* metrics, ProgressBar* progress);
 
   // Trains to the end (epochs or max_steps). Every rank must call it; an error on one
   // rank makes the others fail in their next collective (the peer is gone).
@@ -150,7 +135,8 @@ class Trainer {
   // Runs the evaluator after `epoch`, reports it and saves the best model.
   absl::Status Evaluate(int64_t epoch, TrainerResult* result);
 
-  TrainerConfig config_;
+  const TrainerConfig config_;
+  const TrainerRuntime runtime_;
   Communicator* comm_;
   BatchSource* source_;
   TrainableModel* model_;

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "tests/support/fake_clock.h"
 
 namespace shardcast::client {
 namespace {
@@ -58,6 +60,21 @@ TEST(ReadWatchdogTest, QuitEndsTheThreadAndItCanBeStartedAgain) {
   watchdog.Arm(absl::Now());
   cancelled.WaitForNotification();
   EXPECT_TRUE(watchdog.TakeStalled());
+}
+
+TEST(ReadWatchdogTest, WaitsOnItsClockForTheDeadline) {
+  util_testing::FakeClock clock;
+  const absl::Time start = clock.Now();
+  absl::Notification cancelled;
+  ReadWatchdog watchdog([&] { cancelled.Notify(); }, &clock);
+  watchdog.Start();
+  watchdog.Arm(start + absl::Seconds(30));
+  cancelled.WaitForNotification();
+  EXPECT_TRUE(watchdog.TakeStalled());
+  watchdog.Stop();
+  // One wait of the whole stream timeout on the fake clock, none on the real one.
+  EXPECT_EQ(clock.Now() - start, absl::Seconds(30));
+  EXPECT_EQ(clock.waits(), std::vector<absl::Duration>{absl::Seconds(30)});
 }
 
 }  // namespace

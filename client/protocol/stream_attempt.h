@@ -1,0 +1,69 @@
+// StreamAttempts: one StreamBatches call of a rank's prefetch loop at a time. It reads
+// what arrives, checks each batch (stream_checks.h), queues it for Next() and keeps the
+// read watchdog armed, until the stream ends, breaks, stalls, the server drains (the
+// rank moves) or the rank is stopped; the prefetch loop in rank_stream.cc decides what
+// comes next from the outcome.
+#ifndef SHARDCAST_CLIENT_PROTOCOL_STREAM_ATTEMPT_H_
+#define SHARDCAST_CLIENT_PROTOCOL_STREAM_ATTEMPT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+
+#include "client/protocol/bounded_queue.h"
+#include "client/protocol/inflight_call.h"
+#include "client/protocol/rank_stream.h"
+#include "client/protocol/read_watchdog.h"
+#include "client/protocol/reconnect_budget.h"
+#include "client/protocol/replica_set.h"
+#include "shardcast/v1/shardcast.pb.h"
+
+namespace shardcast::client {
+
+// What one StreamBatches call came to.
+struct AttemptOutcome {
+  grpc::Status status;   // OK once the epoch's last batch arrived
+  int64_t received = 0;  // batches this call delivered
+  bool stalled = false;  // the watchdog cut it
+  bool moving = false;   // the server drains: the rank moves to another replica
+  bool ended = false;    // the loop must end: an error was delivered, or stop
+};
+
+class StreamAttempts {
+ public:
+  // All are the RankStream's and outlive this; `registration` is read only once set.
+  StreamAttempts(const RankStreamOptions& options,
+                 const shardcast::v1::RegisterResponse& registration,
+                 BoundedQueue<ReceivedBatch>* queue, ReadWatchdog* watchdog, InflightCall* call)
+      : options_(options),
+        registration_(registration),
+        queue_(queue),
+        watchdog_(watchdog),
+        call_(call) {}
+
+  // One call to `replica` for batches *next.. of `epoch` (n batches, dealt from
+  // `sample_offset`), advancing *next by the batches queued. The read deadlines come
+  // from `budget`, which hears of every batch. `can_move`: another replica is there to
+  // move to when this one drains. A bad batch is delivered to the queue as the error.
+  AttemptOutcome Run(const Replica& replica, bool can_move, int64_t epoch, int64_t n,
+                     int64_t sample_offset, int64_t* next, ReconnectBudget* budget);
+
+ private:
+  // The loop of Run: reads batches into the queue, checked, until the stream ends, the
+  // queue stops taking them or the rank moves (OK), or a batch is bad (its error).
+  absl::Status ReadBatches(grpc::ClientReader<WireBatch>* reader, bool can_move, int64_t epoch,
+                           int64_t n, int64_t* next, ReconnectBudget* budget,
+                           AttemptOutcome* attempt);
+  shardcast::v1::StreamBatchesRequest Request(int64_t epoch, int64_t start_batch,
+                                              int64_t sample_offset) const;
+
+  const RankStreamOptions& options_;
+  const shardcast::v1::RegisterResponse& registration_;
+  BoundedQueue<ReceivedBatch>* const queue_;
+  ReadWatchdog* const watchdog_;
+  InflightCall* const call_;
+};
+
+}  // namespace shardcast::client
+
+#endif  // SHARDCAST_CLIENT_PROTOCOL_STREAM_ATTEMPT_H_
