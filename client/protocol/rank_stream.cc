@@ -339,6 +339,7 @@ class RankStream::Impl {
     // A message that did not parse ends Read() as the stream's end would: it is the
     // server's error, not the network's, so the stream fails here, not retried (and
     // the call is cancelled, or Finish() waits for the rest of it).
+    // NOLINTNEXTLINE(bugprone-use-after-move): a moved-from shared_ptr is null, checked here
     if (bad.ok() && msg != nullptr && !msg->parse_error().ok()) {
       bad = absl::DataLossError(absl::StrFormat("job '%s' rank %d epoch %d batch %d: %s",
                                                 options_.job.job_id(), options_.job.rank(), epoch,
