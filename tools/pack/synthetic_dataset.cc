@@ -132,6 +132,7 @@ absl::StatusOr<PackSummary> WriteSyntheticDataset(const std::string& out_dir,
   const std::vector<int> labels =
       SyntheticLabels(options.num_samples, options.num_classes, options.seed);
   std::vector<std::string> class_names;
+  class_names.reserve(options.num_classes);
   for (int c = 0; c < options.num_classes; ++c) class_names.push_back(SyntheticClassName(c));
 
   ShardWriter writer({out_dir, options.per_shard, options.max_shard_bytes});
