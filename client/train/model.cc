@@ -87,8 +87,9 @@ class NnModel : public TrainableModel {
 
 class ScriptModel : public TrainableModel {
  public:
-  ScriptModel(torch::jit::Module module, std::string path)
-      : module_(std::move(module)), path_(std::move(path)) {}
+  // A jit::Module is a handle: copying it shares the module.
+  ScriptModel(const torch::jit::Module& module, std::string path)
+      : module_(module), path_(std::move(path)) {}
 
   torch::Tensor ForwardImpl(const torch::Tensor& images) override {
     return module_.forward({images}).toTensor();
@@ -155,7 +156,7 @@ void TrainableModel::ApplyMemoryFormat() {
   const torch::MemoryFormat memory_format =
       format_.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
   torch::NoGradGuard no_grad;
-  for (NamedTensors tensors : {NamedParameters(), NamedBuffers()}) {
+  for (const NamedTensors& tensors : {NamedParameters(), NamedBuffers()}) {
     for (auto& [name, tensor] : tensors) {
       // set_data keeps the tensor's identity: the optimizer and the gradient reducer
       // hold these very tensors.
@@ -176,8 +177,7 @@ absl::StatusOr<std::unique_ptr<TrainableModel>> MakeModel(const ModelSpec& spec)
   if (!spec.torchscript_path.empty()) {
     try {
       torch::jit::Module module = torch::jit::load(spec.torchscript_path);
-      return std::unique_ptr<TrainableModel>(
-          new ScriptModel(std::move(module), spec.torchscript_path));
+      return std::unique_ptr<TrainableModel>(new ScriptModel(module, spec.torchscript_path));
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--model ", spec.torchscript_path, ": not a loadable TorchScript module: ", e.what()));
@@ -259,7 +259,7 @@ absl::Status LoadWeights(const std::string& path, TrainableModel& model) {
   if (!saved.ok()) return saved.status();
   std::map<std::string, torch::Tensor> by_name(saved->begin(), saved->end());
   torch::NoGradGuard no_grad;
-  for (NamedTensors tensors : {model.NamedParameters(), model.NamedBuffers()}) {
+  for (const NamedTensors& tensors : {model.NamedParameters(), model.NamedBuffers()}) {
     for (auto& [name, tensor] : tensors) {
       auto it = by_name.find(name);
       if (it == by_name.end()) {

@@ -24,7 +24,7 @@ BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride
   }
 }
 
-torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
   torch::Tensor identity = downsample_ ? downsample_->forward(x) : x;
   torch::Tensor out = torch::relu(bn1_->forward(conv1_->forward(x)));
   out = bn2_->forward(conv2_->forward(out));

@@ -11,7 +11,7 @@ namespace shardcast::train {
 class BasicBlockImpl : public torch::nn::Module {
  public:
   BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride);
-  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor forward(const torch::Tensor& x);
 
  private:
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};

@@ -608,6 +608,7 @@ void ComputeTaps(double offset, double scale, int out_count, int lo, int hi, Axi
     int sum = 0, largest = 0;
     for (int k = 0; k < n; ++k) {
       // Round half up, as lround for these non-negative values, without its libm call.
+      // NOLINTNEXTLINE(bugprone-incorrect-roundings): the weights are never negative
       q[k] = static_cast<int16_t>(w[k] / total * kOne + 0.5);
       sum += q[k];
       if (q[k] > q[largest]) largest = k;

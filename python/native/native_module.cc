@@ -278,6 +278,7 @@ class NativeStream {
       received = stream->Next(signals.Function());
       // RankStream checked the batch's shape against the registration: `size` bytes.
       if (received.ok() && received->has_value()) {
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): Python hands over the buffer's address
         (**received)->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
       }
     }
@@ -366,8 +367,10 @@ void NormalizeWithTable(uintptr_t in_address, uintptr_t out_address, int64_t bat
         "normalize: the table needs %d float32 entries (256 per channel), got %d of %d bytes",
         channels * 256, t.size, t.itemsize));
   }
+  // NOLINTBEGIN(performance-no-int-to-ptr): Python hands over the buffers' addresses
   const auto* in = reinterpret_cast<const uint8_t*>(in_address);
   auto* out = reinterpret_cast<float*>(out_address);
+  // NOLINTEND(performance-no-int-to-ptr)
   const auto* values = static_cast<const float*>(t.ptr);
   py::gil_scoped_release release;
   for (int64_t b = 0; b < batches; ++b) {
@@ -439,6 +442,7 @@ PYBIND11_MODULE(_native, m) {
       .value("ERROR", ErrorKind::kError);
 
   // The channel's credentials and token, opaque: built by client_security().
+  // NOLINTNEXTLINE(bugprone-unused-raii): the constructor registers the class with `m`
   py::class_<ClientSecurity>(m, "Security");
   m.def(
       "client_security",

@@ -320,9 +320,11 @@ grpc::ServerUnaryReactor* GrpcAdapter::HandleRegister(grpc::CallbackServerContex
                                                       v1::RegisterResponse* response) {
   absl::StatusOr<v1::RegisterResponse> result =
       impl_->Register(*request, PeerHost(context->peer()));
+  // The status before the reply is moved out of `result`.
+  const grpc::Status status = ToGrpcStatus(result.status());
   if (result.ok()) *response = *std::move(result);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(result.status()));
+  reactor->Finish(status);
   return reactor;
 }
 

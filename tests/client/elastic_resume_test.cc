@@ -15,16 +15,18 @@
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_process.h"
 
 namespace shardcast::train {
 namespace {
 
-using testing_util::BinaryPath;
-using testing_util::ChildProcess;
 using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
+using testing_util::RunLocalRanks;
 using testing_util::ServerProcess;
 using testing_util::TempDir;
+using testing_util::TrainerExit;
+using testing_util::TrainerFiles;
 
 constexpr int kSamples = 50;   // 2 ranks x 2 = 4 and 3 x 3 = 9 divide neither it nor 50 - 20
 constexpr int kStopAfter = 5;  // steps of the first run: 5 x 2 x 2 = 20 samples consumed
@@ -63,38 +65,21 @@ class ElasticResumeTest : public ::testing::Test {
 
   // One launch of `world` local ranks; returns the exit status (-1: did not finish).
   int Run(const std::string& tag, int world, int batch, const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                     "--server",
-                                     server_->address(),
-                                     "--job-id",
-                                     "elastic-" + tag,
-                                     "--batch-size",
-                                     absl::StrCat(batch),
-                                     "--epochs",
-                                     "1",
-                                     "--seed",
-                                     "5",
-                                     "--arch",
-                                     "small-cnn",
-                                     "--threads",
-                                     "1",
-                                     "--no-progress",
-                                     "--log-keys",
-                                     "--ckpt-dir",
-                                     dir_.path() + "/ckpt",
-                                     "--metrics",
-                                     dir_.path() + "/" + tag + ".{rank}.jsonl",
-                                     "--nproc-per-node",
-                                     absl::StrCat(world),
-                                     "--rendezvous-timeout",
-                                     "60s"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    ChildProcess launcher;
-    err_ = dir_.path() + "/" + tag + ".err";
-    EXPECT_TRUE(launcher.Start(argv, dir_.path() + "/" + tag + ".out", err_).ok());
-    std::optional<int> status = launcher.WaitFor(std::chrono::minutes(3));
-    if (!status.has_value() || !WIFEXITED(*status)) return -1;
-    return WEXITSTATUS(*status);
+    const TrainerFiles files{dir_.path(), tag};
+    std::vector<std::string> flags = {"--server",      server_->address(),
+                                      "--job-id",      "elastic-" + tag,
+                                      "--batch-size",  absl::StrCat(batch),
+                                      "--epochs",      "1",
+                                      "--seed",        "5",
+                                      "--arch",        "small-cnn",
+                                      "--threads",     "1",
+                                      "--no-progress", "--log-keys",
+                                      "--ckpt-dir",    dir_.path() + "/ckpt"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    err_ = files.err_path();
+    const TrainerExit exit = RunLocalRanks(world, flags, files, std::chrono::minutes(3));
+    EXPECT_TRUE(exit.started.ok()) << exit.started;
+    return exit.code();
   }
 
   // Keys of the epoch over the ranks of both runs.
@@ -102,7 +87,7 @@ class ElasticResumeTest : public ::testing::Test {
     std::vector<std::string> keys;
     for (const auto& [tag, world] : {std::pair<std::string, int>{first, 2}, {second, 3}}) {
       for (int r = 0; r < world; ++r) {
-        for (std::string& k : StepKeys(absl::StrCat(dir_.path(), "/", tag, ".", r, ".jsonl"))) {
+        for (std::string& k : StepKeys(TrainerFiles{dir_.path(), tag}.metrics_path(r))) {
           keys.push_back(std::move(k));
         }
       }

@@ -20,16 +20,19 @@
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_process.h"
 
 namespace shardcast::train {
 namespace {
 
-using testing_util::BinaryPath;
-using testing_util::ChildProcess;
 using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
+using testing_util::RunLocalRanks;
+using testing_util::RunTrainer;
 using testing_util::ServerProcess;
 using testing_util::TempDir;
+using testing_util::TrainerExit;
+using testing_util::TrainerFiles;
 
 constexpr int kValSamples = 29;  // prime: no batch x world divides it
 constexpr int kClasses = 7;      // more than 5, so top-5 is not trivially every class
@@ -123,39 +126,20 @@ class EvalTest : public ::testing::Test {
 
   // shardcast-train --eval-only on `world` local Gloo ranks; rank 0's "eval" line.
   std::string EvalOnly(int world) {
-    const std::string tag = absl::StrCat("eval", world);
-    ChildProcess launcher;
-    const std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                           "--server",
-                                           server_->address(),
-                                           "--eval-only",
-                                           "--weights",
-                                           weights_,
-                                           "--val-dataset",
-                                           "val",
-                                           "--val-batch-size",
-                                           absl::StrCat(kValBatch),
-                                           "--arch",
-                                           "small-cnn",
-                                           "--threads",
-                                           "1",
-                                           "--no-progress",
-                                           "--metrics",
-                                           dir_.path() + "/" + tag + ".{rank}.jsonl",
-                                           "--nproc-per-node",
-                                           absl::StrCat(world),
-                                           "--rendezvous-timeout",
-                                           "60s"};
-    const std::string out = dir_.path() + "/" + tag + ".out";
-    const std::string err = dir_.path() + "/" + tag + ".err";
-    EXPECT_TRUE(launcher.Start(argv, out, err).ok());
-    std::optional<int> status = launcher.WaitFor(std::chrono::minutes(3));
-    EXPECT_TRUE(status.has_value() && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-        << ReadWholeFile(err);
-    EXPECT_NE(ReadWholeFile(out).find(absl::StrCat("(", kValSamples, " samples)")),
+    const TrainerFiles files{dir_.path(), absl::StrCat("eval", world)};
+    const std::vector<std::string> flags = {
+        "--server",  server_->address(), "--eval-only",
+        "--weights", weights_,           "--val-dataset",
+        "val",       "--val-batch-size", absl::StrCat(kValBatch),
+        "--arch",    "small-cnn",        "--threads",
+        "1",         "--no-progress"};
+    const TrainerExit exit = RunLocalRanks(world, flags, files, std::chrono::minutes(3));
+    EXPECT_TRUE(exit.started.ok()) << exit.started;
+    EXPECT_TRUE(exit.code() == 0) << ReadWholeFile(files.err_path());
+    EXPECT_NE(ReadWholeFile(files.out_path()).find(absl::StrCat("(", kValSamples, " samples)")),
               std::string::npos)
-        << ReadWholeFile(out);
-    return EvalLine(dir_.path() + "/" + tag + ".0.jsonl");
+        << ReadWholeFile(files.out_path());
+    return EvalLine(files.metrics_path(0));
   }
 
   TempDir dir_;
@@ -202,18 +186,16 @@ TEST_F(EvalTest, AValSetWithOtherClassesIsRefused) {
   ServerProcess server(train_, dir_.path());
   ASSERT_TRUE(
       server.Start(0, {"--dataset", "val=" + other, "--resize", "16", "--crop", "16"}).ok());
-  ChildProcess trainer;
-  const std::string err = dir_.path() + "/refused.err";
-  ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"), "--server", server.address(),
-                          "--val-dataset", "val", "--arch", "small-cnn", "--epochs", "1",
-                          "--batch-size", "4", "--threads", "1", "--no-progress"},
-                         dir_.path() + "/refused.out", err)
-                  .ok());
-  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(2));
+  const TrainerFiles files{dir_.path(), "refused"};
+  const TrainerExit exit =
+      RunTrainer({"--server", server.address(), "--val-dataset", "val", "--arch", "small-cnn",
+                  "--epochs", "1", "--batch-size", "4", "--threads", "1", "--no-progress"},
+                 files.out_path(), files.err_path(), std::chrono::minutes(2));
   server.Kill(SIGTERM);
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
+  ASSERT_TRUE(exit.started.ok()) << exit.started;
+  ASSERT_TRUE(exit.wait_status.has_value());
+  EXPECT_TRUE(exit.code() == 1) << *exit.wait_status;
+  const std::string err = files.err_path();
   EXPECT_NE(ReadWholeFile(err).find("must label the training set's classes"), std::string::npos)
       << ReadWholeFile(err);
 }

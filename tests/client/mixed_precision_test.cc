@@ -5,12 +5,10 @@
 // safe mode (weights_only=True) while the trainer still reads its old format.
 #include "client/train/mixed_precision.h"
 
-#include <sys/wait.h>
 #include <torch/torch.h>
 
 #include <fstream>
 #include <map>
-#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,14 +16,15 @@
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_process.h"
 
 namespace shardcast::train {
 namespace {
 
-using testing_util::BinaryPath;
-using testing_util::ChildProcess;
 using testing_util::ReadWholeFile;
+using testing_util::RunTrainer;
 using testing_util::TempDir;
+using testing_util::TrainerExit;
 
 torch::Tensor ParamWithGrad(std::vector<float> grad) {
   torch::Tensor p = torch::zeros({static_cast<int64_t>(grad.size())}).requires_grad_(true);
@@ -138,43 +137,39 @@ TEST(ComputeFormatTest, Bf16ChannelsLastComputesWhatFp32DoesWithinBf16Precision)
 // reads under weights_only=True.
 TEST(TrainPrecisionTest, TwoRanksInBf16ChannelsLastStayIdenticalAndSaveLoadableFiles) {
   TempDir dir;
-  ChildProcess trainer;
-  ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"),
-                          "--arch",
-                          "small-cnn",
-                          "--synthetic-batches",
-                          "4",
-                          "--num-classes",
-                          "4",
-                          "-b",
-                          "8",
-                          "--crop",
-                          "16",
-                          "--epochs",
-                          "2",
-                          "--nproc-per-node",
-                          "2",
-                          "-lr",
-                          "0.01",
-                          "--threads",
-                          "1",
-                          "--device",
-                          "cpu",
-                          "--precision",
-                          "bf16",
-                          "--channels-last",
-                          "--no-progress",
-                          "--metrics",
-                          dir.path() + "/m.{rank}.jsonl",
-                          "--save",
-                          dir.path() + "/w.{rank}.pt"},
-                         dir.path() + "/out", dir.path() + "/err")
-                  .ok());
-  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(3));
-  ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << ReadWholeFile(dir.path() + "/err");
+  const TrainerExit exit =
+      RunTrainer({"--arch",
+                  "small-cnn",
+                  "--synthetic-batches",
+                  "4",
+                  "--num-classes",
+                  "4",
+                  "-b",
+                  "8",
+                  "--crop",
+                  "16",
+                  "--epochs",
+                  "2",
+                  "--nproc-per-node",
+                  "2",
+                  "-lr",
+                  "0.01",
+                  "--threads",
+                  "1",
+                  "--device",
+                  "cpu",
+                  "--precision",
+                  "bf16",
+                  "--channels-last",
+                  "--no-progress",
+                  "--metrics",
+                  dir.path() + "/m.{rank}.jsonl",
+                  "--save",
+                  dir.path() + "/w.{rank}.pt"},
+                 dir.path() + "/out", dir.path() + "/err", std::chrono::minutes(3));
+  ASSERT_TRUE(exit.started.ok()) << exit.started;
+  ASSERT_TRUE(exit.wait_status.has_value());
+  ASSERT_TRUE(exit.code() == 0) << ReadWholeFile(dir.path() + "/err");
   EXPECT_NE(
       ReadWholeFile(dir.path() + "/m.0.jsonl").find(R"("precision":"bf16","channels_last":true)"),
       std::string::npos);

@@ -7,11 +7,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,16 +18,18 @@
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_process.h"
 
 namespace shardcast::train {
 namespace {
 
-using testing_util::BinaryPath;
-using testing_util::ChildProcess;
 using testing_util::MakeSyntheticShards;
 using testing_util::ReadWholeFile;
+using testing_util::RunLocalRanks;
 using testing_util::ServerProcess;
 using testing_util::TempDir;
+using testing_util::TrainerExit;
+using testing_util::TrainerFiles;
 
 constexpr int64_t kSamples = 72;
 constexpr int kBatch = 8;  // 4 batches per rank per epoch (remainder drop), 5 (pad)
@@ -72,40 +72,19 @@ class RankAgreementTest : public ::testing::Test {
     for (auto& replica : replicas_) {
       absl::StrAppend(&servers, servers.empty() ? "" : ",", replica->address());
     }
-    const std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                           "--server",
-                                           servers,
-                                           "--job-id",
-                                           tag,
-                                           "--batch-size",
-                                           absl::StrCat(kBatch),
-                                           "--split",
-                                           "sample",
-                                           "--epochs",
-                                           "1",
-                                           "--arch",
-                                           "small-cnn",
-                                           "--threads",
-                                           "1",
-                                           "--no-progress",
-                                           "--metrics",
-                                           dir_.path() + "/" + tag + ".{rank}.jsonl",
-                                           "--nproc-per-node",
-                                           "2",
-                                           "--rendezvous-timeout",
-                                           "60s"};
-    ChildProcess launcher;
-    const std::string err = dir_.path() + "/" + tag + ".err";
-    EXPECT_TRUE(launcher.Start(argv, dir_.path() + "/" + tag + ".out", err).ok());
-    std::optional<int> status = launcher.WaitFor(limit);
-    if (!status.has_value()) launcher.Kill(SIGKILL);
-    err_ = ReadWholeFile(err);
-    if (!status.has_value() || !WIFEXITED(*status)) return -1;
-    return WEXITSTATUS(*status);
+    const TrainerFiles files{dir_.path(), tag};
+    const std::vector<std::string> flags = {
+        "--server",  servers,  "--job-id",     tag, "--batch-size", absl::StrCat(kBatch),
+        "--split",   "sample", "--epochs",     "1", "--arch",       "small-cnn",
+        "--threads", "1",      "--no-progress"};
+    const TrainerExit exit = RunLocalRanks(2, flags, files, limit);
+    EXPECT_TRUE(exit.started.ok()) << exit.started;
+    err_ = ReadWholeFile(files.err_path());
+    return exit.code();
   }
 
   int Steps(const std::string& tag, int rank) {
-    return CountOf(ReadWholeFile(absl::StrCat(dir_.path(), "/", tag, ".", rank, ".jsonl")),
+    return CountOf(ReadWholeFile(TrainerFiles{dir_.path(), tag}.metrics_path(rank)),
                    "\"event\":\"step\"");
   }
 

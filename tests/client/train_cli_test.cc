@@ -21,6 +21,7 @@
 #include "tests/support/help_check.h"
 #include "tests/support/server_process.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/trainer_process.h"
 
 namespace shardcast::train {
 namespace {
@@ -28,7 +29,9 @@ namespace {
 using testing_util::BinaryPath;
 using testing_util::ChildProcess;
 using testing_util::ReadWholeFile;
+using testing_util::RunTrainer;
 using testing_util::TempDir;
+using testing_util::TrainerExit;
 
 absl::StatusOr<TrainOptions> Parse(std::vector<std::string> args) {
   args.insert(args.begin(), "shardcast-train");
@@ -223,17 +226,14 @@ TEST(TrainLauncherTest, OneFailingRankStopsTheOthers) {
   // Rank 1 cannot open its metrics file and fails before the rendezvous; rank 0 would
   // wait there for 300 s unless the launcher stops it.
   std::filesystem::create_directories(dir.path() + "/ok0");
-  ChildProcess launcher;
-  ASSERT_TRUE(
-      launcher
-          .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "2", "--num-classes",
-                  "2", "--arch", "small-cnn", "--crop", "8", "--nproc-per-node", "2",
-                  "--rendezvous-timeout", "5m", "--metrics", dir.path() + "/ok{rank}/m.jsonl"},
-                 dir.path() + "/out", dir.path() + "/err")
-          .ok());
-  std::optional<int> status = launcher.WaitFor(std::chrono::seconds(60));
-  ASSERT_TRUE(status.has_value()) << "the launcher did not stop rank 0";
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status;
+  const TrainerExit exit =
+      RunTrainer({"--synthetic-batches", "2", "--num-classes", "2", "--arch", "small-cnn", "--crop",
+                  "8", "--nproc-per-node", "2", "--rendezvous-timeout", "5m", "--metrics",
+                  dir.path() + "/ok{rank}/m.jsonl"},
+                 dir.path() + "/out", dir.path() + "/err", std::chrono::seconds(60));
+  ASSERT_TRUE(exit.started.ok()) << exit.started;
+  ASSERT_TRUE(exit.wait_status.has_value()) << "the launcher did not stop rank 0";
+  EXPECT_TRUE(exit.code() == 1) << *exit.wait_status;
   const std::string err = ReadWholeFile(dir.path() + "/err");
   EXPECT_NE(err.find("--metrics: cannot open " + dir.path() + "/ok1/m.jsonl"), std::string::npos)
       << err;
@@ -320,18 +320,15 @@ TEST(TrainLauncherTest, SigtermStopsAllRanksAtOneStepWithACheckpointToResumeFrom
 
 TEST(TrainProgressTest, NoProgressStillPrintsEpochSummariesAndTheFinalLine) {
   TempDir dir;
-  ChildProcess trainer;
-  ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"), "--synthetic-batches", "3",
-                          "--num-classes", "2", "--arch", "small-cnn", "--crop", "8", "-b", "2",
-                          "--epochs", "2", "--threads", "1", "--no-progress"},
-                         dir.path() + "/out", dir.path() + "/err")
-                  .ok());
-  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(2));
-  ASSERT_TRUE(status.has_value());
+  const TrainerExit exit =
+      RunTrainer({"--synthetic-batches", "3", "--num-classes", "2", "--arch", "small-cnn", "--crop",
+                  "8", "-b", "2", "--epochs", "2", "--threads", "1", "--no-progress"},
+                 dir.path() + "/out", dir.path() + "/err", std::chrono::minutes(2));
+  ASSERT_TRUE(exit.started.ok()) << exit.started;
+  ASSERT_TRUE(exit.wait_status.has_value());
   const std::string out = ReadWholeFile(dir.path() + "/out");
   const std::string err = ReadWholeFile(dir.path() + "/err");
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << err;
+  ASSERT_TRUE(exit.code() == 0) << err;
   EXPECT_TRUE(std::regex_search(
       out, std::regex("(^|\n)epoch 1/2: 3/3 batches \\| [0-9.]+ img/s \\| loss [0-9.]+ \\| top1 "
                       "[0-9.]+% \\| [0-9.]+ s\n")))
@@ -455,34 +452,14 @@ torch.jit.script(Net()).save(sys.argv[1])
                             .c_str()),
             0)
       << ReadWholeFile(dir.path() + "/py.out");
-  ChildProcess trainer;
-  ASSERT_TRUE(trainer
-                  .Start({BinaryPath("client/shardcast-train"),
-                          "--model",
-                          model,
-                          "--synthetic-batches",
-                          "3",
-                          "--num-classes",
-                          "3",
-                          "-b",
-                          "4",
-                          "--crop",
-                          "16",
-                          "--nproc-per-node",
-                          "2",
-                          "-lr",
-                          "0.05",
-                          "--threads",
-                          "1",
-                          "--no-progress",
-                          "--save",
-                          dir.path() + "/trained.{rank}.pt"},
-                         dir.path() + "/out", dir.path() + "/err")
-                  .ok());
-  std::optional<int> status = trainer.WaitFor(std::chrono::minutes(3));
-  ASSERT_TRUE(status.has_value());
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << ReadWholeFile(dir.path() + "/err");
+  const TrainerExit exit =
+      RunTrainer({"--model", model, "--synthetic-batches", "3", "--num-classes", "3", "-b", "4",
+                  "--crop", "16", "--nproc-per-node", "2", "-lr", "0.05", "--threads", "1",
+                  "--no-progress", "--save", dir.path() + "/trained.{rank}.pt"},
+                 dir.path() + "/out", dir.path() + "/err", std::chrono::minutes(3));
+  ASSERT_TRUE(exit.started.ok()) << exit.started;
+  ASSERT_TRUE(exit.wait_status.has_value());
+  ASSERT_TRUE(exit.code() == 0) << ReadWholeFile(dir.path() + "/err");
   torch::jit::Module initial = torch::jit::load(model);
   torch::jit::Module rank0 = torch::jit::load(dir.path() + "/trained.0.pt");
   torch::jit::Module rank1 = torch::jit::load(dir.path() + "/trained.1.pt");

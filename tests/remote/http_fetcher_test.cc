@@ -30,14 +30,18 @@
 #include "gtest/gtest.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/object_servers.h"
+#include "tests/support/remote_clients.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast::remote {
 namespace {
 
 using ::shardcast::testing_util::FaultProxy;
+using ::shardcast::testing_util::MakeQuickFetcher;
 using ::shardcast::testing_util::NginxServer;
+using ::shardcast::testing_util::QuickRetryOptions;
 using ::shardcast::testing_util::S3rverServer;
+using ::shardcast::testing_util::S3rverSettings;
 using ::shardcast::testing_util::TempDir;
 using ::testing::HasSubstr;
 
@@ -54,21 +58,6 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << path;
-}
-
-// Quick retries, so that the tests that retry take milliseconds between attempts.
-FetchOptions FastOptions() {
-  FetchOptions options;
-  options.request_deadline = absl::Seconds(20);
-  options.first_backoff = absl::Milliseconds(10);
-  options.max_backoff = absl::Milliseconds(100);
-  return options;
-}
-
-std::unique_ptr<HttpFetcher> MakeFetcher(const FetchOptions& options = FastOptions()) {
-  absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(options);
-  EXPECT_TRUE(fetcher.ok()) << fetcher.status();
-  return fetcher.ok() ? std::move(*fetcher) : nullptr;
 }
 
 RangeRequest Range(const std::string& url, uint64_t offset, uint64_t length) {
@@ -128,7 +117,7 @@ NginxServer* NginxFetchTest::nginx_ = nullptr;
 FaultProxy* NginxFetchTest::proxy_ = nullptr;
 
 TEST_F(NginxFetchTest, RangeReadsEqualTheFile) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   const std::vector<std::pair<uint64_t, uint64_t>> ranges = {
       {0, 1}, {0, 512}, {12345, 100000}, {kObjectBytes - 7, 7}, {0, kObjectBytes}};
   for (const auto& [offset, length] : ranges) {
@@ -152,7 +141,7 @@ TEST_F(NginxFetchTest, RangeReadsEqualTheFile) {
 }
 
 TEST_F(NginxFetchTest, RangePastTheEndIsInvalidArgument) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   absl::StatusOr<std::string> got = fetcher->Get(Range(DirectUrl(), kObjectBytes - 10, 20));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
   EXPECT_THAT(got.status().message(), HasSubstr(DirectUrl()));
@@ -161,7 +150,7 @@ TEST_F(NginxFetchTest, RangePastTheEndIsInvalidArgument) {
 }
 
 TEST_F(NginxFetchTest, WholeObjectStreamsInOrder) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   std::string streamed;
   int chunks = 0;
   absl::Status status = fetcher->GetStreaming(ToEnd(DirectUrl()), [&](absl::string_view chunk) {
@@ -175,7 +164,7 @@ TEST_F(NginxFetchTest, WholeObjectStreamsInOrder) {
 }
 
 TEST_F(NginxFetchTest, SinkErrorEndsTheRead) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   absl::Status status = fetcher->GetStreaming(ToEnd(DirectUrl()), [](absl::string_view) {
     return absl::ResourceExhaustedError("disk full");
   });
@@ -184,7 +173,7 @@ TEST_F(NginxFetchTest, SinkErrorEndsTheRead) {
 }
 
 TEST_F(NginxFetchTest, HeadGivesSizeAndEtag) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   absl::StatusOr<ObjectHead> head = fetcher->Head(DirectUrl(), std::nullopt);
   ASSERT_TRUE(head.ok()) << head.status();
   EXPECT_EQ(head->size, kObjectBytes);
@@ -195,7 +184,7 @@ TEST_F(NginxFetchTest, HeadGivesSizeAndEtag) {
 // was wrong), not bad data: marked HostIoError and counted, like any store error.
 // Only a file looked for where it may not be (may_be_absent) takes a 404 as an answer.
 TEST_F(NginxFetchTest, MissingObjectIsNotFoundNamingTheUrl) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   const std::string url = nginx_->url() + "/absent.tar";
   absl::StatusOr<std::string> got = fetcher->Get(Range(url, 0, 10));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
@@ -221,7 +210,7 @@ TEST_F(NginxFetchTest, MissingObjectIsNotFoundNamingTheUrl) {
 // counted in failures. (Before: none marked, so each sample became a grey substitute;
 // the 404 not counted at all.)
 TEST_F(NginxFetchTest, StoreErrorsOfEveryKindAreHostIoErrorsNamingTheObjectAndCounted) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   struct Case {
     std::string fault;
     std::string want;  // in the message
@@ -257,7 +246,7 @@ TEST_F(NginxFetchTest, StoreErrorsOfEveryKindAreHostIoErrorsNamingTheObjectAndCo
 // kind of request. (Before: a 0-length range read the object from the offset to its
 // end, on every read.)
 TEST_F(NginxFetchTest, ZeroLengthRangeSendsNoRequest) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 4096, 0));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->size(), 0u);
@@ -279,7 +268,7 @@ TEST_F(NginxFetchTest, ZeroLengthRangeSendsNoRequest) {
 // size is the store's error, found at the first byte too many: never a buffer growing
 // until the deadline. (Before: every byte was taken, 9 MiB for a 1 MiB object.)
 TEST_F(NginxFetchTest, BodyLongerThanThePinnedSizeIsAStoreErrorNotAnUnboundedBuffer) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   for (const bool streaming : {false, true}) {
     ASSERT_TRUE(proxy_->ClearFaults().ok());
     ASSERT_TRUE(
@@ -313,11 +302,11 @@ TEST_F(NginxFetchTest, BodyLongerThanThePinnedSizeIsAStoreErrorNotAnUnboundedBuf
 // stream failed at the deadline; a shard slower than --remote-timeout could never be
 // indexed.)
 TEST_F(NginxFetchTest, StreamingASlowButSteadyObjectOutlastsTheDeadline) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.request_deadline = absl::Seconds(1);
   options.low_speed_bytes = 4096;
   options.low_speed_time = absl::Seconds(1);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->Trickle("data.tar", /*bytes_per_second=*/400000, 1).ok());
   std::string streamed;
   absl::Status status = fetcher->GetStreaming(ToEnd(ProxiedUrl()), [&](absl::string_view chunk) {
@@ -337,10 +326,10 @@ TEST_F(NginxFetchTest, StreamingASlowButSteadyObjectOutlastsTheDeadline) {
 
 // ...but a stream that receives nothing fails after request_deadline without a byte.
 TEST_F(NginxFetchTest, StreamingWithoutProgressFailsAfterTheDeadline) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.request_deadline = absl::Seconds(1);
   options.low_speed_bytes = 0;  // only the deadline stops it
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->Delay(4000).ok());
   const absl::Time start = absl::Now();
   absl::Status status = fetcher->GetStreaming(ToEnd(ProxiedUrl()),
@@ -355,7 +344,7 @@ TEST_F(NginxFetchTest, RewrittenFileIsShardChanged) {
   const std::string path = *dir_ / "changing.tar";
   const std::string url = nginx_->url() + "/changing.tar";
   WriteFile(path, RandomBytes(4096, 2));
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   absl::StatusOr<ObjectHead> head = fetcher->Head(url, std::nullopt);
   ASSERT_TRUE(head.ok()) << head.status();
 
@@ -383,7 +372,7 @@ TEST_F(NginxFetchTest, RewrittenFileIsShardChanged) {
 }
 
 TEST_F(NginxFetchTest, CutBodyResumesFromTheLastByte) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   const int64_t cut_before = *proxy_->Count("cut");
   ASSERT_TRUE(proxy_->CutBody("data.tar", 100000, 2).ok());
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 1000, 900000));
@@ -406,7 +395,7 @@ TEST_F(NginxFetchTest, CutBodyResumesFromTheLastByte) {
 }
 
 TEST_F(NginxFetchTest, RetryAfterIsWaitedFor) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 1, 1).ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 10, 1000));
@@ -419,9 +408,9 @@ TEST_F(NginxFetchTest, RetryAfterIsWaitedFor) {
 }
 
 TEST_F(NginxFetchTest, RetryAfterBeyondTheMaximumFailsAtOnce) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.max_retry_after = absl::Seconds(5);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 120, 1).ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
@@ -432,10 +421,10 @@ TEST_F(NginxFetchTest, RetryAfterBeyondTheMaximumFailsAtOnce) {
 }
 
 TEST_F(NginxFetchTest, TrickleIsCutAndResumed) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.low_speed_bytes = 64 * 1024;
   options.low_speed_time = absl::Seconds(1);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->Trickle("data.tar", 2000, 1).ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, kObjectBytes));
@@ -446,11 +435,11 @@ TEST_F(NginxFetchTest, TrickleIsCutAndResumed) {
 }
 
 TEST_F(NginxFetchTest, StoreFailingUntilTheDeadlineIsUnavailable) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.request_deadline = absl::Seconds(2);
   options.first_backoff = absl::Milliseconds(50);
   options.max_backoff = absl::Milliseconds(200);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->FailWith("", 503, -1, -1).ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
@@ -473,7 +462,7 @@ TEST_F(NginxFetchTest, StoreFailingForAMinuteOnAFakeClockIsUnavailable) {
   util_testing::FakeClock clock;
   FetchOptions options;  // the defaults: 100 ms doubling to 5 s, a 60 s deadline
   options.clock = &clock;
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->FailWith("", 503, -1, -1).ok());
   const absl::Time start = clock.Now();
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 0, 100));
@@ -493,9 +482,9 @@ TEST_F(NginxFetchTest, StoreFailingForAMinuteOnAFakeClockIsUnavailable) {
 
 TEST_F(NginxFetchTest, RetryAfterIsWaitedForOnAFakeClock) {
   util_testing::FakeClock clock;
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.clock = &clock;
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->FailWith("data.tar", 503, 10, 1).ok());
   absl::StatusOr<std::string> got = fetcher->Get(Range(ProxiedUrl(), 10, 1000));
   ASSERT_TRUE(got.ok()) << got.status();
@@ -504,9 +493,9 @@ TEST_F(NginxFetchTest, RetryAfterIsWaitedForOnAFakeClock) {
 }
 
 TEST_F(NginxFetchTest, ConnectionRefusedIsRetriedUntilTheDeadline) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.request_deadline = absl::Seconds(1);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   // A port nobody listens on: bound, never listened to.
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -524,9 +513,9 @@ TEST_F(NginxFetchTest, ConnectionRefusedIsRetriedUntilTheDeadline) {
 }
 
 TEST_F(NginxFetchTest, PoolBoundsConnectionsInUse) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.max_connections = 2;
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->Delay(200).ok());  // so that the requests overlap
   std::atomic<bool> stop{false};
   std::atomic<int64_t> most{0};
@@ -556,10 +545,10 @@ TEST_F(NginxFetchTest, PoolBoundsConnectionsInUse) {
 }
 
 TEST_F(NginxFetchTest, WaitingForAConnectionCountsTowardTheDeadline) {
-  FetchOptions options = FastOptions();
+  FetchOptions options = QuickRetryOptions();
   options.max_connections = 1;
   options.request_deadline = absl::Milliseconds(700);
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher(options);
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher(options);
   ASSERT_TRUE(proxy_->Delay(500).ok());
   std::vector<absl::Status> results(3);
   std::vector<std::thread> readers;
@@ -644,7 +633,7 @@ class OneShotListener {
 };
 
 TEST(HttpFetcherTest, SignedRequestCarriesAndSignsTheAmzHeaders) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   OneShotListener listener;
   RangeRequest request = ToEnd(listener.url("/bucket/key.tar"));
   request.sign = SigV4{"AKIDEXAMPLE", "secret", "the-session-token", "eu-west-3"};
@@ -661,7 +650,7 @@ TEST(HttpFetcherTest, SignedRequestCarriesAndSignsTheAmzHeaders) {
 }
 
 TEST(HttpFetcherTest, WholeBodyAnswerToARangeIsSkippedToTheRange) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   OneShotListener listener("0123456789");
   RangeRequest request = Range(listener.url("/ten.tar"), 3, 4);
   request.size = 10;
@@ -678,7 +667,7 @@ class S3FetchTest : public ::testing::Test {
   static constexpr char kKey[] = "d/data.tar";
   // s3rver knows no other key id; the proxy checks the signature made with the secret.
   static constexpr const char* kKeyId = S3rverServer::kAccessKeyId;
-  static constexpr char kSecret[] = "secret-test-key";
+  static constexpr const char* kSecret = testing_util::kS3rverTestSecret;
 
   static void SetUpTestSuite() {
     bytes_ = new std::string(RandomBytes(kObjectBytes, 5));
@@ -701,15 +690,6 @@ class S3FetchTest : public ::testing::Test {
     ASSERT_TRUE(proxy_->ClearFaults().ok());
   }
 
-  static S3Settings Settings(const std::string& endpoint, const std::string& secret = kSecret) {
-    S3Settings settings;
-    settings.endpoint = endpoint;
-    settings.path_style = true;
-    settings.access_key_id = kKeyId;
-    settings.secret_access_key = secret;
-    return settings;
-  }
-
   static std::string* bytes_;
   static S3rverServer* s3_;
   static FaultProxy* proxy_;
@@ -719,8 +699,8 @@ S3rverServer* S3FetchTest::s3_ = nullptr;
 FaultProxy* S3FetchTest::proxy_ = nullptr;
 
 TEST_F(S3FetchTest, RangeReadsEqualTheObject) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  const S3Settings settings = Settings(s3_->endpoint());
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
+  const S3Settings settings = S3rverSettings(s3_->endpoint());
   absl::StatusOr<ObjectHead> head =
       fetcher->Head(settings.ObjectUrl(kBucket, kKey), SigV4For(settings));
   ASSERT_TRUE(head.ok()) << head.status();
@@ -741,8 +721,8 @@ TEST_F(S3FetchTest, RangeReadsEqualTheObject) {
 }
 
 TEST_F(S3FetchTest, MissingKeyIsNotFoundWithS3sCode) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  const S3Settings settings = Settings(s3_->endpoint());
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
+  const S3Settings settings = S3rverSettings(s3_->endpoint());
   const std::string url = settings.ObjectUrl(kBucket, "d/absent.tar");
   absl::StatusOr<std::string> got = fetcher->Get(Range(url, 0, 10));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
@@ -751,8 +731,8 @@ TEST_F(S3FetchTest, MissingKeyIsNotFoundWithS3sCode) {
 }
 
 TEST_F(S3FetchTest, PutOfNewBytesIsShardChanged) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  const S3Settings settings = Settings(s3_->endpoint());
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
+  const S3Settings settings = S3rverSettings(s3_->endpoint());
   const std::string key = "d/changing.tar";
   ASSERT_TRUE(s3_->Put(kBucket, key, RandomBytes(8192, 6)).ok());
   const std::string url = settings.ObjectUrl(kBucket, key);
@@ -772,8 +752,8 @@ TEST_F(S3FetchTest, PutOfNewBytesIsShardChanged) {
 TEST_F(S3FetchTest, SigV4WithTheRightKeyPassesTheVerifier) {
   ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
   const int64_t bad_before = *proxy_->Count("bad_signature");
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  S3Settings settings = Settings(proxy_->url());
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
+  S3Settings settings = S3rverSettings(proxy_->url());
   RangeRequest request = Range(settings.ObjectUrl(kBucket, kKey), 100, 1000);
   request.sign = SigV4For(settings);
   absl::StatusOr<std::string> got = fetcher->Get(request);
@@ -792,8 +772,8 @@ TEST_F(S3FetchTest, SigV4WithTheRightKeyPassesTheVerifier) {
 
 TEST_F(S3FetchTest, WrongSecretIsPermissionDeniedWithS3sMessage) {
   ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
-  const S3Settings settings = Settings(proxy_->url(), "not-the-secret");
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
+  const S3Settings settings = S3rverSettings(proxy_->url(), "not-the-secret");
   RangeRequest request = Range(settings.ObjectUrl(kBucket, kKey), 0, 10);
   request.sign = SigV4For(settings);
   absl::StatusOr<std::string> got = fetcher->Get(request);

@@ -23,27 +23,20 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/object_servers.h"
+#include "tests/support/remote_clients.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast::remote {
 namespace {
 
 using ::shardcast::testing_util::FaultProxy;
+using ::shardcast::testing_util::MakeQuickFetcher;
 using ::shardcast::testing_util::NginxServer;
 using ::shardcast::testing_util::S3rverServer;
+using ::shardcast::testing_util::S3rverSettings;
 using ::shardcast::testing_util::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::unique_ptr<HttpFetcher> MakeFetcher() {
-  FetchOptions options;
-  options.request_deadline = absl::Seconds(20);
-  options.first_backoff = absl::Milliseconds(10);
-  options.max_backoff = absl::Milliseconds(100);
-  absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(options);
-  EXPECT_TRUE(fetcher.ok()) << fetcher.status();
-  return fetcher.ok() ? std::move(*fetcher) : nullptr;
-}
 
 DatasetUrl Parse(const std::string& text) {
   absl::StatusOr<DatasetUrl> url = ParseDatasetUrl(text);
@@ -65,7 +58,7 @@ class S3StoreTest : public ::testing::Test {
   static constexpr char kBucket[] = "datasets";
   // s3rver knows no other key id; the proxy checks the signature made with the secret.
   static constexpr const char* kKeyId = S3rverServer::kAccessKeyId;
-  static constexpr char kSecret[] = "secret-test-key";
+  static constexpr const char* kSecret = testing_util::kS3rverTestSecret;
 
   static void SetUpTestSuite() {
     absl::StatusOr<std::unique_ptr<S3rverServer>> s3 = S3rverServer::Start();
@@ -99,16 +92,7 @@ class S3StoreTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_NE(proxy_, nullptr);
     ASSERT_TRUE(proxy_->ClearFaults().ok());
-    fetcher_ = MakeFetcher();
-  }
-
-  static S3Settings Settings(const std::string& endpoint, const std::string& secret = kSecret) {
-    S3Settings settings;
-    settings.endpoint = endpoint;
-    settings.path_style = true;
-    settings.access_key_id = kKeyId;
-    settings.secret_access_key = secret;
-    return settings;
+    fetcher_ = MakeQuickFetcher();
   }
 
   std::unique_ptr<ObjectStore> Open(const std::string& url, const S3Settings& settings,
@@ -135,7 +119,7 @@ const std::vector<std::string> kTrainShards = {"shard 000003+copy.tar", "shard-0
                                                "shard-000004.tar.gz",   "shard-000005.tgz"};
 
 TEST_F(S3StoreTest, ListsShardsDirectlyUnderThePrefix) {
-  std::unique_ptr<ObjectStore> store = Open("s3://datasets/train", Settings(s3_->endpoint()));
+  std::unique_ptr<ObjectStore> store = Open("s3://datasets/train", S3rverSettings(s3_->endpoint()));
   EXPECT_EQ(store->root(), "s3://datasets/train/");
   absl::StatusOr<std::vector<RemoteObject>> shards = store->ListShards();
   ASSERT_TRUE(shards.ok()) << shards.status();
@@ -145,10 +129,10 @@ TEST_F(S3StoreTest, ListsShardsDirectlyUnderThePrefix) {
     EXPECT_EQ(shard.size, bytes.size()) << shard.name;
     // The listing's ETag is the one a read sees.
     absl::StatusOr<ObjectHead> head =
-        fetcher_->Head(shard.url, SigV4For(Settings(s3_->endpoint())));
+        fetcher_->Head(shard.url, SigV4For(S3rverSettings(s3_->endpoint())));
     ASSERT_TRUE(head.ok()) << head.status();
     EXPECT_EQ(shard.etag, head->etag) << shard.name;
-    EXPECT_EQ(shard.url, Settings(s3_->endpoint()).ObjectUrl(kBucket, "train/" + shard.name));
+    EXPECT_EQ(shard.url, S3rverSettings(s3_->endpoint()).ObjectUrl(kBucket, "train/" + shard.name));
     // And the pinned request reads the object's bytes.
     absl::StatusOr<std::string> got = fetcher_->Get(store->Request(shard, 1, 2));
     ASSERT_TRUE(got.ok()) << got.status();
@@ -160,7 +144,7 @@ TEST_F(S3StoreTest, ListsShardsDirectlyUnderThePrefix) {
 
 TEST_F(S3StoreTest, PagesThroughContinuationTokens) {
   std::unique_ptr<ObjectStore> store =
-      Open("s3://datasets/train/", Settings(s3_->endpoint()), /*page_size=*/2);
+      Open("s3://datasets/train/", S3rverSettings(s3_->endpoint()), /*page_size=*/2);
   const int64_t before = fetcher_->counters().requests.load();
   absl::StatusOr<std::vector<RemoteObject>> shards = store->ListShards();
   ASSERT_TRUE(shards.ok()) << shards.status();
@@ -171,7 +155,7 @@ TEST_F(S3StoreTest, PagesThroughContinuationTokens) {
 
 TEST_F(S3StoreTest, SignedListingAndReadsPassTheVerifier) {
   ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
-  S3Settings settings = Settings(proxy_->url());
+  S3Settings settings = S3rverSettings(proxy_->url());
   settings.session_token = "session/token+=";
   // Pages of 2: continuation tokens (base64: '+', '/', '=') must be signed as sent.
   std::unique_ptr<ObjectStore> store = Open("s3://datasets/train/", settings, 2);
@@ -193,7 +177,7 @@ TEST_F(S3StoreTest, SignedListingAndReadsPassTheVerifier) {
 TEST_F(S3StoreTest, WrongSecretIsPermissionDenied) {
   ASSERT_TRUE(proxy_->VerifySigV4(kKeyId, kSecret).ok());
   std::unique_ptr<ObjectStore> store =
-      Open("s3://datasets/train/", Settings(proxy_->url(), "wrong"));
+      Open("s3://datasets/train/", S3rverSettings(proxy_->url(), "wrong"));
   absl::StatusOr<std::vector<RemoteObject>> shards = store->ListShards();
   EXPECT_EQ(shards.status().code(), absl::StatusCode::kPermissionDenied) << shards.status();
   EXPECT_THAT(shards.status().message(), HasSubstr("SignatureDoesNotMatch"));
@@ -202,12 +186,12 @@ TEST_F(S3StoreTest, WrongSecretIsPermissionDenied) {
 
 TEST_F(S3StoreTest, EmptyPrefixOrMissingBucketIsNotFound) {
   std::unique_ptr<ObjectStore> store =
-      Open("s3://datasets/nothing-here/", Settings(s3_->endpoint()));
+      Open("s3://datasets/nothing-here/", S3rverSettings(s3_->endpoint()));
   absl::StatusOr<std::vector<RemoteObject>> shards = store->ListShards();
   EXPECT_EQ(shards.status().code(), absl::StatusCode::kNotFound) << shards.status();
   EXPECT_THAT(shards.status().message(), HasSubstr("s3://datasets/nothing-here/"));
 
-  store = Open("s3://no-such-bucket/train/", Settings(s3_->endpoint()));
+  store = Open("s3://no-such-bucket/train/", S3rverSettings(s3_->endpoint()));
   shards = store->ListShards();
   EXPECT_EQ(shards.status().code(), absl::StatusCode::kNotFound) << shards.status();
   EXPECT_THAT(shards.status().message(), HasSubstr("no-such-bucket"));
@@ -215,7 +199,8 @@ TEST_F(S3StoreTest, EmptyPrefixOrMissingBucketIsNotFound) {
 }
 
 TEST_F(S3StoreTest, GetFilePresentAbsentAndTooLarge) {
-  std::unique_ptr<ObjectStore> store = Open("s3://datasets/train/", Settings(s3_->endpoint()));
+  std::unique_ptr<ObjectStore> store =
+      Open("s3://datasets/train/", S3rverSettings(s3_->endpoint()));
   absl::StatusOr<std::optional<std::string>> file = store->GetFile(kIndexFileName, 1 << 20);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->value_or("(none)"), "INDEX");
@@ -241,7 +226,7 @@ class HttpStoreTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<NginxServer>> nginx = NginxServer::Start(dir_->path());
     ASSERT_TRUE(nginx.ok()) << nginx.status();
     nginx_ = std::move(*nginx);
-    fetcher_ = MakeFetcher();
+    fetcher_ = MakeQuickFetcher();
   }
 
   void Write(const std::string& name, const std::string& bytes) {
@@ -338,7 +323,7 @@ TEST_F(HttpStoreTest, GetFilePresentAndAbsent) {
 }
 
 TEST(ObjectStoreTest, LocalUrlIsNotAStore) {
-  std::unique_ptr<HttpFetcher> fetcher = MakeFetcher();
+  std::unique_ptr<HttpFetcher> fetcher = MakeQuickFetcher();
   DatasetUrl url;
   url.text = "/data/train";
   url.dir = "/data/train";

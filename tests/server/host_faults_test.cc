@@ -218,16 +218,9 @@ TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServingDrainsAn
       Register(stub.get(), MakeRegister("resume", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job)
           .ok());
   ASSERT_EQ(job.batches_per_epoch(), 5);
-  // A rank that was streaming: one batch read, then a small window holds the rest back,
-  // so the stream is still open when the drain begins.
-  auto streaming_stub =
-      v1::Shardcast::NewStub(MakeChannel(child.target(), /*stream_window_bytes=*/64 * 1024));
-  grpc::ClientContext streaming_context;
-  v1::StreamBatchesRequest request;
-  request.set_job_id("resume");
-  auto streaming = streaming_stub->StreamBatches(&streaming_context, request);
-  v1::Batch batch;
-  ASSERT_TRUE(streaming->Read(&batch));
+  // A rank that was streaming, its stream still open when the drain begins.
+  StalledStream streaming(child.target(), "resume");
+  ASSERT_TRUE(streaming.read_first_batch());
 
   { HeldConnections flood(child.port(), 80); }
   HealthStatus::ServingStatus health = HealthStatus::SERVING;
@@ -248,12 +241,10 @@ TEST_F(HostFaultsTest, ListenerThatStoppedAcceptingTurnsHealthNotServingDrainsAn
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - not_serving).count();
   EXPECT_LT(took, 10) << "the drain waits --grace-period (2s), not more";
-  while (streaming->Read(&batch)) {
-  }
   // The cut stream ends with a status the client retries (rank_stream.cc, IsPermanent):
   // UNAVAILABLE as the connection closes (seen every time here); a CANCELLED that
   // reached the client before the close would be retried the same way.
-  const grpc::Status ended = streaming->Finish();
+  const grpc::Status ended = streaming.Finish();
   EXPECT_THAT(ended.error_code(),
               ::testing::AnyOf(grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::CANCELLED))
       << ended.error_message();

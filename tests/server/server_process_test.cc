@@ -146,16 +146,8 @@ TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
       Register(stub.get(), MakeRegister("drain", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job).ok());
   ASSERT_EQ(job.batches_per_epoch(), 20);
 
-  // A stalled stream: one batch read, then nothing (small client window, so the
-  // transport cannot take the rest).
-  auto stalled_stub =
-      v1::Shardcast::NewStub(MakeChannel(child.target(), /*stream_window_bytes=*/64 * 1024));
-  grpc::ClientContext stalled_context;
-  v1::StreamBatchesRequest request;
-  request.set_job_id("drain");
-  auto stalled = stalled_stub->StreamBatches(&stalled_context, request);
-  v1::Batch batch;
-  ASSERT_TRUE(stalled->Read(&batch));
+  StalledStream stalled(child.target(), "drain");
+  ASSERT_TRUE(stalled.read_first_batch());
 
   const auto signalled = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(child.pid(), SIGTERM), 0);
@@ -177,9 +169,7 @@ TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
   EXPECT_GE(took, 1.5);  // it waited for the stream...
   EXPECT_LT(took, 10);   // ...but not forever
-  while (stalled->Read(&batch)) {
-  }
-  EXPECT_FALSE(stalled->Finish().ok());
+  EXPECT_FALSE(stalled.Finish().ok());
   const std::string logged = ReadWholeFile(log());
   EXPECT_THAT(logged, HasSubstr("received Terminated; draining"));
   EXPECT_THAT(logged, HasSubstr("cancelling 1 open streams"));

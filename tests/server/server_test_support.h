@@ -312,6 +312,37 @@ class ChildServer {
   testing_util::ServerChild server_;
 };
 
+// A stream of `job_id` that read its first batch and reads no more, as a stalled rank
+// does: its 64 KiB client window keeps the transport from taking the rest, so the
+// server still holds the stream open when a drain begins.
+class StalledStream {
+ public:
+  StalledStream(const std::string& target, const std::string& job_id)
+      : stub_(v1::Shardcast::NewStub(MakeChannel(target, /*stream_window_bytes=*/64 * 1024))) {
+    v1::StreamBatchesRequest request;
+    request.set_job_id(job_id);
+    reader_ = stub_->StreamBatches(&context_, request);
+    v1::Batch batch;
+    read_first_batch_ = reader_->Read(&batch);
+  }
+
+  bool read_first_batch() const { return read_first_batch_; }
+
+  // Reads what the server still sends; the status the stream ended with.
+  grpc::Status Finish() {
+    v1::Batch batch;
+    while (reader_->Read(&batch)) {
+    }
+    return reader_->Finish();
+  }
+
+ private:
+  std::unique_ptr<v1::Shardcast::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::Batch>> reader_;
+  bool read_first_batch_ = false;
+};
+
 using testing_util::ReadWholeFile;
 
 }  // namespace shardcast::server_testing

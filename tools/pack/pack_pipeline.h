@@ -74,6 +74,7 @@ absl::Status RunOrdered(int64_t n, int threads, int window,
     }
   };
   std::vector<std::thread> pool;
+  pool.reserve(threads);
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
 
   absl::Status status;

@@ -117,6 +117,7 @@ std::vector<uint8_t> RenderSyntheticImage(const SyntheticOptions& options, int64
       for (int c = 0; c < 3; ++c) {
         const int noise =
             static_cast<int>(((r >> (16 * c)) & 0xFFFF) % (2 * kNoiseAmp + 1)) - kNoiseAmp;
+        // NOLINTNEXTLINE(bugprone-incorrect-roundings): colour times shade is never negative
         const int v = static_cast<int>(base255[c] * shade + 0.5f) + noise;
         *out++ = static_cast<uint8_t>(std::clamp(v, 0, 255));
       }
@@ -132,6 +133,7 @@ absl::StatusOr<PackSummary> WriteSyntheticDataset(const std::string& out_dir,
   const std::vector<int> labels =
       SyntheticLabels(options.num_samples, options.num_classes, options.seed);
   std::vector<std::string> class_names;
+  class_names.reserve(options.num_classes);
   for (int c = 0; c < options.num_classes; ++c) class_names.push_back(SyntheticClassName(c));
 
   ShardWriter writer({out_dir, options.per_shard, options.max_shard_bytes});
