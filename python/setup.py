@@ -5,7 +5,7 @@
   proto it was built from and no generated file is kept in git.
 - The native client, shardcast._native, and the binaries shardcast-server,
   shardcast-ctl and shardcast-pack (shardcast/bin/, started by the console scripts of
-  shardcast/_bin.py): build_ext takes them from $SHARDCAST_BUILD_DIR when it is set (a
+  shardcast_bin.py): build_ext takes them from $SHARDCAST_BUILD_DIR when it is set (a
   build tree where `cmake --build DIR --target shardcast-server shardcast-ctl
   shardcast-pack shardcast_native` has run: nothing is compiled again), else it
   configures the shardcast source tree this folder lives in (python/..; or
@@ -110,6 +110,12 @@ class BuildNativeWithCMake(build_ext):
     def build_extension(self, ext: Extension) -> None:
         prebuilt = os.environ.get("SHARDCAST_BUILD_DIR")
         if prebuilt:
+            if not os.path.isabs(prebuilt):
+                # pip runs this file in python/ (or a copy of it), not where it was called.
+                raise RuntimeError(
+                    f"SHARDCAST_BUILD_DIR={prebuilt} is relative; pip runs setup.py in another "
+                    "folder: give an absolute path (e.g. SHARDCAST_BUILD_DIR=$PWD/build)"
+                )
             build = Path(prebuilt).resolve()
             print(f"shardcast: taking the prebuilt targets from {build}")
         else:

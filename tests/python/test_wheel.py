@@ -70,7 +70,7 @@ def test_wheel_carries_binaries_and_libraries(server, tmp_path):
                             if n.endswith(".dist-info/entry_points.txt"))
     for name in BINARIES:
         assert modes[f"shardcast/bin/{name}"] & stat.S_IXUSR, name
-        assert re.search(rf"^{name} = shardcast\._bin:", entry_points, re.M), entry_points
+        assert re.search(rf"^{name} = shardcast_bin:", entry_points, re.M), entry_points
     assert any(re.fullmatch(r"shardcast/_native\..*\.so", n) for n in modes), sorted(modes)
     for lib in ["libgrpc++.so.1.51", "libprotobuf.so.32", "libarchive.so.13",
                 "libturbojpeg.so.0", "libpng16.so.16", "libcurl.so.4"]:
@@ -90,6 +90,11 @@ def test_wheel_carries_binaries_and_libraries(server, tmp_path):
         out = subprocess.run([str(venv / "bin" / name), "--help"], env=run_env,
                              capture_output=True, text=True)
         assert out.returncode == 0 and "usage" in (out.stdout + out.stderr).lower(), out
+
+    # The console scripts import no torch (shardcast_bin is outside the package).
+    subprocess.run([str(venv / "bin" / "python"), "-c",
+                    "import sys, shardcast_bin; assert 'torch' not in sys.modules"],
+                   check=True, env=run_env)
 
     package = next((venv / "lib").glob("python3*/site-packages/shardcast"))
     lib_dir = (package / "lib").resolve()
