@@ -14,6 +14,7 @@
   running this build. Needs what the project's build needs (docs/python.md,
   "Installing"): CMake >= 3.25, a C++17 compiler, the -dev packages of gRPC, protobuf,
   abseil, libarchive, libjpeg-turbo, libpng, libcurl, and pybind11.
+  SHARDCAST_CLIENT_ONLY=1: the native module alone, no binaries.
 - The shared libraries: bundle.py copies what those ELF files need (but glibc and the
   C++ runtime) into shardcast/lib/ and sets $ORIGIN RUNPATHs with patchelf, so the wheel
   runs where only Python (and torch) is installed.
@@ -64,7 +65,11 @@ def _pybind11_cmake_dir() -> str:
 
 
 # The binaries the wheel carries: target name -> folder of the build tree it is written to.
+# SHARDCAST_CLIENT_ONLY=1 leaves them out (a trainer-only install: 26 of the 95 compiles
+# when built here; the console scripts then say what is missing).
 BINARIES = {"shardcast-server": "server", "shardcast-ctl": "client", "shardcast-pack": "tools"}
+if os.environ.get("SHARDCAST_CLIENT_ONLY", "") not in ("", "0"):
+    BINARIES = {}
 TARGETS = list(BINARIES) + ["shardcast_native"]
 
 # Set by build_ext once the package is bundled: the wheel's platform tag.
@@ -126,7 +131,8 @@ class BuildNativeWithCMake(build_ext):
         package = target.parent
         package.mkdir(parents=True, exist_ok=True)
         bin_dir = package / "bin"
-        bin_dir.mkdir(exist_ok=True)
+        if binaries:
+            bin_dir.mkdir(exist_ok=True)
         copies = []
         for source, copy in [(native, target)] + [(p, bin_dir / n) for n, p in binaries.items()]:
             # The build's debug info stays in the build tree (a RelWithDebInfo tree's

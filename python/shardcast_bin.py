@@ -30,8 +30,8 @@ def _exec(name: str) -> None:
     if not os.access(binary, os.X_OK):
         sys.exit(
             f"{name}: {binary} is missing or not executable: this shardcast package was "
-            "installed without its binaries (a source tree on PYTHONPATH, or a wheel built "
-            "before they were bundled); build the wheel with `pip wheel ./python` "
+            "installed without its binaries (built with SHARDCAST_CLIENT_ONLY=1, or a source "
+            "tree on PYTHONPATH); build the wheel with `pip wheel ./python` "
             "(docs/python.md, \"Installing\")"
         )
     sys.stdout.flush()
