@@ -131,8 +131,10 @@ class BuildNativeWithCMake(build_ext):
         package = target.parent
         package.mkdir(parents=True, exist_ok=True)
         bin_dir = package / "bin"
+        if bin_dir.exists():  # pip builds in python/build/, which an earlier build left
+            shutil.rmtree(bin_dir)
         if binaries:
-            bin_dir.mkdir(exist_ok=True)
+            bin_dir.mkdir()
         copies = []
         for source, copy in [(native, target)] + [(p, bin_dir / n) for n, p in binaries.items()]:
             # The build's debug info stays in the build tree (a RelWithDebInfo tree's
