@@ -22,6 +22,9 @@ packages=(
   # The native client under the Python Loader (python/native): pybind11 and the headers
   # of Debian's Python.
   python3-pybind11 pybind11-dev python3-dev
+  # The wheel with everything inside (python/bundle.py): the bundled libraries get
+  # $ORIGIN-relative RUNPATHs, as auditwheel sets them.
+  patchelf
   # libFuzzer: clang and its runtime (which --no-install-recommends leaves out), for the
   # separate fuzz tree of tools/fuzz.sh (docs/fuzzing.md).
   clang-14 libclang-rt-14-dev
