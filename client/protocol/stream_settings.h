@@ -5,6 +5,7 @@
 #ifndef SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 #define SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,11 @@ struct StreamSettings {
   // holds at most this much beyond the prefetch queue. 0 = gRPC's BDP-grown window,
   // which on loopback takes megabytes: a whole short epoch can sit in it.
   int stream_window_bytes = 0;
+  // Told once, on the registering thread, when the first attempt to register reaches no
+  // server, with the address, the error and how long registering goes on trying: a
+  // client shows it as a log line, so that a wrong address or a server not started yet
+  // is not silent until the reconnect deadline. Null: nothing is said.
+  std::function<void(const std::string& notice)> on_waiting;
 };
 
 }  // namespace shardcast::client
