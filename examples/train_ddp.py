@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The seed article's DDP training script (webdataset + Lightning), ported to plain
 PyTorch DDP with shardcast.Loader as its data source.
 
@@ -9,7 +9,7 @@ Trainer became the loop below. Its flags stay: -b, --n_epochs, -lr, --betas, --s
 -w.
 
     examples/train_ddp.py --server HOST:PORT --nproc-per-node 2 -b 32 --n_epochs 10
-    torchrun --nproc-per-node 2 examples/train_ddp.py --server HOST:PORT ...
+    torchrun --nproc_per_node 2 examples/train_ddp.py --server HOST:PORT ...
 
 Collectives: NCCL on CUDA (one rank per GPU, cuda:LOCAL_RANK), Gloo on CPU.
 """

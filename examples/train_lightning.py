@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The seed article's Lightning DDP script with shardcast.Loader as its data source.
 
 The article trains ResNet-18 with a LightningModule, Trainer(strategy="ddp") and a
@@ -10,7 +10,8 @@ registers the same job and the server deals each rank exactly len(loader) batche
     examples/train_lightning.py --server HOST:PORT --devices 1 --accelerator gpu
     examples/train_lightning.py --server HOST:PORT --devices 2 --accelerator cpu
 
-Needs the `lightning` package (not in Debian 12; PyTorch installs from pip have it).
+Needs the `lightning` package: `pip install lightning` (it is not in Debian 12, and
+torch does not bring it).
 """
 
 import argparse

@@ -34,6 +34,14 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
+# Without the wheel package, pip's build ends in "invalid command 'bdist_wheel'", which
+# does not say what is missing.
+try:
+    import wheel  # noqa: F401
+except ImportError:
+    sys.exit("shardcast: building the package needs the 'wheel' package: apt-get install "
+             "python3-wheel (Debian, offline) or pip install wheel")
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bundle  # noqa: E402

@@ -29,9 +29,19 @@ absl::Status Unreachable(const StreamSettings& settings, const v1::RegisterReque
                          int64_t attempts, const std::string& last_error) {
   return absl::UnavailableError(absl::StrFormat(
       "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
-      "last error: %s",
+      "last error: %s. Is shardcast-server running and listening there? Start it "
+      "(shardcast-server --data DIR --listen ADDRESS) or check the address",
       job.rank(), job.job_id(), settings.server, settings.reconnect_deadline_seconds, attempts,
       last_error));
+}
+
+std::string WaitingNotice(const StreamSettings& settings, const v1::RegisterRequest& job,
+                          const std::string& target, const grpc::Status& status) {
+  return absl::StrFormat(
+      "rank %d of job '%s': no shardcast-server answers at %s yet (%s); trying "
+      "again for up to %.0f s (the reconnect deadline)",
+      job.rank(), job.job_id(), target, status.error_message(),
+      settings.reconnect_deadline_seconds);
 }
 
 }  // namespace
@@ -66,6 +76,9 @@ absl::StatusOr<v1::RegisterResponse> RegisterWithRetry(const StreamSettings& set
       last_error = status.error_message();
     }
     if (retry.Expired()) return Unreachable(settings, job, attempts, last_error);
+    if (attempts == 1 && settings.on_waiting) {
+      settings.on_waiting(WaitingNotice(settings, job, replicas->current().target, status));
+    }
     // Unreachable or draining: the next replica at once; a round that reached none
     // waits its backoff.
     if (replicas->MoveToNext()) continue;

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -114,9 +116,81 @@ absl::flat_hash_set<std::string> InterfaceAddresses() {
   return addresses;
 }
 
+// The default port of shardcast-server's --listen, for the hint of an address without one.
+constexpr absl::string_view kDefaultPort = "50051";
+
+absl::Status BadTarget(absl::string_view entry, absl::string_view why, absl::string_view hint) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("server address '", entry, "': ", why, "; write ", hint,
+                   " (or unix:PATH for a local socket; several replicas comma-separated)"));
+}
+
 }  // namespace
 
+absl::Status CheckServerTarget(absl::string_view entry) {
+  for (absl::string_view local : {"unix:", "unix-abstract:"}) {
+    if (absl::StartsWith(entry, local)) {
+      absl::string_view path = entry.substr(local.size());
+      absl::ConsumePrefix(&path, "//");
+      if (path.empty()) return BadTarget(entry, "no socket path", "unix:/path/to/socket");
+      return absl::OkStatus();
+    }
+  }
+  // gRPC's own target syntaxes beyond the DNS one are passed on as written.
+  for (absl::string_view scheme : {"ipv4:", "ipv6:", "xds:"}) {
+    if (absl::StartsWith(entry, scheme)) return absl::OkStatus();
+  }
+  absl::string_view address = entry;
+  if (absl::ConsumePrefix(&address, "dns:")) {
+    // dns:HOST:PORT, dns:///HOST:PORT or dns://RESOLVER/HOST:PORT
+    if (absl::ConsumePrefix(&address, "//")) {
+      const size_t slash = address.find('/');
+      address = slash == absl::string_view::npos ? absl::string_view() : address.substr(slash + 1);
+    }
+  } else if (const size_t scheme_end = address.find("://"); scheme_end != absl::string_view::npos) {
+    const absl::string_view rest = address.substr(scheme_end + 3);
+    return BadTarget(
+        entry, absl::StrCat("a gRPC address has no ", address.substr(0, scheme_end), ":// scheme"),
+        absl::StrCat("HOST:PORT, e.g. '", absl::StripSuffix(rest, "/"), "'"));
+  }
+  if (address.empty()) return BadTarget(entry, "no host", "HOST:PORT");
+  const size_t colon = address.rfind(':');
+  const bool bracketed = absl::StartsWith(address, "[");
+  if (colon == absl::string_view::npos ||
+      (bracketed && !absl::EndsWith(address.substr(0, colon), "]"))) {
+    return BadTarget(entry, "no port",
+                     absl::StrCat("HOST:PORT, e.g. '", address, ":", kDefaultPort,
+                                  "' (shardcast-server's default port)"));
+  }
+  const absl::string_view host = address.substr(0, colon);
+  const absl::string_view port = address.substr(colon + 1);
+  if (!bracketed && absl::StrContains(host, ':')) {
+    return BadTarget(entry, "an IPv6 address needs brackets", "[ADDRESS]:PORT, e.g. '[::1]:50051'");
+  }
+  if (host.empty() || host == "[]") return BadTarget(entry, "no host", "HOST:PORT");
+  int port_number = 0;
+  if (port.empty() || !absl::c_all_of(port, absl::ascii_isdigit) || port.size() > 5 ||
+      !absl::SimpleAtoi(port, &port_number) || port_number < 1 || port_number > 65535) {
+    return BadTarget(entry, absl::StrCat("port '", port, "' is not a number from 1 to 65535"),
+                     "HOST:PORT");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckServerList(absl::string_view servers) {
+  for (absl::string_view entry : absl::StrSplit(servers, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server list '", servers, "': an empty entry (write HOST:PORT[,HOST:PORT...])"));
+    }
+    if (absl::Status valid = CheckServerTarget(entry); !valid.ok()) return valid;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> ExpandServerList(absl::string_view servers) {
+  if (absl::Status valid = CheckServerList(servers); !valid.ok()) return valid;
   std::vector<std::string> targets;
   auto add = [&targets](std::string target) {
     if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
@@ -125,10 +199,6 @@ absl::StatusOr<std::vector<std::string>> ExpandServerList(absl::string_view serv
   };
   for (absl::string_view entry : absl::StrSplit(servers, ',')) {
     entry = absl::StripAsciiWhitespace(entry);
-    if (entry.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "server list '", servers, "': an empty entry (write HOST:PORT[,HOST:PORT...])"));
-    }
     std::optional<HostAndPort> parts = SplitTarget(entry);
     if (!parts.has_value() || IsIpLiteral(parts->host)) {
       add(std::string(entry));

@@ -23,11 +23,22 @@
 
 namespace shardcast::client {
 
+// INVALID_ARGUMENT, saying what to write instead, unless `entry` can be one gRPC target
+// of shardcast-server: HOST:PORT, [IPV6]:PORT, unix:PATH, dns:[//RESOLVER/]HOST:PORT (or
+// gRPC's ipv4:, ipv6:, xds: forms, passed on as written). Refused at once rather than
+// retried for the reconnect deadline: "http://host:port", "host" without a port, a port
+// out of 1-65535, an IPv6 address without brackets.
+absl::Status CheckServerTarget(absl::string_view entry);
+
+// CheckServerTarget for each entry of a comma-separated --server value (an empty entry
+// is refused too); resolves nothing, so it answers at once.
+absl::Status CheckServerList(absl::string_view servers);
+
 // The targets of a --server value, in the order written, duplicates dropped; a
 // hostname that resolves to several addresses is replaced by them ("ADDR:PORT", IPv6
 // in brackets), one that resolves to one address or not at all (a server not yet
-// in DNS) stays as written, for gRPC to resolve. INVALID_ARGUMENT for an empty list
-// or an empty entry.
+// in DNS) stays as written, for gRPC to resolve. INVALID_ARGUMENT for an empty list,
+// an empty entry or one that CheckServerTarget refuses.
 absl::StatusOr<std::vector<std::string>> ExpandServerList(absl::string_view servers);
 
 // Whether `target` is on this host: unix:, loopback, an address of this host's

@@ -5,6 +5,7 @@
 #ifndef SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 #define SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +58,11 @@ struct StreamSettings {
   // stream timeout's watchdog read and wait on (not owned; outlives the stream). Tests
   // pass a clock they move (tests/support/fake_clock.h).
   const util::Clock* clock = util::Clock::Real();
+  // Told once, on the registering thread, when the first attempt to register reaches no
+  // server, with the address, the error and how long registering goes on trying: a
+  // client shows it as a log line, so that a wrong address or a server not started yet
+  // is not silent until the reconnect deadline. Null: nothing is said.
+  std::function<void(const std::string& notice)> on_waiting;
 };
 
 }  // namespace shardcast::client

@@ -145,6 +145,10 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJo
                                            torch::Device device) {
   BatchStreamOptions stream_options;
   stream_options.server = o.server;
+  stream_options.on_waiting = [](const std::string& notice) {
+    std::fprintf(stderr, "shardcast-train: %s\n", notice.c_str());
+    std::fflush(stderr);
+  };
   absl::StatusOr<client::ClientSecurity> security = client::LoadClientSecurity(o.security);
   if (!security.ok()) Fail(security.status());
   stream_options.credentials = security->credentials;

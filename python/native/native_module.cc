@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,11 +28,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "client/protocol/client_security.h"
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/receive_memory.h"
 #include "client/protocol/run_rules.h"
+#include "client/protocol/server_list.h"
 #include "client/protocol/wire_batch.h"
 #include "common/plan/epoch_plan.h"
 #include "common/util/token_file.h"
@@ -101,23 +105,60 @@ ErrorKind KindOf(const absl::Status& status, Call call) {
 // Python's signal handlers (PyErr_CheckSignals: only on the main thread, where Ctrl-C's
 // KeyboardInterrupt is raised). Once a handler raised, the wait ends; the caller, holding
 // the GIL again, throws the Python error that is set (Rethrow).
+//
+// It also relays the stream's notices (StreamSettings::on_waiting, told on the
+// registering thread, which must not take the GIL while the waiting one may hold it) to
+// the "shardcast" logger, from the waiting thread, at its next check.
 class SignalCheck {
  public:
+  // Notices a stream's registering thread left for the waiting thread to log. Shared: the
+  // stream keeps its sink for registrations after the first (a server that restarted).
+  struct Notices {
+    absl::Mutex mu;
+    std::vector<std::string> waiting ABSL_GUARDED_BY(mu);
+  };
+  static std::function<void(const std::string&)> SinkFor(std::shared_ptr<Notices> notices) {
+    return [notices = std::move(notices)](const std::string& notice) {
+      absl::MutexLock lock(&notices->mu);
+      notices->waiting.push_back(notice);
+    };
+  }
+
+  explicit SignalCheck(Notices* notices) : notices_(notices) {}
+
   InterruptCheck Function() {
     return [this] {
       if (!raised_) {
         py::gil_scoped_acquire gil;
+        LogNotices();
         raised_ = PyErr_CheckSignals() != 0;
       }
       return raised_;
     };
   }
-  // Holding the GIL, after the wait: the handler's exception, if one was raised.
-  void RethrowIfRaised() const {
+  // Holding the GIL, after the wait: the notices not logged yet, then the handler's
+  // exception, if one was raised.
+  void RethrowIfRaised() {
+    LogNotices();
     if (raised_) throw py::error_already_set();
   }
 
  private:
+  // Holding the GIL.
+  void LogNotices() {
+    std::vector<std::string> notices;
+    {
+      absl::MutexLock lock(&notices_->mu);
+      notices.swap(notices_->waiting);
+    }
+    if (notices.empty()) return;
+    py::object logger = py::module_::import("logging").attr("getLogger")("shardcast");
+    for (const std::string& notice : notices) {
+      logger.attr("warning")(absl::StrCat("shardcast: ", notice));
+    }
+  }
+
+  Notices* const notices_;
   bool raised_ = false;
 };
 
@@ -177,7 +218,8 @@ class NativeStream {
     options.bearer_token = security.bearer_token;
     join_images_ = options.join_images;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
-    SignalCheck signals;
+    options.on_waiting = SignalCheck::SinkFor(notices_);
+    SignalCheck signals(notices_.get());
     {
       py::gil_scoped_release release;
       stream = RankStream::Connect(std::move(options), signals.Function());
@@ -250,7 +292,7 @@ class NativeStream {
     if (stream->NextIsReady()) {
       received = stream->Next();
     } else {
-      SignalCheck signals;
+      SignalCheck signals(notices_.get());
       {
         py::gil_scoped_release release;
         received = stream->Next(signals.Function());
@@ -272,7 +314,7 @@ class NativeStream {
     }
     std::shared_ptr<RankStream> stream = Stream();
     absl::StatusOr<std::optional<ReceivedBatch>> received;
-    SignalCheck signals;
+    SignalCheck signals(notices_.get());
     {
       py::gil_scoped_release release;
       received = stream->Next(signals.Function());
@@ -347,6 +389,8 @@ class NativeStream {
     return NativeBatch{std::move(**received)};
   }
 
+  // What the registering thread tells (on_waiting), for the waiting thread to log.
+  std::shared_ptr<SignalCheck::Notices> notices_ = std::make_shared<SignalCheck::Notices>();
   std::shared_ptr<RankStream> stream_;
   const pid_t pid_ = getpid();  // the process that made the stream
   std::string job_id_;          // for messages
@@ -469,7 +513,15 @@ PYBIND11_MODULE(_native, m) {
   // keywords.
   py::class_<StreamSettings>(m, "StreamOptions")
       .def(py::init<>())
-      .def_readwrite("server", &StreamSettings::server)
+      // An address that cannot be one is a ValueError here, before anything connects.
+      .def_property(
+          "server", [](const StreamSettings& settings) { return settings.server; },
+          [](StreamSettings& settings, const std::string& server) {
+            if (absl::Status valid = CheckServerList(server); !valid.ok()) {
+              throw py::value_error(std::string(valid.message()));
+            }
+            settings.server = server;
+          })
       .def_readwrite("prefetch", &StreamSettings::prefetch)
       .def_readwrite("reconnect_initial", &StreamSettings::reconnect_initial_seconds)
       .def_readwrite("reconnect_max", &StreamSettings::reconnect_max_seconds)

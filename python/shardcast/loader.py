@@ -11,6 +11,7 @@ copying them (or copies them once into pinned memory, pin_memory=True).
 import os
 import secrets
 import socket
+import warnings
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -94,6 +95,36 @@ def _saved_position(epoch: int, done: int, offset: int, world_size: int,
     return saved
 
 
+# What shuffle=True asks of split "shard" when shuffle_buffer is not given: webdataset's
+# customary .shuffle(1000).
+_SHUFFLE_BUFFER_FOR_SHUFFLE = 1000
+
+
+def _dataloader_keywords(shuffle: Optional[bool], drop_last: Optional[bool],
+                         remainder: Optional[str], shuffle_shards: Optional[bool],
+                         shuffle_buffer: Optional[int]) -> Tuple[Optional[str], Optional[bool],
+                                                                 Optional[int]]:
+    """DataLoader's shuffle= and drop_last= as the job config's remainder, shuffle_shards and
+    shuffle_buffer; ValueError when both spellings are given and disagree."""
+    if drop_last is not None:
+        meant = "drop" if drop_last else "pad"
+        if remainder is not None and remainder != meant:
+            raise ValueError(f"drop_last={drop_last} means remainder={meant!r}, but "
+                             f"remainder={remainder!r} was given: pass one of them")
+        remainder = meant
+    if shuffle is not None:
+        buffer_meant = _SHUFFLE_BUFFER_FOR_SHUFFLE if shuffle else 0
+        if shuffle_shards is not None and shuffle_shards != shuffle:
+            raise ValueError(f"shuffle={shuffle} and shuffle_shards={shuffle_shards} disagree: "
+                             "pass one of them")
+        if shuffle_buffer is not None and (shuffle_buffer > 0) != shuffle:
+            raise ValueError(f"shuffle={shuffle} and shuffle_buffer={shuffle_buffer} disagree: "
+                             "pass one of them")
+        shuffle_shards = shuffle
+        shuffle_buffer = buffer_meant if shuffle_buffer is None else shuffle_buffer
+    return remainder, shuffle_shards, shuffle_buffer
+
+
 def _new_job_id() -> str:
     """run-<host>-<pid>-<random>: shardcast-train's rule (client/protocol/run_rules.h)."""
     return _native.new_job_id()
@@ -107,18 +138,32 @@ class Loader:
     a replica on its own host first, the others spread by rank, and moves to the next
     one (resuming at its next batch, same bytes) when its replica dies or drains.
 
-    Job settings left as None take the server's defaults (its flags); every rank of a
-    job must ask for the same. Without `job_id` every run is a new job (rank 0 names it
+    Job settings left as None take the server's defaults, its flags: for a server started
+    without job flags, batch_size 32, split "shard", remainder "drop", workers 1, seed 0,
+    no shuffle (shuffle_shards False, shuffle_buffer 0), block_size 0, transform "center"
+    with resize 256 and crop 224 (a small crop, e.g. crop=64, makes a CPU trial fast).
+    repr(loader) and loader.registration show the effective settings after registration.
+    Every rank of a job must ask for the same. Without `job_id` every run is a new job (rank 0 names it
     and shares the name through the torch.distributed process group; a single rank
     needs no group); with several ranks and no process group, pass `job_id`. Names (split, remainder, transform) are the proto's:
     split "shard" | "sample", remainder "drop" | "pad", transform "center" | "random".
     `dataset` names one of the server's datasets (its --dataset NAME=DIR; None: the
     server's "default", or its only one), e.g. a validation set beside the training set.
 
+    DataLoader's keywords: `shuffle=True` is shuffle_shards=True and a shuffle buffer of
+    1000 samples (split "shard"; webdataset's customary .shuffle(1000)), `shuffle=False`
+    neither (split "sample" always deals a seeded permutation per epoch); `drop_last=True`
+    is remainder "drop", `drop_last=False` remainder "pad" (every sample once, the last
+    batch padded with label -1); `num_workers` is ignored with a warning (the server
+    decodes); `pin_memory=True` without CUDA warns and goes on unpinned.
+
     Epochs: each iter() streams the next epoch (0, 1, 2, ...), unless set_epoch() or
     load_state_dict() chose the position first, or an error (or Ctrl-C) raised by the
     iteration ended it mid-epoch: the next iter() then resumes that epoch at the first
-    batch not handed out, as load_state_dict(state_dict()) would. Each epoch yields
+    batch not handed out, as load_state_dict(state_dict()) would. A peek does not use an
+    epoch up: after an iterator that handed out no batch, or one batch and was dropped
+    (`next(iter(loader))`), the next iter() streams the same epoch from its start. Each
+    epoch yields
     exactly len(loader) batches (fewer when resumed mid-epoch: batches_in_epoch).
     load_state_dict() also
     takes a state of another world size or batch size (split sample): the epoch goes on
@@ -194,8 +239,23 @@ class Loader:
         on_substitute: str = "mask",
         process_group: Optional[Any] = None,
         check_ranks: bool = True,
+        shuffle: Optional[bool] = None,
+        drop_last: Optional[bool] = None,
+        num_workers: Optional[int] = None,
     ) -> None:
         # Checked before anything connects, with the argument's Python name.
+        remainder, shuffle_shards, shuffle_buffer = _dataloader_keywords(
+            shuffle, drop_last, remainder, shuffle_shards, shuffle_buffer)
+        if num_workers is not None:
+            warnings.warn(
+                f"shardcast.Loader: num_workers={num_workers} is ignored: the server decodes, "
+                "so the Loader needs no worker processes (workers= sets this job's virtual "
+                "DataLoader workers on the server, split 'shard')", stacklevel=2)
+        if pin_memory and not torch.cuda.is_available():
+            warnings.warn(
+                "shardcast.Loader: pin_memory=True but CUDA is not available: batches stay in "
+                "ordinary memory (as DataLoader does)", stacklevel=2)
+            pin_memory = False
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
         if not reconnect_deadline >= 0:
@@ -204,6 +264,8 @@ class Loader:
             raise ValueError(f"stream_timeout must be >= 0, got {stream_timeout}")
         if on_substitute not in ("mask", "fail"):
             raise ValueError(f"on_substitute must be 'mask' or 'fail', got {on_substitute!r}")
+        options = _native.StreamOptions()
+        options.server = server  # ValueError at once for what cannot be an address
         default_rank, default_world = _default_rank_and_world()
         rank = default_rank if rank is None else rank
         world_size = default_world if world_size is None else world_size
@@ -237,8 +299,6 @@ class Loader:
         # files read as they read them, the token given or else $SHARDCAST_TOKEN's.
         security = _native.client_security(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
                                            tls_key=tls_key, token=token)
-        options = _native.StreamOptions()
-        options.server = server
         options.prefetch = prefetch
         options.reconnect_deadline = reconnect_deadline
         options.stream_timeout = stream_timeout
@@ -254,6 +314,7 @@ class Loader:
         self._offset_batches = 0  # batches of the epoch dealt from _offset, when not 0
         self._closed = False
         self._reconnects = 0  # the stream's count, kept when it closes
+        self._server = server
         self.job_id = job_id
         self.rank = rank
         self.world_size = world_size
@@ -266,6 +327,11 @@ class Loader:
         self._offset = 0
         self._pinned = True
         self._iteration = 0  # bumped by each iter(), so an older iterator stops
+        # Batches the current iter() handed out, and whether it reached the epoch's end:
+        # an iterator that handed out none (or was dropped after a peek) leaves its epoch
+        # to the next iter().
+        self._handed_out = 0
+        self._epoch_finished = False
         # The ranks' agreement on the job, on the first iter() (_agree_on_job).
         self._process_group = process_group
         self._check_ranks = check_ranks
@@ -330,6 +396,21 @@ class Loader:
         """Batches of the epoch being iterated (or next to be): len(loader), or fewer for
         an epoch resumed elastically from a sample offset."""
         return len(self) if self._offset == 0 else self._offset_batches
+
+    def __repr__(self) -> str:
+        """The effective settings: the server's answer to this rank's registration."""
+        reg = self.registration
+        transform = reg.transform
+        return (
+            f"shardcast.Loader(server={self._server!r}, dataset={reg.dataset!r}, "
+            f"job_id={self.job_id!r}, rank={self.rank}, world_size={reg.world_size}, "
+            f"batch_size={reg.batch_size}, batches_per_epoch={reg.batches_per_epoch}, "
+            f"split={self.split!r}, remainder={enum_name(pb.Remainder, reg.remainder)!r}, "
+            f"shuffle_shards={reg.shuffle_shards}, shuffle_buffer={reg.shuffle_buffer}, "
+            f"seed={reg.seed}, transform={enum_name(pb.TransformMode, transform.mode)!r}, "
+            f"resize={transform.resize}, crop={transform.crop}, epoch={self._epoch}"
+            f"{', closed' if self._closed else ''})"
+        )
 
     # ---- position --------------------------------------------------------------------
 
@@ -431,8 +512,11 @@ class Loader:
     def __iter__(self) -> Iterator[Batch]:
         self._agree_on_job()
         epoch, done, offset = self._epoch, self._done, self._offset
-        if not self._pinned:
+        if not self._pinned and (self._handed_out > 0 or self._epoch_finished):
             epoch, done, offset = epoch + 1, 0, 0
+        # else the last iterator handed out nothing: its epoch is streamed again from the
+        # start (a peek at one batch put the position back there already: _batches).
+        self._handed_out, self._epoch_finished = 0, False
         # The position moves only once the stream took it: a refused start changes nothing.
         self._stream.start_epoch(epoch, done, offset)
         self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, False
@@ -497,7 +581,14 @@ class Loader:
     def _batches(self, iteration: int) -> Iterator[Batch]:
         try:
             yield from self._receive(iteration)
-        except GeneratorExit:  # the caller dropped the iterator: the next iter() moves on
+        except GeneratorExit:
+            # The caller dropped the iterator. After one batch at most, that was a peek
+            # (`next(iter(loader))`, e.g. for the shapes): it does not use the epoch up, the
+            # next iter() streams it again from its first batch, as a DataLoader's next
+            # pass yields what the peek saw. After more, the next iter() moves on (a loop
+            # that stops early, e.g. Lightning's limit_train_batches).
+            if iteration == self._iteration and self._handed_out <= 1:
+                self._done, self._handed_out = self._done - self._handed_out, 0
             raise
         except BaseException:
             # The stream failed (or Ctrl-C) before the epoch's end: the position stays
@@ -523,11 +614,13 @@ class Loader:
             else:
                 native = self._stream.next()
             if native is None:
+                self._epoch_finished = True
                 return
             batch = _to_batch(native, images)
             if native.substituted:
                 self._check_substitutes(batch)
             self._done += 1
+            self._handed_out += 1
             yield batch
 
     def _check_substitutes(self, batch: Batch) -> None:

@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -35,6 +36,39 @@ TEST(ServerListTest, EntriesAreKeptInOrderWithoutDuplicates) {
   EXPECT_EQ(client::ExpandServerList("a:1,,b:2").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client::ExpandServerList("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ServerListTest, AddressesThatCannotBeAServerAreRefusedSayingWhatToWrite) {
+  for (const char* good : {"h:1", "10.0.0.1:65535", "[::1]:50051", "unix:/run/s.sock",
+                           "unix:///run/s.sock", "unix-abstract:name", "dns:///h:7000",
+                           "dns://10.0.0.53/h:7000", "dns:h:7000", "ipv4:10.0.0.1:7000"}) {
+    EXPECT_TRUE(client::CheckServerTarget(good).ok()) << good;
+  }
+  struct Bad {
+    const char* address;
+    const char* says;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"http://127.0.0.1:5055", "no http:// scheme; write HOST:PORT, e.g. '127.0.0.1:5055'"},
+           {"grpc://h:1/", "no grpc:// scheme; write HOST:PORT, e.g. 'h:1'"},
+           {"localhost", "no port; write HOST:PORT, e.g. 'localhost:50051'"},
+           {"h:", "port '' is not a number from 1 to 65535"},
+           {"h:0", "port '0' is not a number"},
+           {"h:65536", "port '65536' is not a number"},
+           {"h:http", "port 'http' is not a number"},
+           {"::1:50051", "an IPv6 address needs brackets"},
+           {"[::1]", "no port"},
+           {":50051", "no host"},
+           {"unix:", "no socket path"},
+           {"dns:///", "no host"}}) {
+    const absl::Status status = client::CheckServerTarget(bad.address);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.address;
+    EXPECT_THAT(status.message(), HasSubstr(bad.says)) << bad.address;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("'", bad.address, "'")));
+    // The list refuses what one entry cannot be, before anything connects.
+    EXPECT_EQ(client::ExpandServerList(absl::StrCat("h:1,", bad.address)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(ServerListTest, LocalReplicasComeFirstAndEachGroupIsSpreadByRank) {
