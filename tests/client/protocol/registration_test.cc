@@ -57,6 +57,27 @@ TEST_F(RegistrationTest, AnUnreachableServerIsRetriedUntilTheReconnectDeadline) 
   EXPECT_EQ(attempts, static_cast<int>(waits.size()) + 1);
 }
 
+TEST_F(RegistrationTest, WaitingForAServerIsToldOnceAndTheErrorSaysWhatToDo) {
+  std::vector<std::string> notices;
+  settings_.on_waiting = [&](const std::string& notice) { notices.push_back(notice); };
+  ReplicaSet replicas(settings_, {settings_.server});
+  absl::StatusOr<v1::RegisterResponse> response = RegisterWithRetry(
+      settings_, job_, &replicas,
+      [](absl::Time, v1::RegisterResponse*) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+      },
+      stop_);
+  ASSERT_EQ(response.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(response.status().message(),
+                                "Start it (shardcast-server --data DIR --listen ADDRESS) or check "
+                                "the address"))
+      << response.status();
+  ASSERT_EQ(notices.size(), 1u);  // once, not at every one of the attempts
+  EXPECT_EQ(notices[0],
+            "rank 2 of job 'job': no shardcast-server answers at 127.0.0.1:1 yet (connection "
+            "refused); trying again for up to 120 s (the reconnect deadline)");
+}
+
 TEST_F(RegistrationTest, AStopDuringTheBackoffEndsItAsInterrupted) {
   ReplicaSet replicas(settings_, {settings_.server});
   clock_.set_on_wait([&](absl::Duration) { stop_.Cancel(); });
