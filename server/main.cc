@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -42,37 +43,20 @@ constexpr char kUsage[] =
     "75 the listener stopped accepting.\n"
     "\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Block the stop signals in every thread (gRPC's included, created later); one
-  // thread takes them with sigwait, so no work happens in a signal handler.
+// Blocks the stop signals in every thread (gRPC's included, created later); one thread
+// takes them with sigwait (WaitForSignals), so no work happens in a signal handler.
+sigset_t BlockStopSignals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGHUP);  // reload the token file, never stop
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
 
-  shardcast::server::ServerCommandLine cl;
-  // Before anything opens a descriptor of its own: see descriptor_limit.h.
-  absl::StatusOr<shardcast::server::DescriptorLimit> descriptors =
-      shardcast::server::RaiseDescriptorLimit();
-  if (descriptors.ok()) cl.descriptors = *descriptors;
-  if (absl::Status s = shardcast::server::ParseServerCommandLine(argc, argv, &cl); !s.ok()) {
-    std::fprintf(stderr, "shardcast-server: %s (see --help)\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  shardcast::server::SetMinLogLevel(cl.log_level);
-  if (cl.help) {
-    std::printf("%s%s", kUsage, cl.help_text.c_str());
-    return 0;
-  }
-  if (cl.version) {
-    std::printf("shardcast-server %s\n", shardcast::server::kServerVersion);
-    return 0;
-  }
-  const shardcast::server::ServerOptions& options = cl.options;
+void LogStartupFacts(const shardcast::server::ServerOptions& options,
+                     const absl::StatusOr<shardcast::server::DescriptorLimit>& descriptors) {
 #ifdef SHARDCAST_GRPC_ABI_UNCHECKED
   LogWarning("server", absl::StrCat("built with SHARDCAST_GRPC_ABI_UNCHECKED against gRPC ",
                                     GRPC_CPP_VERSION_STRING,
@@ -82,61 +66,55 @@ int main(int argc, char** argv) {
   if (!descriptors.ok()) {
     LogWarning("server",
                absl::StrCat("descriptor limit unknown: ", descriptors.status().message()));
+    return;
+  }
+  LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
+                                    "--max-connections %d, %d per peer; accept queue %d",
+                                    descriptors->soft, descriptors->soft_before, descriptors->hard,
+                                    options.max_connections, options.max_connections_per_peer,
+                                    options.accept_backlog));
+}
+
+void ReloadTokensOnSighup(shardcast::server::Daemon& server) {
+  absl::StatusOr<size_t> reloaded = server.ReloadTokens();
+  if (reloaded.ok()) {
+    LogInfo("server", absl::StrCat("SIGHUP: token file reloaded, ", *reloaded, " tokens accepted"));
+  } else if (absl::IsFailedPrecondition(reloaded.status())) {
+    LogInfo("server", "SIGHUP: nothing to reload (no --auth-token-file)");
   } else {
-    LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
-                                      "--max-connections %d, %d per peer; accept queue %d",
-                                      descriptors->soft, descriptors->soft_before,
-                                      descriptors->hard, options.max_connections,
-                                      options.max_connections_per_peer, options.accept_backlog));
+    LogError("server", absl::StrCat("SIGHUP: token reload failed, the previous tokens stay "
+                                    "in force: ",
+                                    reloaded.status().ToString()));
   }
+}
 
-  shardcast::server::Daemon server(options);
-  absl::Status started = server.Start();
-  if (!started.ok()) {
-    LogError("server", started.ToString());
-    return 1;
-  }
-  std::printf("shardcast-server listening on %s\n", server.listening_address().c_str());
-  if (server.metrics_port() != 0) {
-    std::printf("shardcast-server metrics on http://%s/metrics\n",
-                server.metrics_address().c_str());
-  }
-  std::fflush(stdout);
-
-  absl::Notification stop;
-  std::atomic<int> received{0};
-  std::thread signal_waiter([&stop, &received, &server, stop_signals] {
-    int stops = 0;
-    while (true) {
-      int signal_number = 0;
-      if (sigwait(&stop_signals, &signal_number) != 0) return;
-      if (signal_number == SIGHUP) {
-        absl::StatusOr<size_t> reloaded = server.ReloadTokens();
-        if (reloaded.ok()) {
-          LogInfo("server",
-                  absl::StrCat("SIGHUP: token file reloaded, ", *reloaded, " tokens accepted"));
-        } else if (absl::IsFailedPrecondition(reloaded.status())) {
-          LogInfo("server", "SIGHUP: nothing to reload (no --auth-token-file)");
-        } else {
-          LogError("server", absl::StrCat("SIGHUP: token reload failed, the previous tokens stay "
-                                          "in force: ",
-                                          reloaded.status().ToString()));
-        }
-        continue;
-      }
-      if (++stops == 1) {
-        received.store(signal_number);
-        stop.Notify();
-        continue;
-      }
-      // A second stop signal while draining means "now".
-      LogError("server", absl::StrCat("second signal (", strsignal(signal_number),
-                                      "): exiting without draining"));
-      std::_Exit(1);
+// The signal thread: SIGHUP reloads the tokens; the first SIGTERM/SIGINT is stored in
+// `received` and notifies `stop`; a second one while draining means "now".
+void WaitForSignals(sigset_t stop_signals, shardcast::server::Daemon& server,
+                    absl::Notification& stop, std::atomic<int>& received) {
+  int stops = 0;
+  while (true) {
+    int signal_number = 0;
+    if (sigwait(&stop_signals, &signal_number) != 0) return;
+    if (signal_number == SIGHUP) {
+      ReloadTokensOnSighup(server);
+      continue;
     }
-  });
-  signal_waiter.detach();
+    if (++stops == 1) {
+      received.store(signal_number);
+      stop.Notify();
+      continue;
+    }
+    LogError("server", absl::StrCat("second signal (", strsignal(signal_number),
+                                    "): exiting without draining"));
+    std::_Exit(1);
+  }
+}
 
+// Serves until a stop signal (drain, exit 0), a failed start of indexing (exit 1) or a
+// listener that stopped accepting (drain, exit 75); returns the exit status.
+int ServeUntilStopped(shardcast::server::Daemon& server, absl::Notification& stop,
+                      const std::atomic<int>& received) {
   while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
     std::optional<absl::Status> ready = server.ready_status();
     if (ready.has_value() && !ready->ok()) {
@@ -161,4 +139,48 @@ int main(int argc, char** argv) {
   server.Drain();
   LogInfo("server", "exit 0");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t stop_signals = BlockStopSignals();
+  shardcast::server::ServerCommandLine cl;
+  // Before anything opens a descriptor of its own: see descriptor_limit.h.
+  absl::StatusOr<shardcast::server::DescriptorLimit> descriptors =
+      shardcast::server::RaiseDescriptorLimit();
+  if (descriptors.ok()) cl.descriptors = *descriptors;
+  if (absl::Status s = shardcast::server::ParseServerCommandLine(argc, argv, &cl); !s.ok()) {
+    std::fprintf(stderr, "shardcast-server: %s (see --help)\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  shardcast::server::SetMinLogLevel(cl.log_level);
+  if (cl.help) {
+    std::printf("%s%s", kUsage, cl.help_text.c_str());
+    return 0;
+  }
+  if (cl.version) {
+    std::printf("shardcast-server %s\n", shardcast::server::kServerVersion);
+    return 0;
+  }
+  LogStartupFacts(cl.options, descriptors);
+
+  shardcast::server::Daemon server(cl.options);
+  absl::Status started = server.Start();
+  if (!started.ok()) {
+    LogError("server", started.ToString());
+    return 1;
+  }
+  std::printf("shardcast-server listening on %s\n", server.listening_address().c_str());
+  if (server.metrics_port() != 0) {
+    std::printf("shardcast-server metrics on http://%s/metrics\n",
+                server.metrics_address().c_str());
+  }
+  std::fflush(stdout);
+
+  absl::Notification stop;
+  std::atomic<int> received{0};
+  std::thread(WaitForSignals, stop_signals, std::ref(server), std::ref(stop), std::ref(received))
+      .detach();
+  return ServeUntilStopped(server, stop, received);
 }
