@@ -29,7 +29,6 @@
 #include "common/shards/dataset_index.h"
 #include "common/shards/index_cache_format.h"
 #include "common/shards/shard_reader.h"
-#include "common/util/digest.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -50,12 +49,6 @@ struct Fixture {
   shardcast::DatasetIndex index;             // as scanned: its root and listing
 };
 
-std::string U64Bytes(uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-  return out;
-}
-
 // Replaces every occurrence of `from` by `to`, a string of the same length.
 void ReplaceSameLength(const std::string& from, const std::string& to, std::string* bytes) {
   for (size_t at = bytes->find(from); at != std::string::npos; at = bytes->find(from, at + 1)) {
@@ -64,7 +57,7 @@ void ReplaceSameLength(const std::string& from, const std::string& to, std::stri
 }
 
 void ReplaceU64(uint64_t from, uint64_t to, std::string* bytes) {
-  ReplaceSameLength(U64Bytes(from), U64Bytes(to), bytes);
+  ReplaceSameLength(shardcast::EncodeU64(from), shardcast::EncodeU64(to), bytes);
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
@@ -125,11 +118,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ReplaceU64(kCtime, f.ctime, &body);
   ReplaceU64(kInode, f.inode, &body);
   ReplaceSameLength(kRootPlaceholder, f.root, &body);
-  shardcast::Digest128 h;
-  h.AddBytes(body);
-  std::string sealed = body;
-  for (int i = 0; i < 8; ++i) sealed.push_back(static_cast<char>(i == 0 ? 32 : 0));
-  sealed += h.Hex();
+  const std::string sealed = shardcast::SealWithChecksum(body);
 
   absl::StatusOr<std::optional<shardcast::ScanOutcome>> parsed =
       shardcast::ParseScanOutcome(sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,

@@ -14,8 +14,6 @@ namespace shardcast {
 namespace {
 
 constexpr char kCacheMagic[8] = {'S', 'C', 'I', 'D', 'X', '\n', '\0', '\1'};
-// The checksum closes the file: its length prefix and 32 hex digits.
-constexpr size_t kChecksumRecordBytes = 8 + 32;
 // Deflate cannot expand data more than about 1032:1, so no member of a gzip shard ends
 // past this multiple of the compressed size: the bound a recorded offset is checked
 // against where the uncompressed size is not known without inflating.
@@ -32,19 +30,12 @@ constexpr size_t kMinSkippedRecordBytes = 3 * 8;
 
 class CacheWriter {
  public:
-  void AddU64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>(v >> (8 * i)));
-  }
+  void AddU64(uint64_t v) { out_.append(EncodeU64(v)); }
   void AddString(absl::string_view s) {
     AddU64(s.size());
     out_.append(s.data(), s.size());
   }
-  std::string Finish() {
-    Digest128 h;
-    h.AddBytes(out_);
-    AddString(h.Hex());
-    return std::move(out_);
-  }
+  std::string Finish() { return SealWithChecksum(std::move(out_)); }
 
  private:
   std::string out_;
@@ -264,6 +255,21 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
   if (absl::Status trailer = ParseTrailer(p, scan); !trailer.ok()) return trailer;
   if (p.pos() != data.size() - kChecksumRecordBytes) return Corrupt("trailing bytes");
   return scan;
+}
+
+std::string EncodeU64(uint64_t value) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(value >> (8 * i));
+  return out;
+}
+
+std::string SealWithChecksum(std::string body) {
+  Digest128 h;
+  h.AddBytes(body);
+  const std::string hex = h.Hex();
+  body.append(EncodeU64(hex.size()));
+  body.append(hex);
+  return body;
 }
 
 }  // namespace shardcast

@@ -68,6 +68,14 @@ void AddSampleRecords(const std::vector<SampleEntry>& samples, Sink* out) {
   }
 }
 
+// The format's pieces, for the tests and the fuzzer that edit files on purpose: a
+// number as the format writes it (8 bytes, little-endian), and `body` closed with the
+// checksum record of its bytes (kChecksumRecordBytes), so that a file tampered with
+// on purpose passes the checksum and what is tested is the check behind it.
+inline constexpr size_t kChecksumRecordBytes = 8 + 32;
+std::string EncodeU64(uint64_t value);
+std::string SealWithChecksum(std::string body);
+
 // `scan` of the dataset at `root` ("" for an index file, which serves any copy) under
 // `options` (its label field and max_classes are recorded: a scan under others is
 // another scan). `scan.skip_reasons` has one entry per shard.

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/shards/content_digest.h"
+#include "common/shards/index_cache_format.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "gtest/gtest.h"
@@ -341,20 +342,6 @@ TEST_F(DatasetIndexTest, ACacheReplacedByAFifoADeviceOrAHugeFileIsNotReadButRebu
   }
 }
 
-std::string U64Bytes(uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-  return out;
-}
-
-// A cache body with its checksum recomputed: what a cache tampered with on purpose (or
-// written by a buggy version) looks like, since the checksum alone then passes.
-std::string Reseal(const std::string& body) {
-  Digest128 h;
-  h.AddBytes(body);
-  return body + U64Bytes(32) + h.Hex();
-}
-
 TEST_F(DatasetIndexTest, CacheContentsAreBoundsCheckedNotTrusted) {
   MakeTar(tmp_.path(), SampleFiles(Samples("a", 3)), TarWriter::kGnuTarPax, shard("s.tar"));
   IndexOptions options;
@@ -365,22 +352,22 @@ TEST_F(DatasetIndexTest, CacheContentsAreBoundsCheckedNotTrusted) {
       std::filesystem::directory_iterator(options.cache_dir)->path().string();
   const std::string good = shard_testing::ReadWholeFile(cache_file);
   const std::string body = good.substr(0, good.size() - 40);
-  ASSERT_EQ(Reseal(body), good);  // the test's idea of the layout is the cache's
+  ASSERT_EQ(SealWithChecksum(body), good);  // the test's idea of the layout is the cache's
 
   // Sample "a_1": key, label, image member, member count, then its first member
   // (ext, offset, size).
-  const size_t key_at = body.find(U64Bytes(3) + "a_1");
+  const size_t key_at = body.find(EncodeU64(3) + "a_1");
   ASSERT_NE(key_at, std::string::npos);
   const size_t label_at = key_at + 8 + 3;
   const size_t image_at = label_at + 8;
   const size_t ext_at = image_at + 16;
-  ASSERT_EQ(body.substr(ext_at, 11), U64Bytes(3) + "jpg");
+  ASSERT_EQ(body.substr(ext_at, 11), EncodeU64(3) + "jpg");
   const size_t offset_at = ext_at + 11;
   const size_t size_at = offset_at + 8;
   const uint64_t file_size = first->shards[0].file_size;
   const auto with = [&](size_t at, uint64_t value) {
     std::string tampered = body;
-    tampered.replace(at, 8, U64Bytes(value));
+    tampered.replace(at, 8, EncodeU64(value));
     return tampered;
   };
   struct Case {
@@ -396,10 +383,10 @@ TEST_F(DatasetIndexTest, CacheContentsAreBoundsCheckedNotTrusted) {
       {"huge size", with(size_at, uint64_t{1} << 62), "past the shard's end"},
       {"offset overflow", with(offset_at, ~uint64_t{0} - 3), "past the shard's end"},
       {"max label", with(body.size() - 8, 1000), "max label"},
-      {"trailing bytes", body + U64Bytes(0), "trailing bytes"},
+      {"trailing bytes", body + EncodeU64(0), "trailing bytes"},
   };
   for (const Case& c : cases) {
-    shard_testing::WriteFile(cache_file, Reseal(c.body));
+    shard_testing::WriteFile(cache_file, SealWithChecksum(c.body));
     absl::StatusOr<DatasetIndex> rebuilt = BuildDatasetIndex(data_dir(), options);
     ASSERT_TRUE(rebuilt.ok()) << c.name << ": " << rebuilt.status();
     EXPECT_FALSE(rebuilt->loaded_from_cache) << c.name;
@@ -874,17 +861,17 @@ TEST_F(DatasetIndexTest, IndexFileCountsAreBoundedByItsBytesBeforeAnythingIsSize
   ASSERT_TRUE(index.ok()) << index.status();
   const std::string good = SerializeIndexFile(*index, {});
   std::string body = good.substr(0, good.size() - 40);
-  const size_t count_at = body.find(U64Bytes(3) + "a_0");
+  const size_t count_at = body.find(EncodeU64(3) + "a_0");
   ASSERT_NE(count_at, std::string::npos);
-  ASSERT_EQ(body.substr(count_at - 8, 8), U64Bytes(4));  // the shard's sample count
+  ASSERT_EQ(body.substr(count_at - 8, 8), EncodeU64(4));  // the shard's sample count
   body.append(size_t{40} << 20, '\0');
-  body.replace(count_at - 8, 8, U64Bytes((body.size() - count_at) / 8 - 1));
-  ASSERT_LE(Reseal(body).size(), MaxIndexFileBytes(index->shards));
+  body.replace(count_at - 8, 8, EncodeU64((body.size() - count_at) / 8 - 1));
+  ASSERT_LE(SealWithChecksum(body).size(), MaxIndexFileBytes(index->shards));
 
   ShardListing listing;
   listing.root = "s3://bucket/data/";
   listing.shards = index->shards;
-  listing.index_file = Reseal(body);
+  listing.index_file = SealWithChecksum(body);
   listing.scan = [this](const ShardInfo& info) {
     return ScanShardFile(shard("s.tar"), info, {}, /*check_identity=*/false);
   };

@@ -13,13 +13,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "common/util/digest.h"
 
 namespace shardcast {
 namespace {
 
 constexpr char kRoot[] = "/data/set";
-constexpr size_t kChecksumRecordBytes = 8 + 32;
 
 ShardInfo Listed(const std::string& path, uint64_t size) {
   ShardInfo shard;
@@ -70,20 +68,6 @@ std::vector<ShardInfo> ListingOf(const ScanOutcome& scan) {
     listed.push_back(bare);
   }
   return listed;
-}
-
-std::string U64Bytes(uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-  return out;
-}
-
-// `body` with a checksum that fits it: a file tampered with on purpose passes the
-// checksum, so what is tested is the check behind it.
-std::string Reseal(const std::string& body) {
-  Digest128 h;
-  h.AddBytes(body);
-  return body + U64Bytes(32) + h.Hex();
 }
 
 std::string BodyOf(const std::string& file) {
@@ -190,10 +174,10 @@ TEST(IndexCacheFormatTest, AnotherFormatVersionIsStale) {
   const ScanOutcome scan = TwoShardOutcome();
   std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
   const size_t version_at = 8 + 8;  // after the magic's length prefix and its 8 bytes
-  ASSERT_EQ(body.substr(version_at, 8), U64Bytes(kIndexVersion));
-  body.replace(version_at, 8, U64Bytes(kIndexVersion - 1));
+  ASSERT_EQ(body.substr(version_at, 8), EncodeU64(kIndexVersion));
+  body.replace(version_at, 8, EncodeU64(kIndexVersion - 1));
   absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
-      Reseal(body), kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+      SealWithChecksum(body), kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_FALSE(parsed->has_value());
 }
@@ -202,7 +186,7 @@ TEST(IndexCacheFormatTest, BadMagicIsCorrupt) {
   const ScanOutcome scan = TwoShardOutcome();
   std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
   body[8] = 'X';  // the magic's first byte ("SCIDX...")
-  ExpectCorrupt(ParseScanOutcome(Reseal(body), kRoot, IndexOptions(), ListingOf(scan),
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body), kRoot, IndexOptions(), ListingOf(scan),
                                  IndexRecordKind::kCache),
                 "bad magic");
 }
@@ -234,8 +218,9 @@ TEST(IndexCacheFormatTest, TruncationIsCorrupt) {
   // version field is a record that does not finish.
   const std::string body = BodyOf(file);
   for (size_t size = 8 + 8 + 8; size < body.size(); ++size) {
-    absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
-        Reseal(body.substr(0, size)), kRoot, IndexOptions(), listed, IndexRecordKind::kCache);
+    absl::StatusOr<std::optional<ScanOutcome>> parsed =
+        ParseScanOutcome(SealWithChecksum(body.substr(0, size)), kRoot, IndexOptions(), listed,
+                         IndexRecordKind::kCache);
     ASSERT_FALSE(parsed.ok()) << size;
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << size;
   }
