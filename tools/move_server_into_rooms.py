@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+from tree_rewrite import git, require_clean_tree, rewrite_tracked_files
+
 # room -> the files it receives (basename kept; renames are later, separate commits).
 ROOMS = {
     # What every room may use: time, logging, the options struct, counters, version.
@@ -42,15 +44,10 @@ ROOM_OF = {name: room for room, names in ROOMS.items() for name in names}
 SKIP = {"docs/testing.md", "tools/move_server_into_rooms.py"}
 
 
-def git(*args):
-    return subprocess.run(["git", *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
 def main():
     rewrite_only = "--rewrite-only" in sys.argv[1:]
-    if not rewrite_only and git("status", "--porcelain").strip():
-        sys.exit("the tree is not clean")
+    if not rewrite_only:
+        require_clean_tree()
     for room, names in ([] if rewrite_only else ROOMS.items()):
         for name in names:
             subprocess.run(["mkdir", "-p", f"server/{room}"], check=True)
@@ -63,14 +60,8 @@ def main():
         r"SHARDCAST_SERVER_(" + "|".join(
             re.escape(n[:-2].upper()) for n in ROOM_OF if n.endswith(".h")) + r")_H_")
     guard_room = {n[:-2].upper(): ROOM_OF[n] for n in ROOM_OF if n.endswith(".h")}
-    for f in git("ls-files").split("\n"):
-        if not f or f in SKIP:
-            continue
-        try:
-            with open(f, encoding="utf-8") as fh:
-                text = fh.read()
-        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
-            continue
+
+    def rewrite(f, text):
         new = path.sub(lambda m: f"server/{ROOM_OF[m.group(1)]}/{m.group(1)}", text)
         if f.startswith("server/") and f.endswith(".h"):
             new = guard.sub(
@@ -80,9 +71,9 @@ def main():
             # The source lists name files relative to server/.
             new = re.sub(rf"(?m)^(\s+)({names})$",
                          lambda m: f"{m.group(1)}{ROOM_OF[m.group(2)]}/{m.group(2)}", new)
-        if new != text:
-            with open(f, "w", encoding="utf-8") as fh:
-                fh.write(new)
+        return new
+
+    rewrite_tracked_files(rewrite, SKIP)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ Run once from the repository root on a clean tree. docs/testing.md is the lead's
 branches that still use the old names."""
 
 import re
-import subprocess
 import sys
+
+from tree_rewrite import git, require_clean_tree, rewrite_tracked_files
 
 MOVES = [("server/shardcast_server.h", "server/daemon.h"),
          ("server/shardcast_server.cc", "server/daemon.cc"),
@@ -26,30 +27,18 @@ WORDS = [(r"\bShardcastServiceImpl\b", "ServiceCore"),
 SKIP = {"docs/testing.md", "tools/move_server_into_rooms.py", "tools/rename_server_modules.py"}
 
 
-def git(*args):
-    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
-
-
 def main():
     rewrite_only = "--rewrite-only" in sys.argv[1:]
-    if not rewrite_only and git("status", "--porcelain").strip():
-        sys.exit("the tree is not clean")
+    if not rewrite_only:
+        require_clean_tree()
     for old, new in ([] if rewrite_only else MOVES):
         git("mv", old, new)
-    for f in git("ls-files").split("\n"):
-        if not f or f in SKIP:
-            continue
-        try:
-            with open(f, encoding="utf-8") as fh:
-                text = fh.read()
-        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
-            continue
-        new = text
+    def rewrite(_, text):
         for pattern, replacement in WORDS:
-            new = re.sub(pattern, replacement, new)
-        if new != text:
-            with open(f, "w", encoding="utf-8") as fh:
-                fh.write(new)
+            text = re.sub(pattern, replacement, text)
+        return text
+
+    rewrite_tracked_files(rewrite, SKIP)
 
 
 if __name__ == "__main__":
