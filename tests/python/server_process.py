@@ -108,3 +108,26 @@ class ServerProcess:
     def restart(self, extra_flags: Optional[List[str]] = None) -> None:
         self.kill()
         self.start(extra_flags)
+
+
+# Reads one batch through the shardcast a venv installed (not python/ of the tree) and
+# prints its shape and sample count; torch is imported first when asked, as a training
+# script does.
+_INSTALLED_LOADER_SCRIPT = """
+import sys{torch}, shardcast
+assert shardcast.__file__.startswith(sys.prefix), shardcast.__file__
+with shardcast.Loader(sys.argv[1], job_id=sys.argv[2], batch_size=4, world_size=1,
+                      rank=0) as loader:
+    images, labels, info = next(iter(loader))
+print(tuple(images.shape), len(info))
+"""
+
+
+def read_batch_with_installed_package(python: Path, address: str, job_id: str,
+                                      env: Dict[str, str], cwd: Path,
+                                      torch_first: bool = False) -> str:
+    """The first line the venv's `python` prints: "(4, 3, 32, 32) 4" for this suite's data."""
+    script = _INSTALLED_LOADER_SCRIPT.format(torch=", torch" if torch_first else "")
+    out = subprocess.run([str(python), "-c", script, address, job_id], check=True, env=env,
+                         cwd=cwd, capture_output=True, text=True)
+    return out.stdout.split("\n")[0]

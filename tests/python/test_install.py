@@ -8,16 +8,7 @@ import os
 import shutil
 import subprocess
 
-from server_process import REPO
-
-SCRIPT = """
-import sys, shardcast
-assert shardcast.__file__.startswith(sys.prefix), shardcast.__file__
-with shardcast.Loader(sys.argv[1], job_id="installed", batch_size=4, world_size=1,
-                      rank=0) as loader:
-    images, labels, info = next(iter(loader))
-print(tuple(images.shape), len(info))
-"""
+from server_process import REPO, read_batch_with_installed_package
 
 
 def test_offline_venv_install_without_build_isolation(server, tmp_path):
@@ -42,9 +33,9 @@ def test_offline_venv_install_without_build_isolation(server, tmp_path):
                    check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation",
                     str(src / "python")], check=True, env=env)
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", SCRIPT, server.address],
-                         check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
-    assert out.stdout.split("\n")[0] == "(4, 3, 32, 32) 4"
+    assert read_batch_with_installed_package(venv / "bin" / "python", server.address, "installed",
+                                             env, tmp_path) == \
+        "(4, 3, 32, 32) 4"
     # Without its binaries, a console script says so (and imports no torch to say it).
     ctl = subprocess.run([str(venv / "bin" / "shardcast-ctl"), "--help"], env=env,
                          capture_output=True, text=True)

@@ -15,22 +15,12 @@ import stat
 import subprocess
 import zipfile
 
-from server_process import REPO, build_dir
+from server_process import REPO, build_dir, read_batch_with_installed_package
 
 BINARIES = ["shardcast-server", "shardcast-ctl", "shardcast-pack"]
 # What the host provides (python/bundle.py): glibc's libraries and the C++ runtime.
 HOST = re.compile(r"^(linux-vdso|ld-linux[-.\w]*|libc|libm|libdl|librt|libpthread|libresolv|"
                   r"libutil|libstdc\+\+|libgcc_s)\.so")
-
-SCRIPT = """
-import sys, torch, shardcast
-assert shardcast.__file__.startswith(sys.prefix), shardcast.__file__
-with shardcast.Loader(sys.argv[1], job_id="wheel", batch_size=4, world_size=1,
-                      rank=0) as loader:
-    images, labels, info = next(iter(loader))
-print(tuple(images.shape), len(info))
-"""
-
 
 def _ldd(path, env):
     """soname -> where ldd resolves it."""
@@ -112,6 +102,6 @@ def test_wheel_carries_binaries_and_libraries(server, tmp_path):
 
     # torch first, as a training script does: the native module and its bundled
     # libraries load into a process that has torch's (Debian's torch: its libprotobuf).
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", SCRIPT, server.address],
-                         check=True, env=run_env, cwd=tmp_path, capture_output=True, text=True)
-    assert out.stdout.split("\n")[0] == "(4, 3, 32, 32) 4"
+    assert read_batch_with_installed_package(venv / "bin" / "python", server.address, "wheel",
+                                             run_env, tmp_path, torch_first=True) == \
+        "(4, 3, 32, 32) 4"
