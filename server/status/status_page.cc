@@ -2,6 +2,7 @@
 #include "server/status/status_page.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,7 @@ constexpr absl::string_view kStyle = R"(
 body { font-family: sans-serif; margin: 1em 2em; color: #222; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.2em; }
 table { border-collapse: collapse; margin: .3em 0; }
-td, th { padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd; }
+td, th { padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd; white-space: nowrap; }
 .figures span { margin-right: 1.5em; }
 .charts { display: flex; gap: 2em; flex-wrap: wrap; }
 .chart p { margin: 0; font-size: .9em; }
@@ -98,7 +99,17 @@ std::string Chart(const std::vector<std::pair<double, double>>& values, double y
   return svg;
 }
 
-void AppendCharts(const std::vector<ChartPoint>& history, double span_seconds, std::string* page) {
+// How far back the charts reach: the history's age (at least a minute), up to its span,
+// so that a server up for two minutes fills the charts instead of their right fifth.
+double ShownSpan(const std::vector<ChartPoint>& history, double span_seconds) {
+  double oldest = 0;
+  for (const ChartPoint& point : history) oldest = std::max(oldest, point.seconds_ago);
+  return std::min(span_seconds, std::max(60.0, std::ceil(oldest / 10) * 10));
+}
+
+void AppendCharts(const std::vector<ChartPoint>& history, double max_span_seconds,
+                  std::string* page) {
+  const double span_seconds = ShownSpan(history, max_span_seconds);
   absl::StrAppend(page, "<h2>The last ", ShortDuration(span_seconds), "</h2>\n");
   if (history.empty()) {
     absl::StrAppend(page,

@@ -22,7 +22,7 @@ namespace shardcast::server {
 inline constexpr int kStatusPageRefreshSeconds = 5;
 
 // `history`: the charts' points, oldest first (StatusHistory::Points); `span_seconds`:
-// how far back the charts reach.
+// how far back the charts reach at most (they show the history's age, at least 1 min).
 std::string RenderStatusPage(const shardcast::v1::GetStatusResponse& status,
                              const std::vector<ChartPoint>& history, double span_seconds);
 

@@ -146,6 +146,16 @@ TEST(StatusPageTest, DrawsTheChartsFromTheHistory) {
   EXPECT_THAT(page, HasSubstr("points=\"0.0,66.5 \""));
   EXPECT_THAT(page, HasSubstr("points=\"360.0,45.0 \""));
   EXPECT_THAT(page, HasSubstr("now 50%"));
+  EXPECT_THAT(page, HasSubstr("The last 10 min"));
+}
+
+TEST(StatusPageTest, AYoungHistoryFillsTheCharts) {
+  std::vector<ChartPoint> history;
+  history.push_back({90, 10, -1});
+  history.push_back({0, 10, -1});
+  const std::string page = RenderStatusPage(TwoRanksOneStalled(), history, kSpan);
+  EXPECT_THAT(page, HasSubstr("The last 1 min 30 s"));
+  EXPECT_THAT(page, HasSubstr("points=\"0.0,2.0 360.0,2.0 \""));
 }
 
 TEST(StatusPageTest, TheListenerServesItAtRootUnderTheTokenRule) {
