@@ -193,16 +193,16 @@ std::string PositionBar(const v1::RankStatus& rank, int64_t batches_per_epoch) {
 void AppendRank(const v1::RankStatus& rank, int64_t batches_per_epoch, std::string* page) {
   absl::StrAppend(page, "<tr class=\"rank", rank.stalled() ? " stalled" : "", "\" data-rank=\"",
                   rank.rank(), "\" data-epoch=\"", rank.epoch(), "\" data-next-batch=\"",
-                  rank.next_batch(), "\"><td>rank ", rank.rank(), "</td><td>epoch ", rank.epoch(),
-                  "</td><td>", PositionBar(rank, batches_per_epoch), "</td><td>batch ",
-                  rank.next_batch(), " of ", batches_per_epoch, "</td><td>");
+                  rank.next_batch(), "\"><td>", rank.rank(), "</td><td>", rank.epoch(), "</td><td>",
+                  PositionBar(rank, batches_per_epoch), "</td><td>batch ", rank.next_batch(),
+                  " of ", batches_per_epoch, "</td><td>");
   if (rank.stalled()) {
     absl::StrAppend(page, "STALLED: no batch for ", ShortDuration(rank.seconds_since_last_batch()));
   } else {
     absl::StrAppend(page, rank.streaming() ? "streaming" : "not streaming");
   }
-  absl::StrAppend(page, "</td><td>", rank.batches_sent(), " batches sent, ", rank.window_depth(),
-                  " ahead, ", rank.lag_batches(), " behind the first</td></tr>\n");
+  absl::StrAppend(page, "</td><td>", rank.batches_sent(), "</td><td>", rank.window_depth(),
+                  "</td><td>", rank.lag_batches(), "</td></tr>\n");
 }
 
 void AppendJob(const v1::JobStatus& job, std::string* page) {
@@ -215,7 +215,10 @@ void AppendJob(const v1::JobStatus& job, std::string* page) {
     absl::StrAppend(page, ", <span class=\"stalled\">", job.stalled_ranks(),
                     " stalled ranks</span>");
   }
-  absl::StrAppend(page, "</p>\n<table>\n");
+  absl::StrAppend(page,
+                  "</p>\n<table><tr><th>rank</th><th>epoch</th><th>position in the epoch</th>"
+                  "<th></th><th>state</th><th>batches sent</th><th>ready ahead</th>"
+                  "<th>behind the first</th></tr>\n");
   for (const v1::RankStatus& rank : job.ranks()) AppendRank(rank, job.batches_per_epoch(), page);
   absl::StrAppend(page, "</table>\n");
   if (job.ranks_truncated()) {
