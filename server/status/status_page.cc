@@ -30,7 +30,7 @@ td, th { padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd; whit
 
 constexpr int kChartWidth = 360;
 constexpr int kChartHeight = 90;
-constexpr int kBarWidth = 300;
+constexpr int kBarWidth = 240;
 constexpr int kBarHeight = 14;
 
 std::string Escaped(absl::string_view text) { return HtmlEscape(text); }
@@ -217,8 +217,7 @@ void AppendJob(const v1::JobStatus& job, std::string* page) {
   }
   absl::StrAppend(page,
                   "</p>\n<table><tr><th>rank</th><th>epoch</th><th>position in the epoch</th>"
-                  "<th></th><th>state</th><th>batches sent</th><th>ready ahead</th>"
-                  "<th>behind the first</th></tr>\n");
+                  "<th></th><th>state</th><th>sent</th><th>ready</th><th>lag</th></tr>\n");
   for (const v1::RankStatus& rank : job.ranks()) AppendRank(rank, job.batches_per_epoch(), page);
   absl::StrAppend(page, "</table>\n");
   if (job.ranks_truncated()) {

@@ -76,9 +76,9 @@ TEST(StatusPageTest, ShowsEveryRanksPositionAsABarAndHighlightsTheStall) {
   EXPECT_THAT(page, HasSubstr("123.4 images/s"));
   EXPECT_THAT(page, HasSubstr("<section class=\"job\" data-job-id=\"train-a\""));
   EXPECT_THAT(page, HasSubstr("40 batches per epoch"));
-  // Bars of 300 px: 30 of 40 batches and 10 of 40.
-  EXPECT_THAT(page, HasSubstr("<rect width=\"225.0\""));
-  EXPECT_THAT(page, HasSubstr("<rect width=\"75.0\""));
+  // Bars of 240 px: 30 of 40 batches and 10 of 40.
+  EXPECT_THAT(page, HasSubstr("<rect width=\"180.0\""));
+  EXPECT_THAT(page, HasSubstr("<rect width=\"60.0\""));
   EXPECT_THAT(page, HasSubstr("<tr class=\"rank\" data-rank=\"0\" data-epoch=\"2\" "
                               "data-next-batch=\"30\">"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"rank stalled\" data-rank=\"1\" data-epoch=\"2\" "
