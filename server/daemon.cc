@@ -18,6 +18,7 @@
 #include "server/net/unix_socket.h"
 #include "server/rpc/listener_probe.h"
 #include "server/status/metrics_text.h"
+#include "server/status/status_page.h"
 
 namespace shardcast::server {
 
@@ -282,8 +283,17 @@ absl::Status Daemon::StartMetricsEndpoint() {
   metrics_ = std::make_unique<MetricsHttpServer>(
       options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
       tokens_.get());
+  metrics_->ServeStatusPage([this] {
+    const v1::GetStatusResponse status = impl_->GetStatus();
+    status_history_.Record(status);
+    return RenderStatusPage(status, status_history_.Points(),
+                            absl::ToDoubleSeconds(status_history_.span()));
+  });
+  metrics_->SetTick(StatusHistory::kDefaultInterval,
+                    [this] { status_history_.Record(impl_->GetStatus()); });
   if (absl::Status s = metrics_->Start(); !s.ok()) return s;
-  LogInfo("server", absl::StrFormat("metrics on http://%s/metrics%s", metrics_address(),
+  LogInfo("server", absl::StrFormat("metrics on http://%s/metrics, status page on http://%s/%s",
+                                    metrics_address(), metrics_address(),
                                     tokens_ != nullptr ? ", bearer token required" : ""));
   if (!options_.tls_cert_file.empty()) {
     LogWarning("server",

@@ -25,6 +25,7 @@
 #include "server/rpc/server_credentials.h"
 #include "server/serving/service_core.h"
 #include "server/status/metrics_http.h"
+#include "server/status/status_history.h"
 
 namespace shardcast::server {
 
@@ -112,7 +113,7 @@ class Daemon {
   absl::Status StartListenerProbe();
   // The probe's verdict on the listener: OK when it accepts.
   void ListenerVerdict(const absl::Status& verdict) ABSL_LOCKS_EXCLUDED(mu_);
-  // /metrics (options.metrics_listen_address), when asked for.
+  // /metrics and the status page at / (options.metrics_listen_address), when asked for.
   absl::Status StartMetricsEndpoint();
   // Serves `dataset` at once, or indexes the options' datasets on a thread.
   void StartServing(std::unique_ptr<ServedDataset> dataset) ABSL_LOCKS_EXCLUDED(mu_);
@@ -129,6 +130,8 @@ class Daemon {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<ListenerProbe> listener_probe_;  // null when the interval is zero
   std::unique_ptr<MetricsHttpServer> metrics_;     // null without --metrics-listen
+  // The status page's charts: sampled by the metrics listener's tick, on the core's clock.
+  StatusHistory status_history_{options_.clock};
   int port_ = 0;
   // --health-listen: a plaintext server with only the health service.
   std::unique_ptr<grpc::Server> health_server_;

@@ -266,10 +266,11 @@ void AddResourceFlags(FlagSet& flags, const DescriptorLimit& descriptors, Server
 void AddMonitoringFlags(FlagSet& flags, ServerOptions& o) {
   flags.String({{"--metrics-listen"},
                 "HOST:PORT",
-                "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 = a free port,\n"
-                "printed on stdout). Off by default: it is one more port, plain HTTP, and\n"
-                "shows job ids and progress to whoever reaches it (as GetStatus does); with\n"
-                "--auth-token-file it requires the same bearer tokens"},
+                "serve Prometheus metrics on http://HOST:PORT/metrics and the status page\n"
+                "(HTML) on http://HOST:PORT/ (port 0 = a free port, printed on stdout).\n"
+                "Off by default: it is one more port, plain HTTP, and shows job ids and\n"
+                "progress to whoever reaches it (as GetStatus does); with --auth-token-file\n"
+                "it requires the same bearer tokens"},
                &o.metrics_listen_address, /*allow_empty=*/true);
   flags.String({{"--health-listen"},
                 "HOST:PORT",

@@ -33,6 +33,9 @@ packages=(
   clang-format-14 clang-tidy-14
   # Parses the server's /metrics exposition in tests/python/test_metrics.py.
   python3-prometheus-client
+  # A test dependency: headless chromium renders the status page (GET /) in
+  # tests/python/test_status_page.py and makes docs/status-page.png.
+  chromium
 )
 
 missing=()

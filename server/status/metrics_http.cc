@@ -26,12 +26,14 @@ namespace shardcast::server {
 
 namespace {
 
+constexpr const char* kPlainText = "text/plain; charset=utf-8";
+constexpr const char* kPrometheusText = "text/plain; version=0.0.4; charset=utf-8";
+constexpr const char* kHtml = "text/html; charset=utf-8";
+
 std::string Response(const char* status_line, const std::string& body,
-                     const std::string& extra_headers = "", bool head_only = false) {
-  return absl::StrCat("HTTP/1.1 ", status_line, "\r\nContent-Type: ",
-                      absl::StartsWith(status_line, "200")
-                          ? "text/plain; version=0.0.4; charset=utf-8"
-                          : "text/plain; charset=utf-8",
+                     const std::string& extra_headers = "", bool head_only = false,
+                     const char* content_type = kPlainText) {
+  return absl::StrCat("HTTP/1.1 ", status_line, "\r\nContent-Type: ", content_type,
                       "\r\nContent-Length: ", body.size(), "\r\n", extra_headers,
                       "Connection: close\r\n\r\n", head_only ? "" : body);
 }
@@ -113,21 +115,37 @@ absl::StatusOr<HttpRequest> ParseHttpRequestHead(absl::string_view head) {
 }
 
 std::string RespondToMetricsRequest(const HttpRequest& request, const TokenAuthenticator* tokens,
-                                    const std::function<std::string()>& render) {
-  if (request.path != "/metrics") {
-    return Response("404 Not Found", "shardcast-server serves only /metrics here\n");
+                                    const std::function<std::string()>& render,
+                                    const std::function<std::string()>& render_page) {
+  const bool is_page = request.path == "/" && render_page != nullptr;
+  if (request.path != "/metrics" && !is_page) {
+    return Response("404 Not Found", render_page != nullptr
+                                         ? "shardcast-server serves / and /metrics here\n"
+                                         : "shardcast-server serves only /metrics here\n");
   }
   const bool head_only = request.method == "HEAD";
   if (request.method != "GET" && !head_only) {
-    return Response("405 Method Not Allowed", "GET /metrics\n", "Allow: GET, HEAD\r\n");
+    return Response("405 Method Not Allowed", absl::StrCat("GET ", request.path, "\n"),
+                    "Allow: GET, HEAD\r\n");
   }
+  // The page shows the same job ids and figures as /metrics: the same token rule.
   if (tokens != nullptr) {
     if (absl::Status auth = tokens->Check(request.authorization); !auth.ok()) {
       return Response("401 Unauthorized", absl::StrCat(auth.message(), "\n"),
                       "WWW-Authenticate: Bearer\r\n");
     }
   }
-  return Response("200 OK", render(), "", head_only);
+  if (is_page) return Response("200 OK", render_page(), "", head_only, kHtml);
+  return Response("200 OK", render(), "", head_only, kPrometheusText);
+}
+
+void MetricsHttpServer::ServeStatusPage(std::function<std::string()> render_page) {
+  render_page_ = std::move(render_page);
+}
+
+void MetricsHttpServer::SetTick(absl::Duration period, std::function<void()> tick) {
+  tick_period_ = period;
+  tick_ = std::move(tick);
 }
 
 MetricsHttpServer::MetricsHttpServer(std::string listen_address,
@@ -220,11 +238,17 @@ struct MetricsHttpServer::Connection {
 void MetricsHttpServer::EventLoop() {
   std::vector<Connection> connections;
   std::vector<pollfd> fds;
+  absl::Time next_tick = tick_ != nullptr ? absl::Now() : absl::InfiniteFuture();
   while (true) {
     // Real time: every time here is a poll() deadline on real sockets (the accept
     // backoff, a connection's head and answer), which a clock nobody moves would hang.
-    const absl::Time now = absl::Now();
-    absl::Time next = absl::InfiniteFuture();
+    absl::Time now = absl::Now();
+    if (now >= next_tick) {
+      tick_();
+      next_tick = now + tick_period_;
+      now = absl::Now();
+    }
+    absl::Time next = next_tick;
     fds.clear();
     fds.push_back({stop_fds_[0], POLLIN, 0});
     // A negative descriptor is ignored by poll(): not accepting while backing off.
@@ -335,7 +359,7 @@ std::string MetricsHttpServer::Answer(absl::string_view head) const {
   if (!request.ok()) {
     return Response("400 Bad Request", absl::StrCat(request.status().message(), "\n"));
   }
-  return RespondToMetricsRequest(*request, tokens_, render_);
+  return RespondToMetricsRequest(*request, tokens_, render_, render_page_);
 }
 
 void MetricsHttpServer::StartAnswer(Connection* connection, std::string answer, absl::Time now) {

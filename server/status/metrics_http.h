@@ -1,5 +1,6 @@
 // The /metrics endpoint: a small HTTP/1.1 server (Connection: close) that answers
-// GET /metrics with the Prometheus text. Debian 12 has no prometheus-cpp package and the
+// GET /metrics with the Prometheus text, and GET / with the status page when the daemon
+// gives it one (ServeStatusPage). Debian 12 has no prometheus-cpp package and the
 // exposition is one GET of one page, so a few hundred lines over POSIX sockets beat a
 // new dependency. One thread runs a non-blocking poll() loop over the listener and
 // every open connection, so an idle or trickling peer costs a descriptor until its own
@@ -38,10 +39,12 @@ struct HttpRequest {
 // says what is malformed; any bytes are safe to pass.
 absl::StatusOr<HttpRequest> ParseHttpRequestHead(absl::string_view head);
 
-// The whole HTTP response to `request`: 200 with `render()` for GET/HEAD /metrics
-// (after the token check when `tokens` is not null), else 401, 404 or 405.
+// The whole HTTP response to `request`: 200 with `render()` for GET/HEAD /metrics, and
+// with `render_page()` as text/html for GET/HEAD / when `render_page` is set (both after
+// the token check when `tokens` is not null), else 401, 404 or 405.
 std::string RespondToMetricsRequest(const HttpRequest& request, const TokenAuthenticator* tokens,
-                                    const std::function<std::string()>& render);
+                                    const std::function<std::string()>& render,
+                                    const std::function<std::string()>& render_page = nullptr);
 
 class MetricsHttpServer {
  public:
@@ -66,6 +69,14 @@ class MetricsHttpServer {
   ~MetricsHttpServer();  // Stop()
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // Serves `render_page()` (HTML, status_page.h) at /, under the same token rule as
+  // /metrics; called on the server's thread. REQUIRES: before Start().
+  void ServeStatusPage(std::function<std::string()> render_page);
+  // Calls `tick` on the server's thread at Start and then every `period` (the status
+  // page's history samples the counters so, whether or not anyone looks).
+  // REQUIRES: before Start(); period > 0.
+  void SetTick(absl::Duration period, std::function<void()> tick);
 
   // Binds HOST:PORT (port 0 = any free port; see port()) and starts the thread. Kept
   // apart from the constructor so a bind failure is a Status.
@@ -103,6 +114,9 @@ class MetricsHttpServer {
 
   const std::string listen_address_;
   const std::function<std::string()> render_;
+  std::function<std::string()> render_page_;  // null: / is 404
+  absl::Duration tick_period_ = absl::InfiniteDuration();
+  std::function<void()> tick_;  // null: no tick
   const TokenAuthenticator* const tokens_;
   const Limits limits_;
   int listen_fd_ = -1;

@@ -124,7 +124,10 @@ def test_metrics_scraped_during_a_stream(metrics_server):
 
 def test_metrics_endpoint_refuses_what_it_does_not_serve(metrics_server):
     port = metrics_server.metrics_port
-    for path, code in (("/", 404), ("/metrics/extra", 404)):
+    # "/" is the status page (test_status_page.py); other paths are 404.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+        assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+    for path, code in (("/index.html", 404), ("/metrics/extra", 404)):
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
         assert error.value.code == code
