@@ -98,7 +98,7 @@ absl::StatusOr<CheckpointPosition> LoadCheckpointInto(const std::string& path,
                                             std::string(e.what()).substr(0, 300)));
   }
   torch::NoGradGuard no_grad;
-  auto restore = [&](NamedTensors tensors, bool is_buffer) -> absl::Status {
+  auto restore = [&](const NamedTensors& tensors, bool is_buffer) -> absl::Status {
     for (auto& [name, tensor] : tensors) {
       torch::Tensor saved;
       try {

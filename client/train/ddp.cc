@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(const Rendezv
 PendingCollective Communicator::AllReduceAsync(torch::Tensor tensor, ReduceKind kind) {
   if (!group_) return PendingCollective();
   try {
-    std::vector<torch::Tensor> tensors = {tensor};
+    std::vector<torch::Tensor> tensors = {std::move(tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = ToReduceOp(kind);
     c10::intrusive_ptr<c10d::Work> work = group_->backend->allreduce(tensors, options);
@@ -187,6 +187,7 @@ absl::Status Communicator::BroadcastCoalesced(const std::vector<torch::Tensor>& 
   torch::NoGradGuard no_grad;
   for (auto& group : groups) {
     std::vector<torch::Tensor> flat_parts;
+    flat_parts.reserve(group.size());
     for (auto& t : group) flat_parts.push_back(t.detach().reshape(-1));
     std::vector<torch::Tensor> flat = {torch::cat(flat_parts)};
     try {
@@ -206,7 +207,7 @@ absl::Status Communicator::BroadcastCoalesced(const std::vector<torch::Tensor>& 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<torch::Tensor>> Communicator::AllGather(torch::Tensor tensor) {
+absl::StatusOr<std::vector<torch::Tensor>> Communicator::AllGather(const torch::Tensor& tensor) {
   if (!group_) return std::vector<torch::Tensor>{tensor.clone()};
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(torch::empty_like(tensor));

@@ -69,7 +69,7 @@ class Communicator {
   // collective per dtype however many tensors there are).
   absl::Status BroadcastCoalesced(const std::vector<torch::Tensor>& tensors, int root);
   // Every rank's `tensor`, in rank order.
-  absl::StatusOr<std::vector<torch::Tensor>> AllGather(torch::Tensor tensor);
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor);
   absl::Status Barrier();
 
   // Rank 0's `value` on every rank, through the rendezvous store: for what rank 0

@@ -2,6 +2,7 @@
 #include "client/train/evaluator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -89,10 +90,10 @@ absl::StatusOr<EvalSums> Evaluator::Run() {
   const torch::Tensor all = sums.cpu();
   EvalSums total;
   total.loss_sum = all[0].item<double>();
-  total.correct1 = static_cast<int64_t>(all[1].item<double>() + 0.5);
-  total.correct5 = static_cast<int64_t>(all[2].item<double>() + 0.5);
-  total.count = static_cast<int64_t>(all[3].item<double>() + 0.5);
-  total.substituted = static_cast<int64_t>(all[4].item<double>() + 0.5);
+  total.correct1 = std::llround(all[1].item<double>());
+  total.correct5 = std::llround(all[2].item<double>());
+  total.count = std::llround(all[3].item<double>());
+  total.substituted = std::llround(all[4].item<double>());
   // Every sample once: counted, or left out as a substitute.
   if (total.count + total.substituted != expected_samples_) {
     return absl::DataLossError(absl::StrFormat(

@@ -117,10 +117,12 @@ int LaunchLocalRanks(const LaunchSpec& spec) {
       ::setenv("MASTER_ADDR", spec.master_addr.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       std::vector<std::string> args = {"shardcast-train"};
+      args.reserve(1 + spec.rank_args.size());
       // (Option parsing refuses --rank/--world-size/--local-rank with --nproc-per-node,
       // so these arguments cannot override the variables set above.)
       for (const auto& a : spec.rank_args) args.push_back(a);
       std::vector<char*> cargv;
+      cargv.reserve(args.size() + 1);
       for (auto& a : args) cargv.push_back(a.data());
       cargv.push_back(nullptr);
       ::execv("/proc/self/exe", cargv.data());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <functional>
@@ -29,7 +30,7 @@ double UnixTime() {
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainerConfig& c,
-                                                       std::vector<torch::Tensor> params) {
+                                                       const std::vector<torch::Tensor>& params) {
   if (c.optimizer == "sgd") {
     return std::make_unique<torch::optim::SGD>(
         params, torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
@@ -356,7 +357,7 @@ absl::StatusOr<Trainer::StepAgreement> Trainer::AgreeOnStep(bool have_batch, int
                                   epoch, consumed, s.message()));
   }
   const torch::Tensor agreed = have.cpu();
-  const int ranks_with_batch = static_cast<int>(agreed[0].item<double>() + 0.5);
+  const int ranks_with_batch = static_cast<int>(std::lround(agreed[0].item<double>()));
   if (agreed[1].item<double>() > 0) return StepAgreement::kStop;
   if (ranks_with_batch == 0) return StepAgreement::kEpochEnd;
   if (ranks_with_batch != comm_->world_size()) {

@@ -235,8 +235,9 @@ class NativeStream {
 
   // A Loader dropped without close(): the prefetch thread is stopped and joined here,
   // without holding the GIL for it. In a forked child the stream is left alone (Forget).
-  // NOLINTNEXTLINE(bugprone-exception-escape): only Forget's `new` can throw, and out of
-  // memory in a destructor ends the process as std::terminate would anyway.
+  // bugprone-exception-escape: only Forget's `new` can throw, and out of memory in a
+  // destructor ends the process as std::terminate would anyway.
+  // NOLINTNEXTLINE(bugprone-exception-escape)
   ~NativeStream() {
     if (stream_ == nullptr) return;
     if (Forked()) {

@@ -202,7 +202,7 @@ JobRegistry::Options JobRegistry::OptionsFor(const ServerOptions& options) {
   return registry;
 }
 
-JobRegistry::JobRegistry(Options options) : options_(std::move(options)) {}
+JobRegistry::JobRegistry(Options options) : options_(options) {}
 
 absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
   if (options_.max_unstreamed_jobs_per_peer <= 0) return absl::OkStatus();
