@@ -35,6 +35,11 @@ constexpr int kBarHeight = 14;
 
 std::string Escaped(absl::string_view text) { return HtmlEscape(text); }
 
+// "1 stalled rank", "2 stalled ranks".
+std::string Count(int64_t n, absl::string_view noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 // "3 min 20 s", "1 h 5 min": the uptime and stall lengths a reader takes in at a glance.
 std::string ShortDuration(double seconds) {
   const int64_t s = static_cast<int64_t>(std::max(seconds, 0.0));
@@ -60,12 +65,12 @@ const char* DatasetStateName(v1::DatasetStatus::State state) {
 void AppendHeader(const v1::GetStatusResponse& status, std::string* page) {
   absl::StrAppend(page, "<h1>shardcast-server ", Escaped(status.version()), "</h1>\n",
                   "<p class=\"figures\"><span>up ", ShortDuration(status.uptime_seconds()),
-                  "</span><span>", status.open_streams(), " open streams</span><span id=\"rate\">",
-                  absl::StrFormat("%.1f", status.images_per_second()), " images/s</span><span>",
-                  status.total_jobs(), " jobs</span>");
+                  "</span><span>", Count(status.open_streams(), "open stream"),
+                  "</span><span id=\"rate\">", absl::StrFormat("%.1f", status.images_per_second()),
+                  " images/s</span><span>", Count(status.total_jobs(), "job"), "</span>");
   absl::StrAppend(page, "<span id=\"stalled\"",
                   status.stalled_ranks() > 0 ? " class=\"stalled\"" : "", ">",
-                  status.stalled_ranks(), " stalled ranks</span></p>\n");
+                  Count(status.stalled_ranks(), "stalled rank"), "</span></p>\n");
 }
 
 // One line chart: `values` (x = seconds ago, y in [0, y_max]; a negative y is a gap).
@@ -209,11 +214,11 @@ void AppendJob(const v1::JobStatus& job, std::string* page) {
   absl::StrAppend(page, "<section class=\"job\" data-job-id=\"", Escaped(job.job_id()),
                   "\" data-batches-per-epoch=\"", job.batches_per_epoch(), "\"><h2>job ",
                   Escaped(job.job_id()), "</h2>\n<p>dataset ", Escaped(job.dataset()), ", ",
-                  job.world_size(), " ranks of batch ", job.batch_size(), ", ",
+                  Count(job.world_size(), "rank"), " of batch ", job.batch_size(), ", ",
                   job.batches_per_epoch(), " batches per epoch");
   if (job.stalled_ranks() > 0) {
-    absl::StrAppend(page, ", <span class=\"stalled\">", job.stalled_ranks(),
-                    " stalled ranks</span>");
+    absl::StrAppend(page, ", <span class=\"stalled\">", Count(job.stalled_ranks(), "stalled rank"),
+                    "</span>");
   }
   absl::StrAppend(page,
                   "</p>\n<table><tr><th>rank</th><th>epoch</th><th>position in the epoch</th>"

@@ -84,7 +84,7 @@ TEST(StatusPageTest, ShowsEveryRanksPositionAsABarAndHighlightsTheStall) {
   EXPECT_THAT(page, HasSubstr("<tr class=\"rank stalled\" data-rank=\"1\" data-epoch=\"2\" "
                               "data-next-batch=\"10\">"));
   EXPECT_THAT(page, HasSubstr("STALLED: no batch for 1 min 15 s"));
-  EXPECT_THAT(page, HasSubstr("<span id=\"stalled\" class=\"stalled\">1 stalled ranks"));
+  EXPECT_THAT(page, HasSubstr("<span id=\"stalled\" class=\"stalled\">1 stalled rank<"));
   // Nothing is fetched from elsewhere and nothing runs.
   EXPECT_THAT(page, Not(HasSubstr("<script")));
   EXPECT_THAT(page, Not(HasSubstr("src=")));
