@@ -30,7 +30,7 @@ absl::Status Unreachable(const StreamSettings& settings, const v1::RegisterReque
   return absl::UnavailableError(absl::StrFormat(
       "register rank %d of job '%s' at %s: server unreachable for %.1f s (%d attempts); "
       "last error: %s. Is shardcast-server running and listening there? Start it "
-      "(shardcast-server --data DIR --listen ADDRESS) or check the address",
+      "(shardcast-server --shards DIR --listen ADDRESS) or check the address",
       job.rank(), job.job_id(), settings.server, settings.reconnect_deadline_seconds, attempts,
       last_error));
 }

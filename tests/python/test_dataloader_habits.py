@@ -43,7 +43,7 @@ def test_waiting_for_a_server_logs_one_line_and_the_error_says_what_to_do(caplog
     assert len(notices) == 1, notices
     assert f"no shardcast-server answers at {address} yet" in notices[0]
     assert "trying again for up to 2 s" in notices[0]  # 1.5 s, rounded
-    assert "Start it (shardcast-server --data DIR --listen ADDRESS) or check the address" in \
+    assert "Start it (shardcast-server --shards DIR --listen ADDRESS) or check the address" in \
         str(e.value)
 
 

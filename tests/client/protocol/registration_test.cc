@@ -68,9 +68,10 @@ TEST_F(RegistrationTest, WaitingForAServerIsToldOnceAndTheErrorSaysWhatToDo) {
       },
       stop_);
   ASSERT_EQ(response.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(absl::StrContains(response.status().message(),
-                                "Start it (shardcast-server --data DIR --listen ADDRESS) or check "
-                                "the address"))
+  EXPECT_TRUE(
+      absl::StrContains(response.status().message(),
+                        "Start it (shardcast-server --shards DIR --listen ADDRESS) or check "
+                        "the address"))
       << response.status();
   ASSERT_EQ(notices.size(), 1u);  // once, not at every one of the attempts
   EXPECT_EQ(notices[0],
