@@ -340,4 +340,17 @@ StatusFieldValue ReadStatusField(const shardcast::v1::GetStatusResponse& status,
   return value;
 }
 
+const char* DatasetStateName(shardcast::v1::DatasetStatus::State state) {
+  switch (state) {
+    case shardcast::v1::DatasetStatus::INDEXING:
+      return "indexing";
+    case shardcast::v1::DatasetStatus::SERVING:
+      return "serving";
+    case shardcast::v1::DatasetStatus::FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
 }  // namespace shardcast

@@ -114,6 +114,10 @@ struct StatusFieldValue {
 StatusFieldValue ReadStatusField(const shardcast::v1::GetStatusResponse& status,
                                  const StatusField& row);
 
+// A dataset's state as every renderer names it: "indexing", "serving", "failed", or
+// "unknown" for a value this build does not know (a newer server's).
+const char* DatasetStateName(shardcast::v1::DatasetStatus::State state);
+
 }  // namespace shardcast
 
 #endif  // SHARDCAST_PROTO_STATUS_FIELDS_H_

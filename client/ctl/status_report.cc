@@ -222,17 +222,9 @@ void AppendFigures(const shardcast::v1::GetStatusResponse& st,
   insert_once();
 }
 
-std::string DatasetStateName(shardcast::v1::DatasetStatus::State state) {
-  switch (state) {
-    case shardcast::v1::DatasetStatus::INDEXING:
-      return "indexing";
-    case shardcast::v1::DatasetStatus::SERVING:
-      return "serving";
-    case shardcast::v1::DatasetStatus::FAILED:
-      return "FAILED";
-    default:
-      return "?";
-  }
+// The shared name, with a failed dataset in capitals: it is what the reader must see.
+std::string CtlDatasetStateName(shardcast::v1::DatasetStatus::State state) {
+  return state == shardcast::v1::DatasetStatus::FAILED ? "FAILED" : DatasetStateName(state);
 }
 
 // The datasets table (servers before named datasets send none: nothing is added).
@@ -244,7 +236,7 @@ void AppendDatasets(const shardcast::v1::GetStatusResponse& st, std::string* out
   for (const auto& d : st.datasets()) {
     const bool indexed = d.state() == shardcast::v1::DatasetStatus::SERVING;
     auto number = [indexed](int64_t v) { return indexed ? absl::StrCat(v) : std::string("-"); };
-    table.AddRow({d.name(), DatasetStateName(d.state()), number(d.num_shards()),
+    table.AddRow({d.name(), CtlDatasetStateName(d.state()), number(d.num_shards()),
                   number(d.num_samples()), number(d.num_classes()), number(d.skipped_samples()),
                   d.dir()});
   }

@@ -50,18 +50,9 @@ std::string Label(const char* name, const std::string& value) {
 }
 
 // One of kIndexStates: the dataset's, or "draining" for all while the server drains.
+// ("unknown": no series is 1.)
 std::string IndexStateName(const v1::DatasetStatus& dataset, bool draining) {
-  if (draining) return "draining";
-  switch (dataset.state()) {
-    case v1::DatasetStatus::INDEXING:
-      return "indexing";
-    case v1::DatasetStatus::SERVING:
-      return "serving";
-    case v1::DatasetStatus::FAILED:
-      return "failed";
-    default:
-      return "unknown";  // no series is 1
-  }
+  return draining ? "draining" : DatasetStateName(dataset.state());
 }
 
 }  // namespace

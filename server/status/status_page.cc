@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/util/utf8.h"
+#include "proto/status_fields.h"
 
 namespace shardcast::server {
 
@@ -47,19 +48,6 @@ std::string ShortDuration(double seconds) {
   if (s < 3600)
     return absl::StrCat(s / 60, " min", s % 60 > 0 ? absl::StrCat(" ", s % 60, " s") : "");
   return absl::StrCat(s / 3600, " h ", (s % 3600) / 60, " min");
-}
-
-const char* DatasetStateName(v1::DatasetStatus::State state) {
-  switch (state) {
-    case v1::DatasetStatus::INDEXING:
-      return "indexing";
-    case v1::DatasetStatus::SERVING:
-      return "serving";
-    case v1::DatasetStatus::FAILED:
-      return "failed";
-    default:
-      return "unknown";
-  }
 }
 
 void AppendHeader(const v1::GetStatusResponse& status, std::string* page) {
