@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -128,6 +129,10 @@ absl::Status BadTarget(absl::string_view entry, absl::string_view why, absl::str
 }  // namespace
 
 absl::Status CheckServerTarget(absl::string_view entry) {
+  // gRPC reads a target as a C string: a NUL would cut it short and name another host.
+  if (absl::c_any_of(entry, [](char c) { return absl::ascii_iscntrl(c) || c == ' '; })) {
+    return BadTarget(absl::CHexEscape(entry), "a control character or a space in it", "HOST:PORT");
+  }
   for (absl::string_view local : {"unix:", "unix-abstract:"}) {
     if (absl::StartsWith(entry, local)) {
       absl::string_view path = entry.substr(local.size());

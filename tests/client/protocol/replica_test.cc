@@ -60,7 +60,8 @@ TEST(ServerListTest, AddressesThatCannotBeAServerAreRefusedSayingWhatToWrite) {
            {"[::1]", "no port"},
            {":50051", "no host"},
            {"unix:", "no socket path"},
-           {"dns:///", "no host"}}) {
+           {"dns:///", "no host"},
+           {"a b:1", "a control character or a space"}}) {
     const absl::Status status = client::CheckServerTarget(bad.address);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad.address;
     EXPECT_THAT(status.message(), HasSubstr(bad.says)) << bad.address;
@@ -69,6 +70,14 @@ TEST(ServerListTest, AddressesThatCannotBeAServerAreRefusedSayingWhatToWrite) {
     EXPECT_EQ(client::ExpandServerList(absl::StrCat("h:1,", bad.address)).status().code(),
               absl::StatusCode::kInvalidArgument);
   }
+  // A NUL would cut gRPC's C-string target short; control characters are shown escaped.
+  EXPECT_THAT(client::CheckServerTarget("h\n:1").message(),
+              HasSubstr("'h\\n:1': a control character"));
+  const absl::Status nul = client::CheckServerTarget(std::string("evil\0.example:1", 15));
+  EXPECT_EQ(nul.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(nul.message(), HasSubstr("'evil\\x00.example:1': a control character"));
+  // A huge one is refused at once too, without resolving anything.
+  EXPECT_THAT(client::CheckServerTarget(std::string(1 << 20, 'h')).message(), HasSubstr("no port"));
 }
 
 TEST(ServerListTest, LocalReplicasComeFirstAndEachGroupIsSpreadByRank) {
