@@ -327,11 +327,9 @@ class Loader:
         self._offset = 0
         self._pinned = True
         self._iteration = 0  # bumped by each iter(), so an older iterator stops
-        # Batches the current iter() handed out, and whether it reached the epoch's end:
-        # an iterator that handed out none (or was dropped after a peek) leaves its epoch
-        # to the next iter().
+        # Batches the current iter() handed out: an iterator that handed out none (or was
+        # dropped after a peek) leaves its unfinished epoch to the next iter().
         self._handed_out = 0
-        self._epoch_finished = False
         # The ranks' agreement on the job, on the first iter() (_agree_on_job).
         self._process_group = process_group
         self._check_ranks = check_ranks
@@ -512,11 +510,12 @@ class Loader:
     def __iter__(self) -> Iterator[Batch]:
         self._agree_on_job()
         epoch, done, offset = self._epoch, self._done, self._offset
-        if not self._pinned and (self._handed_out > 0 or self._epoch_finished):
+        if not self._pinned and (self._handed_out > 0 or done >= self.batches_in_epoch):
             epoch, done, offset = epoch + 1, 0, 0
-        # else the last iterator handed out nothing: its epoch is streamed again from the
-        # start (a peek at one batch put the position back there already: _batches).
-        self._handed_out, self._epoch_finished = 0, False
+        # else the last iterator handed out nothing of an unfinished epoch: that epoch is
+        # streamed again from the start (a peek at one batch put the position back there
+        # already: _batches).
+        self._handed_out = 0
         # The position moves only once the stream took it: a refused start changes nothing.
         self._stream.start_epoch(epoch, done, offset)
         self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, False
@@ -614,7 +613,6 @@ class Loader:
             else:
                 native = self._stream.next()
             if native is None:
-                self._epoch_finished = True
                 return
             batch = _to_batch(native, images)
             if native.substituted:
