@@ -34,8 +34,6 @@ constexpr int kChartHeight = 90;
 constexpr int kBarWidth = 240;
 constexpr int kBarHeight = 14;
 
-std::string Escaped(absl::string_view text) { return HtmlEscape(text); }
-
 // "1 stalled rank", "2 stalled ranks".
 std::string Count(int64_t n, absl::string_view noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
@@ -51,7 +49,7 @@ std::string ShortDuration(double seconds) {
 }
 
 void AppendHeader(const v1::GetStatusResponse& status, std::string* page) {
-  absl::StrAppend(page, "<h1>shardcast-server ", Escaped(status.version()), "</h1>\n",
+  absl::StrAppend(page, "<h1>shardcast-server ", HtmlEscape(status.version()), "</h1>\n",
                   "<p class=\"figures\"><span>up ", ShortDuration(status.uptime_seconds()),
                   "</span><span>", Count(status.open_streams(), "open stream"),
                   "</span><span id=\"rate\">", absl::StrFormat("%.1f", status.images_per_second()),
@@ -141,13 +139,13 @@ void AppendDatasets(const v1::GetStatusResponse& status, std::string* page) {
                          dataset.total_unreadable_shards();
     const bool highlighted = problems > 0 || dataset.state() == v1::DatasetStatus::FAILED;
     absl::StrAppend(page, "<tr class=\"dataset", highlighted ? " problem" : "",
-                    "\" data-dataset=\"", Escaped(dataset.name()), "\"><td>",
-                    Escaped(dataset.name()), "</td><td>", DatasetStateName(dataset.state()),
-                    dataset.error().empty() ? "" : ": ", Escaped(dataset.error()), "</td><td>",
+                    "\" data-dataset=\"", HtmlEscape(dataset.name()), "\"><td>",
+                    HtmlEscape(dataset.name()), "</td><td>", DatasetStateName(dataset.state()),
+                    dataset.error().empty() ? "" : ": ", HtmlEscape(dataset.error()), "</td><td>",
                     dataset.num_shards(), "</td><td>", dataset.num_samples(), "</td><td>");
     absl::StrAppend(page, dataset.total_skipped_shards(), " skipped, ",
                     dataset.total_changed_shards(), " changed, ", dataset.total_unreadable_shards(),
-                    " unreadable</td><td>", Escaped(dataset.dir()), "</td></tr>\n");
+                    " unreadable</td><td>", HtmlEscape(dataset.dir()), "</td></tr>\n");
   }
   absl::StrAppend(page, "</table>\n");
 }
@@ -159,9 +157,9 @@ void AppendShardProblems(const v1::GetStatusResponse& status, std::string* page)
                   "<th>shard</th><th>problem</th></tr>\n");
   auto rows = [&](const auto& problems, absl::string_view kind) {
     for (const v1::ShardProblem& problem : problems) {
-      absl::StrAppend(page, "<tr class=\"problem\"><td>", Escaped(problem.dataset()), "</td><td>",
-                      Escaped(problem.path()), "</td><td>", kind, ": ", Escaped(problem.reason()),
-                      "</td></tr>\n");
+      absl::StrAppend(page, "<tr class=\"problem\"><td>", HtmlEscape(problem.dataset()),
+                      "</td><td>", HtmlEscape(problem.path()), "</td><td>", kind, ": ",
+                      HtmlEscape(problem.reason()), "</td></tr>\n");
     }
   };
   rows(status.skipped_shards(), "left out of the index");
@@ -199,9 +197,9 @@ void AppendRank(const v1::RankStatus& rank, int64_t batches_per_epoch, std::stri
 }
 
 void AppendJob(const v1::JobStatus& job, std::string* page) {
-  absl::StrAppend(page, "<section class=\"job\" data-job-id=\"", Escaped(job.job_id()),
+  absl::StrAppend(page, "<section class=\"job\" data-job-id=\"", HtmlEscape(job.job_id()),
                   "\" data-batches-per-epoch=\"", job.batches_per_epoch(), "\"><h2>job ",
-                  Escaped(job.job_id()), "</h2>\n<p>dataset ", Escaped(job.dataset()), ", ",
+                  HtmlEscape(job.job_id()), "</h2>\n<p>dataset ", HtmlEscape(job.dataset()), ", ",
                   Count(job.world_size(), "rank"), " of batch ", job.batch_size(), ", ",
                   job.batches_per_epoch(), " batches per epoch");
   if (job.stalled_ranks() > 0) {
