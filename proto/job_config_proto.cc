@@ -1,6 +1,9 @@
 // Wire <-> JobConfig (see job_config_proto.h).
 #include "proto/job_config_proto.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -124,6 +127,13 @@ absl::StatusOr<JobOverrides> OverridesFromRequest(const v1::RegisterRequest& r) 
   if (r.has_shuffle_shards()) o.shuffle_shards = r.shuffle_shards();
   if (r.has_shuffle_buffer()) o.shuffle_buffer = r.shuffle_buffer();
   if (r.has_block_size()) o.block_size = r.block_size();
+  if (r.has_image()) o.image = r.image();
+  if (r.fields_size() > 0) {
+    absl::StatusOr<std::vector<FieldSpec>> fields =
+        ParseFieldSpecs({r.fields().begin(), r.fields().end()});
+    if (!fields.ok()) return fields.status();
+    o.fields = *std::move(fields);
+  }
   return o;
 }
 
@@ -139,6 +149,10 @@ void SetRequestOverrides(const JobOverrides& o, v1::RegisterRequest* r) {
   if (o.transform_mode) r->mutable_transform()->set_mode(ToProto(*o.transform_mode));
   if (o.resize) r->mutable_transform()->set_resize(*o.resize);
   if (o.crop) r->mutable_transform()->set_crop(*o.crop);
+  if (o.image) r->set_image(*o.image);
+  if (o.fields) {
+    for (const FieldSpec& field : *o.fields) r->add_fields(field.ToString());
+  }
 }
 
 absl::StatusOr<JobConfig> EffectiveJobConfig(const v1::RegisterRequest& request,
@@ -167,6 +181,8 @@ void SetResponseConfig(const JobConfig& config, v1::RegisterResponse* response) 
   response->mutable_transform()->set_mode(ToProto(t.mode));
   response->mutable_transform()->set_resize(t.resize);
   response->mutable_transform()->set_crop(t.crop);
+  response->set_image(config.image);
+  for (const FieldSpec& field : config.fields) response->add_fields(field.ToString());
 }
 
 absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
@@ -195,6 +211,11 @@ absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
   t.mode = **mode;
   t.resize = response.transform().resize();
   t.crop = response.transform().crop();
+  config.image = response.image();
+  absl::StatusOr<std::vector<FieldSpec>> fields =
+      ParseFieldSpecs({response.fields().begin(), response.fields().end()});
+  if (!fields.ok()) return fields.status();
+  config.fields = *std::move(fields);
   return config;
 }
 

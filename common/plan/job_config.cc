@@ -91,7 +91,7 @@ absl::Status InRange(const char* field, int64_t value, int64_t min, int64_t max,
 
 // The settings as (field, value) pairs, in wire spelling: the one list that the
 // difference check and the config string walk.
-std::vector<std::pair<const char*, std::string>> Fields(const JobConfig& config) {
+std::vector<std::pair<const char*, std::string>> Settings(const JobConfig& config) {
   const PlanConfig& p = config.plan;
   const TransformSpec& t = config.transform;
   return {
@@ -108,6 +108,8 @@ std::vector<std::pair<const char*, std::string>> Fields(const JobConfig& config)
       {"transform.resize", absl::StrCat(t.resize)},
       {"transform.crop", absl::StrCat(t.crop)},
       {"transform.dct_scaling", t.dct_scaling ? "true" : "false"},
+      {"image", config.image ? "true" : "false"},
+      {"fields", FieldSpecsString(config.fields)},
   };
 }
 
@@ -144,11 +146,14 @@ JobConfig ApplyOverrides(const JobOverrides& o, JobConfig base) {
   if (o.transform_mode) t.mode = *o.transform_mode;
   if (o.resize) t.resize = *o.resize;
   if (o.crop) t.crop = *o.crop;
+  if (o.image) base.image = *o.image;
+  if (o.fields) base.fields = *o.fields;
   return base;
 }
 
 int64_t BatchMessageBytes(const JobConfig& config) {
-  const int64_t sample_pixels = int64_t{3} * config.transform.crop * config.transform.crop;
+  const int64_t sample_pixels =
+      config.image ? int64_t{3} * config.transform.crop * config.transform.crop : 0;
   return int64_t{config.plan.batch_size} * (sample_pixels + kSampleOverheadBytes) +
          kBatchOverheadBytes;
 }
@@ -174,6 +179,14 @@ absl::Status Validate(const JobConfig& config, const JobLimits& limits) {
         absl::StrCat("transform.resize: ", t.resize, " is smaller than transform.crop ", t.crop,
                      " (center mode resizes the short side, then crops)"));
   }
+  if (!config.image && config.fields.empty()) {
+    return absl::InvalidArgumentError(
+        "image: a job without images must ask for at least one field (e.g. fields txt)");
+  }
+  if (config.fields.size() > kMaxFields) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fields: ", config.fields.size(), " asked for, at most ", kMaxFields, " are allowed"));
+  }
   const int64_t message_bytes = BatchMessageBytes(config);
   if (message_bytes > limits.max_message_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -196,11 +209,19 @@ std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig&
   digest.AddString("shardcast-job-v2");
   digest.AddString(PlanFingerprint(index_fingerprint, plan));
   digest.AddU64(kTransformVersion);
-  digest.AddString(TransformModeName(t.mode));
-  digest.AddU64(static_cast<uint64_t>(t.crop));
+  // A job without images never reads the transform: jobs that differ only there are
+  // the same.
+  const bool center = config.image && t.mode == TransformMode::kCenter;
+  digest.AddString(config.image ? TransformModeName(t.mode) : "no-image");
+  digest.AddU64(config.image ? static_cast<uint64_t>(t.crop) : 0);
   // Random mode never reads resize: two random jobs that differ only there are the same.
-  digest.AddU64(t.mode == TransformMode::kCenter ? static_cast<uint64_t>(t.resize) : 0);
-  digest.AddU64(t.dct_scaling ? 1 : 0);
+  digest.AddU64(center ? static_cast<uint64_t>(t.resize) : 0);
+  digest.AddU64(config.image && t.dct_scaling ? 1 : 0);
+  // Which members each sample carries, and which samples a required one leaves out.
+  // Jobs without fields digest nothing more, so their fingerprints are those of
+  // before fields existed.
+  if (!config.fields.empty())
+    digest.AddString(absl::StrCat("fields:", FieldSpecsString(config.fields)));
   digest.AddU64(kSubstitutionVersion);
   digest.AddU64(static_cast<uint64_t>(serve.max_member_bytes));
   digest.AddU64(static_cast<uint64_t>(serve.max_decode_bytes));
@@ -217,8 +238,8 @@ std::string ServeSettingsString(const ServeSettings& serve) {
 }
 
 std::optional<ConfigDifference> FirstDifference(const JobConfig& a, const JobConfig& b) {
-  const auto fields_a = Fields(a);
-  const auto fields_b = Fields(b);
+  const auto fields_a = Settings(a);
+  const auto fields_b = Settings(b);
   for (size_t i = 0; i < fields_a.size(); ++i) {
     if (fields_a[i].second != fields_b[i].second) {
       return ConfigDifference{fields_a[i].first, fields_a[i].second, fields_b[i].second};
@@ -229,7 +250,7 @@ std::optional<ConfigDifference> FirstDifference(const JobConfig& a, const JobCon
 
 std::string JobConfigString(const JobConfig& config) {
   std::string out;
-  for (const auto& [field, value] : Fields(config)) {
+  for (const auto& [field, value] : Settings(config)) {
     absl::StrAppend(&out, out.empty() ? "" : " ", field, "=", value);
   }
   return out;

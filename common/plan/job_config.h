@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/plan/field_spec.h"
 
 namespace shardcast {
 
@@ -84,6 +85,12 @@ inline constexpr int kTransformVersion = 2;
 struct JobConfig {
   PlanConfig plan;
   TransformSpec transform;
+  // Whether batches carry decoded images. false: a members-only job (text, audio,
+  // tokens): nothing is decoded, `transform` is unused, `fields` is not empty.
+  bool image = true;
+  // The sample members each batch carries as stored in the tar, in this order
+  // (field_spec.h). A sample without a required one is left out of the plan.
+  std::vector<FieldSpec> fields;
 };
 
 // The built-in job defaults, the seed's: batch 32, split shard, remainder drop, one
@@ -110,6 +117,8 @@ struct JobOverrides {
   std::optional<TransformMode> transform_mode;
   std::optional<int32_t> resize;
   std::optional<int32_t> crop;
+  std::optional<bool> image;
+  std::optional<std::vector<FieldSpec>> fields;
 };
 
 // `base` with every set field of `overrides` replacing its value. world_size is
@@ -131,14 +140,16 @@ struct JobLimits {
   int64_t max_message_bytes = int64_t{512} << 20;
 };
 
-// Bytes of one Batch message of this config: pixels plus a generous per-sample
-// and per-message allowance for labels, keys and flags.
+// Bytes of one Batch message of this config: pixels (none for a members-only job)
+// plus a generous per-sample and per-message allowance for labels, keys and flags.
+// Member bytes are not in it: they depend on the samples (the server bounds them by
+// --max-member-bytes and counts each batch's in its batch memory).
 int64_t BatchMessageBytes(const JobConfig& config);
 
-// Every limit above, the transform's consistency (center: resize >= crop) and the
-// message size. INVALID_ARGUMENT naming the field (as the wire spells it), the
-// value, the limit and what to change. Whether the data can serve the job is the
-// planner's check (BatchesPerRank), not this one.
+// Every limit above, the transform's consistency (center: resize >= crop), the
+// fields (a members-only job asks for at least one) and the message size. INVALID_ARGUMENT naming
+// the field (as the wire spells it), the value, the limit and what to change. Whether the data can
+// serve the job is the planner's check (BatchesPerRank), not this one.
 absl::Status Validate(const JobConfig& config, const JobLimits& limits = {});
 
 // Server settings outside the job config that change the bytes of a batch: which
@@ -169,7 +180,8 @@ inline constexpr int kSubstitutionVersion = 1;
 
 // Stable hex digest (32 digits) of the data (the content fingerprint of the index)
 // and every setting that decides which samples a batch holds and which bytes each
-// image becomes: split, remainder, workers, seed, shuffles, block size, transform,
+// image becomes: split, remainder, workers, seed, shuffles, block size, transform
+// (unless the job has no image), whether there is an image, the fields asked for,
 // and the server's byte-changing settings (`serve`, with kSubstitutionVersion).
 // World size and batch size are NOT in it: they are compared on their own, so that
 // a later elastic resume can relax them. Settings that cannot change the batches

@@ -251,7 +251,7 @@ TEST(JobConfigDifference, NamesTheFirstDifferingField) {
   EXPECT_EQ(JobConfigString(a),
             "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
             "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
-            "transform.resize=256 transform.crop=224 transform.dct_scaling=false");
+            "transform.resize=256 transform.crop=224 transform.dct_scaling=false image=true fields=");
 }
 
 }  // namespace
