@@ -150,13 +150,15 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
     std::printf("%9lld  %s\n", static_cast<long long>(samples), ext.c_str());
   }
 
-  const std::map<int64_t, int64_t> counts = LabelCounts(index);
-  std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
-  for (int64_t label = 0; label < index.num_classes; ++label) {
-    const auto it = counts.find(label);
-    std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
-                static_cast<long long>(it == counts.end() ? 0 : it->second),
-                ClassName(index, label).c_str());
+  if (index.num_classes > 0) {
+    const std::map<int64_t, int64_t> counts = LabelCounts(index);
+    std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
+    for (int64_t label = 0; label < index.num_classes; ++label) {
+      const auto it = counts.find(label);
+      std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
+                  static_cast<long long>(it == counts.end() ? 0 : it->second),
+                  ClassName(index, label).c_str());
+    }
   }
 
   if (!index.skipped_shards.empty()) {

@@ -251,5 +251,125 @@ TEST_F(DatasetRulesTest, ImageDatasetIndexIsAsBefore) {
   EXPECT_EQ(index.fingerprint, "25dc1486872e8a2fa1633bf0d0484784");
 }
 
+// A remote dataset indexed from the index file next to its shards, with one shard whose
+// ETag does not vouch for its record: that shard is scanned again, and the dataset's
+// rules are applied over the file's records and the scan together. Here the rescanned
+// shard now has labels, so the file's unlabeled samples are skipped, as a full scan of
+// the same bytes skips them.
+TEST_F(DatasetRulesTest, IndexFileAndRescannedShardsAreRuledTogether) {
+  WriteShard("r-1.tar", Concat({CaptionSample("a0"), CaptionSample("a1")}));
+  WriteShard("r-2.tar", CaptionSample("b0"));
+  IndexOptions options;
+  const DatasetIndex before = Index(options);
+  ASSERT_FALSE(before.has_labels);
+  const std::string index_file = SerializeIndexFile(before, options);
+  // The same size (tar pads to 10240 bytes), other bytes: a label now.
+  WriteShard("r-2.tar", {{"b0.txt", "captioned and labeled"}, {"b0.cls", "1"}});
+  ASSERT_EQ(std::filesystem::file_size(shard("r-2.tar")), before.shards[1].file_size);
+
+  const auto listing_of = [&](bool vouch_second) {
+    ShardListing listing;
+    listing.root = "s3://bucket/d/";
+    for (const ShardInfo& indexed : before.shards) {
+      ShardInfo listed;
+      listed.path = indexed.path;
+      listed.file_size = indexed.file_size;
+      const bool vouched = indexed.path == "r-1.tar" || vouch_second;
+      listed.etag = vouched ? "\"" + indexed.content_digest + "\"" : "\"multipart-2\"";
+      listing.shards.push_back(listed);
+    }
+    listing.scan = [this, &options](const ShardInfo& listed) {
+      return ScanShardFile(shard(listed.path), listed, options, /*check_identity=*/false);
+    };
+    listing.index_file = index_file;
+    return listing;
+  };
+  // Every record vouched for: the file is the index, without a scan.
+  absl::StatusOr<DatasetIndex> from_file = BuildIndexFromListing(listing_of(true), options);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_TRUE(from_file->loaded_from_index_file);
+  EXPECT_FALSE(from_file->has_labels);
+  EXPECT_FALSE(from_file->has_images);
+  EXPECT_EQ(from_file->fingerprint, before.fingerprint);
+
+  absl::StatusOr<DatasetIndex> merged = BuildIndexFromListing(listing_of(false), options);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_TRUE(merged->loaded_from_index_file);
+  EXPECT_TRUE(merged->has_labels);
+  EXPECT_EQ(merged->num_classes, 2);
+  EXPECT_EQ(merged->ShardSampleCounts(), (std::vector<uint32_t>{0, 1}));
+  const DatasetIndex scanned = Index(options);
+  EXPECT_EQ(merged->fingerprint, scanned.fingerprint);
+  EXPECT_EQ(Skips(*merged), Skips(scanned));
+  EXPECT_EQ(Skips(scanned),
+            "r-1.tar a0: member 'a0.json' has no field 'label'\n"
+            "r-1.tar a1: member 'a1.json' has no field 'label'\n");
+}
+
+// The index cache of a text dataset reads back as the scan, and a cache of the format
+// before samples without images existed (version 5) is rebuilt without complaint.
+TEST_F(DatasetRulesTest, TextDatasetCacheReadsBackAndVersion5IsRebuilt) {
+  WriteShard("c.tar", Concat({CaptionSample("c0"), CaptionSample("c1")}));
+  IndexOptions options;
+  options.cache_dir = tmp_ / "cache";
+  const DatasetIndex scanned = Index(options);
+  const std::string cache = std::filesystem::directory_iterator(options.cache_dir)->path().string();
+  const DatasetIndex cached = Index(options);
+  EXPECT_TRUE(cached.loaded_from_cache);
+  EXPECT_FALSE(cached.has_images);
+  EXPECT_FALSE(cached.has_labels);
+  EXPECT_EQ(cached.fingerprint, scanned.fingerprint);
+  ASSERT_EQ(cached.num_samples, 2);
+  EXPECT_EQ(cached.shards[0].samples[1].image_member, kNoImageMember);
+  EXPECT_TRUE(cached.warnings.empty());
+
+  std::string body = shard_testing::ReadWholeFile(cache);
+  body.resize(body.size() - kChecksumRecordBytes);
+  const size_t version_at = 8 + 8;  // after the magic's length prefix and its 8 bytes
+  ASSERT_EQ(body.substr(version_at, 8), EncodeU64(6));
+  body.replace(version_at, 8, EncodeU64(5));
+  shard_testing::WriteFile(cache, SealWithChecksum(body));
+  const DatasetIndex rebuilt = Index(options);
+  EXPECT_FALSE(rebuilt.loaded_from_cache);
+  EXPECT_TRUE(rebuilt.warnings.empty());
+  EXPECT_EQ(rebuilt.fingerprint, scanned.fingerprint);
+  EXPECT_TRUE(Index(options).loaded_from_cache);  // rewritten as version 6
+}
+
+// Hostile member names and counts: each sample is indexed or skipped with a reason, and
+// nothing crashes. (The scan holds every member's name once, and a tar spends at least
+// a 512-byte header on each, so what it holds is bounded by the shard's size.)
+TEST_F(DatasetRulesTest, HostileNamesAndCountsAreIndexedOrSkipped) {
+  std::vector<FileSpec> files;
+  for (int i = 0; i < 10000; ++i) files.push_back({absl::StrCat("many.e", i), "x"});
+  files.push_back({"many.txt", "ten thousand members"});
+  for (int i = 0; i < 3; ++i) files.push_back({"dups.txt", absl::StrCat("copy ", i)});
+  const std::string long_ext(300, 'x');
+  files.push_back({"long." + long_ext, "a 300-character extension"});
+  files.push_back({"a..b.txt", "two dots"});
+  files.push_back({"../up.txt", "a parent directory"});
+  files.push_back({"dir/../x.txt", "a parent directory inside"});
+  files.push_back({"\xff\xfe.txt", "a key that is not UTF-8"});
+  files.push_back({"k.t\xffxt", "an extension that is not UTF-8"});
+  WriteShard("hostile.tar", files);
+
+  const DatasetIndex index = Index();
+  std::map<std::string, std::vector<std::string>> exts;  // by key
+  for (const SampleEntry& e : index.shards[0].samples) {
+    for (const MemberRef& m : e.members) exts[e.key].push_back(m.ext);
+  }
+  ASSERT_EQ(exts.count("many"), 1u);
+  EXPECT_EQ(exts["many"].size(), 10001u);
+  EXPECT_EQ(exts["many"][9999], "e9999");
+  EXPECT_EQ(exts["long"], (std::vector<std::string>{long_ext}));
+  EXPECT_EQ(exts["a"], (std::vector<std::string>{".b.txt"}));  // the key ends at the first dot
+  EXPECT_EQ(exts["../up"], (std::vector<std::string>{"txt"}));
+  EXPECT_EQ(exts["dir/../x"], (std::vector<std::string>{"txt"}));
+  EXPECT_EQ(exts["\xff\xfe"], (std::vector<std::string>{"txt"}));
+  EXPECT_EQ(exts["k"], (std::vector<std::string>{"t\xffxt"}));
+  EXPECT_EQ(index.num_samples, 7);
+  EXPECT_EQ(Skips(index), "hostile.tar dups: duplicate extension 'txt' (member 'dups.txt')\n");
+}
+
 }  // namespace
 }  // namespace shardcast
