@@ -163,7 +163,9 @@ struct ShardListing {
 // (ShardScanResult::host_error) fails indexing, naming the shard, and nothing is
 // cached. Where some shards are scanned and the others taken from the file, class
 // names are the file's first, a scanned shard's filling the labels the file did not
-// name. Errors and warnings otherwise as BuildDatasetIndex.
+// name. Over all of it, scanned or read, the dataset's rules on samples without an
+// image or a label apply (DatasetIndex::has_images). Errors and warnings otherwise as
+// BuildDatasetIndex.
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                                                    const IndexOptions& options);
 
