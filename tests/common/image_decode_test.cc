@@ -19,6 +19,7 @@ using ::testing::HasSubstr;
 using testing_util::EncodeJpeg;
 using testing_util::EncodePng;
 using testing_util::PhotoLike;
+using testing_util::PilDecode;
 
 double MeanAbsDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -75,23 +76,6 @@ TEST(DecodeImageTest, GrayscaleJpegBecomesRgbWithEqualChannels) {
     red[i] = img->pixels[3 * i];
   }
   EXPECT_LT(MeanAbsDiff(red, grey), 4.0);
-}
-
-// Runs PIL on `encoded` (written to a file) and returns its RGB pixels.
-std::vector<uint8_t> PilDecode(const std::string& encoded, const std::string& name, int* w,
-                               int* h) {
-  testing_util::TempDir dir;
-  const std::string in = dir.path() + "/" + name, out = dir.path() + "/out.rgb";
-  testing_util::WriteFile(in, encoded.data(), encoded.size());
-  std::string log;
-  const int rc = testing_util::RunCommand(std::string(REFERENCE_PYTHON) + " " +
-                                              testing_util::ReferenceScript("pil_decode.py") + " " +
-                                              in + " " + out,
-                                          &log);
-  EXPECT_EQ(rc, 0) << log;
-  std::sscanf(log.c_str(), "%d %d", w, h);
-  const std::string raw = testing_util::ReadWholeFile(out);
-  return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 
 TEST(DecodeImageTest, CmykJpegMatchesPilExactly) {
@@ -297,7 +281,7 @@ TEST(DecodeImageTest, DctScalingPicksTheSmallestSizeNotBelowTheMinimum) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->width, w);
   EXPECT_EQ(info->height, h);
-  EXPECT_TRUE(info->is_jpeg);
+  EXPECT_EQ(info->format, ImageFormat::kJpeg);
 }
 
 TEST(DecodeImageTest, ThreadsDecodeIndependently) {
