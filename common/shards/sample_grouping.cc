@@ -74,7 +74,8 @@ Grouping GroupByKeys(absl::Span<const absl::string_view> names) {
 }
 
 bool IsDecodableImageExt(absl::string_view last_component) {
-  return last_component == "jpg" || last_component == "jpeg" || last_component == "png";
+  return last_component == "jpg" || last_component == "jpeg" || last_component == "png" ||
+         last_component == "webp";
 }
 
 bool IsLabelExt(absl::string_view lower_ext) { return lower_ext == "cls" || lower_ext == "json"; }
@@ -126,8 +127,8 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
       if (image < 0) image = static_cast<int>(i);
     } else if (IsDecodableImageExt(last)) {
       if (image_fallback < 0) image_fallback = static_cast<int>(i);
-    } else if (last == "ppm" || last == "pgm" || last == "pbm" || last == "pnm" || last == "webp" ||
-               last == "bmp" || last == "gif" || last == "tif" || last == "tiff") {
+    } else if (last == "ppm" || last == "pgm" || last == "pbm" || last == "pnm" || last == "bmp" ||
+               last == "gif" || last == "tif" || last == "tiff") {
       if (undecodable.empty()) undecodable = ext;
     }
     if (ext == "cls") cls = static_cast<int>(i);
@@ -136,9 +137,9 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
   if (image < 0) image = image_fallback;
   if (image < 0) {
     return absl::InvalidArgumentError(
-        undecodable.empty() ? std::string("no image member (jpg, jpeg or png)")
+        undecodable.empty() ? std::string("no image member (jpg, jpeg, png or webp)")
                             : absl::StrCat("no decodable image member (found '", undecodable,
-                                           "'; only jpg, jpeg and png are decoded)"));
+                                           "'; only jpg, jpeg, png and webp are decoded)"));
   }
   out.entry.image_member = static_cast<uint32_t>(image);
 
