@@ -286,11 +286,13 @@ TEST(DecodeImageTest, DctScalingPicksTheSmallestSizeNotBelowTheMinimum) {
 
 TEST(DecodeImageTest, ThreadsDecodeIndependently) {
   const int w = 150, h = 100;
-  std::vector<std::string> jpegs;
+  std::vector<std::string> images;  // JPEGs and, between them, lossy and lossless WebPs
   std::vector<std::vector<uint8_t>> expected;
   for (int i = 0; i < 4; ++i) {
-    jpegs.push_back(EncodeJpeg(PhotoLike(w, h, 20 + i), w, h, TJSAMP_420, 90));
-    expected.push_back(DecodeImage(jpegs.back()).value().pixels);
+    const std::vector<uint8_t> px = PhotoLike(w, h, 20 + i);
+    images.push_back(i % 2 == 0 ? EncodeJpeg(px, w, h, TJSAMP_420, 90)
+                                : testing_util::EncodeWebp(px, w, h, 3, /*lossless=*/i == 3));
+    expected.push_back(DecodeImage(images.back()).value().pixels);
   }
   std::vector<int> mismatches(4, 0);
   std::vector<std::thread> threads;
@@ -298,10 +300,10 @@ TEST(DecodeImageTest, ThreadsDecodeIndependently) {
     threads.emplace_back([&, t] {
       for (int iter = 0; iter < 50; ++iter) {
         const int i = (t + iter) % 4;
-        absl::StatusOr<RgbImage> img = DecodeImage(jpegs[i]);
+        absl::StatusOr<RgbImage> img = DecodeImage(images[i]);
         if (!img.ok() || img->pixels != expected[i]) ++mismatches[t];
         // A corrupt file on the same thread must not poison its handle.
-        if (iter % 10 == 0) (void)DecodeImage(jpegs[i].substr(0, 200));
+        if (iter % 10 == 0) (void)DecodeImage(images[i].substr(0, 200));
       }
     });
   }
