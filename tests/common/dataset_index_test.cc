@@ -180,8 +180,8 @@ TEST_F(DatasetIndexTest, SkippedSamplesAreReportedWithReasons) {
   files.push_back({"dup.JPG", "J"});
   files.push_back({"dup.cls", "2"});
   files.push_back({"README", "no dot"});
-  files.push_back({"webp.webp", "W"});
-  files.push_back({"webp.cls", "0"});
+  files.push_back({"gif.gif", "G"});
+  files.push_back({"gif.cls", "0"});
   for (const FileSpec& f : SampleFiles({{"good1", 2, ""}})) files.push_back(f);
   MakeTar(tmp_.path(), files, TarWriter::kPythonPax, shard("a.tar"));
 
@@ -197,12 +197,13 @@ TEST_F(DatasetIndexTest, SkippedSamplesAreReportedWithReasons) {
     EXPECT_EQ(s.shard, "a.tar");
     reasons[s.key] = s.reason;
   }
-  ASSERT_EQ(reasons.size(), 5u) << Dump(*index);
+  ASSERT_EQ(reasons.size(), 6u) << Dump(*index);
   EXPECT_TRUE(absl::StrContains(reasons["noimage"], "no image")) << reasons["noimage"];
   EXPECT_TRUE(absl::StrContains(reasons["nolabel"], "no label")) << reasons["nolabel"];
   EXPECT_TRUE(absl::StrContains(reasons["badjson"], "invalid JSON")) << reasons["badjson"];
   EXPECT_TRUE(absl::StrContains(reasons["dup"], "duplicate extension 'jpg'")) << reasons["dup"];
   EXPECT_TRUE(absl::StrContains(reasons["README"], "no '.'")) << reasons["README"];
+  EXPECT_TRUE(absl::StrContains(reasons["gif"], "gif")) << reasons["gif"];
 }
 
 TEST_F(DatasetIndexTest, LabelFieldOption) {
