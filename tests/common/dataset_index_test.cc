@@ -180,6 +180,8 @@ TEST_F(DatasetIndexTest, SkippedSamplesAreReportedWithReasons) {
   files.push_back({"dup.JPG", "J"});
   files.push_back({"dup.cls", "2"});
   files.push_back({"README", "no dot"});
+  files.push_back({"webp.webp", "W"});
+  files.push_back({"webp.cls", "0"});
   files.push_back({"gif.gif", "G"});
   files.push_back({"gif.cls", "0"});
   for (const FileSpec& f : SampleFiles({{"good1", 2, ""}})) files.push_back(f);
