@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shards/member_reader.h"
 #include "common/shards/tar_reader.h"
 #include "server/assembly/batch_assembler.h"
 #include "server/assembly/decode_pool.h"
@@ -213,6 +215,53 @@ TEST_F(JobSamplesTest, AMembersOnlyBatchCarriesTheMembersAndNoImage) {
   }
   EXPECT_EQ(served.size(), 25u);
   for (const auto& [key, members] : written_) EXPECT_EQ(served.count(key), members.count("txt"));
+}
+
+// Records what the assembler announces to the read-ahead; reads nothing.
+class AnnouncedMembers : public MemberReader {
+ public:
+  explicit AnnouncedMembers(std::vector<MemberLocation>* announced) : announced_(announced) {}
+  absl::StatusOr<std::string> ReadMember(uint32_t, const MemberRef&) override {
+    return absl::UnimplementedError("not read here");
+  }
+  void Prefetch(absl::Span<const MemberLocation> members) override {
+    announced_->insert(announced_->end(), members.begin(), members.end());
+  }
+  std::vector<ChangedShard> ChangedShards() const override { return {}; }
+  std::vector<UnreadableShard> UnreadableShards() const override { return {}; }
+
+ private:
+  std::vector<MemberLocation>* const announced_;
+};
+
+TEST_F(JobSamplesTest, TheReadAheadIsToldOfTheFieldsMembers) {
+  std::vector<MemberLocation> announced;
+  server::ServedDataset dataset(index_, [&announced](const DatasetIndex&) {
+    return std::make_unique<AnnouncedMembers>(&announced);
+  });
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"json?", "txt"});
+  PlannedBatch planned;
+  // t004 has a caption and no .json; t005 the reverse; then padding.
+  planned.samples = {SampleRef{0, 4, 1}, SampleRef{0, 5, 2}, SampleRef{}};
+  assembler.Prefetch(planned, BatchContent{false, {}, config.fields});
+  std::vector<std::string> got;
+  for (const MemberLocation& location : announced) {
+    const auto& members = index_.shards[location.shard].samples;
+    for (const SampleEntry& entry : members) {
+      for (const MemberRef& member : entry.members) {
+        if (member.offset == location.member.offset) {
+          got.push_back(absl::StrCat(entry.key, ".", member.ext, ":", member.size));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     absl::StrCat("t004.txt:", written_.at("t004").at("txt").size()),
+                     absl::StrCat("t005.json:", written_.at("t005").at("json").size()),
+                 }));
 }
 
 TEST_F(JobSamplesTest, AMemberTheShardDoesNotHoldFailsTheBatchNamingIt) {
