@@ -41,8 +41,9 @@ absl::Status CheckMessageSize(const JobConfig& config, const JobSamples& samples
   if (message_bytes <= max_message_bytes) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "fields: a batch of ", config.plan.batch_size, " samples whose members take ", members,
-      " bytes each (the largest sample's '", FieldSpecsString(config.fields), "') makes a ",
-      message_bytes, "-byte message, above the server's max message size ", max_message_bytes,
+      " bytes each (the largest selected sample's '", FieldSpecsString(config.fields),
+      "') makes a ", message_bytes, "-byte message, above the server's max message size ",
+      max_message_bytes,
       " (lower batch_size, leave the large field out, or lower --max-member-bytes to leave such "
       "samples out)"));
 }

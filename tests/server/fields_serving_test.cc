@@ -264,6 +264,26 @@ TEST(FieldsServingTest, ACaptionOverMaxMemberBytesLeavesItsSampleOut) {
   EXPECT_EQ(Health(server.channel()), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+TEST(FieldsServingTest, AJobWhoseLargestMembersOverflowAMessageIsRefusedWithTheNumbers) {
+  TempDir dir;
+  WriteCaptioned(dir.path(), 8, 8, Always, /*caption_bytes=*/300 << 10);
+  server::ServerOptions options;
+  options.max_message_bytes = 1 << 20;
+  InProcessServer server(dir.path(), options);
+  v1::RegisterResponse response;
+  // Four samples of 300 KiB captions do not fit 1 MiB; without the caption they do.
+  grpc::Status refused =
+      Register(server.stub(), FieldsJob("big", 0, 1, 4, {"txt", "json?"}), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("a batch of 4 samples whose members take 307"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("max message size 1048576"), std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(Register(server.stub(), FieldsJob("small", 0, 1, 4, {"json?"}), &response).ok());
+  EXPECT_TRUE(Register(server.stub(), FieldsJob("two", 0, 1, 2, {"txt"}), &response).ok());
+}
+
 TEST(FieldsServingTest, MemberBytesCountTowardTheBatchMemory) {
   // Captions of 64 KiB: a batch of 4 holds 256 KiB of them beside 4 x 3 x 40 x 40 pixels.
   TempDir big;
