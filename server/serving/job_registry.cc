@@ -350,9 +350,9 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
           JobSamples::Select(dataset->data->index(), *config, options_.max_member_bytes);
       if (!samples.ok()) {
-        return absl::Status(
-            samples.status().code(),
-            absl::StrCat("job '", LogSafe(job_id), "': ", samples.status().message()));
+        return absl::Status(samples.status().code(),
+                            absl::StrCat("job '", LogSafe(job_id), "' on dataset '", dataset->name,
+                                         "': ", samples.status().message()));
       }
       if (absl::Status fits =
               CheckMessageSize(*config, **samples, options_.limits.max_message_bytes);
