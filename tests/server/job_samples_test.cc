@@ -126,7 +126,8 @@ TEST_F(JobSamplesTest, AnImageJobOnADatasetWithoutImagesIsRefused) {
   config.image = true;
   auto selection = JobSamples::Select(index_, config, 0);
   EXPECT_EQ(selection.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(selection.status().message().find("the dataset has no image in any sample"), std::string::npos)
+  EXPECT_NE(selection.status().message().find("the dataset has no image in any sample"),
+            std::string::npos)
       << selection.status();
   EXPECT_NE(selection.status().message().find("image=False"), std::string::npos);
 }
