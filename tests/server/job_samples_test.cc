@@ -218,6 +218,49 @@ TEST_F(JobSamplesTest, AMembersOnlyBatchCarriesTheMembersAndNoImage) {
   for (const auto& [key, members] : written_) EXPECT_EQ(served.count(key), members.count("txt"));
 }
 
+TEST(JobSamplesHostileTest, ASampleOfTenThousandMembersServesTheOnesAskedFor) {
+  TempDir dir;
+  pack::ShardWriterOptions options;
+  options.out_dir = dir.path();
+  pack::ShardWriter writer(options);
+  std::vector<pack::SampleField> many;
+  for (int i = 0; i < 10000; ++i) many.emplace_back(absl::StrCat("m", i), absl::StrCat(i));
+  many.emplace_back("txt", "the caption");
+  ASSERT_TRUE(writer.AddSample("wide", many).ok());
+  ASSERT_TRUE(writer.AddSample("narrow", {{"txt", "short"}}).ok());
+  ASSERT_TRUE(writer.Close().ok());
+  const DatasetIndex index = TextIndex(dir.path(), {pack::ShardFileName(0)});
+  ASSERT_EQ(index.shards[0].samples[0].members.size(), 10001u);
+
+  const JobConfig config = MembersOnly({"m9999?", "txt"});
+  auto selection = JobSamples::Select(index, config, 0);
+  ASSERT_TRUE(selection.ok()) << selection.status();
+  EXPECT_EQ((*selection)->num_samples(), 2);
+  server::ServedDataset dataset(index);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  auto content = std::make_shared<const BatchContent>(BatchContent{false, {}, config.fields});
+  PlannedBatch planned;
+  planned.samples = {SampleRef{0, 0, 1}, SampleRef{0, 1, 2}};
+  auto batch = assembler.Prepare(planned, *content);
+  ASSERT_TRUE(batch.ok());
+  absl::Mutex mu;
+  bool done = false;
+  assembler.Launch(*batch, planned, content, std::make_shared<std::atomic<bool>>(false), [&](bool) {
+    absl::MutexLock lock(&mu);
+    done = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  const v1::Batch& header = (*batch)->header();
+  ASSERT_TRUE((*batch)->failure().ok()) << (*batch)->failure();
+  EXPECT_EQ(header.samples(0).fields(0).data(), "9999");
+  EXPECT_EQ(header.samples(0).fields(1).data(), "the caption");
+  EXPECT_FALSE(header.samples(1).fields(0).present());
+  EXPECT_EQ(header.samples(1).fields(1).data(), "short");
+}
+
 // Records what the assembler announces to the read-ahead; reads nothing.
 class AnnouncedMembers : public MemberReader {
  public:
