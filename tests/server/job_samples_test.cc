@@ -218,6 +218,24 @@ TEST_F(JobSamplesTest, AMembersOnlyBatchCarriesTheMembersAndNoImage) {
   for (const auto& [key, members] : written_) EXPECT_EQ(served.count(key), members.count("txt"));
 }
 
+TEST_F(JobSamplesTest, ABatchTakesItsPixelsAndItsMembersInBatchMemory) {
+  server::ServedDataset dataset(index_);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"txt?", "json?"});
+  PlannedBatch planned;
+  planned.samples = {SampleRef{0, 4, 1}, SampleRef{0, 5, 2}, SampleRef{}};  // t004, t005, pad
+  const int64_t members = static_cast<int64_t>(written_.at("t004").at("txt").size() +
+                                               written_.at("t005").at("json").size());
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{false, {}, config.fields}), members);
+  TransformSpec transform;
+  transform.crop = 10;
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, config.fields}),
+            3 * 300 + members);
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, {}}), 3 * 300);
+}
+
 TEST(JobSamplesHostileTest, ASampleOfTenThousandMembersServesTheOnesAskedFor) {
   TempDir dir;
   pack::ShardWriterOptions options;
