@@ -47,9 +47,6 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   if (cancelled_locked_) return launches;
   const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
   while (slots_.size() < depth && launched_ < options_.count && launch_error_.ok()) {
-    // No memory, no launch: the window stays shallower until a batch comes back.
-    BatchGrant grant;
-    if (options_.memory != nullptr && !options_.memory->TryAcquire(&grant)) break;
     Launch launch;
     if (!relaunch_.empty()) {
       launch.planned = std::move(relaunch_.front());
@@ -59,8 +56,17 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
                                                        " of ", options_.count, " batches"));
       break;
     }
+    // No memory, no launch: the window stays shallower until a batch comes back, and
+    // the batch waits first in line.
+    BatchGrant grant;
+    if (options_.memory != nullptr &&
+        !options_.memory->TryAcquire(assembler_->BatchBytes(launch.planned, *options_.content),
+                                     &grant)) {
+      relaunch_.push_front(std::move(launch.planned));
+      break;
+    }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =
-        assembler_->Prepare(launch.planned, options_.transform, std::move(grant));
+        assembler_->Prepare(launch.planned, *options_.content, std::move(grant));
     if (!batch.ok()) {
       launch_error_ = batch.status();
       break;
@@ -96,11 +102,11 @@ void BatchWindow::LaunchAll(std::vector<Launch> launches) {
     absl::MutexLock lock(&mu_);
     announce.swap(announce_);
   }
-  for (const PlannedBatch& planned : announce) assembler_->Prefetch(planned);
+  for (const PlannedBatch& planned : announce) assembler_->Prefetch(planned, *options_.content);
   for (Launch& launch : launches) {
     std::weak_ptr<BatchWindow> weak = weak_from_this();
     const int64_t sequence = launch.sequence;
-    assembler_->Launch(std::move(launch.batch), launch.planned, options_.transform, cancelled_,
+    assembler_->Launch(std::move(launch.batch), launch.planned, options_.content, cancelled_,
                        [weak, sequence](bool complete) {
                          if (auto self = weak.lock()) self->OnAssembled(sequence, complete);
                        });
