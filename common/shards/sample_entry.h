@@ -27,6 +27,10 @@ struct SampleEntry {
   std::vector<MemberRef> members;
 };
 
+// SampleEntry::image_member of a sample without an image (a dataset none of whose
+// samples has one: every sample is kept, served to jobs that ask for members only).
+inline constexpr uint32_t kNoImageMember = UINT32_MAX;
+
 // Labels are accepted in [0, max_classes); see IndexOptions::max_classes.
 inline constexpr int32_t kDefaultMaxClasses = 1000000;
 
