@@ -24,6 +24,7 @@ import hostile_server
 import shardcast
 from conftest import BUILD, SERVER_FLAGS
 from server_process import ServerProcess
+from shardcast import _native
 from shardcast._proto import pb
 
 # ---- the Loader's keywords ---------------------------------------------------------
@@ -153,6 +154,26 @@ def test_fields_beside_images_and_pinned_memory_without_images():
         images, _, info = next(iter(loader))
         assert images is None and info[0].fields["txt"] == member(0, 0, "txt")
         loader.close()
+
+
+def test_a_stream_without_images_hands_out_batches_without_joining_pixels():
+    # pin_memory=True on a CUDA machine streams with join_images=False, for next_into;
+    # a job without images has no pixels to copy, so next() hands out its batches.
+    with serving_fields(image=False) as server:
+        options = _native.StreamOptions()
+        options.server = server.address
+        options.join_images = False
+        options.reconnect_deadline = 3
+        job = pb.RegisterRequest(job_id="pieces", rank=0, world_size=1, fields=["txt"],
+                                 image=False)
+        stream = _native.Stream(job.SerializeToString(), options, _native.client_security())
+        assert not stream.has_images
+        stream.start_epoch(0)
+        batch = stream.next()
+        assert batch.pixels is None and batch.samples[0][5] == {"txt": member(0, 0, "txt")}
+        with pytest.raises(ValueError, match="this job has no images"):
+            stream.next_into(0, 0)
+        stream.close()
 
 
 def test_a_server_that_ignores_the_fields_is_refused_at_registration():
