@@ -2,6 +2,8 @@
 // classes, skipped samples and why, warnings, fingerprint), as a table or as JSON.
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,8 @@
 #include "client/ctl/command_registry.h"
 #include "client/ctl/status_report.h"
 #include "common/flags/flags.h"
+#include "common/plan/field_spec.h"
+#include "common/plan/job_samples.h"
 #include "common/shards/dataset_index.h"
 #include "common/util/json_fields.h"
 
@@ -22,7 +26,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: shardcast-ctl inspect DIR [--json] [--samples] [--label-field F] [--cache-dir D]\n"
-    "         [--threads N]\n"
+    "         [--threads N] [--fields LIST] [--no-image] [--max-member-bytes SIZE]\n"
     "\n"
     "Indexes the shards directly in DIR (*.tar, *.tar.gz, *.tgz) as shardcast-server does and\n"
     "prints shards with sample counts, totals, whether samples have labels and images, the\n"
@@ -32,7 +36,10 @@ constexpr char kUsage[] =
     "not a tar or gzip tar) is listed as skipped; the server serves the others. --samples adds one "
     "line per sample (shard, index in shard, key,\n"
     "label, extensions). --json prints the same as one JSON object. --cache-dir reuses (or\n"
-    "writes) the server's index cache; it must not be inside DIR.\n";
+    "writes) the server's index cache; it must not be inside DIR. --fields (and --no-image)\n"
+    "selects the samples as the server does for a job asking for those fields: how many it\n"
+    "serves and how many it leaves out for which reason (a required field missing, a member\n"
+    "over --max-member-bytes), or why the server would refuse the job.\n";
 
 struct InspectFlags {
   std::string dir;
@@ -41,6 +48,9 @@ struct InspectFlags {
   bool help = false;
   std::string help_text;
   IndexOptions options;
+  // A job to select samples for (--fields, --no-image); unset: none.
+  std::optional<JobConfig> job;
+  int64_t max_member_bytes = int64_t{64} << 20;  // the server's default
 };
 
 absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
@@ -59,6 +69,13 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
                 &flags.options.cache_dir, /*allow_empty=*/true);
   parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"},
              &flags.options.threads, 0);
+  std::string fields;
+  bool no_image = false;
+  parser.String({{"--fields"}, "LIST", "a job's fields (txt,json?): its selection of samples"},
+                &fields, /*allow_empty=*/true);
+  parser.Bool({{"--no-image"}, "", "the job asks for members only (with --fields)"}, &no_image);
+  parser.Size({{"--max-member-bytes"}, "SIZE", "as the server's flag, for --fields"},
+              &flags.max_member_bytes);
   parser.AcceptPositional(&positional);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();
@@ -73,6 +90,17 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
                                           " arguments: ", absl::StrJoin(positional, " ")));
   }
   flags.dir = positional[0];
+  if (!fields.empty() || no_image) {
+    absl::StatusOr<std::vector<FieldSpec>> specs = ParseFieldSpecList(fields);
+    if (!specs.ok()) return specs.status();
+    JobConfig job;
+    job.fields = *std::move(specs);
+    job.image = !no_image;
+    if (!job.image && job.fields.empty()) {
+      return absl::InvalidArgumentError("--no-image needs --fields (a job asks for something)");
+    }
+    flags.job = std::move(job);
+  }
   return flags;
 }
 
@@ -123,7 +151,61 @@ std::string ImageExtension(const SampleEntry& e) {
   return image == nullptr ? std::string() : image->ext;
 }
 
-void PrintTable(const DatasetIndex& index, bool with_samples) {
+// What a job of `job`'s fields would be served: its selection, or the server's refusal.
+struct JobSelection {
+  const JobConfig* job = nullptr;  // null: no --fields asked
+  absl::StatusOr<std::shared_ptr<const JobSamples>> samples = nullptr;
+};
+
+JobSelection SelectFor(const DatasetIndex& index, const InspectFlags& flags) {
+  JobSelection selection;
+  if (!flags.job) return selection;
+  selection.job = &*flags.job;
+  selection.samples = JobSamples::Select(index, *flags.job, flags.max_member_bytes);
+  return selection;
+}
+
+void PrintSelection(const JobSelection& selection) {
+  if (selection.job == nullptr) return;
+  std::printf("\njob          fields %s, %s\n", FieldSpecsString(selection.job->fields).c_str(),
+              selection.job->image ? "with the image" : "no image");
+  if (!selection.samples.ok()) {
+    std::printf("             refused: %s\n",
+                std::string(selection.samples.status().message()).c_str());
+    return;
+  }
+  const JobSamples& samples = **selection.samples;
+  std::printf("             serves %lld samples, leaves out %zu reason(s)\n",
+              static_cast<long long>(samples.num_samples()), samples.left_out().size());
+  for (const LeftOut& out : samples.left_out()) {
+    std::printf("%9lld  %s\n", static_cast<long long>(out.count), out.reason.c_str());
+  }
+}
+
+std::string SelectionJson(const JobSelection& selection) {
+  if (selection.job == nullptr) return "";
+  std::string out = "  \"job\": {\"fields\": [";
+  for (size_t i = 0; i < selection.job->fields.size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", JsonQuote(selection.job->fields[i].ToString()));
+  }
+  absl::StrAppend(&out, "], \"image\": ", selection.job->image ? "true" : "false");
+  if (!selection.samples.ok()) {
+    absl::StrAppend(&out,
+                    ", \"refused\": ", JsonQuote(std::string(selection.samples.status().message())),
+                    "},\n");
+    return out;
+  }
+  const JobSamples& samples = **selection.samples;
+  absl::StrAppend(&out, ", \"samples\": ", samples.num_samples(), ", \"left_out\": [");
+  for (size_t i = 0; i < samples.left_out().size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "", "{\"reason\": ", JsonQuote(samples.left_out()[i].reason),
+                    ", \"samples\": ", samples.left_out()[i].count, "}");
+  }
+  out += "]},\n";
+  return out;
+}
+
+void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection& selection) {
   uint64_t total_bytes = 0;
   for (const ShardInfo& s : index.shards) total_bytes += s.file_size;
   std::printf("dataset      %s\n", index.root.c_str());
@@ -135,8 +217,10 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
       index.shards.size(), FormatBytes(static_cast<double>(total_bytes)).c_str(),
       static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
       index.skipped_shards.size(), index.warnings.size());
-  std::printf("labels       %s\nimages       %s\n\n", LabelsLine(index).c_str(),
+  std::printf("labels       %s\nimages       %s\n", LabelsLine(index).c_str(),
               ImagesLine(index).c_str());
+  PrintSelection(selection);
+  std::printf("\n");
 
   std::printf("%6s  %-40s %9s %11s  %s\n", "SHARD", "PATH", "SAMPLES", "SIZE", "COMPRESSED");
   for (size_t i = 0; i < index.shards.size(); ++i) {
@@ -190,7 +274,7 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
   }
 }
 
-void PrintJson(const DatasetIndex& index, bool with_samples) {
+void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection& selection) {
   std::string out = "{\n";
   absl::StrAppend(&out, "  \"root\": ", JsonQuote(index.root), ",\n");
   absl::StrAppend(&out, "  \"fingerprint\": ", JsonQuote(index.fingerprint), ",\n");
@@ -201,6 +285,7 @@ void PrintJson(const DatasetIndex& index, bool with_samples) {
   absl::StrAppend(&out, "  \"num_classes\": ", index.num_classes, ",\n");
   absl::StrAppend(&out, "  \"has_labels\": ", index.has_labels ? "true" : "false", ",\n");
   absl::StrAppend(&out, "  \"has_images\": ", index.has_images ? "true" : "false", ",\n");
+  out += SelectionJson(selection);
   out += "  \"extensions\": [";
   bool first_ext = true;
   for (const auto& [ext, samples] : ExtensionCounts(index)) {
@@ -283,10 +368,11 @@ int RunInspect(const std::vector<std::string>& args) {
     std::fprintf(stderr, "shardcast-ctl inspect: %s\n", index.status().ToString().c_str());
     return 1;
   }
+  const JobSelection selection = SelectFor(*index, *flags);
   if (flags->json) {
-    PrintJson(*index, flags->samples);
+    PrintJson(*index, flags->samples, selection);
   } else {
-    PrintTable(*index, flags->samples);
+    PrintTable(*index, flags->samples, selection);
   }
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

@@ -16,7 +16,9 @@
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
 #include "common/plan/epoch_plan.h"
+#include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
+#include "common/plan/job_samples.h"
 #include "common/shards/dataset_index.h"
 
 namespace shardcast::ctl {
@@ -26,11 +28,15 @@ constexpr char kUsage[] =
     "usage: shardcast-ctl plan (--shards DIR | --sizes N,N,...) --world-size W --batch-size B\n"
     "         [--workers K] [--split shard|sample] [--remainder drop|pad] [--seed S]\n"
     "         [--shuffle-shards] [--shuffle-buffer N] [--block-size N] [--epoch E] [--rank R]\n"
+    "         [--fields LIST [--no-image] [--max-member-bytes SIZE]]\n"
     "\n"
     "Prints one line per batch: EPOCH RANK BATCH SHARD:INDEX,SHARD:INDEX,... (SHARD = position\n"
     "in the sorted shard list, INDEX = sample position in its shard; padding is -1:-1),\n"
     "ranks in order (or only --rank R), batches in order. n and the plan fingerprint go to\n"
-    "stderr. --sizes plans for shards of the given sample counts, without data.\n";
+    "stderr. --sizes plans for shards of the given sample counts, without data. --fields plans\n"
+    "what a job asking for those fields is served (with --shards): the samples without a\n"
+    "required field, or with a member over --max-member-bytes, are left out as the server\n"
+    "leaves them out (counted on stderr); INDEX is still the sample's position in its shard.\n";
 
 struct PlanFlags {
   std::string shards_dir;
@@ -38,6 +44,9 @@ struct PlanFlags {
   PlanConfig config;
   int64_t epoch = 0;
   std::optional<int32_t> rank;
+  std::vector<FieldSpec> fields;
+  bool image = true;
+  int64_t max_member_bytes = int64_t{64} << 20;  // the server's default
   bool help = false;
   std::string help_text;
 };
@@ -93,6 +102,13 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.Int64({{"--epoch"}, "E", "the epoch to plan"}, &flags.epoch, 0);
   parser.OptionalInt({{"--rank"}, "R", "only this rank (default: every rank)"}, &flags.rank, 0,
                      kMaxWorldSize - 1);
+  std::string fields;
+  bool no_image = false;
+  parser.String({{"--fields"}, "LIST", "a job's fields (txt,json?): plan its samples only"},
+                &fields, /*allow_empty=*/true);
+  parser.Bool({{"--no-image"}, "", "the job asks for members only (with --fields)"}, &no_image);
+  parser.Size({{"--max-member-bytes"}, "SIZE", "as the server's flag, for --fields"},
+              &flags.max_member_bytes);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();
   if (flags.help) {
@@ -104,6 +120,16 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   }
   if (!world_size || !batch_size) {
     return absl::InvalidArgumentError("--world-size and --batch-size are required");
+  }
+  absl::StatusOr<std::vector<FieldSpec>> specs = ParseFieldSpecList(fields);
+  if (!specs.ok()) return specs.status();
+  flags.fields = *std::move(specs);
+  flags.image = !no_image;
+  if (!flags.image && flags.fields.empty()) {
+    return absl::InvalidArgumentError("--no-image needs --fields (a job asks for something)");
+  }
+  if (!flags.fields.empty() && flags.sizes) {
+    return absl::InvalidArgumentError("--fields selects samples by their members: give --shards");
   }
   config.world_size = *world_size;
   config.batch_size = *batch_size;
@@ -126,6 +152,7 @@ int RunPlan(const std::vector<std::string>& args) {
   }
   std::vector<uint32_t> sizes;
   std::string index_fingerprint = "sizes";
+  std::shared_ptr<const JobSamples> selection;  // with --fields
   if (flags->sizes) {
     sizes = *flags->sizes;
     for (uint32_t size : sizes) absl::StrAppend(&index_fingerprint, ",", size);
@@ -137,6 +164,28 @@ int RunPlan(const std::vector<std::string>& args) {
     }
     sizes = index->ShardSampleCounts();
     index_fingerprint = index->fingerprint;
+    if (!flags->fields.empty()) {
+      JobConfig job;
+      job.fields = flags->fields;
+      job.image = flags->image;
+      absl::StatusOr<std::shared_ptr<const JobSamples>> selected =
+          JobSamples::Select(*index, job, flags->max_member_bytes);
+      if (!selected.ok()) {
+        std::fprintf(stderr, "shardcast-ctl plan: refused: %s\n",
+                     std::string(selected.status().message()).c_str());
+        return 1;
+      }
+      selection = *std::move(selected);
+      sizes = selection->shard_sizes();
+      std::fprintf(stderr, "# fields %s: %lld of %lld samples\n",
+                   FieldSpecsString(flags->fields).c_str(),
+                   static_cast<long long>(selection->num_samples()),
+                   static_cast<long long>(index->num_samples));
+      for (const LeftOut& out : selection->left_out()) {
+        std::fprintf(stderr, "#   left out %lld: %s\n", static_cast<long long>(out.count),
+                     out.reason.c_str());
+      }
+    }
   }
   const PlanConfig& config = flags->config;
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
@@ -155,6 +204,7 @@ int RunPlan(const std::vector<std::string>& args) {
   PlannedBatch batch;
   for (int32_t rank = first; rank <= last; ++rank) {
     std::unique_ptr<RankBatchIterator> it = (*plan)->Iterate(rank, 0);
+    if (selection != nullptr) it = selection->MapToIndex(std::move(it));
     while (it->Next(&batch)) {
       line.clear();
       absl::StrAppend(&line, batch.epoch, " ", batch.rank, " ", batch.index, " ");

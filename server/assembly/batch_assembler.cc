@@ -18,7 +18,7 @@
 #include "common/shards/shard_reader.h"
 #include "common/util/retry_policy.h"
 #include "common/util/utf8.h"
-#include "server/assembly/job_samples.h"
+#include "common/plan/job_samples.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {

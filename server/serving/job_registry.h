@@ -19,7 +19,7 @@
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
 #include "server/assembly/batch_assembler.h"
-#include "server/assembly/job_samples.h"
+#include "common/plan/job_samples.h"
 #include "server/base/clock.h"
 #include "server/base/server_options.h"
 #include "server/serving/dataset_registry.h"

@@ -180,6 +180,47 @@ TEST_F(InspectCommandTest, ExtensionsAndWhetherSamplesHaveLabelsAndImages) {
       << r.out;
 }
 
+// --fields selects the samples as the server does for such a job: served, left out by
+// reason, or the refusal the server would give; in the table and in the JSON.
+TEST_F(InspectCommandTest, FieldsShowWhatAJobWouldBeServedAndWhatItLeavesOut) {
+  const std::string text = tmp_ / "captions";
+  std::filesystem::create_directories(text);
+  MakeTar(tmp_.path(),
+          {{"t0.txt", "a cat"},
+           {"t0.json", R"({"url": "u0"})"},
+           {"t1.txt", "a dog"},
+           {"t2.json", R"({"url": "u2"})"},
+           {"t3.txt", std::string(5000, 'x')}},
+          TarWriter::kPythonPax, text + "/text-0.tar");
+  Result r = RunCtl("inspect " + text + " --fields txt,json? --no-image --max-member-bytes 4096");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "job          fields txt,json?, no image\n"
+                                "             serves 2 samples, leaves out 2 reason(s)\n"
+                                "        1  member 'txt' over --max-member-bytes (5000 bytes)\n"
+                                "        1  missing required field 'txt'\n"))
+      << r.out;
+
+  r = RunCtl("inspect --json " + text + " --fields npy --no-image");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, R"("job": {"fields": ["npy"], "image": false, "refused": )"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "npy")) << r.out;
+
+  // An image job on a dataset without images is refused as the server refuses it.
+  r = RunCtl("inspect " + text + " --fields txt");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "refused: ")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "image")) << r.out;
+
+  r = RunCtl("inspect " + text + " --no-image", true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "--no-image needs --fields")) << r.out;
+  r = RunCtl("inspect " + text + " --fields a..b --no-image", true);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "empty component")) << r.out;
+}
+
 TEST_F(InspectCommandTest, ErrorsExitNonZeroWithTheReason) {
   Result r = RunCtl("inspect " + tmp_ / "missing", true);
   EXPECT_EQ(r.exit_code, 1);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,37 @@ TEST_F(PlanCommandTest, RealShardsMatchTheLibraryPlan) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, Expected(sizes, c, 3));
   EXPECT_NE(r.out.find("-1:-1"), std::string::npos);  // 30 of 32 slots: 2 padding
+}
+
+// --fields plans what a job asking for those fields is served: the samples without a
+// required one are left out, and INDEX is still the sample's position in its shard.
+TEST_F(PlanCommandTest, FieldsPlanOnlyTheSamplesAJobWouldBeServed) {
+  shard_testing::ScopedTempDir dir;
+  std::vector<shard_testing::FileSpec> files;
+  for (int i = 0; i < 6; ++i) {
+    const std::string key = absl::StrCat("t", i);
+    if (i != 1 && i != 4) files.push_back({key + ".txt", "caption " + key});
+    files.push_back({key + ".json", "{}"});
+  }
+  shard_testing::MakeTar(dir.path(), files, shard_testing::TarWriter::kPythonPax,
+                         dir.path() + "/text-0.tar");
+  Result r = RunCtl("plan --shards " + dir.path() +
+                    " --world-size 1 --batch-size 2 --split sample --fields txt --no-image");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::multiset<std::string> served;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    const std::vector<std::string> parts = absl::StrSplit(line, ' ');
+    ASSERT_EQ(parts.size(), 4u) << line;
+    for (absl::string_view ref : absl::StrSplit(parts[3], ',')) served.emplace(ref);
+  }
+  EXPECT_EQ(served, (std::multiset<std::string>{"0:0", "0:2", "0:3", "0:5"})) << r.out;
+
+  // Without --no-image the job is refused as the server refuses it (no image anywhere).
+  r = RunCtl("plan --shards " + dir.path() + " --world-size 1 --batch-size 2 --fields txt");
+  EXPECT_EQ(r.exit_code, 1);
+  // --fields needs the samples' members: not with --sizes.
+  r = RunCtl("plan --sizes 3,3 --world-size 1 --batch-size 2 --fields txt --no-image");
+  EXPECT_EQ(r.exit_code, 2);
 }
 
 TEST_F(PlanCommandTest, SizesRankAndShuffleFlags) {

@@ -2,7 +2,7 @@
 // fields, on a dataset of text-only tars (a caption and metadata, no image, no label).
 // The dataset index keeps every sample of such a dataset, with image_member
 // kNoImageMember and label -1.
-#include "server/assembly/job_samples.h"
+#include "common/plan/job_samples.h"
 
 #include <gtest/gtest.h>
 
@@ -30,7 +30,6 @@ namespace {
 
 using server::BatchAssembler;
 using server::BatchContent;
-using server::JobSamples;
 
 // key -> ext -> bytes of what was written.
 using Written = std::map<std::string, std::map<std::string, std::string>>;
@@ -96,7 +95,7 @@ TEST_F(JobSamplesTest, FieldMembersTakeTheFirstAlternativeAskedFor) {
   sample.members = {{"png", 0, 1}, {"jpg", 0, 1}, {"seg.png", 0, 1}};
   auto specs = ParseFieldSpecs({"jpg;png", "webp;png", "seg.png", "txt?"});
   ASSERT_TRUE(specs.ok());
-  EXPECT_EQ(server::FieldMembers(sample, *specs), (std::vector<int32_t>{1, 0, 2, -1}));
+  EXPECT_EQ(FieldMembers(sample, *specs), (std::vector<int32_t>{1, 0, 2, -1}));
 }
 
 TEST_F(JobSamplesTest, AnImageJobOnADatasetWithoutImagesIsRefused) {

@@ -1,17 +1,26 @@
 // A job's selection of the dataset's samples (see job_samples.h).
-#include "server/assembly/job_samples.h"
+#include "common/plan/job_samples.h"
 
 #include <algorithm>
 #include <map>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "server/base/log.h"
 
-namespace shardcast::server {
+namespace shardcast {
 
 namespace {
+
+// An extension from the data in a message: escaped, and cut where a hostile one would
+// make the message long.
+std::string ShortEscaped(absl::string_view untrusted) {
+  constexpr size_t kMaxShown = 64;
+  std::string shown = absl::CHexEscape(untrusted.substr(0, kMaxShown));
+  if (untrusted.size() > kMaxShown) shown += "...";
+  return shown;
+}
 
 // Extensions named in a refusal: the most common first, so that a hostile sample's
 // thousands of members cannot make the message unbounded.
@@ -30,7 +39,7 @@ std::string ExtensionCounts(const DatasetIndex& index) {
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   std::string out;
   for (size_t i = 0; i < sorted.size() && i < kListedExtensions; ++i) {
-    absl::StrAppend(&out, i == 0 ? "" : ", ", LogSafe(sorted[i].first), " (", sorted[i].second,
+    absl::StrAppend(&out, i == 0 ? "" : ", ", ShortEscaped(sorted[i].first), " (", sorted[i].second,
                     " samples)");
   }
   if (sorted.size() > kListedExtensions) {
@@ -109,7 +118,7 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
         field_bytes += member.size;
         if (max_member_bytes > 0 && member.size > static_cast<uint64_t>(max_member_bytes) &&
             reason.empty()) {
-          reason = absl::StrCat("member '", LogSafe(member.ext), "' over --max-member-bytes (",
+          reason = absl::StrCat("member '", ShortEscaped(member.ext), "' over --max-member-bytes (",
                                 max_member_bytes, " bytes)");
           selection->member_limit_reached_ = true;
         }
@@ -169,4 +178,4 @@ std::unique_ptr<RankBatchIterator> JobSamples::MapToIndex(
   return std::make_unique<MappedBatches>(shared_from_this(), std::move(batches));
 }
 
-}  // namespace shardcast::server
+}  // namespace shardcast

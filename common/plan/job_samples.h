@@ -6,8 +6,8 @@
 // assembler, the read-ahead and SampleInfo.index_in_shard see the index's samples.
 // A job without fields selects every sample: its plans and bytes are those of before
 // fields existed.
-#ifndef SHARDCAST_SERVER_ASSEMBLY_JOB_SAMPLES_H_
-#define SHARDCAST_SERVER_ASSEMBLY_JOB_SAMPLES_H_
+#ifndef SHARDCAST_COMMON_PLAN_JOB_SAMPLES_H_
+#define SHARDCAST_COMMON_PLAN_JOB_SAMPLES_H_
 
 #include <cstdint>
 #include <memory>
@@ -20,7 +20,7 @@
 #include "common/plan/job_config.h"
 #include "common/shards/dataset_index.h"
 
-namespace shardcast::server {
+namespace shardcast {
 
 // A sample's member for each field, in the fields' order: the index into
 // SampleEntry::members of the first alternative (in the order asked) equal to a
@@ -81,6 +81,6 @@ class JobSamples : public std::enable_shared_from_this<JobSamples> {
   uint64_t largest_sample_field_bytes_ = 0;
 };
 
-}  // namespace shardcast::server
+}  // namespace shardcast
 
-#endif  // SHARDCAST_SERVER_ASSEMBLY_JOB_SAMPLES_H_
+#endif  // SHARDCAST_COMMON_PLAN_JOB_SAMPLES_H_
