@@ -101,8 +101,7 @@ def write_captions(out: Path, n: int, per_shard: int = 1000) -> List[str]:
         path = out / f"{s // per_shard:06d}.tar"
         with wds.TarWriter(str(path)) as sink:
             for i in range(s, min(n, s + per_shard)):
-                caption = " ".join(rng.choice(WORDS) for _ in range(300)).encode()[:1024]
-                caption += b" " * (1024 - len(caption))
+                caption = " ".join(rng.choices(WORDS, k=240)).encode()[:1024].ljust(1024)
                 sink.write({"__key__": f"{i:09d}", "txt": caption,
                             "json": b'{"key": "%09d", "status": "success"}' % i})
         paths.append(str(path))
