@@ -136,7 +136,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (uint32_t s = 0; s < index.shards.size(); ++s) {
     const shardcast::ShardInfo& shard = index.shards[s];
     for (const shardcast::SampleEntry& e : shard.samples) {
-      if (e.label < 0 || e.label > scan.max_label || e.image_member >= e.members.size()) {
+      if (e.label < -1 || e.label > scan.max_label ||
+          (e.image_member >= e.members.size() && e.image_member != shardcast::kNoImageMember)) {
         std::abort();
       }
       for (const shardcast::MemberRef& m : e.members) {

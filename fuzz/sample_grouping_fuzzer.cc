@@ -49,7 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         shardcast::MakeSampleEntry(group, members, label_field);
     if (sample.ok()) {
       const shardcast::SampleEntry& e = sample->entry;
-      if (e.label < 0 || e.image_member >= e.members.size()) std::abort();
+      if (e.label < -1 ||
+          (e.image_member >= e.members.size() && e.image_member != shardcast::kNoImageMember)) {
+        std::abort();
+      }
     }
   }
   // Every member is metadata, keyless, in exactly one group, or a duplicate.

@@ -1,7 +1,7 @@
 // Fuzzes sample grouping and labelling (GroupByKeys + MakeSampleEntry), the step from a
 // shard's member names and label files to index entries. The input is a list of tar
 // members, each "name\n" followed by its content up to a NUL byte. Whatever the bytes:
-// no crash, and every accepted label is inside [0, max_classes).
+// no crash, and every accepted label is inside [0, max_classes) or -1 (none).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -48,8 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<shardcast::LabeledSample> sample =
         shardcast::MakeSampleEntry(group, members, "label", kMaxClasses);
     if (!sample.ok()) continue;
-    if (sample->entry.label < 0 || sample->entry.label >= kMaxClasses) std::abort();
-    if (sample->entry.image_member >= sample->entry.members.size()) std::abort();
+    const shardcast::SampleEntry& e = sample->entry;
+    if (e.label < -1 || e.label >= kMaxClasses) std::abort();
+    if (e.image_member >= e.members.size() && e.image_member != shardcast::kNoImageMember) {
+      std::abort();
+    }
   }
   return 0;
 }

@@ -25,8 +25,10 @@ constexpr char kUsage[] =
     "         [--threads N]\n"
     "\n"
     "Indexes the shards directly in DIR (*.tar, *.tar.gz, *.tgz) as shardcast-server does and\n"
-    "prints shards with sample counts, totals, classes, skipped shards and samples and why,\n"
-    "warnings and the index fingerprint. A shard that cannot be read (0 bytes, unreadable,\n"
+    "prints shards with sample counts, totals, whether samples have labels and images, the\n"
+    "member extensions and how many samples hold each, classes, skipped shards and samples\n"
+    "and why, warnings and the index fingerprint. A shard that cannot be read (0 bytes, "
+    "unreadable,\n"
     "not a tar or gzip tar) is listed as skipped; the server serves the others. --samples adds one "
     "line per sample (shard, index in shard, key,\n"
     "label, extensions). --json prints the same as one JSON object. --cache-dir reuses (or\n"
@@ -89,10 +91,36 @@ std::string ClassName(const DatasetIndex& index, int64_t label) {
              : std::string();
 }
 
+// Served samples per member extension ("jpg", "txt", "seg.png"): what a job may ask for.
+std::map<std::string, int64_t> ExtensionCounts(const DatasetIndex& index) {
+  std::map<std::string, int64_t> counts;
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& e : shard.samples) {
+      for (const MemberRef& m : e.members) ++counts[m.ext];
+    }
+  }
+  return counts;
+}
+
+std::string LabelsLine(const DatasetIndex& index) {
+  return index.has_labels ? absl::StrCat("yes (", index.num_classes, " classes)")
+                          : "none (served with label -1)";
+}
+
+std::string ImagesLine(const DatasetIndex& index) {
+  return index.has_images ? "yes" : "none (served to jobs that ask for members only)";
+}
+
 std::vector<std::string> Extensions(const SampleEntry& e) {
   std::vector<std::string> exts;
   for (const MemberRef& m : e.members) exts.push_back(m.ext);
   return exts;
+}
+
+// The extension of the sample's image, "" for a sample without one.
+std::string ImageExtension(const SampleEntry& e) {
+  const MemberRef* image = ImageMember(e);
+  return image == nullptr ? std::string() : image->ext;
 }
 
 void PrintTable(const DatasetIndex& index, bool with_samples) {
@@ -107,6 +135,8 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
       index.shards.size(), FormatBytes(static_cast<double>(total_bytes)).c_str(),
       static_cast<long long>(index.num_samples), index.num_classes, index.skipped.size(),
       index.skipped_shards.size(), index.warnings.size());
+  std::printf("labels       %s\nimages       %s\n\n", LabelsLine(index).c_str(),
+              ImagesLine(index).c_str());
 
   std::printf("%6s  %-40s %9s %11s  %s\n", "SHARD", "PATH", "SAMPLES", "SIZE", "COMPRESSED");
   for (size_t i = 0; i < index.shards.size(); ++i) {
@@ -115,13 +145,20 @@ void PrintTable(const DatasetIndex& index, bool with_samples) {
                 FormatBytes(static_cast<double>(s.file_size)).c_str(), s.compressed ? "yes" : "no");
   }
 
-  const std::map<int64_t, int64_t> counts = LabelCounts(index);
-  std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
-  for (int64_t label = 0; label < index.num_classes; ++label) {
-    const auto it = counts.find(label);
-    std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
-                static_cast<long long>(it == counts.end() ? 0 : it->second),
-                ClassName(index, label).c_str());
+  std::printf("\n%9s  %s\n", "SAMPLES", "EXTENSION");
+  for (const auto& [ext, samples] : ExtensionCounts(index)) {
+    std::printf("%9lld  %s\n", static_cast<long long>(samples), ext.c_str());
+  }
+
+  if (index.num_classes > 0) {
+    const std::map<int64_t, int64_t> counts = LabelCounts(index);
+    std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
+    for (int64_t label = 0; label < index.num_classes; ++label) {
+      const auto it = counts.find(label);
+      std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
+                  static_cast<long long>(it == counts.end() ? 0 : it->second),
+                  ClassName(index, label).c_str());
+    }
   }
 
   if (!index.skipped_shards.empty()) {
@@ -162,6 +199,16 @@ void PrintJson(const DatasetIndex& index, bool with_samples) {
   absl::StrAppend(&out, "  \"num_shards\": ", index.shards.size(), ",\n");
   absl::StrAppend(&out, "  \"num_samples\": ", index.num_samples, ",\n");
   absl::StrAppend(&out, "  \"num_classes\": ", index.num_classes, ",\n");
+  absl::StrAppend(&out, "  \"has_labels\": ", index.has_labels ? "true" : "false", ",\n");
+  absl::StrAppend(&out, "  \"has_images\": ", index.has_images ? "true" : "false", ",\n");
+  out += "  \"extensions\": [";
+  bool first_ext = true;
+  for (const auto& [ext, samples] : ExtensionCounts(index)) {
+    absl::StrAppend(&out, first_ext ? "\n    " : ",\n    ", "{\"extension\": ", JsonQuote(ext),
+                    ", \"samples\": ", samples, "}");
+    first_ext = false;
+  }
+  out += first_ext ? "],\n" : "\n  ],\n";
   out += "  \"shards\": [";
   for (size_t i = 0; i < index.shards.size(); ++i) {
     const ShardInfo& s = index.shards[i];
@@ -209,7 +256,7 @@ void PrintJson(const DatasetIndex& index, bool with_samples) {
         for (const std::string& ext : Extensions(samples[i])) exts.push_back(JsonQuote(ext));
         absl::StrAppend(&out, first ? "\n    " : ",\n    ", "{\"shard\": ", si, ", \"index\": ", i,
                         ", \"key\": ", JsonQuote(samples[i].key), ", \"label\": ", samples[i].label,
-                        ", \"image\": ", JsonQuote(samples[i].members[samples[i].image_member].ext),
+                        ", \"image\": ", JsonQuote(ImageExtension(samples[i])),
                         ", \"extensions\": [", absl::StrJoin(exts, ", "), "]}");
         first = false;
       }

@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
 std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
   Digest128 h;
   h.AddString("shardcast-index");
-  h.AddU64(kIndexVersion);
+  h.AddU64(kFingerprintVersion);
   h.AddString(options.label_field);
   h.AddU64(shards.size());
   for (const ShardInfo& s : shards) {
@@ -204,10 +204,13 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
   names.reserve(scan->members.size());
   for (const TarMember& m : scan->members) names.push_back(m.name);
   Grouping grouping = GroupByKeys(names);
+  const auto skip = [&](std::string key, std::string reason) {
+    result.skipped.push_back(SkippedSample{shard.path, std::move(key), std::move(reason)});
+    result.skipped_before.push_back(result.samples.size());
+  };
   for (size_t i : grouping.keyless) {
-    result.skipped.push_back(
-        SkippedSample{shard.path, scan->members[i].name,
-                      "no '.' in the file name (or nothing before it): not part of any sample"});
+    skip(scan->members[i].name,
+         "no '.' in the file name (or nothing before it): not part of any sample");
   }
   size_t usable_groups = grouping.groups.size();
   if (!scan->error.ok()) {
@@ -223,10 +226,9 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
     }
     if (usable_groups > 0 && !last_group_complete) {
       --usable_groups;
-      result.skipped.push_back(
-          SkippedSample{shard.path, grouping.groups.back().key,
-                        absl::StrCat("the shard breaks after this sample (it may be incomplete): ",
-                                     scan->error.message())});
+      skip(grouping.groups.back().key,
+           absl::StrCat("the shard breaks after this sample (it may be incomplete): ",
+                        scan->error.message()));
     }
     result.warnings.push_back(absl::StrCat(scan->error.message(), "; kept the ", usable_groups,
                                            " sample(s) read completely before the break"));
@@ -236,14 +238,11 @@ ShardScanResult ScanShardFile(const std::string& path, const ShardInfo& shard,
     absl::StatusOr<LabeledSample> sample =
         MakeSampleEntry(group, scan->members, options.label_field, options.max_classes);
     if (!sample.ok()) {
-      result.skipped.push_back(
-          SkippedSample{shard.path, group.key, std::string(sample.status().message())});
+      skip(group.key, std::string(sample.status().message()));
       continue;
     }
-    if (!sample->class_name.empty()) {
-      result.class_names.emplace_back(sample->entry.label, std::move(sample->class_name));
-    }
     result.samples.push_back(std::move(sample->entry));
+    result.class_names.push_back(std::move(sample->class_name));
   }
   return result;
 }
@@ -301,6 +300,76 @@ absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
   return absl::OkStatus();
 }
 
+// What a dataset's samples hold. They are all alike: when any sample has an image (a
+// label), one without is skipped; when none has, all are served without.
+struct DatasetTraits {
+  bool has_images = false;
+  bool has_labels = false;
+};
+
+void AddTraits(const std::vector<SampleEntry>& samples, DatasetTraits* traits) {
+  for (const SampleEntry& e : samples) {
+    traits->has_images = traits->has_images || ImageMember(e) != nullptr;
+    traits->has_labels = traits->has_labels || e.label >= 0;
+  }
+}
+
+// Why `entry` is not served in a dataset of `traits`; "" when it is. The image is asked
+// about first, as the scan did when every sample needed both.
+std::string DatasetRuleSkip(const SampleEntry& entry, const DatasetTraits& traits,
+                            absl::string_view label_field) {
+  if (traits.has_images && ImageMember(entry) == nullptr) return MissingImageReason(entry);
+  if (traits.has_labels && entry.label < 0) return MissingLabelReason(entry, label_field);
+  return "";
+}
+
+// Skips the samples of `scan` that its dataset rules do not serve, each after the other
+// skips of its shard (an outcome keeps no archive positions; this is for outcomes merged
+// from parts, each already ruled over itself, where it rarely skips anything).
+void ApplyDatasetRules(absl::string_view label_field, ScanOutcome* scan) {
+  DatasetTraits traits;
+  for (const ShardInfo& shard : scan->shards) AddTraits(shard.samples, &traits);
+  for (ShardInfo& shard : scan->shards) {
+    std::vector<SampleEntry> served;
+    served.reserve(shard.samples.size());
+    for (SampleEntry& e : shard.samples) {
+      std::string reason = DatasetRuleSkip(e, traits, label_field);
+      if (reason.empty()) {
+        served.push_back(std::move(e));
+      } else {
+        scan->skipped.push_back(SkippedSample{shard.path, e.key, std::move(reason)});
+      }
+    }
+    shard.samples = std::move(served);
+  }
+}
+
+// Moves the samples of `scanned` that a dataset of `traits` serves to `shard`, and its
+// skips with those of the samples it does not serve to `skipped`, in archive order;
+// the class names of served samples go to `class_names` as (label, name).
+void TakeServedSamples(ShardScanResult& scanned, const DatasetTraits& traits,
+                       absl::string_view label_field, ShardInfo* shard,
+                       std::vector<SkippedSample>* skipped,
+                       std::vector<std::pair<int64_t, std::string>>* class_names) {
+  size_t next_skip = 0;
+  for (size_t i = 0; i <= scanned.samples.size(); ++i) {
+    for (; next_skip < scanned.skipped.size() && scanned.skipped_before[next_skip] <= i;
+         ++next_skip) {
+      skipped->push_back(std::move(scanned.skipped[next_skip]));
+    }
+    if (i == scanned.samples.size()) break;
+    SampleEntry& e = scanned.samples[i];
+    if (std::string reason = DatasetRuleSkip(e, traits, label_field); !reason.empty()) {
+      skipped->push_back(SkippedSample{shard->path, e.key, std::move(reason)});
+      continue;
+    }
+    if (!scanned.class_names[i].empty()) {
+      class_names->emplace_back(e.label, std::move(scanned.class_names[i]));
+    }
+    shard->samples.push_back(std::move(e));
+  }
+}
+
 absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardInfo> shards,
                                     const ShardListing& listing, const IndexOptions& options) {
   std::vector<ShardScanResult> results(shards.size());
@@ -342,6 +411,8 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
 
   ScanOutcome out;
   out.skip_reasons.resize(shards.size());
+  DatasetTraits traits;
+  for (const ShardScanResult& r : results) AddTraits(r.samples, &traits);
   std::map<int64_t, std::string> names;
   std::set<int64_t> warned_labels;  // one warning per label with conflicting names
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -354,11 +425,11 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
       continue;
     }
     shards[i].compressed = r.compressed;
-    shards[i].samples = std::move(r.samples);
+    std::vector<std::pair<int64_t, std::string>> shard_names;
+    TakeServedSamples(r, traits, options.label_field, &shards[i], &out.skipped, &shard_names);
     for (const SampleEntry& e : shards[i].samples) out.max_label = std::max(out.max_label, e.label);
-    for (SkippedSample& s : r.skipped) out.skipped.push_back(std::move(s));
     for (std::string& w : r.warnings) out.warnings.push_back(std::move(w));
-    for (auto& [label, name] : r.class_names) {
+    for (auto& [label, name] : shard_names) {
       auto [it, inserted] = names.emplace(label, name);
       if (!inserted && it->second != name && warned_labels.insert(label).second) {
         out.warnings.push_back(absl::StrCat("label ", label, " has class names '", it->second,
@@ -433,6 +504,12 @@ void CheckInfoJson(const std::string& root, int64_t max_label, int32_t max_class
              absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
                           ", above --max-classes ", max_classes, "; using ", scanned_classes,
                           " from the labels"));
+      } else if (max_label < 0 && classes_it->second.integer > 0) {
+        // Served as a dataset without labels: a class count would size a classifier for
+        // labels no sample carries.
+        Warn(&index->warnings,
+             absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
+                          " but no sample has a label; serving num_classes 0 (labels -1)"));
       } else if (classes_it->second.integer < scanned_classes) {
         Warn(&index->warnings,
              absl::StrCat(name, " says \"num_classes\" ", classes_it->second.integer,
@@ -617,7 +694,7 @@ bool LoadIndexFile(const ShardListing& listing, const IndexOptions& options, Sca
 // The index file's outcome where `vouched`, `scanned` (the scan of the other shards,
 // in listing order) elsewhere, as one outcome in listing order.
 ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouched,
-                          ScanOutcome scanned) {
+                          ScanOutcome scanned, absl::string_view label_field) {
   ScanOutcome out;
   std::map<std::string, size_t> position;  // shard path -> listing index
   std::set<std::string> rescanned;
@@ -638,6 +715,8 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
     if (rescanned.count(s.shard) == 0) out.skipped.push_back(std::move(s));
   }
   for (SkippedSample& s : scanned.skipped) out.skipped.push_back(std::move(s));
+  // The file's shards and the scanned ones were each ruled over themselves only.
+  ApplyDatasetRules(label_field, &out);
   std::stable_sort(out.skipped.begin(), out.skipped.end(),
                    [&](const SkippedSample& a, const SkippedSample& b) {
                      return position[a.shard] < position[b.shard];
@@ -726,7 +805,7 @@ absl::StatusOr<std::optional<ScanOutcome>> OutcomeFromIndexFile(const ShardListi
                     first_etag, "); scanning those, using the file for the others"));
   absl::StatusOr<ScanOutcome> scanned = ScanAll(root, unvouched, listing, options);
   if (!scanned.ok()) return scanned.status();
-  return MergeOutcomes(std::move(from_file), vouched, *std::move(scanned));
+  return MergeOutcomes(std::move(from_file), vouched, *std::move(scanned), options.label_field);
 }
 
 // The name of the first shard listed twice in `sorted`, "" when none is.
@@ -807,8 +886,13 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   }
   index.fingerprint = ContentFingerprint(index.shards, options);
   index.skipped = std::move(scan->skipped);
-  for (const ShardInfo& s : index.shards)
+  DatasetTraits traits;
+  for (const ShardInfo& s : index.shards) {
     index.num_samples += static_cast<int64_t>(s.samples.size());
+    AddTraits(s.samples, &traits);
+  }
+  index.has_images = traits.has_images;
+  index.has_labels = traits.has_labels;
   if (listing.local) {
     CheckInfoJson(root, scan->max_label, options.max_classes, &index);
   } else {

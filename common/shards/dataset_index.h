@@ -65,7 +65,13 @@ struct DatasetIndex {
   std::string root;
   std::vector<ShardInfo> shards;  // natural sorted order ("2" before "10")
   int64_t num_samples = 0;        // sum of shard sample counts
-  int32_t num_classes = 0;        // info.json's, else max label + 1
+  int32_t num_classes = 0;        // info.json's, else max label + 1; 0 without labels
+  // Whether the samples have images / labels. A dataset is served either way, but all
+  // its samples are alike: when any sample has an image (a label), those without one
+  // are skipped; when none has, all are kept with kNoImageMember (label -1). Image jobs
+  // on a dataset without images, and classification on one without labels, are refused.
+  bool has_images = false;
+  bool has_labels = false;
   // By label, from json "class" when present: empty when no sample names its class,
   // else num_classes entries ("" for labels never named; the first name seen wins).
   std::vector<std::string> class_names;
@@ -108,9 +114,14 @@ struct ShardScanResult {
   // not of the bytes: nothing is remembered, the next start asks again.
   bool host_error = false;
   std::string content_digest;  // ShardInfo::content_digest of the bytes scanned
+  // Every sound sample, with or without an image or a label: whether those without are
+  // served depends on the other shards (see DatasetIndex::has_images).
   std::vector<SampleEntry> samples;
+  std::vector<std::string> class_names;  // by sample: its json "class", "" when none
   std::vector<SkippedSample> skipped;
-  std::vector<std::pair<int64_t, std::string>> class_names;  // (label, json "class")
+  // By skipped sample: how many of `samples` precede it in the shard, so that the
+  // samples the dataset's rules skip join `skipped` in archive order.
+  std::vector<size_t> skipped_before;
   std::vector<std::string> warnings;
   bool compressed = false;
 };
@@ -152,7 +163,9 @@ struct ShardListing {
 // (ShardScanResult::host_error) fails indexing, naming the shard, and nothing is
 // cached. Where some shards are scanned and the others taken from the file, class
 // names are the file's first, a scanned shard's filling the labels the file did not
-// name. Errors and warnings otherwise as BuildDatasetIndex.
+// name. Over all of it, scanned or read, the dataset's rules on samples without an
+// image or a label apply (DatasetIndex::has_images). Errors and warnings otherwise as
+// BuildDatasetIndex.
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                                                    const IndexOptions& options);
 

@@ -103,12 +103,15 @@ absl::Status ParseSampleRecords(const IndexOptions& options, CacheParser& p, Sha
     }
     const std::string where = absl::StrCat(shard.path, " sample '", e.key, "': ");
     if (e.key.empty()) return Corrupt(absl::StrCat(shard.path, ": a sample without a key"));
-    // The scan admits labels in [0, max_classes) only (and max_classes matched the header).
-    if (label >= static_cast<uint64_t>(options.max_classes)) {
-      return Corrupt(absl::StrCat(where, "label ", static_cast<int64_t>(label)));
-    }
+    // The scan admits labels in [0, max_classes) only (and max_classes matched the
+    // header), or -1 for none.
     e.label = static_cast<int64_t>(label);
-    if (image >= members) return Corrupt(absl::StrCat(where, "image member out of range"));
+    if (e.label < -1 || e.label >= options.max_classes) {
+      return Corrupt(absl::StrCat(where, "label ", e.label));
+    }
+    if (image >= members && image != kNoImageMember) {
+      return Corrupt(absl::StrCat(where, "image member out of range"));
+    }
     e.image_member = static_cast<uint32_t>(image);
     e.members.resize(members);
     for (MemberRef& m : e.members) {
@@ -121,6 +124,21 @@ absl::Status ParseSampleRecords(const IndexOptions& options, CacheParser& p, Sha
     }
     *max_label = std::max(*max_label, e.label);
   }
+  return absl::OkStatus();
+}
+
+// The dataset rules the scan applied (dataset_index.cc): when any sample has an image
+// (a label), every sample has one.
+absl::Status CheckDatasetRules(const ScanOutcome& scan) {
+  bool images = false, no_images = false, labels = false, no_labels = false;
+  for (const ShardInfo& shard : scan.shards) {
+    for (const SampleEntry& e : shard.samples) {
+      (ImageMember(e) != nullptr ? images : no_images) = true;
+      (e.label >= 0 ? labels : no_labels) = true;
+    }
+  }
+  if (images && no_images) return Corrupt("samples without an image beside samples with one");
+  if (labels && no_labels) return Corrupt("samples without a label beside samples with one");
   return absl::OkStatus();
 }
 
@@ -253,6 +271,7 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     }
   }
   if (absl::Status trailer = ParseTrailer(p, scan); !trailer.ok()) return trailer;
+  if (absl::Status ruled = CheckDatasetRules(scan); !ruled.ok()) return ruled;
   if (p.pos() != data.size() - kChecksumRecordBytes) return Corrupt("trailing bytes");
   return scan;
 }

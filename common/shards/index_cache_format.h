@@ -25,12 +25,19 @@
 
 namespace shardcast {
 
-// Bump when the scan's rules or the format's layout change: old caches and
-// fingerprints (ContentFingerprint hashes it) then no longer match.
+// Bump when the scan's rules or the format's layout change: old caches and index
+// files are then rebuilt.
 // 2: labels bounded by max_classes; 3: shard identity (ctime, inode), skipped shards;
 // 4: ETags of remote shards; 5: content digests (MD5 of each shard's bytes), in the
-// fingerprint
-inline constexpr uint32_t kIndexVersion = 5;
+// fingerprint; 6: samples without an image (kNoImageMember) or a label (-1) in datasets
+// where none has one, webp images
+inline constexpr uint32_t kIndexVersion = 6;
+
+// Hashed into the content fingerprint (ContentFingerprint). Bump when what the same
+// records mean to the planner or the serve path changes. Version 6 of the index only
+// admits more datasets: an image dataset's records, and so its fingerprint and the
+// checkpoints that hold it, stay those of version 5.
+inline constexpr uint32_t kFingerprintVersion = 5;
 
 // The scan results that the format keeps (info.json checks are redone on every load).
 struct ScanOutcome {
@@ -88,7 +95,8 @@ std::string SerializeScanOutcome(const std::string& root, const IndexOptions& op
 // complaint). DATA_LOSS ("corrupt index cache: ...") for a file that is not sound: too
 // short, bad checksum, bad magic, a truncated record, trailing bytes, or contents that
 // cannot be a scan's (a member past its shard's end, a label at or above max_classes,
-// a skipped shard with samples, a max label that its samples do not give).
+// a skipped shard with samples, a max label that its samples do not give, samples
+// without an image or a label beside samples with one).
 absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
                                                             const std::string& root,
                                                             const IndexOptions& options,

@@ -20,12 +20,23 @@ struct MemberRef {
   uint64_t size = 0;
 };
 
+// SampleEntry::image_member of a sample of a dataset that holds no image at all (text,
+// audio, tokens): such samples are served for jobs that ask for members only.
+inline constexpr uint32_t kNoImageMember = UINT32_MAX;
+
 struct SampleEntry {
-  std::string key;            // case preserved, may contain '/'
-  int64_t label = -1;         // from .cls or the json label field
-  uint32_t image_member = 0;  // index into `members` of the image to decode
+  std::string key;     // case preserved, may contain '/'
+  int64_t label = -1;  // from .cls or the json label field; -1 in a dataset without labels
+  // Index into `members` of the image to decode, or kNoImageMember (read it through
+  // ImageMember, which never indexes past `members`).
+  uint32_t image_member = 0;
   std::vector<MemberRef> members;
 };
+
+// The sample's image member; nullptr for a sample without one (kNoImageMember).
+inline const MemberRef* ImageMember(const SampleEntry& entry) {
+  return entry.image_member < entry.members.size() ? &entry.members[entry.image_member] : nullptr;
+}
 
 // Labels are accepted in [0, max_classes); see IndexOptions::max_classes.
 inline constexpr int32_t kDefaultMaxClasses = 1000000;

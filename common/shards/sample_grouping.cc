@@ -3,6 +3,7 @@
 #include "common/shards/sample_grouping.h"
 
 #include <cstdint>
+#include <unordered_set>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -46,6 +47,9 @@ bool IsMetadataName(absl::string_view name) {
 
 Grouping GroupByKeys(absl::Span<const absl::string_view> names) {
   Grouping out;
+  // The current group's extensions: a set, so that a sample of 10,000 members costs no
+  // more per member than one of three.
+  std::unordered_set<std::string> group_exts;
   for (size_t i = 0; i < names.size(); ++i) {
     if (IsMetadataName(names[i])) continue;
     std::optional<KeyExt> split = SplitKeyExt(names[i]);
@@ -56,11 +60,10 @@ Grouping GroupByKeys(absl::Span<const absl::string_view> names) {
     std::string ext = absl::AsciiStrToLower(split->ext);
     if (out.groups.empty() || out.groups.back().key != split->key) {
       out.groups.push_back(MemberGroup{std::move(split->key), {}, {}, {}});
+      group_exts.clear();
     }
     MemberGroup& group = out.groups.back();
-    bool duplicate = false;
-    for (const std::string& seen : group.exts) duplicate = duplicate || seen == ext;
-    if (duplicate) {
+    if (!group_exts.insert(ext).second) {
       // group_by_keys raises here ("duplicate file name in tar file"); the sample is bad.
       if (group.error.empty()) {
         group.error = absl::StrCat("duplicate extension '", ext, "' (member '", names[i], "')");
@@ -74,7 +77,63 @@ Grouping GroupByKeys(absl::Span<const absl::string_view> names) {
 }
 
 bool IsDecodableImageExt(absl::string_view last_component) {
-  return last_component == "jpg" || last_component == "jpeg" || last_component == "png";
+  return last_component == "jpg" || last_component == "jpeg" || last_component == "png" ||
+         last_component == "webp";
+}
+
+namespace {
+
+// Where a sample's image is among its members (extensions lower-cased, archive order):
+// the first whose extension is exactly an image's, else the first whose last component
+// is ("seg.png"); `undecodable` names an image-like member we do not decode, for the
+// reason text of a sample without an image.
+struct ImageChoice {
+  int index = -1;
+  std::string undecodable;
+};
+
+template <typename ExtOf, typename Members>
+ImageChoice ChooseImage(const Members& members, ExtOf ext_of) {
+  ImageChoice choice;
+  int fallback = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const absl::string_view ext = ext_of(members[i]);
+    const size_t last_dot = ext.rfind('.');
+    const absl::string_view last =
+        last_dot == absl::string_view::npos ? ext : ext.substr(last_dot + 1);
+    if (IsDecodableImageExt(ext)) {
+      if (choice.index < 0) choice.index = static_cast<int>(i);
+    } else if (IsDecodableImageExt(last)) {
+      if (fallback < 0) fallback = static_cast<int>(i);
+    } else if (last == "ppm" || last == "pgm" || last == "pbm" || last == "pnm" || last == "bmp" ||
+               last == "gif" || last == "tif" || last == "tiff") {
+      if (choice.undecodable.empty()) choice.undecodable = std::string(ext);
+    }
+  }
+  if (choice.index < 0) choice.index = fallback;
+  return choice;
+}
+
+}  // namespace
+
+std::string MissingImageReason(const SampleEntry& entry) {
+  const std::string undecodable =
+      ChooseImage(entry.members, [](const MemberRef& m) -> absl::string_view {
+        return m.ext;
+      }).undecodable;
+  return undecodable.empty() ? std::string("no image member (jpg, jpeg, png or webp)")
+                             : absl::StrCat("no decodable image member (found '", undecodable,
+                                            "'; only jpg, jpeg, png and webp are decoded)");
+}
+
+std::string MissingLabelReason(const SampleEntry& entry, absl::string_view label_field) {
+  for (const MemberRef& m : entry.members) {
+    if (m.ext == "json") {
+      // (The member's name as the scan saw it, but for the case of its extension.)
+      return absl::StrCat("member '", entry.key, ".json' has no field '", label_field, "'");
+    }
+  }
+  return absl::StrCat("no label (no .cls member and no .json with field '", label_field, "')");
 }
 
 bool IsLabelExt(absl::string_view lower_ext) { return lower_ext == "cls" || lower_ext == "json"; }
@@ -105,11 +164,8 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
   if (!group.error.empty()) return absl::InvalidArgumentError(group.error);
   LabeledSample out;
   out.entry.key = group.key;
-  int image = -1;
-  int image_fallback = -1;
   int cls = -1;
   int json = -1;
-  std::string undecodable;  // image-like extensions we do not decode, for the reason text
   for (size_t i = 0; i < group.members.size(); ++i) {
     const TarMember& m = members[group.members[i]];
     const std::string& ext = group.exts[i];
@@ -118,29 +174,15 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
           absl::StrCat("member '", m.name, "' is a sparse file (not supported)"));
     }
     out.entry.members.push_back(MemberRef{ext, m.offset, m.size});
-    const size_t last_dot = ext.rfind('.');
-    const absl::string_view last = last_dot == std::string::npos
-                                       ? absl::string_view(ext)
-                                       : absl::string_view(ext).substr(last_dot + 1);
-    if (IsDecodableImageExt(ext)) {
-      if (image < 0) image = static_cast<int>(i);
-    } else if (IsDecodableImageExt(last)) {
-      if (image_fallback < 0) image_fallback = static_cast<int>(i);
-    } else if (last == "ppm" || last == "pgm" || last == "pbm" || last == "pnm" || last == "webp" ||
-               last == "bmp" || last == "gif" || last == "tif" || last == "tiff") {
-      if (undecodable.empty()) undecodable = ext;
-    }
     if (ext == "cls") cls = static_cast<int>(i);
     if (ext == "json") json = static_cast<int>(i);
   }
-  if (image < 0) image = image_fallback;
-  if (image < 0) {
-    return absl::InvalidArgumentError(
-        undecodable.empty() ? std::string("no image member (jpg, jpeg or png)")
-                            : absl::StrCat("no decodable image member (found '", undecodable,
-                                           "'; only jpg, jpeg and png are decoded)"));
-  }
-  out.entry.image_member = static_cast<uint32_t>(image);
+  const int image = ChooseImage(group.exts, [](const std::string& ext) -> absl::string_view {
+                      return ext;
+                    }).index;
+  // Whether an image-less sample is served is the dataset's question (it is when no
+  // sample of the dataset has an image): see ApplyDatasetRules in dataset_index.cc.
+  out.entry.image_member = image < 0 ? kNoImageMember : static_cast<uint32_t>(image);
 
   if (cls >= 0) {
     const TarMember& m = members[group.members[cls]];
@@ -179,12 +221,8 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
         it != fields->end() && it->second.kind == JsonValue::Kind::kString) {
       out.class_name = it->second.string;
     }
-    if (cls < 0) {
-      auto it = fields->find(std::string(label_field));
-      if (it == fields->end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("member '", m.name, "' has no field '", label_field, "'"));
-      }
+    // A json without the label field is metadata (img2dataset's): the sample has no label.
+    if (auto it = fields->find(std::string(label_field)); cls < 0 && it != fields->end()) {
       if (it->second.kind != JsonValue::Kind::kInteger) {
         return absl::InvalidArgumentError(
             absl::StrCat("field '", label_field, "' of '", m.name, "' is not an integer"));
@@ -196,10 +234,9 @@ absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
       out.entry.label = *checked;
     }
   }
-  if (out.entry.label < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("no label (no .cls member and no .json with field '", label_field, "')"));
-  }
+  // Like the image, a missing label is the dataset's question; a class name without a
+  // label names nothing.
+  if (out.entry.label < 0) out.class_name.clear();
   return out;
 }
 

@@ -56,15 +56,25 @@ struct LabeledSample {
 };
 
 // Turns a good group into an index entry. Image: the first member whose extension is
-// exactly jpg/jpeg/png, else the first whose last extension component is (e.g.
-// "seg.png"). Label: the integer text of ".cls" when there is one, else the integer
-// field `label_field` of ".json" (their contents must be in TarMember::content).
-// Errors (the skip reason): no image, no label, unreadable label, a label outside
-// [0, max_classes).
+// exactly jpg/jpeg/png/webp, else the first whose last extension component is (e.g.
+// "seg.png"); kNoImageMember when there is none. Label: the integer text of ".cls"
+// when there is one, else the integer field `label_field` of ".json" (their contents
+// must be in TarMember::content); -1 when neither gives one (a .json without that
+// field is metadata). Whether a sample without an image or a label is served is decided
+// for the whole dataset (dataset_index.cc), not here. Errors (the skip reason): a
+// group error, a sparse member, an unreadable label member that is the only label
+// source, a label that is not an integer, a label outside [0, max_classes).
 absl::StatusOr<LabeledSample> MakeSampleEntry(const MemberGroup& group,
                                               absl::Span<const TarMember> members,
                                               absl::string_view label_field,
                                               int64_t max_classes = kDefaultMaxClasses);
+
+// The skip reason of a sample without an image in a dataset with images (names an
+// image-like member that is not decoded, e.g. "gif", when there is one).
+std::string MissingImageReason(const SampleEntry& entry);
+
+// The skip reason of a sample without a label in a dataset with labels.
+std::string MissingLabelReason(const SampleEntry& entry, absl::string_view label_field);
 
 // Whether the scan must read this member's bytes to label samples (.cls / .json).
 bool IsLabelExt(absl::string_view lower_ext);

@@ -203,6 +203,71 @@ TEST(IndexCacheFormatTest, AnyChangedByteFailsTheChecksum) {
   }
 }
 
+// A dataset of captions: no sample has an image or a label, so none needs one.
+ScanOutcome CaptionOutcome() {
+  ScanOutcome scan;
+  ShardInfo served = Listed("t-1.tar", 10240);
+  served.content_digest = "00112233445566778899aabbccddeeff";
+  for (int i = 0; i < 2; ++i) {
+    SampleEntry e;
+    e.key = "t_" + std::to_string(i);
+    e.image_member = kNoImageMember;
+    e.members = {MemberRef{"txt", 512u + 2048u * i, 40}, MemberRef{"json", 1536u + 2048u * i, 90}};
+    served.samples.push_back(e);
+  }
+  scan.shards.push_back(served);
+  scan.skip_reasons.emplace_back();
+  return scan;
+}
+
+TEST(IndexCacheFormatTest, SamplesWithoutImagesOrLabelsReadBack) {
+  const ScanOutcome scan = CaptionOutcome();
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  absl::StatusOr<std::optional<ScanOutcome>> parsed =
+      ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->has_value());
+  const ScanOutcome& back = **parsed;
+  EXPECT_EQ(back.max_label, -1);
+  ASSERT_EQ(back.shards[0].samples.size(), 2u);
+  for (const SampleEntry& e : back.shards[0].samples) {
+    EXPECT_EQ(e.label, -1);
+    EXPECT_EQ(e.image_member, kNoImageMember);
+    EXPECT_EQ(ImageMember(e), nullptr);
+  }
+  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back), file);
+}
+
+// The scan serves a sample without an image (a label) only where no sample has one: a
+// file that says otherwise was not written by a scan.
+TEST(IndexCacheFormatTest, SamplesWithAndWithoutImagesOrLabelsSideBySideAreCorrupt) {
+  ScanOutcome scan = TwoShardOutcome();
+  scan.shards[0].samples[1].image_member = kNoImageMember;
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+                                 IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "samples without an image beside samples with one");
+  scan = TwoShardOutcome();
+  scan.shards[0].samples[1].label = -1;
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+                                 IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "samples without a label beside samples with one");
+  // Only kNoImageMember stands for "no image": another index past the members is corrupt.
+  for (const uint32_t image : {2u, kNoImageMember - 1}) {
+    scan = CaptionOutcome();
+    scan.shards[0].samples[0].image_member = image;
+    ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+                                   IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                  "t-1.tar sample 't_0': image member out of range");
+  }
+  // -1 is "no label"; below it is no label the scan writes.
+  scan = CaptionOutcome();
+  scan.shards[0].samples[0].label = -2;
+  scan.max_label = -1;
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+                                 IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "t-1.tar sample 't_0': label -2");
+}
+
 TEST(IndexCacheFormatTest, TruncationIsCorrupt) {
   const ScanOutcome scan = TwoShardOutcome();
   const std::vector<ShardInfo> listed = ListingOf(scan);

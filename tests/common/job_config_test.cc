@@ -248,10 +248,11 @@ TEST(JobConfigDifference, NamesTheFirstDifferingField) {
   ASSERT_TRUE(diff.has_value());
   EXPECT_EQ(diff->field, "split");
   EXPECT_EQ(diff->b, "sample");
-  EXPECT_EQ(JobConfigString(a),
-            "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
-            "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
-            "transform.resize=256 transform.crop=224 transform.dct_scaling=false image=true fields=");
+  EXPECT_EQ(
+      JobConfigString(a),
+      "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
+      "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
+      "transform.resize=256 transform.crop=224 transform.dct_scaling=false image=true fields=");
 }
 
 }  // namespace

@@ -148,10 +148,10 @@ struct EntryCase {
   std::string label;
   std::vector<std::pair<std::string, std::string>> members;
   std::string label_field = "label";
-  int64_t want_label = -1;           // -1: expect an error
-  std::string want_image_ext;        // when ok
+  int64_t want_label = -1;           // when ok: -1 for a sample without a label
+  std::string want_image_ext;        // when ok: "" for a sample without an image
   std::string want_class;            // when ok
-  std::string want_error_substring;  // when not ok
+  std::string want_error_substring;  // "": expect ok
 };
 
 TEST(MakeSampleEntryTest, Table) {
@@ -194,9 +194,20 @@ TEST(MakeSampleEntryTest, Table) {
        "seg.png",
        "",
        ""},
-      {"no image", {{"k.txt", "T"}, {"k.cls", "1"}}, "label", -1, "", "", "no image member"},
-      {"webp only", {{"k.webp", "W"}, {"k.cls", "1"}}, "label", -1, "", "", "'webp'"},
-      {"no label", {{"k.jpg", "J"}}, "label", -1, "", "", "no label"},
+      // Whether a sample without an image or a label is served is the dataset's question.
+      {"no image", {{"k.txt", "T"}, {"k.cls", "1"}}, "label", 1, "", "", ""},
+      {"webp only", {{"k.webp", "W"}, {"k.cls", "1"}}, "label", 1, "webp", "", ""},
+      {"webp before png", {{"k.webp", "W"}, {"k.png", "P"}}, "label", -1, "webp", "", ""},
+      {"gif is no image", {{"k.gif", "G"}, {"k.cls", "0"}}, "label", 0, "", "", ""},
+      {"no label", {{"k.jpg", "J"}}, "label", -1, "jpg", "", ""},
+      {"neither image nor label", {{"k.txt", "T"}, {"k.npy", "N"}}, "label", -1, "", "", ""},
+      {"class without a label names nothing",
+       {{"k.jpg", "J"}, {"k.json", "{\"class\": \"cat\"}"}},
+       "label",
+       -1,
+       "jpg",
+       "",
+       ""},
       {"bad cls", {{"k.jpg", "J"}, {"k.cls", "seven"}}, "label", -1, "", "", "not an integer"},
       {"negative cls", {{"k.jpg", "J"}, {"k.cls", "-2"}}, "label", -1, "", "", "negative"},
       {"bad json",
@@ -206,13 +217,13 @@ TEST(MakeSampleEntryTest, Table) {
        "",
        "",
        "invalid JSON"},
-      {"json field missing",
+      {"json field missing: metadata, no label",
        {{"k.jpg", "J"}, {"k.json", "{\"lbl\": 3}"}},
        "label",
        -1,
+       "jpg",
        "",
-       "",
-       "no field 'label'"},
+       ""},
       {"json label not integer",
        {{"k.jpg", "J"}, {"k.json", "{\"label\": 3.5}"}},
        "label",
@@ -281,7 +292,7 @@ TEST(MakeSampleEntryTest, Table) {
     const Grouping g = GroupByKeys(views);
     ASSERT_EQ(g.groups.size(), 1u);
     absl::StatusOr<LabeledSample> got = MakeSampleEntry(g.groups[0], members, c.label_field);
-    if (c.want_label < 0) {
+    if (!c.want_error_substring.empty()) {
       ASSERT_FALSE(got.ok());
       EXPECT_NE(got.status().message().find(c.want_error_substring), std::string::npos)
           << got.status();
@@ -292,8 +303,9 @@ TEST(MakeSampleEntryTest, Table) {
     EXPECT_EQ(got->entry.label, c.want_label);
     EXPECT_EQ(got->class_name, c.want_class);
     ASSERT_EQ(got->entry.members.size(), members.size());
-    const MemberRef& image = got->entry.members[got->entry.image_member];
-    EXPECT_EQ(image.ext, c.want_image_ext);
+    const MemberRef* image = ImageMember(got->entry);
+    EXPECT_EQ(image == nullptr ? "" : image->ext, c.want_image_ext);
+    EXPECT_EQ(image == nullptr, got->entry.image_member == kNoImageMember);
     for (size_t i = 0; i < members.size(); ++i) {
       EXPECT_EQ(got->entry.members[i].offset, members[i].offset);
       EXPECT_EQ(got->entry.members[i].size, members[i].size);

@@ -132,6 +132,54 @@ TEST_F(InspectCommandTest, LabelFieldFlag) {
   EXPECT_TRUE(absl::StrContains(r.out, "has no field 'y'")) << r.out;  // k0, k1 skipped
 }
 
+// What a job may ask for: each member extension with the samples that hold it, and
+// whether the samples have labels and images.
+TEST_F(InspectCommandTest, ExtensionsAndWhetherSamplesHaveLabelsAndImages) {
+  const std::string text = tmp_ / "text";
+  std::filesystem::create_directories(text);
+  MakeTar(tmp_.path(),
+          {{"t0.txt", "a cat"},
+           {"t0.json", R"({"url": "u0"})"},
+           {"t1.txt", "a dog"},
+           {"t2.txt", "a bird"},
+           {"t2.seg.npy", "N"}},
+          TarWriter::kPythonPax, text + "/text-0.tar");
+  Result r = RunCtl("inspect " + text);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "samples 3, classes 0, skipped 0")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "labels       none (served with label -1)\n")) << r.out;
+  EXPECT_TRUE(
+      absl::StrContains(r.out, "images       none (served to jobs that ask for members only)\n"))
+      << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "  SAMPLES  EXTENSION\n"
+                                "        1  json\n"
+                                "        1  seg.npy\n"
+                                "        3  txt\n"))
+      << r.out;
+
+  // The JSON, read back by Python's parser, for the text dataset and the image one.
+  const std::string script =
+      "import json,sys\n"
+      "d = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+      "print(d['has_labels'], d['has_images'], d['num_classes'],\n"
+      "      ' '.join('%s=%d' % (e['extension'], e['samples']) for e in d['extensions']))\n";
+  shard_testing::WriteFile(tmp_ / "ext.py", script);
+  const auto flat = [&](const std::string& dir) {
+    const Result json = RunCtl("inspect --json --samples " + dir);
+    EXPECT_EQ(json.exit_code, 0) << json.out;
+    shard_testing::WriteFile(tmp_ / "ext.json", json.out);
+    return testing_util::RunShellCapture(shard_testing::PythonBinary() + " " + tmp_ / "ext.py" +
+                                         " " + tmp_ / "ext.json")
+        .out;
+  };
+  EXPECT_EQ(flat(text), "False False 0 json=1 seg.npy=1 txt=3\n");
+  EXPECT_EQ(flat(data_), "True True 3 cls=1 jpg=2 json=2 png=1\n");
+  r = RunCtl("inspect " + data_);
+  EXPECT_TRUE(absl::StrContains(r.out, "labels       yes (3 classes)\nimages       yes\n"))
+      << r.out;
+}
+
 TEST_F(InspectCommandTest, ErrorsExitNonZeroWithTheReason) {
   Result r = RunCtl("inspect " + tmp_ / "missing", true);
   EXPECT_EQ(r.exit_code, 1);
