@@ -1,4 +1,4 @@
-// Fuzzes JPEG and PNG decoding and the transforms (DecodeAndTransform, DecodeImage,
+// Fuzzes JPEG, PNG and WebP decoding and the transforms (DecodeAndTransform, DecodeImage,
 // ReadImageInfo) on arbitrary bytes. The first byte picks the transform (center or
 // random crop, sizes, DCT scaling); the rest is the image. Decode memory goes through a
 // DecodeAdmission of 64 MiB, as the server's budget would: a header that claims a

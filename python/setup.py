@@ -13,7 +13,7 @@
   those four targets against the system's gRPC, protobuf and abseil for the Python
   running this build. Needs what the project's build needs (docs/python.md,
   "Installing"): CMake >= 3.25, a C++17 compiler, the -dev packages of gRPC, protobuf,
-  abseil, libarchive, libjpeg-turbo, libpng, libcurl, and pybind11.
+  abseil, libarchive, libjpeg-turbo, libpng, libwebp, libcurl, and pybind11.
   SHARDCAST_CLIENT_ONLY=1: the native module alone, no binaries.
 - The shared libraries: bundle.py copies what those ELF files need (but glibc and the
   C++ runtime) into shardcast/lib/ and sets $ORIGIN RUNPATHs with patchelf, so the wheel

@@ -6,6 +6,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libarchive-dev zlib1g-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libabsl-dev
+  # WebP images (common/image/webp_decode.cc); PIL decodes WebP with the same library.
+  libwebp-dev
   libtorch-dev libgloo-dev
   # Shards in object storage: HTTP(S) range reads and S3 SigV4 signing (common/remote).
   libcurl4-openssl-dev

@@ -1,5 +1,6 @@
 // Encoded bytes -> interleaved RGB: JPEG through TurboJPEG (with DCT-domain
-// scaling), PNG through libpng; the format is sniffed from the content.
+// scaling), PNG through libpng, WebP through libwebp (webp_decode.cc); the format is
+// sniffed from the content.
 #include <png.h>
 #include <turbojpeg.h>
 
@@ -7,6 +8,7 @@
 #include <csetjmp>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,27 +19,28 @@
 #include "absl/strings/string_view.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_transform.h"
+#include "common/image/webp_decode.h"
 
 namespace shardcast {
 namespace {
 
+using internal::CheckDimensions;
 using internal::kMaxPixels;
 
-enum class Format { kJpeg, kPng, kUnknown };
-
-Format Sniff(absl::string_view b) {
+std::optional<ImageFormat> Sniff(absl::string_view b) {
   if (b.size() >= 3 && static_cast<uint8_t>(b[0]) == 0xFF && static_cast<uint8_t>(b[1]) == 0xD8 &&
       static_cast<uint8_t>(b[2]) == 0xFF) {
-    return Format::kJpeg;
+    return ImageFormat::kJpeg;
   }
   static constexpr char kPngMagic[] = "\x89PNG\r\n\x1a\n";
-  if (b.size() >= 8 && std::memcmp(b.data(), kPngMagic, 8) == 0) return Format::kPng;
-  return Format::kUnknown;
+  if (b.size() >= 8 && std::memcmp(b.data(), kPngMagic, 8) == 0) return ImageFormat::kPng;
+  if (internal::IsWebp(b)) return ImageFormat::kWebp;
+  return std::nullopt;
 }
 
-// "not a JPEG or PNG: 0 bytes" / "... first bytes 47 49 46 38 39 61 ("GIF89a")".
+// "not a JPEG, PNG or WebP: 0 bytes" / "... first bytes 47 49 46 38 39 61 ("GIF89a")".
 absl::Status UnknownFormatError(absl::string_view b) {
-  if (b.empty()) return absl::InvalidArgumentError("not a JPEG or PNG image: empty content");
+  if (b.empty()) return absl::InvalidArgumentError("not a JPEG, PNG or WebP image: empty content");
   std::string hex, text;
   const size_t n = std::min<size_t>(b.size(), 8);
   for (size_t i = 0; i < n; ++i) {
@@ -46,19 +49,9 @@ absl::Status UnknownFormatError(absl::string_view b) {
     text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '.');
   }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "not a JPEG (ff d8 ff) or PNG (89 50 4e 47) image: %d bytes, first bytes %s (\"%s\")",
+      "not a JPEG (ff d8 ff), PNG (89 50 4e 47) or WebP (RIFF....WEBP) image: %d bytes, first "
+      "bytes %s (\"%s\")",
       b.size(), hex, text));
-}
-
-absl::Status CheckDims(int64_t w, int64_t h, const char* what) {
-  if (w <= 0 || h <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s has zero size (%dx%d)", what, w, h));
-  }
-  if (w * h > kMaxPixels) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s is %dx%d = %d pixels, over the %d pixel limit", what, w, h, w * h, kMaxPixels));
-  }
-  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- JPEG
@@ -160,7 +153,7 @@ absl::StatusOr<JpegHeader> ReadJpegHeader(tjhandle tj, absl::string_view b) {
     ThisThreadDecompressor().Reset();
     return error;
   }
-  if (absl::Status s = CheckDims(h.width, h.height, "JPEG"); !s.ok()) return s;
+  if (absl::Status s = CheckDimensions(h.width, h.height, "JPEG"); !s.ok()) return s;
   return h;
 }
 
@@ -333,17 +326,28 @@ absl::StatusOr<ImageInfo> ReadPngInfo(absl::string_view b) {
   if (w > 0x7fffffff || h > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrFormat("corrupt PNG header: %ux%u", w, h));
   }
-  if (absl::Status s = CheckDims(w, h, "PNG"); !s.ok()) return s;
+  if (absl::Status s = CheckDimensions(w, h, "PNG"); !s.ok()) return s;
   ImageInfo info;
   info.width = static_cast<int>(w);
   info.height = static_cast<int>(h);
-  info.is_jpeg = false;
+  info.format = ImageFormat::kPng;
   return info;
 }
 
 }  // namespace
 
 namespace internal {
+
+absl::Status CheckDimensions(int64_t w, int64_t h, const char* what) {
+  if (w <= 0 || h <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s has zero size (%dx%d)", what, w, h));
+  }
+  if (w * h > kMaxPixels) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s is %dx%d = %d pixels, over the %d pixel limit", what, w, h, w * h, kMaxPixels));
+  }
+  return absl::OkStatus();
+}
 
 int ScaledSize(int size, ScalingFactor f) {
   const tjscalingfactor sf{f.num, f.denom};
@@ -365,13 +369,15 @@ ScalingFactor ChooseScalingFactor(const std::function<bool(ScalingFactor)>& acce
 }
 
 absl::Status DecodeInto(absl::string_view encoded, ScalingFactor f, RgbImage* out) {
-  switch (Sniff(encoded)) {
-    case Format::kJpeg:
+  const std::optional<ImageFormat> format = Sniff(encoded);
+  if (!format.has_value()) return UnknownFormatError(encoded);
+  switch (*format) {
+    case ImageFormat::kJpeg:
       return DecodeJpeg(encoded, f, out);
-    case Format::kPng:
+    case ImageFormat::kPng:
       return DecodePng(encoded, out);
-    case Format::kUnknown:
-      break;
+    case ImageFormat::kWebp:
+      return DecodeWebp(encoded, out);
   }
   return UnknownFormatError(encoded);
 }
@@ -379,8 +385,10 @@ absl::Status DecodeInto(absl::string_view encoded, ScalingFactor f, RgbImage* ou
 }  // namespace internal
 
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
-  switch (Sniff(encoded)) {
-    case Format::kJpeg: {
+  const std::optional<ImageFormat> format = Sniff(encoded);
+  if (!format.has_value()) return UnknownFormatError(encoded);
+  switch (*format) {
+    case ImageFormat::kJpeg: {
       absl::StatusOr<tjhandle> tj = Decompressor();
       if (!tj.ok()) return tj.status();
       absl::StatusOr<JpegHeader> h = ReadJpegHeader(*tj, encoded);
@@ -388,25 +396,30 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
       ImageInfo info;
       info.width = h->width;
       info.height = h->height;
-      info.is_jpeg = true;
+      info.format = ImageFormat::kJpeg;
       info.cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
       const JpegFrame frame = ScanJpegFrame(encoded);
       info.progressive = frame.progressive;
       info.components = frame.components > 0 ? frame.components : (info.cmyk ? 4 : 3);
       return info;
     }
-    case Format::kPng:
+    case ImageFormat::kPng:
       return ReadPngInfo(encoded);
-    case Format::kUnknown:
-      break;
+    case ImageFormat::kWebp:
+      return internal::ReadWebpInfo(encoded);
   }
   return UnknownFormatError(encoded);
 }
 
 int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom) {
-  if (!info.is_jpeg) {
-    // Pixels plus libpng's row pointer array.
-    return int64_t{info.width} * info.height * 3 + int64_t{info.height} * sizeof(void*);
+  switch (info.format) {
+    case ImageFormat::kJpeg:
+      break;
+    case ImageFormat::kPng:
+      // Pixels plus libpng's row pointer array.
+      return int64_t{info.width} * info.height * 3 + int64_t{info.height} * sizeof(void*);
+    case ImageFormat::kWebp:
+      return internal::WebpDecodeBytes(info);
   }
   const internal::ScalingFactor f{scale_num, scale_denom};
   const int64_t w = internal::ScaledSize(info.width, f);
@@ -424,7 +437,7 @@ int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom)
 
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options) {
   internal::ScalingFactor f;
-  if ((options.min_width > 0 || options.min_height > 0) && Sniff(encoded) == Format::kJpeg) {
+  if ((options.min_width > 0 || options.min_height > 0) && Sniff(encoded) == ImageFormat::kJpeg) {
     absl::StatusOr<ImageInfo> info = ReadImageInfo(encoded);
     if (!info.ok()) return info.status();
     f = internal::ChooseScalingFactor([&](internal::ScalingFactor s) {

@@ -17,6 +17,10 @@ namespace internal {
 // before allocating: a corrupt header must not make us allocate gigabytes.
 constexpr int64_t kMaxPixels = 2 * 89478485LL;
 
+// OK when a w x h image (as its header says) has pixels and is within kMaxPixels;
+// else an error naming `what` ("JPEG", "PNG", "WebP") and the size.
+absl::Status CheckDimensions(int64_t w, int64_t h, const char* what);
+
 // A TurboJPEG DCT scaling factor num/denom (<= 1 here: we never upscale in DCT).
 struct ScalingFactor {
   int num = 1;
@@ -31,7 +35,7 @@ ScalingFactor ChooseScalingFactor(const std::function<bool(ScalingFactor)>& acce
 // ceil(size * f), as TurboJPEG's TJSCALED computes the decoded size.
 int ScaledSize(int size, ScalingFactor f);
 
-// Decodes `encoded` (JPEG at factor `f`; PNG always at 1/1) into `*out`,
+// Decodes `encoded` (JPEG at factor `f`; PNG and WebP always at 1/1) into `*out`,
 // reusing its buffer's capacity. On error *out is unspecified.
 absl::Status DecodeInto(absl::string_view encoded, ScalingFactor f, RgbImage* out);
 

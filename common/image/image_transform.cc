@@ -267,7 +267,7 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
       break;
   }
   internal::ScalingFactor f;
-  if (spec.dct_scaling && info->is_jpeg) {
+  if (spec.dct_scaling && info->format == ImageFormat::kJpeg) {
     f = internal::ChooseScalingFactor([&](internal::ScalingFactor s) {
       return region_w * s.num >= need_w * s.denom && region_h * s.num >= need_h * s.denom;
     });

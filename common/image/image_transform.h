@@ -1,4 +1,4 @@
-// Decode (TurboJPEG, PNG) + torchvision-equivalent transforms into a caller's
+// Decode (TurboJPEG, libpng, libwebp) + torchvision-equivalent transforms into a caller's
 // uint8 CHW buffer: the per-sample work of the serve path.
 #ifndef SHARDCAST_COMMON_IMAGE_IMAGE_TRANSFORM_H_
 #define SHARDCAST_COMMON_IMAGE_IMAGE_TRANSFORM_H_
@@ -21,11 +21,12 @@ struct DecodeOptions {
   int min_height = 0;
 };
 
-// Sniffs the content (JPEG or PNG, whatever the extension says); any JPEG
-// colourspace (YCbCr any subsampling, grayscale, CMYK/YCCK) and PNG -> RGB.
+// Sniffs the content (JPEG, PNG or WebP, whatever the extension says); any JPEG
+// colourspace (YCbCr any subsampling, grayscale, CMYK/YCCK), PNG and still WebP
+// (lossy, lossless, with alpha; an animated one is refused) -> RGB.
 // Thread-safe. Errors say what the content looked like and why it failed.
 // Pixels match PIL's Image.open(...).convert("RGB"): CMYK as Adobe-inverted,
-// PNG alpha dropped (not composited), 16-bit PNG -> high byte. A libjpeg
+// PNG and WebP alpha dropped (not composited), 16-bit PNG -> high byte. A libjpeg
 // warning (e.g. "Premature end of JPEG file": truncated) is an error, so a
 // damaged file is substituted rather than served half grey.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
@@ -68,9 +69,10 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
 
 // An upper bound of the bytes decoding `info`'s image at DCT scale num/denom (JPEG; a
-// PNG is always decoded at full size) allocates: the decoded pixels, plus for a
+// PNG or WebP is always decoded at full size) allocates: the decoded pixels, plus for a
 // progressive JPEG libjpeg's whole-image coefficient buffer (2 bytes per coefficient,
-// full resolution whatever the scale). Row buffers and tables are not counted.
+// full resolution whatever the scale), for a WebP libwebp's whole-image buffers
+// (WebpDecodeBytes, webp_decode.h). Row buffers and tables are not counted.
 int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom);
 
 // A region of an image (pixel coordinates of the original image) and whether

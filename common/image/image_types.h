@@ -17,14 +17,19 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // height * width * 3
 };
 
+// The formats decoded, told apart by their content (never by the member's extension).
+enum class ImageFormat { kJpeg, kPng, kWebp };
+
 // What the header says, without decoding pixels (ReadImageInfo).
 struct ImageInfo {
   int width = 0;
   int height = 0;
-  bool is_jpeg = false;      // else PNG
+  ImageFormat format = ImageFormat::kPng;
   bool cmyk = false;         // JPEG in CMYK/YCCK: decoded with 4 bytes per pixel
   bool progressive = false;  // progressive JPEG: libjpeg keeps every coefficient
   int components = 3;        // JPEG colour components (1 grey, 3, 4)
+  bool alpha = false;        // WebP with an alpha channel (decoded beside, then dropped)
+  bool lossless = false;     // WebP lossless (VP8L), else lossy (VP8)
 };
 
 }  // namespace shardcast

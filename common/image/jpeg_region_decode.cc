@@ -226,7 +226,7 @@ bool DecodeRows(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_v
 
 bool RegionDecodable(const ImageInfo& info, absl::string_view encoded) {
   const size_t n = encoded.size();
-  return info.is_jpeg && !info.cmyk && !info.progressive &&
+  return info.format == ImageFormat::kJpeg && !info.cmyk && !info.progressive &&
          (info.components == 1 || info.components == 3) && n >= 4 &&
          static_cast<uint8_t>(encoded[n - 2]) == 0xFF &&
          static_cast<uint8_t>(encoded[n - 1]) == 0xD9;

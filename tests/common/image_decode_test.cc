@@ -19,6 +19,7 @@ using ::testing::HasSubstr;
 using testing_util::EncodeJpeg;
 using testing_util::EncodePng;
 using testing_util::PhotoLike;
+using testing_util::PilDecode;
 
 double MeanAbsDiff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -75,23 +76,6 @@ TEST(DecodeImageTest, GrayscaleJpegBecomesRgbWithEqualChannels) {
     red[i] = img->pixels[3 * i];
   }
   EXPECT_LT(MeanAbsDiff(red, grey), 4.0);
-}
-
-// Runs PIL on `encoded` (written to a file) and returns its RGB pixels.
-std::vector<uint8_t> PilDecode(const std::string& encoded, const std::string& name, int* w,
-                               int* h) {
-  testing_util::TempDir dir;
-  const std::string in = dir.path() + "/" + name, out = dir.path() + "/out.rgb";
-  testing_util::WriteFile(in, encoded.data(), encoded.size());
-  std::string log;
-  const int rc = testing_util::RunCommand(std::string(REFERENCE_PYTHON) + " " +
-                                              testing_util::ReferenceScript("pil_decode.py") + " " +
-                                              in + " " + out,
-                                          &log);
-  EXPECT_EQ(rc, 0) << log;
-  std::sscanf(log.c_str(), "%d %d", w, h);
-  const std::string raw = testing_util::ReadWholeFile(out);
-  return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 
 TEST(DecodeImageTest, CmykJpegMatchesPilExactly) {
@@ -297,16 +281,18 @@ TEST(DecodeImageTest, DctScalingPicksTheSmallestSizeNotBelowTheMinimum) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->width, w);
   EXPECT_EQ(info->height, h);
-  EXPECT_TRUE(info->is_jpeg);
+  EXPECT_EQ(info->format, ImageFormat::kJpeg);
 }
 
 TEST(DecodeImageTest, ThreadsDecodeIndependently) {
   const int w = 150, h = 100;
-  std::vector<std::string> jpegs;
+  std::vector<std::string> images;  // JPEGs and, between them, lossy and lossless WebPs
   std::vector<std::vector<uint8_t>> expected;
   for (int i = 0; i < 4; ++i) {
-    jpegs.push_back(EncodeJpeg(PhotoLike(w, h, 20 + i), w, h, TJSAMP_420, 90));
-    expected.push_back(DecodeImage(jpegs.back()).value().pixels);
+    const std::vector<uint8_t> px = PhotoLike(w, h, 20 + i);
+    images.push_back(i % 2 == 0 ? EncodeJpeg(px, w, h, TJSAMP_420, 90)
+                                : testing_util::EncodeWebp(px, w, h, 3, /*lossless=*/i == 3));
+    expected.push_back(DecodeImage(images.back()).value().pixels);
   }
   std::vector<int> mismatches(4, 0);
   std::vector<std::thread> threads;
@@ -314,10 +300,10 @@ TEST(DecodeImageTest, ThreadsDecodeIndependently) {
     threads.emplace_back([&, t] {
       for (int iter = 0; iter < 50; ++iter) {
         const int i = (t + iter) % 4;
-        absl::StatusOr<RgbImage> img = DecodeImage(jpegs[i]);
+        absl::StatusOr<RgbImage> img = DecodeImage(images[i]);
         if (!img.ok() || img->pixels != expected[i]) ++mismatches[t];
         // A corrupt file on the same thread must not poison its handle.
-        if (iter % 10 == 0) (void)DecodeImage(jpegs[i].substr(0, 200));
+        if (iter % 10 == 0) (void)DecodeImage(images[i].substr(0, 200));
       }
     });
   }

@@ -1,5 +1,5 @@
-// Test helpers for the image tests: photo-like pixels, real JPEG/PNG encoding
-// (TurboJPEG, libpng), temp dirs and running the Python reference scripts.
+// Test helpers for the image tests: photo-like pixels, real JPEG/PNG/WebP encoding
+// (TurboJPEG, libpng, libwebp), temp dirs and running the Python reference scripts.
 #ifndef SHARDCAST_TESTS_COMMON_IMAGE_TEST_UTIL_H_
 #define SHARDCAST_TESTS_COMMON_IMAGE_TEST_UTIL_H_
 
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <turbojpeg.h>
+#include <webp/encode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -108,6 +109,40 @@ inline std::string EncodePng(const std::vector<uint8_t>& samples, int w, int h, 
   return out;
 }
 
+// libwebp's encoder into a std::string: `px` holds `channels` (3 RGB, 4 RGBA) values per
+// pixel. `exact` keeps the RGB under fully transparent pixels (the encoder's default
+// clears it), so a lossless file holds exactly `px`.
+inline std::string EncodeWebp(const std::vector<uint8_t>& px, int w, int h, int channels,
+                              bool lossless, float quality = 90, bool exact = true) {
+  WebPConfig config;
+  WebPPicture picture;
+  if (!WebPConfigInit(&config) || !WebPPictureInit(&picture)) {
+    ADD_FAILURE() << "libwebp: config/picture init failed";
+    return "";
+  }
+  config.lossless = lossless ? 1 : 0;
+  config.quality = quality;
+  config.exact = exact ? 1 : 0;
+  picture.use_argb = lossless ? 1 : 0;
+  picture.width = w;
+  picture.height = h;
+  const int ok = channels == 4 ? WebPPictureImportRGBA(&picture, px.data(), w * 4)
+                               : WebPPictureImportRGB(&picture, px.data(), w * 3);
+  WebPMemoryWriter writer;
+  WebPMemoryWriterInit(&writer);
+  picture.writer = WebPMemoryWrite;
+  picture.custom_ptr = &writer;
+  std::string out;
+  if (ok && WebPEncode(&config, &picture)) {
+    out.assign(reinterpret_cast<const char*>(writer.mem), writer.size);
+  } else {
+    ADD_FAILURE() << "WebPEncode failed: error " << picture.error_code;
+  }
+  WebPMemoryWriterClear(&writer);
+  WebPPictureFree(&picture);
+  return out;
+}
+
 inline void WriteFile(const std::string& path, const void* data, size_t n) {
   std::ofstream f(path, std::ios::binary);
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
@@ -133,6 +168,23 @@ inline bool PythonHas(const std::string& module) {
 
 inline std::string ReferenceScript(const std::string& name) {
   return std::string(SHARDCAST_SOURCE_DIR) + "/tests/reference/" + name;
+}
+
+// Runs PIL on `encoded` (written to a file named `name`) and returns its
+// Image.open(...).convert("RGB") pixels, with its size in *w, *h.
+inline std::vector<uint8_t> PilDecode(const std::string& encoded, const std::string& name, int* w,
+                                      int* h) {
+  TempDir dir;
+  const std::string in = dir.path() + "/" + name, out = dir.path() + "/out.rgb";
+  WriteFile(in, encoded.data(), encoded.size());
+  std::string log;
+  const int rc = RunCommand(
+      std::string(REFERENCE_PYTHON) + " " + ReferenceScript("pil_decode.py") + " " + in + " " + out,
+      &log);
+  EXPECT_EQ(rc, 0) << log;
+  std::sscanf(log.c_str(), "%d %d", w, h);
+  const std::string raw = ReadWholeFile(out);
+  return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 
 }  // namespace shardcast::testing_util

@@ -63,7 +63,7 @@ def test_wheel_carries_binaries_and_libraries(server, tmp_path):
         assert re.search(rf"^{name} = shardcast_bin:", entry_points, re.M), entry_points
     assert any(re.fullmatch(r"shardcast/_native\..*\.so", n) for n in modes), sorted(modes)
     for lib in ["libgrpc++.so.1.51", "libprotobuf.so.32", "libarchive.so.13",
-                "libturbojpeg.so.0", "libpng16.so.16", "libcurl.so.4"]:
+                "libturbojpeg.so.0", "libpng16.so.16", "libwebp.so.7", "libcurl.so.4"]:
         assert f"shardcast/lib/{lib}" in modes, lib
     assert not [n for n in modes if HOST.match(os.path.basename(n))]
 

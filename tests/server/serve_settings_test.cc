@@ -16,7 +16,7 @@ using server::ServeSettingsFor;
 
 // The decode limit is folded in as 0 at or above DecodeNeedBound: so no image the
 // decoder accepts may need more (the worst shapes: progressive CMYK JPEGs at the
-// largest side and square, their blocks padded; a PNG one pixel wide).
+// largest side and square, their blocks padded; a PNG one pixel wide; a WebP with alpha).
 TEST(ServeSettingsTest, NoAcceptedImageNeedsMoreThanTheDecodeBound) {
   const int64_t max_pixels = internal::kMaxPixels;
   std::vector<ImageInfo> worst;
@@ -30,7 +30,7 @@ TEST(ServeSettingsTest, NoAcceptedImageNeedsMoreThanTheDecodeBound) {
     ImageInfo jpeg;
     jpeg.width = static_cast<int>(w);
     jpeg.height = static_cast<int>(h);
-    jpeg.is_jpeg = true;
+    jpeg.format = ImageFormat::kJpeg;
     jpeg.cmyk = true;
     jpeg.progressive = true;
     jpeg.components = 4;
@@ -40,9 +40,15 @@ TEST(ServeSettingsTest, NoAcceptedImageNeedsMoreThanTheDecodeBound) {
   png.width = 1;
   png.height = static_cast<int>(max_pixels);
   worst.push_back(png);
+  ImageInfo webp;  // lossy with alpha: the alpha plane and its lossless decode beside
+  webp.format = ImageFormat::kWebp;
+  webp.width = 16383;
+  webp.height = static_cast<int>(max_pixels / 16383);
+  webp.alpha = true;
+  worst.push_back(webp);
   for (const ImageInfo& info : worst) {
     EXPECT_LE(DecodeBufferBytes(info, 1, 1), DecodeNeedBound())
-        << info.width << "x" << info.height << (info.is_jpeg ? " jpeg" : " png");
+        << info.width << "x" << info.height << " format " << static_cast<int>(info.format);
   }
 }
 

@@ -10,7 +10,7 @@
 # Debian 12 minus what every Linux has (glibc, libstdc++, zlib): gRPC + protobuf (with
 # protoc and the gRPC plugins, so proto/ generates its code there as it does here),
 # abseil, libarchive (+ the compression and XML libraries it links), TurboJPEG and
-# libjpeg-turbo's libjpeg API, libpng,
+# libjpeg-turbo's libjpeg API, libpng, libwebp,
 # OpenSSL, c-ares, re2, and Gloo's headers. device.sh puts them in a prefix, never into
 # /, and links the binaries with an RPATH to the libraries the machine lacks.
 set -euo pipefail
@@ -27,6 +27,7 @@ packages=(
   libarchive-dev libarchive13 libxml2 libicu72 libnettle8 libzstd1 liblz4-1 libacl1
   libbz2-1.0 liblzma5
   libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
+  libwebp-dev libwebp7 libwebpdemux2 libwebpmux3
   # Gloo's headers: c10d's ProcessGroupGloo.hpp includes them and the pip wheel ships
   # none (its Gloo is linked into libtorch_cpu). Headers only: nothing of it is linked.
   libgloo-dev
