@@ -259,9 +259,9 @@ class InProcessPipeline {
     config.batch_size = kBatch;
     config.split = shardcast::Split::kSample;
     config.seed = 1;
-    shardcast::TransformSpec spec;
-    spec.resize = kResize;
-    spec.crop = kCrop;
+    auto content = std::make_shared<shardcast::server::BatchContent>();
+    content->transform.resize = kResize;
+    content->transform.crop = kCrop;
     const int64_t per_rank = batches / ranks;
     const double cpu_start = SelfCpuSeconds();
     const auto start = Clock::now();
@@ -277,7 +277,7 @@ class InProcessPipeline {
           shardcast::server::BatchWindow::Options options;
           options.depth = prefetch_;
           options.count = n - start_batch;
-          options.transform = spec;
+          options.content = content;
           auto window = shardcast::server::BatchWindow::Create(
               &assembler_, (*plan)->Iterate(r, start_batch), options);
           window->Start();

@@ -246,6 +246,19 @@ void AppendDatasets(const shardcast::v1::GetStatusResponse& st, std::string* out
   }
 }
 
+// "  fields: txt,json? (and the image); left out: 3 missing required field 'txt'"
+std::string JobFieldsLine(const shardcast::v1::JobStatus& job) {
+  std::string line = absl::StrCat("  fields: ", absl::StrJoin(job.fields(), ","),
+                                  job.image() ? " (and the image)" : " (no image)");
+  if (job.left_out().empty()) return absl::StrCat(line, "; every sample served\n");
+  absl::StrAppend(&line, "; left out:");
+  for (const auto& reason : job.left_out()) {
+    absl::StrAppend(&line, &reason == &job.left_out(0) ? " " : ", ", reason.count(), " ",
+                    reason.reason());
+  }
+  return absl::StrCat(line, "\n");
+}
+
 }  // namespace
 
 std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
@@ -312,6 +325,7 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                            "in the making)")
             : "",
         "\n");
+    if (!job.fields().empty()) out += JobFieldsLine(job);
     if (job.ranks().empty()) continue;
     std::vector<const shardcast::v1::RankStatus*> ranks;
     for (const auto& r : job.ranks()) ranks.push_back(&r);

@@ -18,6 +18,7 @@
 #include "common/shards/shard_reader.h"
 #include "common/util/retry_policy.h"
 #include "common/util/utf8.h"
+#include "server/assembly/job_samples.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {
@@ -95,6 +96,10 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> AssembledBatch::Create(
     int batch_size, int crop, std::atomic<int64_t>* buffer_gauge, BatchGrant grant) {
   const size_t sample_bytes = 3 * static_cast<size_t>(crop) * static_cast<size_t>(crop);
   const size_t image_bytes = static_cast<size_t>(batch_size) * sample_bytes;
+  if (image_bytes == 0) {
+    return std::shared_ptr<AssembledBatch>(
+        new AssembledBatch(0, 0, nullptr, buffer_gauge, std::move(grant)));
+  }
   const size_t mapped_bytes = std::max<size_t>(image_bytes, 1);
   // Every byte is written by decode, substitution or padding, so a reused buffer's old
   // pixels never go out.
@@ -126,13 +131,13 @@ AssembledBatch::AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t*
 }
 
 AssembledBatch::~AssembledBatch() {
-  BufferRecycler::Get().Give(images_, std::max<size_t>(image_bytes_, 1));
+  if (images_ != nullptr) BufferRecycler::Get().Give(images_, std::max<size_t>(image_bytes_, 1));
   if (buffer_gauge_ != nullptr) buffer_gauge_->fetch_sub(static_cast<int64_t>(image_bytes_));
 }
 
 struct BatchAssembler::PendingBatch {
   std::shared_ptr<AssembledBatch> batch;
-  TransformSpec spec;
+  std::shared_ptr<const BatchContent> content;
   std::shared_ptr<const std::atomic<bool>> cancelled;
   std::function<void(bool)> done;
   std::atomic<int> remaining{0};
@@ -163,18 +168,21 @@ BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, S
     : dataset_(dataset), pool_(pool), stats_(stats), limits_(limits) {}
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
-                                                                        const TransformSpec& spec,
+                                                                        const BatchContent& content,
                                                                         BatchGrant grant) {
   const int batch_size = static_cast<int>(planned.samples.size());
+  const int crop = content.image ? content.transform.crop : 0;
   absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
-      batch_size, spec.crop, stats_ ? &stats_->buffer_bytes : nullptr, std::move(grant));
+      batch_size, crop, stats_ ? &stats_->buffer_bytes : nullptr, std::move(grant));
   if (!created.ok()) return created.status();
   std::shared_ptr<AssembledBatch> batch = *std::move(created);
   shardcast::v1::Batch& header = batch->header();
   header.set_epoch(planned.epoch);
   header.set_index(planned.index);
-  for (int64_t dim : {int64_t{batch_size}, int64_t{3}, int64_t{spec.crop}, int64_t{spec.crop}}) {
-    header.add_shape(dim);
+  if (content.image) {
+    for (int64_t dim : {int64_t{batch_size}, int64_t{3}, int64_t{crop}, int64_t{crop}}) {
+      header.add_shape(dim);
+    }
   }
   header.mutable_labels()->Reserve(batch_size);
   header.mutable_samples()->Reserve(batch_size);
@@ -187,7 +195,9 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
       info->set_shard(-1);
       info->set_index_in_shard(-1);
       info->set_valid(false);
-      std::memset(batch->images() + i * batch->sample_bytes(), 0, batch->sample_bytes());
+      if (content.image) {
+        std::memset(batch->images() + i * batch->sample_bytes(), 0, batch->sample_bytes());
+      }
       continue;
     }
     const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
@@ -198,17 +208,19 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
     info->set_shard(ref.shard);
     info->set_index_in_shard(ref.index);
     info->set_valid(true);
+    // Filled by the sample's task; added here so that tasks only write their own.
+    for (size_t f = 0; f < content.fields.size(); ++f) info->add_fields();
   }
   return batch;
 }
 
 void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
-                            const TransformSpec& spec,
+                            std::shared_ptr<const BatchContent> content,
                             std::shared_ptr<const std::atomic<bool>> cancelled,
                             std::function<void(bool complete)> done) {
   auto pending = std::make_shared<PendingBatch>();
   pending->batch = std::move(batch);
-  pending->spec = spec;
+  pending->content = std::move(content);
   pending->cancelled = std::move(cancelled);
   pending->done = std::move(done);
   pending->substituted.assign(planned.samples.size(), 0);
@@ -227,11 +239,15 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
         // DecodeSample turns its failures into substitutes; whatever escapes it all
         // the same must not skip the count below, or the batch would never finish.
         try {
-          DecodeSample(pending.get(), slot, ref);
+          if (ReadFields(pending.get(), slot, ref) && pending->content->image) {
+            DecodeSample(pending.get(), slot, ref);
+          }
         } catch (...) {
           AssembledBatch& batch = *pending->batch;
-          std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
-                      batch.sample_bytes());
+          if (pending->content->image) {
+            std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
+                        batch.sample_bytes());
+          }
           pending->substituted[slot] = 1;
         }
       }
@@ -240,17 +256,58 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
   }
 }
 
-void BatchAssembler::Prefetch(const PlannedBatch& planned) {
+void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& content) {
   std::vector<MemberLocation> members;
-  members.reserve(planned.samples.size());
+  members.reserve(planned.samples.size() * (1 + content.fields.size()));
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
+    const uint32_t shard = static_cast<uint32_t>(ref.shard);
     const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
-    if (entry.image_member >= entry.members.size()) continue;
-    members.push_back(
-        MemberLocation{static_cast<uint32_t>(ref.shard), entry.members[entry.image_member]});
+    for (int32_t member : FieldMembers(entry, content.fields)) {
+      if (member != kNoFieldMember) members.push_back(MemberLocation{shard, entry.members[member]});
+    }
+    if (content.image && entry.image_member < entry.members.size()) {
+      members.push_back(MemberLocation{shard, entry.members[entry.image_member]});
+    }
   }
   dataset_->reader().Prefetch(members);
+}
+
+bool BatchAssembler::ReadFields(PendingBatch* pending, int slot, const SampleRef& ref) {
+  const std::vector<FieldSpec>& fields = pending->content->fields;
+  if (fields.empty()) return true;
+  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const SampleEntry& entry = shard.samples[ref.index];
+  const std::vector<int32_t> members = FieldMembers(entry, fields);
+  shardcast::v1::SampleInfo* info = pending->batch->header().mutable_samples(slot);
+  for (size_t f = 0; f < fields.size(); ++f) {
+    if (members[f] == kNoFieldMember) continue;  // optional: selection left out the rest
+    const MemberRef& member = entry.members[members[f]];
+    absl::StatusOr<std::string> bytes;
+    try {
+      bytes = ReadRetryingHostErrors(*pending, static_cast<uint32_t>(ref.shard), member);
+    } catch (const std::bad_alloc&) {
+      bytes = absl::ResourceExhaustedError(
+          absl::StrCat("out of memory while reading ", member.size, " bytes"));
+    }
+    if (!bytes.ok()) {
+      absl::Status failure(
+          bytes.status().code(),
+          absl::StrCat("field '", fields[f].Name(), "' of sample '", LogSafe(entry.key),
+                       "' in shard ", LogSafe(shard.path, 256), ": ", bytes.status().message()));
+      bytes.status().ForEachPayload([&failure](absl::string_view type, const absl::Cord& value) {
+        failure.SetPayload(type, value);  // a HostIoError or a changed shard stays one
+      });
+      absl::MutexLock lock(&pending->failure_mu);
+      if (pending->failure.ok()) pending->failure = std::move(failure);
+      return false;
+    }
+    shardcast::v1::FieldValue* value = info->mutable_fields(static_cast<int>(f));
+    value->set_present(true);
+    value->set_ext(EscapeToUtf8(member.ext));
+    *value->mutable_data() = *std::move(bytes);
+  }
+  return true;
 }
 
 absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const PendingBatch& pending,
@@ -321,7 +378,8 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
       *read_failed = true;
       return encoded.status();
     }
-    return DecodeAndTransform(*encoded, pending.spec, ref.augment_seed, out, limits_.budget);
+    return DecodeAndTransform(*encoded, pending.content->transform, ref.augment_seed, out,
+                              limits_.budget);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory while reading or decoding");
   }

@@ -1,6 +1,7 @@
 // Turns a planned batch into bytes: reads each sample's image member, decodes and
-// transforms it into its slot of the batch buffer on the decode pool, and fills the
-// Batch message fields (labels, per-sample info) around it.
+// transforms it into its slot of the batch buffer on the decode pool, reads the members
+// the job asks for beside it (SampleInfo.fields), and fills the Batch message fields
+// (labels, per-sample info) around them.
 #ifndef SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_
 #define SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_
 
@@ -9,12 +10,14 @@
 #include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/image/image_transform.h"
 #include "common/plan/epoch_plan.h"
+#include "common/plan/field_spec.h"
 #include "common/util/clock.h"
 #include "common/util/retry_policy.h"
 #include "server/assembly/batch_memory.h"
@@ -26,13 +29,22 @@
 
 namespace shardcast::server {
 
+// What each batch of a job holds (from its JobConfig): the transformed image, unless
+// `image` is false, and the members of `fields`, in that order, as stored in the tar.
+struct BatchContent {
+  bool image = true;
+  TransformSpec transform;
+  std::vector<FieldSpec> fields;
+};
+
 // One batch: the Batch message without its images, plus the image buffer
-// (B x 3 x C x C bytes, uint8 NCHW, page-aligned). The buffer is counted in
-// ServerStats::buffer_bytes for as long as the object lives, and holds its grant of
+// (B x 3 x C x C bytes, uint8 NCHW, page-aligned; none for a batch without images). The buffer is
+// counted in ServerStats::buffer_bytes for as long as the object lives, and holds its grant of
 // batch memory (batch_memory.h) until the buffer is unmapped.
 class AssembledBatch {
  public:
-  // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped.
+  // RESOURCE_EXHAUSTED (never an exception) when the buffer cannot be mapped. `crop`
+  // 0: no image buffer (images() is null, image_bytes() 0).
   static absl::StatusOr<std::shared_ptr<AssembledBatch>> Create(int batch_size, int crop,
                                                                 std::atomic<int64_t>* buffer_gauge,
                                                                 BatchGrant grant = {});
@@ -88,6 +100,16 @@ struct DecodeLimits {
 // Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the
 // assembler and every batch it has started.
 //
+// Members beside the image (BatchContent::fields) are read by range like the image and
+// sent as stored: SampleInfo.fields holds one FieldValue per field (present = false for
+// an optional one the sample lacks). The samples a plan holds were selected for the
+// job (job_samples.h): each has its required fields, none over --max-member-bytes. A
+// member is never substituted: a caption that cannot be read cannot be replaced by
+// another, and none may go missing silently, so a failed read of one (after the same
+// retry of the host's errors as the image's) fails the batch and ends the stream with
+// that error (DATA_LOSS when the shard's bytes are not what the index says), naming the
+// shard, the sample's key and the field. A batch without an image decodes nothing.
+//
 // A sample whose member cannot be read or decoded is replaced by a mid-gray image
 // (every byte 128, a deterministic substitute that needs no other sample), keeps its
 // label and key, and is flagged `substituted`; the failure is counted in
@@ -121,27 +143,31 @@ class BatchAssembler {
   // when its buffer cannot be allocated. The batch keeps `grant` (its reservation of
   // batch memory) for its life.
   absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
-                                                          const TransformSpec& spec,
+                                                          const BatchContent& content,
                                                           BatchGrant grant = {});
 
-  // Queues one decode task per valid sample of `batch` (made by Prepare from
-  // `planned`). `done(complete)` runs exactly once when every sample is finished,
+  // Queues one task per valid sample of `batch` (made by Prepare from `planned` and
+  // `content`). `done(complete)` runs exactly once when every sample is finished,
   // on a pool thread, or on the calling thread when there is nothing to decode;
   // `complete` is false when `cancelled` was set meanwhile (remaining samples are then
   // skipped without work and the buffer contents are unspecified).
   void Launch(std::shared_ptr<AssembledBatch> batch, const PlannedBatch& planned,
-              const TransformSpec& spec, std::shared_ptr<const std::atomic<bool>> cancelled,
+              std::shared_ptr<const BatchContent> content,
+              std::shared_ptr<const std::atomic<bool>> cancelled,
               std::function<void(bool complete)> done);
 
-  // Tells the dataset's reader that `planned`'s image members will be read soon
-  // (MemberReader::Prefetch). Never blocks on I/O.
-  void Prefetch(const PlannedBatch& planned);
+  // Tells the dataset's reader that the members of `planned` that `content` reads (the
+  // image, the fields) will be read soon (MemberReader::Prefetch). Never blocks on I/O.
+  void Prefetch(const PlannedBatch& planned, const BatchContent& content);
 
   const ServedDataset& dataset() const { return *dataset_; }
 
  private:
   struct PendingBatch;
   void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+  // Reads the sample's fields into its SampleInfo. A failed read is the batch's failure
+  // (named: shard, key, field); returns false then.
+  bool ReadFields(PendingBatch* pending, int slot, const SampleRef& ref);
   // The member's bytes, a HostIoError retried as the class comment says.
   absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
                                                      const MemberRef& member);

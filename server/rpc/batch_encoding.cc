@@ -34,6 +34,13 @@ int64_t EncodeBatch(std::shared_ptr<const AssembledBatch> batch, grpc::ByteBuffe
     prefix.push_back(static_cast<char>(kServerDrainingTag));
     prefix.push_back(1);
   }
+  if (batch->image_bytes() == 0) {
+    // A batch without images (a members-only job): the header is the whole message.
+    const int64_t size = static_cast<int64_t>(prefix.size());
+    grpc::Slice header(prefix);
+    *out = grpc::ByteBuffer(&header, 1);
+    return size;
+  }
   prefix.push_back(static_cast<char>(kImagesTag));
   AppendVarint(batch->image_bytes(), &prefix);
   const int64_t size = static_cast<int64_t>(prefix.size() + batch->image_bytes());

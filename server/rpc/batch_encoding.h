@@ -1,7 +1,8 @@
 // Wire encoding of an assembled batch without copying its pixels: a ByteBuffer of
 // two slices, [Batch fields + the `images` tag and length] and the image buffer
 // itself, which gRPC releases when the transport is done with it (the idea of
-// TensorFlow's grpc_tensor_coding.cc). The receiver parses a plain Batch message.
+// TensorFlow's grpc_tensor_coding.cc); a batch without images is its header alone.
+// The receiver parses a plain Batch message.
 #ifndef SHARDCAST_SERVER_RPC_BATCH_ENCODING_H_
 #define SHARDCAST_SERVER_RPC_BATCH_ENCODING_H_
 

@@ -60,7 +60,7 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
       break;
     }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =
-        assembler_->Prepare(launch.planned, options_.transform, std::move(grant));
+        assembler_->Prepare(launch.planned, *options_.content, std::move(grant));
     if (!batch.ok()) {
       launch_error_ = batch.status();
       break;
@@ -96,11 +96,11 @@ void BatchWindow::LaunchAll(std::vector<Launch> launches) {
     absl::MutexLock lock(&mu_);
     announce.swap(announce_);
   }
-  for (const PlannedBatch& planned : announce) assembler_->Prefetch(planned);
+  for (const PlannedBatch& planned : announce) assembler_->Prefetch(planned, *options_.content);
   for (Launch& launch : launches) {
     std::weak_ptr<BatchWindow> weak = weak_from_this();
     const int64_t sequence = launch.sequence;
-    assembler_->Launch(std::move(launch.batch), launch.planned, options_.transform, cancelled_,
+    assembler_->Launch(std::move(launch.batch), launch.planned, options_.content, cancelled_,
                        [weak, sequence](bool complete) {
                          if (auto self = weak.lock()) self->OnAssembled(sequence, complete);
                        });

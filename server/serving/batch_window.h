@@ -26,9 +26,10 @@ namespace shardcast::server {
 class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
  public:
   struct Options {
-    int depth = 4;            // batches assembled or in flight ahead of the client (>= 1)
-    int64_t count = 0;        // batches this stream sends (n - start_batch)
-    TransformSpec transform;  // the job's transform
+    int depth = 4;      // batches assembled or in flight ahead of the client (>= 1)
+    int64_t count = 0;  // batches this stream sends (n - start_batch)
+    // What the job's batches hold (never null).
+    std::shared_ptr<const BatchContent> content;
     // The stream's share of --max-batch-memory: every batch is launched only with a
     // grant from it, so the window is as deep as `depth` only while the budget allows
     // (and at least one batch). Null: no budget (tests, benchmarks).

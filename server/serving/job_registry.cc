@@ -32,6 +32,21 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
       " (ranks of a job must agree; use another job id for another config)"));
 }
 
+// A batch of the job's largest selected samples must fit one message: pixels and
+// overheads (BatchMessageBytes) plus every sample's requested members.
+absl::Status CheckMessageSize(const JobConfig& config, const JobSamples& samples,
+                              int64_t max_message_bytes) {
+  const int64_t members = static_cast<int64_t>(samples.largest_sample_field_bytes());
+  const int64_t message_bytes = BatchMessageBytes(config) + config.plan.batch_size * members;
+  if (message_bytes <= max_message_bytes) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "fields: a batch of ", config.plan.batch_size, " samples whose members take ", members,
+      " bytes each (the largest sample's '", FieldSpecsString(config.fields), "') makes a ",
+      message_bytes, "-byte message, above the server's max message size ", max_message_bytes,
+      " (lower batch_size, leave the large field out, or lower --max-member-bytes to leave such "
+      "samples out)"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------- ServeSettings
@@ -71,18 +86,39 @@ ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_byt
   return serve;
 }
 
+void AddLeftOut(const JobSamples& samples,
+                google::protobuf::RepeatedPtrField<v1::ReasonCount>* left_out) {
+  for (const LeftOut& out : samples.left_out()) {
+    v1::ReasonCount* reason = left_out->Add();
+    reason->set_reason(EscapeToUtf8(out.reason));
+    reason->set_count(out.count);
+  }
+}
+
 // ---------------------------------------------------------------------------- Job
 
 Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-         const NamedDataset* dataset, std::string peer, const Clock* clock)
+         const NamedDataset* dataset, std::shared_ptr<const JobSamples> samples, std::string peer,
+         const Clock* clock)
     : clock_(clock),
       id_(std::move(id)),
       config_(config),
       batches_per_epoch_(batches_per_epoch),
       job_fingerprint_(std::move(job_fingerprint)),
       dataset_(dataset),
+      samples_(std::move(samples)),
+      content_(std::make_shared<const BatchContent>(
+          BatchContent{config_.image, config_.transform, config_.fields})),
       peer_(std::move(peer)),
       last_active_(clock->Now()) {}
+
+int64_t Job::batch_memory_bytes() const {
+  const int64_t pixels =
+      config_.image ? int64_t{3} * config_.transform.crop * config_.transform.crop : 0;
+  const int64_t members =
+      samples_ == nullptr ? 0 : static_cast<int64_t>(samples_->largest_sample_field_bytes());
+  return int64_t{config_.plan.batch_size} * (pixels + members);
+}
 
 absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   absl::MutexLock lock(&mu_);
@@ -95,7 +131,7 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   // Built under the lock: ranks asking for the same new epoch wait for one build
   // instead of each building it.
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
-      EpochPlan::Create(dataset_->data->shard_sizes(), config_.plan, epoch);
+      EpochPlan::Create(samples_->shard_sizes(), config_.plan, epoch);
   if (!plan.ok()) return plan.status();
   plans_.emplace_front(epoch, *plan);
   if (plans_.size() > kPlanCacheSize) plans_.pop_back();
@@ -194,6 +230,7 @@ JobRegistry::Options JobRegistry::OptionsFor(const ServerOptions& options) {
   Options registry;
   registry.defaults = options.defaults;
   registry.limits = JobLimits{options.max_message_bytes};
+  registry.max_member_bytes = options.max_member_bytes;
   registry.job_ttl = options.job_ttl;
   registry.max_jobs = options.max_jobs;
   registry.unstreamed_job_ttl = options.unstreamed_job_ttl;
@@ -309,15 +346,31 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
                          " jobs, its limit (--max-jobs ", options_.max_jobs,
                          "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
       }
-      absl::StatusOr<int64_t> n = BatchesPerRank(dataset->data->shard_sizes(), config->plan);
+      absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
+          JobSamples::Select(dataset->data->index(), *config, options_.max_member_bytes);
+      if (!samples.ok()) {
+        return absl::Status(
+            samples.status().code(),
+            absl::StrCat("job '", LogSafe(job_id), "': ", samples.status().message()));
+      }
+      if (absl::Status fits =
+              CheckMessageSize(*config, **samples, options_.limits.max_message_bytes);
+          !fits.ok()) {
+        return absl::Status(fits.code(),
+                            absl::StrCat("job '", LogSafe(job_id), "': ", fits.message()));
+      }
+      absl::StatusOr<int64_t> n = BatchesPerRank((*samples)->shard_sizes(), config->plan);
       if (!n.ok()) {
         return absl::Status(n.status().code(),
                             absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
       }
+      // The limit decides which samples the job serves once it leaves one out: replicas
+      // whose limits differ there serve other samples, so their fingerprints differ.
+      ServeSettings serve = dataset->serve;
+      if ((*samples)->member_limit_reached()) serve.max_member_bytes = options_.max_member_bytes;
       job = std::make_shared<Job>(
-          job_id, *config, *n,
-          JobFingerprint(dataset->data->index().fingerprint, *config, dataset->serve), dataset,
-          peer, options_.clock);
+          job_id, *config, *n, JobFingerprint(dataset->data->index().fingerprint, *config, serve),
+          dataset, *std::move(samples), peer, options_.clock);
       jobs_.emplace(job_id, job);
     }
   }
@@ -330,10 +383,13 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   response.set_num_classes(index.num_classes);
   // Wire strings are UTF-8: label text and shard names are escaped (common/util/utf8.h).
   for (const std::string& name : index.class_names) response.add_class_names(EscapeToUtf8(name));
-  response.set_num_samples(index.num_samples);
-  response.add_image_shape(3);
-  response.add_image_shape(effective.transform.crop);
-  response.add_image_shape(effective.transform.crop);
+  response.set_num_samples(job->samples().num_samples());
+  if (effective.image) {
+    response.add_image_shape(3);
+    response.add_image_shape(effective.transform.crop);
+    response.add_image_shape(effective.transform.crop);
+  }
+  AddLeftOut(job->samples(), response.mutable_left_out());
   response.set_job_fingerprint(job->job_fingerprint());
   if (effective.plan.split == Split::kShard) {
     absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(0);

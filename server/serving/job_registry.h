@@ -18,6 +18,8 @@
 #include "absl/time/time.h"
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
+#include "server/assembly/batch_assembler.h"
+#include "server/assembly/job_samples.h"
 #include "server/base/clock.h"
 #include "server/base/server_options.h"
 #include "server/serving/dataset_registry.h"
@@ -49,13 +51,21 @@ ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_byt
 // blocks padded to 16x16): a decode limit at or above it refuses nothing.
 int64_t DecodeNeedBound();
 
+// Appends the samples `samples` leaves out, by reason (RegisterResponse.left_out,
+// JobStatus.left_out).
+void AddLeftOut(const JobSamples& samples,
+                google::protobuf::RepeatedPtrField<shardcast::v1::ReasonCount>* left_out);
+
 class Job {
  public:
-  // REQUIRES: `dataset` outlives the job.
+  // REQUIRES: `dataset` outlives the job. `samples`: the job's selection of the
+  // dataset's samples (JobSamples::Select), planned from; null only for a job that is
+  // never planned (tests of the stream table).
   // `peer`: PeerHost of the client whose Register created the job. `clock` (which
   // must outlive the job) times its activity and its ranks' last batches.
   Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
-      const NamedDataset* dataset, std::string peer, const Clock* clock = Clock::Real());
+      const NamedDataset* dataset, std::shared_ptr<const JobSamples> samples, std::string peer,
+      const Clock* clock = Clock::Real());
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -69,6 +79,14 @@ class Job {
   const NamedDataset& dataset() const { return *dataset_; }
   // Who created the job (PeerHost), for the per-peer limit on jobs that never streamed.
   const std::string& peer() const { return peer_; }
+  // The samples the job serves; computed once, at its first registration, so that every
+  // rank, every stream and an elastic resume plan over the same selection.
+  const JobSamples& samples() const { return *samples_; }
+  // What each of its batches holds (the image or not, the fields), for the assembler.
+  const std::shared_ptr<const BatchContent>& content() const { return content_; }
+  // The batch memory one batch of the job can take: its pixels and, for each sample,
+  // the requested members of the largest selected sample (a bound known at planning).
+  int64_t batch_memory_bytes() const;
 
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
@@ -115,6 +133,8 @@ class Job {
   const int64_t batches_per_epoch_;
   const std::string job_fingerprint_;
   const NamedDataset* const dataset_;
+  const std::shared_ptr<const JobSamples> samples_;
+  const std::shared_ptr<const BatchContent> content_;
   const std::string peer_;
 
   mutable absl::Mutex mu_;
@@ -131,6 +151,9 @@ class JobRegistry {
   struct Options {
     JobConfig defaults;  // what a Register leaves unset
     JobLimits limits;
+    // --max-member-bytes: a sample with a requested member above it is left out of the
+    // job (0 = no limit).
+    int64_t max_member_bytes = 0;
     absl::Duration job_ttl = absl::ZeroDuration();             // zero: jobs never expire
     int max_jobs = 0;                                          // zero: no limit
     absl::Duration unstreamed_job_ttl = absl::ZeroDuration();  // zero: that rule is off
@@ -152,11 +175,14 @@ class JobRegistry {
   // fingerprints. `dataset` is the one the request names (DatasetRegistry::Resolve);
   // `peer` is the client's PeerHost (a new job counts against its per-peer limit).
   // REQUIRES: `dataset` outlives the registry.
+  // A new job's samples are selected then (JobSamples::Select): the response's
+  // num_samples counts those it serves, left_out the others by reason.
   // Errors: INVALID_ARGUMENT (bad field), FAILED_PRECONDITION (config differs from the
-  // job's, naming the field; or the data cannot serve the job, with the planner's
-  // reason), RESOURCE_EXHAUSTED (a new job beyond max_jobs, or beyond the peer's
-  // max_unstreamed_jobs_per_peer jobs that never streamed; expired jobs are dropped
-  // before, by the caller).
+  // job's, naming the field; or the data cannot serve the job, with the planner's or
+  // the selection's reason; or a batch of the largest selected samples' members would
+  // exceed --max-message-size, with the numbers), RESOURCE_EXHAUSTED (a new job beyond max_jobs, or
+  // beyond the peer's max_unstreamed_jobs_per_peer jobs that never streamed; expired jobs are
+  // dropped before, by the caller).
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
       const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset,
       const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);

@@ -267,7 +267,7 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
   // Batches of this epoch: n, or fewer for an elastic resume from a sample offset.
   absl::StatusOr<int64_t> n = job->batches_per_epoch();
   if (request.sample_offset() != 0) {
-    n = BatchesFromOffset(job->dataset().data->index().num_samples, job->config().plan,
+    n = BatchesFromOffset(job->samples().num_samples(), job->config().plan,
                           request.sample_offset());
     if (!n.ok()) {
       return absl::Status(n.status().code(), absl::StrCat("sample_offset: ", n.status().message()));
@@ -283,6 +283,8 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> batches =
       (*plan)->IterateFrom(request.rank(), request.start_batch(), request.sample_offset());
   if (!batches.ok()) return batches.status();
+  // The plan deals the job's selected samples; the assembler reads the index's.
+  *batches = job->samples().MapToIndex(*std::move(batches));
 
   StreamPlan stream;
   stream.description = absl::StrCat(

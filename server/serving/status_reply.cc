@@ -155,6 +155,9 @@ void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse
     job_status->set_job_fingerprint(job->job_fingerprint());
     job_status->set_split(ToProto(job->config().plan.split));
     job_status->set_dataset(job->dataset().name);
+    job_status->set_image(job->config().image);
+    for (const FieldSpec& field : job->config().fields) job_status->add_fields(field.ToString());
+    AddLeftOut(job->samples(), job_status->mutable_left_out());
     job_status->set_stalled_ranks(stalled);
     job_status->set_total_ranks(static_cast<int32_t>(ranks.size()));
     job_status->set_ranks_truncated(ranks.size() > static_cast<size_t>(kMaxListedRanks));

@@ -112,12 +112,6 @@ int64_t BatchMemoryLimit(const ServerOptions& options) {
   return DefaultBatchMemoryBytes(AvailableMemory());
 }
 
-// The stream's guaranteed batch: B x 3 x crop x crop bytes of pixels.
-int64_t BatchBytes(const Job& job) {
-  const TransformSpec& transform = job.config().transform;
-  return int64_t{job.config().plan.batch_size} * 3 * transform.crop * transform.crop;
-}
-
 absl::Status Replaced(const StreamPlan& plan) {
   return absl::AbortedError(absl::StrCat("replaced by a newer stream for the same rank (job '",
                                          LogSafe(plan.job->id()), "' rank ", plan.rank, ")"));
@@ -174,13 +168,15 @@ std::shared_ptr<StreamManager::Pending> StreamManager::Open(StreamPlan plan,
             absl::StrCat("replacing ", old.control->description(), " by ", plan.description));
     EndStream(old, Replaced(plan));
   }
-  const int64_t batch_bytes = BatchBytes(*plan.job);
+  // The stream's guaranteed batch: its pixels and its samples' requested members.
+  const int64_t batch_bytes = plan.job->batch_memory_bytes();
   if (batch_bytes > budget_.limit()) {
     stats_->streams_refused_memory.fetch_add(1);
     done(absl::ResourceExhaustedError(absl::StrCat(
         "batch memory: one batch of this job takes ", FormatFlagSize(batch_bytes),
         ", more than the server's whole --max-batch-memory ", FormatFlagSize(budget_.limit()),
-        "; lower the batch size or crop, or raise --max-batch-memory")));
+        "; lower the batch size or crop, ask for fewer or smaller fields, or raise "
+        "--max-batch-memory")));
     return nullptr;
   }
   absl::StatusOr<std::shared_ptr<StreamMemory>> memory = AdmitNow(batch_bytes);
@@ -231,7 +227,7 @@ std::unique_ptr<StreamSession> StreamManager::Start(StreamPlan plan, BatchAssemb
   BatchWindow::Options window_options;
   window_options.depth = std::max(1, options_.prefetch);
   window_options.count = plan.count;
-  window_options.transform = plan.job->config().transform;
+  window_options.content = plan.job->content();
   window_options.memory = std::move(memory);
   window_options.read_ahead = options_.read_ahead_batches;
   std::shared_ptr<BatchWindow> window =

@@ -250,6 +250,32 @@ TEST(RenderStatusReportTest, StalledRanksStandOut) {
       std::string::npos);
 }
 
+TEST(RenderStatusReportTest, AJobWithFieldsSaysWhatItLeftOut) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  EXPECT_EQ(RenderStatusReport(st, "h:1").find("fields:"), std::string::npos);
+  shardcast::v1::JobStatus* job = st.mutable_jobs(0);
+  job->add_fields("txt");
+  job->add_fields("json?");
+  job->set_image(false);
+  std::string out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("job train: 2 of 2 ranks registered\n  fields: txt,json? (no image); every "
+                     "sample served\n"),
+            std::string::npos)
+      << out;
+  job->set_image(true);
+  auto* missing = job->add_left_out();
+  missing->set_reason("missing required field 'txt'");
+  missing->set_count(12);
+  auto* large = job->add_left_out();
+  large->set_reason("member 'txt' over --max-member-bytes (1048576 bytes)");
+  large->set_count(1);
+  out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("  fields: txt,json? (and the image); left out: 12 missing required field "
+                     "'txt', 1 member 'txt' over --max-member-bytes (1048576 bytes)\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(RenderStatusReportTest, DatasetsTableWithStateAndError) {
   shardcast::v1::GetStatusResponse st = SampleStatus();
   auto* train = st.add_datasets();

@@ -65,6 +65,32 @@ TEST(BatchEncodingTest, ParsesAsABatchAndDoesNotCopyThePixels) {
   }
 }
 
+TEST(BatchEncodingTest, ABatchWithoutImagesIsItsHeaderWithItsFields) {
+  std::atomic<int64_t> gauge{0};
+  std::shared_ptr<AssembledBatch> batch = *AssembledBatch::Create(3, /*crop=*/0, &gauge);
+  EXPECT_EQ(batch->images(), nullptr);
+  EXPECT_EQ(gauge.load(), 0);
+  for (int i = 0; i < 3; ++i) {
+    batch->header().add_labels(-1);
+    auto* field = batch->header().add_samples()->add_fields();
+    field->set_present(true);
+    field->set_ext("txt");
+    field->set_data(std::string(1000 + i, static_cast<char>('a' + i)));
+  }
+  grpc::ByteBuffer buffer;
+  const int64_t size = EncodeBatch(batch, &buffer, /*server_draining=*/true);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buffer.Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 1u);
+  shardcast::v1::Batch parsed;
+  ASSERT_TRUE(parsed.ParseFromArray(slices[0].begin(), static_cast<int>(slices[0].size())));
+  EXPECT_EQ(static_cast<size_t>(size), slices[0].size());
+  EXPECT_TRUE(parsed.images().empty());
+  EXPECT_TRUE(parsed.server_draining());
+  ASSERT_EQ(parsed.samples_size(), 3);
+  EXPECT_EQ(parsed.samples(2).fields(0).data(), std::string(1002, 'c'));
+}
+
 TEST(BatchEncodingTest, TheBufferLivesWhileTheMessageDoes) {
   std::atomic<int64_t> gauge{0};
   auto batch = MakeBatch(2, 8, &gauge);

@@ -58,7 +58,8 @@ class BatchWindowTest : public ::testing::Test {
     BatchWindow::Options options;
     options.depth = depth;
     options.count = count;
-    options.transform = spec_;
+    options.content =
+        std::make_shared<const server::BatchContent>(server::BatchContent{true, spec_, {}});
     return BatchWindow::Create(assembler_.get(), plan_->Iterate(0, start), options);
   }
 
@@ -70,7 +71,8 @@ class BatchWindowTest : public ::testing::Test {
     BatchWindow::Options options;
     options.depth = depth;
     options.count = count;
-    options.transform = spec_;
+    options.content =
+        std::make_shared<const server::BatchContent>(server::BatchContent{true, spec_, {}});
     return server::ResendFirstBatchWindow::Create(assembler_.get(), plan_->Iterate(0, start),
                                                   options);
   }

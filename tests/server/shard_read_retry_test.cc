@@ -84,15 +84,15 @@ class ShardReadRetryTest : public ::testing::Test {
   Result AssembleOne() {
     PlannedBatch planned;
     planned.samples = {SampleRef{0, 0, 1}};
-    TransformSpec spec;
-    spec.resize = 40;
-    spec.crop = 32;
-    auto prepared = assembler_->Prepare(planned, spec);
+    auto content = std::make_shared<server::BatchContent>();
+    content->transform.resize = 40;
+    content->transform.crop = 32;
+    auto prepared = assembler_->Prepare(planned, *content);
     EXPECT_TRUE(prepared.ok()) << prepared.status();
     Result result{*prepared};
     absl::Mutex mu;
     bool done = false;
-    assembler_->Launch(result.batch, planned, spec, cancelled_, [&](bool complete) {
+    assembler_->Launch(result.batch, planned, content, cancelled_, [&](bool complete) {
       absl::MutexLock lock(&mu);
       result.complete = complete;
       done = true;

@@ -27,7 +27,8 @@ std::unique_ptr<Job> MakeJob(const std::string& id, const FakeClock& clock) {
   JobConfig config;
   config.plan.world_size = 2;
   auto job = std::make_unique<Job>(id, config, /*batches_per_epoch=*/10, "fingerprint",
-                                   /*dataset=*/nullptr, "peer", &clock);
+                                   /*dataset=*/nullptr,
+                                   /*samples=*/nullptr, "peer", &clock);
   job->MarkRegistered(0);
   job->MarkRegistered(1);
   return job;

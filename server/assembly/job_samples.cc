@@ -1,0 +1,182 @@
+// A job's selection of the dataset's samples (see job_samples.h).
+#include "server/assembly/job_samples.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/base/log.h"
+
+namespace shardcast::server {
+
+namespace {
+
+// Extensions named in a refusal: the most common first, so that a hostile sample's
+// thousands of members cannot make the message unbounded.
+constexpr size_t kListedExtensions = 20;
+
+bool HasImage(const DatasetIndex& index) {
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      if (sample.image_member != kNoImageMember) return true;
+    }
+  }
+  return false;
+}
+
+// "txt (1000 samples), json (998 samples)": the extensions of the dataset's samples.
+std::string ExtensionCounts(const DatasetIndex& index) {
+  std::map<std::string, int64_t> counts;
+  for (const ShardInfo& shard : index.shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      for (const MemberRef& member : sample.members) ++counts[member.ext];
+    }
+  }
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (size_t i = 0; i < sorted.size() && i < kListedExtensions; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", LogSafe(sorted[i].first), " (", sorted[i].second,
+                    " samples)");
+  }
+  if (sorted.size() > kListedExtensions) {
+    absl::StrAppend(&out, " and ", sorted.size() - kListedExtensions, " more");
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Iterates `batches`, mapping each planned batch to the index's positions.
+class MappedBatches final : public RankBatchIterator {
+ public:
+  MappedBatches(std::shared_ptr<const JobSamples> samples,
+                std::unique_ptr<RankBatchIterator> batches)
+      : samples_(std::move(samples)), batches_(std::move(batches)) {}
+
+  bool Next(PlannedBatch* batch) override {
+    if (!batches_->Next(batch)) return false;
+    samples_->MapToIndex(batch);
+    return true;
+  }
+
+ private:
+  const std::shared_ptr<const JobSamples> samples_;
+  const std::unique_ptr<RankBatchIterator> batches_;
+};
+
+}  // namespace
+
+std::vector<int32_t> FieldMembers(const SampleEntry& sample, const std::vector<FieldSpec>& fields) {
+  std::vector<int32_t> members(fields.size(), kNoFieldMember);
+  for (size_t f = 0; f < fields.size(); ++f) {
+    for (const std::string& alternative : fields[f].alternatives) {
+      for (size_t m = 0; m < sample.members.size() && members[f] == kNoFieldMember; ++m) {
+        if (sample.members[m].ext == alternative) members[f] = static_cast<int32_t>(m);
+      }
+      if (members[f] != kNoFieldMember) break;
+    }
+  }
+  return members;
+}
+
+absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const DatasetIndex& index,
+                                                                     const JobConfig& config,
+                                                                     int64_t max_member_bytes) {
+  if (config.image && !HasImage(index)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset '", LogSafe(index.root, 256),
+        "' has no image in any sample; ask for fields without an image (Loader(image=False, "
+        "fields=...), --no-image --fields ...)"));
+  }
+  // Not make_shared: the constructor is private.
+  std::shared_ptr<JobSamples> selection(new JobSamples);
+  selection->shard_sizes_ = index.ShardSampleCounts();
+  selection->num_samples_ = index.num_samples;
+  selection->positions_.resize(index.shards.size());
+  if (config.fields.empty()) return selection;
+
+  std::map<std::string, int64_t> left_out;
+  std::vector<int64_t> found(config.fields.size(), 0);  // samples that hold each field
+  selection->num_samples_ = 0;
+  for (size_t s = 0; s < index.shards.size(); ++s) {
+    const std::vector<SampleEntry>& samples = index.shards[s].samples;
+    std::vector<uint32_t> positions;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const std::vector<int32_t> members = FieldMembers(samples[i], config.fields);
+      std::string reason;
+      uint64_t field_bytes = 0;
+      for (size_t f = 0; f < members.size(); ++f) {
+        if (members[f] == kNoFieldMember) {
+          if (!config.fields[f].optional && reason.empty()) {
+            reason = absl::StrCat("missing required field '", config.fields[f].Name(), "'");
+          }
+          continue;
+        }
+        ++found[f];
+        const MemberRef& member = samples[i].members[members[f]];
+        field_bytes += member.size;
+        if (max_member_bytes > 0 && member.size > static_cast<uint64_t>(max_member_bytes) &&
+            reason.empty()) {
+          reason = absl::StrCat("member '", LogSafe(member.ext), "' over --max-member-bytes (",
+                                max_member_bytes, " bytes)");
+          selection->member_limit_reached_ = true;
+        }
+      }
+      if (!reason.empty()) {
+        ++left_out[reason];
+        continue;
+      }
+      positions.push_back(static_cast<uint32_t>(i));
+      selection->largest_sample_field_bytes_ =
+          std::max(selection->largest_sample_field_bytes_, field_bytes);
+    }
+    selection->shard_sizes_[s] = static_cast<uint32_t>(positions.size());
+    selection->num_samples_ += static_cast<int64_t>(positions.size());
+    if (positions.size() != samples.size()) {
+      selection->selects_all_ = false;
+      selection->positions_[s] = std::move(positions);
+    }
+  }
+  for (size_t f = 0; f < config.fields.size(); ++f) {
+    if (found[f] == 0 && !config.fields[f].optional) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "fields: no sample of the dataset has '", config.fields[f].Name(),
+          "'; its samples hold: ", ExtensionCounts(index),
+          " (ask for one of these, or mark the field optional: '", config.fields[f].Name(), "?')"));
+    }
+  }
+  for (auto& [reason, count] : left_out) selection->left_out_.push_back(LeftOut{reason, count});
+  std::stable_sort(selection->left_out_.begin(), selection->left_out_.end(),
+                   [](const LeftOut& a, const LeftOut& b) { return a.count > b.count; });
+  if (selection->num_samples_ == 0) {
+    std::string reasons;
+    for (const LeftOut& out : selection->left_out_) {
+      absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", out.count, " ", out.reason);
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("fields: the job leaves every sample of the dataset out (", reasons, ")"));
+  }
+  return selection;
+}
+
+int32_t JobSamples::IndexPosition(int32_t shard, int32_t selected) const {
+  const std::vector<uint32_t>& positions = positions_[static_cast<size_t>(shard)];
+  return positions.empty() ? selected
+                           : static_cast<int32_t>(positions[static_cast<size_t>(selected)]);
+}
+
+void JobSamples::MapToIndex(PlannedBatch* planned) const {
+  for (SampleRef& ref : planned->samples) {
+    if (ref.valid()) ref.index = IndexPosition(ref.shard, ref.index);
+  }
+}
+
+std::unique_ptr<RankBatchIterator> JobSamples::MapToIndex(
+    std::unique_ptr<RankBatchIterator> batches) const {
+  if (selects_all_) return batches;
+  return std::make_unique<MappedBatches>(shared_from_this(), std::move(batches));
+}
+
+}  // namespace shardcast::server

@@ -1,0 +1,251 @@
+// A job's selection of samples (assembly/job_samples.h) and the assembler serving its
+// fields, on a dataset of text-only tars (a caption and metadata, no image, no label).
+// The index is made here from the tars' members (ScanTar), as the dataset index makes
+// it for a dataset none of whose samples has an image: every sample kept with
+// image_member kNoImageMember and label -1.
+#include "server/assembly/job_samples.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shards/tar_reader.h"
+#include "server/assembly/batch_assembler.h"
+#include "server/assembly/decode_pool.h"
+#include "server/assembly/served_dataset.h"
+#include "server/base/server_stats.h"
+#include "tests/server/server_test_support.h"
+#include "tools/pack/tar_writer.h"
+
+namespace shardcast::server_testing {
+namespace {
+
+using server::BatchAssembler;
+using server::BatchContent;
+using server::JobSamples;
+
+// key -> ext -> bytes of what was written.
+using Written = std::map<std::string, std::map<std::string, std::string>>;
+
+// Samples of a caption each (none for i % 6 == 5) and a .json unless i % 4 == 0
+// (never both missing).
+Written WriteTextShards(const std::string& dir, int samples, int per_shard) {
+  pack::ShardWriterOptions options;
+  options.out_dir = dir;
+  options.per_shard = per_shard;
+  pack::ShardWriter writer(options);
+  Written written;
+  for (int i = 0; i < samples; ++i) {
+    const std::string key = absl::StrFormat("t%03d", i);
+    std::vector<pack::SampleField> fields;
+    if (i % 6 != 5) fields.emplace_back("txt", absl::StrCat("caption ", i, " \xe6\x96\x87"));
+    if (i % 4 != 0) fields.emplace_back("json", absl::StrCat("{\"i\": ", i, "}"));
+    for (const auto& [ext, bytes] : fields) written[key][ext] = bytes;
+    EXPECT_TRUE(writer.AddSample(key, fields).ok());
+  }
+  EXPECT_TRUE(writer.Close().ok());
+  return written;
+}
+
+// The index of `dir`'s shards with every sample kept, none with an image or a label.
+DatasetIndex TextIndex(const std::string& dir, const std::vector<std::string>& shard_names) {
+  DatasetIndex index;
+  index.root = dir;
+  for (const std::string& name : shard_names) {
+    ShardInfo shard;
+    shard.path = name;
+    struct stat st;
+    EXPECT_EQ(::stat((dir + "/" + name).c_str(), &st), 0);
+    SetShardIdentity(st, &shard);
+    absl::StatusOr<TarScan> scan = ScanTar(dir + "/" + name);
+    EXPECT_TRUE(scan.ok() && scan->error.ok());
+    for (const TarMember& member : scan->members) {
+      const size_t dot = member.name.find('.');
+      const std::string key = member.name.substr(0, dot);
+      if (shard.samples.empty() || shard.samples.back().key != key) {
+        SampleEntry entry;
+        entry.key = key;
+        entry.image_member = kNoImageMember;
+        shard.samples.push_back(entry);
+      }
+      shard.samples.back().members.push_back(MemberRef{
+          absl::AsciiStrToLower(member.name.substr(dot + 1)), member.offset, member.size});
+    }
+    index.num_samples += static_cast<int64_t>(shard.samples.size());
+    index.shards.push_back(std::move(shard));
+  }
+  return index;
+}
+
+JobConfig MembersOnly(const std::vector<std::string>& fields) {
+  JobConfig config;
+  config.image = false;
+  config.plan.batch_size = 4;
+  config.plan.split = Split::kSample;
+  config.plan.remainder = Remainder::kPad;
+  absl::StatusOr<std::vector<FieldSpec>> specs = ParseFieldSpecs(fields);
+  EXPECT_TRUE(specs.ok()) << specs.status();
+  config.fields = *specs;
+  return config;
+}
+
+class JobSamplesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    written_ = WriteTextShards(dir_.path(), 30, 12);
+    index_ = TextIndex(dir_.path(),
+                       {pack::ShardFileName(0), pack::ShardFileName(1), pack::ShardFileName(2)});
+  }
+
+  TempDir dir_;
+  Written written_;
+  DatasetIndex index_;
+};
+
+TEST_F(JobSamplesTest, FieldMembersTakeTheFirstAlternativeAskedFor) {
+  SampleEntry sample;
+  sample.members = {{"png", 0, 1}, {"jpg", 0, 1}, {"seg.png", 0, 1}};
+  auto specs = ParseFieldSpecs({"jpg;png", "webp;png", "seg.png", "txt?"});
+  ASSERT_TRUE(specs.ok());
+  EXPECT_EQ(server::FieldMembers(sample, *specs), (std::vector<int32_t>{1, 0, 2, -1}));
+}
+
+TEST_F(JobSamplesTest, AnImageJobOnADatasetWithoutImagesIsRefused) {
+  JobConfig config = MembersOnly({"txt"});
+  config.image = true;
+  auto selection = JobSamples::Select(index_, config, 0);
+  EXPECT_EQ(selection.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(selection.status().message().find("has no image in any sample"), std::string::npos)
+      << selection.status();
+  EXPECT_NE(selection.status().message().find("image=False"), std::string::npos);
+}
+
+TEST_F(JobSamplesTest, SelectsTheSamplesWithTheRequiredFieldsAndMapsThePlanToTheIndex) {
+  auto selection = JobSamples::Select(index_, MembersOnly({"txt", "json?"}), 0);
+  ASSERT_TRUE(selection.ok()) << selection.status();
+  const JobSamples& samples = **selection;
+  EXPECT_EQ(samples.num_samples(), 25);  // 5 of 30 have no caption
+  ASSERT_EQ(samples.left_out().size(), 1u);
+  EXPECT_EQ(samples.left_out()[0].reason, "missing required field 'txt'");
+  EXPECT_EQ(samples.left_out()[0].count, 5);
+  EXPECT_EQ(samples.shard_sizes(), (std::vector<uint32_t>{10, 10, 5}));
+  for (int32_t shard = 0; shard < 3; ++shard) {
+    std::set<std::string> keys;
+    for (uint32_t i = 0; i < samples.shard_sizes()[shard]; ++i) {
+      const int32_t position = samples.IndexPosition(shard, static_cast<int32_t>(i));
+      const SampleEntry& entry = index_.shards[shard].samples[position];
+      EXPECT_EQ(written_.at(entry.key).count("txt"), 1u) << entry.key;
+      keys.insert(entry.key);
+    }
+    EXPECT_EQ(keys.size(), samples.shard_sizes()[shard]);
+  }
+  // No fields: every sample, positions unchanged.
+  JobConfig plain = MembersOnly({"json?"});
+  auto all = JobSamples::Select(index_, plain, 0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ((*all)->num_samples(), 30);
+  EXPECT_TRUE((*all)->left_out().empty());
+}
+
+TEST_F(JobSamplesTest, ARequiredFieldNoSampleHasIsRefusedWithTheDatasetsExtensions) {
+  auto selection = JobSamples::Select(index_, MembersOnly({"cls"}), 0);
+  EXPECT_EQ(selection.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string message(selection.status().message());
+  EXPECT_NE(message.find("'cls'"), std::string::npos) << message;
+  EXPECT_NE(message.find("txt (25 samples), json (22 samples)"), std::string::npos) << message;
+}
+
+TEST_F(JobSamplesTest, AMembersOnlyBatchCarriesTheMembersAndNoImage) {
+  auto selection = JobSamples::Select(index_, MembersOnly({"txt", "json?"}), 0);
+  ASSERT_TRUE(selection.ok());
+  server::ServedDataset dataset(index_);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(2);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"txt", "json?"});
+  auto content = std::make_shared<const BatchContent>(BatchContent{false, {}, config.fields});
+  auto plan = EpochPlan::Create((*selection)->shard_sizes(), config.plan, /*epoch=*/0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto batches = (*selection)->MapToIndex((*plan)->Iterate(0, 0));
+  std::multiset<std::string> served;
+  PlannedBatch planned;
+  while (batches->Next(&planned)) {
+    auto batch = assembler.Prepare(planned, *content);
+    ASSERT_TRUE(batch.ok());
+    absl::Mutex mu;
+    bool done = false;
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    assembler.Launch(*batch, planned, content, cancelled, [&](bool complete) {
+      EXPECT_TRUE(complete);
+      absl::MutexLock lock(&mu);
+      done = true;
+    });
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&done));
+    }
+    const v1::Batch& header = (*batch)->header();
+    EXPECT_TRUE((*batch)->failure().ok()) << (*batch)->failure();
+    EXPECT_EQ((*batch)->image_bytes(), 0u);
+    EXPECT_TRUE(header.shape().empty());
+    for (int i = 0; i < header.samples_size(); ++i) {
+      const v1::SampleInfo& info = header.samples(i);
+      EXPECT_EQ(header.labels(i), -1);
+      if (!info.valid()) continue;
+      served.insert(info.key());
+      const auto& members = written_.at(info.key());
+      ASSERT_EQ(info.fields_size(), 2);
+      EXPECT_EQ(info.fields(0).data(), members.at("txt"));
+      EXPECT_EQ(info.fields(1).present(), members.count("json") == 1) << info.key();
+      if (members.count("json") == 1) {
+        EXPECT_EQ(info.fields(1).data(), members.at("json"));
+      }
+    }
+  }
+  EXPECT_EQ(served.size(), 25u);
+  for (const auto& [key, members] : written_) EXPECT_EQ(served.count(key), members.count("txt"));
+}
+
+TEST_F(JobSamplesTest, AMemberTheShardDoesNotHoldFailsTheBatchNamingIt) {
+  // The index says the caption of t001 runs past the end of the shard: no caption can
+  // stand in for it, so the batch fails (DATA_LOSS) naming the shard, key and field.
+  DatasetIndex broken = index_;
+  SampleEntry& entry = broken.shards[0].samples[1];
+  ASSERT_EQ(entry.members[0].ext, "txt");
+  entry.members[0].offset = broken.shards[0].file_size;
+  server::ServedDataset dataset(broken);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"txt"});
+  auto content = std::make_shared<const BatchContent>(BatchContent{false, {}, config.fields});
+  PlannedBatch planned;
+  planned.samples = {SampleRef{0, 0, 1}, SampleRef{0, 1, 2}};
+  auto batch = assembler.Prepare(planned, *content);
+  ASSERT_TRUE(batch.ok());
+  absl::Mutex mu;
+  bool done = false;
+  assembler.Launch(*batch, planned, content, std::make_shared<std::atomic<bool>>(false), [&](bool) {
+    absl::MutexLock lock(&mu);
+    done = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  const absl::Status& failure = (*batch)->failure();
+  EXPECT_EQ(failure.code(), absl::StatusCode::kDataLoss) << failure;
+  EXPECT_NE(failure.message().find("field 'txt' of sample 't001' in shard shard-000000.tar"),
+            std::string::npos)
+      << failure;
+}
+
+}  // namespace
+}  // namespace shardcast::server_testing
