@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -187,14 +188,15 @@ class RankStream::Impl {
   }
 
   // Keeps the first registration (set once, before any other thread exists) and checks
-  // that a batch can be received with it.
+  // that a batch can be received with it and that it is the job asked for.
   absl::Status Registered(v1::RegisterResponse response) {
     registration_ = std::move(response);
     registered_at_ = replica().target;
-    return CheckRegistration(
-        registration_,
+    const std::string where =
         absl::StrFormat("server %s, registering rank %d of job '%s',", replica().target,
-                        options_.job.rank(), options_.job.job_id()));
+                        options_.job.rank(), options_.job.job_id());
+    if (absl::Status s = CheckRegistration(registration_, where); !s.ok()) return s;
+    return CheckRegisteredAsAsked(options_.job, registration_, where);
   }
 
   // One Register call, failing fast when the channel cannot connect: the callers retry

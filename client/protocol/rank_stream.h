@@ -34,7 +34,10 @@ struct RankStreamOptions : StreamSettings {
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
 // to the registration's ([batch_size, 3, C, C]), B labels, B samples and B*3*C*C image bytes (kept
-// in the slices they arrived in: wire_batch.h).
+// in the slices they arrived in: wire_batch.h); for a job without images
+// (RegisteredWithImages false) no shape and no image bytes. Each valid sample carries
+// the registration's fields in order, header().samples(i).fields(j) (present, ext, the
+// member's bytes as stored); padding carries none.
 using ReceivedBatch = std::shared_ptr<const WireBatch>;
 
 class RankStream {

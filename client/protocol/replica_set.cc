@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/stream_checks.h"
 
 namespace shardcast::client {
 namespace {
@@ -18,6 +19,7 @@ std::shared_ptr<grpc::Channel> MakeStreamChannel(const StreamSettings& settings,
   channel.reconnect_backoff_initial = absl::Seconds(settings.reconnect_initial_seconds);
   channel.reconnect_backoff_max = absl::Seconds(settings.reconnect_max_seconds);
   channel.stream_window_bytes = settings.stream_window_bytes;
+  channel.max_receive_message_bytes = kMaxBatchMessageBytes;
   return MakeChannel(channel);
 }
 

@@ -1,10 +1,15 @@
 // The rank's checks of what a server says (see stream_checks.h).
 #include "client/protocol/stream_checks.h"
 
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
 
 namespace shardcast::client {
@@ -16,6 +21,11 @@ namespace v1 = ::shardcast::v1;
 constexpr char kJobChangedPayload[] = "type.shardcast.dev/client.JobChanged";
 // Marks the CANCELLED of a closed stream, which an interrupted wait's is not.
 constexpr char kClosedPayload[] = "type.shardcast.dev/client.Closed";
+
+// The registration's fields, parsed (the server sends their spelling).
+absl::StatusOr<std::vector<FieldSpec>> RegisteredFields(const v1::RegisterResponse& r) {
+  return ParseFieldSpecs({r.fields().begin(), r.fields().end()});
+}
 
 // What is wrong with a registration's batch figures; empty when nothing is. A batch size
 // of 0 or an image of no pixels made batches of no bytes that a consumer indexed (SIGSEGV
@@ -31,6 +41,13 @@ std::string WrongBatchFigures(const v1::RegisterResponse& r) {
   if (r.batch_size() < 1 || r.batch_size() > kMaxBatchSize) {
     return absl::StrFormat("batch size %d (want 1..%d)", r.batch_size(), kMaxBatchSize);
   }
+  if (absl::StatusOr<std::vector<FieldSpec>> fields = RegisteredFields(r); !fields.ok()) {
+    return absl::StrCat("fields: ", fields.status().message());
+  }
+  if (!RegisteredWithImages(r)) {
+    if (r.fields().empty()) return "a job without images and without fields (nothing to serve)";
+    return "";
+  }
   if (shape.size() != 3 || shape[0] != 3 || !extent_ok(shape[1]) || !extent_ok(shape[2])) {
     return absl::StrFormat("image shape [%s] (want [3,H,W] with H and W in 1..%d)",
                            absl::StrJoin(shape, ","), kMaxResize);
@@ -41,6 +58,31 @@ std::string WrongBatchFigures(const v1::RegisterResponse& r) {
         "batches of %d pixel bytes (batch size %d, image shape [%s]), more than one message "
         "holds (%d)",
         bytes, r.batch_size(), absl::StrJoin(shape, ","), kMaxBatchPixelBytes);
+  }
+  return "";
+}
+
+// What is wrong with a sample's fields; empty when nothing is. `fields` are the
+// registration's.
+std::string WrongSampleFields(const v1::SampleInfo& sample, const std::vector<FieldSpec>& fields) {
+  if (!sample.valid()) {
+    if (sample.fields().empty()) return "";
+    return absl::StrFormat("padding with %d field values (want none)", sample.fields_size());
+  }
+  if (sample.fields_size() != static_cast<int>(fields.size())) {
+    return absl::StrFormat("%d field values for the %d registered fields [%s]",
+                           sample.fields_size(), fields.size(), FieldSpecsString(fields));
+  }
+  for (size_t f = 0; f < fields.size(); ++f) {
+    const v1::FieldValue& value = sample.fields(static_cast<int>(f));
+    if (value.present()) continue;
+    if (!fields[f].optional) {
+      return absl::StrFormat("required field '%s' reported missing", fields[f].Name());
+    }
+    if (!value.data().empty()) {
+      return absl::StrFormat("missing field '%s' with %d bytes", fields[f].Name(),
+                             value.data().size());
+    }
   }
   return "";
 }
@@ -63,6 +105,39 @@ std::string JobChange(const v1::RegisterResponse& was, const v1::RegisterRespons
   return "";
 }
 
+// Each sample's fields against the registration's (see CheckBatch).
+absl::Status CheckFields(const v1::Batch& msg, const v1::RegisterResponse& registration,
+                         const std::string& where) {
+  // Checked at registration: the fields parse.
+  absl::StatusOr<std::vector<FieldSpec>> fields = RegisteredFields(registration);
+  if (!fields.ok()) return fields.status();
+  for (int i = 0; i < msg.samples_size(); ++i) {
+    const std::string wrong = WrongSampleFields(msg.samples(i), *fields);
+    if (!wrong.empty()) {
+      return absl::DataLossError(absl::StrFormat("%s sample %d (key '%s'): %s", where, i,
+                                                 absl::CHexEscape(msg.samples(i).key()), wrong));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A batch of a job without images: no shape, no image bytes, B labels and B samples.
+absl::Status CheckBatchWithoutImages(const WireBatch& wire,
+                                     const v1::RegisterResponse& registration,
+                                     const std::string& where) {
+  const v1::Batch& msg = wire.header();
+  const int64_t b = registration.batch_size();
+  if (msg.shape_size() != 0 || wire.image_bytes() != 0 || msg.labels_size() != b ||
+      msg.samples_size() != b) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: shape [%s], %d image bytes, %d labels, %d samples in a batch of a job without "
+        "images (want no shape, no image bytes, %d labels and %d samples)",
+        where, absl::StrJoin(msg.shape(), ","), wire.image_bytes(), msg.labels_size(),
+        msg.samples_size(), b, b));
+  }
+  return CheckFields(msg, registration, where);
+}
+
 }  // namespace
 
 absl::Status CheckRegistration(const v1::RegisterResponse& registration, absl::string_view where) {
@@ -70,6 +145,35 @@ absl::Status CheckRegistration(const v1::RegisterResponse& registration, absl::s
   if (wrong.empty()) return absl::OkStatus();
   return absl::DataLossError(
       absl::StrCat(where, " answered a registration no batch can be received with: ", wrong));
+}
+
+bool RegisteredWithImages(const v1::RegisterResponse& registration) {
+  return registration.image() || !registration.image_shape().empty();
+}
+
+absl::Status CheckRegisteredAsAsked(const v1::RegisterRequest& job,
+                                    const v1::RegisterResponse& registration,
+                                    absl::string_view where) {
+  std::string wrong;
+  if (!job.fields().empty()) {
+    absl::StatusOr<std::vector<FieldSpec>> asked =
+        ParseFieldSpecs({job.fields().begin(), job.fields().end()});
+    absl::StatusOr<std::vector<FieldSpec>> answered = RegisteredFields(registration);
+    // The request was the server's to refuse; one it took must come back as asked.
+    if (asked.ok() && answered.ok() && *asked != *answered) {
+      wrong = absl::StrFormat("fields [%s] for the fields [%s] asked", FieldSpecsString(*answered),
+                              FieldSpecsString(*asked));
+    }
+  }
+  if (wrong.empty() && job.has_image() && job.image() != RegisteredWithImages(registration)) {
+    wrong = job.image() ? "a job without images for one with images"
+                        : "a job with images for one without (image false)";
+  }
+  if (wrong.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s registered %s; the server (version '%s') does not serve the job as asked (a "
+      "server older than fields serves images alone: upgrade it)",
+      where, wrong, registration.server_version()));
 }
 
 absl::Status CheckBatch(const WireBatch& wire, const v1::RegisterResponse& registration,
@@ -89,6 +193,8 @@ absl::Status CheckBatch(const WireBatch& wire, const v1::RegisterResponse& regis
   }
   // Every batch is full (remainder drop or pad: the fixed-count guarantee), so its
   // shape is the registration's exactly and a consumer can size its buffers once.
+  if (!RegisteredWithImages(registration))
+    return CheckBatchWithoutImages(wire, registration, where);
   const auto& image_shape = registration.image_shape();
   if (msg.shape_size() != 4 || image_shape.size() != 3 ||
       msg.shape(0) != registration.batch_size() || msg.shape(1) != image_shape[0] ||
@@ -107,7 +213,7 @@ absl::Status CheckBatch(const WireBatch& wire, const v1::RegisterResponse& regis
         wire.image_bytes(), msg.labels_size(), msg.samples_size(), absl::StrJoin(msg.shape(), ","),
         bytes, b, b));
   }
-  return absl::OkStatus();
+  return CheckFields(msg, registration, where);
 }
 
 std::string ResumedServer(absl::string_view registered_at, absl::string_view target) {

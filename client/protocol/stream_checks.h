@@ -7,6 +7,7 @@
 #define SHARDCAST_CLIENT_PROTOCOL_STREAM_CHECKS_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -20,6 +21,12 @@ namespace shardcast::client {
 // A registration that announces more is refused before anything is sized by it.
 inline constexpr int64_t kMaxBatchPixelBytes = (int64_t{1} << 31) - 1;
 
+// The most bytes a received Batch message may have: what one protobuf message can hold.
+// The stream's channel refuses a larger one. The registration bounds the pixels, not
+// the header: labels, sample infos and the members' bytes (SampleInfo.fields), which
+// depend on the samples.
+inline constexpr int kMaxBatchMessageBytes = std::numeric_limits<int32_t>::max();
+
 // Where a check is made: a rank of a job, at a batch of an epoch.
 struct StreamPosition {
   std::string job_id;
@@ -28,15 +35,32 @@ struct StreamPosition {
   int64_t batch = 0;  // the batch due next
 };
 
+// Whether a registration's batches carry images: RegisterResponse.image, or an image
+// shape from a server older than fields (which leaves `image` unset, i.e. false).
+bool RegisteredWithImages(const shardcast::v1::RegisterResponse& registration);
+
 // Checks what a registration says about the memory of every batch before anything is
-// sized by it (batches per epoch, batch size, image shape, pixel bytes of a batch).
-// DATA_LOSS naming `where` (server and job) and the wrong figure.
+// sized by it (batches per epoch, batch size, image shape, pixel bytes of a batch; a
+// job without images must have fields, and its fields must parse). DATA_LOSS naming
+// `where` (server and job) and the wrong figure.
 absl::Status CheckRegistration(const shardcast::v1::RegisterResponse& registration,
                                absl::string_view where);
 
+// Checks that the server registered `job` as asked: the fields it asked for (compared
+// parsed, as the server answers them normalized) and, when it asked, with or without
+// images. A server older than fields ignores both and answers a job of images alone:
+// FAILED_PRECONDITION naming `where`, what was asked, what was answered and the
+// server's version, instead of batches without the members the caller wants.
+absl::Status CheckRegisteredAsAsked(const shardcast::v1::RegisterRequest& job,
+                                    const shardcast::v1::RegisterResponse& registration,
+                                    absl::string_view where);
+
 // Checks a received batch against what must come next at `at` of an epoch of
-// `epoch_batches` batches: not past the last one, in sequence, the registration's shape,
-// and as many image bytes, labels and samples as the shape says. DATA_LOSS naming both.
+// `epoch_batches` batches: not past the last one, in sequence, the registration's shape
+// (no shape and no image bytes for a job without images), as many image bytes, labels
+// and samples as the shape says, and per sample one FieldValue per registered field
+// (none for padding; a required one present, a missing one without bytes). DATA_LOSS
+// naming both (and the sample).
 absl::Status CheckBatch(const WireBatch& batch, const shardcast::v1::RegisterResponse& registration,
                         const StreamPosition& at, int64_t epoch_batches);
 

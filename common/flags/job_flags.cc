@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -84,6 +85,30 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
   flags->OptionalInt(
       {{"--crop"}, "N", "output size: images are 3 x N x N uint8", absl::StrCat(t.crop)}, &o->crop,
       1, kMaxCrop);
+  flags->Add(
+      {{"--fields"},
+       "LIST",
+       "sample members each batch carries beside the image, as stored in the tar,\n"
+       "by extension: txt,json?,jpg;png (';': alternatives, '?': may be missing;\n"
+       "a sample without a required one is left out of the plan)",
+       FieldSpecsString(defaults.fields)},
+      1, [o](const std::string& flag, const std::vector<std::string>& values) {
+        absl::StatusOr<std::vector<FieldSpec>> fields = ParseFieldSpecList(values[0]);
+        if (!fields.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(flag, ": ", fields.status().message()));
+        }
+        o->fields = *std::move(fields);
+        return absl::OkStatus();
+      });
+  flags->Add({{"--no-image"},
+              "",
+              "batches carry no image, only the --fields members: nothing is decoded\n"
+              "(text, audio or token shards)"},
+             0, [o](const std::string& flag, const std::vector<std::string>& values) {
+               if (!values.empty()) return absl::InvalidArgumentError(flag + " takes no value");
+               o->image = false;
+               return absl::OkStatus();
+             });
 }
 
 }  // namespace shardcast

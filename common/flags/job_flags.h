@@ -19,7 +19,8 @@ namespace shardcast {
 // Adds --batch-size (-b, --batch_size), --split, --remainder, --workers (-w,
 // --num_workers), --seed, --shuffle [N] (the seed's: shard shuffle plus a buffer of N;
 // negative = off), --shuffle-shards, --shuffle-buffer, --block-size, --transform,
-// --resize and --crop to `flags`, each storing into `*overrides` when given.
+// --resize, --crop, --fields LIST (field_spec.h's comma-separated specs) and --no-image
+// to `flags`, each storing into `*overrides` when given.
 // `defaults` is what an unset flag means, shown in --help.
 // REQUIRES: `overrides` outlives flags->Parse().
 void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* overrides);

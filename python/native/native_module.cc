@@ -12,7 +12,9 @@
 //   the parent) every call raises ForkedProcessError and the stream is never touched;
 // - a batch's pixels and labels reach Python as buffers over the memory they were
 //   received in (torch.frombuffer wraps them without a copy), or are copied once,
-//   without the GIL, into memory the caller names (a pinned tensor on its way to a GPU).
+//   without the GIL, into memory the caller names (a pinned tensor on its way to a GPU);
+//   the members a job asks for (fields) become bytes objects made from the parsed
+//   message's strings.
 // No torch here: the module works with whatever torch the Python side imports.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -36,8 +38,10 @@
 #include "client/protocol/receive_memory.h"
 #include "client/protocol/run_rules.h"
 #include "client/protocol/server_list.h"
+#include "client/protocol/stream_checks.h"
 #include "client/protocol/wire_batch.h"
 #include "common/plan/epoch_plan.h"
+#include "common/plan/field_spec.h"
 #include "common/util/token_file.h"
 #include "proto/job_config_proto.h"
 
@@ -173,11 +177,16 @@ struct OwnedBuffer {
   std::string format;
 };
 
+// The names under which a job's fields are handed out (FieldSpec::Name(): "txt",
+// "jpg;png"), in the registration's order.
+using FieldNames = std::shared_ptr<const std::vector<std::string>>;
+
 // One received batch that passed RankStream's checks. Its pixels are one block (the
 // receiving thread joined them: join_images), unless next_into copied them to the
-// caller's memory; `pixels_copied` says which.
+// caller's memory (`pixels_copied`) or the job has no images (no pixels at all).
 struct NativeBatch {
   ReceivedBatch wire;
+  FieldNames field_names;
   bool pixels_copied = false;
 };
 
@@ -187,15 +196,44 @@ py::tuple Shape(const v1::Batch& header) {
   return shape;
 }
 
-// (key, shard, index_in_shard, valid, substituted) per sample: SampleInfo's fields.
-py::list Samples(const v1::Batch& header) {
+// A sample's fields as {name: bytes, or None where an optional one is missing and for
+// padding}. The bytes objects are made from the parsed message's strings: one copy
+// into memory Python owns (a bytes object cannot borrow memory).
+py::dict SampleFields(const v1::SampleInfo& sample, const std::vector<std::string>& names) {
+  py::dict fields;
+  for (size_t f = 0; f < names.size(); ++f) {
+    // RankStream checked: a valid sample has one FieldValue per name, padding none.
+    const v1::FieldValue* value = sample.valid() ? &sample.fields(static_cast<int>(f)) : nullptr;
+    if (value != nullptr && value->present()) {
+      fields[py::str(names[f])] = py::bytes(value->data().data(), value->data().size());
+    } else {
+      fields[py::str(names[f])] = py::none();
+    }
+  }
+  return fields;
+}
+
+// (key, shard, index_in_shard, valid, substituted, fields) per sample: SampleInfo's
+// fields.
+py::list Samples(const v1::Batch& header, const std::vector<std::string>& field_names) {
   py::list samples(header.samples_size());
   for (int i = 0; i < header.samples_size(); ++i) {
     const v1::SampleInfo& s = header.samples(i);
-    samples[i] =
-        py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(), s.substituted());
+    samples[i] = py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(),
+                                s.substituted(), SampleFields(s, field_names));
   }
   return samples;
+}
+
+// The registration's field names. RankStream checked that its fields parse.
+FieldNames NamesOfFields(const v1::RegisterResponse& registration) {
+  auto names = std::make_shared<std::vector<std::string>>();
+  absl::StatusOr<std::vector<FieldSpec>> fields =
+      ParseFieldSpecs({registration.fields().begin(), registration.fields().end()});
+  if (fields.ok()) {
+    for (const FieldSpec& field : *fields) names->push_back(field.Name());
+  }
+  return names;
 }
 
 // One rank's stream. Methods are called by one consumer at a time (the Loader); close()
@@ -229,7 +267,9 @@ class NativeStream {
     stream_ = std::shared_ptr<RankStream>(std::move(*stream));
     const v1::RegisterResponse& registration = stream_->registration();
     registration_ = registration.SerializeAsString();
-    batch_pixel_bytes_ = registration.batch_size();
+    field_names_ = NamesOfFields(registration);
+    has_images_ = RegisteredWithImages(registration);
+    batch_pixel_bytes_ = has_images_ ? registration.batch_size() : 0;
     for (int64_t extent : registration.image_shape()) batch_pixel_bytes_ *= extent;
   }
 
@@ -253,6 +293,8 @@ class NativeStream {
     CheckProcess();
     return py::bytes(registration_);
   }
+  // Whether batches carry images (RegisteredWithImages); false: a job of fields alone.
+  bool has_images() const { return has_images_; }
   int64_t batches_per_epoch() const { return Stream()->batches_per_epoch(); }
   int64_t batches_in_epoch() const { return Stream()->batches_in_epoch(); }
   int64_t reconnects() const { return Stream()->reconnects(); }
@@ -309,6 +351,11 @@ class NativeStream {
   // batch's pixel count: B*3*C*C), or None after the epoch's last.
   std::optional<NativeBatch> next_into(uintptr_t address, int64_t size) {
     CheckProcess();
+    if (!has_images_) {
+      throw py::value_error(
+          "next_into: this job has no images (image=False); take its "
+          "batches with next");
+    }
     // Checked before a batch is taken, so a wrong destination loses none.
     if (size != batch_pixel_bytes_) {
       throw py::value_error(
@@ -386,10 +433,10 @@ class NativeStream {
   }
 
   // What Next() gave, as a batch (nullopt at the epoch's end) or a raised error.
-  static std::optional<NativeBatch> Take(absl::StatusOr<std::optional<ReceivedBatch>> received) {
+  std::optional<NativeBatch> Take(absl::StatusOr<std::optional<ReceivedBatch>> received) const {
     if (!received.ok()) Raise(received.status(), Call::kNext);
     if (!received->has_value()) return std::nullopt;
-    return NativeBatch{std::move(**received)};
+    return NativeBatch{std::move(**received), field_names_};
   }
 
   // What the registering thread tells (on_waiting), for the waiting thread to log.
@@ -399,7 +446,9 @@ class NativeStream {
   std::string job_id_;          // for messages
   int32_t rank_ = 0;
   std::string registration_;
-  int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration: every batch's
+  FieldNames field_names_;
+  bool has_images_ = true;
+  int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration (0 without images)
   bool join_images_ = true;
 };
 
@@ -449,11 +498,13 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("index", [](const NativeBatch& b) { return b.wire->index(); })
       .def_property_readonly("shape", [](const NativeBatch& b) { return Shape(b.wire->header()); })
       // uint8 pixels, B*3*C*C, in the one block the receiving thread made; None when
-      // next_into copied them to the caller's memory. Writable, so that torch does not
-      // warn: the block is this batch's alone.
+      // next_into copied them to the caller's memory, and for a job without images.
+      // Writable, so that torch does not warn: the block is this batch's alone.
       .def_property_readonly("pixels",
                              [](const NativeBatch& b) -> std::optional<OwnedBuffer> {
-                               if (b.pixels_copied) return std::nullopt;
+                               if (b.pixels_copied || b.wire->header().shape().empty()) {
+                                 return std::nullopt;
+                               }
                                // One block (join_images) of B*3*H*W >= 1 bytes: RankStream
                                // checked the registration and the batch against it.
                                const absl::Span<const uint8_t> block = b.wire->image_chunks().at(0);
@@ -468,8 +519,8 @@ PYBIND11_MODULE(_native, m) {
                                                   labels.size(), sizeof(int64_t),
                                                   py::format_descriptor<int64_t>::format()};
                              })
-      .def_property_readonly("samples",
-                             [](const NativeBatch& b) { return Samples(b.wire->header()); })
+      .def_property_readonly(
+          "samples", [](const NativeBatch& b) { return Samples(b.wire->header(), *b.field_names); })
       // How many samples the server substituted, so that Python looks at them only then.
       .def_property_readonly("substituted", [](const NativeBatch& b) {
         int count = 0;
@@ -556,6 +607,7 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<const py::bytes&, const StreamSettings&, const ClientSecurity&>(),
            py::arg("job"), py::arg("options"), py::arg("security"))
       .def_property_readonly("registration", &NativeStream::registration)
+      .def_property_readonly("has_images", &NativeStream::has_images)
       .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)
       .def_property_readonly("reconnects", &NativeStream::reconnects)

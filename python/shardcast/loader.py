@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 import warnings
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -40,21 +40,28 @@ class SampleInfo(NamedTuple):
     index_in_shard: int  # sample position in its shard; -1 for padding
     valid: bool  # False for padding (remainder "pad"; its label is -1)
     substituted: bool  # the image could not be decoded; a mid-gray substitute was sent
+    # The members the job asked for (Loader's `fields`), by the field's name ("txt",
+    # "jpg;png"): the member's bytes as stored in the tar, None where an optional one is
+    # missing and for padding. Empty for a job without fields.
+    fields: Dict[str, Optional[bytes]]
 
 
 class Batch(NamedTuple):
     """One batch: unpack it as `images, labels, info = batch`."""
 
-    images: torch.Tensor  # [B, 3, C, C] uint8 NCHW on the CPU, a view of the received bytes
-    labels: torch.Tensor  # [B] int64 (-1 for padding)
+    # [B, 3, C, C] uint8 NCHW on the CPU, a view of the received bytes; None for a job
+    # without images (image=False)
+    images: Optional[torch.Tensor]
+    labels: torch.Tensor  # [B] int64 (-1 for padding and for a dataset without labels)
     info: List[SampleInfo]
 
 
 def _to_batch(native: "_native.Batch", images: Optional[torch.Tensor] = None) -> Batch:
-    """Wraps a received batch: its pixels (or `images`, which next_into filled) and its
-    labels without a copy."""
-    if images is None:
-        images = torch.frombuffer(native.pixels, dtype=torch.uint8).view(native.shape)
+    """Wraps a received batch: its pixels (or `images`, which next_into filled; None for
+    a job without images) and its labels without a copy."""
+    pixels = native.pixels
+    if images is None and pixels is not None:
+        images = torch.frombuffer(pixels, dtype=torch.uint8).view(native.shape)
     labels = torch.frombuffer(native.labels, dtype=torch.int64)
     info = [SampleInfo._make(s) for s in native.samples]
     return Batch(images, labels, info)
@@ -125,6 +132,24 @@ def _dataloader_keywords(shuffle: Optional[bool], drop_last: Optional[bool],
     return remainder, shuffle_shards, shuffle_buffer
 
 
+def _field_specs(fields: Optional[Sequence[str]]) -> List[str]:
+    """The `fields` keyword as the wire's list of specs; TypeError for a str (fields="txt"
+    would ask for the fields "t", "x" and "t") or an element that is not one. The specs
+    themselves are the server's to check (it names a bad one)."""
+    if fields is None:
+        return []
+    if isinstance(fields, (str, bytes)):
+        raise TypeError(
+            f"fields must be a tuple of field specs, e.g. fields=({fields!r},), not a "
+            f"{type(fields).__name__}: a string would be read as its letters")
+    specs = list(fields)
+    for spec in specs:
+        if not isinstance(spec, str):
+            raise TypeError(f"fields: each field spec is a str (e.g. 'txt', 'json?', "
+                            f"'jpg;png'), got {spec!r}")
+    return specs
+
+
 def _new_job_id() -> str:
     """run-<host>-<pid>-<random>: shardcast-train's rule (client/protocol/run_rules.h)."""
     return _native.new_job_id()
@@ -149,6 +174,16 @@ class Loader:
     split "shard" | "sample", remainder "drop" | "pad", transform "center" | "random".
     `dataset` names one of the server's datasets (its --dataset NAME=DIR; None: the
     server's "default", or its only one), e.g. a validation set beside the training set.
+
+    Members beside the image: `fields=("txt", "json?")` asks for each sample's members by
+    extension, as webdataset names them ("jpg;png": the first of these the sample has;
+    a trailing "?": it may be missing). Each batch's `info[i].fields` maps a field's name
+    ("txt", "json", "jpg;png") to the member's bytes as stored in the tar (None where an
+    optional one is missing, and for padding); a sample without a required field is left
+    out of the job's plan (loader.registration.left_out counts them). A tuple, never a
+    bare str. `image=False` asks for the fields alone: nothing is decoded and `images`
+    is None (None: the server's default, images). Both are part of the job: every rank
+    asks for the same, and a state_dict resumes only the same job.
 
     DataLoader's keywords: `shuffle=True` is shuffle_shards=True and a shuffle buffer of
     1000 samples (split "shard"; webdataset's customary .shuffle(1000)), `shuffle=False`
@@ -227,6 +262,8 @@ class Loader:
         transform: Optional[str] = None,
         resize: Optional[int] = None,
         crop: Optional[int] = None,
+        fields: Optional[Sequence[str]] = None,
+        image: Optional[bool] = None,
         prefetch: int = 4,
         reconnect_deadline: float = 120.0,
         stream_timeout: float = 120.0,
@@ -264,6 +301,9 @@ class Loader:
             raise ValueError(f"stream_timeout must be >= 0, got {stream_timeout}")
         if on_substitute not in ("mask", "fail"):
             raise ValueError(f"on_substitute must be 'mask' or 'fail', got {on_substitute!r}")
+        field_specs = _field_specs(fields)
+        if image is not None and not isinstance(image, bool):
+            raise TypeError(f"image must be True, False or None, got {image!r}")
         options = _native.StreamOptions()
         options.server = server  # ValueError at once for what cannot be an address
         default_rank, default_world = _default_rank_and_world()
@@ -294,6 +334,9 @@ class Loader:
             job.shuffle_buffer = shuffle_buffer
         if block_size is not None:
             job.block_size = block_size
+        job.fields.extend(field_specs)
+        if image is not None:
+            job.image = image
         # TLS and the token by the C++ clients' one rule (client/protocol/client_security.h):
         # TLS when tls, tls_ca or tls_cert is given (tls_ca: default the system's roots),
         # files read as they read them, the token given or else $SHARDCAST_TOKEN's.
@@ -307,7 +350,8 @@ class Loader:
         options.join_images = not pin_memory
         self._stream = _native.Stream(job.SerializeToString(), options, security)
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
-        self._pin_memory = pin_memory
+        # Pinned memory holds pixels: a job without images has none to pin.
+        self._pin_memory = pin_memory and self._stream.has_images
         self._on_substitute = on_substitute
         # Substitutes masked in the epoch being iterated.
         self.substituted = 0
@@ -360,10 +404,23 @@ class Loader:
         return list(self.registration.class_names)
 
     @property
-    def image_shape(self) -> Tuple[int, int, int]:
-        """(3, C, C): the shape of one image."""
+    def image_shape(self) -> Optional[Tuple[int, int, int]]:
+        """(3, C, C): the shape of one image; None for a job without images."""
+        if not self.has_images:
+            return None
         c, h, w = self.registration.image_shape
         return (c, h, w)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether batches carry images (False: image=False, `images` is None)."""
+        return self._stream.has_images
+
+    @property
+    def fields(self) -> Tuple[str, ...]:
+        """The fields each sample carries, as the server registered them ("txt", "json?");
+        info[i].fields is keyed by their names (without "?")."""
+        return tuple(self.registration.fields)
 
     @property
     def split(self) -> str:
@@ -406,7 +463,8 @@ class Loader:
             f"split={self.split!r}, remainder={enum_name(pb.Remainder, reg.remainder)!r}, "
             f"shuffle_shards={reg.shuffle_shards}, shuffle_buffer={reg.shuffle_buffer}, "
             f"seed={reg.seed}, transform={enum_name(pb.TransformMode, transform.mode)!r}, "
-            f"resize={transform.resize}, crop={transform.crop}, epoch={self._epoch}"
+            f"resize={transform.resize}, crop={transform.crop}, "
+            f"image={self.has_images}, fields={self.fields!r}, epoch={self._epoch}"
             f"{', closed' if self._closed else ''})"
         )
 
@@ -600,7 +658,7 @@ class Loader:
 
     def _receive(self, iteration: int) -> Iterator[Batch]:
         reg = self.registration
-        shape = (reg.batch_size, *reg.image_shape)
+        shape = (reg.batch_size, *reg.image_shape)  # used with images only (pin_memory)
         while True:
             if iteration != self._iteration:
                 raise RuntimeError(

@@ -8,7 +8,7 @@ as BatchStream does too: the same values as torch's three passes over the floats
 """
 
 import functools
-from typing import Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -38,19 +38,22 @@ def _table(mean: Tuple[float, ...], std: Tuple[float, ...]) -> torch.Tensor:
 
 
 def normalize(
-    images: torch.Tensor,
+    images: Optional[torch.Tensor],
     device: Union[str, torch.device] = "cpu",
     mean: Sequence[float] = IMAGENET_MEAN,
     std: Sequence[float] = IMAGENET_STD,
-) -> torch.Tensor:
+) -> Optional[torch.Tensor]:
     """(images / 255 - mean) / std per channel, as float32 on `device`.
 
     `images` is a [B, C, H, W] uint8 tensor (a Loader batch). On the CPU and bound for
     a CUDA device, it is staged in pinned memory and copied asynchronously
     (non_blocking) on the current stream; already on the device (Lightning moves
     batches itself), it is used as it is. Returns a new tensor; `images` is not
-    modified.
+    modified. None (the images of a job without images, image=False) is returned as
+    it is, so a loop written for images runs unchanged.
     """
+    if images is None:
+        return None
     if images.dtype != torch.uint8 or images.dim() != 4:
         raise ValueError(
             f"normalize wants [B, C, H, W] uint8 images, got {images.dtype} of shape "

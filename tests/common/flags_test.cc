@@ -560,12 +560,36 @@ TEST(JobFlagsTest, HelpShowsEveryFlagAndDefault) {
        {"--batch-size, -b, --batch_size B", "--split shard|sample", "--remainder drop|pad",
         "--workers, -w, --num_workers K", "--seed S", "--shuffle [N]", "--shuffle-shards",
         "--shuffle-buffer N", "--block-size N", "--transform center|random", "--resize N",
-        "--crop N"}) {
+        "--crop N", "--fields LIST", "--no-image"}) {
     EXPECT_THAT(help, HasSubstr(name));
   }
   EXPECT_THAT(help, HasSubstr("per-rank batch size (default 32)"));
   EXPECT_THAT(help, HasSubstr("(default 224)"));
   EXPECT_THAT(help, HasSubstr("(default center)"));
+}
+
+TEST(JobFlagsTest, FieldsAndNoImage) {
+  JobFlags f;
+  ASSERT_TRUE(f.set.Parse({"--fields", "txt,json?,jpg;png", "--no-image"}).ok());
+  ASSERT_TRUE(f.overrides.fields.has_value());
+  EXPECT_EQ(FieldSpecsString(*f.overrides.fields), "txt,json?,jpg;png");
+  EXPECT_EQ(f.overrides.image, false);
+
+  JobFlags unset;
+  ASSERT_TRUE(unset.set.Parse({"-b", "4"}).ok());
+  EXPECT_FALSE(unset.overrides.fields.has_value());
+  EXPECT_FALSE(unset.overrides.image.has_value());
+
+  // A bad spec names the flag and the spec; a repeated name is refused.
+  JobFlags bad;
+  const absl::Status status = bad.set.Parse({"--fields", "txt,a/b"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--fields"));
+  EXPECT_THAT(status.message(), HasSubstr("a/b"));
+  JobFlags twice;
+  EXPECT_FALSE(twice.set.Parse({"--fields", "txt,txt"}).ok());
+  JobFlags valued;
+  EXPECT_FALSE(valued.set.Parse({"--no-image=true"}).ok());
 }
 
 }  // namespace

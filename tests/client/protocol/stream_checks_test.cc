@@ -178,5 +178,167 @@ TEST(StreamChecksTest, ClosedIsToldApartFromInterrupted) {
   EXPECT_EQ(interrupted.message(), "job 'job-a' rank 1: interrupted while waiting");
 }
 
+// A job of fields alone: batch size 2, fields "txt" and "json?", no image shape.
+v1::RegisterResponse FieldsOnlyRegistration() {
+  v1::RegisterResponse r = Registration();
+  r.clear_image_shape();
+  r.set_image(false);
+  r.add_fields("txt");
+  r.add_fields("json?");
+  return r;
+}
+
+// A batch of that job: sample 0 has both members, sample 1 no json.
+v1::Batch FieldsOnlyBatch(int64_t epoch, int64_t index) {
+  v1::Batch batch;
+  batch.set_epoch(epoch);
+  batch.set_index(index);
+  for (int i = 0; i < 2; ++i) {
+    batch.add_labels(-1);
+    v1::SampleInfo* sample = batch.add_samples();
+    sample->set_key("k" + std::to_string(i));
+    sample->set_valid(true);
+    v1::FieldValue* txt = sample->add_fields();
+    txt->set_present(true);
+    txt->set_ext("txt");
+    txt->set_data("a caption");
+    v1::FieldValue* json = sample->add_fields();
+    if (i == 0) {
+      json->set_present(true);
+      json->set_ext("json");
+      json->set_data("{}");
+    }
+  }
+  return batch;
+}
+
+TEST(StreamChecksTest, AJobWithoutImagesIsOneOfFieldsWithNoShape) {
+  EXPECT_TRUE(RegisteredWithImages(Registration()));  // a server older than `image`
+  v1::RegisterResponse with_image = Registration();
+  with_image.set_image(true);
+  EXPECT_TRUE(RegisteredWithImages(with_image));
+  EXPECT_FALSE(RegisteredWithImages(FieldsOnlyRegistration()));
+  EXPECT_TRUE(CheckRegistration(FieldsOnlyRegistration(), "server s").ok());
+  EXPECT_TRUE(CheckBatch(Wire(FieldsOnlyBatch(2, 3)), FieldsOnlyRegistration(), kAt, 10).ok());
+}
+
+TEST(StreamChecksTest, ARegistrationWithoutImagesAndFieldsOrWithBadFieldsIsDataLoss) {
+  v1::RegisterResponse nothing = FieldsOnlyRegistration();
+  nothing.clear_fields();
+  absl::Status s = CheckRegistration(nothing, "server s");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("a job without images and without fields"));
+  // Image shape [3,H,W] with image true: today's checks.
+  v1::RegisterResponse no_shape = Registration();
+  no_shape.set_image(true);
+  no_shape.clear_image_shape();
+  EXPECT_THAT(CheckRegistration(no_shape, "server s").message(), HasSubstr("image shape []"));
+  v1::RegisterResponse bad = FieldsOnlyRegistration();
+  bad.add_fields("../etc");
+  s = CheckRegistration(bad, "server s");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("fields: "));
+  v1::RegisterResponse twice = FieldsOnlyRegistration();
+  twice.add_fields("txt");
+  EXPECT_EQ(CheckRegistration(twice, "server s").code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(StreamChecksTest, TheServerMustRegisterTheFieldsAndImageAsked) {
+  v1::RegisterRequest job;
+  job.add_fields("TXT");  // the server answers specs normalized: lower case
+  job.add_fields("json?");
+  job.set_image(false);
+  EXPECT_TRUE(CheckRegisteredAsAsked(job, FieldsOnlyRegistration(), "server s").ok());
+  // Nothing asked: whatever the server's defaults are.
+  EXPECT_TRUE(CheckRegisteredAsAsked(v1::RegisterRequest(), FieldsOnlyRegistration(), "s").ok());
+
+  // A server older than fields answers a job of images alone.
+  v1::RegisterResponse old = Registration();
+  old.set_server_version("0.9");
+  absl::Status s = CheckRegisteredAsAsked(job, old, "server s,");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("server s, registered fields [] for the fields [txt,json?] "
+                                     "asked"));
+  EXPECT_THAT(s.message(), HasSubstr("version '0.9'"));
+
+  v1::RegisterRequest required = job;
+  required.set_fields(1, "json");
+  s = CheckRegisteredAsAsked(required, FieldsOnlyRegistration(), "server s");
+  EXPECT_THAT(s.message(), HasSubstr("fields [txt,json?] for the fields [txt,json] asked"));
+
+  v1::RegisterRequest images;
+  images.set_image(true);
+  images.add_fields("txt");
+  images.add_fields("json?");
+  s = CheckRegisteredAsAsked(images, FieldsOnlyRegistration(), "server s");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("a job without images for one with images"));
+  v1::RegisterRequest no_images;
+  no_images.set_image(false);
+  s = CheckRegisteredAsAsked(no_images, Registration(), "server s");
+  EXPECT_THAT(s.message(), HasSubstr("a job with images for one without"));
+}
+
+TEST(StreamChecksTest, ABatchOfAJobWithoutImagesWithPixelsOrAShapeIsDataLoss) {
+  v1::Batch batch = FieldsOnlyBatch(2, 3);
+  batch.set_images("xx");
+  absl::Status s = CheckBatch(Wire(batch), FieldsOnlyRegistration(), kAt, 10);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("job 'job-a' rank 1 epoch 2 batch 3: shape [], 2 image "
+                                     "bytes, 2 labels, 2 samples in a batch of a job without "
+                                     "images (want no shape, no image bytes, 2 labels and 2 "
+                                     "samples)"));
+  batch = FieldsOnlyBatch(2, 3);
+  for (int64_t d : {2, 3, 4, 5}) batch.add_shape(d);
+  EXPECT_EQ(CheckBatch(Wire(batch), FieldsOnlyRegistration(), kAt, 10).code(),
+            absl::StatusCode::kDataLoss);
+  batch = FieldsOnlyBatch(2, 3);
+  batch.add_samples();
+  EXPECT_EQ(CheckBatch(Wire(batch), FieldsOnlyRegistration(), kAt, 10).code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(StreamChecksTest, SamplesMustCarryOneValuePerFieldAndPaddingNone) {
+  struct Case {
+    std::string name;
+    void (*spoil)(v1::Batch*);
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"a value short", [](v1::Batch* b) { b->mutable_samples(1)->mutable_fields()->RemoveLast(); },
+       "sample 1 (key 'k1'): 1 field values for the 2 registered fields [txt,json?]"},
+      {"a value too many", [](v1::Batch* b) { b->mutable_samples(0)->add_fields(); },
+       "sample 0 (key 'k0'): 3 field values for the 2 registered fields"},
+      {"padding with values", [](v1::Batch* b) { b->mutable_samples(1)->set_valid(false); },
+       "sample 1 (key 'k1'): padding with 2 field values (want none)"},
+      {"a required one missing",
+       [](v1::Batch* b) { b->mutable_samples(0)->mutable_fields(0)->set_present(false); },
+       "sample 0 (key 'k0'): required field 'txt' reported missing"},
+      {"a missing one with bytes",
+       [](v1::Batch* b) { b->mutable_samples(1)->mutable_fields(1)->set_data("x"); },
+       "sample 1 (key 'k1'): missing field 'json' with 1 bytes"},
+  };
+  for (const Case& c : cases) {
+    v1::Batch batch = FieldsOnlyBatch(2, 3);
+    c.spoil(&batch);
+    const absl::Status s = CheckBatch(Wire(batch), FieldsOnlyRegistration(), kAt, 10);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr("job 'job-a' rank 1 epoch 2 batch 3 " + c.says)) << c.name;
+  }
+  // Padding carries no values; with images the same rules hold.
+  v1::Batch padded = FieldsOnlyBatch(2, 3);
+  padded.mutable_samples(1)->set_valid(false);
+  padded.mutable_samples(1)->clear_fields();
+  EXPECT_TRUE(CheckBatch(Wire(padded), FieldsOnlyRegistration(), kAt, 10).ok());
+  v1::RegisterResponse images_and_txt = Registration();
+  images_and_txt.add_fields("txt");
+  v1::Batch batch = GoodBatch(2, 3);
+  batch.mutable_samples(0)->set_valid(true);
+  EXPECT_THAT(CheckBatch(Wire(batch), images_and_txt, kAt, 10).message(),
+              HasSubstr("sample 0 (key 'k0'): 0 field values for the 1 registered fields [txt]"));
+  batch.mutable_samples(0)->add_fields()->set_present(true);
+  EXPECT_TRUE(CheckBatch(Wire(batch), images_and_txt, kAt, 10).ok());
+}
+
 }  // namespace
 }  // namespace shardcast::client
