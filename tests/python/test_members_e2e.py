@@ -176,11 +176,15 @@ def test_captions_alone_without_images(members_server, captioned):
     run_epochs(members_server.address, "captions", captioned[1], ("txt",), False, 2)
 
 
-def take(ranks, k: int, samples, fields, seen: collections.Counter) -> None:
+def take(ranks, k: int, samples, fields, seen: collections.Counter) -> list:
+    """The next `k` batches of every rank, checked. Returns the iterators: the caller
+    keeps them while it takes the state_dict (an iterator dropped after one batch is a
+    peek, which leaves the epoch to start again)."""
     its = [iter(loader) for loader in ranks]
     for _ in range(k):
         for it in its:
             check_batch(next(it), samples, fields, True, seen)
+    return its
 
 
 def test_resume_and_elastic_resume_with_fields(members_server, captioned):
@@ -189,7 +193,7 @@ def test_resume_and_elastic_resume_with_fields(members_server, captioned):
     fields = ("txt", "json?")
     seen: collections.Counter = collections.Counter()
     first = loaders(address, "members-resume", 2, batch_size=8, fields=fields)
-    take(first, 1, samples, fields, seen)
+    its = take(first, 1, samples, fields, seen)
     states = [loader.state_dict() for loader in first]
     for loader in first:
         loader.close()
@@ -198,10 +202,11 @@ def test_resume_and_elastic_resume_with_fields(members_server, captioned):
     again = loaders(address, "members-resume", 2, batch_size=8, fields=fields)
     for loader, state in zip(again, states):
         loader.load_state_dict(state)
-    take(again, 1, samples, fields, seen)
+    its = take(again, 1, samples, fields, seen)
     states = [loader.state_dict() for loader in again]
     for loader in again:
         loader.close()
+    del its
     assert sum(seen.values()) == 2 * 2 * 8
 
     # Another world size and batch size goes on with the rest of the epoch.
