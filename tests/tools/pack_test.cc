@@ -45,6 +45,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---------------------------------------------------------------- helpers
 
@@ -1007,6 +1008,26 @@ TEST(PackCliTest, CaptionsMatchLibraryAndNeedSyntheticMode) {
   std::map<std::string, std::string> cli = DirContents(dir / "cli");
   cli.erase(kIndexFileName);
   EXPECT_EQ(cli, DirContents(dir / "lib"));
+
+  // img2dataset's layout: the index the binary writes keeps every sample, unlabelled.
+  std::tie(rc, out) = RunShell(absl::StrCat(PackBinary(),
+                                            " --synthetic 25 --size 32x24 --per-shard=10 "
+                                            "--captions --no-labels ",
+                                            dir / "pairs", " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("packed 25 samples (0 classes) into 3 shard(s)"));
+  EXPECT_THAT(out, Not(HasSubstr("warning")));
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir / "pairs", {});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(ReadWholeFile(absl::StrCat(dir / "pairs", "/", kIndexFileName)),
+            SerializeIndexFile(*index, {}));
+  EXPECT_EQ(index->num_samples, 25);
+  EXPECT_EQ(index->num_classes, 0);
+  EXPECT_FALSE(index->has_labels);
+  EXPECT_TRUE(index->has_images);
+  for (const ShardInfo& shard : index->shards) {
+    for (const SampleEntry& e : shard.samples) EXPECT_EQ(e.label, -1) << e.key;
+  }
 
   std::tie(rc, out) = RunShell(absl::StrCat(PackBinary(), " --captions a b 2>&1"));
   EXPECT_EQ(rc, 2);
