@@ -13,9 +13,12 @@
 
 Each shardcast row is one rank (world 1, split "sample") draining shardcast.Loader in
 this process (images normalized on the CPU in (a), as a CPU trainer does; the caption
-bytes touched in (b)); the server decodes on all cores. Rows run interleaved in
---rounds rounds (the machine may be shared); each figure is the median over rounds, and
-a ratio is taken per round (adjacent runs), then the median (min..max).
+bytes touched in (b)); the server decodes on all cores. Beside the rate, each row's CPU
+time per sample: this process and the server (shardcast rows), this process and its
+DataLoader workers (webdataset rows), which compares cost independently of the
+machine's other load. Rows run interleaved in --rounds rounds (the machine may be
+shared); each figure is the median over rounds, and a ratio is taken per round
+(adjacent runs), then the median (min..max).
 
     bench/run_members_bench.sh [--rounds 3] [--images 4000] [--captions 50000] ...
 """
@@ -27,13 +30,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "python"))
 sys.path.insert(0, str(HERE / "third_party"))
+from python_loader_bench import Measure, Timer, children_cpu, process_cpu  # noqa: E402
 from server_process import ServerProcess, use_source_package  # noqa: E402
 
 import torch  # noqa: E402
@@ -71,14 +74,15 @@ def wait_until_serving(server: ServerProcess, **job) -> None:
                      reconnect_deadline=300, **job).close()
 
 
-def drain(address: str, job_id: str, epochs: int, **job) -> float:
-    """Samples/s of one rank draining `epochs` epochs of the job."""
+def drain(server: ServerProcess, job_id: str, epochs: int, **job) -> Measure:
+    """One rank draining `epochs` epochs of the job: samples/s, and the CPU time per
+    sample of this process and the server together."""
     import shardcast
 
-    with shardcast.Loader(address, job_id=job_id, world_size=1, rank=0, split="sample",
+    with shardcast.Loader(server.address, job_id=job_id, world_size=1, rank=0, split="sample",
                           **job) as loader:
         samples, checksum = 0, 0
-        start = time.perf_counter()
+        timer = Timer(lambda: process_cpu(server.proc.pid))
         for epoch in range(epochs):
             loader.set_epoch(epoch)
             for images, labels, info in loader:
@@ -88,7 +92,7 @@ def drain(address: str, job_id: str, epochs: int, **job) -> float:
                     for value in s.fields.values():
                         checksum += len(value)
                 samples += labels.shape[0]
-        return samples / (time.perf_counter() - start)
+        return timer.measure(samples)
 
 
 def write_captions(out: Path, n: int, per_shard: int = 1000) -> List[str]:
@@ -108,15 +112,16 @@ def write_captions(out: Path, n: int, per_shard: int = 1000) -> List[str]:
     return paths
 
 
-def webdataset_rate(urls: List[str], epochs: int, workers: int, batch: int) -> float:
-    """Samples/s of webdataset yielding each sample's .txt bytes: in this process
-    (workers 0) or batched in `workers` DataLoader worker processes."""
+def webdataset_rate(urls: List[str], epochs: int, workers: int, batch: int) -> Measure:
+    """Webdataset yielding each sample's .txt bytes, in this process (workers 0) or
+    batched in `workers` DataLoader worker processes: samples/s, and the CPU time per
+    sample of this process and its workers (reaped at each epoch's end)."""
     dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None).to_tuple("txt")
     if workers:
         dataset = dataset.batched(batch, partial=True)
         loader = wds.WebLoader(dataset, batch_size=None, num_workers=workers)
     samples, checksum = 0, 0
-    start = time.perf_counter()
+    timer = Timer(children_cpu)
     for _ in range(epochs):
         if workers:
             for (captions,) in loader:
@@ -126,29 +131,36 @@ def webdataset_rate(urls: List[str], epochs: int, workers: int, batch: int) -> f
             for (caption,) in dataset:
                 checksum += len(caption)
                 samples += 1
-    return samples / (time.perf_counter() - start)
+    return timer.measure(samples)
 
 
-def run_rounds(rows: Dict[str, Callable[[str], float]], rounds: int) -> Dict[str, List[float]]:
-    results: Dict[str, List[float]] = {name: [] for name in rows}
+def run_rounds(rows: Dict[str, Callable[[str], Measure]],
+               rounds: int) -> Dict[str, List[Measure]]:
+    results: Dict[str, List[Measure]] = {name: [] for name in rows}
     for r in range(rounds):
         for i, (name, run) in enumerate(rows.items()):
-            results[name].append(run(f"r{r}-{i}"))
-            print(f"  round {r}: {name}: {results[name][-1]:,.0f}/s", flush=True)
+            m = run(f"r{r}-{i}")
+            results[name].append(m)
+            print(f"  round {r}: {name}: {m.images_per_s:,.0f}/s, "
+                  f"{m.cpu_us_per_image:.1f} CPU us each", flush=True)
     return results
 
 
-def ratio(new: List[float], base: List[float]) -> str:
-    per_round = [n / b for n, b in zip(new, base)]
+def ratio(new: List[Measure], base: List[Measure], field: str) -> str:
+    """new / base per round: median (min..max)."""
+    per_round = [getattr(n, field) / getattr(b, field) for n, b in zip(new, base)]
     return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}..{max(per_round):.2f})"
 
 
-def print_table(title: str, unit: str, results: Dict[str, List[float]], base: str) -> None:
-    """Each row's median and its ratio to `base`'s, per round."""
-    print(f"\n{title}\n\n| row | {unit} (median) | vs {base} |\n|---|---:|---|")
+def print_table(title: str, unit: str, results: Dict[str, List[Measure]], base: str) -> None:
+    """Each row's medians and their ratios to `base`'s, per round."""
+    print(f"\n{title}\n\n| row | {unit} | vs {base} | CPU us each | vs {base} |\n"
+          "|---|---:|---|---:|---|")
     for name, values in results.items():
-        vs = ratio(values, results[base]) if name != base else "1.00"
-        print(f"| {name} | {statistics.median(values):,.0f} | {vs} |")
+        rate = ratio(values, results[base], "images_per_s") if name != base else "1.00"
+        cpu = ratio(values, results[base], "cpu_us_per_image") if name != base else "1.00"
+        print(f"| {name} | {statistics.median(m.images_per_s for m in values):,.0f} | {rate} | "
+              f"{statistics.median(m.cpu_us_per_image for m in values):.1f} | {cpu} |")
 
 
 def main() -> int:
@@ -174,13 +186,14 @@ def main() -> int:
                       f"each, center resize {a.resize} crop {a.crop}, B={a.batch}, "
                       f"{a.epochs} epochs per row, {a.rounds} rounds", flush=True)
                 part_a = run_rounds({
-                    "image alone": lambda j: drain(server.address, j, a.epochs, **job),
-                    "image + txt + json": lambda j: drain(server.address, j, a.epochs,
-                                                          fields=("txt", "json"), **job),
+                    "image alone": lambda j: drain(server, j, a.epochs, **job),
+                    "image + txt + json": lambda j: drain(
+                        server, j, a.epochs, fields=("txt", "json"), **job),
                 }, a.rounds)
             finally:
                 server.kill()
-            print_table("(a) images/s served, one rank", "images/s", part_a, "image alone")
+            print_table("(a) served to one rank (medians; ratios per round)", "images/s",
+                        part_a, "image alone")
         if not a.skip_b:
             urls = write_captions(Path(tmp) / "captions", a.captions)
             server = ServerProcess(build, Path(tmp) / "captions", ["--decode-threads", "0"])
@@ -194,7 +207,7 @@ def main() -> int:
                       flush=True)
                 part_b = run_rounds({
                     "shardcast, image=False, fields=(txt,)": lambda j: drain(
-                        server.address, j, a.epochs, **job),
+                        server, j, a.epochs, **job),
                     "webdataset .to_tuple(txt), in process": lambda j: webdataset_rate(
                         urls, a.epochs, 0, a.caption_batch),
                     f"webdataset .to_tuple(txt), {a.cores} workers": lambda j: webdataset_rate(
@@ -203,9 +216,12 @@ def main() -> int:
             finally:
                 server.kill()
             shardcast_row, *webdataset_rows = part_b
-            print_table("(b) samples/s of captions alone", "samples/s", part_b, shardcast_row)
+            print_table("(b) captions alone (medians; ratios per round)", "samples/s", part_b,
+                        shardcast_row)
             for name in webdataset_rows:
-                print(f"shardcast / {name}: {ratio(part_b[shardcast_row], part_b[name])}")
+                print(f"shardcast / {name}: samples/s "
+                      f"{ratio(part_b[shardcast_row], part_b[name], 'images_per_s')}, CPU per "
+                      f"sample {ratio(part_b[shardcast_row], part_b[name], 'cpu_us_per_image')}")
     return 0
 
 
