@@ -242,7 +242,7 @@ def test_through_object_storage(store, captioned, tmp_path, monkeypatch):
     server = ServerProcess(BUILD, url, SERVER_FLAGS + flags)
     try:
         server.start(timeout=120)
-        run_epochs(server.address, f"members-{store}", samples, FIELDS, True, 1)
+        run_epochs(server.address, f"members-{store}", samples, FIELDS, True, 2)
         run_epochs(server.address, f"captions-{store}", samples, ("txt",), False, 1)
     finally:
         server.kill(signal.SIGTERM)
