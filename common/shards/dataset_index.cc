@@ -351,10 +351,14 @@ void TakeServedSamples(ShardScanResult& scanned, const DatasetTraits& traits,
                        absl::string_view label_field, ShardInfo* shard,
                        std::vector<SkippedSample>* skipped,
                        std::vector<std::pair<int64_t, std::string>>* class_names) {
+  // (A skip without a position, from a scan that gave none, goes after the samples.)
+  const auto position = [&scanned](size_t skip) {
+    return skip < scanned.skipped_before.size() ? scanned.skipped_before[skip]
+                                                : scanned.samples.size();
+  };
   size_t next_skip = 0;
   for (size_t i = 0; i <= scanned.samples.size(); ++i) {
-    for (; next_skip < scanned.skipped.size() && scanned.skipped_before[next_skip] <= i;
-         ++next_skip) {
+    for (; next_skip < scanned.skipped.size() && position(next_skip) <= i; ++next_skip) {
       skipped->push_back(std::move(scanned.skipped[next_skip]));
     }
     if (i == scanned.samples.size()) break;
@@ -363,7 +367,7 @@ void TakeServedSamples(ShardScanResult& scanned, const DatasetTraits& traits,
       skipped->push_back(SkippedSample{shard->path, e.key, std::move(reason)});
       continue;
     }
-    if (!scanned.class_names[i].empty()) {
+    if (i < scanned.class_names.size() && !scanned.class_names[i].empty()) {
       class_names->emplace_back(e.label, std::move(scanned.class_names[i]));
     }
     shard->samples.push_back(std::move(e));

@@ -47,12 +47,12 @@ struct Grouping {
 // Groups consecutive members with equal keys, as group_by_keys does for one shard.
 Grouping GroupByKeys(absl::Span<const absl::string_view> names);
 
-// Extensions whose member is the sample's image: we decode these.
+// Extensions whose member is the sample's image: we decode these (jpg, jpeg, png, webp).
 bool IsDecodableImageExt(absl::string_view last_component);
 
 struct LabeledSample {
   SampleEntry entry;
-  std::string class_name;  // the json "class" string, when present
+  std::string class_name;  // the json "class" string, when present and there is a label
 };
 
 // Turns a good group into an index entry. Image: the first member whose extension is

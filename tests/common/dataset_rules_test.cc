@@ -371,5 +371,27 @@ TEST_F(DatasetRulesTest, HostileNamesAndCountsAreIndexedOrSkipped) {
   EXPECT_EQ(Skips(index), "hostile.tar dups: duplicate extension 'txt' (member 'dups.txt')\n");
 }
 
+// A member name is at most what libarchive reads of a long-name header (1 MiB): a
+// longer one breaks its shard there, as any bad header does, and the samples read
+// before it are kept.
+TEST_F(DatasetRulesTest, ANameOverOneMebibyteBreaksItsShardThere) {
+  WriteFixedTar(tmp_.path(),
+                {{"a.txt", "first"},
+                 {"a.json", "{}"},
+                 {"b.txt", "second"},
+                 {"c." + std::string(2 << 20, 'x'), "a 2 MiB extension"},
+                 {"d.txt", "after the break"}},
+                shard("long-pax.tar"), "PAX_FORMAT");
+  WriteShard("fine.tar", CaptionSample("f0"));
+  const DatasetIndex index = Index();
+  EXPECT_EQ(index.ShardSampleCounts(), (std::vector<uint32_t>{1, 1}));  // fine, long-pax
+  EXPECT_EQ(index.shards[1].samples[0].key, "a");
+  ASSERT_EQ(index.skipped.size(), 1u);
+  EXPECT_EQ(index.skipped[0].key, "b");  // it may have had more members after it
+  ASSERT_EQ(index.warnings.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(index.warnings[0], "Special header too large"))
+      << index.warnings[0];
+}
+
 }  // namespace
 }  // namespace shardcast
