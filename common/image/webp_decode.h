@@ -23,7 +23,10 @@ absl::StatusOr<ImageInfo> ReadWebpInfo(absl::string_view encoded);
 // The bytes decoding `info`'s image allocates: the RGB pixels, plus libwebp's
 // whole-image buffers: a lossless image is decoded to 4-byte ARGB first, and a lossy
 // one with alpha keeps an alpha plane and decodes it (a lossless stream) the same way.
-// Row caches and entropy-code tables are not counted.
+// Row caches and entropy-code tables are not counted: a lossless stream's tables depend
+// on how many entropy groups it names (up to 65,536, a few KB each), which the header
+// does not say; the only bound from the header (20 KB for every 4x4 block) would refuse
+// real lossless images under ordinary budgets (docs/server.md, decode memory budget).
 int64_t WebpDecodeBytes(const ImageInfo& info);
 
 // Decodes a still WebP into `*out` (reusing its buffer's capacity): alpha dropped, not
