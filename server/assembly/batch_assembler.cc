@@ -256,6 +256,21 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
   }
 }
 
+int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchContent& content) const {
+  const int64_t pixels =
+      content.image ? int64_t{3} * content.transform.crop * content.transform.crop : 0;
+  int64_t bytes = pixels * static_cast<int64_t>(planned.samples.size());
+  if (content.fields.empty()) return bytes;
+  for (const SampleRef& ref : planned.samples) {
+    if (!ref.valid()) continue;
+    const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+    for (int32_t member : FieldMembers(entry, content.fields)) {
+      if (member != kNoFieldMember) bytes += static_cast<int64_t>(entry.members[member].size);
+    }
+  }
+  return bytes;
+}
+
 void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& content) {
   std::vector<MemberLocation> members;
   members.reserve(planned.samples.size() * (1 + content.fields.size()));

@@ -156,6 +156,10 @@ class BatchAssembler {
               std::shared_ptr<const std::atomic<bool>> cancelled,
               std::function<void(bool complete)> done);
 
+  // The bytes `planned` takes in batch memory with `content`: its pixels and the
+  // members of its valid samples (from the index: no I/O).
+  int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content) const;
+
   // Tells the dataset's reader that the members of `planned` that `content` reads (the
   // image, the fields) will be read soon (MemberReader::Prefetch). Never blocks on I/O.
   void Prefetch(const PlannedBatch& planned, const BatchContent& content);

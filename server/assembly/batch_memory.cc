@@ -41,12 +41,13 @@ BatchGrant& BatchGrant::operator=(BatchGrant&& other) noexcept {
     BatchGrant old(std::move(*this));  // released at the end of this scope
     owner_ = std::move(other.owner_);
     guaranteed_ = other.guaranteed_;
+    bytes_ = other.bytes_;
   }
   return *this;
 }
 
 BatchGrant::~BatchGrant() {
-  if (owner_ != nullptr) owner_->Release(guaranteed_);
+  if (owner_ != nullptr) owner_->Release(guaranteed_, bytes_);
 }
 
 absl::StatusOr<std::shared_ptr<StreamMemory>> StreamMemory::Create(BatchMemoryBudget* budget,
@@ -77,25 +78,25 @@ void StreamMemory::Close() {
   }
 }
 
-bool StreamMemory::TryAcquire(BatchGrant* grant) {
+bool StreamMemory::TryAcquire(int64_t bytes, BatchGrant* grant) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return false;
     if (!guaranteed_in_use_) {
       guaranteed_in_use_ = true;
       wake_on_release_ = false;
-      *grant = BatchGrant(shared_from_this(), /*guaranteed=*/true);
+      *grant = BatchGrant(shared_from_this(), /*guaranteed=*/true, 0);
       return true;
     }
     // Headroom of one batch: an extra batch never takes the room a new stream's
-    // guaranteed batch (of this size) would need.
-    if (!budget_->TryReserve(batch_bytes_, /*headroom=*/batch_bytes_)) {
+    // guaranteed batch (of this stream's size) would need.
+    if (!budget_->TryReserve(bytes, /*headroom=*/batch_bytes_)) {
       wake_on_release_ = true;
       return false;
     }
     wake_on_release_ = false;
   }
-  *grant = BatchGrant(shared_from_this(), /*guaranteed=*/false);
+  *grant = BatchGrant(shared_from_this(), /*guaranteed=*/false, bytes);
   return true;
 }
 
@@ -104,9 +105,9 @@ void StreamMemory::SetOnFreed(std::function<void()> on_freed) {
   on_freed_ = std::move(on_freed);
 }
 
-void StreamMemory::Release(bool guaranteed) {
+void StreamMemory::Release(bool guaranteed, int64_t bytes) {
   if (!guaranteed) {
-    budget_->Release(batch_bytes_);
+    budget_->Release(bytes);
     return;
   }
   std::function<void()> wake;

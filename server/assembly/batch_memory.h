@@ -3,12 +3,13 @@
 // reserved total bounds what batch buffers can hold, whatever the clients do.
 //
 // Admission: a stream reserves one batch for its whole life when it opens (its
-// guaranteed batch; if even that does not fit, the stream is refused). Each further
-// batch of its window (prefetch) is an extra reservation granted per batch, only
-// while one more batch of that size would still fit afterwards, so that a newly
-// arriving stream can still be admitted; extras go back to the budget as soon as the
-// batch is sent and freed. Under pressure the service also makes windows give their
-// prefetched batches back (BatchWindow::Shrink) and reclaims idle streams.
+// guaranteed batch, of the most bytes one of its batches can take; if even that does
+// not fit, the stream is refused). Each further batch of its window (prefetch) is an
+// extra reservation of that batch's own bytes (pixels and the members it carries),
+// granted per batch, only while one more guaranteed batch would still fit afterwards,
+// so that a newly arriving stream can still be admitted; extras go back to the budget as soon as
+// the batch is sent and freed. Under pressure the service also makes windows give their prefetched
+// batches back (BatchWindow::Shrink) and reclaims idle streams.
 #ifndef SHARDCAST_SERVER_ASSEMBLY_BATCH_MEMORY_H_
 #define SHARDCAST_SERVER_ASSEMBLY_BATCH_MEMORY_H_
 
@@ -56,8 +57,9 @@ class StreamMemory;
 class BatchGrant {
  public:
   BatchGrant() = default;
-  BatchGrant(std::shared_ptr<StreamMemory> owner, bool guaranteed)
-      : owner_(std::move(owner)), guaranteed_(guaranteed) {}
+  // `bytes`: what an extra grant reserved (the guaranteed one's are the stream's).
+  BatchGrant(std::shared_ptr<StreamMemory> owner, bool guaranteed, int64_t bytes)
+      : owner_(std::move(owner)), guaranteed_(guaranteed), bytes_(bytes) {}
   BatchGrant(BatchGrant&& other) noexcept = default;
   BatchGrant& operator=(BatchGrant&& other) noexcept;
   ~BatchGrant();
@@ -65,6 +67,7 @@ class BatchGrant {
  private:
   std::shared_ptr<StreamMemory> owner_;
   bool guaranteed_ = false;
+  int64_t bytes_ = 0;
 };
 
 // One stream's share: its guaranteed batch, reserved for the stream's life, and
@@ -78,10 +81,11 @@ class StreamMemory : public std::enable_shared_from_this<StreamMemory> {
                                                               int64_t batch_bytes);
   ~StreamMemory();  // gives the guaranteed batch back
 
-  // A reservation for one more batch: the guaranteed one when no live batch holds it,
-  // else an extra one when the budget allows. Empty when neither: then `on_freed` (see
-  // SetOnFreed) runs once the guaranteed batch is given back.
-  bool TryAcquire(BatchGrant* grant) ABSL_LOCKS_EXCLUDED(mu_);
+  // A reservation for one more batch of `bytes` (at most batch_bytes()): the
+  // guaranteed one when no live batch holds it, else an extra one of `bytes` when the
+  // budget allows. Empty when neither: then `on_freed` (see SetOnFreed) runs once the
+  // guaranteed batch is given back.
+  bool TryAcquire(int64_t bytes, BatchGrant* grant) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Called, without any lock held here, when the guaranteed batch is given back after
   // a TryAcquire failed; the window uses it to launch again. Set once, before use.
@@ -98,7 +102,8 @@ class StreamMemory : public std::enable_shared_from_this<StreamMemory> {
   friend class BatchGrant;
   StreamMemory(BatchMemoryBudget* budget, int64_t batch_bytes)
       : budget_(budget), batch_bytes_(batch_bytes) {}
-  void Release(bool guaranteed) ABSL_LOCKS_EXCLUDED(mu_);
+  // `bytes`: an extra grant's.
+  void Release(bool guaranteed, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   BatchMemoryBudget* const budget_;
   const int64_t batch_bytes_;

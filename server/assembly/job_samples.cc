@@ -85,10 +85,9 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
                                                                      const JobConfig& config,
                                                                      int64_t max_member_bytes) {
   if (config.image && !HasImage(index)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset '", LogSafe(index.root, 256),
-        "' has no image in any sample; ask for fields without an image (Loader(image=False, "
-        "fields=...), --no-image --fields ...)"));
+    return absl::FailedPreconditionError(
+        "the dataset has no image in any sample; ask for fields without an image "
+        "(Loader(image=False, fields=...), --no-image --fields ...)");
   }
   // Not make_shared: the constructor is private.
   std::shared_ptr<JobSamples> selection(new JobSamples);

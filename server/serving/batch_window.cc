@@ -47,9 +47,6 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
   if (cancelled_locked_) return launches;
   const size_t depth = static_cast<size_t>(std::max(1, options_.depth));
   while (slots_.size() < depth && launched_ < options_.count && launch_error_.ok()) {
-    // No memory, no launch: the window stays shallower until a batch comes back.
-    BatchGrant grant;
-    if (options_.memory != nullptr && !options_.memory->TryAcquire(&grant)) break;
     Launch launch;
     if (!relaunch_.empty()) {
       launch.planned = std::move(relaunch_.front());
@@ -57,6 +54,15 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
     } else if (!NextPlannedLocked(&launch.planned)) {
       launch_error_ = absl::InternalError(absl::StrCat("the epoch plan ended after ", launched_,
                                                        " of ", options_.count, " batches"));
+      break;
+    }
+    // No memory, no launch: the window stays shallower until a batch comes back, and
+    // the batch waits first in line.
+    BatchGrant grant;
+    if (options_.memory != nullptr &&
+        !options_.memory->TryAcquire(assembler_->BatchBytes(launch.planned, *options_.content),
+                                     &grant)) {
+      relaunch_.push_front(std::move(launch.planned));
       break;
     }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =

@@ -118,11 +118,12 @@ class BatchWindow : public std::enable_shared_from_this<BatchWindow> {
   std::deque<PlannedBatch> pulled_ ABSL_GUARDED_BY(mu_);     // from the plan, not launched yet
   std::vector<PlannedBatch> announce_ ABSL_GUARDED_BY(mu_);  // pulled, not yet announced
   bool plan_ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);             // launched, not yet taken, in order
-  std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);  // given back by Shrink, in order
-  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;               // batches launched so far
-  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;                  // batches handed to the client
-  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);     // armed by a kPending Take
+  std::deque<Slot> slots_ ABSL_GUARDED_BY(mu_);  // launched, not yet taken, in order
+  // Given back by Shrink, or found no memory, in order: launched before the plan's next.
+  std::deque<PlannedBatch> relaunch_ ABSL_GUARDED_BY(mu_);
+  int64_t launched_ ABSL_GUARDED_BY(mu_) = 0;            // batches launched so far
+  int64_t taken_ ABSL_GUARDED_BY(mu_) = 0;               // batches handed to the client
+  std::function<void()> on_ready_ ABSL_GUARDED_BY(mu_);  // armed by a kPending Take
   bool cancelled_locked_ ABSL_GUARDED_BY(mu_) = false;
   // Why no more batches are launched before `count` (plan ended early, allocation
   // failed); delivered by Take once the batches launched before it are taken.

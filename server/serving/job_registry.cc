@@ -41,8 +41,9 @@ absl::Status CheckMessageSize(const JobConfig& config, const JobSamples& samples
   if (message_bytes <= max_message_bytes) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "fields: a batch of ", config.plan.batch_size, " samples whose members take ", members,
-      " bytes each (the largest sample's '", FieldSpecsString(config.fields), "') makes a ",
-      message_bytes, "-byte message, above the server's max message size ", max_message_bytes,
+      " bytes each (the largest selected sample's '", FieldSpecsString(config.fields),
+      "') makes a ", message_bytes, "-byte message, above the server's max message size ",
+      max_message_bytes,
       " (lower batch_size, leave the large field out, or lower --max-member-bytes to leave such "
       "samples out)"));
 }
@@ -349,9 +350,9 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
       absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
           JobSamples::Select(dataset->data->index(), *config, options_.max_member_bytes);
       if (!samples.ok()) {
-        return absl::Status(
-            samples.status().code(),
-            absl::StrCat("job '", LogSafe(job_id), "': ", samples.status().message()));
+        return absl::Status(samples.status().code(),
+                            absl::StrCat("job '", LogSafe(job_id), "' on dataset '", dataset->name,
+                                         "': ", samples.status().message()));
       }
       if (absl::Status fits =
               CheckMessageSize(*config, **samples, options_.limits.max_message_bytes);

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/flags/flags.h"
 #include "proto/job_config_proto.h"
@@ -24,6 +25,15 @@ namespace {
 int64_t DecodeMemoryLimit(const ServerOptions& options) {
   if (options.max_decode_memory_bytes > 0) return options.max_decode_memory_bytes;
   return DefaultDecodeMemoryBytes(AvailableMemory());
+}
+
+// ", fields txt,json? (12 samples left out)" for the register log line; "" without.
+std::string FieldsDescription(const v1::RegisterResponse& response) {
+  if (response.fields().empty()) return "";
+  int64_t left_out = 0;
+  for (const v1::ReasonCount& reason : response.left_out()) left_out += reason.count();
+  return absl::StrCat(", fields ", absl::StrJoin(response.fields(), ","), " (", left_out,
+                      " samples left out)");
 }
 
 }  // namespace
@@ -176,13 +186,16 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
                             "/", request.world_size(), ": ", response.status().ToString()));
     return response;
   }
-  LogInfo("register",
-          absl::StrFormat("job '%s' rank %d/%d: dataset '%s', batch %d, crop %d, split %s, "
-                          "n=%d, job %s",
-                          LogSafe(request.job_id()), request.rank(), request.world_size(),
-                          response->dataset(), response->batch_size(), response->transform().crop(),
-                          response->split() == v1::SPLIT_SHARD ? "shard" : "sample",
-                          response->batches_per_epoch(), response->job_fingerprint()));
+  LogInfo(
+      "register",
+      absl::StrFormat(
+          "job '%s' rank %d/%d: dataset '%s', batch %d, %s, split %s, "
+          "n=%d%s, job %s",
+          LogSafe(request.job_id()), request.rank(), request.world_size(), response->dataset(),
+          response->batch_size(),
+          response->image() ? absl::StrCat("crop ", response->transform().crop()) : "no image",
+          response->split() == v1::SPLIT_SHARD ? "shard" : "sample", response->batches_per_epoch(),
+          FieldsDescription(*response), response->job_fingerprint()));
   return response;
 }
 

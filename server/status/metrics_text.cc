@@ -160,6 +160,20 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
                    "The job's ranks flagged stalled (--stall-warn).");
     for (const v1::JobStatus& job : s.jobs())
       stalled.Sample(job.stalled_ranks(), Label("job", job.job_id()));
+    Family image(&out, "shardcast_job_image", "gauge",
+                 "1 when the job's batches carry images, 0 for a members-only job.");
+    for (const v1::JobStatus& job : s.jobs())
+      image.Sample(job.image() ? 1 : 0, Label("job", job.job_id()));
+    Family left_out(&out, "shardcast_job_left_out_samples", "gauge",
+                    "Samples of the dataset the job's plan leaves out, by reason (a required "
+                    "field missing, a member over --max-member-bytes).");
+    for (const v1::JobStatus& job : s.jobs()) {
+      for (const v1::ReasonCount& reason : job.left_out()) {
+        left_out.Sample(
+            static_cast<double>(reason.count()),
+            absl::StrCat(Label("job", job.job_id()), ",", Label("reason", reason.reason())));
+      }
+    }
   }
   // Per rank: each family's samples together, as the format requires.
   const auto per_rank = [&out, &s](const std::string& name, const char* type, const char* help,

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/object_servers.h"
 #include "tools/pack/image_encode.h"
 #include "tools/pack/tar_writer.h"
 
@@ -263,6 +264,26 @@ TEST(FieldsServingTest, ACaptionOverMaxMemberBytesLeavesItsSampleOut) {
   EXPECT_EQ(Health(server.channel()), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+TEST(FieldsServingTest, AJobWhoseLargestMembersOverflowAMessageIsRefusedWithTheNumbers) {
+  TempDir dir;
+  WriteCaptioned(dir.path(), 8, 8, Always, /*caption_bytes=*/300 << 10);
+  server::ServerOptions options;
+  options.max_message_bytes = 1 << 20;
+  InProcessServer server(dir.path(), options);
+  v1::RegisterResponse response;
+  // Four samples of 300 KiB captions do not fit 1 MiB; without the caption they do.
+  grpc::Status refused =
+      Register(server.stub(), FieldsJob("big", 0, 1, 4, {"txt", "json?"}), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("a batch of 4 samples whose members take 307"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("max message size 1048576"), std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(Register(server.stub(), FieldsJob("small", 0, 1, 4, {"json?"}), &response).ok());
+  EXPECT_TRUE(Register(server.stub(), FieldsJob("two", 0, 1, 2, {"txt"}), &response).ok());
+}
+
 TEST(FieldsServingTest, MemberBytesCountTowardTheBatchMemory) {
   // Captions of 64 KiB: a batch of 4 holds 256 KiB of them beside 4 x 3 x 40 x 40 pixels.
   TempDir big;
@@ -339,6 +360,68 @@ TEST(FieldsServingTest, ResumeAndElasticResumeServeTheSameSamples) {
   for (const auto& [key, members] : written.members) {
     EXPECT_EQ(served.count(key), members.count("txt")) << key;
   }
+}
+
+// Every batch of epochs 0 and 1 of both ranks of job `job` (fields txt and json?),
+// serialized: the same bytes wherever the shards are.
+std::vector<std::string> TwoEpochsWithFields(InProcessServer& server, const std::string& job) {
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterResponse response;
+    grpc::Status status =
+        Register(server.stub(), FieldsJob(job, rank, 2, 4, {"txt", "json?"}), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  std::vector<std::string> batches;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    for (int rank = 0; rank < 2; ++rank) {
+      StreamResult result = StreamAll(server.stub(), job, rank, epoch, 0);
+      EXPECT_TRUE(result.status.ok()) << result.status.error_message();
+      for (const v1::Batch& batch : result.batches) batches.push_back(batch.SerializeAsString());
+    }
+  }
+  return batches;
+}
+
+TEST(FieldsServingTest, FieldsFromHttpAndS3EqualTheLocalOnesAndComeFromTheDiskCache) {
+  TempDir dir;
+  WriteCaptioned(dir.path(), 45, 20, [](int i) { return i % 9 != 4; });
+  std::vector<std::string> want;
+  {
+    InProcessServer local(dir.path());
+    want = TwoEpochsWithFields(local, "job");
+  }
+  ASSERT_EQ(want.size(), 2u * 2u * 5u);  // 40 captioned samples, 2 ranks of batch 4
+  server::ServerOptions options;
+  options.remote.fetch.first_backoff = absl::Milliseconds(20);
+  options.remote.fetch.request_deadline = absl::Seconds(30);
+
+  auto nginx = testing_util::NginxServer::Start(dir.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  InProcessServer http(absl::StrCat((*nginx)->url(), "/shard-{000000..000002}.tar"), options);
+  EXPECT_EQ(TwoEpochsWithFields(http, "job"), want);
+
+  auto s3 = testing_util::S3rverServer::Start();
+  ASSERT_TRUE(s3.ok()) << s3.status();
+  ASSERT_TRUE((*s3)->CreateBucket("data").ok());
+  ASSERT_TRUE((*s3)->PutDirectory("data", "captions/", dir.path()).ok());
+  TempDir cache;
+  options.remote.cache_dir = cache.path();
+  options.remote.s3.endpoint = (*s3)->endpoint();
+  options.remote.s3.region = "us-east-1";
+  ::setenv("AWS_ACCESS_KEY_ID", testing_util::S3rverServer::kAccessKeyId, 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "any", 1);
+  InProcessServer remote("s3://data/captions", options);
+  EXPECT_EQ(TwoEpochsWithFields(remote, "job"), want);
+  // Epoch 1 again, now that the cache holds what epoch 0 and 1 read: nothing remote.
+  const v1::GetStatusResponse before = GetStatus(remote.stub());
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(StreamAll(remote.stub(), "job", rank, 1, 0).status.ok());
+  }
+  const v1::GetStatusResponse after = GetStatus(remote.stub());
+  EXPECT_EQ(after.remote_requests(), before.remote_requests());
+  EXPECT_GT(after.cache_hits(), before.cache_hits());
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
 }
 
 TEST(FieldsServingTest, ReplicasAgreeOnTheFingerprintOfAJobWithFields) {

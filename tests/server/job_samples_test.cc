@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/shards/member_reader.h"
 #include "common/shards/tar_reader.h"
 #include "server/assembly/batch_assembler.h"
 #include "server/assembly/decode_pool.h"
@@ -124,7 +126,8 @@ TEST_F(JobSamplesTest, AnImageJobOnADatasetWithoutImagesIsRefused) {
   config.image = true;
   auto selection = JobSamples::Select(index_, config, 0);
   EXPECT_EQ(selection.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(selection.status().message().find("has no image in any sample"), std::string::npos)
+  EXPECT_NE(selection.status().message().find("the dataset has no image in any sample"),
+            std::string::npos)
       << selection.status();
   EXPECT_NE(selection.status().message().find("image=False"), std::string::npos);
 }
@@ -213,6 +216,114 @@ TEST_F(JobSamplesTest, AMembersOnlyBatchCarriesTheMembersAndNoImage) {
   }
   EXPECT_EQ(served.size(), 25u);
   for (const auto& [key, members] : written_) EXPECT_EQ(served.count(key), members.count("txt"));
+}
+
+TEST_F(JobSamplesTest, ABatchTakesItsPixelsAndItsMembersInBatchMemory) {
+  server::ServedDataset dataset(index_);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"txt?", "json?"});
+  PlannedBatch planned;
+  planned.samples = {SampleRef{0, 4, 1}, SampleRef{0, 5, 2}, SampleRef{}};  // t004, t005, pad
+  const int64_t members = static_cast<int64_t>(written_.at("t004").at("txt").size() +
+                                               written_.at("t005").at("json").size());
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{false, {}, config.fields}), members);
+  TransformSpec transform;
+  transform.crop = 10;
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, config.fields}),
+            3 * 300 + members);
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, {}}), 3 * 300);
+}
+
+TEST(JobSamplesHostileTest, ASampleOfTenThousandMembersServesTheOnesAskedFor) {
+  TempDir dir;
+  pack::ShardWriterOptions options;
+  options.out_dir = dir.path();
+  pack::ShardWriter writer(options);
+  std::vector<pack::SampleField> many;
+  for (int i = 0; i < 10000; ++i) many.emplace_back(absl::StrCat("m", i), absl::StrCat(i));
+  many.emplace_back("txt", "the caption");
+  ASSERT_TRUE(writer.AddSample("wide", many).ok());
+  ASSERT_TRUE(writer.AddSample("narrow", {{"txt", "short"}}).ok());
+  ASSERT_TRUE(writer.Close().ok());
+  const DatasetIndex index = TextIndex(dir.path(), {pack::ShardFileName(0)});
+  ASSERT_EQ(index.shards[0].samples[0].members.size(), 10001u);
+
+  const JobConfig config = MembersOnly({"m9999?", "txt"});
+  auto selection = JobSamples::Select(index, config, 0);
+  ASSERT_TRUE(selection.ok()) << selection.status();
+  EXPECT_EQ((*selection)->num_samples(), 2);
+  server::ServedDataset dataset(index);
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  auto content = std::make_shared<const BatchContent>(BatchContent{false, {}, config.fields});
+  PlannedBatch planned;
+  planned.samples = {SampleRef{0, 0, 1}, SampleRef{0, 1, 2}};
+  auto batch = assembler.Prepare(planned, *content);
+  ASSERT_TRUE(batch.ok());
+  absl::Mutex mu;
+  bool done = false;
+  assembler.Launch(*batch, planned, content, std::make_shared<std::atomic<bool>>(false), [&](bool) {
+    absl::MutexLock lock(&mu);
+    done = true;
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  const v1::Batch& header = (*batch)->header();
+  ASSERT_TRUE((*batch)->failure().ok()) << (*batch)->failure();
+  EXPECT_EQ(header.samples(0).fields(0).data(), "9999");
+  EXPECT_EQ(header.samples(0).fields(1).data(), "the caption");
+  EXPECT_FALSE(header.samples(1).fields(0).present());
+  EXPECT_EQ(header.samples(1).fields(1).data(), "short");
+}
+
+// Records what the assembler announces to the read-ahead; reads nothing.
+class AnnouncedMembers : public MemberReader {
+ public:
+  explicit AnnouncedMembers(std::vector<MemberLocation>* announced) : announced_(announced) {}
+  absl::StatusOr<std::string> ReadMember(uint32_t, const MemberRef&) override {
+    return absl::UnimplementedError("not read here");
+  }
+  void Prefetch(absl::Span<const MemberLocation> members) override {
+    announced_->insert(announced_->end(), members.begin(), members.end());
+  }
+  std::vector<ChangedShard> ChangedShards() const override { return {}; }
+  std::vector<UnreadableShard> UnreadableShards() const override { return {}; }
+
+ private:
+  std::vector<MemberLocation>* const announced_;
+};
+
+TEST_F(JobSamplesTest, TheReadAheadIsToldOfTheFieldsMembers) {
+  std::vector<MemberLocation> announced;
+  server::ServedDataset dataset(index_, [&announced](const DatasetIndex&) {
+    return std::make_unique<AnnouncedMembers>(&announced);
+  });
+  server::ServerStats stats{absl::Now()};
+  server::DecodePool pool(1);
+  BatchAssembler assembler(&dataset, &pool, &stats);
+  const JobConfig config = MembersOnly({"json?", "txt"});
+  PlannedBatch planned;
+  // t004 has a caption and no .json; t005 the reverse; then padding.
+  planned.samples = {SampleRef{0, 4, 1}, SampleRef{0, 5, 2}, SampleRef{}};
+  assembler.Prefetch(planned, BatchContent{false, {}, config.fields});
+  std::vector<std::string> got;
+  for (const MemberLocation& location : announced) {
+    const auto& members = index_.shards[location.shard].samples;
+    for (const SampleEntry& entry : members) {
+      for (const MemberRef& member : entry.members) {
+        if (member.offset == location.member.offset) {
+          got.push_back(absl::StrCat(entry.key, ".", member.ext, ":", member.size));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     absl::StrCat("t004.txt:", written_.at("t004").at("txt").size()),
+                     absl::StrCat("t005.json:", written_.at("t005").at("json").size()),
+                 }));
 }
 
 TEST_F(JobSamplesTest, AMemberTheShardDoesNotHoldFailsTheBatchNamingIt) {

@@ -115,6 +115,10 @@ MetricsSnapshot ExampleSnapshot() {
   job->set_world_size(2);
   job->set_batches_per_epoch(10);
   job->set_total_ranks(2);
+  job->set_image(true);
+  v1::ReasonCount* left_out = job->add_left_out();
+  left_out->set_reason("missing required field 'txt'");
+  left_out->set_count(7);
   v1::RankStatus* r0 = job->add_ranks();
   r0->set_rank(0);
   r0->set_epoch(1);
@@ -158,6 +162,11 @@ TEST(MetricsTextTest, NamesUnitsLabelsAndValues) {
   EXPECT_EQ(m.at(absl::StrCat("shardcast_rank_seconds_since_last_batch{", job, ",rank=\"1\"}")),
             "42.25");
   EXPECT_EQ(m.at(absl::StrCat("shardcast_job_registered_ranks{", job, "}")), "2");
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_job_image{", job, "}")), "1");
+  // The reason as log lines show it too (C escapes: \'), then the format's escaping.
+  EXPECT_EQ(m.at(absl::StrCat("shardcast_job_left_out_samples{", job,
+                              R"(,reason="missing required field \\'txt\\'"})")),
+            "7");
   EXPECT_EQ(m.at("shardcast_stalled_ranks"), "1");
   EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"serving\"}"), "1");
   EXPECT_EQ(m.at("shardcast_index_state{dataset=\"default\",state=\"indexing\"}"), "0");
@@ -234,6 +243,8 @@ TEST(MetricsTextTest, EveryFamilyKeepsItsNameAndType) {
       {"shardcast_job_batch_size", "gauge"},
       {"shardcast_job_batches_per_epoch", "gauge"},
       {"shardcast_job_stalled_ranks", "gauge"},
+      {"shardcast_job_image", "gauge"},
+      {"shardcast_job_left_out_samples", "gauge"},
       {"shardcast_rank_position_batches", "gauge"},
       {"shardcast_rank_epoch", "gauge"},
       {"shardcast_rank_lag_batches", "gauge"},
