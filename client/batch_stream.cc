@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/plan/field_spec.h"
 
 namespace shardcast {
 
@@ -29,6 +30,13 @@ absl::StatusOr<std::unique_ptr<BatchStream>> BatchStream::Connect(BatchStreamOpt
   }
   absl::StatusOr<std::unique_ptr<client::RankFeed>> stream = client::RankFeed::Connect(options);
   if (!stream.ok()) return stream.status();
+  if (const client::Registration& r = (*stream)->registration(); r.image_shape.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "job '%s' on dataset '%s' is served without images (fields [%s] alone): BatchStream "
+        "hands out image tensors; read it with RankStream (each sample's "
+        "header().samples(i).fields()) or the Python Loader (image=False)",
+        options.job.job_id, r.dataset, FieldSpecsString(r.config.fields)));
+  }
   return std::unique_ptr<BatchStream>(new BatchStream(std::move(options), *std::move(stream)));
 }
 

@@ -59,7 +59,8 @@ struct TrainingBatch {
 
 class BatchStream {
  public:
-  // Checks mean/std/device, then RankFeed::Connect.
+  // Checks mean/std/device, then RankFeed::Connect; FAILED_PRECONDITION for a job served
+  // without images (fields alone: read those with RankStream).
   static absl::StatusOr<std::unique_ptr<BatchStream>> Connect(BatchStreamOptions options);
   ~BatchStream();
   BatchStream(const BatchStream&) = delete;

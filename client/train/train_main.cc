@@ -141,6 +141,18 @@ absl::Status CheckSameClasses(const TrainOptions& o, const client::Registration&
       train.num_classes, names_differ ? " (class names differ)" : ""));
 }
 
+// shardcast-train trains a classifier: a dataset without labels has nothing it learns
+// from (a job without images BatchStream refuses itself).
+absl::Status CheckClassifierData(const client::Registration& r) {
+  if (r.num_classes == 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "dataset '%s' has no labels (num_classes 0): shardcast-train trains a classifier; "
+        "read it with the Loader or RankStream instead",
+        r.dataset));
+  }
+  return absl::OkStatus();
+}
+
 std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJob job,
                                            torch::Device device) {
   BatchStreamOptions stream_options;
@@ -168,6 +180,9 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJo
     Fail(absl::Status(stream.status().code(),
                       absl::StrCat("rank ", o.rank, ": registering with ", o.server, what, ": ",
                                    stream.status().message())));
+  }
+  if (absl::Status s = CheckClassifierData((*stream)->registration()); !s.ok()) {
+    Fail(absl::Status(s.code(), absl::StrCat("rank ", o.rank, ": ", s.message())));
   }
   return *std::move(stream);
 }

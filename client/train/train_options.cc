@@ -272,6 +272,11 @@ absl::Status Validate(const TrainOptions& o) {
   for (double s : o.std) {
     if (s <= 0) return absl::InvalidArgumentError("--std values must be > 0");
   }
+  if (o.job.image == false) {
+    return absl::InvalidArgumentError(
+        "--no-image: shardcast-train trains an image classifier (ResNet-18); read a job "
+        "without images with the Python Loader (image=False) or RankStream instead");
+  }
   if (!o.val_dataset.empty() && o.synthetic_batches > 0) {
     return absl::InvalidArgumentError(
         "--val-dataset needs a server; --synthetic-batches has no val set");

@@ -322,12 +322,13 @@ class NativeStream {
     if (!status.ok()) Raise(status, Call::kStartEpoch);
   }
 
-  // The next batch, or None after the epoch's last; its pixels as one block. A batch
+  // The next batch, or None after the epoch's last; its pixels (if the job has images)
+  // as one block. A batch
   // already received is taken holding the GIL: every release and re-take of the GIL
   // hands it to another Python thread and back (two thread switches, each waiting for
   // the other thread to be scheduled); it is released only to wait.
   std::optional<NativeBatch> next() {
-    if (!join_images_) {
+    if (!join_images_ && has_images_) {
       throw py::value_error(
           "next(): this stream keeps the pixels in pieces (join_images="
           "False); take its batches with next_into");

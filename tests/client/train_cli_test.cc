@@ -69,6 +69,12 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   EXPECT_EQ(aliases->epochs, 2);
   EXPECT_EQ(aliases->job.workers, 3);
   EXPECT_EQ(aliases->rendezvous_timeout, absl::Seconds(90));
+  // Members beside the image pass to the registration as the job's fields.
+  absl::StatusOr<TrainOptions> fields = Parse({"--fields", "txt,json?"});
+  ASSERT_TRUE(fields.ok()) << fields.status();
+  ASSERT_TRUE(fields->job.fields.has_value());
+  EXPECT_EQ(FieldSpecsString(*fields->job.fields), "txt,json?");
+  EXPECT_FALSE(fields->job.image.has_value());
   // Defaults: the seed's Adam settings, ImageNet normalization; every job setting
   // left to the server.
   absl::StatusOr<TrainOptions> d = Parse({});
@@ -170,6 +176,10 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--betas", "0.9", "1.5"}, "--betas must lie in [0, 1)"},
            {{"--log-keys=maybe"}, "--log-keys takes true or false, got 'maybe'"},
            {{"--no-progress=1"}, "--no-progress takes no value"},
+           {{"--fields", "txt", "--no-image"},
+            "--no-image: shardcast-train trains an image classifier (ResNet-18); read a job "
+            "without images with the Python Loader (image=False) or RankStream instead"},
+           {{"--fields", "txt,a/b"}, "--fields: "},
            {{"--nproc-per-node", "2", "--rank", "1"},
             "--rank cannot be combined with --nproc-per-node"},
        }) {

@@ -3,18 +3,28 @@ sample's members by extension, `image=False` for the members alone, and each bat
 `info[i].fields` maps a field's name to the member's bytes (None where an optional one
 is missing, and for padding; `images` is None without images).
 
-The server here answers in this process exactly as the protocol says
+Two servers: one in this process that answers exactly as the protocol says
 (hostile_server.py's plumbing, serving made-up members), and a few wrong answers the
-client must refuse.
+client must refuse; and the real shardcast-server over tars written here, where every
+member handed out must equal the tar's bytes and every sample come once per epoch.
 """
 
+import io
+import json
+import signal
+import subprocess
+import tarfile
 import warnings
-from typing import List
+from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
 import hostile_server
 import shardcast
+from conftest import BUILD, SERVER_FLAGS
+from server_process import ServerProcess
+from shardcast import _native
 from shardcast._proto import pb
 
 # ---- the Loader's keywords ---------------------------------------------------------
@@ -146,6 +156,26 @@ def test_fields_beside_images_and_pinned_memory_without_images():
         loader.close()
 
 
+def test_a_stream_without_images_hands_out_batches_without_joining_pixels():
+    # pin_memory=True on a CUDA machine streams with join_images=False, for next_into;
+    # a job without images has no pixels to copy, so next() hands out its batches.
+    with serving_fields(image=False) as server:
+        options = _native.StreamOptions()
+        options.server = server.address
+        options.join_images = False
+        options.reconnect_deadline = 3
+        job = pb.RegisterRequest(job_id="pieces", rank=0, world_size=1, fields=["txt"],
+                                 image=False)
+        stream = _native.Stream(job.SerializeToString(), options, _native.client_security())
+        assert not stream.has_images
+        stream.start_epoch(0)
+        batch = stream.next()
+        assert batch.pixels is None and batch.samples[0][5] == {"txt": member(0, 0, "txt")}
+        with pytest.raises(ValueError, match="this job has no images"):
+            stream.next_into(0, 0)
+        stream.close()
+
+
 def test_a_server_that_ignores_the_fields_is_refused_at_registration():
     # A server older than fields: it answers a job of images alone.
     with hostile_server.HostileServer() as server:
@@ -184,3 +214,205 @@ def test_samples_without_their_field_values_are_a_batch_check_error(spoil, says)
             for _ in loader:
                 pass
 
+
+# ---- the real server over real tars --------------------------------------------------
+
+TRAIN_BIN = BUILD / "client" / "shardcast-train"
+SAMPLES = 24  # shards of 10, 10, 4
+PER_SHARD = 10
+CLASSES = 3
+
+
+def caption(i: int) -> bytes:
+    """Sample i's caption: CJK and emoji, and for every fifth sample bytes that are not
+    UTF-8 (served as stored)."""
+    text = f"a photo of thing {i}: 猫が座っている 🐈‍⬛".encode()
+    return text + (b"\xff\xfe latin-1 caf\xe9" if i % 5 == 0 else b"")
+
+
+def jpeg(i: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (i * 10 % 256, 80, 200 - i)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def write_shards(out: Path, members_of) -> Dict[str, Dict[str, bytes]]:
+    """Shards of SAMPLES samples, PER_SHARD a shard, sample i's members from
+    `members_of(i)` ({ext: bytes}); returns {key: {ext: bytes}} as written."""
+    out.mkdir(parents=True)
+    written = {}
+    for first in range(0, SAMPLES, PER_SHARD):
+        with tarfile.open(out / f"shard-{first // PER_SHARD:04d}.tar", "w") as tar:
+            for i in range(first, min(first + PER_SHARD, SAMPLES)):
+                key = f"sample{i:04d}"
+                written[key] = members_of(i)
+                for ext, data in written[key].items():
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return written
+
+
+def captioned_members(i: int) -> Dict[str, bytes]:
+    """An image, a label, a caption, and metadata for even samples only."""
+    members = {"jpg": jpeg(i), "cls": str(i % CLASSES).encode(), "txt": caption(i)}
+    if i % 2 == 0:
+        members["json"] = json.dumps({"i": i, "url": f"https://x/{i}"}).encode()
+    return members
+
+
+def text_members(i: int) -> Dict[str, bytes]:
+    """No image, no label: a caption and metadata (img2dataset's layout, images dropped)."""
+    return {"txt": caption(i), "json": json.dumps({"i": i}).encode()}
+
+
+def unlabeled_image_members(i: int) -> Dict[str, bytes]:
+    return {"jpg": jpeg(i), "txt": caption(i)}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fields")
+    return {
+        "captioned": (root / "captioned", write_shards(root / "captioned", captioned_members)),
+        "text": (root / "text", write_shards(root / "text", text_members)),
+        "unlabeled": (root / "unlabeled", write_shards(root / "unlabeled",
+                                                       unlabeled_image_members)),
+    }
+
+
+@pytest.fixture(scope="module")
+def fields_server(datasets):
+    captioned, _ = datasets["captioned"]
+    s = ServerProcess(BUILD, captioned, SERVER_FLAGS)
+    s.start(["--dataset", f"text={datasets['text'][0]}",
+             "--dataset", f"unlabeled={datasets['unlabeled'][0]}"])
+    yield s
+    s.kill(signal.SIGTERM)
+
+
+def epoch_of(loaders, written, names) -> List[str]:
+    """One epoch of every loader, batches taken in turn; checks each valid sample's
+    fields against the tar's bytes and returns the keys seen."""
+    keys = []
+    for batches in zip(*(iter(loader) for loader in loaders)):
+        for images, labels, info in batches:
+            for label, sample in zip(labels.tolist(), info):
+                assert list(sample.fields) == names
+                if not sample.valid:
+                    assert all(v is None for v in sample.fields.values())
+                    continue
+                keys.append(sample.key)
+                tar = written[sample.key]
+                for name, data in sample.fields.items():
+                    assert data == tar.get(name), (sample.key, name)
+                if "cls" in tar:
+                    assert label == int(tar["cls"])
+                else:
+                    assert label == -1
+    return keys
+
+
+def test_txt_and_json_beside_images_equal_the_tar_every_sample_once(fields_server, datasets):
+    _, written = datasets["captioned"]
+    loaders = [shardcast.Loader(fields_server.address, fields=("txt", "json?"),
+                                job_id="fields-captioned", rank=rank, world_size=2,
+                                batch_size=5, split="sample", remainder="pad")
+               for rank in range(2)]
+    assert loaders[0].registration.num_samples == SAMPLES
+    assert loaders[0].num_classes == CLASSES and loaders[0].image_shape is not None
+    for epoch in range(2):
+        keys = epoch_of(loaders, written, ["txt", "json"])
+        assert sorted(keys) == sorted(written), f"epoch {epoch}"
+    for loader in loaders:
+        loader.close()
+
+
+def test_a_required_field_leaves_out_the_samples_without_it(fields_server, datasets):
+    _, written = datasets["captioned"]
+    with shardcast.Loader(fields_server.address, fields=("json",), job_id="fields-required",
+                          rank=0, world_size=1, batch_size=4, split="sample",
+                          remainder="pad") as loader:
+        assert loader.registration.num_samples == SAMPLES // 2
+        left_out = {r.reason: r.count for r in loader.registration.left_out}
+        assert left_out == {"missing required field 'json'": SAMPLES // 2}
+        keys = epoch_of([loader], written, ["json"])
+        assert sorted(keys) == sorted(k for k, m in written.items() if "json" in m)
+
+
+def test_a_members_only_job_on_a_text_dataset(fields_server, datasets):
+    _, written = datasets["text"]
+    with shardcast.Loader(fields_server.address, dataset="text", fields=("txt",), image=False,
+                          job_id="fields-text", rank=0, world_size=1, batch_size=5,
+                          split="sample", remainder="pad") as loader:
+        assert not loader.has_images and loader.image_shape is None
+        assert loader.num_classes == 0
+        batches = list(loader)
+        assert len(batches) == len(loader) == 5  # ceil(24 / 5)
+        assert all(images is None for images, _, _ in batches)
+        keys = epoch_of([loader], written, ["txt"])
+        assert sorted(keys) == sorted(written)
+    # An image job on a dataset without images is refused, saying what to ask for.
+    with pytest.raises(shardcast.JobRefusedError, match="image"):
+        shardcast.Loader(fields_server.address, dataset="text", fields=("txt",),
+                         job_id="fields-text-image", rank=0, world_size=1)
+
+
+def rest_of_epoch(address, state, written, **job) -> List[str]:
+    with shardcast.Loader(address, **job) as loader:
+        loader.load_state_dict(state)
+        return epoch_of([loader], written, ["txt", "json"])
+
+
+def test_resume_and_elastic_resume_with_fields(fields_server, datasets):
+    _, written = datasets["captioned"]
+    job = dict(fields=("txt", "json?"), batch_size=3, split="sample", remainder="pad",
+               seed=7)
+    # Same world size: the rest of the epoch, the same samples and bytes.
+    with shardcast.Loader(fields_server.address, job_id="fields-resume", rank=0,
+                          world_size=1, **job) as loader:
+        it = iter(loader)
+        first = [s.key for _ in range(3) for s in next(it)[2] if s.valid]
+        state = loader.state_dict()
+    rest = rest_of_epoch(fields_server.address, state, written, job_id="fields-resume-2",
+                         rank=0, world_size=1, **job)
+    assert sorted(first + rest) == sorted(written)
+
+    # Two ranks take two batches each; one rank goes on from what both consumed.
+    loaders = [shardcast.Loader(fields_server.address, job_id="fields-elastic", rank=rank,
+                                world_size=2, **job) for rank in range(2)]
+    iterators = [iter(loader) for loader in loaders]
+    first = [s.key for _ in range(2) for it in iterators for s in next(it)[2] if s.valid]
+    state = loaders[0].state_dict()
+    for loader in loaders:
+        loader.close()
+    rest = rest_of_epoch(fields_server.address, state, written, job_id="fields-elastic-2",
+                         rank=0, world_size=1, **job)
+    assert sorted(first + rest) == sorted(written)
+
+    # The fields are part of the job: a state of a job without them does not resume here.
+    with shardcast.Loader(fields_server.address, job_id="fields-other", rank=0, world_size=1,
+                          fields=("txt",), batch_size=3, split="sample", remainder="pad",
+                          seed=7) as other:
+        with pytest.raises(shardcast.JobChangedError, match="job_fingerprint"):
+            other.load_state_dict(state)
+
+
+def test_the_trainer_refuses_a_dataset_without_labels_and_no_image(fields_server):
+    if not TRAIN_BIN.is_file():
+        pytest.fail(f"not built: {TRAIN_BIN} (cmake --build {BUILD} --target shardcast-train)")
+    run = subprocess.run(
+        [str(TRAIN_BIN), "--server", fields_server.address, "--dataset", "unlabeled",
+         "--epochs", "1", "-b", "4", "--device", "cpu", "--no-progress"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert ("dataset 'unlabeled' has no labels (num_classes 0): shardcast-train trains a "
+            "classifier; read it with the Loader or RankStream instead") in run.stderr
+    run = subprocess.run(
+        [str(TRAIN_BIN), "--server", fields_server.address, "--dataset", "text",
+         "--fields", "txt", "--no-image", "--epochs", "1", "--device", "cpu"],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "--no-image: shardcast-train trains an image classifier" in run.stderr
