@@ -71,8 +71,9 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded);
 // An upper bound of the bytes decoding `info`'s image at DCT scale num/denom (JPEG; a
 // PNG or WebP is always decoded at full size) allocates: the decoded pixels, plus for a
 // progressive JPEG libjpeg's whole-image coefficient buffer (2 bytes per coefficient,
-// full resolution whatever the scale), for a WebP libwebp's whole-image buffers
-// (WebpDecodeBytes, webp_decode.h). Row buffers and tables are not counted.
+// full resolution whatever the scale), for a WebP libwebp's whole-image buffers and a
+// lossless stream's entropy tables (WebpDecodeBytes, webp_decode.h). Other row buffers
+// and tables are not counted.
 int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom);
 
 // A region of an image (pixel coordinates of the original image) and whether

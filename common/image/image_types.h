@@ -30,6 +30,10 @@ struct ImageInfo {
   int components = 3;        // JPEG colour components (1 grey, 3, 4)
   bool alpha = false;        // WebP with an alpha channel (decoded beside, then dropped)
   bool lossless = false;     // WebP lossless (VP8L), else lossy (VP8)
+  // WebP: the bytes libwebp reads as a lossless-coded stream (a lossless image's, from its
+  // VP8L chunk to the file's end; the ALPH chunk of a lossy one with alpha), which bound
+  // how many entropy codes it can build (WebpDecodeBytes).
+  int64_t lossless_stream_bytes = 0;
 };
 
 }  // namespace shardcast

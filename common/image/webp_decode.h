@@ -20,14 +20,16 @@ bool IsWebp(absl::string_view encoded);
 // the pixel limit. An animated WebP is refused here: only still images are decoded.
 absl::StatusOr<ImageInfo> ReadWebpInfo(absl::string_view encoded);
 
-// The bytes decoding `info`'s image allocates: the RGB pixels, plus libwebp's
-// whole-image buffers: a lossless image is decoded to 4-byte ARGB first, and a lossy
-// one with alpha keeps an alpha plane and decodes it (a lossless stream) the same way.
-// Row caches and entropy-code tables are not counted: a lossless stream's tables depend
-// on how many entropy groups it names (up to 65,536, a few KB each), which the header
-// does not say; the only bound from the header (20 KB for every 4x4 block) would refuse
-// real lossless images under ordinary budgets (docs/server.md, decode memory budget).
+// An upper bound on the bytes decoding `info`'s image touches: the RGB pixels, plus
+// libwebp's whole-image buffers (a lossless image is decoded to 4-byte ARGB first, and
+// a lossy one with alpha keeps an alpha plane and decodes it, a lossless stream, the
+// same way), plus what a lossless stream builds beside its pixels: entropy-code tables
+// for every group it names, bounded by the image's size and the stream's length
+// (info.lossless_stream_bytes), and its entropy and transform images and row cache.
 int64_t WebpDecodeBytes(const ImageInfo& info);
+
+// The most WebpDecodeBytes gives for any WebP ReadWebpInfo accepts.
+int64_t MaxWebpDecodeBytes();
 
 // Decodes a still WebP into `*out` (reusing its buffer's capacity): alpha dropped, not
 // composited, as PIL's convert("RGB"). Corrupt or truncated data is an error naming

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/image/image_decode_internal.h"
+#include "common/image/webp_decode.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/base/log.h"
@@ -57,10 +58,11 @@ int64_t DecodeNeedBound() {
   // in all, so the padded blocks add at most 15 * (65500 + kMaxPixels / 65500) + 225
   // pixels; 4 bytes a pixel decoded (CMYK) plus 4 components x 2 bytes of coefficients.
   // A PNG needs less (3 bytes a pixel and a row pointer a row: at most 11 per pixel).
+  // A WebP can need more: a lossless stream's entropy tables (MaxWebpDecodeBytes).
   constexpr int64_t kMaxSide = 65500;
   constexpr int64_t kPadded =
       internal::kMaxPixels + 15 * (kMaxSide + internal::kMaxPixels / kMaxSide + 1) + 225;
-  return 4 * internal::kMaxPixels + 8 * kPadded;
+  return std::max(4 * internal::kMaxPixels + 8 * kPadded, internal::MaxWebpDecodeBytes());
 }
 
 ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,

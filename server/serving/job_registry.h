@@ -48,7 +48,8 @@ ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_byt
 
 // The most decode buffer bytes an image the decoder accepts can need
 // (DecodeBufferBytes of the worst one: a progressive CMYK JPEG of kMaxPixels, its
-// blocks padded to 16x16): a decode limit at or above it refuses nothing.
+// blocks padded to 16x16, or a WebP whose lossless stream names 65,536 entropy groups):
+// a decode limit at or above it refuses nothing.
 int64_t DecodeNeedBound();
 
 // Appends the samples `samples` leaves out, by reason (RegisterResponse.left_out,

@@ -1,8 +1,16 @@
 // WebP through the serve path's entry points (DecodeImage, ReadImageInfo,
 // DecodeAndTransform) on files made by libwebp's encoder: lossless exact, lossy and
 // alpha as PIL decodes them, headers over the pixel limit or the decode budget refused
-// before any pixel buffer, animations refused, truncated and corrupt files errors.
+// before any pixel buffer, the decode bytes counted at least what a decode touches (a
+// stream naming 65,536 entropy groups included), animations refused, truncated and
+// corrupt files errors.
+#include <malloc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/common/image_test_util.h"
+#include "tests/support/hostile_webp.h"
 
 namespace shardcast {
 namespace {
@@ -153,8 +162,143 @@ TEST(WebpDecodeTest, DecodeBytesComeFromTheHeader) {
   EXPECT_TRUE(lossless->lossless);
   // Never scaled: the DCT factor asked for does not change a WebP's bytes.
   EXPECT_EQ(DecodeBufferBytes(*lossy, 1, 8), pixels * 3);
-  EXPECT_EQ(DecodeBufferBytes(*lossy_alpha, 1, 1), pixels * (3 + 1 + 4));
-  EXPECT_EQ(DecodeBufferBytes(*lossless, 1, 1), pixels * (3 + 4));
+  EXPECT_EQ(lossy->lossless_stream_bytes, 0);
+  // A lossless stream adds its entropy tables, bounded by its bytes: the ALPH chunk's
+  // for the alpha plane, the file's for a lossless image.
+  EXPECT_GT(lossy_alpha->lossless_stream_bytes, 0);
+  EXPECT_GT(DecodeBufferBytes(*lossy_alpha, 1, 1), pixels * (3 + 1 + 4));
+  EXPECT_EQ(DecodeBufferBytes(*lossy_alpha, 1, 8), DecodeBufferBytes(*lossy_alpha, 1, 1));
+  EXPECT_GT(DecodeBufferBytes(*lossless, 1, 1), pixels * (3 + 4));
+}
+
+// The alpha plane's stream is the ALPH chunk, not the whole file: a lossy file with
+// alpha and a large metadata chunk is charged the same as without it.
+TEST(WebpDecodeTest, AlphaTablesAreBoundedByTheAlphChunk) {
+  const int w = 64, h = 48;
+  const std::string plain = EncodeWebp(PhotoLike(w, h, 31, 4), w, h, 4, false);
+  absl::StatusOr<ImageInfo> info = ReadImageInfo(plain);
+  ASSERT_TRUE(info.ok() && info->alpha && !info->lossless);
+  ASSERT_EQ(plain.substr(12, 4), "VP8X");
+  // The chunks after VP8X, with 1 MB of EXIF after the image (as a camera writes it).
+  std::string with_exif = plain + Chunk("EXIF", std::string(1 << 20, 'x'));
+  std::string size;
+  AppendLe(&size, static_cast<uint32_t>(with_exif.size() - 8), 4);
+  with_exif.replace(4, 4, size);
+  absl::StatusOr<ImageInfo> exif_info = ReadImageInfo(with_exif);
+  ASSERT_TRUE(exif_info.ok()) << exif_info.status();
+  EXPECT_LT(info->lossless_stream_bytes, static_cast<int64_t>(plain.size()));
+  EXPECT_EQ(exif_info->lossless_stream_bytes, info->lossless_stream_bytes);
+  EXPECT_EQ(DecodeBufferBytes(*exif_info, 1, 1), DecodeBufferBytes(*info, 1, 1));
+}
+
+// The peak resident bytes DecodeImage(encoded) adds, or -1 when it fails. Measured in
+// a forked child, so that nothing else runs in the process, as the kernel's high-water
+// mark of resident memory (VmHWM, reset to the current size through clear_refs): it
+// counts every page the decode touches, the entropy tables libwebp frees before
+// WebPDecode returns included. mallinfo2() cannot: it tells what is allocated when it
+// is called, not the peak in between. The child first gives its free heap back
+// (malloc_trim), so that the decode's pages are new ones and counted.
+int64_t DecodePeakBytes(const std::string& encoded) {
+  const auto status_kb = [](const std::string& field) -> int64_t {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+    }
+    return -1;
+  };
+  int fds[2];
+  if (pipe(fds) != 0) return -2;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    malloc_trim(0);
+    int64_t peak = -3;
+    if (std::ofstream("/proc/self/clear_refs") << "5" << std::flush) {
+      const int64_t before_kb = status_kb("VmRSS");
+      const bool ok = DecodeImage(encoded).ok();
+      const int64_t high_kb = status_kb("VmHWM");
+      peak = ok ? (high_kb - before_kb) * 1024 : -1;
+    }
+    if (write(fds[1], &peak, sizeof(peak)) != sizeof(peak)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  int64_t peak = -2;
+  if (read(fds[0], &peak, sizeof(peak)) != sizeof(peak)) peak = -2;
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return peak;
+}
+
+// A valid 1024x1024 lossless stream whose entropy image names 65,536 groups, each of
+// five one-symbol codes: libwebp 1.2.4 writes 360 MB of tables for it before decoding
+// a pixel, from 295 KB. Its count covers that: the tables of every group its bytes can
+// hold (8 bits a byte / 20 bits a group) at their largest, capped by the groups a
+// 1024x1024 image can name (one per 4x4 block: 65,536).
+TEST(WebpDecodeTest, ManyEntropyGroupsAreCountedAtLeastWhatTheDecodeTouches) {
+  const std::string hostile = testing_util::ManyEntropyGroupsWebp();
+  ASSERT_LT(hostile.size(), 300u << 10);
+  absl::StatusOr<ImageInfo> info = ReadImageInfo(hostile);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->lossless);
+  EXPECT_EQ(info->width, 1024);
+  absl::StatusOr<RgbImage> img = DecodeImage(hostile);
+  ASSERT_TRUE(img.ok()) << img.status();
+  EXPECT_EQ(img->pixels, std::vector<uint8_t>(1024 * 1024 * 3, 0));  // transparent black
+
+  const int64_t counted = DecodeBufferBytes(*info, 1, 1);
+  const int64_t touched = DecodePeakBytes(hostile);
+  std::printf(
+      "[ hostile ] %zu-byte 1024x1024 lossless WebP, 65536 groups: touches %.1f MB, "
+      "counted %.1f MB\n",
+      hostile.size(), touched / 1e6, counted / 1e6);
+  ASSERT_GT(touched, 0) << "measuring failed: " << touched;
+  // It is the hostile case: far above the pixels (7 bytes a pixel, 7.3 MB).
+  EXPECT_GT(touched, 20 * int64_t{1024} * 1024 * 7);
+  EXPECT_GE(counted, touched);
+
+  // Under a budget of 64 MB, nine times what the pixels need, the admission refuses it
+  // before anything is allocated: the server substitutes it (decode_memory_test).
+  class Budget : public DecodeAdmission {
+   public:
+    absl::Status Acquire(int64_t bytes) override {
+      asked = bytes;
+      if (bytes > int64_t{64} << 20) return absl::ResourceExhaustedError("over the budget");
+      return absl::OkStatus();
+    }
+    void Release(int64_t) override {}
+    int64_t asked = 0;
+  } budget;
+  TransformSpec spec;
+  std::vector<uint8_t> out(3 * spec.crop * spec.crop);
+  const absl::Status refused = DecodeAndTransform(hostile, spec, 0, out.data(), &budget);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_EQ(budget.asked, counted);
+}
+
+// Real files with a lossless stream (libwebp's encoder at PIL's defaults: quality 80,
+// method 4) of photo-like pixels: lossless, and lossy with alpha. The count still
+// covers what they touch, and the figures show what the table bound charges them
+// beyond it (docs/server.md).
+TEST(WebpDecodeTest, RealLosslessStreamsAreCountedAtLeastWhatTheyTouch) {
+  for (const bool lossless : {true, false}) {
+    for (const int side : {64, 512, 1024}) {
+      const int channels = lossless ? 3 : 4;
+      const std::string file =
+          EncodeWebp(PhotoLike(side, side, 32, channels), side, side, channels, lossless, 80);
+      absl::StatusOr<ImageInfo> info = ReadImageInfo(file);
+      ASSERT_TRUE(info.ok()) << info.status();
+      ASSERT_TRUE(info->lossless || info->alpha);
+      const int64_t counted = DecodeBufferBytes(*info, 1, 1);
+      const int64_t touched = DecodePeakBytes(file);
+      std::printf("[ %s ] %dx%d, %zu bytes (stream %lld): touches %.2f MB, counted %.2f MB\n",
+                  lossless ? "lossless" : "lossy+alpha", side, side, file.size(),
+                  static_cast<long long>(info->lossless_stream_bytes), touched / 1e6,
+                  counted / 1e6);
+      ASSERT_GE(touched, 0) << side;
+      EXPECT_GE(counted, touched) << side;
+    }
+  }
 }
 
 // A header is believed only as far as the limits: a 16383 x 16383 lossless header is over
@@ -187,7 +331,8 @@ TEST(WebpDecodeTest, HugeHeadersAreRefusedBeforeAllocating) {
   } admission;
   const absl::Status refused = DecodeAndTransform(big, spec, 0, out.data(), &admission);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
-  EXPECT_EQ(admission.asked, int64_t{13000} * 13000 * 7);
+  EXPECT_EQ(admission.asked, DecodeBufferBytes(*info, 1, 1));
+  EXPECT_GE(admission.asked, int64_t{13000} * 13000 * 7);
 
   // A lossy (VP8) frame header: 3-byte frame tag, start code, 14-bit sizes.
   std::string vp8 = {'\x50', '\x09', '\x00', '\x9d', '\x01', '\x2a'};

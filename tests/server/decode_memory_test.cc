@@ -2,7 +2,8 @@
 // once decoded, under 1 MB compressed) served on every decode thread at once stay
 // within --max-decode-memory by the server's own accounting, and every image is still
 // decoded and served right; an image that alone needs more than the budget is
-// substituted and counted, never allocated.
+// substituted and counted, never allocated, a small lossless WebP whose entropy tables
+// would take hundreds of MB included.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "client/protocol/rank_stream.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/hostile_webp.h"
 #include "tests/support/solid_png.h"
 #include "tools/pack/tar_writer.h"
 
@@ -116,6 +118,39 @@ TEST(DecodeMemoryTest, AnImageAloneOverTheBudgetIsSubstitutedWithoutDecoding) {
     v1::RegisterResponse job;
     EXPECT_TRUE(Register(server.stub(), MakeRegister("small-budget", 0, 1, 4), &job).ok());
     return StreamAll(server.stub(), "small-budget", 0, 0, 0);
+  }();
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_EQ(result.batches.size(), 1u);
+  for (const v1::SampleInfo& info : result.batches[0].samples()) EXPECT_TRUE(info.substituted());
+  const v1::GetStatusResponse status = GetStatus(server.stub());
+  EXPECT_EQ(status.images_over_decode_memory(), 4);
+  EXPECT_EQ(status.substitutions(), 4);
+  EXPECT_EQ(status.decode_memory_peak_bytes(), 0);  // nothing was admitted
+}
+
+// A 295 KB lossless WebP naming 65,536 entropy groups: its pixels need 7 MB, its tables
+// hundreds (webp_decode_test). Under a 64 MB budget it is substituted and counted,
+// never decoded.
+TEST(DecodeMemoryTest, AWebpWithTablesOverTheBudgetIsSubstitutedWithoutDecoding) {
+  TempDir dir;
+  const std::string webp = testing_util::ManyEntropyGroupsWebp();
+  {
+    absl::StatusOr<std::unique_ptr<pack::TarWriter>> tar =
+        pack::TarWriter::Open(dir.path() + "/shard-0.tar");
+    ASSERT_TRUE(tar.ok()) << tar.status();
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE((*tar)->AddMember(absl::StrCat("k", i, ".webp"), webp).ok());
+      ASSERT_TRUE((*tar)->AddMember(absl::StrCat("k", i, ".cls"), "0").ok());
+    }
+    ASSERT_TRUE((*tar)->Close().ok());
+  }
+  server::ServerOptions options;
+  options.max_decode_memory_bytes = 64 << 20;  // nine times the pixels, below the tables
+  InProcessServer server(dir.path(), options);
+  const StreamResult result = [&] {
+    v1::RegisterResponse job;
+    EXPECT_TRUE(Register(server.stub(), MakeRegister("webp-tables", 0, 1, 4), &job).ok());
+    return StreamAll(server.stub(), "webp-tables", 0, 0, 0);
   }();
   ASSERT_TRUE(result.status.ok()) << result.status.error_message();
   ASSERT_EQ(result.batches.size(), 1u);

@@ -16,7 +16,9 @@ using server::ServeSettingsFor;
 
 // The decode limit is folded in as 0 at or above DecodeNeedBound: so no image the
 // decoder accepts may need more (the worst shapes: progressive CMYK JPEGs at the
-// largest side and square, their blocks padded; a PNG one pixel wide; a WebP with alpha).
+// largest side and square, their blocks padded; a PNG one pixel wide; WebPs whose
+// lossless streams, the image's or its alpha plane's, are long enough to name 65,536
+// entropy groups).
 TEST(ServeSettingsTest, NoAcceptedImageNeedsMoreThanTheDecodeBound) {
   const int64_t max_pixels = internal::kMaxPixels;
   std::vector<ImageInfo> worst;
@@ -45,7 +47,16 @@ TEST(ServeSettingsTest, NoAcceptedImageNeedsMoreThanTheDecodeBound) {
   webp.width = 16383;
   webp.height = static_cast<int>(max_pixels / 16383);
   webp.alpha = true;
+  webp.lossless_stream_bytes = int64_t{1} << 32;
   worst.push_back(webp);
+  ImageInfo lossless = webp;
+  lossless.width = 16384;
+  lossless.height = static_cast<int>(max_pixels / 16384);
+  lossless.alpha = false;
+  lossless.lossless = true;
+  worst.push_back(lossless);
+  lossless.width = lossless.height = 13377;
+  worst.push_back(lossless);
   for (const ImageInfo& info : worst) {
     EXPECT_LE(DecodeBufferBytes(info, 1, 1), DecodeNeedBound())
         << info.width << "x" << info.height << " format " << static_cast<int>(info.format);
