@@ -21,6 +21,9 @@ packages=(
   # build isolation) and its tests.
   python3-torch python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel
   python3-pytest
+  # webdataset's one dependency outside the standard library: tests/python/test_members_e2e.py
+  # writes its shards with webdataset's TarWriter (bench/third_party), as the benchmarks read.
+  python3-braceexpand
   # The native client under the Python Loader (python/native): pybind11 and the headers
   # of Debian's Python.
   python3-pybind11 pybind11-dev python3-dev

@@ -22,11 +22,13 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/shards/dataset_index.h"
+#include "common/util/json_fields.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_process.h"
@@ -43,6 +45,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---------------------------------------------------------------- helpers
 
@@ -455,6 +458,121 @@ TEST(SyntheticDatasetTest, ImagesDecodeAndCarryTheClass) {
   EXPECT_GE(correct, 80) << "chance is 10";
 }
 
+// The hue of an RGB colour in twelfths of the colour wheel from red, rounded.
+int HueTwelfth(const std::array<double, 3>& rgb) {
+  const double r = rgb[0], g = rgb[1], b = rgb[2];
+  const double hi = std::max({r, g, b}), lo = std::min({r, g, b});
+  if (hi - lo < 1e-9) return 0;
+  double h = hi == r   ? (g - b) / (hi - lo)
+             : hi == g ? 2 + (b - r) / (hi - lo)
+                       : 4 + (r - g) / (hi - lo);
+  h = std::fmod(h / 6 + 1, 1.0);
+  return static_cast<int>(std::lround(h * 12)) % 12;
+}
+
+// --captions writes KEY.txt after the image and the caption in KEY.json; the
+// caption names the colour the decoded pixels have, carries Chinese and emoji in
+// some samples, and the images are the same bytes as without captions.
+TEST(SyntheticDatasetTest, CaptionsDescribeTheImage) {
+  TempDir dir;
+  SyntheticOptions o = SmallSynthetic();
+  o.num_classes = 6;
+  ASSERT_TRUE(WriteSyntheticDataset(dir / "plain", o).ok());
+  o.captions = true;
+  absl::StatusOr<PackSummary> sum = WriteSyntheticDataset(dir / "out", o);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->num_classes, 6);
+  const std::vector<int> labels = SyntheticLabels(25, 6, 7);
+  static const char* const kColours[12] = {"red",  "orange", "yellow", "lime",   "green",   "mint",
+                                           "cyan", "azure",  "blue",   "violet", "magenta", "rose"};
+  int64_t global = 0, with_chinese = 0, with_emoji = 0;
+  for (size_t s = 0; s < sum->shards.size(); ++s) {
+    const auto members = Members(sum->shards[s]);
+    const auto plain = Members(SortedShards(dir / "plain")[s]);
+    ASSERT_EQ(members.size() % 4, 0u);
+    for (size_t m = 0; m < members.size(); m += 4, ++global) {
+      const std::string key = absl::StrFormat("%08d", global);
+      const int label = labels[global];
+      ASSERT_EQ(members[m].first, key + ".jpg");
+      EXPECT_EQ(members[m].second, plain[m / 4 * 3].second) << "captions change no pixel";
+      ASSERT_EQ(members[m + 1].first, key + ".txt");
+      ASSERT_EQ(members[m + 2].first, key + ".json");
+      ASSERT_EQ(members[m + 3].first, key + ".cls");
+      const std::string& caption = members[m + 1].second;
+      EXPECT_EQ(caption, SyntheticCaption(o, global, label));
+      EXPECT_THAT(caption, HasSubstr("stripes at "));
+      absl::StatusOr<std::map<std::string, JsonValue>> json =
+          ParseJsonObjectFields(members[m + 2].second);
+      ASSERT_TRUE(json.ok()) << json.status() << members[m + 2].second;
+      EXPECT_EQ((*json)["caption"].string, caption);
+      EXPECT_EQ((*json)["label"].integer, label);
+      EXPECT_EQ((*json)["count"].integer, static_cast<int64_t>(m / 4));
+      EXPECT_EQ((*json)["width"].integer, 32);
+      EXPECT_EQ((*json)["height"].integer, 24);
+      EXPECT_EQ(members[m + 3].second, absl::StrCat(label));
+
+      // The caption's colour is the image's: the hue of the decoded mean colour is
+      // the named twelfth of the wheel or a neighbour (jitter, noise, JPEG).
+      const Decoded d = DecodeJpeg(members[m].second);
+      ASSERT_EQ(d.rgb.size(), 32u * 24 * 3);
+      std::array<double, 3> mean{};
+      for (size_t p = 0; p < d.rgb.size(); ++p) mean[p % 3] += d.rgb[p];
+      const int hue = HueTwelfth(mean);
+      bool named = false;
+      for (int near : {hue, (hue + 1) % 12, (hue + 11) % 12}) {
+        named |= absl::StrContains(caption, absl::StrCat(" ", kColours[near], " picture"));
+      }
+      EXPECT_TRUE(named) << caption << " (hue twelfth " << hue << ")";
+      with_chinese += absl::StrContains(caption, "条纹");
+      with_emoji += absl::StrContains(caption, "✨");
+    }
+  }
+  EXPECT_EQ(global, 25);
+  EXPECT_EQ(with_chinese, 6);  // index % 4 == 1
+  EXPECT_EQ(with_emoji, 6);    // index % 4 == 3
+}
+
+// --no-labels (with captions: img2dataset's layout) writes jpg + txt + json, no
+// label anywhere, and info.json says there are no classes.
+TEST(SyntheticDatasetTest, NoLabelsLeavesOutClsAndLabel) {
+  TempDir dir;
+  SyntheticOptions o = SmallSynthetic();
+  o.captions = true;
+  o.labels = false;
+  absl::StatusOr<PackSummary> sum = WriteSyntheticDataset(dir / "out", o);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(sum->num_classes, 0);
+  const std::vector<int> labels = SyntheticLabels(25, 4, 7);
+  int64_t global = 0;
+  for (const std::string& shard : sum->shards) {
+    const auto members = Members(shard);
+    ASSERT_EQ(members.size() % 3, 0u);
+    for (size_t m = 0; m < members.size(); m += 3, ++global) {
+      const std::string key = absl::StrFormat("%08d", global);
+      EXPECT_EQ(members[m].first, key + ".jpg");
+      EXPECT_EQ(members[m + 1].first, key + ".txt");
+      EXPECT_EQ(members[m + 1].second, SyntheticCaption(o, global, labels[global]));
+      EXPECT_EQ(members[m + 2].first, key + ".json");
+      EXPECT_EQ(members[m + 2].second,
+                absl::StrCat("{\"caption\": ", JsonQuote(members[m + 1].second),
+                             ", \"width\": 32, \"height\": 24}"));
+    }
+  }
+  EXPECT_EQ(global, 25);
+  EXPECT_EQ(ReadWholeFile(dir / "out/info.json"),
+            "{\n  \"dataset size\": 25,\n  \"num_classes\": 0,\n"
+            "  \"shards\": [\"shard-000000.tar\", \"shard-000001.tar\", \"shard-000002.tar\"],\n"
+            "  \"shard samples\": [10, 10, 5]\n}\n");
+
+  o.captions = false;  // unlabelled images alone
+  sum = WriteSyntheticDataset(dir / "bare", o);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const auto members = Members(sum->shards[0]);
+  ASSERT_EQ(members.size(), 20u);
+  EXPECT_EQ(members[1].first, "00000000.json");
+  EXPECT_EQ(members[1].second, "{\"width\": 32, \"height\": 24}");
+}
+
 TEST(SyntheticDatasetTest, PhotoSizedImages) {
   TempDir dir;
   SyntheticOptions o;
@@ -837,9 +955,9 @@ std::string PackBinary() { return std::string(SHARDCAST_BINARY_DIR) + "/tools/sh
 
 TEST(PackCliTest, HelpDocumentsEveryFlag) {
   testing_util::ExpectHelpListsEveryFlag(
-      {PackBinary()},
-      {"--per-shard", "--max-shard-bytes", "--seed", "--shuffle", "--no-shuffle", "--threads",
-       "--overwrite", "--quiet", "--synthetic", "--classes", "--size", "--quality"});
+      {PackBinary()}, {"--per-shard", "--max-shard-bytes", "--seed", "--shuffle", "--no-shuffle",
+                       "--threads", "--overwrite", "--quiet", "--synthetic", "--classes", "--size",
+                       "--quality", "--captions", "--no-labels"});
   const auto [rc, out] = RunShell(PackBinary() + " --help");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("info.json"));
@@ -875,6 +993,47 @@ TEST(PackCliTest, SyntheticMatchesLibraryAndGuardsExistingOutput) {
   EXPECT_EQ(rc2, 0) << out2;
   EXPECT_EQ(out2, "");
   EXPECT_EQ(SortedShards(dir / "cli").size(), 1u);
+}
+
+TEST(PackCliTest, CaptionsMatchLibraryAndNeedSyntheticMode) {
+  TempDir dir;
+  auto [rc, out] = RunShell(absl::StrCat(PackBinary(),
+                                         " --synthetic 25 --classes 4 --size 32x24 "
+                                         "--per-shard=10 --seed 7 --captions --quiet ",
+                                         dir / "cli", " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  SyntheticOptions o = SmallSynthetic();
+  o.captions = true;
+  ASSERT_TRUE(WriteSyntheticDataset(dir / "lib", o).ok());
+  std::map<std::string, std::string> cli = DirContents(dir / "cli");
+  cli.erase(kIndexFileName);
+  EXPECT_EQ(cli, DirContents(dir / "lib"));
+
+  // img2dataset's layout: the index the binary writes keeps every sample, unlabelled.
+  std::tie(rc, out) = RunShell(absl::StrCat(PackBinary(),
+                                            " --synthetic 25 --size 32x24 --per-shard=10 "
+                                            "--captions --no-labels ",
+                                            dir / "pairs", " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("packed 25 samples (0 classes) into 3 shard(s)"));
+  EXPECT_THAT(out, Not(HasSubstr("warning")));
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir / "pairs", {});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(ReadWholeFile(absl::StrCat(dir / "pairs", "/", kIndexFileName)),
+            SerializeIndexFile(*index, {}));
+  EXPECT_EQ(index->num_samples, 25);
+  EXPECT_EQ(index->num_classes, 0);
+  EXPECT_FALSE(index->has_labels);
+  EXPECT_TRUE(index->has_images);
+  for (const ShardInfo& shard : index->shards) {
+    for (const SampleEntry& e : shard.samples) EXPECT_EQ(e.label, -1) << e.key;
+  }
+
+  std::tie(rc, out) = RunShell(absl::StrCat(PackBinary(), " --captions a b 2>&1"));
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(out, HasSubstr("--captions and --no-labels need --synthetic N"));
+  std::tie(rc, out) = RunShell(absl::StrCat(PackBinary(), " --no-labels a b 2>&1"));
+  EXPECT_EQ(rc, 2);
 }
 
 TEST(PackCliTest, ImageFolderModeAndUsageErrors) {

@@ -43,7 +43,9 @@ Synthetic mode: N JPEG images (TurboJPEG, 4:2:0) whose class is a hue and a
   stripe orientation, with per-sample jitter and noise; a small CNN learns it
   in an epoch or two. Labels are balanced and interleaved. Class names
   class_000, class_001, ...; samples KEY.jpg + KEY.json + KEY.cls as above
-  (no "file" field).
+  (no "file" field). --captions adds KEY.txt (after KEY.jpg) and "caption",
+  "width", "height" in KEY.json; --no-labels leaves out KEY.cls and the label
+  fields.
 
 Both modes write OUT_DIR/shard-000000.tar, shard-000001.tar, ... and
 OUT_DIR/info.json ({"dataset size", "num_classes", "class names", "shards",
@@ -62,6 +64,8 @@ struct Args {
   int classes = 10;
   int width = 64, height = 64;
   int quality = 90;
+  bool captions = false;
+  bool no_labels = false;
   int64_t per_shard = 1000;
   int64_t max_shard_bytes = 0;
   uint64_t seed = 0;
@@ -120,12 +124,25 @@ absl::Status ParseArgs(int argc, char** argv, Args& a) {
               return absl::OkStatus();
             });
   flags.Int({{"--quality"}, "Q", "JPEG quality"}, &a.quality, 1, 100);
+  flags.Bool({{"--captions"},
+              "",
+              "also write KEY.txt, a caption that describes the image (its colour and\n"
+              "stripes; some in Chinese or with emoji), and \"caption\" in KEY.json"},
+             &a.captions);
+  flags.Bool({{"--no-labels"},
+              "",
+              "leave out KEY.cls and the label in KEY.json (num_classes 0); with\n"
+              "--captions: img2dataset's layout, jpg + txt + json"},
+             &a.no_labels);
   flags.AcceptPositional(&a.positional);
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
   a.help = flags.help_requested();
   if (a.help) a.help_text = flags.Help();
   if (flags.Given("--shuffle") && flags.Given("--no-shuffle")) {
     return absl::InvalidArgumentError("--shuffle and --no-shuffle contradict each other");
+  }
+  if ((a.captions || a.no_labels) && !a.synthetic.has_value()) {
+    return absl::InvalidArgumentError("--captions and --no-labels need --synthetic N");
   }
   return absl::OkStatus();
 }
@@ -182,6 +199,8 @@ int main(int argc, char** argv) {
     o.seed = a.seed;
     o.quality = a.quality;
     o.threads = a.threads;
+    o.captions = a.captions;
+    o.labels = !a.no_labels;
     result = shardcast::pack::WriteSyntheticDataset(out_dir, o);
   } else {
     shardcast::pack::PackOptions o;
