@@ -197,7 +197,7 @@ TEST_F(InspectCommandTest, FieldsShowWhatAJobWouldBeServedAndWhatItLeavesOut) {
   EXPECT_TRUE(absl::StrContains(r.out,
                                 "job          fields txt,json?, no image\n"
                                 "             serves 2 samples, leaves out 2 reason(s)\n"
-                                "        1  member 'txt' over --max-member-bytes (5000 bytes)\n"
+                                "        1  member 'txt' over --max-member-bytes (4096 bytes)\n"
                                 "        1  missing required field 'txt'\n"))
       << r.out;
 
