@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/plan/job_samples.h"
 #include "common/shards/shard_reader.h"
 #include "common/util/retry_policy.h"
 #include "common/util/utf8.h"
-#include "common/plan/job_samples.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {
