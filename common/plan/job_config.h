@@ -176,7 +176,9 @@ struct ServeSettings {
 
 // Bump when the server's rules for which images it substitutes, or what it sends in
 // their place, change: the job fingerprint then changes, as for kTransformVersion.
-inline constexpr int kSubstitutionVersion = 1;
+// 2: WebP content is decoded (libwebp), where it was substituted, also under a .jpg or
+// .png name: a replica of the older version would serve other bytes for the same job.
+inline constexpr int kSubstitutionVersion = 2;
 
 // Stable hex digest (32 digits) of the data (the content fingerprint of the index)
 // and every setting that decides which samples a batch holds and which bytes each

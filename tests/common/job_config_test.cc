@@ -159,8 +159,8 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
   EXPECT_EQ(fp.size(), 32u);
   // Pinned: ranks, replicas and checkpoints compare it across builds and machines.
   EXPECT_EQ(fp, JobFingerprint("index-a", Valid()));
-  // kTransformVersion 2, DCT scaling off, kSubstitutionVersion 1, no serve settings.
-  EXPECT_EQ(fp, "e961e18bddee77f946f0f6b471388867");
+  // kTransformVersion 2, DCT scaling off, kSubstitutionVersion 2, no serve settings.
+  EXPECT_EQ(fp, "a407be5d8bd17826347d8ad52b41c644");
   EXPECT_NE(fp, JobFingerprint("index-b", base));
 
   // World and batch size are compared apart from it.
@@ -187,6 +187,14 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
       [](JobConfig& c) { c.transform.resize = 288; },
       [](JobConfig& c) { c.transform.crop = 192; },
       [](JobConfig& c) { c.transform.dct_scaling = true; },
+      [](JobConfig& c) { c.fields = *ParseFieldSpecList("txt"); },
+      [](JobConfig& c) { c.fields = *ParseFieldSpecList("txt?"); },
+      [](JobConfig& c) { c.fields = *ParseFieldSpecList("txt,json"); },
+      [](JobConfig& c) { c.fields = *ParseFieldSpecList("json,txt"); },
+      [](JobConfig& c) {
+        c.image = false;
+        c.fields = *ParseFieldSpecList("txt");
+      },
   };
   std::set<std::string> seen = {fp};
   for (size_t i = 0; i < changes.size(); ++i) {
