@@ -16,6 +16,7 @@
 #include "client/ctl/command_registry.h"
 #include "client/ctl/status_report.h"
 #include "common/flags/flags.h"
+#include "common/flags/job_flags.h"
 #include "common/plan/field_spec.h"
 #include "common/plan/job_samples.h"
 #include "common/shards/dataset_index.h"
@@ -69,11 +70,8 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
                 &flags.options.cache_dir, /*allow_empty=*/true);
   parser.Int({{"--threads"}, "N", "scanner threads; 0 = one per shard, up to the cores"},
              &flags.options.threads, 0);
-  std::string fields;
-  bool no_image = false;
-  parser.String({{"--fields"}, "LIST", "a job's fields (txt,json?): its selection of samples"},
-                &fields, /*allow_empty=*/true);
-  parser.Bool({{"--no-image"}, "", "the job asks for members only (with --fields)"}, &no_image);
+  JobOverrides job_flags;
+  AddFieldFlags(&parser, JobConfig(), &job_flags);
   parser.Size({{"--max-member-bytes"}, "SIZE", "as the server's flag, for --fields"},
               &flags.max_member_bytes);
   parser.AcceptPositional(&positional);
@@ -90,17 +88,9 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
                                           " arguments: ", absl::StrJoin(positional, " ")));
   }
   flags.dir = positional[0];
-  if (!fields.empty() || no_image) {
-    absl::StatusOr<std::vector<FieldSpec>> specs = ParseFieldSpecList(fields);
-    if (!specs.ok()) return specs.status();
-    JobConfig job;
-    job.fields = *std::move(specs);
-    job.image = !no_image;
-    if (!job.image && job.fields.empty()) {
-      return absl::InvalidArgumentError("--no-image needs --fields (a job asks for something)");
-    }
-    flags.job = std::move(job);
-  }
+  absl::StatusOr<std::optional<JobConfig>> job = FieldJobFromFlags(job_flags);
+  if (!job.ok()) return job.status();
+  flags.job = *std::move(job);
   return flags;
 }
 

@@ -44,8 +44,7 @@ struct PlanFlags {
   PlanConfig config;
   int64_t epoch = 0;
   std::optional<int32_t> rank;
-  std::vector<FieldSpec> fields;
-  bool image = true;
+  std::optional<JobConfig> job;                  // --fields / --no-image: plan that job's samples
   int64_t max_member_bytes = int64_t{64} << 20;  // the server's default
   bool help = false;
   std::string help_text;
@@ -102,11 +101,8 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.Int64({{"--epoch"}, "E", "the epoch to plan"}, &flags.epoch, 0);
   parser.OptionalInt({{"--rank"}, "R", "only this rank (default: every rank)"}, &flags.rank, 0,
                      kMaxWorldSize - 1);
-  std::string fields;
-  bool no_image = false;
-  parser.String({{"--fields"}, "LIST", "a job's fields (txt,json?): plan its samples only"},
-                &fields, /*allow_empty=*/true);
-  parser.Bool({{"--no-image"}, "", "the job asks for members only (with --fields)"}, &no_image);
+  JobOverrides job_flags;
+  AddFieldFlags(&parser, JobConfig(), &job_flags);
   parser.Size({{"--max-member-bytes"}, "SIZE", "as the server's flag, for --fields"},
               &flags.max_member_bytes);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
@@ -121,14 +117,10 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   if (!world_size || !batch_size) {
     return absl::InvalidArgumentError("--world-size and --batch-size are required");
   }
-  absl::StatusOr<std::vector<FieldSpec>> specs = ParseFieldSpecList(fields);
-  if (!specs.ok()) return specs.status();
-  flags.fields = *std::move(specs);
-  flags.image = !no_image;
-  if (!flags.image && flags.fields.empty()) {
-    return absl::InvalidArgumentError("--no-image needs --fields (a job asks for something)");
-  }
-  if (!flags.fields.empty() && flags.sizes) {
+  absl::StatusOr<std::optional<JobConfig>> job = FieldJobFromFlags(job_flags);
+  if (!job.ok()) return job.status();
+  flags.job = *std::move(job);
+  if (flags.job && flags.sizes) {
     return absl::InvalidArgumentError("--fields selects samples by their members: give --shards");
   }
   config.world_size = *world_size;
@@ -164,12 +156,9 @@ int RunPlan(const std::vector<std::string>& args) {
     }
     sizes = index->ShardSampleCounts();
     index_fingerprint = index->fingerprint;
-    if (!flags->fields.empty()) {
-      JobConfig job;
-      job.fields = flags->fields;
-      job.image = flags->image;
+    if (flags->job) {
       absl::StatusOr<std::shared_ptr<const JobSamples>> selected =
-          JobSamples::Select(*index, job, flags->max_member_bytes);
+          JobSamples::Select(*index, *flags->job, flags->max_member_bytes);
       if (!selected.ok()) {
         std::fprintf(stderr, "shardcast-ctl plan: refused: %s\n",
                      std::string(selected.status().message()).c_str());
@@ -178,7 +167,7 @@ int RunPlan(const std::vector<std::string>& args) {
       selection = *std::move(selected);
       sizes = selection->shard_sizes();
       std::fprintf(stderr, "# fields %s: %lld of %lld samples\n",
-                   FieldSpecsString(flags->fields).c_str(),
+                   FieldSpecsString(flags->job->fields).c_str(),
                    static_cast<long long>(selection->num_samples()),
                    static_cast<long long>(index->num_samples));
       for (const LeftOut& out : selection->left_out()) {

@@ -85,6 +85,10 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
   flags->OptionalInt(
       {{"--crop"}, "N", "output size: images are 3 x N x N uint8", absl::StrCat(t.crop)}, &o->crop,
       1, kMaxCrop);
+  AddFieldFlags(flags, defaults, o);
+}
+
+void AddFieldFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
   flags->Add(
       {{"--fields"},
        "LIST",
@@ -109,6 +113,17 @@ void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* o) {
                o->image = false;
                return absl::OkStatus();
              });
+}
+
+absl::StatusOr<std::optional<JobConfig>> FieldJobFromFlags(const JobOverrides& overrides) {
+  if (!overrides.fields && !overrides.image) return std::optional<JobConfig>();
+  JobConfig job;
+  job.image = overrides.image.value_or(true);
+  job.fields = overrides.fields.value_or(std::vector<FieldSpec>());
+  if (!job.image && job.fields.empty()) {
+    return absl::InvalidArgumentError("--no-image needs --fields (a job asks for something)");
+  }
+  return std::optional<JobConfig>(std::move(job));
 }
 
 }  // namespace shardcast

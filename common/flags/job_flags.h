@@ -4,6 +4,7 @@
 #ifndef SHARDCAST_COMMON_FLAGS_JOB_FLAGS_H_
 #define SHARDCAST_COMMON_FLAGS_JOB_FLAGS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ namespace shardcast {
 // `defaults` is what an unset flag means, shown in --help.
 // REQUIRES: `overrides` outlives flags->Parse().
 void AddJobFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* overrides);
+
+// Only --fields LIST and --no-image (AddJobFlags adds them too): for tools that select a
+// job's samples without registering one (shardcast-ctl inspect and plan).
+void AddFieldFlags(FlagSet* flags, const JobConfig& defaults, JobOverrides* overrides);
+// The job those two flags describe (fields, image; the rest default), nullopt when
+// neither was given. INVALID_ARGUMENT for --no-image without --fields.
+absl::StatusOr<std::optional<JobConfig>> FieldJobFromFlags(const JobOverrides& overrides);
 
 // The apply of a flag whose value is one of an enum's names (`parse` is ParseSplit,
 // ParseRemainder or ParseTransformMode), stored parsed into `*dst` (an Enum or an
