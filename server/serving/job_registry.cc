@@ -105,7 +105,7 @@ Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::strin
          const Clock* clock)
     : clock_(clock),
       id_(std::move(id)),
-      config_(config),
+      config_(std::move(config)),
       batches_per_epoch_(batches_per_epoch),
       job_fingerprint_(std::move(job_fingerprint)),
       dataset_(dataset),
@@ -242,7 +242,7 @@ JobRegistry::Options JobRegistry::OptionsFor(const ServerOptions& options) {
   return registry;
 }
 
-JobRegistry::JobRegistry(Options options) : options_(options) {}
+JobRegistry::JobRegistry(Options options) : options_(std::move(options)) {}
 
 absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::string& peer) const {
   if (options_.max_unstreamed_jobs_per_peer <= 0) return absl::OkStatus();

@@ -296,10 +296,10 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> batches =
       (*plan)->IterateFrom(request.rank(), request.start_batch(), request.sample_offset());
   if (!batches.ok()) return batches.status();
-  // The plan deals the job's selected samples; the assembler reads the index's.
-  *batches = job->samples().MapToIndex(*std::move(batches));
 
   StreamPlan stream;
+  // The plan deals the job's selected samples; the assembler reads the index's.
+  stream.batches = job->samples().MapToIndex(*std::move(batches));
   stream.description = absl::StrCat(
       "job '", LogSafe(job->id()), "' rank ", request.rank(), " epoch ", request.epoch(),
       request.sample_offset() != 0 ? absl::StrCat(" from sample ", request.sample_offset()) : "",
@@ -309,7 +309,6 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
   stream.epoch = request.epoch();
   stream.start_batch = request.start_batch();
   stream.count = *n - request.start_batch();
-  stream.batches = *std::move(batches);
   return stream;
 }
 
