@@ -109,17 +109,6 @@ std::string ClassName(const DatasetIndex& index, int64_t label) {
              : std::string();
 }
 
-// Served samples per member extension ("jpg", "txt", "seg.png"): what a job may ask for.
-std::map<std::string, int64_t> ExtensionCounts(const DatasetIndex& index) {
-  std::map<std::string, int64_t> counts;
-  for (const ShardInfo& shard : index.shards) {
-    for (const SampleEntry& e : shard.samples) {
-      for (const MemberRef& m : e.members) ++counts[m.ext];
-    }
-  }
-  return counts;
-}
-
 std::string LabelsLine(const DatasetIndex& index) {
   return index.has_labels ? absl::StrCat("yes (", index.num_classes, " classes)")
                           : "none (served with label -1)";
@@ -220,7 +209,7 @@ void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection
   }
 
   std::printf("\n%9s  %s\n", "SAMPLES", "EXTENSION");
-  for (const auto& [ext, samples] : ExtensionCounts(index)) {
+  for (const auto& [ext, samples] : index.MemberExtensionCounts()) {
     std::printf("%9lld  %s\n", static_cast<long long>(samples), ext.c_str());
   }
 
@@ -278,7 +267,7 @@ void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection&
   out += SelectionJson(selection);
   out += "  \"extensions\": [";
   bool first_ext = true;
-  for (const auto& [ext, samples] : ExtensionCounts(index)) {
+  for (const auto& [ext, samples] : index.MemberExtensionCounts()) {
     absl::StrAppend(&out, first_ext ? "\n    " : ",\n    ", "{\"extension\": ", JsonQuote(ext),
                     ", \"samples\": ", samples, "}");
     first_ext = false;

@@ -28,12 +28,7 @@ constexpr size_t kListedExtensions = 20;
 
 // "txt (1000 samples), json (998 samples)": the extensions of the dataset's samples.
 std::string ExtensionCounts(const DatasetIndex& index) {
-  std::map<std::string, int64_t> counts;
-  for (const ShardInfo& shard : index.shards) {
-    for (const SampleEntry& sample : shard.samples) {
-      for (const MemberRef& member : sample.members) ++counts[member.ext];
-    }
-  }
+  const std::map<std::string, int64_t> counts = index.MemberExtensionCounts();
   std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });

@@ -46,6 +46,16 @@ std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
   return counts;
 }
 
+std::map<std::string, int64_t> DatasetIndex::MemberExtensionCounts() const {
+  std::map<std::string, int64_t> counts;
+  for (const ShardInfo& shard : shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      for (const MemberRef& member : sample.members) ++counts[member.ext];
+    }
+  }
+  return counts;
+}
+
 namespace {
 
 // .cls/.json members bigger than this are not label files; they are not read.

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -86,6 +87,9 @@ struct DatasetIndex {
 
   // Per-shard sample counts, in shard order: all the planner needs.
   std::vector<uint32_t> ShardSampleCounts() const;
+  // Samples holding each member extension ("jpg", "txt", "seg.png"; a sample holds an
+  // extension at most once): what a job may ask for as fields.
+  std::map<std::string, int64_t> MemberExtensionCounts() const;
 };
 
 struct IndexOptions {
