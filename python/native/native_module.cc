@@ -587,6 +587,18 @@ PYBIND11_MODULE(_native, m) {
 
   // The run's rules (client/protocol/run_rules.h), as shardcast-train applies them.
   m.def("new_job_id", &NewRunJobId, "run-<host>-<pid>-<random>: a new job id for a run");
+  // The server's parser (field_spec.h), so that a spec no member name can match is a
+  // ValueError when the Loader is made, not a refusal after it connected.
+  m.def(
+      "check_field_specs",
+      [](const std::vector<std::string>& specs) {
+        if (absl::StatusOr<std::vector<shardcast::FieldSpec>> parsed =
+                shardcast::ParseFieldSpecs(specs);
+            !parsed.ok()) {
+          throw py::value_error(std::string(parsed.status().message()));
+        }
+      },
+      "ValueError naming the spec and what is wrong with it (field_spec.h's rules)");
   py::class_<SavedPosition>(m, "SavedPosition")
       .def(py::init<>())
       .def_readwrite("epoch", &SavedPosition::epoch)

@@ -134,8 +134,8 @@ def _dataloader_keywords(shuffle: Optional[bool], drop_last: Optional[bool],
 
 def _field_specs(fields: Optional[Sequence[str]]) -> List[str]:
     """The `fields` keyword as the wire's list of specs; TypeError for a str (fields="txt"
-    would ask for the fields "t", "x" and "t") or an element that is not one. The specs
-    themselves are the server's to check (it names a bad one)."""
+    would ask for the fields "t", "x" and "t") or an element that is not one; ValueError for
+    a spec the server would refuse (the server's own parser names what is wrong)."""
     if fields is None:
         return []
     if isinstance(fields, (str, bytes)):
@@ -147,6 +147,7 @@ def _field_specs(fields: Optional[Sequence[str]]) -> List[str]:
         if not isinstance(spec, str):
             raise TypeError(f"fields: each field spec is a str (e.g. 'txt', 'json?', "
                             f"'jpg;png'), got {spec!r}")
+    _native.check_field_specs(specs)
     return specs
 
 

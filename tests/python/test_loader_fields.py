@@ -40,6 +40,21 @@ def test_a_str_for_fields_is_a_type_error_that_says_to_pass_a_tuple():
         shardcast.Loader("127.0.0.1:1", image="no", job_id="j", rank=0, world_size=1)
 
 
+@pytest.mark.parametrize("fields, says", [
+    (("",), "empty"),
+    (("a..b",), "empty component"),
+    (("x" * 300,), "longer than 128 characters"),
+    (("t\x00t",), "printable ASCII"),
+    (("caf\u00e9",), "printable ASCII"),
+    (("txt",) * 1000, "1000 asked for, at most 64"),
+    (("txt", "txt?"), "asked for twice"),
+])
+def test_a_field_spec_the_server_would_refuse_is_a_value_error_before_connecting(fields, says):
+    # The server's own parser: the address (nothing listens there) is never dialled.
+    with pytest.raises(ValueError, match=says):
+        shardcast.Loader("127.0.0.1:1", fields=fields, job_id="j", rank=0, world_size=1)
+
+
 def test_help_and_the_signature_name_fields_and_image():
     doc = shardcast.Loader.__doc__
     assert "fields=(\"txt\", \"json?\")" in doc and "image=False" in doc
