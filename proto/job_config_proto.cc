@@ -61,6 +61,21 @@ absl::StatusOr<std::optional<TransformMode>> FromProto(v1::TransformMode mode) {
   return absl::InvalidArgumentError(absl::StrCat("transform.mode: unknown value ", mode));
 }
 
+absl::StatusOr<std::optional<ImageDelivery>> FromProto(v1::ImageDelivery delivery) {
+  switch (delivery) {
+    case v1::IMAGE_DELIVERY_UNSPECIFIED:
+      return std::optional<ImageDelivery>();
+    case v1::IMAGE_DELIVERY_SERVER:
+      return ImageDelivery::kServer;
+    case v1::IMAGE_DELIVERY_ENCODED:
+      return ImageDelivery::kEncoded;
+    case v1::ImageDelivery_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ImageDelivery_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("delivery: unknown value ", delivery));
+}
+
 // Zero means "the server's default" for these fields; negative is an error.
 absl::Status PositiveOrUnset(const char* field, int32_t value, std::optional<int32_t>* out) {
   if (value < 0) {
@@ -103,6 +118,15 @@ v1::TransformMode ToProto(TransformMode mode) {
   }
   return v1::TRANSFORM_MODE_UNSPECIFIED;
 }
+v1::ImageDelivery ToProto(ImageDelivery delivery) {
+  switch (delivery) {
+    case ImageDelivery::kServer:
+      return v1::IMAGE_DELIVERY_SERVER;
+    case ImageDelivery::kEncoded:
+      return v1::IMAGE_DELIVERY_ENCODED;
+  }
+  return v1::IMAGE_DELIVERY_UNSPECIFIED;
+}
 
 absl::StatusOr<JobOverrides> OverridesFromRequest(const v1::RegisterRequest& r) {
   JobOverrides o;
@@ -123,6 +147,9 @@ absl::StatusOr<JobOverrides> OverridesFromRequest(const v1::RegisterRequest& r) 
   absl::StatusOr<std::optional<TransformMode>> mode = FromProto(r.transform().mode());
   if (!mode.ok()) return mode.status();
   o.transform_mode = *mode;
+  absl::StatusOr<std::optional<ImageDelivery>> delivery = FromProto(r.delivery());
+  if (!delivery.ok()) return delivery.status();
+  o.delivery = *delivery;
   if (r.has_seed()) o.seed = r.seed();
   if (r.has_shuffle_shards()) o.shuffle_shards = r.shuffle_shards();
   if (r.has_shuffle_buffer()) o.shuffle_buffer = r.shuffle_buffer();
@@ -150,6 +177,7 @@ void SetRequestOverrides(const JobOverrides& o, v1::RegisterRequest* r) {
   if (o.resize) r->mutable_transform()->set_resize(*o.resize);
   if (o.crop) r->mutable_transform()->set_crop(*o.crop);
   if (o.image) r->set_image(*o.image);
+  if (o.delivery) r->set_delivery(ToProto(*o.delivery));
   if (o.fields) {
     for (const FieldSpec& field : *o.fields) r->add_fields(field.ToString());
   }
@@ -181,7 +209,9 @@ void SetResponseConfig(const JobConfig& config, v1::RegisterResponse* response) 
   response->mutable_transform()->set_mode(ToProto(t.mode));
   response->mutable_transform()->set_resize(t.resize);
   response->mutable_transform()->set_crop(t.crop);
+  response->mutable_transform()->set_dct_scaling(t.dct_scaling);
   response->set_image(config.image);
+  response->set_delivery(ToProto(config.delivery));
   for (const FieldSpec& field : config.fields) response->add_fields(field.ToString());
 }
 
@@ -192,7 +222,9 @@ absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
   absl::StatusOr<std::optional<Split>> split = FromProto(response.split());
   absl::StatusOr<std::optional<Remainder>> remainder = FromProto(response.remainder());
   absl::StatusOr<std::optional<TransformMode>> mode = FromProto(response.transform().mode());
-  for (const absl::Status& status : {split.status(), remainder.status(), mode.status()}) {
+  absl::StatusOr<std::optional<ImageDelivery>> delivery = FromProto(response.delivery());
+  for (const absl::Status& status :
+       {split.status(), remainder.status(), mode.status(), delivery.status()}) {
     if (!status.ok()) return status;
   }
   if (!split->has_value() || !remainder->has_value() || !mode->has_value()) {
@@ -211,7 +243,10 @@ absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
   t.mode = **mode;
   t.resize = response.transform().resize();
   t.crop = response.transform().crop();
+  t.dct_scaling = response.transform().dct_scaling();
   config.image = response.image();
+  // A server older than delivery modes leaves it unset: it decodes on the server.
+  config.delivery = delivery->value_or(ImageDelivery::kServer);
   absl::StatusOr<std::vector<FieldSpec>> fields =
       ParseFieldSpecs({response.fields().begin(), response.fields().end()});
   if (!fields.ok()) return fields.status();

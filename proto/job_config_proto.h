@@ -12,6 +12,7 @@ namespace shardcast {
 shardcast::v1::Split ToProto(Split split);
 shardcast::v1::Remainder ToProto(Remainder remainder);
 shardcast::v1::TransformMode ToProto(TransformMode mode);
+shardcast::v1::ImageDelivery ToProto(ImageDelivery delivery);
 
 // The request's settings, unset/zero fields left unset. INVALID_ARGUMENT for an
 // enum value this build does not know or a negative number (naming the field).

@@ -236,89 +236,298 @@ class AdmittedBytes {
 
 }  // namespace
 
+absl::StatusOr<SampleCrop> PlanSampleCrop(int width, int height, const TransformSpec& spec,
+                                          uint64_t augment_seed) {
+  if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
+  if (width <= 0 || height <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("no crop of a %dx%d image", width, height));
+  }
+  SampleCrop crop;
+  crop.mode = spec.mode;
+  crop.source_width = width;
+  crop.source_height = height;
+  crop.output = spec.crop;
+  switch (spec.mode) {
+    case TransformMode::kCenter: {
+      absl::StatusOr<CenterGeometry> g = CenterResizeCrop(width, height, spec.resize, spec.crop);
+      if (!g.ok()) return g.status();
+      crop.left = g->left;
+      crop.top = g->top;
+      crop.width = crop.height = spec.crop;
+      crop.resize_width = g->new_w;
+      crop.resize_height = g->new_h;
+      break;
+    }
+    case TransformMode::kRandom: {
+      const CropParams p = RandomResizedCropParams(width, height, augment_seed);
+      crop.left = p.left;
+      crop.top = p.top;
+      crop.width = p.width;
+      crop.height = p.height;
+      crop.flip = p.flip;
+      break;
+    }
+  }
+  return crop;
+}
+
+namespace {
+
+// A crop that came over the wire: every field within what PlanSampleCrop can make for
+// a source_width x source_height image, so the taps below stay inside the image.
+absl::Status CheckCrop(const SampleCrop& c) {
+  if (c.output < 1 || c.output > kMaxCrop) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("crop output %d is outside [1, %d]", c.output, kMaxCrop));
+  }
+  if (c.source_width <= 0 || c.source_height <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("crop of a %dx%d image", c.source_width, c.source_height));
+  }
+  switch (c.mode) {
+    case TransformMode::kCenter:
+      if (c.resize_width < 1 || c.resize_height < 1 || c.resize_width > kMaxResizedSide ||
+          c.resize_height > kMaxResizedSide || c.width != c.output || c.height != c.output ||
+          c.left < 0 || c.top < 0 || int64_t{c.left} + c.output > c.resize_width ||
+          int64_t{c.top} + c.output > c.resize_height) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "center crop %dx%d at (left %d, top %d) of the image resized to %dx%d is not "
+            "inside it (output %d)",
+            c.width, c.height, c.left, c.top, c.resize_width, c.resize_height, c.output));
+      }
+      return absl::OkStatus();
+    case TransformMode::kRandom: {
+      const CropParams p{c.top, c.left, c.height, c.width, c.flip};
+      return CheckRegion(p, c.source_width, c.source_height);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown transform mode %d", static_cast<int>(c.mode)));
+}
+
+// What decoding `crop` of an image with header `info` takes: the DCT scale, the taps
+// (in the coordinates of the whole stored image decoded at that scale) and the
+// rectangle of those pixels the taps read.
+struct CropDecodePlan {
+  internal::ScalingFactor f;
+  int scaled_w = 0;
+  int scaled_h = 0;
+  internal::PixelRect needed;
+};
+
+// REQUIRES: CheckCrop(crop) is OK. Fills `*taps` (the calling thread's, reused).
+CropDecodePlan PlanCropDecode(const ImageInfo& info, const SampleCrop& crop, bool dct_scaling,
+                              ResampleTaps* taps) {
+  const int w = crop.source_width, h = crop.source_height;
+  // The region (in original pixels) that must keep at least `need_w` x `need_h`
+  // pixels after DCT scaling: for kCenter the whole image must stay at least
+  // the resized size (short side >= S), for kRandom the crop region >= C.
+  int64_t region_w = w, region_h = h, need_w = 0, need_h = 0;
+  switch (crop.mode) {
+    case TransformMode::kCenter:
+      need_w = crop.resize_width;
+      need_h = crop.resize_height;
+      break;
+    case TransformMode::kRandom:
+      region_w = crop.width;
+      region_h = crop.height;
+      need_w = need_h = crop.output;
+      break;
+  }
+  CropDecodePlan plan;
+  if (dct_scaling && info.format == ImageFormat::kJpeg) {
+    plan.f = internal::ChooseScalingFactor([&](internal::ScalingFactor s) {
+      return region_w * s.num >= need_w * s.denom && region_h * s.num >= need_h * s.denom;
+    });
+  }
+  plan.scaled_w = internal::ScaledSize(w, plan.f);
+  plan.scaled_h = internal::ScaledSize(h, plan.f);
+  const double factor = static_cast<double>(plan.f.num) / plan.f.denom;
+  switch (crop.mode) {
+    case TransformMode::kCenter: {
+      const CenterGeometry g{crop.resize_width, crop.resize_height, crop.top, crop.left};
+      CenterTaps(g, w, h, plan.scaled_w, plan.scaled_h, factor, crop.output, taps);
+      break;
+    }
+    case TransformMode::kRandom:
+      RegionTaps(CropParams{crop.top, crop.left, crop.height, crop.width, crop.flip}, plan.scaled_w,
+                 plan.scaled_h, factor, crop.output, taps);
+      break;
+  }
+  // Only the pixels the taps read: a sequential JPEG decodes just that rectangle.
+  plan.needed = internal::PixelRect{taps->x.needed_lo, taps->y.needed_lo,
+                                    taps->x.needed_hi - taps->x.needed_lo,
+                                    taps->y.needed_hi - taps->y.needed_lo};
+  return plan;
+}
+
+// The decode buffers decoding `want` of `encoded` (header `info`) at `f` allocates:
+// the region decode's when it applies, else the whole image's.
+int64_t CropDecodeBytes(const ImageInfo& info, absl::string_view encoded, internal::ScalingFactor f,
+                        const internal::PixelRect& want) {
+  return internal::RegionDecodable(info, encoded)
+             ? internal::RegionDecodeBytes(want, internal::ScaledSize(info.width, f),
+                                           internal::ScaledSize(info.height, f))
+             : DecodeBufferBytes(info, f.num, f.denom);
+}
+
+// Decodes the part of `encoded` (header `info`; the stored image or its cut at
+// `window`) that `crop` reads and resamples it into `out_chw`.
+absl::Status DecodeCrop(absl::string_view encoded, const ImageInfo& info, const SampleCrop& crop,
+                        bool dct_scaling, const SourceWindow& window, uint8_t* out_chw,
+                        DecodeAdmission* admission) {
+  thread_local ResampleTaps taps;  // its vectors keep their capacity between images
+  const CropDecodePlan plan = PlanCropDecode(info, crop, dct_scaling, &taps);
+  const internal::ScalingFactor f = plan.f;
+  // The window's origin in the scaled image: whole pixels, as a cut's corner is on the
+  // MCU grid (a multiple of 8) and the scales are 1/1 .. 1/8.
+  if ((int64_t{window.left} * f.num) % f.denom != 0 ||
+      (int64_t{window.top} * f.num) % f.denom != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a cut at (%d, %d) is not on the %d/%d scale's pixel grid", window.left,
+                        window.top, f.num, f.denom));
+  }
+  const int origin_x = static_cast<int>(int64_t{window.left} * f.num / f.denom);
+  const int origin_y = static_cast<int>(int64_t{window.top} * f.num / f.denom);
+  const int window_w = internal::ScaledSize(window.width, f);
+  const int window_h = internal::ScaledSize(window.height, f);
+  const internal::PixelRect& needed = plan.needed;
+  if (needed.x < origin_x || needed.y < origin_y || needed.x + needed.width > origin_x + window_w ||
+      needed.y + needed.height > origin_y + window_h) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the image sent (%dx%d at (%d, %d) of the stored %dx%d) does not hold the pixels "
+        "the crop reads",
+        window.width, window.height, window.left, window.top, crop.source_width,
+        crop.source_height));
+  }
+  // `needed` in the coordinates of the image in `encoded`.
+  const internal::PixelRect want{needed.x - origin_x, needed.y - origin_y, needed.width,
+                                 needed.height};
+  const bool region_decode = internal::RegionDecodable(info, encoded);
+
+  // Decided from the header alone, before any pixel buffer exists.
+  std::optional<AdmittedBytes> admitted;
+  if (admission != nullptr) {
+    const int64_t bytes = CropDecodeBytes(info, encoded, f, want);
+    if (absl::Status s = admission->Acquire(bytes); !s.ok()) return s;
+    admitted.emplace(admission, bytes);
+  }
+
+  thread_local RgbImage scratch;
+  internal::PixelRect got{0, 0, window_w, window_h};
+  absl::Status status = region_decode ? internal::DecodeJpegRegion(encoded, f, want, &scratch, &got)
+                                      : internal::DecodeInto(encoded, f, &scratch);
+  if (status.ok() && (scratch.width != got.width || scratch.height != got.height ||
+                      got.x > want.x || got.y > want.y || got.x + got.width < want.x + want.width ||
+                      got.y + got.height < want.y + want.height)) {
+    status = absl::InternalError(absl::StrFormat(
+        "decoded %dx%d at (%d, %d), needed %dx%d at (%d, %d) of %dx%d (header %dx%d, scale "
+        "%d/%d)",
+        scratch.width, scratch.height, got.x, got.y, want.width, want.height, want.x, want.y,
+        window_w, window_h, info.width, info.height, f.num, f.denom));
+  }
+  if (status.ok())
+    Resample(scratch, origin_x + got.x, origin_y + got.y, taps, crop.output, out_chw);
+  if (scratch.pixels.capacity() > kMaxRetainedScratch) {
+    std::vector<uint8_t>().swap(scratch.pixels);
+  }
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<EncodedPlan> PlanEncodedSample(absl::string_view encoded, const TransformSpec& spec,
+                                              uint64_t augment_seed) {
+  if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
+  EncodedPlan plan;
+  absl::StatusOr<ImageInfo> info = ReadImageInfo(encoded);
+  if (!info.ok()) return info.status();
+  plan.info = *info;
+  absl::StatusOr<SampleCrop> crop = PlanSampleCrop(info->width, info->height, spec, augment_seed);
+  if (!crop.ok()) return crop.status();
+  plan.crop = *crop;
+  ResampleTaps taps;
+  const CropDecodePlan decode = PlanCropDecode(plan.info, plan.crop, spec.dct_scaling, &taps);
+  plan.decode_bytes = CropDecodeBytes(plan.info, encoded, decode.f, decode.needed);
+  return plan;
+}
+
+absl::StatusOr<SourceRect> SourcePixelsRead(const ImageInfo& info, const SampleCrop& crop,
+                                            bool dct_scaling) {
+  if (absl::Status s = CheckCrop(crop); !s.ok()) return s;
+  ResampleTaps taps;
+  const CropDecodePlan plan = PlanCropDecode(info, crop, dct_scaling, &taps);
+  // Scaled pixel x covers source pixels [x * denom / num, (x + 1) * denom / num).
+  const int num = plan.f.num, denom = plan.f.denom;
+  const auto to_source_lo = [&](int v) { return static_cast<int>(int64_t{v} * denom / num); };
+  const auto to_source_hi = [&](int v, int limit) {
+    return static_cast<int>(std::min<int64_t>((int64_t{v} * denom + num - 1) / num, limit));
+  };
+  SourceRect rect;
+  rect.left = to_source_lo(plan.needed.x);
+  rect.top = to_source_lo(plan.needed.y);
+  rect.width = to_source_hi(plan.needed.x + plan.needed.width, crop.source_width) - rect.left;
+  rect.height = to_source_hi(plan.needed.y + plan.needed.height, crop.source_height) - rect.top;
+  return rect;
+}
+
+absl::Status DecodeWithCrop(absl::string_view encoded, const SampleCrop& crop, bool dct_scaling,
+                            uint8_t* out_chw, DecodeAdmission* admission,
+                            const SourceWindow* window) {
+  if (absl::Status s = CheckCrop(crop); !s.ok()) return s;
+  absl::StatusOr<ImageInfo> info = ReadImageInfo(encoded);
+  if (!info.ok()) return info.status();
+  SourceWindow whole{0, 0, crop.source_width, crop.source_height};
+  const SourceWindow& w = window != nullptr ? *window : whole;
+  if (w.left < 0 || w.top < 0 || w.width <= 0 || w.height <= 0 ||
+      int64_t{w.left} + w.width > crop.source_width ||
+      int64_t{w.top} + w.height > crop.source_height) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cut %dx%d at (%d, %d) is not inside the stored %dx%d image", w.width,
+                        w.height, w.left, w.top, crop.source_width, crop.source_height));
+  }
+  if (info->width != w.width || info->height != w.height) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the image's header says %dx%d, its crop was planned for %dx%d",
+                        info->width, info->height, w.width, w.height));
+  }
+  if (window != nullptr && info->format != ImageFormat::kJpeg) {
+    return absl::InvalidArgumentError("a cut image must be a JPEG");
+  }
+  // The scale is chosen and the taps placed on the stored image's size: with a cut,
+  // `info` holds the cut's size, the rest of the header is the stored image's.
+  ImageInfo source_info = *info;
+  source_info.width = crop.source_width;
+  source_info.height = crop.source_height;
+  return DecodeCrop(encoded, window != nullptr ? *info : source_info, crop, dct_scaling, w, out_chw,
+                    admission);
+}
+
+absl::Status ApplyCrop(const RgbImage& image, const SampleCrop& crop, uint8_t* out_chw) {
+  if (absl::Status s = CheckImage(image); !s.ok()) return s;
+  if (absl::Status s = CheckCrop(crop); !s.ok()) return s;
+  if (image.width != crop.source_width || image.height != crop.source_height) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a %dx%d image, its crop was planned for %dx%d", image.width, image.height,
+                        crop.source_width, crop.source_height));
+  }
+  ResampleTaps taps;
+  ImageInfo info;  // not a JPEG: no DCT scale
+  PlanCropDecode(info, crop, /*dct_scaling=*/false, &taps);
+  Resample(image, 0, 0, taps, crop.output, out_chw);
+  return absl::OkStatus();
+}
+
 absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& spec,
                                 uint64_t augment_seed, uint8_t* out_chw,
                                 DecodeAdmission* admission) {
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
   absl::StatusOr<ImageInfo> info = ReadImageInfo(encoded);
   if (!info.ok()) return info.status();
-  const int w = info->width, h = info->height;
-
-  // The region (in original pixels) that must keep at least `need_w` x `need_h`
-  // pixels after DCT scaling: for kCenter the whole image must stay at least
-  // the resized size (short side >= S), for kRandom the crop region >= C.
-  CenterGeometry center;
-  CropParams region;
-  int64_t region_w = w, region_h = h, need_w = 0, need_h = 0;
-  switch (spec.mode) {
-    case TransformMode::kCenter: {
-      absl::StatusOr<CenterGeometry> g = CenterResizeCrop(w, h, spec.resize, spec.crop);
-      if (!g.ok()) return g.status();
-      center = *g;
-      need_w = center.new_w;
-      need_h = center.new_h;
-      break;
-    }
-    case TransformMode::kRandom:
-      region = RandomResizedCropParams(w, h, augment_seed);
-      region_w = region.width;
-      region_h = region.height;
-      need_w = need_h = spec.crop;
-      break;
-  }
-  internal::ScalingFactor f;
-  if (spec.dct_scaling && info->format == ImageFormat::kJpeg) {
-    f = internal::ChooseScalingFactor([&](internal::ScalingFactor s) {
-      return region_w * s.num >= need_w * s.denom && region_h * s.num >= need_h * s.denom;
-    });
-  }
-
-  const int scaled_w = internal::ScaledSize(w, f), scaled_h = internal::ScaledSize(h, f);
-  const double factor = static_cast<double>(f.num) / f.denom;
-  thread_local ResampleTaps taps;  // its vectors keep their capacity between images
-  switch (spec.mode) {
-    case TransformMode::kCenter:
-      CenterTaps(center, w, h, scaled_w, scaled_h, factor, spec.crop, &taps);
-      break;
-    case TransformMode::kRandom:
-      RegionTaps(region, scaled_w, scaled_h, factor, spec.crop, &taps);
-      break;
-  }
-  // Only the pixels the taps read: a sequential JPEG decodes just that rectangle.
-  const internal::PixelRect needed{taps.x.needed_lo, taps.y.needed_lo,
-                                   taps.x.needed_hi - taps.x.needed_lo,
-                                   taps.y.needed_hi - taps.y.needed_lo};
-  const bool region_decode = internal::RegionDecodable(*info, encoded);
-
-  // Decided from the header alone, before any pixel buffer exists.
-  std::optional<AdmittedBytes> admitted;
-  if (admission != nullptr) {
-    const int64_t bytes = region_decode ? internal::RegionDecodeBytes(needed, scaled_w, scaled_h)
-                                        : DecodeBufferBytes(*info, f.num, f.denom);
-    if (absl::Status s = admission->Acquire(bytes); !s.ok()) return s;
-    admitted.emplace(admission, bytes);
-  }
-
-  thread_local RgbImage scratch;
-  internal::PixelRect got{0, 0, scaled_w, scaled_h};
-  absl::Status status = region_decode
-                            ? internal::DecodeJpegRegion(encoded, f, needed, &scratch, &got)
-                            : internal::DecodeInto(encoded, f, &scratch);
-  if (status.ok() &&
-      (scratch.width != got.width || scratch.height != got.height || got.x > needed.x ||
-       got.y > needed.y || got.x + got.width < needed.x + needed.width ||
-       got.y + got.height < needed.y + needed.height)) {
-    status = absl::InternalError(absl::StrFormat(
-        "decoded %dx%d at (%d, %d), needed %dx%d at (%d, %d) of %dx%d (header %dx%d, scale "
-        "%d/%d)",
-        scratch.width, scratch.height, got.x, got.y, needed.width, needed.height, needed.x,
-        needed.y, scaled_w, scaled_h, w, h, f.num, f.denom));
-  }
-  if (status.ok()) Resample(scratch, got.x, got.y, taps, spec.crop, out_chw);
-  if (scratch.pixels.capacity() > kMaxRetainedScratch) {
-    std::vector<uint8_t>().swap(scratch.pixels);
-  }
-  return status;
+  absl::StatusOr<SampleCrop> crop = PlanSampleCrop(info->width, info->height, spec, augment_seed);
+  if (!crop.ok()) return crop.status();
+  return DecodeCrop(encoded, *info, *crop, spec.dct_scaling,
+                    SourceWindow{0, 0, info->width, info->height}, out_chw, admission);
 }
 
 }  // namespace shardcast

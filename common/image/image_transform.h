@@ -63,6 +63,87 @@ absl::Status DecodeAndTransform(absl::string_view encoded, const TransformSpec& 
                                 uint64_t augment_seed, uint8_t* out_chw,
                                 DecodeAdmission* admission = nullptr);
 
+// --- Encoded delivery: the transform planned on the server, applied on the client ---
+
+// What a job's transform does to one image, decided from the image's size and the
+// augment seed alone (no pixels). The server plans it (PlanSampleCrop) and sends it
+// beside the image as stored (proto EncodedImage); a client applies it to the decoded
+// image (DecodeWithCrop). DecodeAndTransform is the two in one call, so both sides
+// make the same bytes by construction.
+struct SampleCrop {
+  TransformMode mode = TransformMode::kCenter;
+  int source_width = 0;  // the stored image's, from its header
+  int source_height = 0;
+  // kRandom: the window (source pixels) resized to output x output, mirrored if flip.
+  // kCenter: the output x output window at (left, top) of the source resized to
+  // resize_width x resize_height (torchvision Resize + CenterCrop).
+  int left = 0;
+  int top = 0;
+  int width = 0;
+  int height = 0;
+  int resize_width = 0;  // kCenter only
+  int resize_height = 0;
+  bool flip = false;
+  int output = 0;  // the sample is 3 x output x output
+};
+
+// The transform `spec` with `augment_seed` makes of a width x height image.
+// INVALID_ARGUMENT for a spec out of its limits or a geometry no image can have (an
+// aspect ratio too extreme for Resize): the decode would fail alike.
+absl::StatusOr<SampleCrop> PlanSampleCrop(int width, int height, const TransformSpec& spec,
+                                          uint64_t augment_seed);
+
+// Where the bytes a client decodes lie in the stored image: all of it, or a lossless
+// cut (proto EncodedImage.cut_*): the part at (left, top), width x height, whose left
+// and top are multiples of the JPEG's MCU size.
+struct SourceWindow {
+  int left = 0;
+  int top = 0;
+  int width = 0;
+  int height = 0;
+};
+
+// What the server knows of an image in encoded delivery, without decoding it: its
+// header, its crop, and the decode buffers the decode of the whole stored image needs
+// (DecodeBufferBytes, or the region decode's), which a server compares with its
+// --max-decode-memory to substitute exactly the images server delivery substitutes.
+struct EncodedPlan {
+  ImageInfo info;
+  SampleCrop crop;
+  int64_t decode_bytes = 0;
+};
+// Errors are the ones DecodeAndTransform of the same bytes returns before decoding
+// (unreadable header, size over the pixel limit, impossible geometry).
+absl::StatusOr<EncodedPlan> PlanEncodedSample(absl::string_view encoded, const TransformSpec& spec,
+                                              uint64_t augment_seed);
+
+// The rectangle of the stored image (source pixels) that DecodeWithCrop reads for
+// `crop`: the resampling windows, widened to whole source pixels. A lossless cut
+// must hold it, plus a margin for chroma upsampling (jpeg_lossless_cut.h).
+struct SourceRect {
+  int left = 0;
+  int top = 0;
+  int width = 0;
+  int height = 0;
+};
+absl::StatusOr<SourceRect> SourcePixelsRead(const ImageInfo& info, const SampleCrop& crop,
+                                            bool dct_scaling);
+
+// Decodes `encoded` (the stored image, or the cut of it at `window`; null = the whole)
+// and writes `crop`'s 3 * output * output bytes of planar RGB to `out_chw`. With the
+// server's `dct_scaling`, the bytes equal DecodeAndTransform's of the stored image with
+// the spec and seed that planned `crop`. Untrusted input: the crop is checked against
+// the header (size, window inside the image, a cut that holds the pixels read), and
+// `admission` (if any) is asked for the decode buffers before any is allocated, as
+// DecodeAndTransform does.
+absl::Status DecodeWithCrop(absl::string_view encoded, const SampleCrop& crop, bool dct_scaling,
+                            uint8_t* out_chw, DecodeAdmission* admission = nullptr,
+                            const SourceWindow* window = nullptr);
+
+// `crop` applied to pixels already decoded at full size (no DCT scaling): the
+// reference a GPU implementation of the same resize is compared with.
+absl::Status ApplyCrop(const RgbImage& image, const SampleCrop& crop, uint8_t* out_chw);
+
 // --- Lower-level pieces (exposed for tests and benchmarks) ---
 
 // What the header says (ImageInfo, image_types.h), without decoding pixels.

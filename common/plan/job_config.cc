@@ -50,6 +50,16 @@ const char* NameOrNull(TransformMode mode) {
   return nullptr;
 }
 
+const char* NameOrNull(ImageDelivery delivery) {
+  switch (delivery) {
+    case ImageDelivery::kServer:
+      return "server";
+    case ImageDelivery::kEncoded:
+      return "encoded";
+  }
+  return nullptr;
+}
+
 template <typename Enum>
 std::vector<Enum> AllValues() {
   std::vector<Enum> values;
@@ -110,6 +120,7 @@ std::vector<std::pair<const char*, std::string>> Settings(const JobConfig& confi
       {"transform.dct_scaling", t.dct_scaling ? "true" : "false"},
       {"image", config.image ? "true" : "false"},
       {"fields", FieldSpecsString(config.fields)},
+      {"delivery", ImageDeliveryName(config.delivery)},
   };
 }
 
@@ -118,6 +129,7 @@ std::vector<std::pair<const char*, std::string>> Settings(const JobConfig& confi
 const char* SplitName(Split split) { return NameOf(split); }
 const char* RemainderName(Remainder remainder) { return NameOf(remainder); }
 const char* TransformModeName(TransformMode mode) { return NameOf(mode); }
+const char* ImageDeliveryName(ImageDelivery delivery) { return NameOf(delivery); }
 absl::StatusOr<Split> ParseSplit(absl::string_view name) { return ParseName<Split>("split", name); }
 absl::StatusOr<Remainder> ParseRemainder(absl::string_view name) {
   return ParseName<Remainder>("remainder", name);
@@ -125,12 +137,17 @@ absl::StatusOr<Remainder> ParseRemainder(absl::string_view name) {
 absl::StatusOr<TransformMode> ParseTransformMode(absl::string_view name) {
   return ParseName<TransformMode>("transform", name);
 }
+absl::StatusOr<ImageDelivery> ParseImageDelivery(absl::string_view name) {
+  return ParseName<ImageDelivery>("delivery", name);
+}
 std::vector<Split> AllSplits() { return AllValues<Split>(); }
 std::vector<Remainder> AllRemainders() { return AllValues<Remainder>(); }
 std::vector<TransformMode> AllTransformModes() { return AllValues<TransformMode>(); }
 std::vector<std::string> SplitNames() { return AllNames<Split>(); }
 std::vector<std::string> RemainderNames() { return AllNames<Remainder>(); }
 std::vector<std::string> TransformModeNames() { return AllNames<TransformMode>(); }
+std::vector<ImageDelivery> AllImageDeliveries() { return AllValues<ImageDelivery>(); }
+std::vector<std::string> ImageDeliveryNames() { return AllNames<ImageDelivery>(); }
 
 JobConfig ApplyOverrides(const JobOverrides& o, JobConfig base) {
   PlanConfig& p = base.plan;
@@ -148,12 +165,14 @@ JobConfig ApplyOverrides(const JobOverrides& o, JobConfig base) {
   if (o.crop) t.crop = *o.crop;
   if (o.image) base.image = *o.image;
   if (o.fields) base.fields = *o.fields;
+  if (o.delivery) base.delivery = *o.delivery;
   return base;
 }
 
 int64_t BatchMessageBytes(const JobConfig& config) {
+  const bool pixels = config.image && config.delivery == ImageDelivery::kServer;
   const int64_t sample_pixels =
-      config.image ? int64_t{3} * config.transform.crop * config.transform.crop : 0;
+      pixels ? int64_t{3} * config.transform.crop * config.transform.crop : 0;
   return int64_t{config.plan.batch_size} * (sample_pixels + kSampleOverheadBytes) +
          kBatchOverheadBytes;
 }
@@ -182,6 +201,11 @@ absl::Status Validate(const JobConfig& config, const JobLimits& limits) {
   if (!config.image && config.fields.empty()) {
     return absl::InvalidArgumentError(
         "image: a job without images must ask for at least one field (e.g. fields txt)");
+  }
+  if (!config.image && config.delivery != ImageDelivery::kServer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "delivery: ", ImageDeliveryName(config.delivery),
+        " says where images are decoded, and this job has none (image false): leave it unset"));
   }
   if (config.fields.size() > kMaxFields) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -222,6 +246,11 @@ std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig&
   // before fields existed.
   if (!config.fields.empty())
     digest.AddString(absl::StrCat("fields:", FieldSpecsString(config.fields)));
+  // Encoded delivery sends other bytes (the members as stored, with their crops), so a
+  // stream must not resume across a change of it. Server delivery digests nothing, so
+  // those fingerprints are those of before delivery modes existed.
+  if (config.image && config.delivery == ImageDelivery::kEncoded)
+    digest.AddString("delivery:encoded");
   digest.AddU64(kSubstitutionVersion);
   digest.AddU64(static_cast<uint64_t>(serve.max_member_bytes));
   digest.AddU64(static_cast<uint64_t>(serve.max_decode_bytes));

@@ -32,6 +32,11 @@ enum class TransformMode {
   kCenter,  // Resize(short side = resize, bilinear, antialias) + CenterCrop(crop)
   kRandom,  // RandomResizedCrop(crop, scale=(0.08,1), ratio=(3/4,4/3)) + HFlip(p=0.5)
 };
+// Where a job's images are decoded (proto ImageDelivery).
+enum class ImageDelivery {
+  kServer,   // the server decodes and transforms; batches carry pixels
+  kEncoded,  // batches carry each image as stored plus its transform's parameters
+};
 
 // Enumerators take the implicit values 0, 1, ...: job_config.cc finds them by walking
 // up from 0 through its name switches (so add a name with a new enumerator; -Wswitch
@@ -42,17 +47,21 @@ enum class TransformMode {
 const char* SplitName(Split split);
 const char* RemainderName(Remainder remainder);
 const char* TransformModeName(TransformMode mode);
+const char* ImageDeliveryName(ImageDelivery delivery);
 absl::StatusOr<Split> ParseSplit(absl::string_view name);
 absl::StatusOr<Remainder> ParseRemainder(absl::string_view name);
 absl::StatusOr<TransformMode> ParseTransformMode(absl::string_view name);
+absl::StatusOr<ImageDelivery> ParseImageDelivery(absl::string_view name);
 // Every enumerator, in enum order.
 std::vector<Split> AllSplits();
 std::vector<Remainder> AllRemainders();
 std::vector<TransformMode> AllTransformModes();
+std::vector<ImageDelivery> AllImageDeliveries();
 // Every accepted name, in enum order (for --help and choice flags).
 std::vector<std::string> SplitNames();
 std::vector<std::string> RemainderNames();
 std::vector<std::string> TransformModeNames();
+std::vector<std::string> ImageDeliveryNames();
 
 struct PlanConfig {
   int32_t world_size = 1;
@@ -91,6 +100,10 @@ struct JobConfig {
   // The sample members each batch carries as stored in the tar, in this order
   // (field_spec.h). A sample without a required one is left out of the plan.
   std::vector<FieldSpec> fields;
+  // Where the images are decoded (a job with images only): kEncoded batches carry the
+  // image members as stored with the transform's parameters for each (same samples,
+  // same crops), for the trainer to decode.
+  ImageDelivery delivery = ImageDelivery::kServer;
 };
 
 // The built-in job defaults, the seed's: batch 32, split shard, remainder drop, one
@@ -119,6 +132,7 @@ struct JobOverrides {
   std::optional<int32_t> crop;
   std::optional<bool> image;
   std::optional<std::vector<FieldSpec>> fields;
+  std::optional<ImageDelivery> delivery;
 };
 
 // `base` with every set field of `overrides` replacing its value. world_size is
@@ -140,10 +154,11 @@ struct JobLimits {
   int64_t max_message_bytes = int64_t{512} << 20;
 };
 
-// Bytes of one Batch message of this config: pixels (none for a members-only job)
-// plus a generous per-sample and per-message allowance for labels, keys and flags.
-// Member bytes are not in it: they depend on the samples (the server bounds them by
-// --max-member-bytes and counts each batch's in its batch memory).
+// Bytes of one Batch message of this config: pixels (none for a members-only job or
+// one with encoded delivery) plus a generous per-sample and per-message allowance for
+// labels, keys and flags. Member bytes (encoded images included) are not in it: they
+// depend on the samples (the server bounds them by --max-member-bytes and counts each
+// batch's in its batch memory).
 int64_t BatchMessageBytes(const JobConfig& config);
 
 // Every limit above, the transform's consistency (center: resize >= crop), the
@@ -184,6 +199,7 @@ inline constexpr int kSubstitutionVersion = 2;
 // and every setting that decides which samples a batch holds and which bytes each
 // image becomes: split, remainder, workers, seed, shuffles, block size, transform
 // (unless the job has no image), whether there is an image, the fields asked for,
+// the delivery (encoded; server delivery digests nothing, as before it existed),
 // and the server's byte-changing settings (`serve`, with kSubstitutionVersion).
 // World size and batch size are NOT in it: they are compared on their own, so that
 // a later elastic resume can relax them. Settings that cannot change the batches

@@ -195,6 +195,7 @@ TEST(JobConfigFingerprint, CoversDataPlanAndTransformButNotWorldOrBatch) {
         c.image = false;
         c.fields = *ParseFieldSpecList("txt");
       },
+      [](JobConfig& c) { c.delivery = ImageDelivery::kEncoded; },
   };
   std::set<std::string> seen = {fp};
   for (size_t i = 0; i < changes.size(); ++i) {
@@ -260,7 +261,8 @@ TEST(JobConfigDifference, NamesTheFirstDifferingField) {
       JobConfigString(a),
       "world_size=4 batch_size=32 split=shard remainder=drop workers=1 seed=0 "
       "shuffle_shards=false shuffle_buffer=0 block_size=0 transform.mode=center "
-      "transform.resize=256 transform.crop=224 transform.dct_scaling=false image=true fields=");
+      "transform.resize=256 transform.crop=224 transform.dct_scaling=false image=true fields= "
+      "delivery=server");
 }
 
 }  // namespace
