@@ -188,6 +188,9 @@ absl::StatusOr<JobConfig> EffectiveJobConfig(const v1::RegisterRequest& request,
   absl::StatusOr<JobOverrides> overrides = OverridesFromRequest(request);
   if (!overrides.ok()) return overrides.status();
   JobConfig config = ApplyOverrides(*overrides, defaults);
+  // The server's default delivery is for jobs with images: a members-only job that
+  // leaves it unset is not refused for a setting it cannot use.
+  if (!config.image && !overrides->delivery) config.delivery = ImageDelivery::kServer;
   config.plan.world_size = request.world_size();
   absl::Status valid = Validate(config, limits);
   if (!valid.ok()) return valid;

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
 #include "common/plan/job_config.h"
@@ -376,6 +377,14 @@ absl::Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* cl
   AddSecurityFlags(flags, o);
   flags.Section("Job defaults (for what a RegisterRequest leaves unset):");
   AddJobFlags(&flags, built_in, &job);
+  // Server only: a trainer says where it decodes with its own flag (--decode).
+  flags.Add({{"--delivery"},
+             absl::StrJoin(ImageDeliveryNames(), "|"),
+             "server: batches carry decoded pixels; encoded: each image as stored with the\n"
+             "crop the transform makes of it, for the trainer to decode (same samples, same\n"
+             "crops; a job without images ignores it)",
+             ImageDeliveryName(built_in.delivery)},
+            1, EnumFlag(&ParseImageDelivery, &job.delivery));
   bool dct_scaling = built_in.transform.dct_scaling;
   flags.Bool({{"--dct-scaling"},
               "",

@@ -325,6 +325,9 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
                            "in the making)")
             : "",
         "\n");
+    if (job.delivery() == shardcast::v1::IMAGE_DELIVERY_ENCODED) {
+      out += "  delivery: encoded (images sent as stored with their crops; the trainer decodes)\n";
+    }
     if (!job.fields().empty()) out += JobFieldsLine(job);
     if (job.ranks().empty()) continue;
     std::vector<const shardcast::v1::RankStatus*> ranks;

@@ -76,6 +76,23 @@ std::vector<int32_t> FieldMembers(const SampleEntry& sample, const std::vector<F
   return members;
 }
 
+uint64_t SentMemberBytes(const SampleEntry& sample, const std::vector<FieldSpec>& fields,
+                         bool encoded_image, int64_t max_member_bytes) {
+  uint64_t bytes = 0;
+  for (int32_t member : FieldMembers(sample, fields)) {
+    if (member != kNoFieldMember) bytes += sample.members[member].size;
+  }
+  if (encoded_image && sample.image_member < sample.members.size()) {
+    const uint64_t image = sample.members[sample.image_member].size;
+    if (max_member_bytes <= 0 || image <= static_cast<uint64_t>(max_member_bytes)) bytes += image;
+  }
+  return bytes;
+}
+
+bool SendsEncodedImages(const JobConfig& config) {
+  return config.image && config.delivery == ImageDelivery::kEncoded;
+}
+
 absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const DatasetIndex& index,
                                                                      const JobConfig& config,
                                                                      int64_t max_member_bytes) {
@@ -89,7 +106,18 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
   selection->shard_sizes_ = index.ShardSampleCounts();
   selection->num_samples_ = index.num_samples;
   selection->positions_.resize(index.shards.size());
-  if (config.fields.empty()) return selection;
+  if (config.fields.empty()) {
+    if (SendsEncodedImages(config)) {
+      for (const ShardInfo& shard : index.shards) {
+        for (const SampleEntry& sample : shard.samples) {
+          selection->largest_sample_member_bytes_ =
+              std::max(selection->largest_sample_member_bytes_,
+                       SentMemberBytes(sample, {}, true, max_member_bytes));
+        }
+      }
+    }
+    return selection;
+  }
 
   std::map<std::string, int64_t> left_out;
   std::vector<int64_t> found(config.fields.size(), 0);  // samples that hold each field
@@ -100,7 +128,6 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
     for (size_t i = 0; i < samples.size(); ++i) {
       const std::vector<int32_t> members = FieldMembers(samples[i], config.fields);
       std::string reason;
-      uint64_t field_bytes = 0;
       for (size_t f = 0; f < members.size(); ++f) {
         if (members[f] == kNoFieldMember) {
           if (!config.fields[f].optional && reason.empty()) {
@@ -110,7 +137,6 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
         }
         ++found[f];
         const MemberRef& member = samples[i].members[members[f]];
-        field_bytes += member.size;
         if (max_member_bytes > 0 && member.size > static_cast<uint64_t>(max_member_bytes) &&
             reason.empty()) {
           reason = absl::StrCat("member '", ShortEscaped(member.ext), "' over --max-member-bytes (",
@@ -123,8 +149,9 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
         continue;
       }
       positions.push_back(static_cast<uint32_t>(i));
-      selection->largest_sample_field_bytes_ =
-          std::max(selection->largest_sample_field_bytes_, field_bytes);
+      selection->largest_sample_member_bytes_ = std::max(
+          selection->largest_sample_member_bytes_,
+          SentMemberBytes(samples[i], config.fields, SendsEncodedImages(config), max_member_bytes));
     }
     selection->shard_sizes_[s] = static_cast<uint32_t>(positions.size());
     selection->num_samples_ += static_cast<int64_t>(positions.size());

@@ -28,6 +28,15 @@ namespace shardcast {
 inline constexpr int32_t kNoFieldMember = -1;
 std::vector<int32_t> FieldMembers(const SampleEntry& sample, const std::vector<FieldSpec>& fields);
 
+// The bytes of `sample`'s members that a batch carries as stored: its `fields` and,
+// with `encoded_image` (a job with encoded delivery), its image member, unless that is
+// over `max_member_bytes` (0 = no limit): such an image is not read (the sample is
+// substituted, sent without data).
+uint64_t SentMemberBytes(const SampleEntry& sample, const std::vector<FieldSpec>& fields,
+                         bool encoded_image, int64_t max_member_bytes);
+// Whether `config`'s batches carry its images as stored (encoded delivery).
+bool SendsEncodedImages(const JobConfig& config);
+
 // How many samples of the dataset a job leaves out for one reason.
 struct LeftOut {
   std::string reason;  // "missing required field 'txt'", "member 'txt' over ..."
@@ -54,9 +63,10 @@ class JobSamples : public std::enable_shared_from_this<JobSamples> {
   // Whether a sample was left out for a member over --max-member-bytes: the limit
   // then decides what the job serves (its fingerprint carries it).
   bool member_limit_reached() const { return member_limit_reached_; }
-  // The most bytes the requested members of one selected sample take: with the
-  // pixels, what bounds a batch's message and its batch memory.
-  uint64_t largest_sample_field_bytes() const { return largest_sample_field_bytes_; }
+  // The most bytes the members a batch carries of one selected sample take
+  // (SentMemberBytes): with the pixels, what bounds a batch's message and its batch
+  // memory.
+  uint64_t largest_sample_member_bytes() const { return largest_sample_member_bytes_; }
 
   // The index's position of the `selected`-th selected sample of shard `shard`.
   int32_t IndexPosition(int32_t shard, int32_t selected) const;
@@ -78,7 +88,7 @@ class JobSamples : public std::enable_shared_from_this<JobSamples> {
   int64_t num_samples_ = 0;
   std::vector<LeftOut> left_out_;
   bool member_limit_reached_ = false;
-  uint64_t largest_sample_field_bytes_ = 0;
+  uint64_t largest_sample_member_bytes_ = 0;
 };
 
 }  // namespace shardcast

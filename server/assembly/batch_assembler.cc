@@ -19,6 +19,7 @@
 #include "common/shards/shard_reader.h"
 #include "common/util/retry_policy.h"
 #include "common/util/utf8.h"
+#include "server/assembly/encoded_image.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {
@@ -171,7 +172,7 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
                                                                         const BatchContent& content,
                                                                         BatchGrant grant) {
   const int batch_size = static_cast<int>(planned.samples.size());
-  const int crop = content.image ? content.transform.crop : 0;
+  const int crop = content.pixels() ? content.transform.crop : 0;
   absl::StatusOr<std::shared_ptr<AssembledBatch>> created = AssembledBatch::Create(
       batch_size, crop, stats_ ? &stats_->buffer_bytes : nullptr, std::move(grant));
   if (!created.ok()) return created.status();
@@ -180,7 +181,8 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
   header.set_epoch(planned.epoch);
   header.set_index(planned.index);
   if (content.image) {
-    for (int64_t dim : {int64_t{batch_size}, int64_t{3}, int64_t{crop}, int64_t{crop}}) {
+    const int64_t side = content.transform.crop;  // encoded: the decoded batch's shape
+    for (int64_t dim : {int64_t{batch_size}, int64_t{3}, side, side}) {
       header.add_shape(dim);
     }
   }
@@ -195,7 +197,7 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
       info->set_shard(-1);
       info->set_index_in_shard(-1);
       info->set_valid(false);
-      if (content.image) {
+      if (content.pixels()) {
         std::memset(batch->images() + i * batch->sample_bytes(), 0, batch->sample_bytes());
       }
       continue;
@@ -240,15 +242,10 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
         // the same must not skip the count below, or the batch would never finish.
         try {
           if (ReadFields(pending.get(), slot, ref) && pending->content->image) {
-            DecodeSample(pending.get(), slot, ref);
+            AssembleImage(pending.get(), slot, ref);
           }
         } catch (...) {
-          AssembledBatch& batch = *pending->batch;
-          if (pending->content->image) {
-            std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
-                        batch.sample_bytes());
-          }
-          pending->substituted[slot] = 1;
+          if (pending->content->image) WriteSubstitute(pending.get(), slot);
         }
       }
       if (pending->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) pending->Finish();
@@ -258,15 +255,14 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
 
 int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchContent& content) const {
   const int64_t pixels =
-      content.image ? int64_t{3} * content.transform.crop * content.transform.crop : 0;
+      content.pixels() ? int64_t{3} * content.transform.crop * content.transform.crop : 0;
   int64_t bytes = pixels * static_cast<int64_t>(planned.samples.size());
-  if (content.fields.empty()) return bytes;
+  if (content.fields.empty() && !content.encoded_images()) return bytes;
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
     const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
-    for (int32_t member : FieldMembers(entry, content.fields)) {
-      if (member != kNoFieldMember) bytes += static_cast<int64_t>(entry.members[member].size);
-    }
+    bytes += static_cast<int64_t>(
+        SentMemberBytes(entry, content.fields, content.encoded_images(), limits_.max_member_bytes));
   }
   return bytes;
 }
@@ -370,8 +366,8 @@ absl::Status BatchAssembler::GivenUp(const absl::Status& last,
   return given_up;
 }
 
-absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
-                                           uint8_t* out, bool* read_failed) {
+absl::StatusOr<std::string> BatchAssembler::ReadImage(const PendingBatch& pending,
+                                                      const SampleRef& ref, bool* read_failed) {
   const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
   if (entry.image_member >= entry.members.size()) {
     return absl::InternalError("sample has no image member in the index");
@@ -384,15 +380,19 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
                                                      " bytes is over --max-member-bytes ",
                                                      limits_.max_member_bytes, "; not read"));
   }
+  absl::StatusOr<std::string> encoded =
+      ReadRetryingHostErrors(pending, static_cast<uint32_t>(ref.shard), member);
+  if (!encoded.ok()) *read_failed = true;
+  return encoded;
+}
+
+absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
+                                           uint8_t* out, bool* read_failed) {
   // The read buffer and the decoder allocate; running out of memory there is this
   // sample's failure, not the process's (an exception must not leave a pool task).
   try {
-    absl::StatusOr<std::string> encoded =
-        ReadRetryingHostErrors(pending, static_cast<uint32_t>(ref.shard), member);
-    if (!encoded.ok()) {
-      *read_failed = true;
-      return encoded.status();
-    }
+    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, read_failed);
+    if (!encoded.ok()) return encoded.status();
     return DecodeAndTransform(*encoded, pending.content->transform, ref.augment_seed, out,
                               limits_.budget);
   } catch (const std::bad_alloc&) {
@@ -400,14 +400,42 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
   }
 }
 
-void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref) {
+absl::Status BatchAssembler::ReadAndEncode(const PendingBatch& pending, const SampleRef& ref,
+                                           shardcast::v1::EncodedImage* out, bool* read_failed) {
+  try {
+    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, read_failed);
+    if (!encoded.ok()) return encoded.status();
+    return EncodeImage(*std::move(encoded), pending.content->transform, ref.augment_seed,
+                       limits_.budget, out);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory while reading");
+  }
+}
+
+void BatchAssembler::WriteSubstitute(PendingBatch* pending, int slot) {
   AssembledBatch& batch = *pending->batch;
-  uint8_t* out = batch.images() + slot * batch.sample_bytes();
+  if (pending->content->pixels()) {
+    std::memset(batch.images() + slot * batch.sample_bytes(), kSubstituteByte,
+                batch.sample_bytes());
+  } else {
+    shardcast::v1::EncodedImage* encoded = batch.header().mutable_samples(slot)->mutable_encoded();
+    encoded->Clear();
+    encoded->set_output_size(pending->content->transform.crop);
+  }
+  pending->substituted[slot] = 1;
+}
+
+void BatchAssembler::AssembleImage(PendingBatch* pending, int slot, const SampleRef& ref) {
+  AssembledBatch& batch = *pending->batch;
   // The histogram's decode time includes the read and any wait for decode memory: the
   // time one sample holds a decode thread. Real time: it measures work, decides nothing.
   const absl::Time start = absl::Now();
   bool read_failed = false;
-  const absl::Status status = ReadAndDecode(*pending, ref, out, &read_failed);
+  const absl::Status status =
+      pending->content->pixels()
+          ? ReadAndDecode(*pending, ref, batch.images() + slot * batch.sample_bytes(), &read_failed)
+          : ReadAndEncode(*pending, ref, batch.header().mutable_samples(slot)->mutable_encoded(),
+                          &read_failed);
   if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
   if (read_failed && !IsBadData(status)) {  // the host's, the store's, a changed shard
@@ -415,8 +443,7 @@ void BatchAssembler::DecodeSample(PendingBatch* pending, int slot, const SampleR
     if (pending->failure.ok()) pending->failure = status;
     return;
   }
-  std::memset(out, kSubstituteByte, batch.sample_bytes());
-  pending->substituted[slot] = 1;
+  WriteSubstitute(pending, slot);
   if (stats_ != nullptr) {
     stats_->decode_errors.fetch_add(1, std::memory_order_relaxed);
     stats_->substitutions.fetch_add(1, std::memory_order_relaxed);

@@ -1,5 +1,6 @@
 // Turns a planned batch into bytes: reads each sample's image member, decodes and
-// transforms it into its slot of the batch buffer on the decode pool, reads the members
+// transforms it into its slot of the batch buffer on the decode pool (or, in encoded
+// delivery, puts it as stored with its crop in SampleInfo.encoded), reads the members
 // the job asks for beside it (SampleInfo.fields), and fills the Batch message fields
 // (labels, per-sample info) around them.
 #ifndef SHARDCAST_SERVER_ASSEMBLY_BATCH_ASSEMBLER_H_
@@ -31,10 +32,17 @@ namespace shardcast::server {
 
 // What each batch of a job holds (from its JobConfig): the transformed image, unless
 // `image` is false, and the members of `fields`, in that order, as stored in the tar.
+// With encoded delivery, the image is the member as stored with the crop the transform
+// makes of it (SampleInfo.encoded): Batch.shape is the decoded batch's, and there are
+// no pixels.
 struct BatchContent {
   bool image = true;
   TransformSpec transform;
   std::vector<FieldSpec> fields;
+  ImageDelivery delivery = ImageDelivery::kServer;
+
+  bool pixels() const { return image && delivery == ImageDelivery::kServer; }
+  bool encoded_images() const { return image && delivery == ImageDelivery::kEncoded; }
 };
 
 // One batch: the Batch message without its images, plus the image buffer
@@ -115,6 +123,11 @@ struct DecodeLimits {
 // label and key, and is flagged `substituted`; the failure is counted in
 // ServerStats::decode_errors / substitutions and logged with shard, key and error.
 // Padding entries (invalid SampleRefs) get a zero image, label -1, valid = false.
+// Encoded delivery reads alike and decodes nothing (encoded_image.h): a sample is
+// substituted (SampleInfo.encoded without data, flagged, counted, logged) for the
+// reasons server delivery substitutes it before decoding: its member not read or
+// over --max-member-bytes, its header unreadable or its geometry impossible, its
+// decode buffers alone over the decode budget. Padding then carries no `encoded`.
 // So is an image member over `limits.max_member_bytes` (not read; counted in
 // ServerStats::images_over_member_limit) and an image whose decode buffers alone
 // exceed the decode budget (not decoded; counted by the budget). Every decode waits
@@ -157,7 +170,8 @@ class BatchAssembler {
               std::function<void(bool complete)> done);
 
   // The bytes `planned` takes in batch memory with `content`: its pixels and the
-  // members of its valid samples (from the index: no I/O).
+  // members its valid samples send (SentMemberBytes: fields, encoded images; from the
+  // index, no I/O).
   int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content) const;
 
   // Tells the dataset's reader that the members of `planned` that `content` reads (the
@@ -168,7 +182,11 @@ class BatchAssembler {
 
  private:
   struct PendingBatch;
-  void DecodeSample(PendingBatch* pending, int slot, const SampleRef& ref);
+  // The sample's image into its slot (pixels, or SampleInfo.encoded), or its
+  // substitute, or the batch's failure.
+  void AssembleImage(PendingBatch* pending, int slot, const SampleRef& ref);
+  // The substitute (every byte 128, or an EncodedImage without data) in `slot`, flagged.
+  static void WriteSubstitute(PendingBatch* pending, int slot);
   // Reads the sample's fields into its SampleInfo. A failed read is the batch's failure
   // (named: shard, key, field); returns false then.
   bool ReadFields(PendingBatch* pending, int slot, const SampleRef& ref);
@@ -178,10 +196,17 @@ class BatchAssembler {
   // The UNAVAILABLE a read retried until `retry` gave up (or the stream was cancelled)
   // ends with: `last`'s message and marks, and how long it was retried.
   absl::Status GivenUp(const absl::Status& last, const util::RetryPolicy& retry) const;
-  // Reads and decodes one sample into `out` (3 x crop x crop bytes).
-  // `*read_failed` is set when the error is the read's (not the decode's).
+  // The sample's image member, unless it is over --max-member-bytes (then not read).
+  // `*read_failed` is set when the error is the read's.
+  absl::StatusOr<std::string> ReadImage(const PendingBatch& pending, const SampleRef& ref,
+                                        bool* read_failed);
+  // Reads and decodes one sample into `out` (3 x crop x crop bytes), or (encoded
+  // delivery) reads it into `out` as EncodeImage does. `*read_failed` is set when the
+  // error is the read's (not the decode's or the header's).
   absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out,
                              bool* read_failed);
+  absl::Status ReadAndEncode(const PendingBatch& pending, const SampleRef& ref,
+                             shardcast::v1::EncodedImage* out, bool* read_failed);
 
   const ServedDataset* const dataset_;
   DecodePool* const pool_;

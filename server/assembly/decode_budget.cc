@@ -13,12 +13,7 @@ DecodeBudget::DecodeBudget(int64_t limit_bytes) : limit_(limit_bytes) {}
 absl::Status DecodeBudget::Acquire(int64_t bytes) {
   bytes = std::max<int64_t>(bytes, 0);
   absl::MutexLock lock(&mu_);
-  if (bytes > limit_) {
-    ++refused_;
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "decoding needs ", FormatFlagSize(bytes), ", more than the whole decode budget (",
-        "--max-decode-memory ", FormatFlagSize(limit_), ")"));
-  }
+  if (bytes > limit_) return Refuse(bytes);
   const uint64_t ticket = next_ticket_++;
   struct Turn {
     DecodeBudget* budget;
@@ -37,6 +32,18 @@ absl::Status DecodeBudget::Acquire(int64_t bytes) {
   in_use_ += bytes;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   return absl::OkStatus();
+}
+
+absl::Status DecodeBudget::CheckFits(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  return bytes > limit_ ? Refuse(bytes) : absl::OkStatus();
+}
+
+absl::Status DecodeBudget::Refuse(int64_t bytes) {
+  ++refused_;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "decoding needs ", FormatFlagSize(bytes), ", more than the whole decode budget (",
+      "--max-decode-memory ", FormatFlagSize(limit_), ")"));
 }
 
 void DecodeBudget::Release(int64_t bytes) {

@@ -28,6 +28,10 @@ class DecodeBudget final : public DecodeAdmission {
   // over the limit (the caller substitutes that image).
   absl::Status Acquire(int64_t bytes) override ABSL_LOCKS_EXCLUDED(mu_);
   void Release(int64_t bytes) override ABSL_LOCKS_EXCLUDED(mu_);
+  // Acquire's refusal alone, acquiring nothing: RESOURCE_EXHAUSTED (counted in
+  // refused()) when `bytes` alone are over the limit. For encoded delivery, which
+  // substitutes the images server delivery would while the client decodes the rest.
+  absl::Status CheckFits(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t limit() const { return limit_; }
   int64_t in_use() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -39,6 +43,9 @@ class DecodeBudget final : public DecodeAdmission {
   int64_t waited() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // The refusal of `bytes` (> limit_), counted.
+  absl::Status Refuse(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int64_t limit_;
   mutable absl::Mutex mu_;
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;       // bytes admitted and not yet released

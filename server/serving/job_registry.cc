@@ -34,19 +34,28 @@ absl::Status CheckAgreement(const std::string& job, int32_t rank, const JobConfi
 }
 
 // A batch of the job's largest selected samples must fit one message: pixels and
-// overheads (BatchMessageBytes) plus every sample's requested members.
+// overheads (BatchMessageBytes) plus every sample's members sent as stored (fields,
+// encoded images).
 absl::Status CheckMessageSize(const JobConfig& config, const JobSamples& samples,
                               int64_t max_message_bytes) {
-  const int64_t members = static_cast<int64_t>(samples.largest_sample_field_bytes());
+  const int64_t members = static_cast<int64_t>(samples.largest_sample_member_bytes());
   const int64_t message_bytes = BatchMessageBytes(config) + config.plan.batch_size * members;
   if (message_bytes <= max_message_bytes) return absl::OkStatus();
+  const bool encoded = SendsEncodedImages(config);
+  std::string members_named = encoded ? "image as stored" : "";
+  if (!config.fields.empty()) {
+    absl::StrAppend(&members_named, encoded ? " and " : "", "'", FieldSpecsString(config.fields),
+                    "'");
+  }
   return absl::FailedPreconditionError(absl::StrCat(
-      "fields: a batch of ", config.plan.batch_size, " samples whose members take ", members,
-      " bytes each (the largest selected sample's '", FieldSpecsString(config.fields),
-      "') makes a ", message_bytes, "-byte message, above the server's max message size ",
-      max_message_bytes,
-      " (lower batch_size, leave the large field out, or lower --max-member-bytes to leave such "
-      "samples out)"));
+      encoded ? "delivery: " : "fields: ", "a batch of ", config.plan.batch_size,
+      " samples whose members take ", members, " bytes each (the largest selected sample's ",
+      members_named, ") makes a ", message_bytes,
+      "-byte message, above the server's max message size ", max_message_bytes,
+      encoded ? " (lower batch_size, use server delivery, or lower --max-member-bytes: an image "
+                "above it is substituted, not sent)"
+              : " (lower batch_size, leave the large field out, or lower --max-member-bytes to "
+                "leave such samples out)"));
 }
 
 }  // namespace
@@ -111,15 +120,15 @@ Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::strin
       dataset_(dataset),
       samples_(std::move(samples)),
       content_(std::make_shared<const BatchContent>(
-          BatchContent{config_.image, config_.transform, config_.fields})),
+          BatchContent{config_.image, config_.transform, config_.fields, config_.delivery})),
       peer_(std::move(peer)),
       last_active_(clock->Now()) {}
 
 int64_t Job::batch_memory_bytes() const {
   const int64_t pixels =
-      config_.image ? int64_t{3} * config_.transform.crop * config_.transform.crop : 0;
+      content_->pixels() ? int64_t{3} * config_.transform.crop * config_.transform.crop : 0;
   const int64_t members =
-      samples_ == nullptr ? 0 : static_cast<int64_t>(samples_->largest_sample_field_bytes());
+      samples_ == nullptr ? 0 : static_cast<int64_t>(samples_->largest_sample_member_bytes());
   return int64_t{config_.plan.batch_size} * (pixels + members);
 }
 

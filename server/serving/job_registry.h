@@ -83,10 +83,12 @@ class Job {
   // The samples the job serves; computed once, at its first registration, so that every
   // rank, every stream and an elastic resume plan over the same selection.
   const JobSamples& samples() const { return *samples_; }
-  // What each of its batches holds (the image or not, the fields), for the assembler.
+  // What each of its batches holds (the image or not, its delivery, the fields), for
+  // the assembler.
   const std::shared_ptr<const BatchContent>& content() const { return content_; }
   // The batch memory one batch of the job can take: its pixels and, for each sample,
-  // the requested members of the largest selected sample (a bound known at planning).
+  // the members the largest selected sample sends (its fields, its encoded image; a
+  // bound known at planning).
   int64_t batch_memory_bytes() const;
 
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two

@@ -193,7 +193,10 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
           "n=%d%s, job %s",
           LogSafe(request.job_id()), request.rank(), request.world_size(), response->dataset(),
           response->batch_size(),
-          response->image() ? absl::StrCat("crop ", response->transform().crop()) : "no image",
+          response->image()
+              ? absl::StrCat("crop ", response->transform().crop(),
+                             response->delivery() == v1::IMAGE_DELIVERY_ENCODED ? " encoded" : "")
+              : "no image",
           response->split() == v1::SPLIT_SHARD ? "shard" : "sample", response->batches_per_epoch(),
           FieldsDescription(*response), response->job_fingerprint()));
   return response;

@@ -156,6 +156,7 @@ void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse
     job_status->set_split(ToProto(job->config().plan.split));
     job_status->set_dataset(job->dataset().name);
     job_status->set_image(job->config().image);
+    job_status->set_delivery(ToProto(job->config().delivery));
     for (const FieldSpec& field : job->config().fields) job_status->add_fields(field.ToString());
     AddLeftOut(job->samples(), job_status->mutable_left_out());
     job_status->set_stalled_ranks(stalled);

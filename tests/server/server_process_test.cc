@@ -131,6 +131,46 @@ TEST_F(ServerProcessTest, DctScalingFlagChangesHowEveryJobDecodes) {
   EXPECT_NE(served[0], served[1]);  // 256 px decoded at 1/4 for a 36 px resize
 }
 
+// --delivery is the default of the jobs that leave it unset: with encoded, a plain
+// registration gets the images as stored (and the server's --dct-scaling to decode them
+// alike); a job may still ask for server delivery, and one without images is served.
+TEST_F(ServerProcessTest, DeliveryFlagIsTheDefaultOfJobsThatLeaveItUnset) {
+  ChildServer child({"--shards", data(), "--listen=127.0.0.1:0", "--batch-size=4", "--resize=40",
+                     "--crop=32", "--split=sample", "--delivery=encoded", "--dct-scaling"},
+                    log());
+  ASSERT_GT(child.port(), 0) << child.first_line();
+  auto stub = v1::Shardcast::NewStub(MakeChannel(child.target()));
+  ASSERT_TRUE(WaitForStatus(stub.get(), [](const v1::GetStatusResponse& s) {
+                return s.serving();
+              }).serving());
+  v1::RegisterResponse job;
+  ASSERT_TRUE(
+      Register(stub.get(), MakeRegister("plain", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0), &job).ok());
+  EXPECT_EQ(job.delivery(), v1::IMAGE_DELIVERY_ENCODED);
+  EXPECT_TRUE(job.transform().dct_scaling());
+  StreamResult result = StreamAll(stub.get(), "plain", 0, 0, 0);
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.batches.empty());
+  EXPECT_TRUE(result.batches[0].images().empty());
+  EXPECT_FALSE(result.batches[0].samples(0).encoded().data().empty());
+  EXPECT_EQ(result.batches[0].samples(0).encoded().output_size(), 32);
+
+  v1::RegisterRequest pixels = MakeRegister("pixels", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0);
+  pixels.set_delivery(v1::IMAGE_DELIVERY_SERVER);
+  ASSERT_TRUE(Register(stub.get(), pixels, &job).ok());
+  EXPECT_EQ(job.delivery(), v1::IMAGE_DELIVERY_SERVER);
+  v1::RegisterRequest labels = MakeRegister("labels", 0, 1, 0, v1::SPLIT_UNSPECIFIED, 0, 0);
+  labels.set_image(false);
+  labels.add_fields("cls");
+  ASSERT_TRUE(Register(stub.get(), labels, &job).ok());
+  EXPECT_EQ(job.delivery(), v1::IMAGE_DELIVERY_SERVER);
+  kill(child.pid(), SIGTERM);
+  EXPECT_EQ(child.WaitExit(20), 0);
+
+  std::string out;
+  EXPECT_EQ(RunServerBinary({"--shards", data(), "--delivery", "trainer"}, &out), 2);
+}
+
 TEST_F(ServerProcessTest, SigtermDrainsAndExitsZero) {
   ChildServer child({"--shards", data(), "--listen=127.0.0.1:0", "--batch-size=8", "--resize=64",
                      "--crop=64", "--split=sample", "--grace-period=2s", "--prefetch=2"},
@@ -246,6 +286,7 @@ TEST_F(ServerProcessTest, HelpDocumentsEveryFlag) {
                                           "--transform",
                                           "--resize",
                                           "--crop",
+                                          "--delivery",
                                           "--bench-only-resend-first-batch"});
   std::string out;
   EXPECT_EQ(RunServerBinary({"--version"}, &out), 0);
