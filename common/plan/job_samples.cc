@@ -82,9 +82,10 @@ uint64_t SentMemberBytes(const SampleEntry& sample, const std::vector<FieldSpec>
   for (int32_t member : FieldMembers(sample, fields)) {
     if (member != kNoFieldMember) bytes += sample.members[member].size;
   }
-  if (encoded_image && sample.image_member < sample.members.size()) {
-    const uint64_t image = sample.members[sample.image_member].size;
-    if (max_member_bytes <= 0 || image <= static_cast<uint64_t>(max_member_bytes)) bytes += image;
+  const MemberRef* image = encoded_image ? ImageMember(sample) : nullptr;
+  if (image != nullptr &&
+      (max_member_bytes <= 0 || image->size <= static_cast<uint64_t>(max_member_bytes))) {
+    bytes += image->size;
   }
   return bytes;
 }

@@ -276,6 +276,17 @@ TEST(RenderStatusReportTest, AJobWithFieldsSaysWhatItLeftOut) {
       << out;
 }
 
+TEST(RenderStatusReportTest, AJobWithEncodedDeliverySaysTheTrainerDecodes) {
+  shardcast::v1::GetStatusResponse st = SampleStatus();
+  EXPECT_EQ(RenderStatusReport(st, "h:1").find("delivery:"), std::string::npos);
+  st.mutable_jobs(0)->set_delivery(shardcast::v1::IMAGE_DELIVERY_ENCODED);
+  const std::string out = RenderStatusReport(st, "h:1");
+  EXPECT_NE(out.find("job train: 2 of 2 ranks registered\n  delivery: encoded (images sent as "
+                     "stored with their crops; the trainer decodes)\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(RenderStatusReportTest, DatasetsTableWithStateAndError) {
   shardcast::v1::GetStatusResponse st = SampleStatus();
   auto* train = st.add_datasets();

@@ -35,6 +35,27 @@ TEST(JobConfigProto, UnsetFieldsTakeTheDefaults) {
   EXPECT_EQ(JobConfigString(*config), JobConfigString(want));
 }
 
+// A server whose default delivery is encoded serves a members-only job that leaves
+// delivery unset (it has no image to deliver) and refuses one that asks for encoded.
+TEST(JobConfigProto, TheDefaultDeliveryAppliesToJobsWithImagesOnly) {
+  JobConfig defaults = Defaults();
+  defaults.delivery = ImageDelivery::kEncoded;
+  v1::RegisterRequest request;
+  request.set_world_size(1);
+  absl::StatusOr<JobConfig> config = EffectiveJobConfig(request, defaults, JobLimits());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->delivery, ImageDelivery::kEncoded);
+  request.set_image(false);
+  request.add_fields("txt");
+  config = EffectiveJobConfig(request, defaults, JobLimits());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->delivery, ImageDelivery::kServer);
+  request.set_delivery(v1::IMAGE_DELIVERY_ENCODED);
+  config = EffectiveJobConfig(request, defaults, JobLimits());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(config.status().message().find("delivery"), std::string::npos) << config.status();
+}
+
 TEST(JobConfigProto, OverridesRoundTripThroughRequestAndResponse) {
   JobOverrides o;
   o.batch_size = 8;

@@ -29,6 +29,17 @@ TEST(DecodeBudgetTest, AnImageAloneOverTheLimitIsRefusedAtOnce) {
   EXPECT_EQ(budget.peak_in_use(), 100);
 }
 
+TEST(DecodeBudgetTest, CheckFitsRefusesAsAcquireDoesAndHoldsNothing) {
+  DecodeBudget budget(100);
+  ASSERT_TRUE(budget.Acquire(90).ok());
+  EXPECT_TRUE(budget.CheckFits(100).ok());  // alone it fits, whatever is in use
+  const absl::Status status = budget.CheckFits(101);
+  EXPECT_EQ(status, budget.Acquire(101));
+  EXPECT_EQ(budget.refused(), 2);
+  EXPECT_EQ(budget.in_use(), 90);
+  budget.Release(90);
+}
+
 TEST(DecodeBudgetTest, WaitsForBytesAndAdmitsInArrivalOrder) {
   DecodeBudget budget(100);
   ASSERT_TRUE(budget.Acquire(80).ok());

@@ -211,6 +211,25 @@ TEST_F(JobSamplesTest, ABatchTakesItsPixelsAndItsMembersInBatchMemory) {
   EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, config.fields}),
             3 * 300 + members);
   EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, {}}), 3 * 300);
+  // Encoded delivery: no pixels; the images as stored (these samples have none).
+  EXPECT_EQ(assembler.BatchBytes(
+                planned, BatchContent{true, transform, config.fields, ImageDelivery::kEncoded}),
+            members);
+}
+
+TEST(SentMemberBytesTest, AnEncodedImageCountsAsStoredUnlessOverTheMemberLimit) {
+  SampleEntry sample;
+  sample.members = {{"jpg", 0, 5000}, {"txt", 5000, 40}, {"cls", 5040, 1}};
+  sample.image_member = 0;
+  const absl::StatusOr<std::vector<FieldSpec>> txt = ParseFieldSpecs({"txt"});
+  ASSERT_TRUE(txt.ok()) << txt.status();
+  EXPECT_EQ(SentMemberBytes(sample, *txt, /*encoded_image=*/false, 0), 40u);
+  EXPECT_EQ(SentMemberBytes(sample, *txt, /*encoded_image=*/true, 0), 5040u);
+  EXPECT_EQ(SentMemberBytes(sample, {}, /*encoded_image=*/true, 5000), 5000u);
+  // Over the limit the image is not read (the sample is substituted): nothing sent.
+  EXPECT_EQ(SentMemberBytes(sample, *txt, /*encoded_image=*/true, 4999), 40u);
+  sample.image_member = kNoImageMember;
+  EXPECT_EQ(SentMemberBytes(sample, {}, /*encoded_image=*/true, 0), 0u);
 }
 
 TEST(JobSamplesHostileTest, ASampleOfTenThousandMembersServesTheOnesAskedFor) {
