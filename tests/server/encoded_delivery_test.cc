@@ -4,11 +4,13 @@
 // (DecodeWithCrop, the client's decode) gives the pixels of the same job in server
 // delivery byte for byte: JPEG of every subsampling and a progressive one, PNG, lossy
 // and lossless WebP; center and random crops; with and without --dct-scaling; over 2
-// ranks, 2 epochs and a resume. Substitutes, refusals and batch memory follow.
+// ranks, 2 epochs, a resume and an elastic resume. Substitutes, refusals and batch
+// memory follow.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -235,6 +237,52 @@ INSTANTIATE_TEST_SUITE_P(CenterAndRandom, EncodedDeliveryTest,
                          ::testing::Combine(::testing::Values(v1::TRANSFORM_MODE_CENTER,
                                                               v1::TRANSFORM_MODE_RANDOM),
                                             ::testing::Bool()));
+
+// An elastic resume: 2 batches of both ranks of epoch 1 on 2 ranks (16 positions),
+// the rest on one rank with batch 5 (same fingerprint): every sample exactly once, each
+// as stored.
+TEST(EncodedDeliveryResumeTest, AnElasticResumeServesEverySampleOnceAsStored) {
+  TempDir dir;
+  const Written written = WriteDataset(dir.path(), 45, 20, MixedImage);
+  InProcessServer server(dir.path());
+  v1::RegisterResponse w2, w1;
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(Register(server.stub(),
+                         Job("w2", rank, v1::IMAGE_DELIVERY_ENCODED, v1::TRANSFORM_MODE_RANDOM),
+                         &w2)
+                    .ok());
+  }
+  v1::RegisterRequest one =
+      Job("w1", 0, v1::IMAGE_DELIVERY_ENCODED, v1::TRANSFORM_MODE_RANDOM, /*batch=*/5);
+  one.set_world_size(1);
+  ASSERT_TRUE(Register(server.stub(), one, &w1).ok());
+  EXPECT_EQ(w1.job_fingerprint(), w2.job_fingerprint());
+  std::multiset<std::string> served;
+  const auto take = [&](const v1::Batch& batch) {
+    for (const v1::SampleInfo& info : batch.samples()) {
+      if (!info.valid()) continue;
+      served.insert(info.key());
+      EXPECT_TRUE(info.encoded().data() == written.at(info.key())) << info.key();
+    }
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    const StreamResult first = StreamAll(server.stub(), "w2", rank, 1, 0);
+    ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+    ASSERT_GE(first.batches.size(), 2u);
+    take(first.batches[0]);
+    take(first.batches[1]);
+  }
+  v1::StreamBatchesRequest rest;
+  rest.set_job_id("w1");
+  rest.set_epoch(1);
+  rest.set_sample_offset(16);
+  rest.set_job_fingerprint(w1.job_fingerprint());
+  const StreamResult tail = StreamAll(server.stub(), rest);
+  ASSERT_TRUE(tail.status.ok()) << tail.status.error_message();
+  for (const v1::Batch& batch : tail.batches) take(batch);
+  EXPECT_EQ(served.size(), written.size());
+  for (const auto& [key, bytes] : written) EXPECT_EQ(served.count(key), 1u) << key;
+}
 
 // Samples 0-3 of each eight fail in four ways: a header that does not read, a member
 // over --max-member-bytes, decode buffers over --max-decode-memory (a 3000 x 3000
