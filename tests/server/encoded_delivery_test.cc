@@ -20,6 +20,7 @@
 #include "common/image/image_transform.h"
 #include "tests/common/image_test_util.h"
 #include "tests/server/server_test_support.h"
+#include "tests/support/object_servers.h"
 #include "tests/support/solid_png.h"
 #include "tools/pack/tar_writer.h"
 
@@ -282,6 +283,40 @@ TEST(EncodedDeliveryResumeTest, AnElasticResumeServesEverySampleOnceAsStored) {
   for (const v1::Batch& batch : tail.batches) take(batch);
   EXPECT_EQ(served.size(), written.size());
   for (const auto& [key, bytes] : written) EXPECT_EQ(served.count(key), 1u) << key;
+}
+
+// Every batch of epochs 0 and 1 of both ranks of an encoded job, serialized.
+std::vector<std::string> TwoEncodedEpochs(InProcessServer& server) {
+  for (int rank = 0; rank < 2; ++rank) {
+    v1::RegisterResponse response;
+    const grpc::Status status = Register(
+        server.stub(), Job("job", rank, v1::IMAGE_DELIVERY_ENCODED, v1::TRANSFORM_MODE_RANDOM),
+        &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  std::vector<std::string> batches;
+  for (const v1::Batch& batch : TwoEpochs(server, "job")) {
+    batches.push_back(batch.SerializeAsString());
+  }
+  return batches;
+}
+
+TEST(EncodedDeliveryRemoteTest, ImagesFromHttpEqualTheLocalOnes) {
+  TempDir dir;
+  WriteDataset(dir.path(), 45, 20, MixedImage);  // shard-000000..000002
+  std::vector<std::string> want;
+  {
+    InProcessServer local(dir.path());
+    want = TwoEncodedEpochs(local);
+  }
+  ASSERT_EQ(want.size(), 2u * 2u * 6u);  // 23 positions a rank, batch 4, padded
+  auto nginx = testing_util::NginxServer::Start(dir.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  server::ServerOptions options;
+  options.remote.fetch.first_backoff = absl::Milliseconds(20);
+  options.remote.fetch.request_deadline = absl::Seconds(30);
+  InProcessServer http(absl::StrCat((*nginx)->url(), "/shard-{000000..000002}.tar"), options);
+  EXPECT_EQ(TwoEncodedEpochs(http), want);
 }
 
 // Samples 0-3 of each eight fail in four ways: a header that does not read, a member
