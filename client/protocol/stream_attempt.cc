@@ -11,6 +11,8 @@
 namespace shardcast::client {
 namespace {
 
+namespace v1 = ::shardcast::v1;
+
 // The status the prefetch loop acts on when the call ended without an error of its own
 // to deliver: a move, a stall or an early end become retryable failures.
 grpc::Status Outcome(const AttemptOutcome& attempt, const Replica& replica,
@@ -43,12 +45,15 @@ void StreamAttempts::DecodeImages(const StreamPosition& at, WireBatch* msg) cons
     const std::string notice = absl::StrFormat(
         "job '%s' rank %d epoch %d batch %d sample %d, %s; substituted (every byte 128)", at.job_id,
         at.rank, at.epoch, at.batch, failure.sample, failure.notice);
-    if (options_.on_substitute) {
-      options_.on_substitute(notice);
+    if (options_.on_decode_failure) {
+      options_.on_decode_failure(notice);
     } else {
       std::cerr << "shardcast: could not decode " << notice << "\n";
     }
   }
+  // Decoded, the batch is what server delivery sends: the compressed images are let go
+  // of now rather than held in the prefetch queue.
+  for (v1::SampleInfo& sample : *msg->mutable_header()->mutable_samples()) sample.clear_encoded();
   msg->SetImages(std::move(pixels));
 }
 

@@ -59,8 +59,9 @@ class StreamAttempts {
   absl::Status ReadBatches(grpc::ClientReader<WireBatch>* reader, bool can_move, int64_t epoch,
                            int64_t n, int64_t* next, ReconnectBudget* budget,
                            AttemptOutcome* attempt);
-  // The decoder's pixels for an encoded batch that passed the checks, at `at`; each
-  // sample substituted here told to options_.on_substitute.
+  // The decoder's pixels for an encoded batch that passed the checks, at `at`, in place
+  // of its encoded images; each sample substituted here told to
+  // options_.on_decode_failure.
   void DecodeImages(const StreamPosition& at, WireBatch* msg) const;
   shardcast::v1::StreamBatchesRequest Request(int64_t epoch, int64_t start_batch,
                                               int64_t sample_offset) const;

@@ -74,14 +74,14 @@ struct StreamSettings {
   // most kMaxDefaultDecodeThreads), on the prefetch thread's behalf, so decoding overlaps
   // the consumer. Their decode buffers together stay within `max_decode_memory_bytes`,
   // admitted from each image's header; an image over it alone is substituted (as the
-  // server does), counted and told to `on_substitute`.
+  // server does), counted and told to `on_decode_failure`.
   ClientDecode decode = ClientDecode::kServer;
   int decode_threads = 0;
   int64_t max_decode_memory_bytes = kDefaultClientDecodeMemoryBytes;
   // Told, on the prefetch thread, of each sample this client could not decode (shard,
   // key and the error): it is the substitute (every byte 128) and marked substituted.
   // Null: written to stderr, so that a substitution is never silent.
-  std::function<void(const std::string& notice)> on_substitute;
+  std::function<void(const std::string& notice)> on_decode_failure;
   // What the reconnect backoff, its deadline, the handshake-refusal window and the
   // stream timeout's watchdog read and wait on (not owned; outlives the stream). Tests
   // pass a clock they move (tests/support/fake_clock.h).
