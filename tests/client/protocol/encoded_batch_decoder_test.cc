@@ -1,9 +1,9 @@
 // The client's decode of encoded batches, on real JPEG, PNG and WebP bytes with the crops
 // the server plans (PlanEncodedSample): every sample's pixels equal DecodeAndTransform's
-// (server delivery's) byte for byte, padding is zeros, the server's substitutes and a
-// corrupt image decoded here are every byte 128 (marked and counted), an image whose
-// decode buffers are over the client's limit is refused from its header, and several
-// threads make what one thread makes.
+// (server delivery's) byte for byte, also of a lossless cut, padding is zeros, the server's
+// substitutes and a corrupt image decoded here are every byte 128 (marked and counted), an image
+// whose decode buffers are over the client's limit is refused from its header, and several threads
+// make what one thread makes.
 #include "client/protocol/encoded_batch_decoder.h"
 
 #include <gmock/gmock.h>
@@ -132,6 +132,68 @@ TEST(EncodedBatchDecoderTest, PixelsEqualServerDeliveryForEveryFormatModeAndDctS
       EXPECT_EQ(decoder.substituted(), 0);
     }
   }
+}
+
+// `jpeg` cut losslessly (tjTransform, TJXOPT_CROP) at (left, top) to its right and bottom
+// edges; left and top on the MCU grid.
+std::string CutJpeg(const std::string& jpeg, int left, int top, int width, int height) {
+  tjhandle tj = tjInitTransform();
+  tjtransform transform{};
+  transform.r = {left, top, width - left, height - top};
+  transform.op = TJXOP_NONE;
+  transform.options = TJXOPT_CROP;
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const int failed = tjTransform(tj, reinterpret_cast<const unsigned char*>(jpeg.data()),
+                                 jpeg.size(), 1, &out, &size, &transform, 0);
+  EXPECT_EQ(failed, 0) << tjGetErrorStr2(tj);
+  std::string cut(reinterpret_cast<char*>(out), size);
+  tjFree(out);
+  tjDestroy(tj);
+  return cut;
+}
+
+TEST(EncodedBatchDecoderTest, ACropOfALosslessCutCountsFromTheCut) {
+  const int w = 640, h = 480, cut_left = 160, cut_top = 128;
+  const std::string jpeg = EncodeJpeg(PhotoLike(w, h, 8), w, h, TJSAMP_420);
+  const std::string cut = CutJpeg(jpeg, cut_left, cut_top, w, h);
+  int compared = 0;
+  for (bool dct : {false, true}) {
+    const TransformSpec spec = Spec(TransformMode::kRandom, dct);
+    v1::Batch batch = EmptyBatch();
+    std::vector<uint64_t> seeds;
+    for (uint64_t seed = 1; seeds.size() < 4 && seed < 500; ++seed) {
+      absl::StatusOr<EncodedPlan> plan = PlanEncodedSample(jpeg, spec, seed);
+      ASSERT_TRUE(plan.ok());
+      absl::StatusOr<SourceRect> read = SourcePixelsRead(plan->info, plan->crop, dct);
+      ASSERT_TRUE(read.ok());
+      // Room for chroma upsampling at the cut's edge.
+      if (read->left < cut_left + 16 || read->top < cut_top + 16) continue;
+      seeds.push_back(seed);
+      v1::EncodedImage e = Encoded(jpeg, spec, seed);
+      e.set_data(cut);
+      e.set_cut_left(cut_left);
+      e.set_cut_top(cut_top);
+      e.set_cut_width(w - cut_left);
+      e.set_cut_height(h - cut_top);
+      e.set_left(e.left() - cut_left);
+      e.set_top(e.top() - cut_top);
+      *AddSample(&batch, "cut")->mutable_encoded() = e;
+    }
+    ASSERT_EQ(seeds.size(), 4u);
+    EncodedBatchDecoder decoder({TransformMode::kRandom, dct, 2});
+    std::vector<DecodeFailure> failures;
+    const std::vector<uint8_t> pixels = DecodeAll(decoder, &batch, &failures);
+    ASSERT_TRUE(failures.empty()) << failures[0].notice;
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      std::vector<uint8_t> server(kSampleBytes);
+      ASSERT_TRUE(DecodeAndTransform(jpeg, spec, seeds[i], server.data()).ok());
+      EXPECT_EQ(Sample(pixels, static_cast<int>(i)), server)
+          << "seed " << seeds[i] << " dct " << dct;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 8);
 }
 
 TEST(EncodedBatchDecoderTest, PaddingIsZerosAndTheServersSubstituteIs128) {
