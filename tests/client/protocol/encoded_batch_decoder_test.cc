@@ -1,9 +1,9 @@
 // The client's decode of encoded batches, on real JPEG, PNG and WebP bytes with the crops
 // the server plans (PlanEncodedSample): every sample's pixels equal DecodeAndTransform's
-// (server delivery's) byte for byte, also of a lossless cut, padding is zeros, the server's
-// substitutes and a corrupt image decoded here are every byte 128 (marked and counted), an image
-// whose decode buffers are over the client's limit is refused from its header, and several threads
-// make what one thread makes.
+// (server delivery's) byte for byte, also from a lossless cut; padding is zeros; the
+// server's substitutes and a corrupt image decoded here are every byte 128 (marked and
+// counted); an image whose decode buffers are over the client's limit is refused from
+// its header; several threads make what one thread makes.
 #include "client/protocol/encoded_batch_decoder.h"
 
 #include <gmock/gmock.h>
