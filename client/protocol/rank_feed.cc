@@ -74,6 +74,7 @@ absl::Status RankFeed::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sa
 }
 int64_t RankFeed::batches_in_epoch() const { return stream_->batches_in_epoch(); }
 int64_t RankFeed::reconnects() const { return stream_->reconnects(); }
+int64_t RankFeed::client_substituted() const { return stream_->client_substituted(); }
 
 absl::StatusOr<std::optional<FeedBatch>> RankFeed::Next() {
   absl::StatusOr<std::optional<ReceivedBatch>> received = stream_->Next();

@@ -72,7 +72,8 @@ class FeedBatch {
   const std::vector<int64_t>& labels() const { return labels_; }  // -1: padding
   const std::vector<SampleMeta>& samples() const { return samples_; }
 
-  // B*3*C*C bytes in all, in the pieces gRPC received them in (in order).
+  // B*3*C*C bytes in all, in the pieces gRPC received them in (in order); decode kCpu:
+  // the pixels decoded here, in one piece. Decode kNone: none.
   int64_t image_bytes() const;
   const std::vector<absl::Span<const uint8_t>>& image_chunks() const;
   void CopyImagesTo(uint8_t* out) const;
@@ -105,6 +106,8 @@ class RankFeed {
   int64_t batches_in_epoch() const;
   absl::StatusOr<std::optional<FeedBatch>> Next();
   int64_t reconnects() const;
+  // Samples this client could not decode (decode kCpu) and substituted, so far.
+  int64_t client_substituted() const;
 
  private:
   RankFeed(RankFeedOptions options, Registration registration, std::unique_ptr<RankStream> stream);

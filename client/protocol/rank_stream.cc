@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "client/protocol/bounded_queue.h"
 #include "client/protocol/channel.h"
+#include "client/protocol/encoded_batch_decoder.h"
 #include "client/protocol/inflight_call.h"
 #include "client/protocol/interruptible.h"
 #include "client/protocol/read_watchdog.h"
@@ -34,6 +35,7 @@
 #include "client/protocol/server_list.h"
 #include "client/protocol/stream_attempt.h"
 #include "common/util/clock.h"
+#include "proto/job_config_proto.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::client {
@@ -48,7 +50,7 @@ class RankStream::Impl {
         replicas_(options_, targets),
         queue_(static_cast<size_t>(std::max(options_.prefetch, 1))),
         watchdog_([this] { call_.CancelCurrent(); }, options_.clock),
-        attempts_(options_, registration_, &queue_, &watchdog_, &call_) {}
+        attempts_(options_, registration_, decoder_, &queue_, &watchdog_, &call_) {}
 
   ~Impl() { StopPrefetch(); }
 
@@ -73,6 +75,7 @@ class RankStream::Impl {
     absl::MutexLock lock(&mu_);
     return reconnects_;
   }
+  int64_t client_substituted() const { return decoder_ == nullptr ? 0 : decoder_->substituted(); }
 
   int64_t batches_in_epoch() const {
     absl::MutexLock lock(&mu_);
@@ -196,7 +199,24 @@ class RankStream::Impl {
         absl::StrFormat("server %s, registering rank %d of job '%s',", replica().target,
                         options_.job.rank(), options_.job.job_id());
     if (absl::Status s = CheckRegistration(registration_, where); !s.ok()) return s;
-    return CheckRegisteredAsAsked(options_.job, registration_, where);
+    if (absl::Status s = CheckRegisteredAsAsked(options_.job, registration_, where); !s.ok()) {
+      return s;
+    }
+    return StartDecoder();
+  }
+
+  // decode kCpu of a job with images: the threads that decode its batches as they
+  // arrive, following the registration's transform (mode, DCT scaling).
+  absl::Status StartDecoder() {
+    if (options_.decode != ClientDecode::kCpu || !RegisteredWithImages(registration_)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<JobConfig> config = ResponseConfig(registration_);
+    if (!config.ok()) return config.status();
+    decoder_ = std::make_unique<EncodedBatchDecoder>(
+        EncodedBatchDecoderOptions{config->transform.mode, config->transform.dct_scaling,
+                                   options_.decode_threads, options_.max_decode_memory_bytes});
+    return absl::OkStatus();
   }
 
   // One Register call, failing fast when the channel cannot connect: the callers retry
@@ -330,6 +350,9 @@ class RankStream::Impl {
   // Set once by Connect before any other thread exists; read-only afterwards.
   v1::RegisterResponse registration_;
   std::string registered_at_;  // the replica that answered it
+  // decode kCpu: decodes each encoded batch on the prefetch thread's behalf (set with
+  // the registration).
+  std::unique_ptr<EncodedBatchDecoder> decoder_;
   // Received batches not yet handed out, then at most one error; <= prefetch batches.
   BoundedQueue<ReceivedBatch> queue_;
   // The RPC of the thread registering or prefetching, and the stop that cancels it.
@@ -361,6 +384,11 @@ absl::StatusOr<std::unique_ptr<RankStream>> RankStream::Connect(RankStreamOption
   absl::StatusOr<std::vector<std::string>> targets = ExpandServerList(options.server);
   if (!targets.ok()) return targets.status();
   const std::vector<std::string> order = OrderForRank(*targets, options.job.rank());
+  // The decode choice names the delivery (a job without images has none).
+  if (!options.job.has_image() || options.job.image()) {
+    options.job.set_delivery(options.decode == ClientDecode::kServer ? v1::IMAGE_DELIVERY_SERVER
+                                                                     : v1::IMAGE_DELIVERY_ENCODED);
+  }
   auto impl = std::make_unique<Impl>(std::move(options), order);
   // The registration (an RPC that may wait up to the reconnect deadline) runs on a
   // thread of its own when `interrupted` is to be asked meanwhile; a stop cancels its RPC
@@ -395,5 +423,7 @@ void RankStream::Close() { impl_->Close(); }
 bool RankStream::NextIsReady() const { return impl_->NextIsReady(); }
 
 int64_t RankStream::reconnects() const { return impl_->reconnects(); }
+
+int64_t RankStream::client_substituted() const { return impl_->client_substituted(); }
 
 }  // namespace shardcast::client

@@ -29,7 +29,10 @@
 namespace shardcast::client {
 
 struct RankStreamOptions : StreamSettings {
-  shardcast::v1::RegisterRequest job;  // job_id, rank, world_size, batch size, split, ...
+  // job_id, rank, world_size, batch size, split, ... Its `delivery` is set from `decode`
+  // (server: IMAGE_DELIVERY_SERVER, cpu and none: IMAGE_DELIVERY_ENCODED) for a job
+  // with images.
+  shardcast::v1::RegisterRequest job;
 };
 
 // A received batch that passed the checks: (epoch, index) in sequence, shape equal
@@ -83,6 +86,8 @@ class RankStream {
 
   // Reconnects made so far (tests, metrics).
   int64_t reconnects() const;
+  // Samples this client could not decode (decode kCpu) and substituted, so far.
+  int64_t client_substituted() const;
 
   // Ends the stream for good, from any thread: stops the prefetch thread and cancels the
   // call in flight; a Next() waiting on another thread returns CANCELLED (IsClosed) at

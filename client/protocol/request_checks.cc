@@ -38,6 +38,14 @@ absl::Status CheckStreamSettings(const StreamSettings& settings) {
     return absl::InvalidArgumentError(
         absl::StrCat("stream timeout must be >= 0 seconds, got ", settings.stream_timeout_seconds));
   }
+  if (settings.decode_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode threads must be >= 0 (0: the default), got ", settings.decode_threads));
+  }
+  if (settings.max_decode_memory_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the decode memory limit must be > 0 bytes, got ", settings.max_decode_memory_bytes));
+  }
   return absl::OkStatus();
 }
 

@@ -13,7 +13,8 @@
 
 namespace shardcast::client {
 
-// INVALID_ARGUMENT naming the setting: prefetch below 1, a negative stream timeout.
+// INVALID_ARGUMENT naming the setting: prefetch below 1, a negative stream timeout or
+// decode thread count, a decode memory limit of 0.
 absl::Status CheckStreamSettings(const StreamSettings& settings);
 
 // The batch count of `epoch` of `job` as registered: batches_per_epoch(), or, from a

@@ -1,6 +1,7 @@
 // One StreamBatches call of the prefetch loop (see stream_attempt.h).
 #include "client/protocol/stream_attempt.h"
 
+#include <iostream>
 #include <memory>
 #include <utility>
 
@@ -9,6 +10,8 @@
 
 namespace shardcast::client {
 namespace {
+
+namespace v1 = ::shardcast::v1;
 
 // The status the prefetch loop acts on when the call ended without an error of its own
 // to deliver: a move, a stall or an early end become retryable failures.
@@ -33,6 +36,26 @@ grpc::Status Outcome(const AttemptOutcome& attempt, const Replica& replica,
 }
 
 }  // namespace
+
+void StreamAttempts::DecodeImages(const StreamPosition& at, WireBatch* msg) const {
+  const auto& shape = msg->header().shape();  // [B, 3, C, C]: checked
+  grpc::Slice pixels(static_cast<size_t>(shape[0] * shape[1] * shape[2] * shape[3]));
+  for (const DecodeFailure& failure :
+       decoder_->Decode(msg->mutable_header(), const_cast<uint8_t*>(pixels.begin()))) {
+    const std::string notice = absl::StrFormat(
+        "job '%s' rank %d epoch %d batch %d sample %d, %s; substituted (every byte 128)", at.job_id,
+        at.rank, at.epoch, at.batch, failure.sample, failure.notice);
+    if (options_.on_decode_failure) {
+      options_.on_decode_failure(notice);
+    } else {
+      std::cerr << "shardcast: could not decode " << notice << "\n";
+    }
+  }
+  // Decoded, the batch is what server delivery sends: the compressed images are let go
+  // of now rather than held in the prefetch queue.
+  for (v1::SampleInfo& sample : *msg->mutable_header()->mutable_samples()) sample.clear_encoded();
+  msg->SetImages(std::move(pixels));
+}
 
 shardcast::v1::StreamBatchesRequest StreamAttempts::Request(int64_t epoch, int64_t start_batch,
                                                             int64_t sample_offset) const {
@@ -86,6 +109,7 @@ absl::Status StreamAttempts::ReadBatches(grpc::ClientReader<WireBatch>* reader, 
     StreamPosition at = rank;
     at.batch = *next;
     if (absl::Status bad = CheckBatch(*msg, registration_, at, n); !bad.ok()) return bad;
+    if (decoder_ != nullptr) DecodeImages(at, msg.get());
     if (options_.join_images) msg->JoinImages();
     if (!queue_->WaitForSpace()) return absl::OkStatus();
     const bool draining = msg->header().server_draining();

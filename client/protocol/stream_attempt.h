@@ -9,8 +9,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "client/protocol/bounded_queue.h"
+#include "client/protocol/encoded_batch_decoder.h"
 #include "client/protocol/inflight_call.h"
 #include "client/protocol/rank_stream.h"
 #include "client/protocol/read_watchdog.h"
@@ -31,12 +33,15 @@ struct AttemptOutcome {
 
 class StreamAttempts {
  public:
-  // All are the RankStream's and outlive this; `registration` is read only once set.
+  // All are the RankStream's and outlive this; `registration` and `decoder` are read
+  // only once set (a decoder: encoded batches are decoded into pixels as they arrive).
   StreamAttempts(const RankStreamOptions& options,
                  const shardcast::v1::RegisterResponse& registration,
+                 const std::unique_ptr<EncodedBatchDecoder>& decoder,
                  BoundedQueue<ReceivedBatch>* queue, ReadWatchdog* watchdog, InflightCall* call)
       : options_(options),
         registration_(registration),
+        decoder_(decoder),
         queue_(queue),
         watchdog_(watchdog),
         call_(call) {}
@@ -54,11 +59,16 @@ class StreamAttempts {
   absl::Status ReadBatches(grpc::ClientReader<WireBatch>* reader, bool can_move, int64_t epoch,
                            int64_t n, int64_t* next, ReconnectBudget* budget,
                            AttemptOutcome* attempt);
+  // The decoder's pixels for an encoded batch that passed the checks, at `at`, in place
+  // of its encoded images; each sample substituted here told to
+  // options_.on_decode_failure.
+  void DecodeImages(const StreamPosition& at, WireBatch* msg) const;
   shardcast::v1::StreamBatchesRequest Request(int64_t epoch, int64_t start_batch,
                                               int64_t sample_offset) const;
 
   const RankStreamOptions& options_;
   const shardcast::v1::RegisterResponse& registration_;
+  const std::unique_ptr<EncodedBatchDecoder>& decoder_;
   BoundedQueue<ReceivedBatch>* const queue_;
   ReadWatchdog* const watchdog_;
   InflightCall* const call_;

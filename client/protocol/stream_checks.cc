@@ -105,14 +105,66 @@ std::string JobChange(const v1::RegisterResponse& was, const v1::RegisterRespons
   return "";
 }
 
+// What is wrong with a sample's encoded image; empty when nothing is. `c` is the batch's
+// output size, `mode` the registration's transform. The crop must lie inside the image
+// it is taken from (the cut, or the stored image), so that a client sizes nothing by a
+// hostile figure; DecodeWithCrop checks it again against the image's own header.
+std::string WrongEncodedImage(const v1::SampleInfo& sample, int64_t c, v1::TransformMode mode) {
+  if (!sample.valid()) return sample.has_encoded() ? "padding with an encoded image" : "";
+  if (!sample.has_encoded()) return "no encoded image";
+  const v1::EncodedImage& e = sample.encoded();
+  if (e.output_size() != c) {
+    return absl::StrFormat("encoded output size %d in a batch of %d x %d images", e.output_size(),
+                           c, c);
+  }
+  if (e.data().empty()) {
+    return sample.substituted() ? "" : "an encoded image without data not marked substituted";
+  }
+  const auto within = [](int64_t start, int64_t size, int64_t extent) {
+    return start >= 0 && size >= 1 && start + size <= extent;
+  };
+  if (e.source_width() < 1 || e.source_height() < 1) {
+    return absl::StrFormat("encoded source size %d x %d", e.source_width(), e.source_height());
+  }
+  int64_t width = e.source_width(), height = e.source_height();
+  if (e.cut_width() != 0 || e.cut_height() != 0 || e.cut_left() != 0 || e.cut_top() != 0) {
+    if (mode != v1::TRANSFORM_MODE_RANDOM || !within(e.cut_left(), e.cut_width(), width) ||
+        !within(e.cut_top(), e.cut_height(), height)) {
+      return absl::StrFormat("cut %d x %d at (%d, %d) of a %d x %d image (%s)", e.cut_width(),
+                             e.cut_height(), e.cut_left(), e.cut_top(), width, height,
+                             v1::TransformMode_Name(mode));
+    }
+    width = e.cut_width();
+    height = e.cut_height();
+  }
+  if (mode == v1::TRANSFORM_MODE_CENTER) {
+    width = e.resize_width();
+    height = e.resize_height();
+    if (e.width() != c || e.height() != c) {
+      return absl::StrFormat("center crop %d x %d of an image resized to %d x %d (want %d x %d)",
+                             e.width(), e.height(), width, height, c, c);
+    }
+  }
+  if (!within(e.left(), e.width(), width) || !within(e.top(), e.height(), height)) {
+    return absl::StrFormat("crop %d x %d at (%d, %d) outside its %d x %d image", e.width(),
+                           e.height(), e.left(), e.top(), width, height);
+  }
+  return "";
+}
+
 // Each sample's fields against the registration's (see CheckBatch).
 absl::Status CheckFields(const v1::Batch& msg, const v1::RegisterResponse& registration,
                          const std::string& where) {
   // Checked at registration: the fields parse.
   absl::StatusOr<std::vector<FieldSpec>> fields = RegisteredFields(registration);
   if (!fields.ok()) return fields.status();
+  const bool encoded =
+      RegisteredWithImages(registration) && registration.delivery() == v1::IMAGE_DELIVERY_ENCODED;
   for (int i = 0; i < msg.samples_size(); ++i) {
-    const std::string wrong = WrongSampleFields(msg.samples(i), *fields);
+    std::string wrong = WrongSampleFields(msg.samples(i), *fields);
+    if (wrong.empty() && encoded) {
+      wrong = WrongEncodedImage(msg.samples(i), msg.shape(3), registration.transform().mode());
+    }
     if (!wrong.empty()) {
       return absl::DataLossError(absl::StrFormat("%s sample %d (key '%s'): %s", where, i,
                                                  absl::CHexEscape(msg.samples(i).key()), wrong));
@@ -169,10 +221,22 @@ absl::Status CheckRegisteredAsAsked(const v1::RegisterRequest& job,
     wrong = job.image() ? "a job without images for one with images"
                         : "a job with images for one without (image false)";
   }
+  if (wrong.empty() && RegisteredWithImages(registration)) {
+    // A server older than delivery modes leaves it unset and sends pixels: right for
+    // delivery server, never for encoded.
+    const bool encoded_asked = job.delivery() == v1::IMAGE_DELIVERY_ENCODED;
+    const bool encoded_answered = registration.delivery() == v1::IMAGE_DELIVERY_ENCODED;
+    if (encoded_asked != encoded_answered && job.delivery() != v1::IMAGE_DELIVERY_UNSPECIFIED) {
+      wrong = absl::StrFormat("delivery %s for the delivery %s asked",
+                              v1::ImageDelivery_Name(registration.delivery()),
+                              v1::ImageDelivery_Name(job.delivery()));
+    }
+  }
   if (wrong.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "%s registered %s; the server (version '%s') does not serve the job as asked (a "
-      "server older than fields serves images alone: upgrade it)",
+      "server older than fields serves images alone, one older than delivery modes "
+      "decodes them itself: upgrade it)",
       where, wrong, registration.server_version()));
 }
 
@@ -206,7 +270,11 @@ absl::Status CheckBatch(const WireBatch& wire, const v1::RegisterResponse& regis
         absl::StrJoin(image_shape, ",")));
   }
   const int64_t b = msg.shape(0);
-  const int64_t bytes = b * msg.shape(1) * msg.shape(2) * msg.shape(3);
+  // Encoded delivery: the shape is the decoded batch's, and the images come in the
+  // samples (checked with their fields).
+  const int64_t bytes = registration.delivery() == v1::IMAGE_DELIVERY_ENCODED
+                            ? 0
+                            : b * msg.shape(1) * msg.shape(2) * msg.shape(3);
   if (wire.image_bytes() != bytes || msg.labels_size() != b || msg.samples_size() != b) {
     return absl::DataLossError(absl::StrFormat(
         "%s: %d image bytes, %d labels, %d samples for shape [%s] (want %d, %d, %d)", where,

@@ -50,7 +50,9 @@ absl::Status CheckRegistration(const shardcast::v1::RegisterResponse& registrati
 // parsed, as the server answers them normalized) and, when it asked, with or without
 // images. A server older than fields ignores both and answers a job of images alone:
 // FAILED_PRECONDITION naming `where`, what was asked, what was answered and the
-// server's version, instead of batches without the members the caller wants.
+// server's version, instead of batches without the members the caller wants. Likewise
+// the image delivery asked (a server older than delivery modes leaves it unset and
+// decodes: fine for delivery server, refused for encoded), for a job with images.
 absl::Status CheckRegisteredAsAsked(const shardcast::v1::RegisterRequest& job,
                                     const shardcast::v1::RegisterResponse& registration,
                                     absl::string_view where);
@@ -59,8 +61,10 @@ absl::Status CheckRegisteredAsAsked(const shardcast::v1::RegisterRequest& job,
 // `epoch_batches` batches: not past the last one, in sequence, the registration's shape
 // (no shape and no image bytes for a job without images), as many image bytes, labels
 // and samples as the shape says, and per sample one FieldValue per registered field
-// (none for padding; a required one present, a missing one without bytes). DATA_LOSS
-// naming both (and the sample).
+// (none for padding; a required one present, a missing one without bytes). Encoded
+// delivery: no image bytes (the shape is the decoded batch's), and each valid sample has
+// an `encoded` image of output size C whose cut and crop lie inside its image (padding
+// has none; empty data only marked substituted). DATA_LOSS naming both (and the sample).
 absl::Status CheckBatch(const WireBatch& batch, const shardcast::v1::RegisterResponse& registration,
                         const StreamPosition& at, int64_t epoch_batches);
 

@@ -5,6 +5,7 @@
 #ifndef SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 #define SHARDCAST_CLIENT_PROTOCOL_STREAM_SETTINGS_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +17,21 @@ class ChannelCredentials;
 }  // namespace grpc
 
 namespace shardcast::client {
+
+// Where a stream's images are decoded (a job with images; ignored for one without).
+enum class ClientDecode {
+  kServer,  // delivery server: the server sends pixels (the default)
+  kCpu,     // delivery encoded, decoded here into the batch's pixels (same bytes)
+  kNone,    // delivery encoded, handed over undecoded (SampleInfo.encoded), no pixels
+};
+
+// The decode-memory limit a client applies when told none: the server's
+// --max-decode-memory default on a machine of 32 GiB or more (an eighth of its memory,
+// at most 4 GiB). A header that claims 65500 x 65500 pixels is refused from the header,
+// before any buffer is allocated.
+inline constexpr int64_t kDefaultClientDecodeMemoryBytes = int64_t{4} << 30;
+// Decode threads when told 0: the hardware's threads, at most this many.
+inline constexpr int kMaxDefaultDecodeThreads = 8;
 
 struct StreamSettings {
   std::string server;  // gRPC target, "host:port"
@@ -54,6 +70,18 @@ struct StreamSettings {
   // holds at most this much beyond the prefetch queue. 0 = gRPC's BDP-grown window,
   // which on loopback takes megabytes: a whole short epoch can sit in it.
   int stream_window_bytes = 0;
+  // kCpu: decoded on `decode_threads` threads of the stream's own (0: the hardware's, at
+  // most kMaxDefaultDecodeThreads), on the prefetch thread's behalf, so decoding overlaps
+  // the consumer. Their decode buffers together stay within `max_decode_memory_bytes`,
+  // admitted from each image's header; an image over it alone is substituted (as the
+  // server does), counted and told to `on_decode_failure`.
+  ClientDecode decode = ClientDecode::kServer;
+  int decode_threads = 0;
+  int64_t max_decode_memory_bytes = kDefaultClientDecodeMemoryBytes;
+  // Told, on the prefetch thread, of each sample this client could not decode (shard,
+  // key and the error): it is the substitute (every byte 128) and marked substituted.
+  // Null: written to stderr, so that a substitution is never silent.
+  std::function<void(const std::string& notice)> on_decode_failure;
   // What the reconnect backoff, its deadline, the handshake-refusal window and the
   // stream timeout's watchdog read and wait on (not owned; outlives the stream). Tests
   // pass a clock they move (tests/support/fake_clock.h).

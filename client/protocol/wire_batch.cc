@@ -153,6 +153,13 @@ void WireBatch::JoinImages() {
   slices_.push_back(std::move(joined));
 }
 
+void WireBatch::SetImages(grpc::Slice pixels) {
+  image_bytes_ = static_cast<int64_t>(pixels.size());
+  chunks_ = {absl::Span<const uint8_t>(pixels.begin(), pixels.size())};
+  slices_.clear();  // the header holds a copy of everything else
+  slices_.push_back(std::move(pixels));
+}
+
 std::string WireBatch::ImagesToString() const {
   std::string images(static_cast<size_t>(image_bytes_), '\0');
   CopyImagesTo(reinterpret_cast<uint8_t*>(images.data()));

@@ -46,6 +46,10 @@ class WireBatch {
   // Copies the pixels into one block this object owns, when they came in several pieces,
   // and lets go of the received buffers: image_chunks() is then one chunk.
   void JoinImages();
+  // Encoded delivery decoded here (encoded_batch_decoder.h): the decoded pixels take the
+  // place of the (empty) images, and the header marks the samples substituted here.
+  shardcast::v1::Batch* mutable_header() { return &header_; }
+  void SetImages(grpc::Slice pixels);
   // The image bytes as one string (a copy: tests and small consumers).
   std::string ImagesToString() const;
 

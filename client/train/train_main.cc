@@ -172,6 +172,14 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJo
   stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);
   stream_options.on_substitute =
       o.on_substitute == "fail" ? OnSubstitute::kFail : OnSubstitute::kMask;
+  // --decode cuda never gets here (Validate refuses it).
+  stream_options.decode =
+      o.decode == "cpu" ? client::ClientDecode::kCpu : client::ClientDecode::kServer;
+  stream_options.decode_threads = o.decode_threads;
+  stream_options.on_decode_failure = [](const std::string& notice) {
+    std::fprintf(stderr, "shardcast-train: could not decode %s\n", notice.c_str());
+    std::fflush(stderr);
+  };
   stream_options.device = device;
   stream_options.mean = o.mean;
   stream_options.std = o.std;

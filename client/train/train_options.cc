@@ -73,6 +73,18 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
                "an error naming server, job, rank, epoch and batch, which stops every rank.\n"
                "Mind an epoch's first batch waits for decoding; 0 = off (wait forever)"},
               &o->stream_timeout);
+  f->Choice({{"--decode"},
+             "",
+             "where the images are decoded: server sends pixels; cpu has the server send\n"
+             "the images as stored with the crop it would make (delivery encoded) and\n"
+             "decodes them here, making the same pixels (less server CPU, more here); cuda\n"
+             "is not built into shardcast-train (use the Python Loader(decode=\"cuda\"))"},
+            {"server", "cpu", "cuda"}, &o->decode);
+  f->Int({{"--decode-threads"},
+          "N",
+          "threads of each rank that decode with --decode cpu",
+          "the hardware's threads, at most 8"},
+         &o->decode_threads, 0, 1024);
   f->Choice({{"--on-substitute"},
              "",
              "a sample whose image the server could not decode arrives as a grey\n"
@@ -276,6 +288,16 @@ absl::Status Validate(const TrainOptions& o) {
     return absl::InvalidArgumentError(
         "--no-image: shardcast-train trains an image classifier (ResNet-18); read a job "
         "without images with the Python Loader (image=False) or RankStream instead");
+  }
+  if (o.decode == "cuda") {
+    // nvJPEG is reached from Python through torchvision's decode_jpeg(device="cuda"), an
+    // op of torchvision's library, not LibTorch's; this build links LibTorch alone.
+    return absl::InvalidArgumentError(
+        "--decode cuda: shardcast-train has no GPU decode: torchvision's decode_jpeg(device="
+        "\"cuda\") (nvJPEG) is torchvision's op, not LibTorch's, and this build links "
+        "LibTorch alone (building it needs a CUDA LibTorch plus torchvision's C++ library or "
+        "the CUDA toolkit's libnvjpeg linked directly); use --decode cpu, or the Python "
+        "Loader(decode=\"cuda\")");
   }
   if (!o.val_dataset.empty() && o.synthetic_batches > 0) {
     return absl::InvalidArgumentError(

@@ -34,6 +34,11 @@ struct TrainOptions : TrainerConfig {
   // Progress deadline of each rank's stream (StreamSettings::stream_timeout_seconds);
   // zero = off.
   absl::Duration stream_timeout = absl::Minutes(2);
+  // Where the images are decoded: "server" (delivery server: pixels on the wire), "cpu"
+  // (delivery encoded, decoded by this process on `decode_threads` threads: the same
+  // pixels) or "cuda" (refused: see Validate).
+  std::string decode = "server";
+  int decode_threads = 0;  // 0: the hardware's threads, at most 8
   // What a sample the server could not decode (sent as a substitute) becomes: "mask"
   // (left out of loss and accuracy, counted) or "fail" (the rank stops, naming it).
   std::string on_substitute = "mask";

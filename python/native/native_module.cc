@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -213,6 +214,14 @@ py::dict SampleFields(const v1::SampleInfo& sample, const std::vector<std::strin
   return fields;
 }
 
+// One sample's image in encoded delivery (decode "none"): SampleInfo.encoded, read where
+// the batch's header was parsed (the batch is kept alive by it).
+struct NativeEncoded {
+  ReceivedBatch wire;
+  int sample = 0;
+  const v1::EncodedImage& get() const { return wire->header().samples(sample).encoded(); }
+};
+
 // (key, shard, index_in_shard, valid, substituted, fields) per sample: SampleInfo's
 // fields.
 py::list Samples(const v1::Batch& header, const std::vector<std::string>& field_names) {
@@ -224,6 +233,21 @@ py::list Samples(const v1::Batch& header, const std::vector<std::string>& field_
   }
   return samples;
 }
+
+// Per sample, its image handed over undecoded (decode "none"): an EncodedImage, or None
+// for padding, in server delivery and once decoded here (decode "cpu").
+py::list EncodedImages(const ReceivedBatch& wire) {
+  const v1::Batch& header = wire->header();
+  py::list encoded(header.samples_size());
+  for (int i = 0; i < header.samples_size(); ++i) {
+    encoded[i] = header.samples(i).has_encoded() ? py::cast(NativeEncoded{wire, i}) : py::none();
+  }
+  return encoded;
+}
+
+// StreamOptions.decode's names, as the Loader passes them.
+constexpr std::pair<const char*, ClientDecode> kDecodeNames[] = {
+    {"server", ClientDecode::kServer}, {"cpu", ClientDecode::kCpu}, {"none", ClientDecode::kNone}};
 
 // The registration's field names. RankStream checked that its fields parse.
 FieldNames NamesOfFields(const v1::RegisterResponse& registration) {
@@ -255,6 +279,7 @@ class NativeStream {
     options.credentials = security.credentials;
     options.bearer_token = security.bearer_token;
     join_images_ = options.join_images;
+    undecoded_ = options.decode == ClientDecode::kNone;
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
     options.on_waiting = SignalCheck::SinkFor(notices_);
     SignalCheck signals(notices_.get());
@@ -269,6 +294,8 @@ class NativeStream {
     registration_ = registration.SerializeAsString();
     field_names_ = NamesOfFields(registration);
     has_images_ = RegisteredWithImages(registration);
+    encoded_delivery_ = has_images_ && registration.delivery() == v1::IMAGE_DELIVERY_ENCODED;
+    dct_scaling_ = registration.transform().dct_scaling();
     batch_pixel_bytes_ = has_images_ ? registration.batch_size() : 0;
     for (int64_t extent : registration.image_shape()) batch_pixel_bytes_ *= extent;
   }
@@ -298,6 +325,12 @@ class NativeStream {
   int64_t batches_per_epoch() const { return Stream()->batches_per_epoch(); }
   int64_t batches_in_epoch() const { return Stream()->batches_in_epoch(); }
   int64_t reconnects() const { return Stream()->reconnects(); }
+  // "server" or "encoded" (a job without images: "server", nothing is decoded).
+  std::string delivery() const { return encoded_delivery_ ? "encoded" : "server"; }
+  // Whether a client decoding encoded images must use DCT scaling (the server's).
+  bool dct_scaling() const { return dct_scaling_; }
+  // Samples this client could not decode (decode "cpu") and substituted, so far.
+  int64_t client_substituted() const { return Stream()->client_substituted(); }
 
   // Batches of an epoch dealt from global sample position `offset` (an elastic resume):
   // the server's own rule (common/plan/epoch_plan.h BatchesFromOffset).
@@ -328,7 +361,7 @@ class NativeStream {
   // hands it to another Python thread and back (two thread switches, each waiting for
   // the other thread to be scheduled); it is released only to wait.
   std::optional<NativeBatch> next() {
-    if (!join_images_ && has_images_) {
+    if (!join_images_ && has_images_ && !undecoded_) {
       throw py::value_error(
           "next(): this stream keeps the pixels in pieces (join_images="
           "False); take its batches with next_into");
@@ -356,6 +389,11 @@ class NativeStream {
       throw py::value_error(
           "next_into: this job has no images (image=False); take its "
           "batches with next");
+    }
+    if (undecoded_) {
+      throw py::value_error(
+          "next_into: this stream hands the images over undecoded (decode=\"none\"): there are "
+          "no pixels to copy; take its batches with next");
     }
     // Checked before a batch is taken, so a wrong destination loses none.
     if (size != batch_pixel_bytes_) {
@@ -449,6 +487,9 @@ class NativeStream {
   std::string registration_;
   FieldNames field_names_;
   bool has_images_ = true;
+  bool encoded_delivery_ = false;  // the registration's delivery is encoded
+  bool dct_scaling_ = false;       // the registration's transform.dct_scaling
+  bool undecoded_ = false;         // decode "none": batches carry no pixels
   int64_t batch_pixel_bytes_ = 0;  // B*3*C*C of the registration (0 without images)
   bool join_images_ = true;
 };
@@ -499,11 +540,12 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("index", [](const NativeBatch& b) { return b.wire->index(); })
       .def_property_readonly("shape", [](const NativeBatch& b) { return Shape(b.wire->header()); })
       // uint8 pixels, B*3*C*C, in the one block the receiving thread made; None when
-      // next_into copied them to the caller's memory, and for a job without images.
+      // next_into copied them to the caller's memory, for a job without images and for
+      // images handed over undecoded (decode "none").
       // Writable, so that torch does not warn: the block is this batch's alone.
       .def_property_readonly("pixels",
                              [](const NativeBatch& b) -> std::optional<OwnedBuffer> {
-                               if (b.pixels_copied || b.wire->header().shape().empty()) {
+                               if (b.pixels_copied || b.wire->image_bytes() == 0) {
                                  return std::nullopt;
                                }
                                // One block (join_images) of B*3*H*W >= 1 bytes: RankStream
@@ -522,12 +564,44 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def_property_readonly(
           "samples", [](const NativeBatch& b) { return Samples(b.wire->header(), *b.field_names); })
+      // Per sample: its EncodedImage with decode "none", else None (see EncodedImages).
+      .def_property_readonly("encoded", [](const NativeBatch& b) { return EncodedImages(b.wire); })
       // How many samples the server substituted, so that Python looks at them only then.
       .def_property_readonly("substituted", [](const NativeBatch& b) {
         int count = 0;
         for (const v1::SampleInfo& s : b.wire->header().samples()) count += s.substituted();
         return count;
       });
+
+  // SampleInfo.encoded (decode "none"): the image as stored (or its lossless cut) and the
+  // crop the server planned, named as the proto's fields (shardcast.proto, EncodedImage).
+  py::class_<NativeEncoded>(m, "EncodedImage")
+      .def_property_readonly("data",
+                             [](const NativeEncoded& e) {
+                               const std::string& data = e.get().data();
+                               return py::bytes(data.data(), data.size());
+                             })
+      .def_property_readonly("source_width",
+                             [](const NativeEncoded& e) { return e.get().source_width(); })
+      .def_property_readonly("source_height",
+                             [](const NativeEncoded& e) { return e.get().source_height(); })
+      .def_property_readonly("left", [](const NativeEncoded& e) { return e.get().left(); })
+      .def_property_readonly("top", [](const NativeEncoded& e) { return e.get().top(); })
+      .def_property_readonly("width", [](const NativeEncoded& e) { return e.get().width(); })
+      .def_property_readonly("height", [](const NativeEncoded& e) { return e.get().height(); })
+      .def_property_readonly("resize_width",
+                             [](const NativeEncoded& e) { return e.get().resize_width(); })
+      .def_property_readonly("resize_height",
+                             [](const NativeEncoded& e) { return e.get().resize_height(); })
+      .def_property_readonly("flip", [](const NativeEncoded& e) { return e.get().flip(); })
+      .def_property_readonly("output_size",
+                             [](const NativeEncoded& e) { return e.get().output_size(); })
+      .def_property_readonly("cut_left", [](const NativeEncoded& e) { return e.get().cut_left(); })
+      .def_property_readonly("cut_top", [](const NativeEncoded& e) { return e.get().cut_top(); })
+      .def_property_readonly("cut_width",
+                             [](const NativeEncoded& e) { return e.get().cut_width(); })
+      .def_property_readonly("cut_height",
+                             [](const NativeEncoded& e) { return e.get().cut_height(); });
 
   py::enum_<ErrorKind>(m, "ErrorKind", "the kinds of error (one shardcast.errors class each)")
       .value("VALUE", ErrorKind::kValue)
@@ -583,7 +657,30 @@ PYBIND11_MODULE(_native, m) {
       .def_readwrite("reconnect_deadline", &StreamSettings::reconnect_deadline_seconds)
       .def_readwrite("handshake_refusal", &StreamSettings::handshake_refusal_seconds)
       .def_readwrite("stream_timeout", &StreamSettings::stream_timeout_seconds)
-      .def_readwrite("join_images", &StreamSettings::join_images);
+      .def_readwrite("join_images", &StreamSettings::join_images)
+      // "server" (pixels from the server), "cpu" (encoded delivery decoded by this
+      // client's threads, without the GIL: the same pixels) or "none" (encoded delivery
+      // handed over undecoded: each sample's `encoded`, no pixels).
+      .def_property(
+          "decode",
+          [](const StreamSettings& settings) {
+            for (const auto& [name, decode] : kDecodeNames) {
+              if (decode == settings.decode) return std::string(name);
+            }
+            return std::string();
+          },
+          [](StreamSettings& settings, const std::string& name) {
+            for (const auto& [known, decode] : kDecodeNames) {
+              if (name == known) {
+                settings.decode = decode;
+                return;
+              }
+            }
+            throw py::value_error(absl::StrFormat("decode: '%s' is not one of server, cpu, none",
+                                                  absl::CHexEscape(name)));
+          })
+      .def_readwrite("decode_threads", &StreamSettings::decode_threads)
+      .def_readwrite("max_decode_memory", &StreamSettings::max_decode_memory_bytes);
 
   // The run's rules (client/protocol/run_rules.h), as shardcast-train applies them.
   m.def("new_job_id", &NewRunJobId, "run-<host>-<pid>-<random>: a new job id for a run");
@@ -624,6 +721,9 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("batches_per_epoch", &NativeStream::batches_per_epoch)
       .def_property_readonly("batches_in_epoch", &NativeStream::batches_in_epoch)
       .def_property_readonly("reconnects", &NativeStream::reconnects)
+      .def_property_readonly("delivery", &NativeStream::delivery)
+      .def_property_readonly("dct_scaling", &NativeStream::dct_scaling)
+      .def_property_readonly("client_substituted", &NativeStream::client_substituted)
       .def("batches_from_offset", &NativeStream::batches_from_offset, py::arg("sample_offset"))
       .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"), py::arg("start_batch") = 0,
            py::arg("sample_offset") = 0)

@@ -98,6 +98,17 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   EXPECT_EQ(off->stream_timeout, absl::ZeroDuration());
 }
 
+TEST_F(TrainOptionsTest, DecodeIsServerUnlessToldCpu) {
+  absl::StatusOr<TrainOptions> o = Parse({});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->decode, "server");
+  EXPECT_EQ(o->decode_threads, 0);
+  o = Parse({"--decode", "cpu", "--decode-threads", "3"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->decode, "cpu");
+  EXPECT_EQ(o->decode_threads, 3);
+}
+
 TEST_F(TrainOptionsTest, OptionalAndNegativeValues) {
   absl::StatusOr<TrainOptions> bare = Parse({"--shuffle", "--log-keys"});
   ASSERT_TRUE(bare.ok()) << bare.status();
@@ -154,6 +165,9 @@ TEST_F(TrainOptionsTest, BadFlagsAreRefusedByName) {
            {{"--betas", "0.9"}, "--betas needs 2 values"},
            {{"--optimizer", "lamb"}, "--optimizer takes adam or sgd, got 'lamb'"},
            {{"--on-substitute", "keep"}, "--on-substitute takes mask or fail, got 'keep'"},
+           {{"--decode", "gpu"}, "--decode takes server or cpu or cuda, got 'gpu'"},
+           {{"--decode", "cuda"}, "--decode cuda: shardcast-train has no GPU decode"},
+           {{"--decode-threads", "-1"}, "--decode-threads takes an integer in [0, 1024]"},
            {{"--on-substitute", ""}, "--on-substitute takes mask or fail, got ''"},
            {{"-b", "x"}, "-b takes an integer in [1, 65536], got 'x'"},
            {{"-b", "0"}, "-b takes an integer in [1, 65536], got '0'"},

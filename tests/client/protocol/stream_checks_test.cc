@@ -340,5 +340,136 @@ TEST(StreamChecksTest, SamplesMustCarryOneValuePerFieldAndPaddingNone) {
   EXPECT_TRUE(CheckBatch(Wire(batch), images_and_txt, kAt, 10).ok());
 }
 
+// --- Encoded delivery ---
+
+// Registration() in encoded delivery of 4 x 4 center crops.
+v1::RegisterResponse EncodedRegistration(v1::TransformMode mode = v1::TRANSFORM_MODE_CENTER) {
+  v1::RegisterResponse r = Registration();
+  r.set_image_shape(2, 4);
+  r.set_delivery(v1::IMAGE_DELIVERY_ENCODED);
+  r.mutable_transform()->set_mode(mode);
+  return r;
+}
+
+// A 10 x 8 image resized to 5 x 4, the 4 x 4 square at (1, 0) of that.
+v1::EncodedImage CenterImage() {
+  v1::EncodedImage e;
+  e.set_data("jpeg bytes");
+  e.set_source_width(10);
+  e.set_source_height(8);
+  e.set_resize_width(5);
+  e.set_resize_height(4);
+  e.set_left(1);
+  e.set_width(4);
+  e.set_height(4);
+  e.set_output_size(4);
+  return e;
+}
+
+// Batch `index` of `epoch` in encoded delivery: no pixels, an image per sample.
+v1::Batch GoodEncodedBatch(int64_t epoch, int64_t index) {
+  v1::Batch batch = GoodBatch(epoch, index);
+  batch.set_shape(3, 4);
+  batch.clear_images();
+  for (v1::SampleInfo& sample : *batch.mutable_samples()) {
+    sample.set_valid(true);
+    *sample.mutable_encoded() = CenterImage();
+  }
+  return batch;
+}
+
+TEST(StreamChecksTest, AnEncodedBatchWithAnImageAndCropPerSamplePasses) {
+  EXPECT_TRUE(CheckBatch(Wire(GoodEncodedBatch(2, 3)), EncodedRegistration(), kAt, 10).ok());
+  v1::Batch padded = GoodEncodedBatch(2, 3);
+  padded.mutable_samples(1)->set_valid(false);
+  padded.mutable_samples(1)->clear_encoded();
+  v1::SampleInfo* substituted = padded.mutable_samples(0);
+  substituted->set_substituted(true);
+  substituted->mutable_encoded()->clear_data();
+  EXPECT_TRUE(CheckBatch(Wire(padded), EncodedRegistration(), kAt, 10).ok());
+
+  // A random crop of a lossless cut: the window counts from the cut.
+  v1::Batch cut = GoodEncodedBatch(2, 3);
+  for (v1::SampleInfo& sample : *cut.mutable_samples()) {
+    v1::EncodedImage* e = sample.mutable_encoded();
+    e->set_cut_left(8);
+    e->set_cut_top(0);
+    e->set_cut_width(2);
+    e->set_cut_height(8);
+    e->set_left(0);
+    e->set_top(2);
+    e->set_width(2);
+    e->set_height(6);
+  }
+  EXPECT_TRUE(CheckBatch(Wire(cut), EncodedRegistration(v1::TRANSFORM_MODE_RANDOM), kAt, 10).ok());
+}
+
+TEST(StreamChecksTest, AMalformedEncodedBatchIsDataLossNamingBatchAndSample) {
+  struct Case {
+    std::string name;
+    void (*spoil)(v1::Batch*);
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"pixels", [](v1::Batch* b) { b->set_images(std::string(2 * 3 * 4 * 4, 'x')); },
+       "96 image bytes"},
+      {"no image", [](v1::Batch* b) { b->mutable_samples(1)->clear_encoded(); },
+       "sample 1 (key 'k1'): no encoded image"},
+      {"other size",
+       [](v1::Batch* b) { b->mutable_samples(0)->mutable_encoded()->set_output_size(5); },
+       "encoded output size 5 in a batch of 4 x 4 images"},
+      {"crop outside", [](v1::Batch* b) { b->mutable_samples(1)->mutable_encoded()->set_left(2); },
+       "crop 4 x 4 at (2, 0) outside its 5 x 4 image"},
+      {"not square", [](v1::Batch* b) { b->mutable_samples(1)->mutable_encoded()->set_height(3); },
+       "center crop 4 x 3"},
+      {"no source",
+       [](v1::Batch* b) { b->mutable_samples(0)->mutable_encoded()->set_source_width(0); },
+       "encoded source size 0 x 8"},
+      {"cut of a center crop",
+       [](v1::Batch* b) { b->mutable_samples(0)->mutable_encoded()->set_cut_width(8); },
+       "cut 8 x 0 at (0, 0)"},
+      {"padding with an image", [](v1::Batch* b) { b->mutable_samples(1)->set_valid(false); },
+       "sample 1 (key 'k1'): padding with an encoded image"},
+      {"empty data", [](v1::Batch* b) { b->mutable_samples(0)->mutable_encoded()->clear_data(); },
+       "without data not marked substituted"},
+  };
+  for (const Case& c : cases) {
+    v1::Batch batch = GoodEncodedBatch(2, 3);
+    c.spoil(&batch);
+    const absl::Status s = CheckBatch(Wire(batch), EncodedRegistration(), kAt, 10);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr("job 'job-a' rank 1 epoch 2 batch 3")) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr(c.says)) << c.name;
+  }
+  // A random crop of a cut must lie inside the cut.
+  v1::Batch batch = GoodEncodedBatch(2, 3);
+  v1::EncodedImage* e = batch.mutable_samples(0)->mutable_encoded();
+  e->set_cut_left(8);
+  e->set_cut_width(2);
+  e->set_cut_height(8);
+  EXPECT_THAT(
+      CheckBatch(Wire(batch), EncodedRegistration(v1::TRANSFORM_MODE_RANDOM), kAt, 10).message(),
+      HasSubstr("crop 4 x 4 at (1, 0) outside its 2 x 8 image"));
+}
+
+TEST(StreamChecksTest, TheServerMustGrantTheDeliveryAsked) {
+  v1::RegisterRequest encoded;
+  encoded.set_delivery(v1::IMAGE_DELIVERY_ENCODED);
+  v1::RegisterRequest server;
+  server.set_delivery(v1::IMAGE_DELIVERY_SERVER);
+  EXPECT_TRUE(CheckRegisteredAsAsked(encoded, EncodedRegistration(), "server s").ok());
+  // A server older than delivery modes leaves it unset and sends pixels.
+  v1::RegisterResponse old = Registration();
+  old.set_server_version("0.9");
+  EXPECT_TRUE(CheckRegisteredAsAsked(server, old, "server s").ok());
+  absl::Status s = CheckRegisteredAsAsked(encoded, old, "server s,");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("server s, registered delivery IMAGE_DELIVERY_UNSPECIFIED "
+                                     "for the delivery IMAGE_DELIVERY_ENCODED asked"));
+  EXPECT_THAT(s.message(), HasSubstr("version '0.9'"));
+  s = CheckRegisteredAsAsked(server, EncodedRegistration(), "server s");
+  EXPECT_THAT(s.message(), HasSubstr("delivery IMAGE_DELIVERY_ENCODED for the delivery "
+                                     "IMAGE_DELIVERY_SERVER asked"));
+}
 }  // namespace
 }  // namespace shardcast::client
