@@ -52,6 +52,16 @@ def _source_size(encoded: Any) -> Tuple[int, int]:
     return encoded.source_width, encoded.source_height
 
 
+def device_bytes(encoded: Any, width: int, height: int) -> int:
+    """The float32 copies crop_and_resize makes of a width x height image: the image (or
+    the random crop's window) and, for center, the resized image."""
+    if encoded.resize_width > 0:
+        pixels = width * height + encoded.resize_width * encoded.resize_height
+    else:
+        pixels = encoded.width * encoded.height
+    return 3 * 4 * pixels
+
+
 def check_crop(encoded: Any, width: int, height: int) -> None:
     """ValueError unless `encoded`'s transform fits a width x height image (untrusted
     input: the C++ decode checks the same before it reads a pixel)."""
@@ -85,16 +95,16 @@ def crop_and_resize(image: torch.Tensor, encoded: Any) -> torch.Tensor:
     _, height, width = image.shape
     check_crop(encoded, width, height)
     out = encoded.output_size
-    x = image.unsqueeze(0).to(torch.float32)
     if encoded.resize_width > 0:
-        resized = F.interpolate(x, size=(encoded.resize_height, encoded.resize_width),
+        resized = F.interpolate(image.unsqueeze(0).to(torch.float32),
+                                size=(encoded.resize_height, encoded.resize_width),
                                 mode="bilinear", align_corners=False, antialias=True)
         y = resized[..., encoded.top:encoded.top + out, encoded.left:encoded.left + out]
     else:
-        window = x[..., encoded.top:encoded.top + encoded.height,
-                   encoded.left:encoded.left + encoded.width]
-        y = F.interpolate(window, size=(out, out), mode="bilinear", align_corners=False,
-                          antialias=True)
+        window = image[:, encoded.top:encoded.top + encoded.height,
+                       encoded.left:encoded.left + encoded.width]
+        y = F.interpolate(window.unsqueeze(0).to(torch.float32), size=(out, out),
+                          mode="bilinear", align_corners=False, antialias=True)
         if encoded.flip:
             y = y.flip(-1)
     return y.round_().clamp_(0, 255).to(torch.uint8)[0]
@@ -151,7 +161,9 @@ class BatchDecoder:
 
     def _device_takes(self, encoded: Any) -> bool:
         """A JPEG that decode_jpeg makes the server's RGB of, whole (ends with EOI), of the
-        size the transform was planned for, within the memory bound."""
+        size the transform was planned for, whose decode and float copies stay within
+        max_decode_memory (else the CPU decode, which needs no float copies, takes it or
+        refuses it as the server would)."""
         if not encoded.data.endswith(_JPEG_END):
             return False
         try:
@@ -160,9 +172,10 @@ class BatchDecoder:
             return False  # the CPU decode names the error
         if info["format"] != "jpeg" or info["cmyk"] or info["components"] != 3:
             return False
-        if 0 < self._max_decode_memory < info["decode_bytes"]:
+        if (info["width"], info["height"]) != _source_size(encoded):
             return False
-        return (info["width"], info["height"]) == _source_size(encoded)
+        work = info["decode_bytes"] + device_bytes(encoded, info["width"], info["height"])
+        return not 0 < self._max_decode_memory < work
 
     def _decode_on_device(self, samples: Sequence[Any], indices: List[int],
                           images: torch.Tensor) -> List[int]:

@@ -208,6 +208,20 @@ def test_a_decode_over_max_decode_memory_is_a_substitute():
     assert differences(out.images[0], server_bytes(small)).max() <= BATCH_MAX
 
 
+def test_an_image_whose_float_copies_exceed_the_bound_is_decoded_on_the_cpu():
+    """The device's float32 copies count against max_decode_memory: an image whose decode
+    fits but whose copies do not is the CPU decode's (the server's bytes), not refused."""
+    encoded = planned(jpeg(640, 480, 5), "center", 5)
+    decode_bytes = _native.image_info(encoded.data)["decode_bytes"]
+    decoder = BatchDecoder(torch.device("cpu"), max_decode_memory=2 * decode_bytes)
+    try:
+        out = decoder.decode([encoded], CROP)
+    finally:
+        decoder.close()
+    assert decoder.fallbacks == 1 and not out.failures
+    assert (out.images[0].numpy().reshape(-1) == server_bytes(encoded)).all()
+
+
 def test_a_crop_that_does_not_fit_its_image_is_a_substitute():
     """Untrusted parameters: a window outside the image, or a source size that is not
     the header's, is neither decoded on the device nor read out of bounds."""
