@@ -17,16 +17,12 @@ from PIL import Image
 import shardcast
 from conftest import BUILD
 from server_process import ServerProcess
-from test_gpu_decode import photo_like
+from test_gpu_decode import NVJPEG_MAX, NVJPEG_MEAN, photo_like
 
 SIZES = [(97, 61), (61, 97), (200, 151), (64, 64), (333, 250), (50, 41), (129, 255)]
 RESIZE, CROP = 72, 64
 WORLD = 2
 BATCH = 4
-# decode="cuda" against server delivery. Provisional, not yet measured: nvJPEG's IDCT is
-# not libjpeg's (on the CPU, where decode_jpeg is libjpeg, test_gpu_decode.py measures
-# max 1, mean 0.002); a lent device's run of this test gives the figure.
-NVJPEG_MAX, NVJPEG_MEAN = 8, 0.5
 
 
 def _encoded(kind: str, w: int, h: int, seed: int) -> bytes:
