@@ -528,7 +528,8 @@ class Loader:
             f"shuffle_shards={reg.shuffle_shards}, shuffle_buffer={reg.shuffle_buffer}, "
             f"seed={reg.seed}, transform={enum_name(pb.TransformMode, transform.mode)!r}, "
             f"resize={transform.resize}, crop={transform.crop}, "
-            f"image={self.has_images}, fields={self.fields!r}, epoch={self._epoch}"
+            f"image={self.has_images}, fields={self.fields!r}, "
+            f"delivery={enum_name(pb.ImageDelivery, reg.delivery)!r}, epoch={self._epoch}"
             f"{', closed' if self._closed else ''})"
         )
 
