@@ -144,17 +144,22 @@ class BatchDecoder:
                              device=self.device)
         on_device: List[int] = []
         on_cpu: List[int] = []
+        failures: Dict[int, str] = {}
         for i, encoded in enumerate(samples):
             if encoded is None:
                 continue
             if not encoded.data:
                 images[i].fill_(SUBSTITUTE_VALUE)
+            elif encoded.output_size != output_size:
+                images[i].fill_(SUBSTITUTE_VALUE)
+                failures[i] = (f"output_size {encoded.output_size} is not the batch's "
+                               f"{output_size}")
             elif self._device_takes(encoded):
                 on_device.append(i)
             else:
                 on_cpu.append(i)
         on_cpu += self._decode_on_device(samples, on_device, images)
-        failures = self._decode_on_cpu(samples, on_cpu, images)
+        failures.update(self._decode_on_cpu(samples, on_cpu, images))
         self.fallbacks += len(on_cpu)
         self.substituted += len(failures)
         return DecodedBatch(images, failures)

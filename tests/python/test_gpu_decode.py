@@ -232,18 +232,21 @@ def test_an_image_whose_float_copies_exceed_the_bound_is_decoded_on_the_cpu():
 
 
 def test_a_crop_that_does_not_fit_its_image_is_a_substitute():
-    """Untrusted parameters: a window outside the image, or a source size that is not
-    the header's, is neither decoded on the device nor read out of bounds."""
+    """Untrusted parameters: a window outside the image, a source size that is not the
+    header's or an output size that is not the batch's is neither decoded on the device
+    nor read out of bounds."""
     outside = planned(jpeg(100, 80, 3), "random", 3)
     outside.left = 100
     wrong_size = planned(jpeg(100, 80, 4), "center", 4)
     wrong_size.source_width = 120
+    wrong_output = planned(jpeg(100, 80, 5), "random", 5)
+    wrong_output.output_size = CROP // 2
     decoder = BatchDecoder(torch.device("cpu"))
     try:
-        out = decoder.decode([outside, wrong_size], CROP)
+        out = decoder.decode([outside, wrong_size, wrong_output], CROP)
     finally:
         decoder.close()
-    assert sorted(out.failures) == [0, 1]
+    assert sorted(out.failures) == [0, 1, 2]
     assert (out.images == SUBSTITUTE_VALUE).all()
 
 
