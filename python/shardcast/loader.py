@@ -253,9 +253,9 @@ class Loader:
     the server's own code on `decode_threads` native threads without the GIL: the same
     bytes as decode=None; `decode="cuda"` decodes each batch's JPEGs on the current CUDA
     device (torchvision's decode_jpeg, nvJPEG) and crops, resizes and flips there: the
-    same samples and crops, pixels within a level of decode=None's, `images` on the
-    device (PNG, WebP, CMYK or grayscale JPEG, a damaged file: the CPU decode,
-    `decode_fallbacks`). A sample whose image cannot be decoded here is the server's
+    same samples and crops, pixels within a few levels of decode=None's (docs/python.md
+    has the measured tolerance), `images` on the device (PNG, WebP, CMYK or grayscale
+    JPEG, a damaged file: the CPU decode, `decode_fallbacks`). A sample whose image cannot be decoded here is the server's
     substitute, as it would have been with decode=None. The delivery is part of the job's
     fingerprint: a state_dict of decode=None resumes no decode="cpu"|"cuda" job (those
     two resume each other). decode="cuda" without CUDA is a ValueError.
