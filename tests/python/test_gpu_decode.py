@@ -269,3 +269,23 @@ def test_image_info_reads_the_header_only():
     assert _native.image_info(encode(photo_like(30, 20, 2), "PNG"))["format"] == "png"
     with pytest.raises(ValueError):
         _native.image_info(b"not an image")
+
+
+def test_the_batched_decode_call_gives_the_per_image_results(mixed_batch):
+    """torchvision 0.19+ decodes a list in one call (one nvJPEG batch); the torchvision
+    here has the per-image call only, so the list call is the per-image one in a loop:
+    this checks the decoder's use of the list form, not torchvision."""
+    samples, _ = mixed_batch
+    single = BatchDecoder(torch.device("cpu"))
+    batched = BatchDecoder(torch.device("cpu"))
+    per_image = batched._decode_jpeg
+    batched._batched = True
+    batched._decode_jpeg = lambda data, mode, device: [per_image(d, mode=mode, device=device)
+                                                       for d in data]
+    try:
+        want, got = single.decode(samples, CROP), batched.decode(samples, CROP)
+    finally:
+        single.close()
+        batched.close()
+    assert torch.equal(want.images, got.images) and want.failures == got.failures
+    assert single.fallbacks == batched.fallbacks
