@@ -45,6 +45,7 @@
 #include "common/plan/field_spec.h"
 #include "common/util/token_file.h"
 #include "proto/job_config_proto.h"
+#include "python/native/encoded_bindings.h"
 
 namespace py = pybind11;
 
@@ -748,4 +749,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("keep_receive_buffers_warm", &KeepReceiveBuffersWarm,
         "glibc malloc's mmap and trim thresholds raised once per process "
         "(client/protocol/receive_memory.h); whether glibc took them");
+
+  // Encoded delivery: a sample's CPU decode, and the pieces of the GPU decode's tests.
+  BindEncodedImageFunctions(m);
 }

@@ -2,12 +2,15 @@
 PyTorch (or Lightning) training loop in place of a DataLoader.
 
 Every rank gets exactly len(loader) batches per epoch, whatever the data; the server
-decodes and transforms. The protocol is the C++ client's (shardcast._native, built from
-client/protocol): it registers, receives, checks and reconnects on its own thread,
+decodes and transforms (or, decode="cpu" | "cuda", sends the images as stored with their
+crops, and this process decodes them: the native client, or gpu_decode on the device).
+The protocol is the C++ client's (shardcast._native, built from client/protocol): it
+registers, receives, checks and reconnects on its own thread,
 without the GIL, and the loader wraps the received pixels as a uint8 tensor without
 copying them (or copies them once into pinned memory, pin_memory=True).
 """
 
+import logging
 import os
 import secrets
 import socket
@@ -18,6 +21,7 @@ import torch
 
 from shardcast._proto import enum_name, enum_value, pb
 from shardcast.errors import ForkedProcessError, JobChangedError, ShardcastError
+from shardcast.gpu_decode import BatchDecoder
 
 try:
     from shardcast import _native
@@ -30,6 +34,11 @@ except ImportError as e:
 
 # The environment variable a token is taken from when none is given (as the C++ clients).
 TOKEN_ENV = "SHARDCAST_TOKEN"
+
+_log = logging.getLogger("shardcast")
+
+# Loader's decode=: None, the server decodes; else where the trainer does.
+DECODE_PLACES = ("cpu", "cuda")
 
 
 class SampleInfo(NamedTuple):
@@ -63,8 +72,31 @@ def _to_batch(native: "_native.Batch", images: Optional[torch.Tensor] = None) ->
     if images is None and pixels is not None:
         images = torch.frombuffer(pixels, dtype=torch.uint8).view(native.shape)
     labels = torch.frombuffer(native.labels, dtype=torch.int64)
-    info = [SampleInfo._make(s) for s in native.samples]
+    info = [SampleInfo._make(s[:_SAMPLE_INFO_FIELDS]) for s in native.samples]
     return Batch(images, labels, info)
+
+
+# A native sample is SampleInfo's fields in order, then (decode "none") its EncodedImage,
+# None for padding.
+_SAMPLE_INFO_FIELDS = len(SampleInfo._fields)
+
+
+def _encoded_images(native: "_native.Batch") -> List[Optional[Any]]:
+    return [s[_SAMPLE_INFO_FIELDS] for s in native.samples]
+
+
+def _check_decode(decode: Optional[str], decode_threads: Optional[int]) -> None:
+    """ValueError for a decode= or decode_threads= that cannot be; decode="cuda" without
+    CUDA is one (the batches would have nowhere to be decoded)."""
+    if decode is not None and decode not in DECODE_PLACES:
+        raise ValueError(f"decode must be None (the server decodes), 'cpu' or 'cuda', "
+                         f"got {decode!r}")
+    if decode_threads is not None and (decode is None or decode_threads < 1):
+        raise ValueError(f"decode_threads={decode_threads!r}: give it with decode='cpu' or "
+                         "'cuda', and at least 1")
+    if decode == "cuda" and not torch.cuda.is_available():
+        raise ValueError("decode='cuda' but CUDA is not available to torch: use "
+                         "decode='cpu' (the same bytes as the server's) or decode=None")
 
 
 def _default_rank_and_world() -> Tuple[int, int]:
@@ -215,6 +247,19 @@ class Loader:
     padding's, so `cross_entropy(..., ignore_index=-1)` leaves it out (`loader.substituted`
     counts them in the epoch); `"fail"` raises ShardcastError naming it.
 
+    Where images are decoded (docs/python.md, "Decoding on the trainer"): `decode=None`
+    (default) the server decodes and sends pixels; `decode="cpu"` the server sends each
+    image as stored with the crop it would have made, and this process decodes it with
+    the server's own code on `decode_threads` native threads without the GIL: the same
+    bytes as decode=None; `decode="cuda"` decodes each batch's JPEGs on the current CUDA
+    device (torchvision's decode_jpeg, nvJPEG) and crops, resizes and flips there: the
+    same samples and crops, pixels within a few levels of decode=None's (docs/python.md
+    has the measured tolerance), `images` on the device (PNG, WebP, CMYK or grayscale
+    JPEG, a damaged file: the CPU decode, `decode_fallbacks`). A sample whose image cannot be decoded here is the server's
+    substitute, as it would have been with decode=None. The delivery is part of the job's
+    fingerprint: a state_dict of decode=None resumes no decode="cpu"|"cuda" job (those
+    two resume each other). decode="cuda" without CUDA is a ValueError.
+
     `pin_memory=True` (for a CUDA device): each batch's pixels are copied once, without
     the GIL, from the buffers they were received in into page-locked memory, so that
     `images.to(device, non_blocking=True)` (and normalize) is a DMA. Otherwise `images` is
@@ -243,6 +288,8 @@ class Loader:
     # An error raised by the iteration ended the epoch early: the next iter() resumes it
     # (and keeps counting its substitutes).
     _resume_after_error = False
+    # decode="cuda"'s decoder of the encoded images.
+    _decoder: Optional[BatchDecoder] = None
 
     def __init__(
         self,
@@ -280,6 +327,8 @@ class Loader:
         shuffle: Optional[bool] = None,
         drop_last: Optional[bool] = None,
         num_workers: Optional[int] = None,
+        decode: Optional[str] = None,
+        decode_threads: Optional[int] = None,
     ) -> None:
         # Checked before anything connects, with the argument's Python name.
         remainder, shuffle_shards, shuffle_buffer = _dataloader_keywords(
@@ -302,6 +351,9 @@ class Loader:
             raise ValueError(f"stream_timeout must be >= 0, got {stream_timeout}")
         if on_substitute not in ("mask", "fail"):
             raise ValueError(f"on_substitute must be 'mask' or 'fail', got {on_substitute!r}")
+        _check_decode(decode, decode_threads)
+        if decode == "cuda":
+            pin_memory = False  # the batch is made on the device
         field_specs = _field_specs(fields)
         if image is not None and not isinstance(image, bool):
             raise TypeError(f"image must be True, False or None, got {image!r}")
@@ -338,6 +390,7 @@ class Loader:
         job.fields.extend(field_specs)
         if image is not None:
             job.image = image
+        job.delivery = pb.IMAGE_DELIVERY_SERVER if decode is None else pb.IMAGE_DELIVERY_ENCODED
         # TLS and the token by the C++ clients' one rule (client/protocol/client_security.h):
         # TLS when tls, tls_ca or tls_cert is given (tls_ca: default the system's roots),
         # files read as they read them, the token given or else $SHARDCAST_TOKEN's.
@@ -349,8 +402,19 @@ class Loader:
         # The receiving thread joins the pixels into one block for the tensor; pinned
         # batches are copied from the received pieces into the pinned memory instead.
         options.join_images = not pin_memory
+        if decode is not None:
+            # "cpu": the native client decodes (the server's code, byte for byte);
+            # "cuda": it hands over the encoded images, decoded here (gpu_decode).
+            options.decode = "cpu" if decode == "cpu" else "none"
+            if decode_threads is not None:
+                options.decode_threads = decode_threads
         self._stream = _native.Stream(job.SerializeToString(), options, security)
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
+        if decode == "cuda" and self._stream.has_images:
+            self._decoder = BatchDecoder(
+                torch.device("cuda", torch.cuda.current_device()),
+                dct_scaling=self._registration.transform.dct_scaling,
+                max_decode_memory=options.max_decode_memory, cpu_threads=decode_threads)
         # Pinned memory holds pixels: a job without images has none to pin.
         self._pin_memory = pin_memory and self._stream.has_images
         self._on_substitute = on_substitute
@@ -465,7 +529,8 @@ class Loader:
             f"shuffle_shards={reg.shuffle_shards}, shuffle_buffer={reg.shuffle_buffer}, "
             f"seed={reg.seed}, transform={enum_name(pb.TransformMode, transform.mode)!r}, "
             f"resize={transform.resize}, crop={transform.crop}, "
-            f"image={self.has_images}, fields={self.fields!r}, epoch={self._epoch}"
+            f"image={self.has_images}, fields={self.fields!r}, "
+            f"delivery={enum_name(pb.ImageDelivery, reg.delivery)!r}, epoch={self._epoch}"
             f"{', closed' if self._closed else ''})"
         )
 
@@ -673,12 +738,40 @@ class Loader:
                 native = self._stream.next()
             if native is None:
                 return
-            batch = _to_batch(native, images)
-            if native.substituted:
+            batch = self._decoded(native) if self._decoder else _to_batch(native, images)
+            if any(sample.substituted for sample in batch.info):
                 self._check_substitutes(batch)
             self._done += 1
             self._handed_out += 1
             yield batch
+
+    def _decoded(self, native: "_native.Batch") -> Batch:
+        """decode="cuda": the batch's encoded images decoded on the device. A sample that
+        neither the device nor the CPU decode could make is the server's substitute
+        (every byte 128), marked substituted and logged, as the server does."""
+        batch = _to_batch(native)
+        decoded = self._decoder.decode(_encoded_images(native), self.image_shape[-1])
+        info = list(batch.info)
+        for i, error in decoded.failures.items():
+            sample = info[i]
+            _log.warning("shardcast: job %s rank %d epoch %d batch %d: sample %r (shard %d, "
+                         "sample %d in it) could not be decoded, a substitute is used: %s",
+                         self.job_id, self.rank, self._epoch, self._done, sample.key,
+                         sample.shard, sample.index_in_shard, error)
+            info[i] = sample._replace(substituted=True)
+        return Batch(decoded.images, batch.labels, info)
+
+    @property
+    def decode_fallbacks(self) -> int:
+        """decode="cuda": the images decoded on the CPU so far (PNG, WebP, CMYK or
+        grayscale JPEG, damaged ones); 0 otherwise."""
+        return self._decoder.fallbacks if self._decoder else 0
+
+    @property
+    def decode_substituted(self) -> int:
+        """decode="cuda": the images this loader could not decode so far (substitutes);
+        0 otherwise."""
+        return self._decoder.substituted if self._decoder else 0
 
     def _check_substitutes(self, batch: Batch) -> None:
         """Samples whose image the server could not decode (sent as grey substitutes):
@@ -711,6 +804,8 @@ class Loader:
             pass  # the count is the parent's; this process never streamed
         self._closed = True
         self._stream.close()
+        if self._decoder:
+            self._decoder.close()
 
     def __enter__(self) -> "Loader":
         return self
