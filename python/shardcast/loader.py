@@ -72,17 +72,14 @@ def _to_batch(native: "_native.Batch", images: Optional[torch.Tensor] = None) ->
     if images is None and pixels is not None:
         images = torch.frombuffer(pixels, dtype=torch.uint8).view(native.shape)
     labels = torch.frombuffer(native.labels, dtype=torch.int64)
-    info = [SampleInfo._make(s[:_SAMPLE_INFO_FIELDS]) for s in native.samples]
+    info = [SampleInfo._make(s) for s in native.samples]
     return Batch(images, labels, info)
 
 
-# A native sample is SampleInfo's fields in order, then (decode "none") its EncodedImage,
-# None for padding.
-_SAMPLE_INFO_FIELDS = len(SampleInfo._fields)
-
-
 def _encoded_images(native: "_native.Batch") -> List[Optional[Any]]:
-    return [s[_SAMPLE_INFO_FIELDS] for s in native.samples]
+    """decode "none": each sample's _native.EncodedImage, in the samples' order (None for
+    padding)."""
+    return list(native.encoded)
 
 
 def _check_decode(decode: Optional[str], decode_threads: Optional[int]) -> None:
@@ -769,9 +766,11 @@ class Loader:
 
     @property
     def decode_substituted(self) -> int:
-        """decode="cuda": the images this loader could not decode so far (substitutes);
-        0 otherwise."""
-        return self._decoder.substituted if self._decoder else 0
+        """decode="cpu" | "cuda": the images this process could not decode so far (each
+        replaced by the server's substitute and marked `substituted`); 0 with decode=None."""
+        if self._decoder:
+            return self._decoder.substituted
+        return self._stream.client_substituted
 
     def _check_substitutes(self, batch: Batch) -> None:
         """Samples whose image the server could not decode (sent as grey substitutes):
