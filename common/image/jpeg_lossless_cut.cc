@@ -66,6 +66,71 @@ absl::StatusOr<TjHeader> ReadHeader(tjhandle tj, absl::string_view jpeg, const c
   return h;
 }
 
+// Whether every coefficient of every component of the progressive JPEG `b` is refined to
+// full precision (some scan with Al = 0 covers it). When one is not, libjpeg's decode
+// smooths the blocks (block smoothing estimates the missing AC coefficients), and a
+// cut, whose copy declares its coefficients complete, would decode without it. Walks the
+// markers and skips each scan's entropy-coded data; anything it cannot parse counts as
+// incomplete.
+bool ProgressiveScansComplete(absl::string_view b) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
+  constexpr int kMaxComponents = 4;
+  int component_ids[kMaxComponents] = {};
+  int components = 0;
+  bool refined[kMaxComponents][64] = {};
+  size_t pos = 2;  // after SOI
+  while (pos + 4 <= b.size()) {
+    if (byte(pos) != 0xFF) return false;
+    const uint8_t marker = byte(pos + 1);
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (marker == 0xD9) break;  // EOI
+    const size_t length = (size_t{byte(pos + 2)} << 8) | byte(pos + 3);
+    const size_t segment = pos + 4;  // the segment's bytes after its length
+    if (length < 2 || pos + 2 + length > b.size()) return false;
+    const size_t end = pos + 2 + length;
+    if (marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE) {  // SOF
+      if (length < 8) return false;
+      components = byte(segment + 5);
+      if (components < 1 || components > kMaxComponents || length < 8 + 3 * size_t(components)) {
+        return false;
+      }
+      for (int c = 0; c < components; ++c) component_ids[c] = byte(segment + 6 + 3 * c);
+    } else if (marker == 0xDA) {  // SOS: components, then Ss, Se, Ah/Al
+      if (components == 0 || length < 6) return false;
+      const int in_scan = byte(segment);
+      if (in_scan < 1 || length != 6 + 2 * size_t(in_scan)) return false;
+      const int ss = byte(segment + 1 + 2 * in_scan), se = byte(segment + 2 + 2 * in_scan);
+      const int al = byte(segment + 3 + 2 * in_scan) & 15;
+      if (ss > se || se > 63) return false;
+      for (int i = 0; i < in_scan; ++i) {
+        const int id = byte(segment + 1 + 2 * i);
+        const int* c = std::find(component_ids, component_ids + components, id);
+        if (c == component_ids + components) return false;
+        for (int k = ss; k <= se && al == 0; ++k) refined[c - component_ids][k] = true;
+      }
+      // The entropy-coded data runs to the next marker that is not a stuffed 0xFF00 or
+      // a restart marker.
+      pos = end;
+      while (pos + 1 < b.size() && !(byte(pos) == 0xFF && byte(pos + 1) != 0x00 &&
+                                     !(byte(pos + 1) >= 0xD0 && byte(pos + 1) <= 0xD7))) {
+        ++pos;
+      }
+      continue;
+    }
+    pos = end;
+  }
+  if (components == 0) return false;
+  for (int c = 0; c < components; ++c) {
+    for (int k = 0; k < 64; ++k) {
+      if (!refined[c][k]) return false;
+    }
+  }
+  return true;
+}
+
 int AlignDown(int v, int step) { return v / step * step; }
 
 // The cut's window: `needed` widened by one iMCU (mcu_w x mcu_h) on each side, clamped
@@ -82,6 +147,12 @@ SourceWindow CutWindow(const SourceRect& needed, int width, int height, int mcu_
 
 }  // namespace
 
+int64_t LosslessCutBytes(const ImageInfo& info) {
+  // Blocks cover the image padded to the iMCU (at most 32 pixels more each way).
+  return (int64_t{info.width} + 32) * (int64_t{info.height} + 32) * std::max(info.components, 1) *
+         2;
+}
+
 absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const ImageInfo& info,
                                               const SourceRect& needed) {
   if (info.format != ImageFormat::kJpeg) {
@@ -93,6 +164,11 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
     return absl::InvalidArgumentError(absl::StrFormat(
         "the rectangle %dx%d at (%d, %d) is not inside the %dx%d image", needed.width,
         needed.height, needed.left, needed.top, info.width, info.height));
+  }
+  if (info.progressive && !ProgressiveScansComplete(jpeg)) {
+    return absl::FailedPreconditionError(
+        "lossless cut: a progressive JPEG whose scans leave coefficients unrefined (libjpeg's "
+        "decode smooths them, a cut's would not)");
   }
   Transformer tj;
   if (tj.get() == nullptr) {

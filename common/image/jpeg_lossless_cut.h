@@ -4,6 +4,7 @@
 #ifndef SHARDCAST_COMMON_IMAGE_JPEG_LOSSLESS_CUT_H_
 #define SHARDCAST_COMMON_IMAGE_JPEG_LOSSLESS_CUT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -29,17 +30,23 @@ struct LosslessCut {
 //
 // Untrusted data, read with the decoder's limits: a libjpeg warning is an error, as is
 // a progressive file of more than 500 scans. Reading allocates the whole image's DCT
-// coefficients (2 bytes each, about as much as a progressive decode), so a caller
-// bounds `info`'s size first. Markers other than the colour space's (JFIF, Adobe, which
-// libjpeg writes from the colour space it read) are dropped: EXIF, ICC and comments
-// change no decoded pixel here and would only cost wire bytes.
+// coefficients (LosslessCutBytes), so a caller bounds it first. Markers other than the colour
+// space's (JFIF, Adobe, which libjpeg writes from the colour space it read) are dropped: EXIF, ICC
+// and comments change no decoded pixel here and would only cost wire bytes.
 //
 // Errors, after which a caller sends the stored bytes: INVALID_ARGUMENT for input the
 // cut cannot take (not a JPEG, corrupt data, a subsampling TurboJPEG does not name, an
 // iMCU grid other than the subsampling's, `needed` outside the image);
-// FAILED_PRECONDITION when the window is the whole image (nothing to cut).
+// FAILED_PRECONDITION when the window is the whole image (nothing to cut), or for a
+// progressive JPEG whose scans leave some coefficient unrefined (a file that stops
+// early): libjpeg's decode of it smooths those blocks, its cut's decode would not.
 absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const ImageInfo& info,
                                               const SourceRect& needed);
+
+// An upper bound of the bytes CutJpegLosslessly allocates for an image whose header says
+// `info`: every DCT coefficient of the whole image (2 bytes each; each component counted
+// at full resolution), which a server holds against its decode memory budget.
+int64_t LosslessCutBytes(const ImageInfo& info);
 
 }  // namespace shardcast
 

@@ -203,5 +203,32 @@ TEST(JpegLosslessCutTest, WhatCannotBeCutIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(JpegLosslessCutTest, AProgressiveFileThatStopsEarlyIsNotCut) {
+  const std::vector<uint8_t> px = PhotoLike(320, 240, 8);
+  const std::string progressive = EncodeJpeg(px, 320, 240, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
+  // Without its last scan (a refinement to full precision): a valid file, which libjpeg
+  // decodes with block smoothing where the coefficients are not all known.
+  std::string early = progressive.substr(0, progressive.rfind("\xff\xda"));
+  early += "\xff\xd9";
+  ASSERT_TRUE(DecodeImage(early).ok());
+  absl::StatusOr<ImageInfo> info = ReadImageInfo(early);
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(info->progressive);
+  EXPECT_EQ(CutJpegLosslessly(early, *info, SourceRect{100, 100, 50, 50}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CutJpegLosslessly(progressive, *info, SourceRect{100, 100, 50, 50}).ok());
+}
+
+TEST(JpegLosslessCutTest, TheCutsMemoryBoundHoldsTheCoefficients) {
+  ImageInfo info;
+  info.format = ImageFormat::kJpeg;
+  info.width = 500;
+  info.height = 375;
+  info.components = 3;
+  // 63 x 47 blocks of 64 coefficients of 2 bytes, for 3 components at full resolution.
+  EXPECT_GE(LosslessCutBytes(info), int64_t{63} * 47 * 64 * 2 * 3);
+  EXPECT_LT(LosslessCutBytes(info), int64_t{2} << 20);
+}
+
 }  // namespace
 }  // namespace shardcast
