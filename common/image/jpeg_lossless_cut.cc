@@ -66,13 +66,15 @@ absl::StatusOr<TjHeader> ReadHeader(tjhandle tj, absl::string_view jpeg, const c
   return h;
 }
 
-// Whether every coefficient of every component of the progressive JPEG `b` is refined to
-// full precision (some scan with Al = 0 covers it). When one is not, libjpeg's decode
-// smooths the blocks (block smoothing estimates the missing AC coefficients), and a
-// cut, whose copy declares its coefficients complete, would decode without it. Walks the
-// markers and skips each scan's entropy-coded data; anything it cannot parse counts as
-// incomplete.
-bool ProgressiveScansComplete(absl::string_view b) {
+// Whether the cut of `b` decodes as `b` does, as far as its frame and scans tell: a
+// sequential JPEG, or a progressive one whose every coefficient of every component is
+// refined to full precision (some scan with Al = 0 covers it). When one is not, libjpeg's
+// decode smooths the blocks (block smoothing estimates the missing AC coefficients), and
+// a cut, whose baseline copy declares its coefficients complete, would decode without
+// it. Walks the markers (and a progressive file's entropy-coded data, to the next
+// marker); a file it cannot parse is not cut, so a header the decoder's own scan
+// (ScanJpegFrame) reads otherwise than libjpeg cannot hide a progressive frame.
+bool ScansAllowACut(absl::string_view b) {
   const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
   constexpr int kMaxComponents = 4;
   int component_ids[kMaxComponents] = {};
@@ -91,8 +93,11 @@ bool ProgressiveScansComplete(absl::string_view b) {
     const size_t segment = pos + 4;  // the segment's bytes after its length
     if (length < 2 || pos + 2 + length > b.size()) return false;
     const size_t end = pos + 2 + length;
-    if (marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE) {  // SOF
-      if (length < 8) return false;
+    if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+        marker != 0xCC) {  // SOF
+      const bool progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
+      if (!progressive) return components == 0;  // sequential, and the first frame
+      if (components != 0 || length < 8) return false;
       components = byte(segment + 5);
       if (components < 1 || components > kMaxComponents || length < 8 + 3 * size_t(components)) {
         return false;
@@ -165,10 +170,10 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
         "the rectangle %dx%d at (%d, %d) is not inside the %dx%d image", needed.width,
         needed.height, needed.left, needed.top, info.width, info.height));
   }
-  if (info.progressive && !ProgressiveScansComplete(jpeg)) {
+  if (!ScansAllowACut(jpeg)) {
     return absl::FailedPreconditionError(
         "lossless cut: a progressive JPEG whose scans leave coefficients unrefined (libjpeg's "
-        "decode smooths them, a cut's would not)");
+        "decode smooths them, a cut's would not), or markers the check cannot follow");
   }
   Transformer tj;
   if (tj.get() == nullptr) {

@@ -39,7 +39,9 @@ struct LosslessCut {
 // iMCU grid other than the subsampling's, `needed` outside the image);
 // FAILED_PRECONDITION when the window is the whole image (nothing to cut), or for a
 // progressive JPEG whose scans leave some coefficient unrefined (a file that stops
-// early): libjpeg's decode of it smooths those blocks, its cut's decode would not.
+// early): libjpeg's decode of it smooths those blocks, its cut's decode would not; and
+// for a file whose markers the check of that cannot follow (a zero-length segment,
+// bytes between markers), which no encoder writes.
 absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const ImageInfo& info,
                                               const SourceRect& needed);
 

@@ -217,6 +217,17 @@ TEST(JpegLosslessCutTest, AProgressiveFileThatStopsEarlyIsNotCut) {
   EXPECT_EQ(CutJpegLosslessly(early, *info, SourceRect{100, 100, 50, 50}).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(CutJpegLosslessly(progressive, *info, SourceRect{100, 100, 50, 50}).ok());
+
+  // A zero-length APP0 first (found by image_transform_fuzzer): libjpeg reads on after
+  // it, ReadImageInfo's marker scan stops there and says "not progressive"; the cut's
+  // own check of the scans must not trust that.
+  ASSERT_EQ(early.substr(0, 6), std::string("\xff\xd8\xff\xe0\x00\x10", 6));  // JFIF APP0
+  const std::string hidden = std::string("\xff\xd8\xff\xe0\x00\x00", 6) + early.substr(2 + 18);
+  ASSERT_TRUE(DecodeImage(hidden).ok()) << DecodeImage(hidden).status();
+  absl::StatusOr<ImageInfo> hidden_info = ReadImageInfo(hidden);
+  ASSERT_TRUE(hidden_info.ok());
+  EXPECT_EQ(CutJpegLosslessly(hidden, *hidden_info, SourceRect{100, 100, 50, 50}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(JpegLosslessCutTest, TheCutsMemoryBoundHoldsTheCoefficients) {
