@@ -99,14 +99,15 @@ bool ScansAllowACut(absl::string_view b) {
       if (!progressive) return components == 0;  // sequential, and the first frame
       if (components != 0 || length < 8) return false;
       components = byte(segment + 5);
-      if (components < 1 || components > kMaxComponents || length < 8 + 3 * size_t(components)) {
+      if (components < 1 || components > kMaxComponents ||
+          length < 8 + 3 * static_cast<size_t>(components)) {
         return false;
       }
       for (int c = 0; c < components; ++c) component_ids[c] = byte(segment + 6 + 3 * c);
     } else if (marker == 0xDA) {  // SOS: components, then Ss, Se, Ah/Al
       if (components == 0 || length < 6) return false;
       const int in_scan = byte(segment);
-      if (in_scan < 1 || length != 6 + 2 * size_t(in_scan)) return false;
+      if (in_scan < 1 || length != 6 + 2 * static_cast<size_t>(in_scan)) return false;
       const int ss = byte(segment + 1 + 2 * in_scan), se = byte(segment + 2 + 2 * in_scan);
       const int al = byte(segment + 3 + 2 * in_scan) & 15;
       if (ss > se || se > 63) return false;
