@@ -137,6 +137,31 @@ bool ScansAllowACut(absl::string_view b) {
   return true;
 }
 
+// libjpeg-turbo's Huffman encoder does not check an AC coefficient's size: one over
+// MAX_COEF_BITS (10 bits, what 8-bit samples can make) gets a code the standard tables do
+// not have, and the cut decodes to other pixels, silently. A hostile file's coefficients
+// can be that big (its Huffman codes can say up to 15 bits), so the cut's are checked,
+// as tjTransform hands them over before encoding, and an out-of-range one refuses the
+// cut. `coeffs` holds whole blocks of 64 (DC first); transform->data points to a bool set
+// on refusal.
+int RefuseOutOfRangeCoefficients(short* coeffs, tjregion array_region, tjregion /*plane*/,
+                                 int /*component*/, int /*transform_index*/,
+                                 tjtransform* transform) {
+  constexpr int kMaxDc = 1024;  // 8 x (0 - 128) at quantizer 1
+  constexpr int kMaxAc = 1023;  // 10 bits
+  const int64_t blocks = int64_t{array_region.w} * array_region.h / 64;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const short* block = coeffs + b * 64;
+    bool in_range = block[0] >= -kMaxDc && block[0] <= kMaxDc;
+    for (int k = 1; k < 64; ++k) in_range &= block[k] >= -kMaxAc && block[k] <= kMaxAc;
+    if (!in_range) {
+      *static_cast<bool*>(transform->data) = true;
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int AlignDown(int v, int step) { return v / step * step; }
 
 // The cut's window: `needed` widened by one iMCU (mcu_w x mcu_h) on each side, clamped
@@ -203,6 +228,9 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
   transform.r = tjregion{window.left, window.top, window.width, window.height};
   transform.op = TJXOP_NONE;
   transform.options = TJXOPT_CROP | TJXOPT_COPYNONE;
+  bool out_of_range = false;
+  transform.data = &out_of_range;
+  transform.customFilter = RefuseOutOfRangeCoefficients;
   TjBuffer out;
   // As the decoder reads untrusted files: a warning (corrupt data, a truncated file)
   // fails the cut, and so does a progressive file of more than 500 scans.
@@ -210,6 +238,12 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
   if (tjTransform(tj.get(), reinterpret_cast<const unsigned char*>(jpeg.data()),
                   static_cast<unsigned long>(jpeg.size()), 1, out.out(), out.size(), &transform,
                   flags) != 0) {
+    if (out_of_range) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "lossless cut of a %dx%d JPEG: a DCT coefficient beyond what 8-bit samples make "
+          "(corrupt or hostile entropy-coded data), which the encoder cannot copy",
+          info.width, info.height));
+    }
     return absl::InvalidArgumentError(absl::StrFormat(
         "lossless cut of a %dx%d JPEG (%d bytes) failed%s: %s", info.width, info.height,
         jpeg.size(),
