@@ -20,12 +20,6 @@ namespace {
 
 constexpr int64_t kDecodeBudgetBytes = int64_t{64} << 20;
 
-// The cut of `image` that a server would send for `spec`'s crop, decoded as a client
-// would: aborts when it decodes to other bytes than the server's `transformed` ones.
-void CheckLosslessCut(absl::string_view image, const shardcast::ImageInfo& info,
-                      const shardcast::TransformSpec& spec, uint64_t seed,
-                      const absl::Status& transformed, const std::vector<uint8_t>& out);
-
 class FuzzAdmission : public shardcast::DecodeAdmission {
  public:
   absl::Status Acquire(int64_t bytes) override {
@@ -41,6 +35,8 @@ class FuzzAdmission : public shardcast::DecodeAdmission {
   int64_t held_ = 0;
 };
 
+// The cut of `image` that a server would send for `spec`'s crop, decoded as a client
+// would: aborts when it decodes to other bytes than the server's `transformed` ones.
 void CheckLosslessCut(absl::string_view image, const shardcast::ImageInfo& info,
                       const shardcast::TransformSpec& spec, uint64_t seed,
                       const absl::Status& transformed, const std::vector<uint8_t>& out) {
