@@ -30,18 +30,19 @@ struct LosslessCut {
 //
 // Untrusted data, read with the decoder's limits: a libjpeg warning is an error, as is
 // a progressive file of more than 500 scans. Reading allocates the whole image's DCT
-// coefficients (LosslessCutBytes), so a caller bounds it first. Markers other than the colour
-// space's (JFIF, Adobe, which libjpeg writes from the colour space it read) are dropped: EXIF, ICC
-// and comments change no decoded pixel here and would only cost wire bytes.
+// coefficients (LosslessCutBytes), so a caller bounds that first. Markers other than the
+// colour space's (JFIF, Adobe, which libjpeg writes from the colour space it read) are
+// dropped: EXIF, ICC and comments change no decoded pixel here and only cost wire bytes.
 //
 // Errors, after which a caller sends the stored bytes: INVALID_ARGUMENT for input the
-// cut cannot take (not a JPEG, corrupt data, a subsampling TurboJPEG does not name, an
-// iMCU grid other than the subsampling's, `needed` outside the image);
+// cut cannot take (not a JPEG, corrupt data, a DCT coefficient beyond what 8-bit samples
+// make, which TurboJPEG's encoder would write wrongly, a subsampling TurboJPEG does not
+// name, an iMCU grid other than the subsampling's, `needed` outside the image);
 // FAILED_PRECONDITION when the window is the whole image (nothing to cut), or for a
 // progressive JPEG whose scans leave some coefficient unrefined (a file that stops
 // early): libjpeg's decode of it smooths those blocks, its cut's decode would not; and
-// for a file whose markers the check of that cannot follow (a zero-length segment,
-// bytes between markers), which no encoder writes.
+// for a file whose markers that check cannot follow (a zero-length segment, bytes
+// between markers), which no encoder writes.
 absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const ImageInfo& info,
                                               const SourceRect& needed);
 
