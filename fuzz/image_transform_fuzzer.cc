@@ -5,12 +5,16 @@
 // huge image is refused before anything is allocated, so the fuzzer's RSS limit
 // measures leaks and bugs, not legitimate big images. With DCT scaling off, the
 // region-of-interest decode is checked against the whole-image decode + transform.
+// JPEGs go through the lossless cut of encoded delivery too (CutJpegLosslessly, bounded
+// by LosslessCutBytes as by the budget), and the cut's decode (DecodeWithCrop) must give
+// DecodeAndTransform's bytes whenever both succeed.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/image/image_transform.h"
+#include "common/image/jpeg_lossless_cut.h"
 
 namespace {
 
@@ -30,6 +34,31 @@ class FuzzAdmission : public shardcast::DecodeAdmission {
  private:
   int64_t held_ = 0;
 };
+
+// The cut of `image` that a server would send for `spec`'s crop, decoded as a client
+// would: aborts when it decodes to other bytes than the server's `transformed` ones.
+void CheckLosslessCut(absl::string_view image, const shardcast::ImageInfo& info,
+                      const shardcast::TransformSpec& spec, uint64_t seed,
+                      const absl::Status& transformed, const std::vector<uint8_t>& out) {
+  if (info.format != shardcast::ImageFormat::kJpeg ||
+      shardcast::LosslessCutBytes(info) > kDecodeBudgetBytes) {
+    return;
+  }
+  absl::StatusOr<shardcast::EncodedPlan> plan = shardcast::PlanEncodedSample(image, spec, seed);
+  if (!plan.ok()) return;
+  absl::StatusOr<shardcast::SourceRect> needed =
+      shardcast::SourcePixelsRead(plan->info, plan->crop, spec.dct_scaling);
+  if (!needed.ok()) return;
+  absl::StatusOr<shardcast::LosslessCut> cut =
+      shardcast::CutJpegLosslessly(image, plan->info, *needed);
+  if (!cut.ok()) return;
+  std::vector<uint8_t> from_cut(out.size());
+  FuzzAdmission admission;
+  const absl::Status decoded = shardcast::DecodeWithCrop(cut->bytes, plan->crop, spec.dct_scaling,
+                                                         from_cut.data(), &admission, &cut->window);
+  if (admission.held() != 0) std::abort();
+  if (decoded.ok() && transformed.ok() && from_cut != out) std::abort();
+}
 
 }  // namespace
 
@@ -51,6 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (admission.held() != 0) std::abort();  // every acquired byte is given back
 
   absl::StatusOr<shardcast::ImageInfo> info = shardcast::ReadImageInfo(image);
+  if (info.ok()) CheckLosslessCut(image, *info, spec, selector, transformed, out);
   if (info.ok() && shardcast::DecodeBufferBytes(*info, 1, 1) <= kDecodeBudgetBytes) {
     absl::StatusOr<shardcast::RgbImage> decoded = shardcast::DecodeImage(image);
     if (decoded.ok() &&
