@@ -406,7 +406,7 @@ absl::Status BatchAssembler::ReadAndEncode(const PendingBatch& pending, const Sa
     absl::StatusOr<std::string> encoded = ReadImage(pending, ref, read_failed);
     if (!encoded.ok()) return encoded.status();
     return EncodeImage(*std::move(encoded), pending.content->transform, ref.augment_seed,
-                       limits_.budget, out);
+                       limits_.budget, limits_.lossless_cut, out);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory while reading");
   }

@@ -103,6 +103,9 @@ struct DecodeLimits {
   absl::Duration host_error_retry = absl::Seconds(20);
   // What that retry's backoff waits on (not owned, never null); tests pass a fake one.
   const util::Clock* clock = util::Clock::Real();
+  // Encoded delivery: a random crop's JPEG is sent cut losslessly to the part its crop
+  // reads (encoded_image.h), when that is smaller.
+  bool lossless_cut = false;
 };
 
 // Thread-safe. REQUIRES: `dataset`, `pool`, `stats` and `limits.budget` outlive the

@@ -24,8 +24,14 @@ namespace shardcast::server {
 // limit (counted as the budget counts a refusal; nothing is acquired, since nothing
 // is decoded here). A header that reads over data that does not decode is no error:
 // the client's decode fails and substitutes the same bytes. `*out` is untouched on error.
+//
+// With `lossless_cut`, a random crop's JPEG is sent cut losslessly to the part its crop
+// reads (jpeg_lossless_cut.h: the client's decode makes the same bytes), when the cut is
+// smaller; the cut's coefficient memory is held in `budget` while it is made. A JPEG the
+// cut refuses, or that the budget cannot hold, is sent as stored: the cut only saves
+// bytes, it never decides a sample.
 absl::Status EncodeImage(std::string member, const TransformSpec& spec, uint64_t augment_seed,
-                         DecodeBudget* budget, shardcast::v1::EncodedImage* out);
+                         DecodeBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out);
 
 }  // namespace shardcast::server
 

@@ -85,6 +85,8 @@ struct ServerOptions {
   absl::Duration shard_read_retry = absl::Seconds(20);
   // An image member larger than this is substituted without being read.
   int64_t max_member_bytes = int64_t{64} << 20;
+  // Encoded delivery: random-crop JPEGs are sent cut losslessly to what their crop reads.
+  bool lossless_cut = false;
   // A stream whose client has not taken a batch (a write waited) this long is
   // cancelled and its memory freed. Zero = never.
   absl::Duration stream_idle_timeout = absl::Minutes(5);

@@ -143,9 +143,10 @@ void ServiceCore::SetDataset(std::unique_ptr<ServedDataset> dataset, const std::
   // Replicas whose job fingerprints differ compare these lines (docs/server.md, replicas).
   LogInfo("index", absl::StrCat("dataset '", name, "': server settings in its job fingerprints: ",
                                 ServeSettingsString(named->serve)));
-  named->assembler = std::make_unique<BatchAssembler>(
-      named->data.get(), pool_.get(), &stats_,
-      DecodeLimits{&decode_budget_, options_.max_member_bytes, options_.shard_read_retry});
+  DecodeLimits limits{&decode_budget_, options_.max_member_bytes, options_.shard_read_retry};
+  limits.lossless_cut = options_.lossless_cut;
+  named->assembler =
+      std::make_unique<BatchAssembler>(named->data.get(), pool_.get(), &stats_, limits);
   datasets_.Publish(name, std::move(named));
 }
 

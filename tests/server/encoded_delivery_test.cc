@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -106,6 +107,7 @@ struct Compared {
   int decoded = 0;             // samples whose decode equals the server's pixels
   int server_substituted = 0;  // flagged by the server in both deliveries
   int client_substituted = 0;  // sent as stored, the decode fails: the server's gray
+  int cut = 0;                 // sent as a lossless cut (--lossless-cut)
 };
 
 // Checks `encoded` against `server` (the same batch of the same job in server
@@ -143,11 +145,23 @@ void CompareBatches(const v1::Batch& server, const v1::Batch& encoded, const Wri
       ++compared->server_substituted;
       continue;
     }
-    EXPECT_TRUE(image.data() == written.at(got.key())) << got.key() << " is not sent as stored";
-    EXPECT_EQ(image.cut_width(), 0);
+    // A cut's crop counts from the cut: the stored image's coordinates add its corner.
+    SampleCrop crop = CropOf(image, mode);
+    std::optional<SourceWindow> window;
+    if (image.cut_width() > 0) {
+      EXPECT_LT(image.data().size(), written.at(got.key()).size()) << got.key();
+      crop.left += image.cut_left();
+      crop.top += image.cut_top();
+      window =
+          SourceWindow{image.cut_left(), image.cut_top(), image.cut_width(), image.cut_height()};
+      ++compared->cut;
+    } else {
+      EXPECT_TRUE(image.data() == written.at(got.key())) << got.key() << " is not sent as stored";
+    }
     std::string decoded(sample_bytes, '\0');
-    const absl::Status status = DecodeWithCrop(image.data(), CropOf(image, mode), dct_scaling,
-                                               reinterpret_cast<uint8_t*>(decoded.data()));
+    const absl::Status status =
+        DecodeWithCrop(image.data(), crop, dct_scaling, reinterpret_cast<uint8_t*>(decoded.data()),
+                       nullptr, window.has_value() ? &*window : nullptr);
     if (!status.ok()) {  // the client substitutes, as the server did
       EXPECT_TRUE(want.substituted()) << got.key() << ": " << status;
       EXPECT_EQ(pixels, std::string(sample_bytes, static_cast<char>(128)));
@@ -226,6 +240,7 @@ TEST_P(EncodedDeliveryTest, ImagesAsStoredDecodeToTheServerDeliveryPixels) {
   const Compared compared = ServeBothWays(server, written, "mixed", mode, dct_scaling);
   EXPECT_EQ(compared.decoded, 2 * 45);  // every sample once an epoch, each decoded
   EXPECT_EQ(compared.server_substituted + compared.client_substituted, 0);
+  EXPECT_EQ(compared.cut, 0) << "no cut without --lossless-cut";
 
   const v1::GetStatusResponse status = GetStatus(server.stub());
   std::map<std::string, v1::ImageDelivery> deliveries;
@@ -238,6 +253,27 @@ INSTANTIATE_TEST_SUITE_P(CenterAndRandom, EncodedDeliveryTest,
                          ::testing::Combine(::testing::Values(v1::TRANSFORM_MODE_CENTER,
                                                               v1::TRANSFORM_MODE_RANDOM),
                                             ::testing::Bool()));
+
+// --lossless-cut: a random crop's JPEG is sent cut to what the crop reads, and the cut
+// decodes to the server delivery's pixels (PNG and WebP are sent whole).
+class LosslessCutDeliveryTest : public ::testing::TestWithParam<bool /*dct_scaling*/> {};
+
+TEST_P(LosslessCutDeliveryTest, CutJpegsDecodeToTheServerDeliveryPixels) {
+  const bool dct_scaling = GetParam();
+  TempDir dir;
+  const Written written = WriteDataset(dir.path(), 45, 20, MixedImage);
+  server::ServerOptions options;
+  options.defaults.transform.dct_scaling = dct_scaling;
+  options.lossless_cut = true;
+  InProcessServer server(dir.path(), options);
+  const Compared compared =
+      ServeBothWays(server, written, "cut", v1::TRANSFORM_MODE_RANDOM, dct_scaling);
+  EXPECT_EQ(compared.decoded, 2 * 45);
+  EXPECT_GT(compared.cut, 2 * 45 / 3) << "most JPEG crops leave something to cut";
+  EXPECT_LT(compared.cut, 2 * 45);
+}
+
+INSTANTIATE_TEST_SUITE_P(DctScaling, LosslessCutDeliveryTest, ::testing::Bool());
 
 // An elastic resume: 2 batches of both ranks of epoch 1 on 2 ranks (16 positions),
 // the rest on one rank with batch 5 (same fingerprint): every sample exactly once, each
