@@ -90,10 +90,22 @@ gpu_machine_packages() {
   gpu_closure "${base[@]}" "${GPU_MACHINE_TOOLCHAIN[@]}"
 }
 
+# The libraries the given -dev packages link to (their direct dependencies that ship
+# shared libraries). Carried even where the machine has them: otherwise the prefix's
+# libfoo.so link dangles and the build takes the static archive instead (libssl-dev's
+# libcrypto.so: a second OpenSSL beside the one gRPC loads) or the machine's copy.
+gpu_linked_libraries() {
+  apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances "$@" | awk '/^  (Pre)?Depends: [^<]/{print $2}' |
+    grep -E '^(lib|zlib)' | grep -v -- '-dev$' | sort -u
+}
+
 # The packages to carry, one a line.
 gpu_carried_packages() {
-  local dev
+  local dev lacking
   dev="$(gpu_dev_packages "$1")" || return 1
   # shellcheck disable=SC2086
-  comm -23 <(gpu_closure $dev "${GPU_EXTRA_PACKAGES[@]}") <(gpu_machine_packages)
+  lacking="$(comm -23 <(gpu_closure $dev "${GPU_EXTRA_PACKAGES[@]}") <(gpu_machine_packages))"
+  # shellcheck disable=SC2046
+  { echo "$lacking"; gpu_linked_libraries $(grep -- '-dev$' <<<"$lacking"); } | sort -u
 }

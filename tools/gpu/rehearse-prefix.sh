@@ -23,6 +23,9 @@ CACHE="${CACHE:-/var/cache/shardcast-gpu-rehearsal}"
 base_image=docker.io/library/debian:bookworm
 image=localhost/shardcast-gpu-rehearsal
 podman=(podman --runtime runc --cgroup-manager cgroupfs)
+# device.sh's folders inside the container.
+prefix=/tmp/shardcast-prefix
+build=/tmp/shardcast-gpu-build
 
 # ---- inside the container --------------------------------------------------------------
 
@@ -31,7 +34,7 @@ podman=(podman --runtime runc --cgroup-manager cgroupfs)
 library_owners() {
   local path owner
   env -u LD_LIBRARY_PATH ldd "$1" | grep -oP '=> \K/\S+' | while read -r path; do
-    [[ "$(realpath "$path")" == /tmp/shardcast-prefix/* ]] && continue
+    [[ "$(realpath "$path")" == "$prefix"/* ]] && continue
     owner="$(dpkg -S "$path" 2>/dev/null || dpkg -S "$(realpath "$path")" 2>/dev/null)" ||
       owner="(no package)"
     echo "${owner%%:*} $path"
@@ -57,11 +60,21 @@ inside() {
     dpkg --purge --force-depends $hidden >/dev/null
   fi
   local start=$SECONDS
-  CCACHE_DIR=/ccache REHEARSE=1 JOBS="${JOBS:-2}" OUT=/out tools/gpu/device.sh build ||
+  CCACHE_DIR=/ccache REHEARSE=1 PREFIX="$prefix" BUILD="$build" OUT=/out tools/gpu/device.sh build ||
     { echo "rehearse: the build from the prefix FAILED"; return 1; }
   echo "rehearse: device.sh build took $((SECONDS - start)) s"
 
-  local machine torch failed=0 bin build=/tmp/shardcast-gpu-build
+  local machine torch failed=0 bin link target
+  # A -dev package's libfoo.so must reach its library inside the prefix: dangling, the
+  # build quietly takes the static archive or this machine's copy.
+  while read -r link; do
+    target="$(realpath -m "$link")"
+    if [[ "$target" != "$prefix"/* || ! -e "$target" ]]; then
+      echo "rehearse: ${link#"$prefix"} leads outside the prefix ($(readlink "$link")):" \
+        "carry the package of its library (tools/gpu/packages.sh)"
+      failed=1
+    fi
+  done < <(find "$prefix" -type l -name 'lib*.so')
   machine="$(gpu_machine_packages)"
   torch="$(gpu_closure libtorch-dev)"
   for bin in "$build"/server/shardcast-server "$build"/client/shardcast-ctl \
