@@ -10,15 +10,23 @@ the same shards:
               repeat(nbatches=n).slice(n), feeding the Python training loop
   loader      shardcast-server on this machine + shardcast.Loader feeding the same loop
               (uint8 batches, normalize on the device)
+  encoded-cpu   the same Loader with decode="cpu": the server sends the stored JPEGs
+              and each sample's crop (delivery encoded), the Loader's native client
+              decodes them on --decode-threads threads of this process
+  encoded-cuda  the same with decode="cuda": the Loader decodes each batch on the GPU
+              (nvJPEG through torchvision); skipped, with a line saying so, without CUDA
   train       shardcast-train (the C++ trainer, its built-in ResNet-18) on the same server
 
 The Python rows run torchvision's resnet18, Adam, cross-entropy; shardcast-train builds
 the same network (tests/client/resnet_conformance_test.cc). Each row: `--warmup` steps,
 then `--seconds` timed. Printed per row: images/s, the share of the ceiling, the share
-of the loop's wall time spent waiting for input, and for the shardcast rows the server's
-two waiting figures over the row (stream_wait_for_batch: its streams waited for batches,
-the clients waiting on decode; stream_wait_for_client: written batches waited for their
-client, the server waiting on the client).
+of the loop's wall time spent waiting for input, the host CPU per image of the trainer
+(this process and its DataLoader workers; the ceiling row's figure is the model's own
+share) and, for the shardcast rows, of the server, the wire bytes per image (the
+server's bytes_served over images_served), and the server's two waiting figures over the
+row (stream_wait_for_batch: its streams waited for batches, the clients waiting on
+decode; stream_wait_for_client: written batches waited for their client, the server
+waiting on the client).
 
     bench/run_feed_bench.sh [--photos DIR] [--device cuda] [--crop 224] ...
 
@@ -27,6 +35,7 @@ small: the figures are the method's, not a GPU's.
 """
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -35,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "python"))
@@ -49,7 +58,9 @@ import torchvision.transforms as T  # noqa: E402
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-ROWS = ["ceiling", "seed", "loader", "train"]
+ROWS = ["ceiling", "seed", "loader", "encoded-cpu", "encoded-cuda", "train"]
+# The shardcast rows, whose server figures are reported.
+SERVED_ROWS = ("loader", "encoded-cpu", "encoded-cuda", "train")
 
 
 def parse_args() -> argparse.Namespace:
@@ -74,7 +85,8 @@ def parse_args() -> argparse.Namespace:
                    help="default: 1 on cuda, 0 on cpu")
     p.add_argument("--workers", type=int, default=os.cpu_count(),
                    help="the seed's DataLoader workers")
-    p.add_argument("--decode-threads", type=int, default=os.cpu_count())
+    p.add_argument("--decode-threads", type=int, default=os.cpu_count(),
+                   help="the server's decode threads, and the Loader's in the encoded rows")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rows", default=",".join(ROWS), help="which rows, in order")
@@ -144,15 +156,47 @@ class Model:
             torch.cuda.synchronize(self.device)
 
 
+def process_tree_cpu_seconds(pid: int, exclude: Optional[int] = None) -> float:
+    """User + system CPU seconds of a process, its reaped children and its live
+    descendants (the seed's DataLoader workers) but `exclude`'s tree, from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        if p == exclude:
+            continue
+        try:
+            # Fields after the command's closing parenthesis: utime is the 14th field.
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / ticks
+            for task in Path(f"/proc/{p}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended meanwhile
+    return total
+
+
+def cuda_missing(a: argparse.Namespace) -> Optional[str]:
+    """Why a row that decodes on the GPU cannot run here, or None."""
+    if not a.device.startswith("cuda"):
+        return f"the model runs on {a.device}, not CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA device here"
+    return None
+
+
 def run_loop(model: Model, batches: Iterator[Tuple[torch.Tensor, torch.Tensor]],
              a: argparse.Namespace) -> Dict[str, float]:
-    """Warm-up steps, then steps for --seconds: images/s and the share of wall time spent
-    in next(batches) (which includes moving the batch to the device)."""
+    """Warm-up steps, then steps for --seconds: images/s, the share of wall time spent
+    in next(batches) (which includes moving the batch to the device) and the trainer's
+    CPU per image over the timed steps."""
     for _ in range(a.warmup):
         model.step(*next(batches))
     model.sync()
     images = 0
     waited = 0.0
+    cpu_before = a.trainer_cpu()
     start = time.perf_counter()
     while time.perf_counter() - start < a.seconds:
         t = time.perf_counter()
@@ -162,7 +206,9 @@ def run_loop(model: Model, batches: Iterator[Tuple[torch.Tensor, torch.Tensor]],
         images += x.shape[0]
     model.sync()
     wall = time.perf_counter() - start
-    return {"images_per_s": images / wall, "wait_share": waited / wall, "images": images}
+    cpu = a.trainer_cpu() - cpu_before
+    return {"images_per_s": images / wall, "wait_share": waited / wall, "images": images,
+            "client_cpu_us_per_image": 1e6 * cpu / images}
 
 
 def forever(make_epoch) -> Iterator:
@@ -203,22 +249,32 @@ def seed(a: argparse.Namespace, model: Model, shards: Path, samples: int, **_) -
     return run_loop(model, forever(epoch), a)
 
 
-def server_waits(a: argparse.Namespace, address: str) -> Tuple[float, float]:
+SERVER_COUNTERS = {"wait_for_batch_s": "streamWaitForBatchSeconds",
+                   "wait_for_client_s": "streamWaitForClientSeconds",
+                   "images_served": "imagesServed", "bytes_served": "bytesServed"}
+
+
+def server_counters(a: argparse.Namespace, address: str) -> Dict[str, float]:
     out = subprocess.run([str(a.build_dir / "client" / "shardcast-ctl"), "status", "--server",
                           address, "--json"], capture_output=True, text=True, check=True).stdout
     status = json.loads(out)
-    return (float(status.get("streamWaitForBatchSeconds", 0)),
-            float(status.get("streamWaitForClientSeconds", 0)))
+    return {k: float(status.get(v, 0)) for k, v in SERVER_COUNTERS.items()}
 
 
-def loader(a: argparse.Namespace, model: Model, server: ServerProcess, **_) -> Dict[str, float]:
+def loader(a: argparse.Namespace, model: Model, server: ServerProcess,
+           decode: Optional[str] = None, **_) -> Dict[str, float]:
+    """The Loader row; with `decode` ("cpu" or "cuda") the job's delivery is encoded and
+    the Loader decodes."""
     import shardcast
 
     # On CUDA the pixels go from the received buffers into pinned memory (one host copy),
-    # and normalize's transfer to the device is a DMA.
+    # and normalize's transfer to the device is a DMA. Decoded on the GPU, the batch is
+    # already there.
+    decoding = {} if decode is None else {"decode": decode, "decode_threads": a.decode_threads}
     source = shardcast.Loader(server.address, batch_size=a.batch, transform="center",
                               resize=a.resize, crop=a.crop,
-                              pin_memory=model.device.type == "cuda")
+                              pin_memory=model.device.type == "cuda" and decode != "cuda",
+                              **decoding)
 
     def epoch(e):
         source.set_epoch(e)
@@ -244,7 +300,9 @@ def train(a: argparse.Namespace, server: ServerProcess, scratch: Path, **_) -> D
            f"--channels-last={'true' if a.channels_last else 'false'}", "--epochs", "1000",
            "--max-steps", str(steps), "--no-progress",
            "--metrics", str(metrics)]
+    cpu_before = a.trainer_cpu()
     run = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = a.trainer_cpu() - cpu_before  # reaped: its CPU counts as this process's children's
     if run.returncode != 0:
         raise RuntimeError(f"shardcast-train exited {run.returncode}: {run.stderr[-2000:]}")
     steps_done = [json.loads(l) for l in open(f"{metrics}.rank0")]
@@ -254,8 +312,11 @@ def train(a: argparse.Namespace, server: ServerProcess, scratch: Path, **_) -> D
     timed = steps_done[a.warmup:]
     wall = timed[-1]["time"] - steps_done[a.warmup - 1]["time"]
     images = a.batch * len(timed)
+    # Its CPU is measured over the whole run (start-up and warm-up included).
+    all_images = a.batch * len(steps_done)
     return {"images_per_s": images / wall, "wait_share": sum(l["wait_s"] for l in timed) / wall,
-            "images": images}
+            "images": images,
+            "client_cpu_us_per_image": 1e6 * cpu / all_images}
 
 
 # ---- the run ---------------------------------------------------------------------------
@@ -266,6 +327,7 @@ def main() -> None:
     a.build_dir = a.build_dir.resolve()
     use_source_package(a.build_dir)
     a.results = {}
+    a.skipped = {}
     with tempfile.TemporaryDirectory(prefix="feed_bench_") as tmp:
         scratch = Path(tmp)
         shards = scratch / "shards"
@@ -274,6 +336,8 @@ def main() -> None:
                                ["--decode-threads", str(a.decode_threads)],
                                log=scratch / "server.log")
         server.start(timeout=300)
+        server_pid = server.proc.pid
+        a.trainer_cpu = lambda: process_tree_cpu_seconds(os.getpid(), exclude=server_pid)
         try:
             print(f"feed_bench: {samples} samples in {len(list(shards.glob('*.tar')))} shards "
                   f"({'photos from ' + str(a.photos) if a.photos else 'generated'}); "
@@ -288,16 +352,31 @@ def main() -> None:
                 warm.step(torch.randn(a.batch, 3, a.crop, a.crop, device=warm.device),
                           torch.zeros(a.batch, dtype=torch.int64, device=warm.device))
             del warm
-            rows = {"ceiling": ceiling, "seed": seed, "loader": loader, "train": train}
+            rows = {"ceiling": ceiling, "seed": seed, "loader": loader,
+                    "encoded-cpu": functools.partial(loader, decode="cpu"),
+                    "encoded-cuda": functools.partial(loader, decode="cuda"), "train": train}
             for name in a.rows:
-                before = server_waits(a, server.address)
+                skip = cuda_missing(a) if name == "encoded-cuda" else None
+                if skip:
+                    a.skipped[name] = skip
+                    print(f"  {name}: skipped: {skip}", flush=True)
+                    continue
+                before = server_counters(a, server.address)
+                server_cpu = process_tree_cpu_seconds(server_pid)
                 model = Model(a) if name != "train" else None
                 result = rows[name](a, model=model, shards=shards, samples=samples,
                                     server=server, scratch=scratch)
-                after = server_waits(a, server.address)
-                if name in ("loader", "train"):
-                    result["server_waited_for_batches_s"] = after[0] - before[0]
-                    result["server_waited_for_client_s"] = after[1] - before[1]
+                server_cpu = process_tree_cpu_seconds(server_pid) - server_cpu
+                after = server_counters(a, server.address)
+                if name in SERVED_ROWS:
+                    # Over the whole row, per image the server sent: the server works
+                    # ahead of the timed steps.
+                    delta = {k: after[k] - before[k] for k in after}
+                    served = max(delta["images_served"], 1)
+                    result["server_cpu_us_per_image"] = 1e6 * server_cpu / served
+                    result["wire_bytes_per_image"] = delta["bytes_served"] / served
+                    result["server_waited_for_batches_s"] = delta["wait_for_batch_s"]
+                    result["server_waited_for_client_s"] = delta["wait_for_client_s"]
                 a.results[name] = result
                 print(f"  {name}: {json.dumps({k: round(v, 4) for k, v in result.items()})}",
                       flush=True)
@@ -307,7 +386,8 @@ def main() -> None:
     print_table(a)
     if a.json:
         a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()
-                                               if k != "results"}, "results": a.results},
+                                               if k not in ("results", "skipped", "trainer_cpu")},
+                                     "results": a.results, "skipped": a.skipped},
                                      indent=1))
 
 
@@ -316,16 +396,28 @@ def print_table(a: argparse.Namespace) -> None:
     names = {"ceiling": "one batch kept on the device (ceiling)",
              "seed": f"seed: webdataset + {a.workers} DataLoader workers",
              "loader": "shardcast-server + shardcast.Loader",
+             "encoded-cpu": "encoded + decode cpu (Loader, decode=\"cpu\")",
+             "encoded-cuda": "encoded + decode cuda (Loader, decode=\"cuda\")",
              "train": "shardcast-server + shardcast-train"}
     print()
-    print(f"| input | images/s | of the ceiling | waiting for input | server waited for batches / for the client |")
-    print("|---|---:|---:|---:|---|")
-    for name, r in a.results.items():
+    print("| input | images/s | of the ceiling | waiting for input | trainer CPU / image | "
+          "server CPU / image | wire bytes / image | server waited for batches / for the "
+          "client |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for name in a.rows:
+        if name in a.skipped:
+            print(f"| {names[name]} | skipped: {a.skipped[name]} | | | | | | |")
+            continue
+        r = a.results[name]
         share = f"{r['images_per_s'] / top:.2f}" if top else "-"
+        served = "server_waited_for_batches_s" in r
+        server_cpu = f"{r['server_cpu_us_per_image']:,.0f} us" if served else ""
+        wire = f"{r['wire_bytes_per_image']:,.0f}" if served else ""
         waits = (f"{r['server_waited_for_batches_s']:.1f} s / {r['server_waited_for_client_s']:.1f} s"
-                 if "server_waited_for_batches_s" in r else "")
+                 if served else "")
         print(f"| {names[name]} | {r['images_per_s']:,.0f} | {share} | "
-              f"{100 * r['wait_share']:.0f} % | {waits} |")
+              f"{100 * r['wait_share']:.0f} % | {r['client_cpu_us_per_image']:,.0f} us | "
+              f"{server_cpu} | {wire} | {waits} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Feed benchmark: the model's ceiling, the seed's webdataset pipeline, shardcast-server +
-# shardcast.Loader and shardcast-server + shardcast-train feeding the same model, side by
-# side in one run (bench/feed_bench.py; figures in docs/BENCHMARKS.md).
+# shardcast.Loader (the server decoding; encoded + decode cpu; encoded + decode cuda,
+# skipped without CUDA) and shardcast-server + shardcast-train feeding the same model,
+# side by side in one run, with images/s, host CPU and wire bytes per image
+# (bench/feed_bench.py; figures in docs/BENCHMARKS.md).
 #   bench/run_feed_bench.sh [--photos DIR --copies K] [--device cuda] [--crop 224] ...
 # BUILD_DIR (default build) is a CMake build directory with the trainer; only the
 # targets used are built. webdataset comes from bench/third_party (its braceexpand from

@@ -9,7 +9,9 @@
 #   tools/gpu/device.sh checks      the checks, on an existing build
 #   tools/gpu/device.sh feed        the feed benchmark (bench/feed_bench.py) on an
 #                                   existing build: the model's ceiling, the seed's
-#                                   webdataset pipeline, shardcast + Loader, shardcast-train
+#                                   webdataset pipeline, shardcast + Loader (the server
+#                                   decoding; encoded + decode cpu; encoded + decode
+#                                   cuda), shardcast-train
 #
 # Results go to $OUT (the device tool's folder; default /tmp/shardcast-gpu-out):
 # summary.txt (the figures), log.txt, probe.txt, runs.tar.gz (each run's output).
@@ -232,8 +234,14 @@ build() {
   # The standard LibTorch's headers need: 17 unless the probe's C++17 TU fails.
   std="${CXX_STANDARD:-17}"
   log "build: LibTorch ${torch_cmake:-Debian system}, C++$std, nccl.h in ${nccl:-(none)}"
+  # Debian keeps some headers in the multiarch folder (OpenSSL's opensslconf.h, curl's,
+  # jconfig.h), which the compiler searches under /usr only: name the prefix's, or a
+  # machine with its own libssl-dev mixes its headers with the prefix's (and one without
+  # fails; tools/gpu/rehearse-prefix.sh found it).
+  local multiarch="-isystem $PREFIX/usr/include/x86_64-linux-gnu"
   cmake -S "$root" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_STANDARD="$std" \
+    -DCMAKE_CXX_FLAGS="$multiarch" -DCMAKE_C_FLAGS="$multiarch" \
     -DCMAKE_PREFIX_PATH="$PREFIX/usr;$torch_cmake" \
     -DCMAKE_FIND_ROOT_PATH="$PREFIX" \
     -DProtobuf_PROTOC_EXECUTABLE="$PREFIX/usr/bin/protoc" \
@@ -244,6 +252,8 @@ build() {
     -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
     -Dpybind11_DIR="$("$PYTHON" -m pybind11 --cmakedir 2>/dev/null)" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-as-needed -Wl,--disable-new-dtags" \
+    -DCMAKE_MODULE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--disable-new-dtags" \
     -DCMAKE_BUILD_RPATH="$PREFIX/missing-libs" || return 1
   local start=$SECONDS
   cmake --build "$BUILD" -j "$JOBS" \
@@ -256,19 +266,22 @@ build() {
   else
     log "build: no Python.h for $PYTHON: shardcast._native not built, the Loader's checks are skipped"
   fi
-  # The binaries must start without device.sh's environment. The prefix's libraries are
-  # found through an RPATH (--disable-new-dtags: DT_RPATH, which the loader also applies
-  # to the libraries' own dependencies, such as libgrpc's libupb; a RUNPATH serves the
-  # executable's direct ones only).
+  # The binaries (and the extension, which Python loads) must start without device.sh's
+  # environment. The prefix's libraries are found through an RPATH (--disable-new-dtags:
+  # DT_RPATH, which the loader also applies to the libraries' own dependencies, such as
+  # libgrpc's libupb and abseil; a RUNPATH serves the object's direct ones only).
   local bin missing
-  for bin in server/shardcast-server client/shardcast-train client/shardcast-ctl; do
+  for bin in server/shardcast-server client/shardcast-train client/shardcast-ctl \
+    "$(cd "$BUILD" && ls python/shardcast/_native*.so 2>/dev/null)"; do
+    [[ -n "$bin" ]] || continue
     missing="$(env -u LD_LIBRARY_PATH ldd "$BUILD/$bin" | grep 'not found')"
-    if [[ -n "$missing" ]] || ! env -u LD_LIBRARY_PATH "$BUILD/$bin" --help >/dev/null 2>&1; then
+    if [[ -n "$missing" ]] || { [[ "$bin" != *.so ]] &&
+      ! env -u LD_LIBRARY_PATH "$BUILD/$bin" --help >/dev/null 2>&1; }; then
       log "build: $bin does not start without LD_LIBRARY_PATH: ${missing:-(see --help)}"
       return 1
     fi
   done
-  log "build: every binary starts without LD_LIBRARY_PATH"
+  log "build: every binary and the extension start without LD_LIBRARY_PATH"
   # Where each binary's gRPC, protobuf and torch come from.
   ldd "$BUILD/client/shardcast-train" | grep -E 'grpc\.|protobuf|torch_cuda|libarchive|nccl' | tee -a "$OUT/log.txt"
 }
@@ -390,7 +403,7 @@ checks() {
   return $failed
 }
 
-# The feed benchmark (bench/feed_bench.py): the same model fed four ways, side by side,
+# The feed benchmark (bench/feed_bench.py): the same model fed six ways, side by side,
 # from the real photos prepare.sh made (.gpu/photos). webdataset is the copy in
 # bench/third_party; its braceexpand comes from the prefix (python3-braceexpand).
 feed() {

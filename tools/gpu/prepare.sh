@@ -6,35 +6,24 @@
 #
 #   tools/gpu/prepare.sh            # -> .gpu/debs/*.deb, .gpu/MANIFEST
 #
-# The set is the build and run-time closure of shardcast-server/-train/-ctl/-pack on
-# Debian 12 minus what every Linux has (glibc, libstdc++, zlib): gRPC + protobuf (with
-# protoc and the gRPC plugins, so proto/ generates its code there as it does here),
-# abseil, libarchive (+ the compression and XML libraries it links), TurboJPEG and
-# libjpeg-turbo's libjpeg API, libpng, libwebp,
-# OpenSSL, c-ares, re2, and Gloo's headers. device.sh puts them in a prefix, never into
-# /, and links the binaries with an RPATH to the libraries the machine lacks.
+# The set follows the build (tools/gpu/packages.sh): every name CMakeLists.txt finds is
+# mapped to its Debian -dev package or listed as one the GPU machine brings (a name in
+# neither fails here), and what is carried is their dependency closure on Debian 12 minus
+# what a GPU machine has (the base system, the compiler, pkg-config, Python): gRPC +
+# protobuf (with protoc and the gRPC plugins, so proto/ generates its code there as it
+# does here), abseil, libarchive, TurboJPEG and libjpeg, libpng, libwebp, OpenSSL's
+# headers, libcurl and the libraries they link, plus Gloo's headers and braceexpand.
+# device.sh puts them in a prefix, never into /, and links the binaries with an RPATH to
+# the libraries the machine lacks. tools/gpu/rehearse-prefix.sh proves the set enough:
+# it builds from the prefix alone, in a container holding only a base Debian system.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/.gpu/debs"
+# shellcheck source=tools/gpu/packages.sh
+source "$root/tools/gpu/packages.sh"
 
-packages=(
-  # gRPC and protobuf: headers, CMake configs, libraries, protoc and its gRPC plugins.
-  libgrpc++-dev libgrpc-dev libgrpc++1.51 libgrpc29 protobuf-compiler-grpc
-  libprotobuf-dev libprotobuf32 libprotobuf-lite32 libprotoc32 protobuf-compiler libupb-dev
-  libc-ares-dev libc-ares2 libre2-dev libre2-9 libssl-dev libssl3 zlib1g-dev
-  libabsl-dev libabsl20220623
-  # Shards and images.
-  libarchive-dev libarchive13 libxml2 libicu72 libnettle8 libzstd1 liblz4-1 libacl1
-  libbz2-1.0 liblzma5
-  libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
-  libwebp-dev libwebp7 libwebpdemux2 libwebpmux3
-  # Gloo's headers: c10d's ProcessGroupGloo.hpp includes them and the pip wheel ships
-  # none (its Gloo is linked into libtorch_cpu). Headers only: nothing of it is linked.
-  libgloo-dev
-  # webdataset's brace expansion, for the feed benchmark's seed row (pure Python; the GPU
-  # machine's pip has no registry to fetch it from).
-  python3-braceexpand
-)
+mapfile -t packages < <(gpu_carried_packages "$root")
+((${#packages[@]})) || exit 1
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -54,4 +43,4 @@ if [[ "${PHOTOS:-1}" != 0 ]]; then
   /usr/bin/python3 "$root/bench/make_photo_corpus.py" --out "$root/.gpu/photos" --count 640
   du -sh "$root/.gpu/photos"
 fi
-echo "prepare: $(ls "$out" | wc -l) packages in $out; carry \".gpu\" to the device"
+echo "prepare: ${#packages[@]} packages in $out; carry \".gpu\" to the device"
