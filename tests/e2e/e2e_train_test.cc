@@ -120,34 +120,35 @@ class E2ETrainTest : public ::testing::Test {
     return absl::StrCat(scratch_.path(), "/", job, "-", rank, ".jsonl");
   }
 
-  void StartTrainer(const std::string& job) {
-    const std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
-                                           "--server",
-                                           server_->address(),
-                                           "--job-id",
-                                           job,
-                                           "--nproc-per-node",
-                                           "2",
-                                           "-b",
-                                           std::to_string(kBatch),
-                                           "--n_epochs",
-                                           std::to_string(kEpochs),
-                                           "--split",
-                                           "sample",
-                                           "--seed",
-                                           std::to_string(kSeed),
-                                           "--resize",
-                                           "32",
-                                           "--crop",
-                                           "32",
-                                           "--lr",
-                                           "1e-3",
-                                           "--threads",
-                                           "1",
-                                           "--metrics",
-                                           MetricsPattern(job),
-                                           "--log-keys",
-                                           "--no-progress"};
+  void StartTrainer(const std::string& job, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BinaryPath("client/shardcast-train"),
+                                     "--server",
+                                     server_->address(),
+                                     "--job-id",
+                                     job,
+                                     "--nproc-per-node",
+                                     "2",
+                                     "-b",
+                                     std::to_string(kBatch),
+                                     "--n_epochs",
+                                     std::to_string(kEpochs),
+                                     "--split",
+                                     "sample",
+                                     "--seed",
+                                     std::to_string(kSeed),
+                                     "--resize",
+                                     "32",
+                                     "--crop",
+                                     "32",
+                                     "--lr",
+                                     "1e-3",
+                                     "--threads",
+                                     "1",
+                                     "--metrics",
+                                     MetricsPattern(job),
+                                     "--log-keys",
+                                     "--no-progress"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     ASSERT_TRUE(
         trainer_
             .Start(argv, scratch_.path() + "/" + job + ".out", scratch_.path() + "/" + job + ".err")
@@ -244,6 +245,28 @@ TEST_F(E2ETrainTest, TwoRanksTwoEpochsLossFallsExactlyNBatchesEach) {
                               << loss[1];
   // 4 classes: chance is ln 4 = 1.39; the data is learnable within two short epochs.
   EXPECT_LT(loss[1], 1.0);
+}
+
+// --decode cpu: the server sends the JPEGs as stored with their crops and each rank
+// decodes them; the pixels are server delivery's, so the same run (same seed, one
+// thread per rank) takes the same steps to the same losses, bit for bit.
+TEST_F(E2ETrainTest, DecodingOnTheTrainersCpuTrainsAsServerDelivery) {
+  std::map<std::string, std::vector<double>> step_losses;
+  for (const std::string job : {"served", "decoded"}) {
+    StartTrainer(job, job == "decoded" ? std::vector<std::string>{"--decode", "cpu"}
+                                       : std::vector<std::string>{});
+    const int status = WaitTrainer();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "shardcast-train failed (" << status << "):\n"
+        << ReadWholeFile(scratch_.path() + "/" + job + ".err");
+    CheckRun(job);
+    for (int rank = 0; rank < kWorld; ++rank) {
+      for (const Step& s : ParseMetrics(MetricsPath(job, rank)).steps) {
+        step_losses[job].push_back(s.loss);
+      }
+    }
+  }
+  EXPECT_EQ(step_losses["decoded"], step_losses["served"]);
 }
 
 // Tried as a new user would: run the trainer, then run it again with another batch
