@@ -27,6 +27,7 @@
 
 #include "common/image/image_transform.h"
 #include "common/image/jpeg_lossless_cut.h"
+#include "proto/encoded_image_proto.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace {
@@ -72,29 +73,6 @@ double Median(std::vector<double> v) {
   return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// What the server sends for one sample in encoded delivery: the image (stored or cut)
-// and its crop, with the crop's corner counted from the cut.
-void FillEncodedImage(absl::string_view data, const shardcast::SampleCrop& crop,
-                      const shardcast::SourceWindow* cut, shardcast::v1::EncodedImage* out) {
-  out->set_data(data.data(), data.size());
-  out->set_source_width(crop.source_width);
-  out->set_source_height(crop.source_height);
-  out->set_left(crop.left - (cut != nullptr ? cut->left : 0));
-  out->set_top(crop.top - (cut != nullptr ? cut->top : 0));
-  out->set_width(crop.width);
-  out->set_height(crop.height);
-  out->set_resize_width(crop.resize_width);
-  out->set_resize_height(crop.resize_height);
-  out->set_flip(crop.flip);
-  out->set_output_size(crop.output);
-  if (cut != nullptr) {
-    out->set_cut_left(cut->left);
-    out->set_cut_top(cut->top);
-    out->set_cut_width(cut->width);
-    out->set_cut_height(cut->height);
-  }
-}
-
 // The server's work for one sample in encoded delivery; `cut_random` cuts when the
 // crop leaves something to cut and the cut succeeds, else sends the stored bytes.
 // Returns the serialized EncodedImage's size, 0 on error.
@@ -112,9 +90,11 @@ size_t ServeEncoded(const std::string& stored, const shardcast::TransformSpec& s
     cut = shardcast::CutJpegLosslessly(stored, plan->info, *needed);
   }
   if (cut.ok()) {
-    FillEncodedImage(cut->bytes, plan->crop, &cut->window, &message);
+    message.set_data(cut->bytes);
+    shardcast::SetWireCrop(plan->crop, &cut->window, &message);
   } else {
-    FillEncodedImage(stored, plan->crop, nullptr, &message);
+    message.set_data(stored.data(), stored.size());
+    shardcast::SetWireCrop(plan->crop, nullptr, &message);
   }
   wire->clear();
   if (!message.SerializeToString(wire)) return 0;

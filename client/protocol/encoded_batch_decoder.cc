@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags/flags.h"
 #include "common/image/image_transform.h"
+#include "proto/encoded_image_proto.h"
 
 namespace shardcast::client {
 namespace {
@@ -60,23 +62,6 @@ class ClientDecodeMemory final : public DecodeAdmission {
   absl::Mutex mu_;
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
-
-// The crop the server planned, in the stored image's coordinates.
-SampleCrop CropOf(const v1::EncodedImage& e, TransformMode mode) {
-  SampleCrop crop;
-  crop.mode = mode;
-  crop.source_width = e.source_width();
-  crop.source_height = e.source_height();
-  crop.left = e.left() + e.cut_left();
-  crop.top = e.top() + e.cut_top();
-  crop.width = e.width();
-  crop.height = e.height();
-  crop.resize_width = e.resize_width();
-  crop.resize_height = e.resize_height();
-  crop.flip = e.flip();
-  crop.output = e.output_size();
-  return crop;
-}
 
 int DefaultThreads() {
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
@@ -177,11 +162,10 @@ class EncodedBatchDecoder::Impl {
       std::memset(out, kSubstituteByte, bytes);
       return absl::OkStatus();
     }
-    const SourceWindow cut{encoded.cut_left(), encoded.cut_top(), encoded.cut_width(),
-                           encoded.cut_height()};
+    const std::optional<SourceWindow> cut = CutFromWire(encoded);
     absl::Status status =
-        DecodeWithCrop(encoded.data(), CropOf(encoded, options_.mode), options_.dct_scaling, out,
-                       &memory_, encoded.cut_width() > 0 ? &cut : nullptr);
+        DecodeWithCrop(encoded.data(), CropFromWire(encoded, options_.mode), options_.dct_scaling,
+                       out, &memory_, cut.has_value() ? &*cut : nullptr);
     if (!status.ok()) std::memset(out, kSubstituteByte, bytes);
     return status;
   }

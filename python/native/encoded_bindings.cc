@@ -13,6 +13,8 @@
 #include "common/image/image_transform.h"
 #include "common/image/image_types.h"
 #include "common/plan/job_config.h"
+#include "proto/encoded_image_proto.h"
+#include "shardcast/v1/shardcast.pb.h"
 
 namespace py = pybind11;
 
@@ -51,36 +53,34 @@ class DecodeLimit final : public DecodeAdmission {
   const int64_t limit_;
 };
 
-// An EncodedImage's transform (any object with the proto's field names: _native's
-// EncodedImage, a SimpleNamespace) as the SampleCrop it describes, in the stored image's
-// coordinates: a cut's left/top count from the cut. Center is the transform that has a
-// resize size (proto: resize_width is center's only).
-SampleCrop CropOf(const py::handle& encoded) {
+// An EncodedImage's crop fields (any object with the proto's field names: _native's
+// EncodedImage, a SimpleNamespace) as the wire message, for the one mapping to the
+// image library's crop (proto/encoded_image_proto.h). `data` is left out.
+shardcast::v1::EncodedImage WireCrop(const py::handle& encoded) {
   auto get = [&](const char* name) { return encoded.attr(name).cast<int>(); };
-  SampleCrop crop;
-  crop.resize_width = get("resize_width");
-  crop.resize_height = get("resize_height");
-  crop.mode = crop.resize_width > 0 ? TransformMode::kCenter : TransformMode::kRandom;
-  crop.source_width = get("source_width");
-  crop.source_height = get("source_height");
-  crop.left = get("left");
-  crop.top = get("top");
-  crop.width = get("width");
-  crop.height = get("height");
-  crop.flip = encoded.attr("flip").cast<bool>();
-  crop.output = get("output_size");
-  if (get("cut_width") > 0) {
-    crop.left += get("cut_left");
-    crop.top += get("cut_top");
-  }
-  return crop;
+  shardcast::v1::EncodedImage wire;
+  wire.set_source_width(get("source_width"));
+  wire.set_source_height(get("source_height"));
+  wire.set_left(get("left"));
+  wire.set_top(get("top"));
+  wire.set_width(get("width"));
+  wire.set_height(get("height"));
+  wire.set_resize_width(get("resize_width"));
+  wire.set_resize_height(get("resize_height"));
+  wire.set_flip(encoded.attr("flip").cast<bool>());
+  wire.set_output_size(get("output_size"));
+  wire.set_cut_left(get("cut_left"));
+  wire.set_cut_top(get("cut_top"));
+  wire.set_cut_width(get("cut_width"));
+  wire.set_cut_height(get("cut_height"));
+  return wire;
 }
 
-// The cut `data` holds, if any (proto EncodedImage.cut_*).
-std::optional<SourceWindow> WindowOf(const py::handle& encoded) {
-  auto get = [&](const char* name) { return encoded.attr(name).cast<int>(); };
-  if (get("cut_width") <= 0) return std::nullopt;
-  return SourceWindow{get("cut_left"), get("cut_top"), get("cut_width"), get("cut_height")};
+// The crop in the stored image's coordinates. Center is the transform that has a
+// resize size (proto: resize_width is center's only).
+SampleCrop CropOf(const shardcast::v1::EncodedImage& wire) {
+  return CropFromWire(wire,
+                      wire.resize_width() > 0 ? TransformMode::kCenter : TransformMode::kRandom);
 }
 
 // The crop's fields by their proto names (no cut: a plan is of the stored image).
@@ -137,8 +137,9 @@ void BindEncodedImageFunctions(py::module_& m) {
   m.def(
       "decode_encoded",
       [](const py::object& encoded, bool dct_scaling, int64_t max_decode_memory) {
-        const SampleCrop crop = CropOf(encoded);
-        const std::optional<SourceWindow> window = WindowOf(encoded);
+        const shardcast::v1::EncodedImage wire = WireCrop(encoded);
+        const SampleCrop crop = CropOf(wire);
+        const std::optional<SourceWindow> window = CutFromWire(wire);
         const py::bytes data = encoded.attr("data");
         const absl::string_view view = BytesView(data);
         py::bytes out = OutputBytes(crop);
@@ -226,7 +227,7 @@ void BindEncodedImageFunctions(py::module_& m) {
         image.width = width;
         image.height = height;
         image.pixels.assign(pixels.begin(), pixels.end());
-        const SampleCrop crop = CropOf(encoded);
+        const SampleCrop crop = CropOf(WireCrop(encoded));
         py::bytes out = OutputBytes(crop);
         absl::Status status;
         {

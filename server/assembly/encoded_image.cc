@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "common/image/image_transform.h"
 #include "common/image/jpeg_lossless_cut.h"
+#include "proto/encoded_image_proto.h"
 
 namespace shardcast::server {
 
@@ -32,36 +33,14 @@ std::optional<LosslessCut> SmallerCut(const std::string& member, const EncodedPl
   return *std::move(cut);
 }
 
-// The bytes the client decodes: the member as stored, or its cut (cut_* set, the crop's
-// left and top then counted from the cut).
-void SetImageData(std::string member, const EncodedPlan& plan, const TransformSpec& spec,
-                  DecodeBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out) {
+// The bytes the client decodes, the member as stored or its cut, and the crop (counted
+// from the cut if there is one).
+void SetImage(std::string member, const EncodedPlan& plan, const TransformSpec& spec,
+              DecodeBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out) {
   std::optional<LosslessCut> cut;
   if (lossless_cut) cut = SmallerCut(member, plan, spec, budget);
-  if (!cut.has_value()) {
-    out->set_data(std::move(member));
-    return;
-  }
-  out->set_data(std::move(cut->bytes));
-  out->set_left(plan.crop.left - cut->window.left);
-  out->set_top(plan.crop.top - cut->window.top);
-  out->set_cut_left(cut->window.left);
-  out->set_cut_top(cut->window.top);
-  out->set_cut_width(cut->window.width);
-  out->set_cut_height(cut->window.height);
-}
-
-void SetCrop(const SampleCrop& crop, shardcast::v1::EncodedImage* out) {
-  out->set_source_width(crop.source_width);
-  out->set_source_height(crop.source_height);
-  out->set_left(crop.left);
-  out->set_top(crop.top);
-  out->set_width(crop.width);
-  out->set_height(crop.height);
-  out->set_resize_width(crop.resize_width);
-  out->set_resize_height(crop.resize_height);
-  out->set_flip(crop.flip);
-  out->set_output_size(crop.output);
+  SetWireCrop(plan.crop, cut.has_value() ? &cut->window : nullptr, out);
+  out->set_data(cut.has_value() ? std::move(cut->bytes) : std::move(member));
 }
 
 }  // namespace
@@ -74,8 +53,7 @@ absl::Status EncodeImage(std::string member, const TransformSpec& spec, uint64_t
   if (budget != nullptr) {
     if (absl::Status fits = budget->CheckFits(plan->decode_bytes); !fits.ok()) return fits;
   }
-  SetCrop(plan->crop, out);
-  SetImageData(std::move(member), *plan, spec, budget, lossless_cut, out);
+  SetImage(std::move(member), *plan, spec, budget, lossless_cut, out);
   return absl::OkStatus();
 }
 

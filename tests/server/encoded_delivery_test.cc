@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/image/image_transform.h"
+#include "proto/encoded_image_proto.h"
 #include "tests/common/image_test_util.h"
 #include "tests/server/server_test_support.h"
 #include "tests/support/object_servers.h"
@@ -86,22 +87,6 @@ v1::RegisterRequest Job(const std::string& job, int rank, v1::ImageDelivery deli
   return request;
 }
 
-SampleCrop CropOf(const v1::EncodedImage& e, TransformMode mode) {
-  SampleCrop crop;
-  crop.mode = mode;
-  crop.source_width = e.source_width();
-  crop.source_height = e.source_height();
-  crop.left = e.left();
-  crop.top = e.top();
-  crop.width = e.width();
-  crop.height = e.height();
-  crop.resize_width = e.resize_width();
-  crop.resize_height = e.resize_height();
-  crop.flip = e.flip();
-  crop.output = e.output_size();
-  return crop;
-}
-
 // What comparing an encoded batch with its server-delivery twin found.
 struct Compared {
   int decoded = 0;             // samples whose decode equals the server's pixels
@@ -145,15 +130,10 @@ void CompareBatches(const v1::Batch& server, const v1::Batch& encoded, const Wri
       ++compared->server_substituted;
       continue;
     }
-    // A cut's crop counts from the cut: the stored image's coordinates add its corner.
-    SampleCrop crop = CropOf(image, mode);
-    std::optional<SourceWindow> window;
-    if (image.cut_width() > 0) {
+    const SampleCrop crop = CropFromWire(image, mode);
+    const std::optional<SourceWindow> window = CutFromWire(image);
+    if (window.has_value()) {
       EXPECT_LT(image.data().size(), written.at(got.key()).size()) << got.key();
-      crop.left += image.cut_left();
-      crop.top += image.cut_top();
-      window =
-          SourceWindow{image.cut_left(), image.cut_top(), image.cut_width(), image.cut_height()};
       ++compared->cut;
     } else {
       EXPECT_TRUE(image.data() == written.at(got.key())) << got.key() << " is not sent as stored";

@@ -397,6 +397,20 @@ checks() {
   else
     log "lightning: not installed here, skipped"
   fi
+  # 5. Encoded delivery decoded on the device (Loader(decode="cuda"): torchvision's
+  #    decode_jpeg, nvJPEG) against server delivery's bytes: the tolerance measured,
+  #    printed; and decode="cpu" byte for byte (tests/python/test_gpu_decode.py,
+  #    test_loader_decode.py; their CUDA cases run only here).
+  if [[ -z "$(ls "$BUILD"/python/shardcast/_native*.so 2>/dev/null)" ]]; then
+    log "gpu decode: shardcast._native not built, skipped"
+  elif ! "$PYTHON" -c 'import pytest, torchvision, PIL' 2>/dev/null; then
+    log "gpu decode: pytest, torchvision or PIL missing here, skipped"
+  else
+    SHARDCAST_BUILD_DIR="$BUILD" "$PYTHON" -m pytest -s -q tests/python/test_gpu_decode.py \
+      tests/python/test_loader_decode.py >"$RUNS/gpu-decode.out" 2>&1 || failed=1
+    log "gpu decode: $(tail -1 "$RUNS/gpu-decode.out")"
+    grep -E 'against server delivery' "$RUNS/gpu-decode.out" | tee -a "$summary"
+  fi
   stop_server
   log "checks: $([[ $failed == 0 ]] && echo PASSED || echo FAILED)"
   tar -czf "$OUT/runs.tar.gz" -C "$WORK" runs
