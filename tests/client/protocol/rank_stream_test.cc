@@ -73,6 +73,10 @@ TEST(RankStreamTest, AJobChangedUnderTheRankIsRefusedOnReconnect) {
   const int port = server->server().port();
   client::RankStreamOptions options = Options(server->target(), "taken");
   options.job.set_batch_size(2);
+  // The other run must register first: this rank's reconnects (stream and channel) wait
+  // 2 s, far longer than the restart and that registration take even under ASan (with
+  // 50 ms the rank once re-registered its own job before the other run did).
+  options.reconnect_initial_seconds = 2;
   absl::StatusOr<std::unique_ptr<client::RankStream>> stream = client::RankStream::Connect(options);
   ASSERT_TRUE(stream.ok()) << stream.status();
   ASSERT_TRUE((*stream)->StartEpoch(0).ok());
