@@ -11,7 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "common/flags/flags.h"
+#include "client/protocol/client_decode_memory.h"
 #include "common/image/image_transform.h"
 #include "proto/encoded_image_proto.h"
 
@@ -24,45 +24,6 @@ namespace v1 = ::shardcast::v1;
 constexpr uint8_t kSubstituteByte = 128;
 constexpr uint8_t kPaddingByte = 0;
 
-// The decode buffers of every thread together held within a limit, admitted from each
-// image's header before its buffers are allocated. An image over the whole limit is
-// refused at once; one that fits waits for others to give bytes back (they are
-// decoding, never waiting, so they do).
-class ClientDecodeMemory final : public DecodeAdmission {
- public:
-  explicit ClientDecodeMemory(int64_t limit) : limit_(limit) {}
-
-  absl::Status Acquire(int64_t bytes) override {
-    bytes = std::max<int64_t>(bytes, 0);
-    if (bytes > limit_) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("decoding needs %s, more than the client's decode memory limit (%s)",
-                          FormatFlagSize(bytes), FormatFlagSize(limit_)));
-    }
-    struct Request {
-      ClientDecodeMemory* memory;
-      int64_t bytes;
-    } request{this, bytes};
-    const auto fits = [](Request* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->memory->mu_) {
-      return r->memory->in_use_ + r->bytes <= r->memory->limit_;
-    };
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+fits, &request));
-    in_use_ += bytes;
-    return absl::OkStatus();
-  }
-
-  void Release(int64_t bytes) override {
-    absl::MutexLock lock(&mu_);
-    in_use_ -= std::max<int64_t>(bytes, 0);
-  }
-
- private:
-  const int64_t limit_;
-  absl::Mutex mu_;
-  int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
 int DefaultThreads() {
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
   return std::clamp(hardware, 1, kMaxDefaultDecodeThreads);
@@ -73,7 +34,8 @@ int DefaultThreads() {
 class EncodedBatchDecoder::Impl {
  public:
   explicit Impl(const EncodedBatchDecoderOptions& options)
-      : options_(options), memory_(options.max_decode_memory_bytes) {
+      : options_(options),
+        memory_(options.max_decode_memory_bytes, "the client's decode memory limit") {
     const int n = options.threads > 0 ? options.threads : DefaultThreads();
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Work(); });
   }

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "client/protocol/client_decode_memory.h"
 #include "common/image/image_transform.h"
 #include "common/image/image_types.h"
 #include "common/plan/job_config.h"
@@ -33,25 +34,6 @@ absl::string_view BytesView(const py::bytes& bytes) {
 [[noreturn]] void RaiseValueError(const absl::Status& status) {
   throw py::value_error(std::string(status.message()));
 }
-
-// A client's bound on one decode's buffers (DecodeWithCrop asks before it allocates):
-// refuses a decode whose buffers alone exceed the limit, as the server substitutes an
-// image over its --max-decode-memory. Nothing is shared between calls, so nothing is held.
-class DecodeLimit final : public DecodeAdmission {
- public:
-  explicit DecodeLimit(int64_t limit) : limit_(limit) {}
-  absl::Status Acquire(int64_t bytes) override {
-    if (bytes <= limit_) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("decoding needs %d bytes of buffers, over max_decode_memory %d "
-                        "(a decompression bomb, or a limit too low for this image)",
-                        bytes, limit_));
-  }
-  void Release(int64_t /*bytes*/) override {}
-
- private:
-  const int64_t limit_;
-};
 
 // An EncodedImage's crop fields (any object with the proto's field names: _native's
 // EncodedImage, a SimpleNamespace) as the wire message, for the one mapping to the
@@ -143,13 +125,15 @@ void BindEncodedImageFunctions(py::module_& m) {
         const py::bytes data = encoded.attr("data");
         const absl::string_view view = BytesView(data);
         py::bytes out = OutputBytes(crop);
-        DecodeLimit limit(max_decode_memory);
+        // One call's bound (nothing is shared between calls): an image whose buffers
+        // alone exceed it is refused, as the server substitutes one over its limit.
+        std::optional<ClientDecodeMemory> limit;
+        if (max_decode_memory > 0) limit.emplace(max_decode_memory, "max_decode_memory");
         absl::Status status;
         {
           py::gil_scoped_release release;
-          status =
-              DecodeWithCrop(view, crop, dct_scaling, Writable(out),
-                             max_decode_memory > 0 ? &limit : nullptr, window ? &*window : nullptr);
+          status = DecodeWithCrop(view, crop, dct_scaling, Writable(out), limit ? &*limit : nullptr,
+                                  window ? &*window : nullptr);
         }
         if (!status.ok()) RaiseValueError(status);
         return out;
