@@ -38,9 +38,10 @@ absl::Status CheckStreamSettings(const StreamSettings& settings) {
     return absl::InvalidArgumentError(
         absl::StrCat("stream timeout must be >= 0 seconds, got ", settings.stream_timeout_seconds));
   }
-  if (settings.decode_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "decode threads must be >= 0 (0: the default), got ", settings.decode_threads));
+  if (settings.decode_threads < 0 || settings.decode_threads > kMaxDecodeThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("decode threads must be in [0, ",
+                                                   kMaxDecodeThreads, "] (0: the default), got ",
+                                                   settings.decode_threads));
   }
   if (settings.max_decode_memory_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(

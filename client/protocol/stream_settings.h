@@ -32,6 +32,8 @@ enum class ClientDecode {
 inline constexpr int64_t kDefaultClientDecodeMemoryBytes = int64_t{4} << 30;
 // Decode threads when told 0: the hardware's threads, at most this many.
 inline constexpr int kMaxDefaultDecodeThreads = 8;
+// The most decode threads a stream may be asked for (each is a thread of the process).
+inline constexpr int kMaxDecodeThreads = 1024;
 
 struct StreamSettings {
   std::string server;  // gRPC target, "host:port"

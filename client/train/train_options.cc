@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/protocol/stream_settings.h"
 #include "client/train/mixed_precision.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
@@ -84,7 +85,7 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
           "N",
           "threads of each rank that decode with --decode cpu",
           "the hardware's threads, at most 8"},
-         &o->decode_threads, 0, 1024);
+         &o->decode_threads, 0, client::kMaxDecodeThreads);
   f->Choice({{"--on-substitute"},
              "",
              "a sample whose image the server could not decode arrives as a grey\n"

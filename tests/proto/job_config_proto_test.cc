@@ -155,6 +155,17 @@ TEST(JobConfigProto, UnspecifiedIsTheDefaultAndUnknownNumbersAreRefused) {
   request.mutable_transform()->set_mode(static_cast<v1::TransformMode>(-1));
   EXPECT_THAT(OverridesFromRequest(request).status().message(),
               HasSubstr("transform.mode: unknown value -1"));
+  request.mutable_transform()->set_mode(v1::TRANSFORM_MODE_UNSPECIFIED);
+  request.set_delivery(static_cast<v1::ImageDelivery>(9));
+  EXPECT_THAT(OverridesFromRequest(request).status().message(),
+              HasSubstr("delivery: unknown value 9"));
+
+  // A server's answer with a delivery this build does not know is no config.
+  v1::RegisterResponse response;
+  SetResponseConfig(Defaults(), &response);
+  ASSERT_TRUE(ResponseConfig(response).ok());
+  response.set_delivery(static_cast<v1::ImageDelivery>(9));
+  EXPECT_THAT(ResponseConfig(response).status().message(), HasSubstr("delivery: unknown value 9"));
 }
 
 TEST(JobConfigProto, BadValuesAreRefusedByName) {

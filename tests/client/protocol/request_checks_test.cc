@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/plan/epoch_plan.h"
 #include "common/plan/job_config.h"
 #include "proto/job_config_proto.h"
@@ -29,6 +30,21 @@ TEST(CheckStreamSettingsTest, RefusesPrefetchBelowOneAndANegativeOrNanTimeout) {
   EXPECT_EQ(CheckStreamSettings(settings).code(), absl::StatusCode::kInvalidArgument);
   settings.stream_timeout_seconds = 0;  // off
   EXPECT_TRUE(CheckStreamSettings(settings).ok());
+}
+
+TEST(CheckStreamSettingsTest, RefusesDecodeThreadsOutOfRangeAndNoDecodeMemory) {
+  StreamSettings settings;
+  for (int threads : {-1, kMaxDecodeThreads + 1, 1 << 30}) {
+    settings.decode_threads = threads;
+    const absl::Status status = CheckStreamSettings(settings);
+    EXPECT_TRUE(absl::StrContains(
+        status.message(), absl::StrCat("decode threads must be in [0, ", kMaxDecodeThreads, "]")))
+        << threads << ": " << status;
+  }
+  settings.decode_threads = kMaxDecodeThreads;
+  EXPECT_TRUE(CheckStreamSettings(settings).ok());
+  settings.max_decode_memory_bytes = 0;
+  EXPECT_EQ(CheckStreamSettings(settings).code(), absl::StatusCode::kInvalidArgument);
 }
 
 class EpochBatchesTest : public ::testing::Test {
