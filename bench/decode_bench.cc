@@ -43,19 +43,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "common/image/image_transform.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Thread CPU seconds: the machine is shared, and the targets are per core, so
-// rows are timed by the CPU time their thread got, not by the wall clock.
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // Gradients, shapes and sensor-like noise; sized so that a 500x375 q90 4:2:0
 // JPEG is about as big as an ImageNet photo (~110 KB).
@@ -97,31 +90,12 @@ std::string Encode(const std::vector<uint8_t>& px, int w, int h) {
   return out;
 }
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Images per CPU second of `fn` over `files`, cycling for at least `seconds`
 // (after one warm-up pass). Returns -1 if fn failed.
 double Measure(const std::vector<std::string>& files, double seconds,
                const std::function<bool(const std::string&)>& fn) {
-  for (const std::string& f : files) {
-    if (!fn(f)) return -1;
-  }
-  size_t n = 0;
-  const double start = ThreadCpuSeconds();
-  double elapsed = 0;
-  do {
-    for (const std::string& f : files) {
-      if (!fn(f)) return -1;
-    }
-    n += files.size();
-    elapsed = ThreadCpuSeconds() - start;
-  } while (elapsed < seconds);
-  return n / elapsed;
+  return shardcast::bench::ItemsPerCpuSecond(files.size(), seconds,
+                                             [&](size_t i) { return fn(files[i]); });
 }
 
 struct RawDecoder {
@@ -334,7 +308,7 @@ int main(int argc, char** argv) {
   std::sort(paths.begin(), paths.end());
   size_t bytes = 0;
   for (const fs::path& p : paths) {
-    files.push_back(ReadFile(p));
+    files.push_back(shardcast::bench::ReadFile(p));
     bytes += files.back().size();
   }
   if (files.empty()) {

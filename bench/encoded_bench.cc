@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "common/image/image_transform.h"
 #include "common/image/jpeg_lossless_cut.h"
 #include "proto/encoded_image_proto.h"
@@ -34,38 +35,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 uint64_t SeedOf(size_t index) { return 1000 + index; }
 
 // CPU microseconds per image of fn(i) over the n images, cycling for at least
 // `seconds` after one warm-up pass; -1 if fn failed.
 double MicrosPerImage(size_t n, double seconds, const std::function<bool(size_t)>& fn) {
-  for (size_t i = 0; i < n; ++i) {
-    if (!fn(i)) return -1;
-  }
-  size_t done = 0;
-  const double start = ThreadCpuSeconds();
-  double elapsed = 0;
-  do {
-    for (size_t i = 0; i < n; ++i) {
-      if (!fn(i)) return -1;
-    }
-    done += n;
-    elapsed = ThreadCpuSeconds() - start;
-  } while (elapsed < seconds);
-  return elapsed * 1e6 / done;
+  const double rate = shardcast::bench::ItemsPerCpuSecond(n, seconds, fn);
+  return rate < 0 ? -1 : 1e6 / rate;
 }
 
 double Median(std::vector<double> v) {
@@ -158,7 +134,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   size_t stored_bytes = 0;
   for (const fs::path& p : paths) {
-    files.push_back(ReadFile(p));
+    files.push_back(shardcast::bench::ReadFile(p));
     stored_bytes += files.back().size();
   }
   if (files.empty()) {
