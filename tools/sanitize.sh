@@ -15,7 +15,7 @@ cmake --build "$FUZZ_BUILD_DIR" -j "$JOBS"
 # The sanitizers' reports go to stderr, which ctest prints for a failed test. Child
 # processes (shardcast-server, shardcast-ctl) are built here too and inherit these.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_init_order=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tools/ubsan.supp}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tools/lsan.supp}
 # Left out here, and run in the GCC tree only: decode_memory_test's 64 PNGs of 536 MB
 # each (tens of GB of pixels through the instrumented resize took over 10 minutes under
