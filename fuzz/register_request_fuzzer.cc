@@ -8,13 +8,18 @@
 //   default  10 synthetic JPEG samples (5 classes) in 4 shards of 3, 3, 3 and 1
 //   val      5 JPEG samples in 2 shards, a shard file name and class texts in Latin-1,
 //            so the escaping of wire strings is exercised
+//   captioned 6 JPEG samples in 2 shards, every other one with a "txt" member, so a job
+//            whose fields require it leaves samples out (RegisterResponse.left_out)
 //   broken   a directory without shards: indexing failed (FAILED_PRECONDITION)
 //   pending  never indexed (UNAVAILABLE)
 //
 // Invariants (abort on violation): an error is one the service documents for
-// Register; an OK response has n >= 1 equal to the planner's answer and equal for every
-// rank of the job, image_shape {3, crop, crop}, the effective config (exactly what
-// EffectiveJobConfig gives) within the message limit, every string field valid UTF-8
+// Register; an OK response has n >= 1 equal to the planner's answer over the samples
+// the job's fields select (JobSamples::Select) and equal for every rank of the job,
+// num_samples and left_out those of the selection (together the dataset's samples),
+// image_shape {3, crop, crop} for a job with images and empty for a members-only one
+// (image: false), a delivery that is never UNSPECIFIED, the effective config (exactly
+// what EffectiveJobConfig gives) within the message limit, every string field valid UTF-8
 // and, for split shard, disjoint shard lists over the ranks that cover the dataset; the
 // same request registered again gives the same answer (same response or same code);
 // another rank of the job is accepted with the same response but its shards; a rank with
@@ -39,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/plan/job_config.h"
+#include "common/plan/job_samples.h"
 #include "common/util/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -130,6 +136,23 @@ struct Fixture {
   const NamedDataset* val_data = nullptr;
 };
 
+// "captioned": real JPEGs, every other sample with a caption ("txt"), all with a "cls".
+void WriteCaptionedDataset(const std::string& dir) {
+  fs::create_directories(dir);
+  shardcast::pack::ShardWriter writer({dir, /*per_shard=*/3, /*max_shard_bytes=*/0});
+  for (int i = 0; i < 6; ++i) {
+    std::vector<uint8_t> rgb(24 * 24 * 3, static_cast<uint8_t>(30 * i));
+    absl::StatusOr<std::string> jpeg = shardcast::pack::EncodeJpeg(rgb.data(), 24, 24);
+    Check(jpeg.ok(), "cannot encode the captioned dataset's JPEG");
+    std::vector<std::pair<std::string, std::string>> members = {{"jpg", *jpeg},
+                                                                {"cls", absl::StrCat(i % 3)}};
+    if (i % 2 == 0) members.emplace_back("txt", absl::StrCat("a caption of sample ", i));
+    Check(writer.AddSample(absl::StrCat("c", i), members).ok(),
+          "cannot write the captioned dataset");
+  }
+  Check(writer.Close().ok(), "cannot close the captioned dataset's shards");
+}
+
 // A request in the corpus: its file name says what it tries.
 void WriteSeed(const std::string& dir, const std::string& name,
                const v1::RegisterRequest& request) {
@@ -180,7 +203,36 @@ void WriteSeeds(const std::string& dir) {
   r = Request("g", 0, 1, 2, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_CENTER);
   r.mutable_transform()->clear_resize();  // the default resize (256) with crop 32
   WriteSeed(dir, "ok_default_resize", r);
+  // Round 4's jobs: members, members only, encoded delivery. The first is the input
+  // that aborted the harness before its image_shape invariant knew members-only jobs.
+  r = Request("i", 0, 1, 2, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_image(false);
+  r.add_fields("cls");
+  WriteSeed(dir, "ok_members_only_cls", r);
+  r = Request("j", 1, 2, 1, SPLIT_SAMPLE, REMAINDER_PAD, TRANSFORM_MODE_RANDOM);
+  r.set_dataset("captioned");
+  r.add_fields("txt");
+  r.add_fields("cls");
+  WriteSeed(dir, "ok_captioned_txt_leaves_samples_out", r);
+  r = Request("k", 0, 2, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_dataset("captioned");
+  r.set_image(false);
+  r.add_fields("txt?");
+  WriteSeed(dir, "ok_captioned_optional_txt_members_only_shard", r);
+  r = Request("l", 0, 1, 2, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_RANDOM);
+  r.set_delivery(v1::IMAGE_DELIVERY_ENCODED);
+  r.add_fields("json");
+  WriteSeed(dir, "ok_encoded_delivery_json", r);
   // Refused.
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_image(false);
+  WriteSeed(dir, "bad_members_only_without_fields", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.add_fields("txt");
+  WriteSeed(dir, "bad_field_the_dataset_lacks", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  r.set_delivery(static_cast<v1::ImageDelivery>(9));
+  WriteSeed(dir, "bad_unknown_delivery", r);
   WriteSeed(dir, "bad_rank_ge_world",
             Request("h", 2, 2, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
   WriteSeed(dir, "bad_negative_rank",
@@ -243,18 +295,21 @@ const Fixture& GetFixture() {
         root + "/default", /*num_samples=*/10, /*num_classes=*/5, /*size=*/32, /*per_shard=*/3);
     Check(made.ok(), "cannot write the default dataset: " + made.ToString());
     WriteLatin1Dataset(root + "/val");
+    WriteCaptionedDataset(root + "/captioned");
     fs::create_directories(root + "/broken");
     f->datasets = std::make_unique<DatasetRegistry>(
         std::vector<shardcast::server::DatasetSpec>{{"default", root + "/default"},
                                                     {"val", root + "/val"},
+                                                    {"captioned", root + "/captioned"},
                                                     {"broken", root + "/broken"},
                                                     {"pending", root + "/pending"}});
-    for (const char* name : {"default", "val"}) {
+    for (const std::string name : {"default", "val", "captioned"}) {
       absl::StatusOr<std::unique_ptr<NamedDataset>> named =
           LoadNamed(absl::StrCat(root, "/", name), f->options);
       Check(named.ok(), absl::StrCat("cannot index ", name, ": ", named.status().ToString()));
       const NamedDataset* published = f->datasets->Publish(name, *std::move(named));
-      (name[0] == 'd' ? f->default_data : f->val_data) = published;
+      if (name == "default") f->default_data = published;
+      if (name == "val") f->val_data = published;
     }
     Check(f->val_data->data->index().shards.size() == 2 &&
               f->val_data->data->index().class_names.size() == 2,
@@ -322,18 +377,40 @@ void CheckResponse(const Fixture& f, const v1::RegisterRequest& request,
   }
   Check(shardcast::BatchMessageBytes(*effective) <= f.limits.max_message_bytes,
         "accepted a job whose batch message exceeds the limit");
-  absl::StatusOr<int64_t> n =
-      shardcast::BatchesPerRank(dataset.data->shard_sizes(), effective->plan);
+  // The job plans over the samples its fields select, not over the whole dataset.
+  const shardcast::DatasetIndex& index = dataset.data->index();
+  absl::StatusOr<std::shared_ptr<const shardcast::JobSamples>> samples =
+      shardcast::JobSamples::Select(index, *effective, f.options.max_member_bytes);
+  Check(samples.ok(),
+        "accepted a job whose sample selection fails: " + samples.status().ToString());
+  absl::StatusOr<int64_t> n = shardcast::BatchesPerRank((*samples)->shard_sizes(), effective->plan);
   Check(n.ok() && *n >= 1 && response.batches_per_epoch() == *n,
         absl::StrCat("batches_per_epoch ", response.batches_per_epoch(), ", the planner says ",
                      n.ok() ? absl::StrCat(*n) : n.status().ToString()));
-  const int64_t crop = effective->transform.crop;
-  Check(response.image_shape_size() == 3 && response.image_shape(0) == 3 &&
-            response.image_shape(1) == crop && response.image_shape(2) == crop,
-        "image_shape is not {3, crop, crop}");
-  const shardcast::DatasetIndex& index = dataset.data->index();
-  Check(response.num_samples() == index.num_samples && response.num_classes() == index.num_classes,
-        "num_samples or num_classes differ from the index");
+  if (effective->image) {
+    const int64_t crop = effective->transform.crop;
+    Check(response.image_shape_size() == 3 && response.image_shape(0) == 3 &&
+              response.image_shape(1) == crop && response.image_shape(2) == crop,
+          "image_shape is not {3, crop, crop} for a job with images");
+  } else {
+    Check(response.image_shape_size() == 0, "image_shape is not empty for a members-only job");
+    Check(!effective->fields.empty(), "accepted a job with neither an image nor fields");
+  }
+  Check(response.delivery() != v1::IMAGE_DELIVERY_UNSPECIFIED, "the response's delivery is unset");
+  Check(response.num_samples() == (*samples)->num_samples(),
+        "num_samples differs from the job's selected samples");
+  int64_t left_out = 0;
+  Check(response.left_out_size() == static_cast<int>((*samples)->left_out().size()),
+        "left_out lists other reasons than the selection's");
+  for (int i = 0; i < response.left_out_size(); ++i) {
+    Check(response.left_out(i).count() == (*samples)->left_out()[i].count &&
+              response.left_out(i).count() > 0,
+          "a left_out count differs from the selection's");
+    left_out += response.left_out(i).count();
+  }
+  Check(response.num_samples() + left_out == index.num_samples,
+        "num_samples and left_out do not add up to the dataset's samples");
+  Check(response.num_classes() == index.num_classes, "num_classes differs from the index");
   Check(response.dataset() == dataset.name, "the response names another dataset");
   Check((effective->plan.split == shardcast::Split::kShard) == (response.shards_size() > 0),
         "shards listed for split sample, or none for split shard");
