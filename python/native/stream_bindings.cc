@@ -21,6 +21,7 @@
 #include "proto/job_config_proto.h"
 #include "python/native/batch_bindings.h"
 #include "python/native/native_errors.h"
+#include "python/native/without_gil.h"
 
 namespace py = pybind11;
 
@@ -52,10 +53,8 @@ class NativeStream {
     absl::StatusOr<std::unique_ptr<RankStream>> stream;
     options.on_waiting = SignalCheck::SinkFor(notices_);
     SignalCheck signals(notices_.get());
-    {
-      py::gil_scoped_release release;
-      stream = RankStream::Connect(std::move(options), signals.Function());
-    }
+    stream =
+        WithoutGil([&] { return RankStream::Connect(std::move(options), signals.Function()); });
     signals.RethrowIfRaised();
     if (!stream.ok()) Raise(stream.status(), Call::kRegister);
     stream_ = std::shared_ptr<RankStream>(std::move(*stream));
@@ -116,11 +115,9 @@ class NativeStream {
 
   void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
     std::shared_ptr<RankStream> stream = Stream();
-    absl::Status status;
-    {
-      py::gil_scoped_release release;  // stops the previous epoch's threads
-      status = stream->StartEpoch(epoch, start_batch, sample_offset);
-    }
+    // Without the GIL: it stops the previous epoch's threads.
+    const absl::Status status =
+        WithoutGil([&] { return stream->StartEpoch(epoch, start_batch, sample_offset); });
     if (!status.ok()) Raise(status, Call::kStartEpoch);
   }
 
@@ -141,10 +138,7 @@ class NativeStream {
       received = stream->Next();
     } else {
       SignalCheck signals(notices_.get());
-      {
-        py::gil_scoped_release release;
-        received = stream->Next(signals.Function());
-      }
+      received = WithoutGil([&] { return stream->Next(signals.Function()); });
       signals.RethrowIfRaised();
     }
     return Take(std::move(received));
@@ -173,15 +167,14 @@ class NativeStream {
     std::shared_ptr<RankStream> stream = Stream();
     absl::StatusOr<std::optional<ReceivedBatch>> received;
     SignalCheck signals(notices_.get());
-    {
-      py::gil_scoped_release release;
+    WithoutGil([&] {
       received = stream->Next(signals.Function());
       // RankStream checked the batch's shape against the registration: `size` bytes.
       if (received.ok() && received->has_value()) {
         // NOLINTNEXTLINE(performance-no-int-to-ptr): Python hands over the buffer's address
         (**received)->CopyImagesTo(reinterpret_cast<uint8_t*>(address));
       }
-    }
+    });
     signals.RethrowIfRaised();
     std::optional<NativeBatch> batch = Take(std::move(received));
     if (batch) batch->pixels_copied = true;
@@ -199,9 +192,13 @@ class NativeStream {
       return;
     }
     std::shared_ptr<RankStream> stream = std::move(stream_);
-    py::gil_scoped_release release;
-    stream->Close();
-    stream.reset();
+    // Often called from another thread than the one iterating (to end its wait), one
+    // that may still be here when the main thread exits: WithoutGil, not
+    // gil_scoped_release, so that Python ending it then does not abort the process.
+    WithoutGil([&] {
+      stream->Close();
+      stream.reset();
+    });
   }
 
  private:
