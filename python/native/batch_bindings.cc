@@ -83,20 +83,7 @@ py::list EncodedImages(const ReceivedBatch& wire) {
   return encoded;
 }
 
-}  // namespace
-
-// The registration's field names. RankStream checked that its fields parse.
-FieldNames NamesOfFields(const v1::RegisterResponse& registration) {
-  auto names = std::make_shared<std::vector<std::string>>();
-  absl::StatusOr<std::vector<FieldSpec>> fields =
-      ParseFieldSpecs({registration.fields().begin(), registration.fields().end()});
-  if (fields.ok()) {
-    for (const FieldSpec& field : *fields) names->push_back(field.Name());
-  }
-  return names;
-}
-
-void BindBatches(py::module_& m) {
+void BindBatch(py::module_& m) {
   py::class_<OwnedBuffer>(m, "Buffer", py::buffer_protocol())
       .def_buffer([](OwnedBuffer& b) {
         return py::buffer_info(b.data, b.item_size, b.format, 1, {b.count}, {b.item_size},
@@ -141,7 +128,9 @@ void BindBatches(py::module_& m) {
         for (const v1::SampleInfo& s : b.wire->header().samples()) count += s.substituted();
         return count;
       });
+}
 
+void BindEncodedImage(py::module_& m) {
   // SampleInfo.encoded (decode "none"): the image as stored (or its lossless cut) and the
   // crop the server planned, named as the proto's fields (shardcast.proto, EncodedImage).
   py::class_<NativeEncoded>(m, "EncodedImage")
@@ -171,6 +160,24 @@ void BindBatches(py::module_& m) {
                              [](const NativeEncoded& e) { return e.get().cut_width(); })
       .def_property_readonly("cut_height",
                              [](const NativeEncoded& e) { return e.get().cut_height(); });
+}
+
+}  // namespace
+
+// The registration's field names. RankStream checked that its fields parse.
+FieldNames NamesOfFields(const v1::RegisterResponse& registration) {
+  auto names = std::make_shared<std::vector<std::string>>();
+  absl::StatusOr<std::vector<FieldSpec>> fields =
+      ParseFieldSpecs({registration.fields().begin(), registration.fields().end()});
+  if (fields.ok()) {
+    for (const FieldSpec& field : *fields) names->push_back(field.Name());
+  }
+  return names;
+}
+
+void BindBatches(py::module_& m) {
+  BindBatch(m);
+  BindEncodedImage(m);
 }
 
 }  // namespace shardcast::client
