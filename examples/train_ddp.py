@@ -91,7 +91,9 @@ def train(args: argparse.Namespace, local_rank: int, local_world: int) -> None:
         job_id=args.job_id,
         batch_size=args.batch_size,
         split=args.split,
-        workers=args.num_workers,
+        # The seed's -w 0 (DataLoader reading in the main process) is one stream of
+        # shards: workers=1. The Loader itself refuses 0 rather than guess.
+        workers=None if args.num_workers is None else max(args.num_workers, 1),
         shuffle_shards=args.shuffle >= 0,
         shuffle_buffer=max(args.shuffle, 0),
         seed=args.seed,

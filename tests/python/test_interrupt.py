@@ -110,3 +110,33 @@ def test_close_from_another_thread_wakes_a_blocked_next():
         # The loader stays closed: iterating again says so.
         with pytest.raises(shardcast.LoaderClosedError):
             iter(loader)
+
+
+# close() from a daemon thread while the main thread's next() waits: next() raises at
+# once, the main thread exits while the closer may still be inside close(), and Python
+# ends that thread as it finalizes. Before, the process then aborted ("terminate called
+# without an active exception", exit status 134): the thread took the GIL back in a
+# destructor (issue 44).
+CLOSE_CHILD = textwrap.dedent("""
+    import sys
+    import threading
+    import time
+    import shardcast
+    loader = shardcast.Loader(sys.argv[1], **{LONG!r})
+    it = iter(loader)
+    threading.Thread(target=lambda: (time.sleep(1.0), loader.close()), daemon=True).start()
+    try:
+        next(it)
+    except shardcast.LoaderClosedError:
+        print("LoaderClosedError", flush=True)
+""").replace("{LONG!r}", repr(LONG))
+
+
+def test_close_from_another_thread_lets_the_process_exit_cleanly():
+    with hostile_server.HostileServer() as server:  # StreamBatches never sends a batch
+        for _ in range(3):  # the abort came from a race with the exit: try it a few times
+            run = subprocess.run([sys.executable, "-c", CLOSE_CHILD, server.address],
+                                 env=python_env(BUILD), capture_output=True, text=True,
+                                 timeout=60)
+            assert (run.returncode, run.stdout.strip()) == (0, "LoaderClosedError"), run
+            assert "terminate called" not in run.stderr, run.stderr

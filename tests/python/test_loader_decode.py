@@ -167,8 +167,9 @@ def test_decode_arguments_are_checked_before_connecting():
         shardcast.Loader("127.0.0.1:1", decode_threads=2)
     with pytest.raises(ValueError, match="decode_threads"):
         shardcast.Loader("127.0.0.1:1", decode="cpu", decode_threads=0)
-    # A thread count no process can start is the native client's refusal, not a crash.
-    with pytest.raises(shardcast.ShardcastError, match=r"decode threads must be in \[0, 1024\]"):
+    # A thread count no process can start is refused where it is given, with the native
+    # client's bound (kMaxDecodeThreads), not a crash and not a refusal after connecting.
+    with pytest.raises(ValueError, match=r"decode_threads must be >= 1 and <= 1024, got 1000000"):
         shardcast.Loader("127.0.0.1:1", decode="cpu", decode_threads=10**6)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
