@@ -1,6 +1,7 @@
 // shardcast-server's flags (see server_flags.h).
 #include "server/server_flags.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -405,6 +406,9 @@ absl::Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* cl
 
   o.max_connections_per_peer = -1;  // unset: derived from --max-connections below
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
+  // The /metrics listener's share of one peer: a quarter, so a host that holds all it
+  // may leaves the others (Prometheus, a browser) three quarters.
+  o.metrics_max_connections_per_peer = std::max<int64_t>(1, o.metrics_max_connections / 4);
   if (o.max_connections_per_peer < 0) {
     o.max_connections_per_peer = DefaultMaxConnectionsPerPeer(o.max_connections);
   }

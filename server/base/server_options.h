@@ -119,6 +119,11 @@ struct ServerOptions {
   // Prometheus text exposition on http://HOST:PORT/metrics (metrics_http.h). Empty =
   // off: it is one more port, in plain HTTP, that shows job ids to whoever reaches it.
   std::string metrics_listen_address;
+  // Its connections at most, and of them from one peer address (metrics_http.h's
+  // Limits). main.cc's defaults: DescriptorBudget's metrics_connections of the
+  // descriptor limit, and a quarter of that (at least 1).
+  int64_t metrics_max_connections = 64;
+  int64_t metrics_max_connections_per_peer = 16;
   // A second gRPC listener, always plaintext, serving grpc.health.v1 alone with the
   // same answers as the main one: for probes that cannot speak TLS or send tokens
   // (Kubernetes' native gRPC probes). It tells nothing but SERVING or NOT_SERVING per

@@ -229,16 +229,38 @@ TEST(StatusPageTest, TheListenerServesItAtRootUnderTheTokenRule) {
                            const server::TokenAuthenticator* t) {
     return server::RespondToMetricsRequest({"GET", path, auth}, t, metrics, page);
   };
-  const std::string ok = respond("/", "", nullptr);
-  EXPECT_TRUE(absl::StartsWith(ok, "HTTP/1.1 200 OK\r\n")) << ok;
-  EXPECT_THAT(ok, HasSubstr("Content-Type: text/html; charset=utf-8"));
-  EXPECT_TRUE(absl::EndsWith(ok, "<p>page</p>"));
-  EXPECT_THAT(respond("/metrics", "", nullptr), HasSubstr("shardcast_up 1"));
-  EXPECT_TRUE(absl::StartsWith(respond("/index.html", "", nullptr), "HTTP/1.1 404"));
-  const std::string refused = respond("/", "Bearer guess", &tokens);
-  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 401")) << refused;
-  EXPECT_THAT(refused, Not(HasSubstr("page")));
-  EXPECT_TRUE(absl::StartsWith(respond("/", "Bearer secret-token", &tokens), "HTTP/1.1 200"));
+  const server::HttpAnswer ok = respond("/", "", nullptr);
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(ok.body, "<!DOCTYPE html><p>page</p>");
+  EXPECT_THAT(respond("/metrics", "", nullptr).body, HasSubstr("shardcast_up 1"));
+  EXPECT_EQ(respond("/index.html", "", nullptr).status, 404);
+  const server::HttpAnswer refused = respond("/", "Bearer guess", &tokens);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_THAT(refused.body, Not(HasSubstr("page")));
+  EXPECT_EQ(respond("/", "Bearer secret-token", &tokens).status, 200);
+
+  // The same over the wire, through libmicrohttpd.
+  server::MetricsHttpServer listener("127.0.0.1:0", metrics, &tokens);
+  listener.ServeStatusPage(page);
+  ASSERT_TRUE(listener.Start().ok());
+  const auto get = [&](const std::string& auth) {
+    return testing_util::RunShellCapture(
+               absl::StrCat(
+                   "/usr/bin/python3 -c \"import socket; s = "
+                   "socket.create_connection(('127.0.0.1', ",
+                   listener.port(), ")); s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n", auth,
+                   "\\r\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\""))
+        .out;
+  };
+  const std::string served = get("Authorization: Bearer secret-token\\r\\n");
+  EXPECT_TRUE(absl::StartsWith(served, "HTTP/1.1 200 OK\r\n")) << served;
+  EXPECT_THAT(served, HasSubstr("Content-Type: text/html; charset=utf-8\r\n"));
+  EXPECT_THAT(served, HasSubstr("<p>page</p>"));
+  const std::string unauthorized = get("");
+  EXPECT_TRUE(absl::StartsWith(unauthorized, "HTTP/1.1 401")) << unauthorized;
+  EXPECT_THAT(unauthorized, HasSubstr("WWW-Authenticate: Bearer"));
+  EXPECT_THAT(unauthorized, Not(HasSubstr("page")));
 }
 
 }  // namespace
