@@ -92,10 +92,10 @@ struct ServerOptions {
   absl::Duration stream_idle_timeout = absl::Minutes(5);
   // Connections open at once; the excess is shut down as it is accepted (the client
   // sees UNAVAILABLE and retries). Zero = no limit. main.cc's default is
-  // DefaultMaxConnections of the descriptor limit.
+  // DescriptorBudget's max_connections of the descriptor limit.
   int64_t max_connections = 0;
   // The accept queue set on the listeners after gRPC opened them (0 = gRPC's, the
-  // kernel's somaxconn). main.cc's default is AcceptBacklog of the descriptor limit.
+  // kernel's somaxconn). main.cc's default is DescriptorBudget's of the descriptor limit.
   int64_t accept_backlog = 0;
   // Of them, from one peer address (all unix-socket clients are one peer). Zero = no
   // limit. main.cc's default is a quarter of max_connections, at least 16.
