@@ -100,8 +100,9 @@ class MetricsHttpServer {
   // Connections closed at once because their peer held max_connections_per_peer.
   int64_t refused_connections() const { return refused_connections_.load(); }
 
-  // Longest request head accepted (a scrape's is a few hundred bytes); a longer one is
-  // answered 431 by libmicrohttpd.
+  // A scrape's request head is a few hundred bytes; libmicrohttpd gets a buffer of twice
+  // this per connection (MHD_OPTION_CONNECTION_MEMORY_LIMIT), and answers a head that
+  // does not fit in it (about 16 KiB) with 431.
   static constexpr size_t kMaxHeadBytes = 8192;
   // Pending connections the kernel queues while the listener is at max_connections or
   // busy rendering.
