@@ -280,9 +280,12 @@ absl::Status Daemon::StartHealthListener() {
 
 absl::Status Daemon::StartMetricsEndpoint() {
   if (options_.metrics_listen_address.empty()) return absl::OkStatus();
+  MetricsHttpServer::Limits limits;
+  limits.max_connections = static_cast<int>(options_.metrics_max_connections);
+  limits.max_connections_per_peer = static_cast<int>(options_.metrics_max_connections_per_peer);
   metrics_ = std::make_unique<MetricsHttpServer>(
       options_.metrics_listen_address, [this] { return RenderPrometheusText(impl_->Metrics()); },
-      tokens_.get());
+      tokens_.get(), limits);
   metrics_->ServeStatusPage([this] {
     const v1::GetStatusResponse status = impl_->GetStatus();
     status_history_.Record(status);

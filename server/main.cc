@@ -69,10 +69,12 @@ void LogStartupFacts(const shardcast::server::ServerOptions& options,
     return;
   }
   LogInfo("server", absl::StrFormat("descriptor limit %d (was %d, hard limit %d); "
-                                    "--max-connections %d, %d per peer; accept queue %d",
+                                    "--max-connections %d, %d per peer; accept queue %d; "
+                                    "/metrics connections %d, %d per peer",
                                     descriptors->soft, descriptors->soft_before, descriptors->hard,
                                     options.max_connections, options.max_connections_per_peer,
-                                    options.accept_backlog));
+                                    options.accept_backlog, options.metrics_max_connections,
+                                    options.metrics_max_connections_per_peer));
 }
 
 void ReloadTokensOnSighup(shardcast::server::Daemon& server) {

@@ -1,6 +1,7 @@
 // shardcast-server's flags (see server_flags.h).
 #include "server/server_flags.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -226,14 +227,18 @@ void AddResourceFlags(FlagSet& flags, const DescriptorLimit& descriptors, Server
                   "cancel a stream whose client has not taken a batch for this long and free\n"
                   "its memory (0 = never); a training step is far shorter"},
                  &o.stream_idle_timeout);
-  o.accept_backlog = AcceptBacklog(descriptors.soft, AcceptQueueLimit());
-  o.max_connections = DefaultMaxConnections(descriptors.soft, o.accept_backlog);
+  const DescriptorShares shares = DescriptorBudget(descriptors.soft, AcceptQueueLimit());
+  o.accept_backlog = shares.accept_backlog;
+  o.max_connections = shares.max_connections;
+  o.metrics_max_connections = shares.metrics_connections;
   flags.Int64({{"--max-connections"},
                "N",
                "connections open at once; one more is closed as it is accepted (its client\n"
                "sees UNAVAILABLE and retries), so connections cannot take the descriptors\n"
                "the listener needs (0 = no limit). Default: the descriptor limit less the\n"
-               "accept queue (a quarter of the limit, at most net.core.somaxconn) and 64",
+               "accept queue (a quarter of what connections share, at most\n"
+               "net.core.somaxconn), the /metrics listener's share and 64 (half a limit\n"
+               "under 128) for the server's own files",
                absl::StrFormat("%d: of %d descriptors, %d queued", o.max_connections,
                                descriptors.soft, o.accept_backlog)},
               &o.max_connections, 0);
@@ -405,6 +410,9 @@ absl::Status ParseServerCommandLine(int argc, char** argv, ServerCommandLine* cl
 
   o.max_connections_per_peer = -1;  // unset: derived from --max-connections below
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
+  // The /metrics listener's share of one peer: a quarter, so a host that holds all it
+  // may leaves the others (Prometheus, a browser) three quarters.
+  o.metrics_max_connections_per_peer = std::max<int64_t>(1, o.metrics_max_connections / 4);
   if (o.max_connections_per_peer < 0) {
     o.max_connections_per_peer = DefaultMaxConnectionsPerPeer(o.max_connections);
   }

@@ -11,6 +11,8 @@ packages=(
   libtorch-dev libgloo-dev
   # Shards in object storage: HTTP(S) range reads and S3 SigV4 signing (common/remote).
   libcurl4-openssl-dev
+  # The /metrics and status page listener (server/status/metrics_http.cc).
+  libmicrohttpd-dev
   libgtest-dev libgmock-dev
   # libcrypto for the server's token check (gRPC's own dependency too); the openssl CLI
   # makes the certificates of tests/server/security_test.cc.

@@ -92,10 +92,10 @@ struct ServerOptions {
   absl::Duration stream_idle_timeout = absl::Minutes(5);
   // Connections open at once; the excess is shut down as it is accepted (the client
   // sees UNAVAILABLE and retries). Zero = no limit. main.cc's default is
-  // DefaultMaxConnections of the descriptor limit.
+  // DescriptorBudget's max_connections of the descriptor limit.
   int64_t max_connections = 0;
   // The accept queue set on the listeners after gRPC opened them (0 = gRPC's, the
-  // kernel's somaxconn). main.cc's default is AcceptBacklog of the descriptor limit.
+  // kernel's somaxconn). main.cc's default is DescriptorBudget's of the descriptor limit.
   int64_t accept_backlog = 0;
   // Of them, from one peer address (all unix-socket clients are one peer). Zero = no
   // limit. main.cc's default is a quarter of max_connections, at least 16.
@@ -119,6 +119,11 @@ struct ServerOptions {
   // Prometheus text exposition on http://HOST:PORT/metrics (metrics_http.h). Empty =
   // off: it is one more port, in plain HTTP, that shows job ids to whoever reaches it.
   std::string metrics_listen_address;
+  // Its connections at most, and of them from one peer address (metrics_http.h's
+  // Limits). main.cc's defaults: DescriptorBudget's metrics_connections of the
+  // descriptor limit, and a quarter of that (at least 1).
+  int64_t metrics_max_connections = 64;
+  int64_t metrics_max_connections_per_peer = 16;
   // A second gRPC listener, always plaintext, serving grpc.health.v1 alone with the
   // same answers as the main one: for probes that cannot speak TLS or send tokens
   // (Kubernetes' native gRPC probes). It tells nothing but SERVING or NOT_SERVING per

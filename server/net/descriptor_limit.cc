@@ -54,20 +54,23 @@ int64_t AcceptQueueLimit() {
   return static_cast<int64_t>(ReadProcNumber("/proc/sys/net/core/somaxconn", 4096));
 }
 
-int64_t AcceptBacklog(uint64_t soft_limit, int64_t accept_queue_limit) {
-  const int64_t soft = static_cast<int64_t>(std::min<uint64_t>(soft_limit, INT64_MAX / 4));
-  return std::max<int64_t>(std::min<int64_t>(64, accept_queue_limit),
-                           std::min(soft / 4, accept_queue_limit));
-}
-
-int64_t DefaultMaxConnections(uint64_t soft_limit, int64_t backlog) {
-  const int64_t soft = static_cast<int64_t>(std::min<uint64_t>(soft_limit, INT64_MAX / 4));
-  return std::max(kMinConnections, soft - backlog - kDescriptorReserve);
+DescriptorShares DescriptorBudget(uint64_t limit, int64_t accept_queue_limit) {
+  const int64_t total = static_cast<int64_t>(std::min<uint64_t>(limit, uint64_t{INT64_MAX} / 4));
+  DescriptorShares shares;
+  shares.reserve = std::min(kDescriptorReserve, total / 2);
+  const int64_t shared = total - shares.reserve;
+  shares.metrics_connections = std::clamp<int64_t>(shared / 8, 1, kMaxMetricsConnections);
+  const int64_t connections = shared - shares.metrics_connections;
+  shares.accept_backlog =
+      std::clamp<int64_t>(connections / 4, 1, std::max<int64_t>(1, accept_queue_limit));
+  // One more than the backlog: Linux queues backlog + 1 connections.
+  shares.max_connections = std::max<int64_t>(1, connections - shares.accept_backlog - 1);
+  return shares;
 }
 
 int64_t DefaultMaxConnectionsPerPeer(int64_t max_connections) {
   if (max_connections <= 0) return 0;
-  return std::max<int64_t>(16, max_connections / 4);
+  return std::min(max_connections, std::max<int64_t>(16, max_connections / 4));
 }
 
 }  // namespace shardcast::server

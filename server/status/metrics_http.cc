@@ -1,23 +1,21 @@
-// The /metrics HTTP endpoint (see metrics_http.h).
+// The /metrics HTTP endpoint over libmicrohttpd (see metrics_http.h).
 #include "server/status/metrics_http.h"
 
-#include <fcntl.h>
+#include <arpa/inet.h>
+#include <microhttpd.h>
 #include <netdb.h>
-#include <poll.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <utility>
-#include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "server/base/log.h"
 #include "server/net/host_port.h"
@@ -30,113 +28,108 @@ constexpr const char* kPlainText = "text/plain; charset=utf-8";
 constexpr const char* kPrometheusText = "text/plain; version=0.0.4; charset=utf-8";
 constexpr const char* kHtml = "text/html; charset=utf-8";
 
-std::string Response(const char* status_line, const std::string& body,
-                     const std::string& extra_headers = "", bool head_only = false,
-                     const char* content_type = kPlainText) {
-  return absl::StrCat("HTTP/1.1 ", status_line, "\r\nContent-Type: ", content_type,
-                      "\r\nContent-Length: ", body.size(), "\r\n", extra_headers,
-                      "Connection: close\r\n\r\n", head_only ? "" : body);
+HttpAnswer Answer(int status, std::string body, const char* content_type = kPlainText) {
+  HttpAnswer answer;
+  answer.status = status;
+  answer.body = std::move(body);
+  answer.content_type = content_type;
+  return answer;
 }
 
-// poll()'s timeout until `next`, rounded up so that the loop wakes after a deadline,
-// never a millisecond before it (which would spin until it passes); -1 = none.
-int PollTimeoutMs(absl::Time now, absl::Time next) {
-  if (next == absl::InfiniteFuture()) return -1;
-  if (next <= now) return 0;
-  const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(next - now, absl::Milliseconds(1)));
-  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
-
-// Closes a connection whose answer (if any) was sent. What the peer sent beyond its
-// head is read away first: closing with unread input makes the kernel reset the
-// connection, and a reset can discard the answer before the peer reads it.
-void CloseConnection(int fd) {
-  char discard[4096];
-  for (int i = 0; i < 16; ++i) {  // bounded: a peer may keep sending
-    if (::recv(fd, discard, sizeof(discard), MSG_DONTWAIT) <= 0) break;
+// The peer's address as bytes (IPv4 and IPv6 alike; no port): the per-peer key.
+std::string PeerKey(const sockaddr* address) {
+  if (address == nullptr) return "";
+  if (address->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(address);
+    return std::string(reinterpret_cast<const char*>(&v4->sin_addr), sizeof(v4->sin_addr));
   }
-  ::close(fd);
+  if (address->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
+    return std::string(reinterpret_cast<const char*>(&v6->sin6_addr), sizeof(v6->sin6_addr));
+  }
+  return "";
 }
 
-// True at most once per 10 s: a flood of connections or an exhausted descriptor table
-// is worth one log line, not one per event.
+// The peer's address as a log line writes it.
+std::string PeerName(const std::string& key) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (key.size() == 4) ::inet_ntop(AF_INET, key.data(), text, sizeof(text));
+  if (key.size() == 16) ::inet_ntop(AF_INET6, key.data(), text, sizeof(text));
+  return text;
+}
+
+// True at most once per 10 s: a flood is worth one log line, not one per connection.
 bool ShouldWarn(absl::Time now, absl::Time* last_warning) {
   if (now - *last_warning < absl::Seconds(10)) return false;
   *last_warning = now;
   return true;
 }
 
-// accept4() errors that concern only the connection being accepted (Linux reports a
-// pending connection's network error there): the next one may be fine.
-bool IsPerConnectionAcceptError(int error) {
-  switch (error) {
-    case EINTR:
-    case ECONNABORTED:
-    case EPROTO:
-    case ENETDOWN:
-    case ENOPROTOOPT:
-    case EHOSTDOWN:
-    case ENONET:
-    case EHOSTUNREACH:
-    case EOPNOTSUPP:
-    case ENETUNREACH:
-    case EPERM:
-      return true;
-    default:
-      return false;
-  }
+// libmicrohttpd's own error messages (out of descriptors at accept, a connection it
+// could not set up), at most one line per 10 s: they come once per event.
+void LogLibraryMessage(void* /*cls*/, const char* format, va_list args) {
+  static absl::Mutex mu;
+  static absl::Time last ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  char text[512];
+  std::vsnprintf(text, sizeof(text), format, args);
+  absl::MutexLock lock(&mu);
+  if (!ShouldWarn(absl::Now(), &last)) return;
+  std::string line = text;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  LogWarning("metrics", absl::StrCat("libmicrohttpd: ", line));
 }
 
 }  // namespace
 
-absl::StatusOr<HttpRequest> ParseHttpRequestHead(absl::string_view head) {
-  const size_t line_end = head.find("\r\n");
-  const absl::string_view request_line = head.substr(0, line_end);
-  std::vector<absl::string_view> parts = absl::StrSplit(request_line, ' ');
-  if (parts.size() != 3 || parts[0].empty() || parts[1].empty() ||
-      !absl::StartsWith(parts[2], "HTTP/1.")) {
-    return absl::InvalidArgumentError("malformed request line");
+// The C callbacks libmicrohttpd takes, each handing over to the server it was given.
+struct MetricsHttpCallbacks {
+  static MHD_Result Accept(void* cls, const sockaddr* address, socklen_t /*length*/) {
+    return static_cast<MetricsHttpServer*>(cls)->AcceptPeer(PeerKey(address)) ? MHD_YES : MHD_NO;
   }
-  HttpRequest request;
-  request.method = std::string(parts[0]);
-  absl::string_view path = parts[1];
-  path = path.substr(0, path.find('?'));
-  request.path = std::string(path);
-  if (line_end == absl::string_view::npos) return request;
-  for (absl::string_view line : absl::StrSplit(head.substr(line_end + 2), "\r\n")) {
-    if (line.empty()) continue;
-    const size_t colon = line.find(':');
-    if (colon == absl::string_view::npos) return absl::InvalidArgumentError("malformed header");
-    if (absl::EqualsIgnoreCase(line.substr(0, colon), "authorization")) {
-      request.authorization = std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    }
+  static void Notify(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                     MHD_ConnectionNotificationCode code) {
+    auto* server = static_cast<MetricsHttpServer*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) server->ConnectionStarted(connection);
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) server->ConnectionClosed(connection);
   }
-  return request;
-}
+  static MHD_Result Request(void* cls, MHD_Connection* connection, const char* url,
+                            const char* method, const char* /*version*/,
+                            const char* /*upload_data*/, size_t* upload_data_size,
+                            void** /*request_context*/) {
+    // The head is complete at the first call; a body (none is expected) is discarded.
+    *upload_data_size = 0;
+    return static_cast<MetricsHttpServer*>(cls)->HandleRequest(connection, url, method) != 0
+               ? MHD_YES
+               : MHD_NO;
+  }
+};
 
-std::string RespondToMetricsRequest(const HttpRequest& request, const TokenAuthenticator* tokens,
-                                    const std::function<std::string()>& render,
-                                    const std::function<std::string()>& render_page) {
+HttpAnswer RespondToMetricsRequest(const HttpRequest& request, const TokenAuthenticator* tokens,
+                                   const std::function<std::string()>& render,
+                                   const std::function<std::string()>& render_page) {
   const bool is_page = request.path == "/" && render_page != nullptr;
   if (request.path != "/metrics" && !is_page) {
-    return Response("404 Not Found", render_page != nullptr
-                                         ? "shardcast-server serves / and /metrics here\n"
-                                         : "shardcast-server serves only /metrics here\n");
+    return Answer(404, render_page != nullptr ? "shardcast-server serves / and /metrics here\n"
+                                              : "shardcast-server serves only /metrics here\n");
   }
   const bool head_only = request.method == "HEAD";
   if (request.method != "GET" && !head_only) {
-    return Response("405 Method Not Allowed", absl::StrCat("GET ", request.path, "\n"),
-                    "Allow: GET, HEAD\r\n");
+    HttpAnswer answer = Answer(405, absl::StrCat("GET ", request.path, "\n"));
+    answer.headers["Allow"] = "GET, HEAD";
+    return answer;
   }
   // The page shows the same job ids and figures as /metrics: the same token rule.
   if (tokens != nullptr) {
     if (absl::Status auth = tokens->Check(request.authorization); !auth.ok()) {
-      return Response("401 Unauthorized", absl::StrCat(auth.message(), "\n"),
-                      "WWW-Authenticate: Bearer\r\n");
+      HttpAnswer answer = Answer(401, absl::StrCat(auth.message(), "\n"));
+      answer.headers["WWW-Authenticate"] = "Bearer";
+      return answer;
     }
   }
-  if (is_page) return Response("200 OK", render_page(), "", head_only, kHtml);
-  return Response("200 OK", render(), "", head_only, kPrometheusText);
+  HttpAnswer answer =
+      is_page ? Answer(200, render_page(), kHtml) : Answer(200, render(), kPrometheusText);
+  answer.head_only = head_only;
+  return answer;
 }
 
 void MetricsHttpServer::ServeStatusPage(std::function<std::string()> render_page) {
@@ -180,10 +173,10 @@ absl::Status MetricsHttpServer::Start() {
     return absl::InvalidArgumentError(absl::StrCat("--metrics-listen '", LogSafe(listen_address_),
                                                    "': ", gai_strerror(resolved)));
   }
+  // The socket is bound here rather than by libmicrohttpd so that HOST:PORT means what
+  // it means for --listen (a name, [V6], every address) and a bind error is a Status.
   std::string error = "no address";
   for (addrinfo* ai = found; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
-    // Non-blocking: the loop accepts until EAGAIN, and a peer that gave up between
-    // poll() and accept4() must not block it.
     const int fd =
         ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) continue;
@@ -206,179 +199,146 @@ absl::Status MetricsHttpServer::Start() {
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
   port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (::pipe2(stop_fds_, O_CLOEXEC) != 0) {
+
+  // One internal thread on epoll: rendering is short and needs no second thread, and
+  // thread-per-connection would give a flood one thread per socket. The per-peer limit
+  // is applied in the accept policy (AcceptPeer) rather than with
+  // MHD_OPTION_PER_IP_CONNECTION_LIMIT, whose refusals nobody could count or log.
+  const auto idle_seconds = static_cast<unsigned int>(std::max<int64_t>(
+      1, absl::ToInt64Seconds(absl::Ceil(limits_.idle_timeout, absl::Seconds(1)))));
+  daemon_ = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, /*port=*/0,
+      &MetricsHttpCallbacks::Accept, this, &MetricsHttpCallbacks::Request, this,
+      // First, so that every message of the library goes through it.
+      MHD_OPTION_EXTERNAL_LOGGER, &LogLibraryMessage, nullptr, MHD_OPTION_LISTEN_SOCKET, listen_fd_,
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(std::max(1, limits_.max_connections)),
+      MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,
+      // The head's buffer: a head longer than this is answered 431.
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(2 * kMaxHeadBytes),
+      MHD_OPTION_NOTIFY_CONNECTION, &MetricsHttpCallbacks::Notify, this, MHD_OPTION_END);
+  if (daemon_ == nullptr) {
     ::close(listen_fd_);
     listen_fd_ = -1;
-    return absl::InternalError(absl::StrCat("metrics: pipe: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("--metrics-listen: libmicrohttpd did not start on '",
+                                            LogSafe(listen_address_), "'"));
   }
-  thread_ = std::thread([this] { EventLoop(); });
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = false;
+  }
+  watch_thread_ = std::thread([this] { Watch(); });
   return absl::OkStatus();
 }
 
 void MetricsHttpServer::Stop() {
-  if (!thread_.joinable()) return;
-  const char byte = 0;
-  (void)!::write(stop_fds_[1], &byte, 1);
-  thread_.join();
-  ::close(listen_fd_);
-  ::close(stop_fds_[0]);
-  ::close(stop_fds_[1]);
+  if (daemon_ == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  watch_thread_.join();
+  MHD_stop_daemon(daemon_);  // closes every connection and the listening socket
+  daemon_ = nullptr;
   listen_fd_ = -1;
 }
 
-// One connection: its request head as it arrives, then the answer as the socket takes it.
-struct MetricsHttpServer::Connection {
-  int fd = -1;
-  absl::Time deadline;  // for the whole head while reading, for the answer while writing
-  bool writing = false;
-  std::string data;  // the head so far, then the answer
-  size_t written = 0;
-};
+bool MetricsHttpServer::AcceptPeer(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  const auto held = per_peer_.find(peer);
+  if (held == per_peer_.end() || held->second < limits_.max_connections_per_peer) return true;
+  const int64_t refused = refused_connections_.fetch_add(1) + 1;
+  if (ShouldWarn(absl::Now(), &last_refusal_warning_)) {
+    LogWarning("metrics", absl::StrCat("peer ", PeerName(peer), " holds ", held->second,
+                                       " connections (the most one peer may): closing more (",
+                                       refused, " so far)"));
+  }
+  return false;
+}
 
-void MetricsHttpServer::EventLoop() {
-  std::vector<Connection> connections;
-  std::vector<pollfd> fds;
+void MetricsHttpServer::ConnectionStarted(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* fd =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+  const MHD_ConnectionInfo* address =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  OpenConnection open;
+  open.fd = fd != nullptr ? fd->connect_fd : -1;
+  open.peer = PeerKey(address != nullptr ? address->client_addr : nullptr);
+  open.deadline = absl::Now() + limits_.read_timeout;
+  absl::MutexLock lock(&mu_);
+  ++per_peer_[open.peer];
+  open_[connection] = std::move(open);
+}
+
+void MetricsHttpServer::ConnectionClosed(MHD_Connection* connection) {
+  // libmicrohttpd closes the socket after this returns, so while the watch holds mu_ an
+  // fd in open_ is still this connection's (a shutdown never reaches another socket).
+  absl::MutexLock lock(&mu_);
+  const auto it = open_.find(connection);
+  if (it == open_.end()) return;
+  const auto held = per_peer_.find(it->second.peer);
+  if (held != per_peer_.end() && --held->second <= 0) per_peer_.erase(held);
+  open_.erase(it);
+}
+
+int MetricsHttpServer::HandleRequest(MHD_Connection* connection, const char* url,
+                                     const char* method) {
+  {
+    absl::MutexLock lock(&mu_);
+    const auto it = open_.find(connection);
+    if (it != open_.end()) it->second.deadline = absl::Now() + limits_.write_timeout;
+  }
+  HttpRequest request;
+  request.method = method != nullptr ? method : "";
+  request.path = url != nullptr ? url : "";  // libmicrohttpd has cut the query string
+  const char* authorization =
+      MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (authorization != nullptr) request.authorization = authorization;
+  const HttpAnswer answer = RespondToMetricsRequest(request, tokens_, render_, render_page_);
+  MHD_Response* response = MHD_create_response_from_buffer(
+      answer.body.size(), const_cast<char*>(answer.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return 0;
+  // HEAD: libmicrohttpd sends the head alone, with the body's Content-Length.
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, answer.content_type.c_str());
+  for (const auto& [name, value] : answer.headers) {
+    MHD_add_response_header(response, name.c_str(), value.c_str());
+  }
+  // One request per connection, as a scrape makes: nothing is kept open between them.
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+  const MHD_Result queued =
+      MHD_queue_response(connection, static_cast<unsigned int>(answer.status), response);
+  MHD_destroy_response(response);
+  return queued == MHD_YES ? 1 : 0;
+}
+
+void MetricsHttpServer::Watch() {
   absl::Time next_tick = tick_ != nullptr ? absl::Now() : absl::InfiniteFuture();
-  while (true) {
-    // Real time: every time here is a poll() deadline on real sockets (the accept
-    // backoff, a connection's head and answer), which a clock nobody moves would hang.
+  // A connection that starts after a wait began has a deadline at least this far after
+  // it, so waking this often (at the latest) cuts every one in time.
+  const absl::Duration shortest = std::min(limits_.read_timeout, limits_.write_timeout);
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
     absl::Time now = absl::Now();
     if (now >= next_tick) {
+      mu_.Unlock();
       tick_();
+      mu_.Lock();
       next_tick = now + tick_period_;
       now = absl::Now();
     }
-    absl::Time next = next_tick;
-    fds.clear();
-    fds.push_back({stop_fds_[0], POLLIN, 0});
-    // A negative descriptor is ignored by poll(): not accepting while backing off.
-    const bool accepting = now >= accept_paused_until_;
-    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-    if (!accepting) next = accept_paused_until_;
-    for (const Connection& connection : connections) {
-      fds.push_back({connection.fd, static_cast<short>(connection.writing ? POLLOUT : POLLIN), 0});
-      next = std::min(next, connection.deadline);
-    }
-    if (::poll(fds.data(), fds.size(), PollTimeoutMs(now, next)) < 0) {
-      if (errno == EINTR) continue;
-      LogError("metrics", absl::StrCat("poll: ", std::strerror(errno)));
-      break;
-    }
-    if (fds[0].revents != 0) break;
-    const absl::Time polled = absl::Now();
-    size_t kept = 0;
-    for (size_t i = 0; i < connections.size(); ++i) {
-      Connection& connection = connections[i];
-      // A connection past its deadline is closed even if it just sent or took something:
-      // the deadline bounds the whole head (or answer), not the silence between bytes.
-      if (!Serve(&connection, fds[i + 2].revents, polled) || polled >= connection.deadline) {
-        CloseConnection(connection.fd);
-        continue;
+    absl::Time wake = std::min(next_tick, now + shortest);
+    for (auto& [connection, open] : open_) {
+      if (open.cut) continue;
+      if (open.deadline <= now) {
+        // A head (or answer) past its deadline, however it trickles: libmicrohttpd's
+        // own timeout is for silence only. Its next read sees the end and closes it.
+        ::shutdown(open.fd, SHUT_RDWR);
+        open.cut = true;
+      } else {
+        wake = std::min(wake, open.deadline);
       }
-      if (kept != i) connections[kept] = std::move(connection);
-      ++kept;
     }
-    connections.resize(kept);
-    if ((fds[1].revents & POLLIN) != 0) AcceptPending(polled, &connections);
+    mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
   }
-  for (const Connection& connection : connections) ::close(connection.fd);
-}
-
-void MetricsHttpServer::AcceptPending(absl::Time now, std::vector<Connection>* connections) {
-  while (true) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // none left
-      if (IsPerConnectionAcceptError(errno)) continue;
-      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection
-      // stays queued, so poll() would report it again at once. Pause accepting briefly
-      // and keep serving the open connections, whose closing frees descriptors.
-      if (ShouldWarn(now, &last_accept_warning_)) {
-        LogWarning("metrics", absl::StrCat("accept: ", std::strerror(errno), "; pausing for ",
-                                           absl::FormatDuration(kAcceptBackoff)));
-      }
-      accept_paused_until_ = now + kAcceptBackoff;
-      return;
-    }
-    if (static_cast<int>(connections->size()) >= limits_.max_connections) {
-      Refuse(fd, now);
-      continue;
-    }
-    Connection connection;
-    connection.fd = fd;
-    connection.deadline = now + limits_.read_timeout;
-    connections->push_back(std::move(connection));
-  }
-}
-
-void MetricsHttpServer::Refuse(int fd, absl::Time now) {
-  const int64_t refused = refused_connections_.fetch_add(1) + 1;
-  if (ShouldWarn(now, &last_refusal_warning_)) {
-    LogWarning("metrics",
-               absl::StrCat(limits_.max_connections, " connections open: refusing more with 503 (",
-                            refused, " so far)"));
-  }
-  // Best effort and never blocking: a fresh socket's send buffer takes these few bytes.
-  const std::string answer =
-      Response("503 Service Unavailable", "too many connections\n", "Retry-After: 1\r\n");
-  (void)!::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  CloseConnection(fd);
-}
-
-bool MetricsHttpServer::Serve(Connection* connection, short revents, absl::Time now) {
-  if (revents == 0) return true;
-  // POLLHUP and POLLERR are left to recv() and send() to report.
-  return connection->writing ? WriteResponse(connection) : ReadHead(connection, now);
-}
-
-bool MetricsHttpServer::ReadHead(Connection* connection, absl::Time now) {
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::recv(connection->fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // the rest later
-    if (n <= 0) return false;  // closed before its head was complete, or broken
-    // Only the new bytes (and the three before them) can complete the blank line.
-    const size_t from = connection->data.size() < 3 ? 0 : connection->data.size() - 3;
-    connection->data.append(buffer, static_cast<size_t>(n));
-    const size_t end = connection->data.find("\r\n\r\n", from);
-    if (end != std::string::npos) {
-      StartAnswer(connection, Answer(absl::string_view(connection->data).substr(0, end)), now);
-      return WriteResponse(connection);
-    }
-    if (connection->data.size() > kMaxHeadBytes) {
-      StartAnswer(connection,
-                  Response("431 Request Header Fields Too Large", "request head too large\n"), now);
-      return WriteResponse(connection);
-    }
-  }
-}
-
-std::string MetricsHttpServer::Answer(absl::string_view head) const {
-  absl::StatusOr<HttpRequest> request = ParseHttpRequestHead(head);
-  if (!request.ok()) {
-    return Response("400 Bad Request", absl::StrCat(request.status().message(), "\n"));
-  }
-  return RespondToMetricsRequest(*request, tokens_, render_, render_page_);
-}
-
-void MetricsHttpServer::StartAnswer(Connection* connection, std::string answer, absl::Time now) {
-  connection->writing = true;
-  connection->data = std::move(answer);
-  connection->written = 0;
-  connection->deadline = now + limits_.write_timeout;
-}
-
-bool MetricsHttpServer::WriteResponse(Connection* connection) {
-  while (connection->written < connection->data.size()) {
-    const ssize_t n = ::send(connection->fd, connection->data.data() + connection->written,
-                             connection->data.size() - connection->written, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // the rest later
-    if (n <= 0) return false;                                             // the peer went away
-    connection->written += static_cast<size_t>(n);
-  }
-  return false;  // all sent: Connection: close
 }
 
 }  // namespace shardcast::server

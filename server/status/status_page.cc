@@ -220,11 +220,71 @@ void AppendJob(const v1::JobStatus& job, std::string* page) {
 
 }  // namespace
 
+bool IsInvisibleFormatCharacter(char32_t c) {
+  // Unicode 15's general category Cf (format), the C1 controls (Cc) and the line and
+  // paragraph separators (Zl, Zp): none draws a glyph of its own, and the bidi ones
+  // (U+202A-202E, U+2066-2069, U+200E/F, U+061C) reorder the text around them, so a job
+  // id could make another job's row read as something else (CVE-2021-42574's trick).
+  struct Range {
+    char32_t first, last;
+  };
+  static constexpr Range kRanges[] = {
+      {0x80, 0x9f},       {0xad, 0xad},       {0x600, 0x605},     {0x61c, 0x61c},
+      {0x6dd, 0x6dd},     {0x70f, 0x70f},     {0x890, 0x891},     {0x8e2, 0x8e2},
+      {0x180e, 0x180e},   {0x200b, 0x200f},   {0x2028, 0x202e},   {0x2060, 0x2064},
+      {0x2066, 0x206f},   {0xfeff, 0xfeff},   {0xfff9, 0xfffb},   {0x110bd, 0x110bd},
+      {0x110cd, 0x110cd}, {0x13430, 0x1343f}, {0x1bca0, 0x1bca3}, {0x1d173, 0x1d17a},
+      {0xe0001, 0xe0001}, {0xe0020, 0xe007f},
+  };
+  for (const Range& range : kRanges) {
+    if (c >= range.first && c <= range.last) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// The code point of the valid UTF-8 sequence of `length` bytes at `s`.
+char32_t DecodeUtf8(const char* s, size_t length) {
+  const auto byte = [s](size_t i) {
+    return static_cast<char32_t>(static_cast<unsigned char>(s[i]));
+  };
+  switch (length) {
+    case 1:
+      return byte(0);
+    case 2:
+      return ((byte(0) & 0x1f) << 6) | (byte(1) & 0x3f);
+    case 3:
+      return ((byte(0) & 0x0f) << 12) | ((byte(1) & 0x3f) << 6) | (byte(2) & 0x3f);
+    default:
+      return ((byte(0) & 0x07) << 18) | ((byte(1) & 0x3f) << 12) | ((byte(2) & 0x3f) << 6) |
+             (byte(3) & 0x3f);
+  }
+}
+
+}  // namespace
+
 std::string HtmlEscape(absl::string_view text) {
   const std::string utf8 = IsValidUtf8(text) ? std::string(text) : EscapeToUtf8(text);
   std::string out;
   out.reserve(utf8.size());
-  for (const char c : utf8) {
+  for (size_t i = 0; i < utf8.size();) {
+    const char c = utf8[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      // Valid UTF-8 by now: one whole character, shown as its code point when it is
+      // invisible (so the reader sees that it is there), else as it is.
+      const size_t length = Utf8SequenceLength(utf8, i);
+      const char32_t code_point = DecodeUtf8(utf8.data() + i, length);
+      if (IsInvisibleFormatCharacter(code_point)) {
+        out += code_point <= 0xffff ? absl::StrFormat("\\u%04x", static_cast<uint32_t>(code_point))
+                                    : absl::StrFormat("\\U%08x", static_cast<uint32_t>(code_point));
+      } else {
+        out.append(utf8, i, length);
+      }
+      i += length;
+      continue;
+    }
+    ++i;
     switch (c) {
       case '&':
         out += "&amp;";

@@ -27,9 +27,15 @@ std::string RenderStatusPage(const shardcast::v1::GetStatusResponse& status,
                              const std::vector<ChartPoint>& history, double span_seconds);
 
 // `text` safe inside HTML text and quoted attribute values: & < > " ' as entities,
-// bytes that are not UTF-8 as EscapeToUtf8 writes them (\xNN), control characters as
-// U+FFFD.
+// bytes that are not UTF-8 as EscapeToUtf8 writes them (\xNN), ASCII control characters
+// as U+FFFD, and invisible characters (IsInvisibleFormatCharacter) as their code point,
+// "\u202e" (above U+FFFF "\U000e0001").
 std::string HtmlEscape(absl::string_view text);
+
+// True for the characters that draw nothing yet change how text around them reads:
+// Unicode's format characters (Cf: bidi overrides and isolates, zero-width spaces and
+// joiners, the byte order mark, tags), the C1 controls and U+2028/U+2029.
+bool IsInvisibleFormatCharacter(char32_t c);
 
 }  // namespace shardcast::server
 

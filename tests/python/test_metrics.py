@@ -156,3 +156,16 @@ def test_metrics_require_the_servers_bearer_token(shards, tmp_path):
                   "shardcast_uptime_seconds") > 0
     finally:
         s.kill()
+
+
+def test_the_status_page_shows_invisible_characters_of_a_job_id_as_code_points(metrics_server):
+    # Issue 44: a U+202E (right-to-left override) in a job id reached the page as is, and
+    # reversed how the rest of its row reads. Now it shows as "\u202e".
+    job = "evil\u202enur-niart\u200b"
+    with shardcast.Loader(metrics_server.address, job_id=job, rank=0, **BIG) as loader:
+        next(iter(loader))
+        port = metrics_server.metrics_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+            html = page.read().decode("utf-8")
+    assert "\u202e" not in html and "\u200b" not in html
+    assert 'data-job-id="evil\\u202enur-niart\\u200b"' in html

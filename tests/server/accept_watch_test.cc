@@ -1,7 +1,7 @@
 // AcceptWatch on real sockets: counts connections until they close, shuts down those
 // beyond the limit, and wakes the listener probe; on a real gRPC server, through the
 // socket mutator, and the build's gRPC version guard (what guards
-// grpc_socket_mutator_abi.h); DefaultMaxConnections' arithmetic.
+// grpc_socket_mutator_abi.h); the descriptor budget's arithmetic.
 #include "server/rpc/accept_watch.h"
 
 #include <arpa/inet.h>
@@ -364,17 +364,68 @@ TEST_F(GrpcAbiGuardTest, AGrpcOutsideTheVerifiedRangeFailsTheBuildUnlessAskedFor
 TEST(DescriptorLimitTest, PerPeerDefaultIsAQuarterAtLeastSixteen) {
   EXPECT_EQ(DefaultMaxConnectionsPerPeer(15840), 3960);
   EXPECT_EQ(DefaultMaxConnectionsPerPeer(16), 16);
+  EXPECT_EQ(DefaultMaxConnectionsPerPeer(12), 12);  // never more than all of them
   EXPECT_EQ(DefaultMaxConnectionsPerPeer(0), 0);
 }
 
-TEST(DescriptorLimitTest, DefaultConnectionsLeaveAnAcceptQueueAndAReserve) {
-  EXPECT_EQ(AcceptBacklog(1048576, 4096), 4096);
-  EXPECT_EQ(DefaultMaxConnections(1048576, 4096), 1048576 - 4096 - 64);
-  EXPECT_EQ(AcceptBacklog(1024, 4096), 256);
-  EXPECT_EQ(DefaultMaxConnections(1024, 256), 1024 - 256 - 64);
-  EXPECT_EQ(AcceptBacklog(100, 4096), 64);
-  EXPECT_EQ(AcceptBacklog(100, 16), 16);  // never above the kernel's
-  EXPECT_EQ(DefaultMaxConnections(100, 64), kMinConnections);
+TEST(DescriptorLimitTest, TheBudgetAtTypicalLimits) {
+  const DescriptorShares big = DescriptorBudget(1048576, 4096);
+  EXPECT_EQ(big.reserve, kDescriptorReserve);
+  EXPECT_EQ(big.metrics_connections, kMaxMetricsConnections);
+  EXPECT_EQ(big.accept_backlog, 4096);
+  EXPECT_EQ(big.max_connections, 1048576 - 64 - 64 - 4096 - 1);
+  const DescriptorShares usual = DescriptorBudget(1024, 4096);
+  EXPECT_EQ(usual.accept_backlog, 224);
+  EXPECT_EQ(usual.max_connections, 671);
+  const DescriptorShares small = DescriptorBudget(256, 4096);
+  EXPECT_EQ(small.reserve, 64);
+  EXPECT_EQ(small.metrics_connections, 24);
+  EXPECT_EQ(small.accept_backlog, 42);
+  EXPECT_EQ(small.max_connections, 125);
+  // Issue 44: at 100 the old floor of 64 queued connections beside 8 and a reserve of 64
+  // was 136 descriptors, and a flood killed the listener with EMFILE.
+  const DescriptorShares hundred = DescriptorBudget(100, 4096);
+  EXPECT_EQ(hundred.reserve, 50);
+  EXPECT_EQ(hundred.metrics_connections, 6);
+  EXPECT_EQ(hundred.accept_backlog, 11);
+  EXPECT_EQ(hundred.max_connections, 32);
+  EXPECT_EQ(DescriptorBudget(100, 8).accept_backlog, 8);  // never above the kernel's
+}
+
+// The derivation's promise, for every limit from 64 to 100,000, a sample far beyond,
+// and somaxconn from 1 to 65535: one full accept round (backlog + 1, refused
+// connections included) on top of every connection allowed, a full /metrics listener
+// and the reserve never passes the limit; every share is at least 1, the reserve at
+// least 30 (the server's own descriptors at start: 13 on a 2-core machine, plus a
+// shard per decode thread); and a higher limit never gives fewer connections.
+TEST(DescriptorLimitTest, OneAcceptRoundNeverPassesAnyLimitFromSixtyFourUp) {
+  std::vector<uint64_t> limits;
+  for (uint64_t limit = kMinDescriptorLimit; limit <= 100000; ++limit) limits.push_back(limit);
+  for (uint64_t limit = 100001; limit < (uint64_t{1} << 40); limit = limit * 3 / 2 + 7) {
+    limits.push_back(limit);
+  }
+  limits.push_back(uint64_t{INT64_MAX} / 4);
+  limits.push_back(UINT64_MAX);  // RLIM_INFINITY as it comes
+  for (const int64_t somaxconn : {1, 16, 128, 4096, 65535}) {
+    int64_t previous_connections = 0;
+    for (const uint64_t limit : limits) {
+      const DescriptorShares s = DescriptorBudget(limit, somaxconn);
+      SCOPED_TRACE(::testing::Message() << "limit " << limit << ", somaxconn " << somaxconn);
+      ASSERT_GE(s.reserve, 30);
+      ASSERT_GE(s.metrics_connections, 1);
+      ASSERT_GE(s.accept_backlog, 1);
+      ASSERT_LE(s.accept_backlog, somaxconn);
+      ASSERT_GE(s.max_connections, 16);
+      const uint64_t used = static_cast<uint64_t>(s.reserve + s.max_connections + s.accept_backlog +
+                                                  1 + s.metrics_connections);
+      ASSERT_LE(used, limit);
+      ASSERT_GE(s.max_connections, previous_connections);
+      previous_connections = s.max_connections;
+      const int64_t per_peer = DefaultMaxConnectionsPerPeer(s.max_connections);
+      ASSERT_GE(per_peer, 1);
+      ASSERT_LE(per_peer, s.max_connections);
+    }
+  }
 }
 
 TEST(DescriptorLimitTest, RaisesTheSoftLimitToTheHardOne) {

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/net/token_authenticator.h"
 #include "server/status/metrics_http.h"
+#include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 
 namespace shardcast {
@@ -20,6 +23,7 @@ namespace {
 
 using server::ChartPoint;
 using server::HtmlEscape;
+using server::IsInvisibleFormatCharacter;
 using server::RenderStatusPage;
 using testing::HasSubstr;
 using testing::Not;
@@ -68,6 +72,54 @@ TEST(HtmlEscapeTest, EscapesMarkupQuotesControlsAndBadBytes) {
   EXPECT_EQ(HtmlEscape("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 stays
 }
 
+// A right-to-left override in a job id would reverse how the rest of its row reads
+// (display spoofing); it and the other invisible characters are shown as code points.
+TEST(HtmlEscapeTest, ShowsBidiAndInvisibleFormatCharactersAsCodePoints) {
+  EXPECT_EQ(HtmlEscape("job\xe2\x80\xae"
+                       "cba"),
+            "job\\u202ecba");  // U+202E RLO
+  EXPECT_EQ(HtmlEscape("\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad"),
+            "\\u202a\\u202b\\u202c\\u202d");  // LRE RLE PDF LRO
+  EXPECT_EQ(HtmlEscape("\xe2\x81\xa6\xe2\x81\xa7\xe2\x81\xa8\xe2\x81\xa9"),
+            "\\u2066\\u2067\\u2068\\u2069");  // the isolates
+  EXPECT_EQ(HtmlEscape("a\xe2\x80\x8b"
+                       "b\xe2\x80\x8c\xe2\x80\x8d\xe2\x80\x8e\xe2\x80\x8f"),
+            "a\\u200bb\\u200c\\u200d\\u200e\\u200f");    // zero width, LRM, RLM
+  EXPECT_EQ(HtmlEscape("\xef\xbb\xbfid"), "\\ufeffid");  // byte order mark
+  EXPECT_EQ(HtmlEscape("a\xe2\x80\xa8"
+                       "b\xe2\x80\xa9"),
+            "a\\u2028b\\u2029");                                // Zl, Zp
+  EXPECT_EQ(HtmlEscape("\xc2\x85\xc2\xad"), "\\u0085\\u00ad");  // a C1 control, soft hyphen
+  EXPECT_EQ(HtmlEscape("\xf3\xa0\x80\x81"), "\\U000e0001");     // a language tag
+  // Visible text around them, and next to them in the code chart, stays as it is.
+  EXPECT_EQ(HtmlEscape("\xe2\x80\x90\xe2\x80\xaf\xc2\xa0\xd7\x90"),
+            "\xe2\x80\x90\xe2\x80\xaf\xc2\xa0\xd7\x90");  // U+2010, U+202F, U+00A0, Hebrew
+  EXPECT_EQ(HtmlEscape("caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x99\x82"),
+            "caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x99\x82");
+}
+
+// Every code point Python's unicodedata (Debian 12's Unicode database) puts in category
+// Cf, Zl or Zp is escaped: the table in status_page.cc against an independent one.
+TEST(HtmlEscapeTest, EveryFormatCharacterOfTheUnicodeDatabaseIsEscaped) {
+  const std::string command =
+      absl::StrCat(REFERENCE_PYTHON,
+                   " -c \"import unicodedata; print(' '.join(str(c) for c in range(0x110000) "
+                   "if unicodedata.category(chr(c)) in ('Cf', 'Zl', 'Zp', 'Cc') and c >= 0x80))\"");
+  const testing_util::CommandOutput listed = testing_util::RunShellCapture(command);
+  ASSERT_EQ(listed.exit_code, 0) << command;
+  std::istringstream numbers(listed.out);
+  std::vector<char32_t> reference;
+  for (uint32_t c = 0; numbers >> c;) reference.push_back(c);
+  ASSERT_GT(reference.size(), 150u) << listed.out;
+  for (const char32_t c : reference) {
+    EXPECT_TRUE(IsInvisibleFormatCharacter(c)) << "U+" << std::hex << static_cast<uint32_t>(c);
+  }
+  // And nothing printable: letters, digits, spaces and symbols of every script pass.
+  for (const char32_t c : {0x41, 0xa0, 0xe9, 0x5d0, 0x627, 0x2010, 0x202f, 0x3042, 0x1f642}) {
+    EXPECT_FALSE(IsInvisibleFormatCharacter(c)) << "U+" << std::hex << static_cast<uint32_t>(c);
+  }
+}
+
 TEST(StatusPageTest, ShowsEveryRanksPositionAsABarAndHighlightsTheStall) {
   const std::string page = RenderStatusPage(TwoRanksOneStalled(), {}, kSpan);
   EXPECT_TRUE(absl::StartsWith(page, "<!DOCTYPE html>"));
@@ -100,7 +152,14 @@ TEST(StatusPageTest, EscapesJobIdsDatasetNamesAndShardPaths) {
   skipped->set_dataset("default");
   skipped->set_path("/data/<bad>.tar");
   skipped->set_reason("not a tar & empty");
+  v1::JobStatus* spoof = status.add_jobs();
+  spoof->set_job_id(
+      "evil\xe2\x80\xae"
+      "nur-niart");  // reads "train-run" right to left
+  spoof->set_dataset("default");
   const std::string page = RenderStatusPage(status, {}, kSpan);
+  EXPECT_THAT(page, Not(HasSubstr("\xe2\x80\xae")));
+  EXPECT_THAT(page, HasSubstr("data-job-id=\"evil\\u202enur-niart\""));
   EXPECT_THAT(page, Not(HasSubstr("<img")));
   EXPECT_THAT(page, Not(HasSubstr("<b>")));
   EXPECT_THAT(page, Not(HasSubstr("<i>")));
@@ -170,16 +229,38 @@ TEST(StatusPageTest, TheListenerServesItAtRootUnderTheTokenRule) {
                            const server::TokenAuthenticator* t) {
     return server::RespondToMetricsRequest({"GET", path, auth}, t, metrics, page);
   };
-  const std::string ok = respond("/", "", nullptr);
-  EXPECT_TRUE(absl::StartsWith(ok, "HTTP/1.1 200 OK\r\n")) << ok;
-  EXPECT_THAT(ok, HasSubstr("Content-Type: text/html; charset=utf-8"));
-  EXPECT_TRUE(absl::EndsWith(ok, "<p>page</p>"));
-  EXPECT_THAT(respond("/metrics", "", nullptr), HasSubstr("shardcast_up 1"));
-  EXPECT_TRUE(absl::StartsWith(respond("/index.html", "", nullptr), "HTTP/1.1 404"));
-  const std::string refused = respond("/", "Bearer guess", &tokens);
-  EXPECT_TRUE(absl::StartsWith(refused, "HTTP/1.1 401")) << refused;
-  EXPECT_THAT(refused, Not(HasSubstr("page")));
-  EXPECT_TRUE(absl::StartsWith(respond("/", "Bearer secret-token", &tokens), "HTTP/1.1 200"));
+  const server::HttpAnswer ok = respond("/", "", nullptr);
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(ok.body, "<!DOCTYPE html><p>page</p>");
+  EXPECT_THAT(respond("/metrics", "", nullptr).body, HasSubstr("shardcast_up 1"));
+  EXPECT_EQ(respond("/index.html", "", nullptr).status, 404);
+  const server::HttpAnswer refused = respond("/", "Bearer guess", &tokens);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_THAT(refused.body, Not(HasSubstr("page")));
+  EXPECT_EQ(respond("/", "Bearer secret-token", &tokens).status, 200);
+
+  // The same over the wire, through libmicrohttpd.
+  server::MetricsHttpServer listener("127.0.0.1:0", metrics, &tokens);
+  listener.ServeStatusPage(page);
+  ASSERT_TRUE(listener.Start().ok());
+  const auto get = [&](const std::string& auth) {
+    return testing_util::RunShellCapture(
+               absl::StrCat(
+                   "/usr/bin/python3 -c \"import socket; s = "
+                   "socket.create_connection(('127.0.0.1', ",
+                   listener.port(), ")); s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n", auth,
+                   "\\r\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\""))
+        .out;
+  };
+  const std::string served = get("Authorization: Bearer secret-token\\r\\n");
+  EXPECT_TRUE(absl::StartsWith(served, "HTTP/1.1 200 OK\r\n")) << served;
+  EXPECT_THAT(served, HasSubstr("Content-Type: text/html; charset=utf-8\r\n"));
+  EXPECT_THAT(served, HasSubstr("<p>page</p>"));
+  const std::string unauthorized = get("");
+  EXPECT_TRUE(absl::StartsWith(unauthorized, "HTTP/1.1 401")) << unauthorized;
+  EXPECT_THAT(unauthorized, HasSubstr("WWW-Authenticate: Bearer"));
+  EXPECT_THAT(unauthorized, Not(HasSubstr("page")));
 }
 
 }  // namespace
