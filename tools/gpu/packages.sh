@@ -25,6 +25,8 @@ declare -A GPU_DEV_PACKAGES=(
   [gRPC]="libgrpc++-dev protobuf-compiler-grpc"
   [OpenSSL]=libssl-dev
   [CURL]=libcurl4-openssl-dev
+  # The /metrics and status page listener (server/status/metrics_http.cc).
+  [libmicrohttpd]=libmicrohttpd-dev
 )
 
 # Names the build finds that the GPU machine brings: its compiler's threads, pkg-config,
