@@ -239,10 +239,29 @@ void PngReadFn(png_structp png, png_bytep dst, png_size_t n) {
 
 void PngWarningFn(png_structp, png_const_charp) {}
 
+// Each row of `image` holds width big-endian 16-bit grey samples in its first 2 * width
+// bytes; widens them in place to RGB, each sample clipped at 255 as PIL's "I" -> "RGB".
+// From the right: pixel x's 3 bytes land at 3x, never before its own 2 at 2x, and past
+// no sample still unread (those lie at 2x' + 1 < 3x for every x' < x).
+void ClipGrey16Rows(RgbImage* image) {
+  const size_t w = static_cast<size_t>(image->width);
+  for (int y = 0; y < image->height; ++y) {
+    uint8_t* row = image->pixels.data() + static_cast<size_t>(y) * w * 3;
+    for (size_t x = w; x-- > 0;) {
+      const unsigned v = (unsigned{row[2 * x]} << 8) | row[2 * x + 1];
+      const uint8_t clipped = static_cast<uint8_t>(std::min(v, 255u));
+      row[3 * x] = row[3 * x + 1] = row[3 * x + 2] = clipped;
+    }
+  }
+}
+
 // Reads with the low-level libpng API rather than png_image: the simplified API
 // applies gAMA and treats 16-bit data as linear, which PIL does not. As PIL's
-// .convert("RGB"): palette expanded, grey replicated, 16-bit -> high byte
-// (png_set_strip_16, as PIL's ";16B" unpackers), alpha DROPPED (not composited).
+// .convert("RGB"): palette expanded, grey replicated, alpha and tRNS DROPPED (not
+// composited), 16-bit RGB, RGBA and grey+alpha -> high byte (png_set_strip_16, as PIL's
+// ";16B" unpackers). 16-bit grey is the exception: PIL opens it as mode "I" (32-bit
+// integers, the sample's value) and "I" -> "RGB" clips at 255, so a sample of 300 is 255
+// and one of 100 stays 100 (its high byte would be 0): ClipGrey16Rows.
 // No C++ objects with destructors live in this frame across png_longjmp.
 bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, PngErrorFn, PngWarningFn);
@@ -273,17 +292,21 @@ bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
     return false;
   }
   const int color = png_get_color_type(png, info);
-  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  const bool grey16 = color == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) == 16;
+  if (png_get_bit_depth(png, info) == 16 && !grey16) png_set_strip_16(png);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
+  if ((color == PNG_COLOR_TYPE_GRAY && !grey16) || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
     png_set_expand_gray_1_2_4_to_8(png);
     png_set_gray_to_rgb(png);
   }
-  // tRNS would become an alpha channel under expansion; PIL's RGB drops it.
+  // tRNS would become an alpha channel under expansion; PIL's RGB drops it. (16-bit
+  // grey is not expanded, so its tRNS stays a chunk that nothing reads.)
   png_set_strip_alpha(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
-  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * 3) {
+  // 16-bit grey is read as it is stored, 2 bytes a pixel, into the first two thirds of
+  // each 3-byte-a-pixel row, then widened in place.
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * (grey16 ? 2 : 3)) {
     std::snprintf(err->message, sizeof(err->message), "PNG transforms gave %zu bytes per row",
                   static_cast<size_t>(png_get_rowbytes(png, info)));
     png_destroy_read_struct(&png, &info, nullptr);
@@ -297,6 +320,7 @@ bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
     (*rows)[y] = out->pixels.data() + static_cast<size_t>(y) * w * 3;
   png_read_image(png, rows->data());
   png_read_end(png, nullptr);
+  if (grey16) ClipGrey16Rows(out);
   delete rows;
   png_destroy_read_struct(&png, &info, nullptr);
   return true;

@@ -167,6 +167,32 @@ TEST(DecodeImageTest, PngColourTypesMatchPilConvertRgb) {
   }
 }
 
+TEST(DecodeImageTest, SixteenBitGreyPngIsClippedAt255AsPilModeI) {
+  // One row of samples around the clip: PIL's mode "I" -> "RGB" keeps 0..255 and makes
+  // every larger sample 255; the high byte (what every other 16-bit type keeps) would
+  // make 0 of 100 and 1 of 300.
+  const uint16_t samples[] = {0, 1, 100, 255, 256, 300, 4095, 65535};
+  std::vector<uint8_t> be;
+  for (uint16_t v : samples) {
+    be.insert(be.end(), {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)});
+  }
+  for (bool interlaced : {false, true}) {
+    const std::string png = EncodePng(be, 8, 1, PNG_COLOR_TYPE_GRAY, 16, {}, {}, interlaced);
+    absl::StatusOr<RgbImage> img = DecodeImage(png);
+    ASSERT_TRUE(img.ok()) << img.status();
+    std::vector<uint8_t> want;
+    for (uint16_t v : samples) {
+      const uint8_t c = static_cast<uint8_t>(std::min<int>(v, 255));
+      want.insert(want.end(), {c, c, c});
+    }
+    EXPECT_EQ(img->pixels, want) << (interlaced ? "interlaced" : "");
+    if (testing_util::PythonHas("PIL")) {
+      int pw = 0, ph = 0;
+      EXPECT_EQ(PilDecode(png, "grey16.png", &pw, &ph), img->pixels);
+    }
+  }
+}
+
 TEST(DecodeImageTest, UnknownContentIsAClearError) {
   const std::string gif = "GIF89a\x01\x00\x01\x00";
   absl::StatusOr<RgbImage> img = DecodeImage(gif);
