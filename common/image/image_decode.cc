@@ -1,6 +1,6 @@
 // Encoded bytes -> interleaved RGB: JPEG through TurboJPEG (with DCT-domain
-// scaling), PNG through libpng, WebP through libwebp (webp_decode.cc); the format is
-// sniffed from the content.
+// scaling; the header through libjpeg's own API, jpeg_region_decode.h), PNG through libpng, WebP
+// through libwebp (webp_decode.cc); the format is sniffed from the content.
 #include <png.h>
 #include <turbojpeg.h>
 
@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_transform.h"
+#include "common/image/jpeg_region_decode.h"
 #include "common/image/webp_decode.h"
 
 namespace shardcast {
@@ -98,65 +99,6 @@ absl::StatusOr<tjhandle> Decompressor() {
   return d.get();
 }
 
-struct JpegHeader {
-  int width = 0;
-  int height = 0;
-  int subsamp = 0;
-  int colorspace = 0;
-};
-
-// What TurboJPEG's header call does not say: whether the frame is progressive (SOF2,
-// SOF6, SOF10, SOF14) and its component count. Walks the marker segments up to the
-// first SOF; every length is checked against the data, so any bytes are safe here.
-struct JpegFrame {
-  bool found = false;
-  bool progressive = false;
-  int components = 0;
-};
-
-JpegFrame ScanJpegFrame(absl::string_view b) {
-  JpegFrame frame;
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
-  size_t pos = 2;  // after SOI
-  while (pos + 1 < b.size()) {
-    if (byte(pos) != 0xFF) return frame;  // not at a marker: corrupt, let libjpeg say so
-    uint8_t marker = byte(pos + 1);
-    pos += 2;
-    if (marker == 0xFF) {  // fill byte
-      --pos;
-      continue;
-    }
-    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD9)) continue;  // no length
-    if (pos + 2 > b.size()) return frame;
-    const size_t length = (size_t{byte(pos)} << 8) | byte(pos + 1);
-    if (length < 2 || pos + length > b.size()) return frame;
-    const bool sof =
-        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (sof) {
-      frame.found = true;
-      frame.progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
-      if (length >= 8) frame.components = byte(pos + 7);
-      return frame;
-    }
-    pos += length;
-  }
-  return frame;
-}
-
-absl::StatusOr<JpegHeader> ReadJpegHeader(tjhandle tj, absl::string_view b) {
-  JpegHeader h;
-  if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(b.data()),
-                          static_cast<unsigned long>(b.size()), &h.width, &h.height, &h.subsamp,
-                          &h.colorspace) != 0) {
-    absl::Status error = absl::InvalidArgumentError(
-        absl::StrFormat("corrupt JPEG header (%d bytes): %s", b.size(), tjGetErrorStr2(tj)));
-    ThisThreadDecompressor().Reset();
-    return error;
-  }
-  if (absl::Status s = CheckDimensions(h.width, h.height, "JPEG"); !s.ok()) return s;
-  return h;
-}
-
 // PIL reads every 4-channel JPEG as Adobe-inverted CMYK ("CMYK;I") and then
 // converts with Convert.c's cmyk2rgb; libjpeg hands us the stored (inverted)
 // values, so invert and apply the same integer formula to match it exactly.
@@ -176,14 +118,16 @@ void InvertedCmykToRgbInPlace(uint8_t* p, size_t pixels) {
 }
 
 absl::Status DecodeJpeg(absl::string_view b, internal::ScalingFactor f, RgbImage* out) {
+  // libjpeg's header read, not TurboJPEG's: tjDecompressHeader3 refuses sampling
+  // factors it has no TJSAMP for, which tjDecompress2 (libjpeg underneath) decodes.
+  absl::StatusOr<internal::JpegFrameHeader> h = internal::ReadJpegFrameHeader(b);
+  if (!h.ok()) return h.status();
   absl::StatusOr<tjhandle> tj = Decompressor();
   if (!tj.ok()) return tj.status();
-  absl::StatusOr<JpegHeader> h = ReadJpegHeader(*tj, b);
-  if (!h.ok()) return h.status();
   const tjscalingfactor sf{f.num, f.denom};
   const int w = TJSCALED(h->width, sf);
   const int ht = TJSCALED(h->height, sf);
-  const bool cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
+  const bool cmyk = h->cmyk;
   const int channels = cmyk ? 4 : 3;
   out->width = w;
   out->height = ht;
@@ -413,18 +357,17 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
   if (!format.has_value()) return UnknownFormatError(encoded);
   switch (*format) {
     case ImageFormat::kJpeg: {
-      absl::StatusOr<tjhandle> tj = Decompressor();
-      if (!tj.ok()) return tj.status();
-      absl::StatusOr<JpegHeader> h = ReadJpegHeader(*tj, encoded);
+      // The frame as libjpeg reads it, whatever segments precede it: a progressive
+      // frame is never missed, so its coefficient buffer is always counted.
+      absl::StatusOr<internal::JpegFrameHeader> h = internal::ReadJpegFrameHeader(encoded);
       if (!h.ok()) return h.status();
       ImageInfo info;
       info.width = h->width;
       info.height = h->height;
       info.format = ImageFormat::kJpeg;
-      info.cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
-      const JpegFrame frame = ScanJpegFrame(encoded);
-      info.progressive = frame.progressive;
-      info.components = frame.components > 0 ? frame.components : (info.cmyk ? 4 : 3);
+      info.cmyk = h->cmyk;
+      info.progressive = h->progressive;
+      info.components = h->components;
       return info;
     }
     case ImageFormat::kPng:

@@ -72,8 +72,9 @@ absl::StatusOr<TjHeader> ReadHeader(tjhandle tj, absl::string_view jpeg, const c
 // decode smooths the blocks (block smoothing estimates the missing AC coefficients), and
 // a cut, whose baseline copy declares its coefficients complete, would decode without
 // it. Walks the markers (and a progressive file's entropy-coded data, to the next
-// marker); a file it cannot parse is not cut, so a header the decoder's own scan
-// (ScanJpegFrame) reads otherwise than libjpeg cannot hide a progressive frame.
+// marker); a file it cannot parse is not cut (a zero-length segment, bytes between
+// markers: libjpeg, which reads the decoder's header, steps over them, this walk does not),
+// so no segment can hide a progressive frame from this check.
 bool ScansAllowACut(absl::string_view b) {
   const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
   constexpr int kMaxComponents = 4;

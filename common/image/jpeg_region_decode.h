@@ -1,17 +1,38 @@
-// Region-of-interest JPEG decoding through libjpeg's scanline API: only the rows and
-// columns a crop reads go through IDCT, upsampling and colour conversion.
+// JPEG through libjpeg's own API: the header as the decoder reads it, and
+// region-of-interest decoding (only the rows and columns a crop reads go through IDCT,
+// upsampling and colour conversion).
 #ifndef SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
 #define SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_types.h"
 
 namespace shardcast {
 namespace internal {
+
+// What libjpeg's jpeg_read_header says of a JPEG's frame.
+struct JpegFrameHeader {
+  int width = 0;
+  int height = 0;
+  int components = 0;
+  bool progressive = false;
+  bool cmyk = false;  // CMYK or YCCK (PIL reads both as Adobe-inverted CMYK)
+};
+
+// Reads the header of `encoded` with libjpeg's jpeg_read_header: the markers parsed as
+// the decode will parse them, so whatever precedes the frame (a zero-length APP0, odd
+// APPn segments, fill bytes) cannot hide it, and every sampling factor libjpeg decodes
+// is taken (TurboJPEG's tjDecompressHeader3 refuses the ones it has no TJSAMP for: 1x4,
+// 3x1, chroma above luma, a full-resolution Cr beside a subsampled Cb, which libjpeg,
+// PIL and torchvision decode). A libjpeg warning is an error, as in the decode. Errors
+// (INVALID_ARGUMENT, "corrupt JPEG header ..."): not a JPEG libjpeg reads, a colour
+// space other than greyscale, YCbCr, RGB, CMYK and YCCK, a size over kMaxPixels.
+absl::StatusOr<JpegFrameHeader> ReadJpegFrameHeader(absl::string_view encoded);
 
 // A rectangle of pixels of the image decoded at some DCT scale.
 struct PixelRect {
