@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -39,6 +40,26 @@ std::optional<ImageFormat> Sniff(absl::string_view b) {
   return std::nullopt;
 }
 
+// The image formats PIL opens whose magic bytes say what they are, which shardcast does
+// not decode (docs/server.md lists them with the reason): named in the error, and the
+// error marked so that a server counts them apart from corrupt files.
+const char* UnsupportedFormatName(absl::string_view b) {
+  const auto starts = [&](absl::string_view magic) {
+    return b.size() >= magic.size() && b.substr(0, magic.size()) == magic;
+  };
+  if (starts("GIF87a") || starts("GIF89a")) return "GIF";
+  if (starts("BM") && b.size() >= 26) return "BMP";
+  if (starts(absl::string_view("II*\0", 4)) || starts(absl::string_view("MM\0*", 4))) {
+    return "TIFF";
+  }
+  if (starts(absl::string_view("\0\0\1\0", 4)) && b.size() >= 22) return "ICO";
+  if (starts(absl::string_view("\0\0\0\x0cjP  \r\n\x87\n", 12)) ||
+      starts(absl::string_view("\xff\x4f\xff\x51", 4))) {
+    return "JPEG 2000";
+  }
+  return nullptr;
+}
+
 // "not a JPEG, PNG or WebP: 0 bytes" / "... first bytes 47 49 46 38 39 61 ("GIF89a")".
 absl::Status UnknownFormatError(absl::string_view b) {
   if (b.empty()) return absl::InvalidArgumentError("not a JPEG, PNG or WebP image: empty content");
@@ -49,11 +70,19 @@ absl::Status UnknownFormatError(absl::string_view b) {
     absl::StrAppendFormat(&hex, "%s%02x", i ? " " : "", c);  // constexpr format (clang checks)
     text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '.');
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
+  absl::Status error = absl::InvalidArgumentError(absl::StrFormat(
       "not a JPEG (ff d8 ff), PNG (89 50 4e 47) or WebP (RIFF....WEBP) image: %d bytes, first "
       "bytes %s (\"%s\")",
       b.size(), hex, text));
+  if (const char* format = UnsupportedFormatName(b); format != nullptr) {
+    return internal::MarkUnsupportedFormat(absl::InvalidArgumentError(absl::StrCat(
+        "a ", format, " image, a format not decoded (docs/server.md): ", error.message())));
+  }
+  return error;
 }
+
+// The payload that marks a refusal for the image's format (MarkUnsupportedFormat).
+constexpr absl::string_view kUnsupportedFormatPayload = "type.shardcast/image.unsupported_format";
 
 // ---------------------------------------------------------------- JPEG
 
@@ -306,6 +335,11 @@ absl::StatusOr<ImageInfo> ReadPngInfo(absl::string_view b) {
 
 namespace internal {
 
+absl::Status MarkUnsupportedFormat(absl::Status status) {
+  status.SetPayload(kUnsupportedFormatPayload, absl::Cord("1"));
+  return status;
+}
+
 absl::Status CheckDimensions(int64_t w, int64_t h, const char* what) {
   if (w <= 0 || h <= 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s has zero size (%dx%d)", what, w, h));
@@ -351,6 +385,10 @@ absl::Status DecodeInto(absl::string_view encoded, ScalingFactor f, RgbImage* ou
 }
 
 }  // namespace internal
+
+bool IsUnsupportedImageFormat(const absl::Status& status) {
+  return status.GetPayload(kUnsupportedFormatPayload).has_value();
+}
 
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
   const std::optional<ImageFormat> format = Sniff(encoded);

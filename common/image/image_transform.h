@@ -32,6 +32,13 @@ struct DecodeOptions {
 // damaged file is substituted rather than served half grey.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
 
+// Whether `status` (of DecodeImage, DecodeAndTransform, ReadImageInfo, PlanEncodedSample
+// or DecodeWithCrop) refuses an image for its format alone: one PIL opens that shardcast
+// does not decode (GIF, BMP, TIFF, ICO, JPEG 2000, an animated WebP; docs/server.md says
+// why). A server substitutes it, as any decode error, and counts it apart. Content that
+// is no image format at all (garbage, an empty member) is a plain decode error.
+bool IsUnsupportedImageFormat(const absl::Status& status);
+
 // TransformMode and TransformSpec (with their limits) live in common/plan/job_config.h.
 
 // Writes 3 * crop * crop bytes, planar RGB (CHW), to `out_chw`.
