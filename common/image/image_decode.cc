@@ -405,6 +405,9 @@ absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
       info.format = ImageFormat::kJpeg;
       info.cmyk = h->cmyk;
       info.progressive = h->progressive;
+      info.multi_scan = h->multi_scan;
+      info.max_h_samp = h->max_h_samp;
+      info.max_v_samp = h->max_v_samp;
       info.components = h->components;
       return info;
     }
@@ -430,12 +433,16 @@ int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom)
   const int64_t w = internal::ScaledSize(info.width, f);
   const int64_t h = internal::ScaledSize(info.height, f);
   int64_t bytes = w * h * (info.cmyk ? 4 : 3);
-  if (info.progressive) {
-    // Whole-image coefficient arrays at full resolution; blocks padded to the largest
-    // MCU (16x16), every component counted at full resolution (an upper bound for
-    // subsampled chroma), 2 bytes per coefficient.
-    const auto round16 = [](int64_t v) { return (v + 15) / 16 * 16; };
-    bytes += int64_t{info.components} * round16(info.width) * round16(info.height) * 2;
+  if (info.progressive || info.multi_scan) {
+    // Whole-image coefficient arrays at full resolution; every component counted at full
+    // resolution (an upper bound for subsampled ones), its blocks padded to whole iMCUs
+    // (8 x the largest sampling factor, up to 32 pixels for factors of 4; at least 16,
+    // as before the sampling was read), 2 bytes per coefficient.
+    const auto round_up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+    const int64_t imcu_w = std::max(16, 8 * info.max_h_samp);
+    const int64_t imcu_h = std::max(16, 8 * info.max_v_samp);
+    bytes +=
+        int64_t{info.components} * round_up(info.width, imcu_w) * round_up(info.height, imcu_h) * 2;
   }
   return bytes;
 }

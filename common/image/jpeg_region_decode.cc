@@ -133,6 +133,11 @@ bool ReadHeader(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_v
   out->height = static_cast<int>(std::min<JDIMENSION>(cinfo->image_height, 0x7fffffff));
   out->components = cinfo->num_components;
   out->progressive = cinfo->progressive_mode != 0;
+  // jpeg_read_header stops at the first SOS: a scan of fewer components than the frame's
+  // means more scans, so libjpeg's has_multiple_scans (a whole-image coefficient buffer).
+  out->multi_scan = !out->progressive && cinfo->comps_in_scan < cinfo->num_components;
+  out->max_h_samp = cinfo->max_h_samp_factor;
+  out->max_v_samp = cinfo->max_v_samp_factor;
   const J_COLOR_SPACE space = cinfo->jpeg_color_space;
   out->cmyk = space == JCS_CMYK || space == JCS_YCCK;
   // What PIL converts to RGB, and what libjpeg converts to RGB or CMYK for us; libjpeg
@@ -273,7 +278,7 @@ absl::StatusOr<JpegFrameHeader> ReadJpegFrameHeader(absl::string_view encoded) {
 
 bool RegionDecodable(const ImageInfo& info, absl::string_view encoded) {
   const size_t n = encoded.size();
-  return info.format == ImageFormat::kJpeg && !info.cmyk && !info.progressive &&
+  return info.format == ImageFormat::kJpeg && !info.cmyk && !info.progressive && !info.multi_scan &&
          (info.components == 1 || info.components == 3) && n >= 4 &&
          static_cast<uint8_t>(encoded[n - 2]) == 0xFF &&
          static_cast<uint8_t>(encoded[n - 1]) == 0xD9;

@@ -21,6 +21,11 @@ struct JpegFrameHeader {
   int height = 0;
   int components = 0;
   bool progressive = false;
+  // Sequential, its first scan without every component: more scans follow, and libjpeg
+  // buffers the whole image's coefficients as for a progressive file.
+  bool multi_scan = false;
+  int max_h_samp = 1;  // the largest sampling factors of the frame's components
+  int max_v_samp = 1;
   bool cmyk = false;  // CMYK or YCCK (PIL reads both as Adobe-inverted CMYK)
 };
 
@@ -42,10 +47,11 @@ struct PixelRect {
   int height = 0;
 };
 
-// Whether DecodeJpegRegion takes `encoded` (whose header says `info`): a sequential (not
-// progressive) JPEG in YCbCr or greyscale whose last bytes are the EOI marker. CMYK/YCCK
-// and progressive JPEGs go through the whole-image decode (a progressive file's
-// coefficient buffer is whole-image anyway), and so does PNG. So does a file that does
+// Whether DecodeJpegRegion takes `encoded` (whose header says `info`): a sequential JPEG
+// in one scan (not progressive, not multi_scan) in YCbCr or greyscale whose last bytes
+// are the EOI marker. CMYK/YCCK, progressive and multi-scan JPEGs go through the
+// whole-image decode (their coefficient buffer is whole-image anyway, and counted so by
+// DecodeBufferBytes), and so does PNG. So does a file that does
 // not end with EOI (truncated, or with trailing bytes): the region decode stops after
 // the region's last row and would not see the missing end, which the whole-image decode
 // refuses ("Premature end of JPEG file").

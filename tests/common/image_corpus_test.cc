@@ -97,6 +97,7 @@ TEST(ImageCorpusTest, EveryFileDecodesAsPilConvertRgbByteForByte) {
     if (info->format == ImageFormat::kJpeg) {
       EXPECT_EQ(info->progressive, f.name.find("progressive") != std::string::npos);
       EXPECT_EQ(info->components, f.name.find("grey") != std::string::npos ? 1 : 3);
+      EXPECT_EQ(info->multi_scan, f.name.find("scan-per-component") != std::string::npos);
     }
   }
 }
@@ -138,6 +139,30 @@ TEST(ImageCorpusTest, SegmentsBeforeTheFrameDoNotHideAProgressiveFrame) {
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->pixels, want.pixels);
   }
+}
+
+// Decode memory admission counts what libjpeg really allocates for the coefficients it
+// keeps (progressive and multi-scan files, every sampling up to 4x4), at every DCT scale:
+// before, a scan per component went uncounted, and factors of 3 and 4 were padded to 16
+// pixels where libjpeg pads to 24 and 32.
+TEST(ImageCorpusTest, DecodeMemoryCountsEveryCoefficientLibjpegKeeps) {
+  int buffered = 0;
+  for (const CorpusFile& f : MakeCorpus(/*small=*/false)) {
+    if (f.name.rfind("jpeg-", 0) != 0) continue;
+    SCOPED_TRACE(f.name);
+    const int64_t coefficients = image_corpus::LibjpegCoefficientBufferBytes(f.bytes);
+    ASSERT_GE(coefficients, 0);
+    const ImageInfo info = ReadImageInfo(f.bytes).value();
+    EXPECT_EQ(coefficients > 0, info.progressive || info.multi_scan);
+    buffered += coefficients > 0;
+    for (int denom : {1, 2, 4, 8}) {
+      const internal::ScalingFactor s{1, denom};
+      const int64_t pixels =
+          int64_t{internal::ScaledSize(info.width, s)} * internal::ScaledSize(info.height, s) * 3;
+      EXPECT_GE(DecodeBufferBytes(info, 1, denom) - pixels, coefficients) << "1/" << denom;
+    }
+  }
+  EXPECT_GE(buffered, 15);
 }
 
 // Samplings TurboJPEG has no TJSAMP for, sequential and progressive.

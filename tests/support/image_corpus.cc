@@ -57,6 +57,17 @@ bool CompressJpeg(jpeg_compress_struct* cinfo, JpegErrorManager* err, const uint
     cinfo->comp_info[c].v_samp_factor = options.sampling[c].v;
   }
   if (options.progressive) jpeg_simple_progression(cinfo);
+  jpeg_scan_info scans[3] = {};  // lives until jpeg_finish_compress, in this frame
+  if (options.scan_per_component && !options.progressive) {
+    for (int c = 0; c < cinfo->num_components && c < 3; ++c) {
+      scans[c].comps_in_scan = 1;
+      scans[c].component_index[0] = c;
+      scans[c].Ss = 0;
+      scans[c].Se = 63;
+    }
+    cinfo->scan_info = scans;
+    cinfo->num_scans = std::min(cinfo->num_components, 3);
+  }
   cinfo->restart_interval = static_cast<unsigned int>(options.restart_interval);
   jpeg_start_compress(cinfo, TRUE);
   row->resize(static_cast<size_t>(w) * 3);
@@ -125,6 +136,32 @@ std::string EncodeJpegWithLibjpeg(const std::vector<uint8_t>& rgb, int w, int h,
     *error = err.message;
   }
   std::free(out);
+  return bytes;
+}
+
+int64_t LibjpegCoefficientBufferBytes(const std::string& jpeg) {
+  jpeg_decompress_struct cinfo{};
+  JpegErrorManager err{};
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = JpegErrorExit;
+  int64_t bytes = -1;
+  if (setjmp(err.jump) == 0) {
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(jpeg.data()),
+                 static_cast<unsigned long>(jpeg.size()));
+    jpeg_read_header(&cinfo, TRUE);
+    // jdinput.c's has_multiple_scans, as the first scan's header tells it.
+    const bool buffered = cinfo.progressive_mode || cinfo.comps_in_scan < cinfo.num_components;
+    bytes = 0;
+    for (int c = 0; buffered && c < cinfo.num_components; ++c) {
+      const jpeg_component_info& comp = cinfo.comp_info[c];
+      const auto round_up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+      bytes += round_up(comp.width_in_blocks, comp.h_samp_factor) *
+               round_up(comp.height_in_blocks, comp.v_samp_factor) *
+               static_cast<int64_t>(sizeof(JBLOCK));
+    }
+  }
+  jpeg_destroy_decompress(&cinfo);
   return bytes;
 }
 
@@ -294,6 +331,18 @@ std::vector<CorpusFile> MakeCorpus(bool small) {
       files.push_back(
           {absl::StrFormat("jpeg-%s%s-%dx%d.jpg", sampling_name(s), v.name, w, h), jpeg});
     }
+  }
+  for (const std::vector<Sampling>& s : {samplings[3], samplings[5]}) {
+    // Sequential, a scan per component: the whole image's coefficients are buffered.
+    int w = 0, h = 0;
+    size(&w, &h);
+    JpegOptions options;
+    options.sampling = s;
+    options.scan_per_component = true;
+    std::string error;
+    files.push_back(
+        {absl::StrFormat("jpeg-%s-scan-per-component-%dx%d.jpg", sampling_name(s), w, h),
+         EncodeJpegWithLibjpeg(PhotoLikePixels(w, h, 3, seed++), w, h, options, &error)});
   }
   {
     // A zero-length APP0 before a progressive frame (seen in the wild; libjpeg steps over).

@@ -23,6 +23,9 @@ struct JpegOptions {
   std::vector<Sampling> sampling = {{2, 2}, {1, 1}, {1, 1}};
   bool progressive = false;
   int restart_interval = 0;  // in MCUs; 0 = none
+  // Sequential, each component in a scan of its own (non-interleaved): libjpeg then
+  // buffers every coefficient of the image, as for a progressive file.
+  bool scan_per_component = false;
   int quality = 90;
 };
 
@@ -30,6 +33,12 @@ struct JpegOptions {
 // channel). Returns "" and sets *error when libjpeg refuses the settings.
 std::string EncodeJpegWithLibjpeg(const std::vector<uint8_t>& rgb, int w, int h,
                                   const JpegOptions& options, std::string* error);
+
+// What libjpeg's decoder allocates for its whole-image coefficient arrays when it keeps
+// them (a progressive file, or a sequential one in several scans; jdcoefct.c): each
+// component's blocks rounded up to whole MCU rows and columns, 128 bytes a block. 0 for a
+// sequential file in one scan (nothing buffered); -1 when libjpeg cannot read the header.
+int64_t LibjpegCoefficientBufferBytes(const std::string& jpeg);
 
 // A JPEG with a zero-length APP0 segment (FF E0 00 00) put right after SOI, which libjpeg
 // reads as a segment of no data and steps over: the file still decodes.
