@@ -301,7 +301,7 @@ std::vector<CorpusFile> MakeCorpus(bool small) {
                                                         {{1, 1}}};
   auto sampling_name = [](const std::vector<Sampling>& s) {
     std::string name;
-    for (const Sampling& c : s) absl::StrAppend(&name, name.empty() ? "" : ".", c.h, "x", c.v);
+    for (const Sampling& c : s) absl::StrAppend(&name, name.empty() ? "" : "_", c.h, "x", c.v);
     return s.size() == 1 ? std::string("grey") : name;
   };
   for (const std::vector<Sampling>& s : samplings) {

@@ -62,7 +62,9 @@ std::string EncodeWebpWithLibwebp(int w, int h, bool lossless, bool alpha, uint3
 std::vector<uint8_t> PhotoLikePixels(int w, int h, int channels, uint32_t seed);
 
 struct CorpusFile {
-  std::string name;  // with its extension: "jpeg-1x4.1x1.1x1-61x47.jpg"
+  // With its extension, "jpeg-1x4_1x1_1x1-61x47.jpg", and no other dot: a WebDataset
+  // key ends at the first.
+  std::string name;
   std::string bytes;
 };
 
