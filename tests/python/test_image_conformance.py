@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tarfile
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,8 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def corpus_server(corpus):
     s = ServerProcess(BUILD, corpus[0], ["--decode-threads", "2",
-                                         "--max-unstreamed-jobs-per-peer", "0"])
+                                         "--max-unstreamed-jobs-per-peer", "0",
+                                         "--metrics-listen", "127.0.0.1:0"])
     s.start()
     yield s
     s.kill(signal.SIGTERM)
@@ -132,3 +134,24 @@ def test_every_image_pil_opens_is_served_as_pil_and_torchvision_make_it(
     assert substituted == sorted(k for k in files if k.startswith("unsupported-"))
     bad = {k: v for k, v in worst.items() if not (v[0] <= 1.0 and v[1] <= 2)}
     assert not bad, bad
+
+
+def test_unsupported_formats_are_counted_apart(corpus_server, corpus):
+    """After the two deliveries above (one epoch each), /metrics counts the 4 unsupported
+    files of each apart from the decode errors they are also part of."""
+    loader = shardcast.Loader(corpus_server.address, job_id="py-corpus-count", batch_size=8,
+                              transform="center", resize=RESIZE, crop=CROP, split="sample",
+                              remainder="pad", rank=0, world_size=1)
+    with loader:
+        for _ in loader:
+            pass
+    url = f"http://127.0.0.1:{corpus_server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    figures = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                   if line and not line.startswith("#") and " " in line)
+    unsupported = float(figures["shardcast_images_unsupported_format_total"])
+    errors = float(figures["shardcast_decode_errors_total"])
+    # 4 files, in every epoch served so far (at least this one), and nothing else.
+    assert unsupported >= 4 and unsupported % 4 == 0
+    assert errors == unsupported
