@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace shardcast {
@@ -208,7 +209,13 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
         absl::StrFormat("tjInitTransform failed: %s", tjGetErrorStr2(nullptr)));
   }
   absl::StatusOr<TjHeader> header = ReadHeader(tj.get(), jpeg, "lossless cut");
-  if (!header.ok()) return header.status();
+  if (!header.ok()) {
+    // The decoder read this header (libjpeg's own, ReadJpegFrameHeader); TurboJPEG's
+    // refuses the samplings it has no TJSAMP for, whose iMCU tjTransform does not know.
+    return absl::InvalidArgumentError(absl::StrCat(
+        header.status().message(),
+        " (a sampling TurboJPEG does not name is not cut: the stored bytes are sent)"));
+  }
   if (header->width != info.width || header->height != info.height) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the JPEG is %dx%d, its header was read as %dx%d", header->width,
