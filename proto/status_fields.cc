@@ -127,6 +127,10 @@ const std::vector<StatusField>& StatusFields() {
       Counter("substitutions", "shardcast_substitutions_total",
               "Substitute images sent in place of samples that failed.")
           .Ctl("decode", "substitutions", U::kCount),
+      Counter("images_unsupported_format", "shardcast_images_unsupported_format_total",
+              "Images in a format PIL opens that shardcast does not decode (GIF, BMP, TIFF, "
+              "animated WebP...; substituted).")
+          .Ctl("decode", "unsupported formats", U::kCount),
       Counter("decode_task_exceptions", "shardcast_decode_task_exceptions_total",
               "Decode pool tasks that threw (logged; the process lives on).")
           .Ctl("decode", "task exceptions", U::kCount)

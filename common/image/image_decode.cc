@@ -1,6 +1,6 @@
 // Encoded bytes -> interleaved RGB: JPEG through TurboJPEG (with DCT-domain
-// scaling), PNG through libpng, WebP through libwebp (webp_decode.cc); the format is
-// sniffed from the content.
+// scaling; the header through libjpeg's own API, jpeg_region_decode.h), PNG through libpng, WebP
+// through libwebp (webp_decode.cc); the format is sniffed from the content.
 #include <png.h>
 #include <turbojpeg.h>
 
@@ -14,11 +14,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_transform.h"
+#include "common/image/jpeg_region_decode.h"
 #include "common/image/webp_decode.h"
 
 namespace shardcast {
@@ -38,6 +40,26 @@ std::optional<ImageFormat> Sniff(absl::string_view b) {
   return std::nullopt;
 }
 
+// The image formats PIL opens whose magic bytes say what they are, which shardcast does
+// not decode (docs/server.md lists them with the reason): named in the error, and the
+// error marked so that a server counts them apart from corrupt files.
+const char* UnsupportedFormatName(absl::string_view b) {
+  const auto starts = [&](absl::string_view magic) {
+    return b.size() >= magic.size() && b.substr(0, magic.size()) == magic;
+  };
+  if (starts("GIF87a") || starts("GIF89a")) return "GIF";
+  if (starts("BM") && b.size() >= 26) return "BMP";
+  if (starts(absl::string_view("II*\0", 4)) || starts(absl::string_view("MM\0*", 4))) {
+    return "TIFF";
+  }
+  if (starts(absl::string_view("\0\0\1\0", 4)) && b.size() >= 22) return "ICO";
+  if (starts(absl::string_view("\0\0\0\x0cjP  \r\n\x87\n", 12)) ||
+      starts(absl::string_view("\xff\x4f\xff\x51", 4))) {
+    return "JPEG 2000";
+  }
+  return nullptr;
+}
+
 // "not a JPEG, PNG or WebP: 0 bytes" / "... first bytes 47 49 46 38 39 61 ("GIF89a")".
 absl::Status UnknownFormatError(absl::string_view b) {
   if (b.empty()) return absl::InvalidArgumentError("not a JPEG, PNG or WebP image: empty content");
@@ -48,11 +70,19 @@ absl::Status UnknownFormatError(absl::string_view b) {
     absl::StrAppendFormat(&hex, "%s%02x", i ? " " : "", c);  // constexpr format (clang checks)
     text.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '.');
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
+  absl::Status error = absl::InvalidArgumentError(absl::StrFormat(
       "not a JPEG (ff d8 ff), PNG (89 50 4e 47) or WebP (RIFF....WEBP) image: %d bytes, first "
       "bytes %s (\"%s\")",
       b.size(), hex, text));
+  if (const char* format = UnsupportedFormatName(b); format != nullptr) {
+    return internal::MarkUnsupportedFormat(absl::InvalidArgumentError(absl::StrCat(
+        "a ", format, " image, a format not decoded (docs/server.md): ", error.message())));
+  }
+  return error;
 }
+
+// The payload that marks a refusal for the image's format (MarkUnsupportedFormat).
+constexpr absl::string_view kUnsupportedFormatPayload = "type.shardcast/image.unsupported_format";
 
 // ---------------------------------------------------------------- JPEG
 
@@ -98,65 +128,6 @@ absl::StatusOr<tjhandle> Decompressor() {
   return d.get();
 }
 
-struct JpegHeader {
-  int width = 0;
-  int height = 0;
-  int subsamp = 0;
-  int colorspace = 0;
-};
-
-// What TurboJPEG's header call does not say: whether the frame is progressive (SOF2,
-// SOF6, SOF10, SOF14) and its component count. Walks the marker segments up to the
-// first SOF; every length is checked against the data, so any bytes are safe here.
-struct JpegFrame {
-  bool found = false;
-  bool progressive = false;
-  int components = 0;
-};
-
-JpegFrame ScanJpegFrame(absl::string_view b) {
-  JpegFrame frame;
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
-  size_t pos = 2;  // after SOI
-  while (pos + 1 < b.size()) {
-    if (byte(pos) != 0xFF) return frame;  // not at a marker: corrupt, let libjpeg say so
-    uint8_t marker = byte(pos + 1);
-    pos += 2;
-    if (marker == 0xFF) {  // fill byte
-      --pos;
-      continue;
-    }
-    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD9)) continue;  // no length
-    if (pos + 2 > b.size()) return frame;
-    const size_t length = (size_t{byte(pos)} << 8) | byte(pos + 1);
-    if (length < 2 || pos + length > b.size()) return frame;
-    const bool sof =
-        marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
-    if (sof) {
-      frame.found = true;
-      frame.progressive = marker == 0xC2 || marker == 0xC6 || marker == 0xCA || marker == 0xCE;
-      if (length >= 8) frame.components = byte(pos + 7);
-      return frame;
-    }
-    pos += length;
-  }
-  return frame;
-}
-
-absl::StatusOr<JpegHeader> ReadJpegHeader(tjhandle tj, absl::string_view b) {
-  JpegHeader h;
-  if (tjDecompressHeader3(tj, reinterpret_cast<const unsigned char*>(b.data()),
-                          static_cast<unsigned long>(b.size()), &h.width, &h.height, &h.subsamp,
-                          &h.colorspace) != 0) {
-    absl::Status error = absl::InvalidArgumentError(
-        absl::StrFormat("corrupt JPEG header (%d bytes): %s", b.size(), tjGetErrorStr2(tj)));
-    ThisThreadDecompressor().Reset();
-    return error;
-  }
-  if (absl::Status s = CheckDimensions(h.width, h.height, "JPEG"); !s.ok()) return s;
-  return h;
-}
-
 // PIL reads every 4-channel JPEG as Adobe-inverted CMYK ("CMYK;I") and then
 // converts with Convert.c's cmyk2rgb; libjpeg hands us the stored (inverted)
 // values, so invert and apply the same integer formula to match it exactly.
@@ -176,14 +147,16 @@ void InvertedCmykToRgbInPlace(uint8_t* p, size_t pixels) {
 }
 
 absl::Status DecodeJpeg(absl::string_view b, internal::ScalingFactor f, RgbImage* out) {
+  // libjpeg's header read, not TurboJPEG's: tjDecompressHeader3 refuses sampling
+  // factors it has no TJSAMP for, which tjDecompress2 (libjpeg underneath) decodes.
+  absl::StatusOr<internal::JpegFrameHeader> h = internal::ReadJpegFrameHeader(b);
+  if (!h.ok()) return h.status();
   absl::StatusOr<tjhandle> tj = Decompressor();
   if (!tj.ok()) return tj.status();
-  absl::StatusOr<JpegHeader> h = ReadJpegHeader(*tj, b);
-  if (!h.ok()) return h.status();
   const tjscalingfactor sf{f.num, f.denom};
   const int w = TJSCALED(h->width, sf);
   const int ht = TJSCALED(h->height, sf);
-  const bool cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
+  const bool cmyk = h->cmyk;
   const int channels = cmyk ? 4 : 3;
   out->width = w;
   out->height = ht;
@@ -239,10 +212,29 @@ void PngReadFn(png_structp png, png_bytep dst, png_size_t n) {
 
 void PngWarningFn(png_structp, png_const_charp) {}
 
+// Each row of `image` holds width big-endian 16-bit grey samples in its first 2 * width
+// bytes; widens them in place to RGB, each sample clipped at 255 as PIL's "I" -> "RGB".
+// From the right: pixel x's 3 bytes land at 3x, never before its own 2 at 2x, and past
+// no sample still unread (those lie at 2x' + 1 < 3x for every x' < x).
+void ClipGrey16Rows(RgbImage* image) {
+  const size_t w = static_cast<size_t>(image->width);
+  for (int y = 0; y < image->height; ++y) {
+    uint8_t* row = image->pixels.data() + static_cast<size_t>(y) * w * 3;
+    for (size_t x = w; x-- > 0;) {
+      const unsigned v = (unsigned{row[2 * x]} << 8) | row[2 * x + 1];
+      const uint8_t clipped = static_cast<uint8_t>(std::min(v, 255u));
+      row[3 * x] = row[3 * x + 1] = row[3 * x + 2] = clipped;
+    }
+  }
+}
+
 // Reads with the low-level libpng API rather than png_image: the simplified API
 // applies gAMA and treats 16-bit data as linear, which PIL does not. As PIL's
-// .convert("RGB"): palette expanded, grey replicated, 16-bit -> high byte
-// (png_set_strip_16, as PIL's ";16B" unpackers), alpha DROPPED (not composited).
+// .convert("RGB"): palette expanded, grey replicated, alpha and tRNS DROPPED (not
+// composited), 16-bit RGB, RGBA and grey+alpha -> high byte (png_set_strip_16, as PIL's
+// ";16B" unpackers). 16-bit grey is the exception: PIL opens it as mode "I" (32-bit
+// integers, the sample's value) and "I" -> "RGB" clips at 255, so a sample of 300 is 255
+// and one of 100 stays 100 (its high byte would be 0): ClipGrey16Rows.
 // No C++ objects with destructors live in this frame across png_longjmp.
 bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, PngErrorFn, PngWarningFn);
@@ -273,17 +265,21 @@ bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
     return false;
   }
   const int color = png_get_color_type(png, info);
-  if (png_get_bit_depth(png, info) == 16) png_set_strip_16(png);
+  const bool grey16 = color == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) == 16;
+  if (png_get_bit_depth(png, info) == 16 && !grey16) png_set_strip_16(png);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
+  if ((color == PNG_COLOR_TYPE_GRAY && !grey16) || color == PNG_COLOR_TYPE_GRAY_ALPHA) {
     png_set_expand_gray_1_2_4_to_8(png);
     png_set_gray_to_rgb(png);
   }
-  // tRNS would become an alpha channel under expansion; PIL's RGB drops it.
+  // tRNS would become an alpha channel under expansion; PIL's RGB drops it. (16-bit
+  // grey is not expanded, so its tRNS stays a chunk that nothing reads.)
   png_set_strip_alpha(png);
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
-  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * 3) {
+  // 16-bit grey is read as it is stored, 2 bytes a pixel, into the first two thirds of
+  // each 3-byte-a-pixel row, then widened in place.
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(w) * (grey16 ? 2 : 3)) {
     std::snprintf(err->message, sizeof(err->message), "PNG transforms gave %zu bytes per row",
                   static_cast<size_t>(png_get_rowbytes(png, info)));
     png_destroy_read_struct(&png, &info, nullptr);
@@ -297,6 +293,7 @@ bool ReadPngPixels(PngSource* src, PngError* err, RgbImage* out) {
     (*rows)[y] = out->pixels.data() + static_cast<size_t>(y) * w * 3;
   png_read_image(png, rows->data());
   png_read_end(png, nullptr);
+  if (grey16) ClipGrey16Rows(out);
   delete rows;
   png_destroy_read_struct(&png, &info, nullptr);
   return true;
@@ -337,6 +334,11 @@ absl::StatusOr<ImageInfo> ReadPngInfo(absl::string_view b) {
 }  // namespace
 
 namespace internal {
+
+absl::Status MarkUnsupportedFormat(absl::Status status) {
+  status.SetPayload(kUnsupportedFormatPayload, absl::Cord("1"));
+  return status;
+}
 
 absl::Status CheckDimensions(int64_t w, int64_t h, const char* what) {
   if (w <= 0 || h <= 0) {
@@ -384,23 +386,29 @@ absl::Status DecodeInto(absl::string_view encoded, ScalingFactor f, RgbImage* ou
 
 }  // namespace internal
 
+bool IsUnsupportedImageFormat(const absl::Status& status) {
+  return status.GetPayload(kUnsupportedFormatPayload).has_value();
+}
+
 absl::StatusOr<ImageInfo> ReadImageInfo(absl::string_view encoded) {
   const std::optional<ImageFormat> format = Sniff(encoded);
   if (!format.has_value()) return UnknownFormatError(encoded);
   switch (*format) {
     case ImageFormat::kJpeg: {
-      absl::StatusOr<tjhandle> tj = Decompressor();
-      if (!tj.ok()) return tj.status();
-      absl::StatusOr<JpegHeader> h = ReadJpegHeader(*tj, encoded);
+      // The frame as libjpeg reads it, whatever segments precede it: a progressive
+      // frame is never missed, so its coefficient buffer is always counted.
+      absl::StatusOr<internal::JpegFrameHeader> h = internal::ReadJpegFrameHeader(encoded);
       if (!h.ok()) return h.status();
       ImageInfo info;
       info.width = h->width;
       info.height = h->height;
       info.format = ImageFormat::kJpeg;
-      info.cmyk = h->colorspace == TJCS_CMYK || h->colorspace == TJCS_YCCK;
-      const JpegFrame frame = ScanJpegFrame(encoded);
-      info.progressive = frame.progressive;
-      info.components = frame.components > 0 ? frame.components : (info.cmyk ? 4 : 3);
+      info.cmyk = h->cmyk;
+      info.progressive = h->progressive;
+      info.multi_scan = h->multi_scan;
+      info.max_h_samp = h->max_h_samp;
+      info.max_v_samp = h->max_v_samp;
+      info.components = h->components;
       return info;
     }
     case ImageFormat::kPng:
@@ -425,12 +433,16 @@ int64_t DecodeBufferBytes(const ImageInfo& info, int scale_num, int scale_denom)
   const int64_t w = internal::ScaledSize(info.width, f);
   const int64_t h = internal::ScaledSize(info.height, f);
   int64_t bytes = w * h * (info.cmyk ? 4 : 3);
-  if (info.progressive) {
-    // Whole-image coefficient arrays at full resolution; blocks padded to the largest
-    // MCU (16x16), every component counted at full resolution (an upper bound for
-    // subsampled chroma), 2 bytes per coefficient.
-    const auto round16 = [](int64_t v) { return (v + 15) / 16 * 16; };
-    bytes += int64_t{info.components} * round16(info.width) * round16(info.height) * 2;
+  if (info.progressive || info.multi_scan) {
+    // Whole-image coefficient arrays at full resolution; every component counted at full
+    // resolution (an upper bound for subsampled ones), its blocks padded to whole iMCUs
+    // (8 x the largest sampling factor, up to 32 pixels for factors of 4; at least 16,
+    // as before the sampling was read), 2 bytes per coefficient.
+    const auto round_up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+    const int64_t imcu_w = std::max(16, 8 * info.max_h_samp);
+    const int64_t imcu_h = std::max(16, 8 * info.max_v_samp);
+    bytes +=
+        int64_t{info.components} * round_up(info.width, imcu_w) * round_up(info.height, imcu_h) * 2;
   }
   return bytes;
 }

@@ -21,6 +21,10 @@ constexpr int64_t kMaxPixels = 2 * 89478485LL;
 // else an error naming `what` ("JPEG", "PNG", "WebP") and the size.
 absl::Status CheckDimensions(int64_t w, int64_t h, const char* what);
 
+// `status` marked as a refusal for the image's format (IsUnsupportedImageFormat): a
+// payload, so the code and message stay as they are.
+absl::Status MarkUnsupportedFormat(absl::Status status);
+
 // A TurboJPEG DCT scaling factor num/denom (<= 1 here: we never upscale in DCT).
 struct ScalingFactor {
   int num = 1;

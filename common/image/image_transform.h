@@ -26,10 +26,18 @@ struct DecodeOptions {
 // (lossy, lossless, with alpha; an animated one is refused) -> RGB.
 // Thread-safe. Errors say what the content looked like and why it failed.
 // Pixels match PIL's Image.open(...).convert("RGB"): CMYK as Adobe-inverted,
-// PNG and WebP alpha dropped (not composited), 16-bit PNG -> high byte. A libjpeg
+// PNG and WebP alpha dropped (not composited), 16-bit PNG -> high byte but 16-bit grey
+// clipped at 255 (PIL's mode "I"), every JPEG sampling libjpeg decodes. A libjpeg
 // warning (e.g. "Premature end of JPEG file": truncated) is an error, so a
 // damaged file is substituted rather than served half grey.
 absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOptions& options = {});
+
+// Whether `status` (of DecodeImage, DecodeAndTransform, ReadImageInfo, PlanEncodedSample
+// or DecodeWithCrop) refuses an image for its format alone: one PIL opens that shardcast
+// does not decode (GIF, BMP, TIFF, ICO, JPEG 2000, an animated WebP; docs/server.md says
+// why). A server substitutes it, as any decode error, and counts it apart. Content that
+// is no image format at all (garbage, an empty member) is a plain decode error.
+bool IsUnsupportedImageFormat(const absl::Status& status);
 
 // TransformMode and TransformSpec (with their limits) live in common/plan/job_config.h.
 

@@ -27,9 +27,16 @@ struct ImageInfo {
   ImageFormat format = ImageFormat::kPng;
   bool cmyk = false;         // JPEG in CMYK/YCCK: decoded with 4 bytes per pixel
   bool progressive = false;  // progressive JPEG: libjpeg keeps every coefficient
-  int components = 3;        // JPEG colour components (1 grey, 3, 4)
-  bool alpha = false;        // WebP with an alpha channel (decoded beside, then dropped)
-  bool lossless = false;     // WebP lossless (VP8L), else lossy (VP8)
+  // Sequential JPEG whose components come in more than one scan: libjpeg keeps every
+  // coefficient too (its has_multiple_scans), as for a progressive one.
+  bool multi_scan = false;
+  int components = 3;  // JPEG colour components (1 grey, 3, 4)
+  // JPEG: the largest horizontal and vertical sampling factors (1..4); libjpeg pads the
+  // coefficient arrays to whole iMCUs, 8 times these.
+  int max_h_samp = 2;
+  int max_v_samp = 2;
+  bool alpha = false;     // WebP with an alpha channel (decoded beside, then dropped)
+  bool lossless = false;  // WebP lossless (VP8L), else lossy (VP8)
   // WebP: the bytes libwebp reads as a lossless-coded stream (a lossless image's, from its
   // VP8L chunk to the file's end; the ALPH chunk of a lossy one with alpha), which bound
   // how many entropy codes it can build (WebpDecodeBytes).

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace shardcast {
@@ -72,8 +73,9 @@ absl::StatusOr<TjHeader> ReadHeader(tjhandle tj, absl::string_view jpeg, const c
 // decode smooths the blocks (block smoothing estimates the missing AC coefficients), and
 // a cut, whose baseline copy declares its coefficients complete, would decode without
 // it. Walks the markers (and a progressive file's entropy-coded data, to the next
-// marker); a file it cannot parse is not cut, so a header the decoder's own scan
-// (ScanJpegFrame) reads otherwise than libjpeg cannot hide a progressive frame.
+// marker); a file it cannot parse is not cut (a zero-length segment, bytes between
+// markers: libjpeg, which reads the decoder's header, steps over them, this walk does not),
+// so no segment can hide a progressive frame from this check.
 bool ScansAllowACut(absl::string_view b) {
   const auto byte = [&](size_t i) { return static_cast<uint8_t>(b[i]); };
   constexpr int kMaxComponents = 4;
@@ -207,7 +209,13 @@ absl::StatusOr<LosslessCut> CutJpegLosslessly(absl::string_view jpeg, const Imag
         absl::StrFormat("tjInitTransform failed: %s", tjGetErrorStr2(nullptr)));
   }
   absl::StatusOr<TjHeader> header = ReadHeader(tj.get(), jpeg, "lossless cut");
-  if (!header.ok()) return header.status();
+  if (!header.ok()) {
+    // The decoder read this header (libjpeg's own, ReadJpegFrameHeader); TurboJPEG's
+    // refuses the samplings it has no TJSAMP for, whose iMCU tjTransform does not know.
+    return absl::InvalidArgumentError(absl::StrCat(
+        header.status().message(),
+        " (a sampling TurboJPEG does not name is not cut: the stored bytes are sent)"));
+  }
   if (header->width != info.width || header->height != info.height) {
     return absl::InvalidArgumentError(
         absl::StrFormat("the JPEG is %dx%d, its header was read as %dx%d", header->width,

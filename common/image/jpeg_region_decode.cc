@@ -1,6 +1,6 @@
-// Region-of-interest JPEG decoding: libjpeg-turbo's jpeg_skip_scanlines skips the rows
-// above the region (entropy decoding only), jpeg_crop_scanline limits IDCT, upsampling
-// and colour conversion to the region's iMCU columns, and decoding stops after the
+// libjpeg's header read, and region-of-interest JPEG decoding: libjpeg-turbo's jpeg_skip_scanlines
+// skips the rows above the region (entropy decoding only), jpeg_crop_scanline limits IDCT,
+// upsampling and colour conversion to the region's iMCU columns, and decoding stops after the
 // region's last row.
 #include "common/image/jpeg_region_decode.h"
 
@@ -117,6 +117,46 @@ class RegionDecompressor {
   bool ok_ = false;
 };
 
+// jpeg_read_header between one setjmp and the error manager's longjmps (nothing with a
+// destructor in this frame). Returns false with err->message set.
+bool ReadHeader(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_view encoded,
+                JpegFrameHeader* out) {
+  if (setjmp(err->jump) != 0) {
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  err->message[0] = '\0';
+  jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(encoded.data()),
+               static_cast<unsigned long>(encoded.size()));
+  jpeg_read_header(cinfo, TRUE);
+  out->width = static_cast<int>(std::min<JDIMENSION>(cinfo->image_width, 0x7fffffff));
+  out->height = static_cast<int>(std::min<JDIMENSION>(cinfo->image_height, 0x7fffffff));
+  out->components = cinfo->num_components;
+  out->progressive = cinfo->progressive_mode != 0;
+  // jpeg_read_header stops at the first SOS: a scan of fewer components than the frame's
+  // means more scans, so libjpeg's has_multiple_scans (a whole-image coefficient buffer).
+  out->multi_scan = !out->progressive && cinfo->comps_in_scan < cinfo->num_components;
+  out->max_h_samp = cinfo->max_h_samp_factor;
+  out->max_v_samp = cinfo->max_v_samp_factor;
+  const J_COLOR_SPACE space = cinfo->jpeg_color_space;
+  out->cmyk = space == JCS_CMYK || space == JCS_YCCK;
+  // What PIL converts to RGB, and what libjpeg converts to RGB or CMYK for us; libjpeg
+  // says JCS_UNKNOWN for 2 components or 3-4 it cannot identify.
+  const bool known = (space == JCS_GRAYSCALE && cinfo->num_components == 1) ||
+                     ((space == JCS_YCbCr || space == JCS_RGB) && cinfo->num_components == 3) ||
+                     (out->cmyk && cinfo->num_components == 4);
+  if (!known) {
+    std::snprintf(err->message, sizeof(err->message),
+                  "colour space %d with %d components is not greyscale, YCbCr, RGB, CMYK or "
+                  "YCCK",
+                  static_cast<int>(space), cinfo->num_components);
+    jpeg_abort_decompress(cinfo);
+    return false;
+  }
+  jpeg_abort_decompress(cinfo);
+  return true;
+}
+
 // The libjpeg calls, between one setjmp and the longjmps of the error manager: no
 // object with a destructor lives in this frame. Returns false with err->message set.
 bool DecodeRows(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_view encoded,
@@ -129,7 +169,7 @@ bool DecodeRows(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_v
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(encoded.data()),
                static_cast<unsigned long>(encoded.size()));
   jpeg_read_header(cinfo, TRUE);
-  // The caller checked the same header through TurboJPEG; checked again here because
+  // The caller checked the same header (ReadJpegFrameHeader); checked again here because
   // everything below allocates from these figures.
   if (int64_t{cinfo->image_width} * cinfo->image_height > kMaxPixels || cinfo->progressive_mode ||
       (cinfo->num_components != 1 && cinfo->num_components != 3)) {
@@ -224,9 +264,21 @@ bool DecodeRows(jpeg_decompress_struct* cinfo, ErrorManager* err, absl::string_v
 
 }  // namespace
 
+absl::StatusOr<JpegFrameHeader> ReadJpegFrameHeader(absl::string_view encoded) {
+  RegionDecompressor decoder;
+  if (!decoder.ok()) return absl::ResourceExhaustedError("jpeg_create_decompress failed");
+  JpegFrameHeader header;
+  if (!ReadHeader(decoder.cinfo(), decoder.err(), encoded, &header)) {
+    return absl::InvalidArgumentError(absl::StrFormat("corrupt JPEG header (%d bytes): %s",
+                                                      encoded.size(), decoder.err()->message));
+  }
+  if (absl::Status s = CheckDimensions(header.width, header.height, "JPEG"); !s.ok()) return s;
+  return header;
+}
+
 bool RegionDecodable(const ImageInfo& info, absl::string_view encoded) {
   const size_t n = encoded.size();
-  return info.format == ImageFormat::kJpeg && !info.cmyk && !info.progressive &&
+  return info.format == ImageFormat::kJpeg && !info.cmyk && !info.progressive && !info.multi_scan &&
          (info.components == 1 || info.components == 3) && n >= 4 &&
          static_cast<uint8_t>(encoded[n - 2]) == 0xFF &&
          static_cast<uint8_t>(encoded[n - 1]) == 0xD9;

@@ -1,17 +1,43 @@
-// Region-of-interest JPEG decoding through libjpeg's scanline API: only the rows and
-// columns a crop reads go through IDCT, upsampling and colour conversion.
+// JPEG through libjpeg's own API: the header as the decoder reads it, and
+// region-of-interest decoding (only the rows and columns a crop reads go through IDCT,
+// upsampling and colour conversion).
 #ifndef SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
 #define SHARDCAST_COMMON_IMAGE_JPEG_REGION_DECODE_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/image_types.h"
 
 namespace shardcast {
 namespace internal {
+
+// What libjpeg's jpeg_read_header says of a JPEG's frame.
+struct JpegFrameHeader {
+  int width = 0;
+  int height = 0;
+  int components = 0;
+  bool progressive = false;
+  // Sequential, its first scan without every component: more scans follow, and libjpeg
+  // buffers the whole image's coefficients as for a progressive file.
+  bool multi_scan = false;
+  int max_h_samp = 1;  // the largest sampling factors of the frame's components
+  int max_v_samp = 1;
+  bool cmyk = false;  // CMYK or YCCK (PIL reads both as Adobe-inverted CMYK)
+};
+
+// Reads the header of `encoded` with libjpeg's jpeg_read_header: the markers parsed as
+// the decode will parse them, so whatever precedes the frame (a zero-length APP0, odd
+// APPn segments, fill bytes) cannot hide it, and every sampling factor libjpeg decodes
+// is taken (TurboJPEG's tjDecompressHeader3 refuses the ones it has no TJSAMP for: 1x4,
+// 3x1, chroma above luma, a full-resolution Cr beside a subsampled Cb, which libjpeg,
+// PIL and torchvision decode). A libjpeg warning is an error, as in the decode. Errors
+// (INVALID_ARGUMENT, "corrupt JPEG header ..."): not a JPEG libjpeg reads, a colour
+// space other than greyscale, YCbCr, RGB, CMYK and YCCK, a size over kMaxPixels.
+absl::StatusOr<JpegFrameHeader> ReadJpegFrameHeader(absl::string_view encoded);
 
 // A rectangle of pixels of the image decoded at some DCT scale.
 struct PixelRect {
@@ -21,10 +47,11 @@ struct PixelRect {
   int height = 0;
 };
 
-// Whether DecodeJpegRegion takes `encoded` (whose header says `info`): a sequential (not
-// progressive) JPEG in YCbCr or greyscale whose last bytes are the EOI marker. CMYK/YCCK
-// and progressive JPEGs go through the whole-image decode (a progressive file's
-// coefficient buffer is whole-image anyway), and so does PNG. So does a file that does
+// Whether DecodeJpegRegion takes `encoded` (whose header says `info`): a sequential JPEG
+// in one scan (not progressive, not multi_scan) in YCbCr or greyscale whose last bytes
+// are the EOI marker. CMYK/YCCK, progressive and multi-scan JPEGs go through the
+// whole-image decode (their coefficient buffer is whole-image anyway, and counted so by
+// DecodeBufferBytes), and so does PNG. So does a file that does
 // not end with EOI (truncated, or with trailing bytes): the region decode stops after
 // the region's last row and would not see the missing end, which the whole-image decode
 // refuses ("Premature end of JPEG file").

@@ -54,9 +54,9 @@ absl::Status ReadFeatures(absl::string_view b, WebPBitstreamFeatures* features) 
   // decoder does not composite frames, so an animation is refused rather than served
   // as something else.
   if (features->has_animation) {
-    return absl::InvalidArgumentError(absl::StrFormat(
+    return MarkUnsupportedFormat(absl::InvalidArgumentError(absl::StrFormat(
         "animated WebP (%dx%d canvas, %d bytes): only still WebP images are decoded",
-        features->width, features->height, b.size()));
+        features->width, features->height, b.size())));
   }
   return CheckDimensions(features->width, features->height, "WebP");
 }

@@ -447,6 +447,9 @@ void BatchAssembler::AssembleImage(PendingBatch* pending, int slot, const Sample
   if (stats_ != nullptr) {
     stats_->decode_errors.fetch_add(1, std::memory_order_relaxed);
     stats_->substitutions.fetch_add(1, std::memory_order_relaxed);
+    if (IsUnsupportedImageFormat(status)) {
+      stats_->images_unsupported_format.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   const ShardInfo& shard = dataset_->index().shards[ref.shard];
   const SampleEntry& entry = shard.samples[ref.index];

@@ -74,6 +74,9 @@ struct ServerStats {
   std::atomic<int64_t> buffer_bytes{0};  // bytes held in live batch buffers
   // Of the decode errors: image members over --max-member-bytes (not read).
   std::atomic<int64_t> images_over_member_limit{0};
+  // Of the decode errors: images in a format shardcast does not decode (GIF, BMP, TIFF,
+  // animated WebP...; IsUnsupportedImageFormat).
+  std::atomic<int64_t> images_unsupported_format{0};
   // Resource governance (see batch_memory.h, stream_control.h).
   std::atomic<int64_t> streams_refused_memory{0};  // not even one batch fit the budget
   std::atomic<int64_t> streams_replaced{0};        // a newer stream of the same rank came

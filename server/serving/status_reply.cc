@@ -204,6 +204,7 @@ void FillTrafficStatus(const StatusSources& s, absl::Time now, v1::GetStatusResp
 void FillDecodeStatus(const StatusSources& s, v1::GetStatusResponse* response) {
   response->set_decode_errors(s.stats->decode_errors.load());
   response->set_substitutions(s.stats->substitutions.load());
+  response->set_images_unsupported_format(s.stats->images_unsupported_format.load());
   response->set_shard_read_retries(s.stats->shard_read_retries.load());
   response->set_queue_depth(s.pool->queue_depth());
   response->set_decode_tasks_running(s.pool->running());

@@ -1,5 +1,6 @@
 // DecodeImage on real JPEGs (TurboJPEG-encoded: subsamplings, progressive, grey,
 // CMYK) and PNGs (libpng-encoded), content sniffing, and corrupt input.
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -7,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/image/image_transform.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -167,6 +169,32 @@ TEST(DecodeImageTest, PngColourTypesMatchPilConvertRgb) {
   }
 }
 
+TEST(DecodeImageTest, SixteenBitGreyPngIsClippedAt255AsPilModeI) {
+  // One row of samples around the clip: PIL's mode "I" -> "RGB" keeps 0..255 and makes
+  // every larger sample 255; the high byte (what every other 16-bit type keeps) would
+  // make 0 of 100 and 1 of 300.
+  const uint16_t samples[] = {0, 1, 100, 255, 256, 300, 4095, 65535};
+  std::vector<uint8_t> be;
+  for (uint16_t v : samples) {
+    be.insert(be.end(), {static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v)});
+  }
+  for (bool interlaced : {false, true}) {
+    const std::string png = EncodePng(be, 8, 1, PNG_COLOR_TYPE_GRAY, 16, {}, {}, interlaced);
+    absl::StatusOr<RgbImage> img = DecodeImage(png);
+    ASSERT_TRUE(img.ok()) << img.status();
+    std::vector<uint8_t> want;
+    for (uint16_t v : samples) {
+      const uint8_t c = static_cast<uint8_t>(std::min<int>(v, 255));
+      want.insert(want.end(), {c, c, c});
+    }
+    EXPECT_EQ(img->pixels, want) << (interlaced ? "interlaced" : "");
+    if (testing_util::PythonHas("PIL")) {
+      int pw = 0, ph = 0;
+      EXPECT_EQ(PilDecode(png, "grey16.png", &pw, &ph), img->pixels);
+    }
+  }
+}
+
 TEST(DecodeImageTest, UnknownContentIsAClearError) {
   const std::string gif = "GIF89a\x01\x00\x01\x00";
   absl::StatusOr<RgbImage> img = DecodeImage(gif);
@@ -176,6 +204,41 @@ TEST(DecodeImageTest, UnknownContentIsAClearError) {
   EXPECT_THAT(img.status().message(), HasSubstr("GIF89a"));
   EXPECT_THAT(DecodeImage("").status().message(), HasSubstr("empty"));
   EXPECT_FALSE(DecodeImage("\xff\xd8").ok());
+}
+
+// GIF, BMP, TIFF, ICO and JPEG 2000, which PIL opens and shardcast does not decode
+// (docs/server.md), are refused by name and marked, so that a server counts them apart
+// from corrupt files; content of no known format (garbage, empty, a cut JPEG) is not.
+TEST(DecodeImageTest, FormatsPilOpensThatAreNotDecodedAreNamedAndMarked) {
+  if (!testing_util::PythonHas("PIL")) GTEST_SKIP() << REFERENCE_PYTHON << " has no PIL";
+  testing_util::TempDir dir;
+  std::string log;
+  ASSERT_EQ(
+      testing_util::RunCommand(std::string(REFERENCE_PYTHON) + " -c 'from PIL import Image\n" +
+                                   "im = Image.new(\"RGB\", (40, 32), (10, 200, 30))\n" +
+                                   "for ext in (\"gif\", \"bmp\", \"tiff\", \"ico\"):\n" +
+                                   "    im.save(\"" + dir.path() + "/x.\" + ext)\n'",
+                               &log),
+      0)
+      << log;
+  for (const char* format : {"GIF", "BMP", "TIFF", "ICO"}) {
+    std::string ext = format;
+    for (char& c : ext) c = static_cast<char>(std::tolower(c));
+    const std::string file = testing_util::ReadWholeFile(dir.path() + "/x." + ext);
+    ASSERT_FALSE(file.empty()) << format;
+    for (const absl::Status& s : {DecodeImage(file).status(), ReadImageInfo(file).status()}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << format;
+      EXPECT_THAT(s.message(),
+                  HasSubstr(absl::StrCat("a ", format, " image, a format not decoded")));
+      EXPECT_TRUE(IsUnsupportedImageFormat(s)) << format;
+    }
+  }
+  const std::string jpeg = EncodeJpeg(PhotoLike(16, 16, 1), 16, 16, TJSAMP_420);
+  for (const std::string& other : {std::string(500, 'x'), std::string(), jpeg.substr(0, 40)}) {
+    const absl::Status s = DecodeImage(other).status();
+    EXPECT_FALSE(s.ok());
+    EXPECT_FALSE(IsUnsupportedImageFormat(s)) << s;
+  }
 }
 
 TEST(DecodeImageTest, TruncatedJpegIsAnErrorAtEveryLength) {

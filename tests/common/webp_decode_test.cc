@@ -369,6 +369,7 @@ TEST(WebpDecodeTest, AnAnimationIsRefusedWithAClearError) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(s.message(), HasSubstr("animated WebP"));
     EXPECT_THAT(s.message(), HasSubstr("only still WebP images are decoded"));
+    EXPECT_TRUE(IsUnsupportedImageFormat(s)) << "counted apart from corrupt files";
   }
 }
 

@@ -150,7 +150,7 @@ TEST(RenderStatusReportTest, HeaderBlockShowsEveryServerFigure) {
            "reclaimed idle, 0 prefetched batches given back, --stream-idle-timeout off, "
            "--admission-wait off\n",
            "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 0 "
-           "task exceptions\n",
+           "unsupported formats, 0 task exceptions\n",
            // A server from before the batch memory budget: the buffers only.
            "batch memory     25 MB in buffers\n",
            "RSS              123 MB\n",
@@ -186,8 +186,8 @@ TEST(RenderStatusReportTest, DecodeMemoryAndRefusedImages) {
            "decode memory    --max-decode-memory 2 GB, 500 MB in use, 1.5 GB peak, 12 decodes "
            "waited, 2 images over it (substituted)\n",
            "member limit     --max-member-bytes 67.1 MB, 3 images over it (substituted unread)\n",
-           "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 1 "
-           "TASK EXCEPTIONS (see the server log)\n",
+           "decode           8 threads, 17 tasks waiting, 2 running, 3 errors, 2 substitutions, 0 "
+           "unsupported formats, 1 TASK EXCEPTIONS (see the server log)\n",
        }) {
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "in:\n" << out;
   }

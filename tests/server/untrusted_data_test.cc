@@ -183,5 +183,47 @@ TEST(UntrustedDataTest, ImageMembersOverMaxMemberBytesAreSubstitutedUnread) {
   EXPECT_EQ(status.max_member_bytes(), 64);
 }
 
+// A real 1x1 GIF (the smallest file GIF89a allows) and a real 1x1 24-bit BMP.
+const char kGif[] =
+    "GIF89a\x01\x00\x01\x00\x80\x00\x00\xff\xff\xff\x00\x00\x00!\xf9\x04\x01\x00"
+    "\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
+std::string OnePixelBmp() {
+  std::string bmp = "BM";
+  const auto le = [&bmp](uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) bmp.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  le(58, 4), le(0, 4), le(54, 4);                      // file size, reserved, pixel offset
+  le(40, 4), le(1, 4), le(1, 4), le(1, 2), le(24, 2);  // BITMAPINFOHEADER, 1x1, 24 bits
+  le(0, 4), le(4, 4), le(2835, 4), le(2835, 4), le(0, 4), le(0, 4);
+  bmp += std::string("\x10\x20\x30\x00", 4);  // one BGR pixel, the row padded to 4
+  return bmp;
+}
+
+// Formats PIL opens and shardcast does not decode are substituted, as corrupt files
+// are, and counted apart: images_unsupported_format, beside decode_errors.
+TEST(UntrustedDataTest, ImagesOfAnUnsupportedFormatAreSubstitutedAndCountedApart) {
+  TempDir dir;
+  WriteTar(dir.path() + "/mixed-000000.tar",
+           {{"a.jpg", SmallJpeg(10)},
+            {"a.cls", "0"},
+            {"b.png", std::string(kGif, sizeof(kGif) - 1)},  // named .png: the content decides
+            {"b.cls", "0"},
+            {"c.jpg", OnePixelBmp()},
+            {"c.cls", "0"},
+            {"d.jpg", std::string(300, 'x')},  // no format at all: a plain decode error
+            {"d.cls", "0"}});
+  InProcessServer server(dir.path(), server::ServerOptions{});
+  absl::StatusOr<std::unique_ptr<client::RankStream>> stream =
+      client::RankStream::Connect(StreamOptions(server.target(), "formats", /*batch=*/4));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  int64_t substituted = 0;
+  EXPECT_EQ(ReceiveKeys(**stream, &substituted).size(), 4u);
+  EXPECT_EQ(substituted, 3);
+  const v1::GetStatusResponse status = GetStatus(server.stub());
+  EXPECT_EQ(status.images_unsupported_format(), 2);
+  EXPECT_EQ(status.decode_errors(), 3);
+  EXPECT_EQ(status.substitutions(), 3);
+}
+
 }  // namespace
 }  // namespace shardcast::server_testing
