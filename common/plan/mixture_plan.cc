@@ -298,16 +298,27 @@ MixtureDraw MixturePlanner::Next(Cursor* c) const {
   const int64_t m = c->state_.position;
   const int64_t step = StepOf(m);
   const size_t k = sizes_.size();
-  std::vector<i128> w(k);
+  i128 w[kMaxMixtureDatasets];  // on the stack: no allocation per position
   int best = -1;
+  bool best_tie_known = false;  // the tie hash is drawn only when deadlines tie
   uint64_t best_tie = 0;
+  auto tie_of = [&](size_t i) {
+    return Mix64(SeedOf({kTagMixtureTie, seed_, static_cast<uint64_t>(m), i}));
+  };
   for (size_t i = 0; i < k; ++i) {
     w[i] = static_cast<i128>(WeightAt(static_cast<int>(i), step)) * scale_;
     if (c->state_.datasets[i].lag + w[i] < kOne) continue;  // not eligible
     const int64_t d = c->deadline_[i];
-    if (best >= 0 && d > c->deadline_[best]) continue;
-    const uint64_t tie = Mix64(SeedOf({kTagMixtureTie, seed_, static_cast<uint64_t>(m), i}));
-    if (best < 0 || d < c->deadline_[best] || tie < best_tie) {
+    if (best < 0 || d < c->deadline_[best]) {
+      best = static_cast<int>(i);
+      best_tie_known = false;
+      continue;
+    }
+    if (d > c->deadline_[best]) continue;
+    if (!best_tie_known) best_tie = tie_of(static_cast<size_t>(best));
+    best_tie_known = true;
+    const uint64_t tie = tie_of(i);
+    if (tie < best_tie) {
       best = static_cast<int>(i);
       best_tie = tie;
     }
