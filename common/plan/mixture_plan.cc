@@ -172,10 +172,20 @@ absl::StatusOr<MixturePlanner> MixturePlanner::Create(const MixtureSpec& spec) {
     planner.sizes_.push_back(spec.datasets[i].samples);
   }
   planner.segments_ = spec.segments;
+  planner.samples_per_epoch_ = spec.samples_per_epoch;
   planner.seed_ = spec.seed;
   planner.fingerprint_ = h;
   planner.scale_ = k >= 2 ? static_cast<i128>(2 * k - 2) : 1;
   return planner;
+}
+
+absl::StatusOr<int64_t> MixturePlanner::EpochStart(int64_t epoch) const {
+  const u128 start = u128(static_cast<uint64_t>(epoch)) * samples_per_epoch_;
+  if (epoch < 0 || start >= u128(kMaxMixturePosition)) {
+    return absl::OutOfRangeError(absl::StrCat("mixture: epoch ", epoch, " of ", samples_per_epoch_,
+                                              " samples starts beyond position 2^62"));
+  }
+  return static_cast<int64_t>(start);
 }
 
 size_t MixturePlanner::SegmentOf(int64_t position) const {

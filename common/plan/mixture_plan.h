@@ -109,6 +109,8 @@ struct MixtureSegment {
   int64_t global_batch = 1;  // batch_size * world_size
 };
 
+// Datasets are identified by their index here (the pass shuffles are keyed by it): the
+// wiring must list them in one canonical order (e.g. by name) on every replica and resume.
 struct MixtureSpec {
   std::vector<MixtureDataset> datasets;
   std::vector<MixturePoint> schedule;  // one point: constant weights
@@ -144,6 +146,9 @@ class MixturePlanner {
   static absl::StatusOr<MixturePlanner> Create(const MixtureSpec& spec);
 
   int num_datasets() const { return static_cast<int>(sizes_.size()); }
+  // The first position of `epoch` (epoch * samples_per_epoch): where a wiring that deals
+  // whole epochs starts it. OutOfRange when it would pass 2^62.
+  absl::StatusOr<int64_t> EpochStart(int64_t epoch) const;
   // Identity of the fixed-point schedule (not of the segments): a resume under another
   // fingerprint restarts the targets (guarantee 4).
   uint64_t schedule_fingerprint() const { return fingerprint_; }
@@ -185,6 +190,7 @@ class MixturePlanner {
   std::vector<int64_t> point_steps_;
   std::vector<std::vector<uint64_t>> point_weights_;  // [point][dataset], sum 2^58
   std::vector<MixtureSegment> segments_;
+  uint64_t samples_per_epoch_ = 0;
   uint64_t seed_ = 0;
   uint64_t fingerprint_ = 0;
   __int128 scale_ = 1;  // 2k-2 (1 for k = 1)

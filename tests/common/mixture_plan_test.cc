@@ -569,6 +569,15 @@ TEST(MixturePlanTest, RefusesBadInput) {
   ExpectRefused(s, "position 0");
 }
 
+TEST(MixturePlanTest, EpochStartIsEpochTimesSamplesPerEpochBelowTheLimit) {
+  absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(Good());
+  ASSERT_TRUE(planner.ok());
+  EXPECT_EQ(*planner->EpochStart(0), 0);
+  EXPECT_EQ(*planner->EpochStart(3), 90);
+  EXPECT_EQ(planner->EpochStart(-1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(planner->EpochStart(int64_t{1} << 58).status().code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(MixturePlanTest, ResumeRefusesStatesOfOtherMixtures) {
   absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(Good());
   ASSERT_TRUE(planner.ok());
