@@ -347,6 +347,37 @@ TEST(MixturePlanTest, MatchesReferenceAndHoldsBoundAndPassRule) {
               g_max_fixed_lag, g_max_real_lag);
 }
 
+// Weights that jump every step or two (many points, datasets switching between 0 and
+// high weights, global batch 1 to 4): the hardest case for the bound.
+TEST(MixturePlanTest, DenseSchedulesHoldTheBound) {
+  Rand r(555);
+  for (int t = 0; t < 40; ++t) {
+    MixtureSpec spec = RandomSpec(r);
+    std::vector<MixturePoint> dense;
+    int64_t step = 0;
+    for (int p = 0; p < 30; ++p) {
+      std::vector<MixturePoint> one = RandomSchedule(r, spec.datasets);
+      one.back().step = step;
+      dense.push_back(one.back());
+      step += r.Int(1, 3);
+    }
+    spec.schedule = dense;
+    spec.segments = {{0, 0, r.Int(1, 4)}};
+    absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(spec);
+    ASSERT_TRUE(planner.ok()) << planner.status();
+    const Sequence seq = Walk(*planner, planner->Start(), 1500);
+    const Reference ref(spec);
+    const std::string what = absl::StrCat("dense case ", t, " k=", spec.datasets.size());
+    ExpectPrefixBound(ref, seq.draws, 0, what);
+    const std::vector<int> expected =
+        ReferenceChoices(ref, 0, 1500, std::vector<i128>(spec.datasets.size(), 0));
+    for (size_t j = 0; j < expected.size(); ++j) {
+      ASSERT_EQ(seq.draws[j].dataset, expected[j]) << what << " position " << j;
+    }
+  }
+  std::printf("max |count - target| so far: %.6f\n", g_max_fixed_lag);
+}
+
 TEST(MixturePlanTest, PassesCoverEveryIndexOncePerPass) {
   // Small datasets at large weights: many whole passes, each a permutation.
   Rand r(7);
