@@ -84,6 +84,20 @@ int main(int argc, char** argv) {
       Measure(k, ramp, n);
     }
   }
+  // The deadline walk's worst habit: ramps one step at a time. Global batch 1, a dataset
+  // entering from 0 and one leaving to 0 over 10^6 steps.
+  {
+    MixtureSpec spec = Spec(3, 100000000, true);
+    spec.schedule = {{0, {{"d0", 1.0}, {"d1", 0.0}, {"d2", 1.0}}},
+                     {1000000, {{"d0", 0.0}, {"d1", 1.0}, {"d2", 1.0}}}};
+    spec.segments = {{0, 0, 1}};
+    absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(spec);
+    MixturePlanner::Cursor c = planner->Start();
+    const double t0 = CpuSeconds();
+    planner->Advance(&c, 2000000);
+    std::printf("| 3 datasets | enter/leave ramps over 10^6 steps, global batch 1 | %8.1f | | |\n",
+                (CpuSeconds() - t0) * 1e9 / 2e6);
+  }
   // Memory: a planner and a cursor for 8 datasets of 10^8 samples vs of 10 samples.
   for (uint64_t samples : {uint64_t{10}, uint64_t{100000000}}) {
     const long before = RssKib("VmRSS:");
