@@ -625,7 +625,30 @@ TEST(MixturePlanTest, ResumeRefusesStatesOfOtherMixtures) {
   EXPECT_FALSE(planner->Resume(bad).ok());
 }
 
-// Weights at exactly 0.7/0.3 over a long run: the shares are exact in every window.
+// Equal weights tie at every round: the seeded tie-break makes the order of each round
+// differ between rounds and between seeds, instead of a fixed a,b,c,a,b,c.
+TEST(MixturePlanTest, TiesAreBrokenBySeedNotByAFixedPattern) {
+  std::vector<std::vector<int>> orders;
+  for (uint64_t seed : {1, 2}) {
+    MixtureSpec spec = Good();
+    spec.datasets.push_back({"c", 7});
+    spec.schedule = {{0, {{"a", 1}, {"b", 1}, {"c", 1}}}};
+    spec.seed = seed;
+    absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(spec);
+    ASSERT_TRUE(planner.ok());
+    const Sequence seq = Walk(*planner, planner->Start(), 300);
+    std::vector<int> order;
+    for (const MixtureDraw& d : seq.draws) order.push_back(d.dataset);
+    bool periodic = true;
+    for (size_t j = 3; j < order.size(); ++j) periodic = periodic && order[j] == order[j - 3];
+    EXPECT_FALSE(periodic) << "seed " << seed;
+    orders.push_back(order);
+  }
+  EXPECT_NE(orders[0], orders[1]);
+}
+
+// Constant weights 0.5/0.3/0.2 over 10^5 positions: within 1 - 1/4 of w * n at every
+// prefix, and exactly w * n where that is an integer.
 TEST(MixturePlanTest, ConstantWeightsHoldInEveryPrefix) {
   MixtureSpec spec = Good();
   spec.datasets.push_back({"c", 5});
