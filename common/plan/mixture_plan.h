@@ -31,8 +31,10 @@ namespace shardcast {
 // sum to exactly 2^116, and every operation is integer, so every machine and replica
 // computes the same bits. Before the first point the first point's weights hold, after
 // the last the last's. The fixed-point weight differs from the real-valued linear
-// interpolation by < 2^-56 per position (2^-57 from each rounding), so by < 2^-6 over
-// 2^50 positions: the bounds below are exact against the fixed-point weights.
+// interpolation by < (k+2) 2^-53 per position (the double division's 2^-53, the
+// floors' 2^-58, the rounding units given to the largest weight, the fraction's 2^-58):
+// < 2^-49 for 8 datasets, so < 2^-9 over 2^40 positions. The bounds below are exact
+// against the fixed-point weights.
 //
 // (1) Proportions. For every prefix of length n >= 0 and every dataset i,
 //     |count_i(n) - T_i(n)| <= 1 - 1/(2k-2) (k >= 2 datasets; 0 for k = 1), where
@@ -61,7 +63,7 @@ namespace shardcast {
 //     where perm_{i,p} is the split="sample" Feistel bijection of [0, N_i) keyed by
 //     (seed, i, p): a new seeded shuffle per pass. A pass is a bijection, so within
 //     pass p every sample is served once, and pass p+1 starts only after pass p ended:
-//     no sample is served k+1 times before every sample of its dataset was served k
+//     no sample is served r+1 times before every sample of its dataset was served r
 //     times, across epoch boundaries, resumes and weight changes alike.
 // (3) Determinism. The sequence is a function of (sizes, fixed-point schedule,
 //     segments, seed) and the position only: no floating point after normalisation, no
