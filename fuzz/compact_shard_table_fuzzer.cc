@@ -113,8 +113,7 @@ void WriteSeeds(const std::string& dir) {
   }
   WriteSeed(dir, "mixed_interval2", Body(mixed, 2));
   std::string exts = Extensions().Serialize();
-  WriteSeed(dir, "extension_table",
-            exts.substr(0, exts.size() - shardcast::kTableChecksumBytes));
+  WriteSeed(dir, "extension_table", exts.substr(0, exts.size() - shardcast::kTableChecksumBytes));
 }
 
 void FuzzExtensionTable(const std::string& sealed) {
@@ -132,8 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return true;
   }();
   (void)seeded;
-  const std::string sealed = shardcast::SealWithTableChecksum(
-      std::string(reinterpret_cast<const char*>(data), size));
+  const std::string sealed =
+      shardcast::SealWithTableChecksum(std::string(reinterpret_cast<const char*>(data), size));
   FuzzExtensionTable(sealed);
 
   absl::StatusOr<CompactShardTable> table =

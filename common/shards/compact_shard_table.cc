@@ -51,9 +51,7 @@ uint32_t GetFixed32(absl::string_view bytes, size_t at) {
 uint64_t ZigZag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
-int64_t UnZigZag(uint64_t v) {
-  return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1));
-}
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>((v >> 1) ^ (~(v & 1) + 1)); }
 
 // Where the next member's data starts in a tar after a member ending at `prev_end`:
 // past its padding and one 512-byte header. Wraps modulo 2^64 like the offsets it

@@ -80,7 +80,7 @@ class ExtensionTable {
   static absl::StatusOr<ExtensionTable> Parse(absl::string_view bytes);
 
  private:
-  std::vector<std::string> exts_;                 // by id
+  std::vector<std::string> exts_;                   // by id
   absl::flat_hash_map<std::string, uint32_t> ids_;  // ext -> id
 };
 
@@ -126,8 +126,7 @@ class CompactShardTable {
   // shares more than the previous key has, an empty key, a label outside
   // [-1, max_classes), an image member that is not a member, a member past
   // limits.data_size, trailing bytes.
-  static absl::StatusOr<CompactShardTable> Open(absl::string_view bytes,
-                                                const ExtensionTable* exts,
+  static absl::StatusOr<CompactShardTable> Open(absl::string_view bytes, const ExtensionTable* exts,
                                                 const ShardTableLimits& limits);
 
   uint32_t size() const { return count_; }

@@ -298,8 +298,7 @@ TEST(CompactShardTableTest, EncoderRefusesWhatTheDecoderWould) {
   SampleEntry bad_image = ok;
   bad_image.image_member = 1;
   for (const SampleEntry& e : {no_key, bad_label, bad_image}) {
-    EXPECT_EQ(EncodeShardTable({ok, e}, &exts).status().code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(EncodeShardTable({ok, e}, &exts).status().code(), absl::StatusCode::kInvalidArgument);
   }
   for (uint32_t interval : {0u, kMaxRestartInterval + 1}) {
     ShardTableEncodeOptions options;
