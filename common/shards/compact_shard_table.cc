@@ -60,9 +60,11 @@ uint64_t PredictedOffset(uint64_t prev_end) {
   return ((prev_end + kTarBlock - 1) & ~(kTarBlock - 1)) + kTarBlock;
 }
 
-// The Digest128 of `bytes` as 16 raw bytes, most significant first (Hex's order).
-std::string Checksum(absl::string_view bytes) {
+// The Digest128 of `binding` and `bytes` as 16 raw bytes, most significant first (Hex's
+// order).
+std::string Checksum(uint64_t binding, absl::string_view bytes) {
   Digest128 h;
+  h.AddU64(binding);
   h.AddBytes(bytes);
   const std::string hex = h.Hex();
   std::string raw(kTableChecksumBytes, '\0');
@@ -74,10 +76,10 @@ std::string Checksum(absl::string_view bytes) {
 }
 
 // The bytes before the checksum, when the checksum is theirs.
-bool Unseal(absl::string_view bytes, absl::string_view* body) {
+bool Unseal(absl::string_view bytes, uint64_t binding, absl::string_view* body) {
   if (bytes.size() < kTableChecksumBytes) return false;
   *body = bytes.substr(0, bytes.size() - kTableChecksumBytes);
-  return Checksum(*body) == bytes.substr(body->size());
+  return Checksum(binding, *body) == bytes.substr(body->size());
 }
 
 // Reads varints and byte strings from a span, never past its end.
@@ -208,8 +210,8 @@ absl::Status CheckEncodable(const SampleEntry& e) {
 
 }  // namespace
 
-std::string SealWithTableChecksum(std::string body) {
-  body.append(Checksum(body));
+std::string SealWithTableChecksum(std::string body, uint64_t binding) {
+  body.append(Checksum(binding, body));
   return body;
 }
 
@@ -232,12 +234,12 @@ std::string ExtensionTable::Serialize() const {
     PutVarint(ext.size(), &out);
     out.append(ext);
   }
-  return SealWithTableChecksum(std::move(out));
+  return SealWithTableChecksum(std::move(out), /*binding=*/0);
 }
 
 absl::StatusOr<ExtensionTable> ExtensionTable::Parse(absl::string_view bytes) {
   absl::string_view body;
-  if (!Unseal(bytes, &body)) return CorruptExts("bad checksum or too short");
+  if (!Unseal(bytes, /*binding=*/0, &body)) return CorruptExts("bad checksum or too short");
   ByteReader r(body);
   absl::string_view magic;
   if (!r.Bytes(sizeof(kExtMagic) + 1, &magic) ||
@@ -292,14 +294,16 @@ absl::StatusOr<std::string> EncodeShardTable(absl::Span<const SampleEntry> sampl
   PutVarint(interval, &out);
   for (uint32_t r : restarts) PutFixed32(r, &out);
   out.append(records);
-  return SealWithTableChecksum(std::move(out));
+  return SealWithTableChecksum(std::move(out), options.binding);
 }
 
 absl::StatusOr<CompactShardTable> CompactShardTable::Open(absl::string_view bytes,
                                                           const ExtensionTable* exts,
                                                           const ShardTableLimits& limits) {
   absl::string_view body;
-  if (!Unseal(bytes, &body)) return CorruptTable("bad checksum or too short");
+  if (!Unseal(bytes, limits.binding, &body)) {
+    return CorruptTable("bad checksum (or another shard's table) or too short");
+  }
   ByteReader r(body);
   absl::string_view magic;
   if (!r.Bytes(sizeof(kTableMagic) + 1, &magic) ||
@@ -308,7 +312,8 @@ absl::StatusOr<CompactShardTable> CompactShardTable::Open(absl::string_view byte
     return CorruptTable("bad magic or version");
   }
   uint64_t count = 0, interval = 0;
-  if (!r.Varint(&count) || count > r.left() / kMinRecordBytes) {
+  if (!r.Varint(&count) || count > r.left() / kMinRecordBytes ||
+      count > std::numeric_limits<uint32_t>::max()) {
     return CorruptTable("bad sample count");
   }
   if (!r.Varint(&interval) || interval < 1 || interval > kMaxRestartInterval) {

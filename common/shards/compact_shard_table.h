@@ -14,7 +14,9 @@
 //   fixed32 restarts[ceil(sample_count / restart_interval)]
 //                                 byte offset of sample k * interval in `records`
 //   records                       sample_count records, back to back
-//   16 bytes                      Digest128 (common/util/digest.h) of all bytes above
+//   16 bytes                      Digest128 (common/util/digest.h) of the binding (a
+//                                 number the caller chooses, not stored) and all bytes
+//                                 above
 //
 // A record:
 //   varint shared      bytes of the previous key that this key starts with (0 at a
@@ -84,14 +86,20 @@ class ExtensionTable {
   absl::flat_hash_map<std::string, uint32_t> ids_;  // ext -> id
 };
 
-// `body` followed by its Digest128, as a table or an extension table closes: for the
-// tests and the fuzzer, which edit tables on purpose and re-seal them so that what is
-// tested is the validation behind the checksum.
-std::string SealWithTableChecksum(std::string body);
+// `body` followed by its Digest128 under `binding`, as a table (an extension table:
+// binding 0) closes: for the tests and the fuzzer, which edit tables on purpose and
+// re-seal them so that what is tested is the validation behind the checksum.
+std::string SealWithTableChecksum(std::string body, uint64_t binding = 0);
 
 struct ShardTableEncodeOptions {
   // Samples per restart: a lookup decodes at most this many records.
   uint32_t restart_interval = kDefaultRestartInterval;
+  // Hashed into the checksum, not stored: the caller's name for this table (say, a hash
+  // of the index cache's identity and the shard's ordinal), given again to Open, so
+  // that a sound table read from the wrong place (another shard's offset, a cache file
+  // replaced while the server runs) fails the checksum instead of serving another
+  // shard's samples.
+  uint64_t binding = 0;
 };
 
 // The table of one shard's `samples` (in their order), interning their extensions into
@@ -111,6 +119,8 @@ struct ShardTableLimits {
   uint64_t data_size = 0;
   // Labels lie in [-1, max_classes).
   int64_t max_classes = kDefaultMaxClasses;
+  // The binding the table was encoded with (ShardTableEncodeOptions::binding).
+  uint64_t binding = 0;
 };
 
 // A validated view of an encoded shard table. Open checks the whole table once (the
@@ -121,7 +131,8 @@ struct ShardTableLimits {
 class CompactShardTable {
  public:
   // DATA_LOSS ("corrupt shard table: ...") for bytes that EncodeShardTable did not
-  // write for these extensions and limits: too short, bad checksum, magic or version,
+  // write for these extensions and limits: too short, bad checksum (another binding
+  // included), magic or version,
   // a count, length, varint, restart offset or extension id out of range, a key that
   // shares more than the previous key has, an empty key, a label outside
   // [-1, max_classes), an image member that is not a member, a member past

@@ -286,6 +286,27 @@ TEST(CompactShardTableTest, DecoderRefusesWhatTheCallerKnowsIsWrong) {
   EXPECT_TRUE(absl::StrContains(ext.message(), "extension id 1")) << ext;
 }
 
+// A sound table read from the wrong place (another shard's table, another cache file's)
+// fails the checksum under the binding the caller expects, instead of serving another
+// shard's samples.
+TEST(CompactShardTableTest, TableOfAnotherBindingIsRefused) {
+  std::mt19937_64 rng(5);
+  ExtensionTable exts;
+  const std::vector<SampleEntry> samples = RandomSamples(rng, 40);
+  ShardTableEncodeOptions options;
+  options.binding = 0x5eed0001;
+  const std::string bytes = *EncodeShardTable(samples, &exts, options);
+  ShardTableLimits limits = Limits();
+  limits.binding = options.binding;
+  EXPECT_TRUE(CompactShardTable::Open(bytes, &exts, limits).ok());
+  for (uint64_t other : {uint64_t{0}, uint64_t{0x5eed0002}, ~uint64_t{0}}) {
+    limits.binding = other;
+    absl::Status s = CompactShardTable::Open(bytes, &exts, limits).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << other;
+    EXPECT_TRUE(absl::StrContains(s.message(), "another shard's table")) << s;
+  }
+}
+
 TEST(CompactShardTableTest, EncoderRefusesWhatTheDecoderWould) {
   ExtensionTable exts;
   SampleEntry ok;
