@@ -92,8 +92,11 @@ class ByteReader {
     for (int shift = 0; shift < 64; shift += 7) {
       if (pos_ >= data_.size()) return false;
       const uint64_t byte = static_cast<unsigned char>(data_[pos_++]);
-      // The tenth byte holds bit 63 alone: more would not fit in 64 bits.
+      // The tenth byte holds bit 63 alone: more would not fit in 64 bits. A last byte
+      // of 0 after the first is an overlong form: refused, so that every number has one
+      // encoding and a table one set of bytes (the fuzzer re-encodes what it decodes).
       if (shift == 63 && byte > 1) return false;
+      if (byte == 0 && shift > 0) return false;
       *v |= (byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) return true;
     }
@@ -130,6 +133,10 @@ absl::Status DecodeRecord(ByteReader& r, bool restart, const ExtensionTable& ext
   if (restart ? shared != 0 : shared > e->key.size()) {
     return CorruptTable(absl::StrCat("a key shares ", shared, " bytes with a key of ",
                                      restart ? 0 : e->key.size()));
+  }
+  // The encoder shares all it can; a record that shares less is not one it wrote.
+  if (!restart && shared < e->key.size() && !suffix.empty() && suffix[0] == e->key[shared]) {
+    return CorruptTable(absl::StrCat("a key shares ", shared, " bytes but could share more"));
   }
   e->key.resize(shared);
   e->key.append(suffix.data(), suffix.size());

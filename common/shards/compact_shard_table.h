@@ -5,8 +5,9 @@
 //
 // Not yet wired into the serve path or the index cache: this is the codec alone.
 //
-// Layout of a shard table (varint = LEB128 of a uint64, at most 10 bytes; fixed32 =
-// 4 bytes little-endian):
+// Layout of a shard table (varint = LEB128 of a uint64, at most 10 bytes, never
+// overlong; fixed32 = 4 bytes little-endian). The encoding is one-to-one: the samples
+// and the restart interval give exactly one table, which the decoder insists on.
 //
 //   "SCST" kTableVersion(1 byte)  magic and layout version
 //   varint sample_count           <= 2^32 - 1
@@ -19,8 +20,8 @@
 //                                 above
 //
 // A record:
-//   varint shared      bytes of the previous key that this key starts with (0 at a
-//                      restart, so a restart's record stands alone)
+//   varint shared      bytes of the previous key that this key starts with, all of
+//                      them (0 at a restart, so a restart's record stands alone)
 //   varint suffix_len, suffix bytes
 //   varint zigzag(label)
 //   varint image       0 = kNoImageMember, else image_member + 1
@@ -133,14 +134,16 @@ class CompactShardTable {
   // DATA_LOSS ("corrupt shard table: ...") for bytes that EncodeShardTable did not
   // write for these extensions and limits: too short, bad checksum (another binding
   // included), magic or version,
-  // a count, length, varint, restart offset or extension id out of range, a key that
-  // shares more than the previous key has, an empty key, a label outside
+  // a count, length, varint, restart offset or extension id out of range, an overlong
+  // varint, a key that shares more than the previous key has (or less than it could),
+  // an empty key, a label outside
   // [-1, max_classes), an image member that is not a member, a member past
   // limits.data_size, trailing bytes.
   static absl::StatusOr<CompactShardTable> Open(absl::string_view bytes, const ExtensionTable* exts,
                                                 const ShardTableLimits& limits);
 
   uint32_t size() const { return count_; }
+  uint32_t restart_interval() const { return interval_; }
 
   // Sample j, decoding at most one restart interval. OUT_OF_RANGE for j >= size().
   absl::StatusOr<SampleEntry> Lookup(uint32_t j) const;
