@@ -127,6 +127,9 @@ struct ShardTableLimits {
 // A validated view of an encoded shard table. Open checks the whole table once (the
 // checksum first, then every record), so lookups afterwards only fail on a j past the
 // end; they still decode defensively and return DATA_LOSS rather than read out of range.
+// Every count is bounded by the bytes left before anything is sized by it (a member
+// takes at least 3 bytes, a record 5), so a table of N bytes never makes a sample of more
+// than a small multiple of N bytes.
 //
 // The view holds pointers: `bytes` and `exts` must outlive it and stay unchanged.
 class CompactShardTable {
