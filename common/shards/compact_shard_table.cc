@@ -152,7 +152,8 @@ absl::Status DecodeRecord(ByteReader& r, bool restart, const ExtensionTable& ext
   if (e->label < -1 || e->label >= limits.max_classes) {
     return CorruptTable(absl::StrCat(where(), "label ", e->label, " out of range"));
   }
-  if (member_count > r.left() / kMinMemberBytes) {
+  // Also below kNoImageMember, so that every image index fits SampleEntry's uint32.
+  if (member_count > r.left() / kMinMemberBytes || member_count >= kNoImageMember) {
     return CorruptTable(absl::StrCat(where(), member_count, " members in ", r.left(), " bytes"));
   }
   if (image > member_count) {
