@@ -38,7 +38,7 @@ if [[ -n "${FUZZ_SEED:-}" ]]; then common+=(-seed="$FUZZ_SEED"); fi
 declare -A runs_of=(
   [image_transform_fuzzer]=250000
   [index_cache_fuzzer]=1000000
-  [compact_shard_table_fuzzer]=750000
+  [compact_shard_table_fuzzer]=550000
   [json_fields_fuzzer]=100000
   [register_request_fuzzer]=400000
   [sample_grouping_fuzzer]=200000
