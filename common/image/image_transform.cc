@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -217,25 +217,6 @@ absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, ui
   return absl::OkStatus();
 }
 
-namespace {
-
-// Holds an admission's bytes for one decode and gives them back on every path.
-class AdmittedBytes {
- public:
-  AdmittedBytes(DecodeAdmission* admission, int64_t bytes) : admission_(admission), bytes_(bytes) {}
-  ~AdmittedBytes() {
-    if (admission_ != nullptr) admission_->Release(bytes_);
-  }
-  AdmittedBytes(const AdmittedBytes&) = delete;
-  AdmittedBytes& operator=(const AdmittedBytes&) = delete;
-
- private:
-  DecodeAdmission* const admission_;  // null: nothing held
-  const int64_t bytes_;
-};
-
-}  // namespace
-
 absl::StatusOr<SampleCrop> PlanSampleCrop(int width, int height, const TransformSpec& spec,
                                           uint64_t augment_seed) {
   if (absl::Status s = CheckSpec(spec); !s.ok()) return s;
@@ -406,11 +387,12 @@ absl::Status DecodeCrop(absl::string_view encoded, const ImageInfo& info, const 
   const bool region_decode = internal::RegionDecodable(info, encoded);
 
   // Decided from the header alone, before any pixel buffer exists.
-  std::optional<AdmittedBytes> admitted;
+  MemoryGrant admitted;  // given back on every path out
   if (admission != nullptr) {
-    const int64_t bytes = CropDecodeBytes(info, encoded, f, want);
-    if (absl::Status s = admission->Acquire(bytes); !s.ok()) return s;
-    admitted.emplace(admission, bytes);
+    absl::StatusOr<MemoryGrant> grant =
+        MemoryGrant::Acquire(admission, CropDecodeBytes(info, encoded, f, want));
+    if (!grant.ok()) return grant.status();
+    admitted = *std::move(grant);
   }
 
   thread_local RgbImage scratch;

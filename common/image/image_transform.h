@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/image/image_types.h"
+#include "common/memory/memory_budget.h"
 #include "common/plan/job_config.h"
 
 namespace shardcast {
@@ -38,17 +39,12 @@ absl::StatusOr<RgbImage> DecodeImage(absl::string_view encoded, const DecodeOpti
 absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
                             uint8_t* out_chw);
 
-// Server-wide admission of decode memory (the server's DecodeBudget implements it).
-// DecodeAndTransform asks for the bytes an image's decode buffers need, computed from
-// the header alone, before it allocates any of them, and gives them back when done.
-class DecodeAdmission {
- public:
-  virtual ~DecodeAdmission() = default;
-  // OK: `bytes` are held until Release(bytes). An error fails the decode with it,
-  // before anything is allocated. May block until the bytes are free.
-  virtual absl::Status Acquire(int64_t bytes) = 0;
-  virtual void Release(int64_t bytes) = 0;
-};
+// Admission of decode memory (a MemoryBudget: the server's --max-decode-memory, a
+// client's max_decode_memory). DecodeAndTransform asks for the bytes an image's decode
+// buffers need, computed from the header alone, before it allocates any of them, and
+// gives them back when done, after the buffers are freed. An error of Acquire fails the
+// decode with it, before anything is allocated.
+using DecodeAdmission = MemoryAdmission;
 
 // Decode + transform in one call, choosing the DCT scale from the transform
 // (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
