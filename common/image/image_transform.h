@@ -48,9 +48,10 @@ using DecodeAdmission = MemoryAdmission;
 
 // Decode + transform in one call, choosing the DCT scale from the transform
 // (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
-// least the target size). Each calling thread keeps its decode buffer between
-// calls (released after an image over 64 MiB), so a decode pool of N threads
-// holds N buffers of its largest recent image.
+// least the target size). The decode buffer is freed before the call returns, so
+// a thread holds one only while it decodes (and within `admission`'s bytes); between
+// calls it keeps only its resampling taps and row buffers, sized by the crop and
+// one row of the region read (tens of KB for a photo).
 // kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
 // scale changes only the resampling source, never which region is taken.
 // With `admission`, DecodeBufferBytes(...) are acquired from it before decoding (its

@@ -2,7 +2,12 @@
 #include "common/memory/memory_budget.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "absl/strings/str_cat.h"
 
@@ -32,7 +37,16 @@ void MemoryGrant::Reset() {
   bytes_ = 0;
 }
 
-MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {}
+void PinMallocMmapThreshold() {
+#ifdef __GLIBC__
+  static std::once_flag pinned;
+  std::call_once(pinned, [] { mallopt(M_MMAP_THRESHOLD, static_cast<int>(kPinnedMmapThreshold)); });
+#endif
+}
+
+MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {
+  PinMallocMmapThreshold();
+}
 
 absl::Status MemoryBudget::Acquire(int64_t bytes) {
   bytes = std::max<int64_t>(bytes, 0);
