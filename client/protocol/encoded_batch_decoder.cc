@@ -37,6 +37,8 @@ class EncodedBatchDecoder::Impl {
       : options_(options),
         memory_(ClientDecodeMemoryOptions(options.max_decode_memory_bytes,
                                           "the client's decode memory limit")) {
+    // Freed decode buffers must leave the process for memory_ to bound it as a whole.
+    PinMallocMmapThreshold();
     const int n = options.threads > 0 ? options.threads : DefaultThreads();
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Work(); });
   }

@@ -44,9 +44,7 @@ void PinMallocMmapThreshold() {
 #endif
 }
 
-MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {
-  PinMallocMmapThreshold();
-}
+MemoryBudget::MemoryBudget(Options options) : options_(std::move(options)) {}
 
 absl::Status MemoryBudget::Acquire(int64_t bytes) {
   bytes = std::max<int64_t>(bytes, 0);
