@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TSAN_BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 JOBS=${JOBS:-$(nproc)}
-TESTS=${TSAN_TESTS:-batch_window_test decode_budget_test serve_test stream_lifecycle_test governance_test server_process_test rank_stream_test}
+TESTS=${TSAN_TESTS:-batch_window_test memory_budget_test decode_budget_test serve_test stream_lifecycle_test governance_test server_process_test rank_stream_test}
 if ! command -v clang++-14 >/dev/null || ! ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.tsan-x86_64.a >/dev/null 2>&1; then
   echo "tsan.sh: needs clang-14 and libclang-rt-14-dev (tools/setup-deps.sh installs them)" >&2
   exit 1

@@ -35,7 +35,10 @@ class EncodedBatchDecoder::Impl {
  public:
   explicit Impl(const EncodedBatchDecoderOptions& options)
       : options_(options),
-        memory_(options.max_decode_memory_bytes, "the client's decode memory limit") {
+        memory_(ClientDecodeMemoryOptions(options.max_decode_memory_bytes,
+                                          "the client's decode memory limit")) {
+    // Freed decode buffers must leave the process for memory_ to bound it as a whole.
+    PinMallocMmapThreshold();
     const int n = options.threads > 0 ? options.threads : DefaultThreads();
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Work(); });
   }
@@ -133,7 +136,7 @@ class EncodedBatchDecoder::Impl {
   }
 
   const EncodedBatchDecoderOptions options_;
-  ClientDecodeMemory memory_;
+  MemoryBudget memory_;   // max_decode_memory
   absl::Mutex batch_mu_;  // one Decode at a time
   mutable absl::Mutex mu_;
   Job* job_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/image/image_types.h"
+#include "common/memory/memory_budget.h"
 #include "common/plan/job_config.h"
 
 namespace shardcast {
@@ -46,23 +47,19 @@ bool IsUnsupportedImageFormat(const absl::Status& status);
 absl::Status ApplyTransform(const RgbImage& image, const TransformSpec& spec, uint64_t augment_seed,
                             uint8_t* out_chw);
 
-// Server-wide admission of decode memory (the server's DecodeBudget implements it).
-// DecodeAndTransform asks for the bytes an image's decode buffers need, computed from
-// the header alone, before it allocates any of them, and gives them back when done.
-class DecodeAdmission {
- public:
-  virtual ~DecodeAdmission() = default;
-  // OK: `bytes` are held until Release(bytes). An error fails the decode with it,
-  // before anything is allocated. May block until the bytes are free.
-  virtual absl::Status Acquire(int64_t bytes) = 0;
-  virtual void Release(int64_t bytes) = 0;
-};
+// Admission of decode memory (a MemoryBudget: the server's --max-decode-memory, a
+// client's max_decode_memory). DecodeAndTransform asks for the bytes an image's decode
+// buffers need, computed from the header alone, before it allocates any of them, and
+// gives them back when done, after the buffers are freed. An error of Acquire fails the
+// decode with it, before anything is allocated.
+using DecodeAdmission = MemoryAdmission;
 
 // Decode + transform in one call, choosing the DCT scale from the transform
 // (1/2, 1/4, 1/8 only, and only while the resized image / crop region keeps at
-// least the target size). Each calling thread keeps its decode buffer between
-// calls (released after an image over 64 MiB), so a decode pool of N threads
-// holds N buffers of its largest recent image.
+// least the target size). The decode buffer is freed before the call returns, so
+// a thread holds one only while it decodes (and within `admission`'s bytes); between
+// calls it keeps only its resampling taps and row buffers, sized by the crop and
+// one row of the region read (tens of KB for a photo).
 // kRandom crop parameters are drawn on the ORIGINAL image dimensions, so the DCT
 // scale changes only the resampling source, never which region is taken.
 // With `admission`, DecodeBufferBytes(...) are acquired from it before decoding (its

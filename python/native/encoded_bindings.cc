@@ -127,8 +127,10 @@ void BindEncodedImageFunctions(py::module_& m) {
         py::bytes out = OutputBytes(crop);
         // One call's bound (nothing is shared between calls): an image whose buffers
         // alone exceed it is refused, as the server substitutes one over its limit.
-        std::optional<ClientDecodeMemory> limit;
-        if (max_decode_memory > 0) limit.emplace(max_decode_memory, "max_decode_memory");
+        std::optional<MemoryBudget> limit;
+        if (max_decode_memory > 0) {
+          limit.emplace(ClientDecodeMemoryOptions(max_decode_memory, "max_decode_memory"));
+        }
         absl::Status status;
         {
           py::gil_scoped_release release;

@@ -17,12 +17,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/image/image_transform.h"
+#include "common/memory/memory_budget.h"
 #include "common/plan/epoch_plan.h"
 #include "common/plan/field_spec.h"
 #include "common/util/clock.h"
 #include "common/util/retry_policy.h"
 #include "server/assembly/batch_memory.h"
-#include "server/assembly/decode_budget.h"
 #include "server/assembly/decode_pool.h"
 #include "server/assembly/served_dataset.h"
 #include "server/base/server_stats.h"
@@ -97,7 +97,7 @@ inline constexpr size_t kMaxKeptBatchBufferBytes = size_t{64} << 20;
 
 // What the serve path refuses to decode, and the budget decodes share.
 struct DecodeLimits {
-  DecodeBudget* budget = nullptr;  // not owned; null = no server-wide budget
+  MemoryBudget* budget = nullptr;  // not owned; null = no server-wide budget
   int64_t max_member_bytes = 0;    // image members larger than this are not read; 0 = no limit
   // How long a read that fails with an error of the host (HostIoError) is retried.
   absl::Duration host_error_retry = absl::Seconds(20);

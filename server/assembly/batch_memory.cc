@@ -2,6 +2,7 @@
 #include "server/assembly/batch_memory.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -10,30 +11,18 @@
 
 namespace shardcast::server {
 
-bool BatchMemoryBudget::TryReserve(int64_t bytes, int64_t headroom) {
-  absl::MutexLock lock(&mu_);
-  if (reserved_ + bytes + headroom > limit_) return false;
-  reserved_ += bytes;
-  peak_ = std::max(peak_, reserved_);
-  return true;
-}
-
-void BatchMemoryBudget::Release(int64_t bytes) {
-  {
-    absl::MutexLock lock(&mu_);
-    reserved_ -= bytes;
-  }
-  if (on_release_) on_release_();
-}
-
-int64_t BatchMemoryBudget::reserved() const {
-  absl::MutexLock lock(&mu_);
-  return reserved_;
-}
-
-int64_t BatchMemoryBudget::peak_reserved() const {
-  absl::MutexLock lock(&mu_);
-  return peak_;
+MemoryBudget::Options BatchMemoryOptions(int64_t limit_bytes, std::function<void()> on_release) {
+  MemoryBudget::Options options;
+  options.limit = limit_bytes;
+  options.refusal = [limit_bytes](int64_t bytes) {
+    return absl::StrCat("batch memory: one batch of this job takes ", FormatFlagSize(bytes),
+                        ", more than the server's whole --max-batch-memory ",
+                        FormatFlagSize(limit_bytes),
+                        "; lower the batch size or crop, ask for fewer or smaller fields, or "
+                        "raise --max-batch-memory");
+  };
+  options.on_release = std::move(on_release);
+  return options;
 }
 
 BatchGrant& BatchGrant::operator=(BatchGrant&& other) noexcept {
@@ -41,62 +30,60 @@ BatchGrant& BatchGrant::operator=(BatchGrant&& other) noexcept {
     BatchGrant old(std::move(*this));  // released at the end of this scope
     owner_ = std::move(other.owner_);
     guaranteed_ = other.guaranteed_;
-    bytes_ = other.bytes_;
+    extra_ = std::move(other.extra_);
   }
   return *this;
 }
 
 BatchGrant::~BatchGrant() {
-  if (owner_ != nullptr) owner_->Release(guaranteed_, bytes_);
+  // An extra batch's bytes go back with extra_.
+  if (owner_ != nullptr && guaranteed_) owner_->ReleaseGuaranteed();
 }
 
-absl::StatusOr<std::shared_ptr<StreamMemory>> StreamMemory::Create(BatchMemoryBudget* budget,
+absl::StatusOr<std::shared_ptr<StreamMemory>> StreamMemory::Create(MemoryBudget* budget,
                                                                    int64_t batch_bytes) {
-  if (!budget->TryReserve(batch_bytes)) {
+  std::optional<MemoryGrant> guaranteed = budget->TryGrant(batch_bytes);
+  if (!guaranteed.has_value()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "batch memory: this stream needs ", FormatFlagSize(batch_bytes), " for one batch and ",
-        FormatFlagSize(std::max<int64_t>(0, budget->limit() - budget->reserved())), " of the ",
+        FormatFlagSize(std::max<int64_t>(0, budget->limit() - budget->in_use())), " of the ",
         FormatFlagSize(budget->limit()),
         " budget is free (other streams hold the rest); retry later, raise the server's "
         "--max-batch-memory, lower the batch size or crop, or run fewer concurrent streams"));
   }
-  return std::shared_ptr<StreamMemory>(new StreamMemory(budget, batch_bytes));
-}
-
-StreamMemory::~StreamMemory() {
-  absl::MutexLock lock(&mu_);
-  if (!guaranteed_returned_) budget_->Release(batch_bytes_);
+  return std::shared_ptr<StreamMemory>(
+      new StreamMemory(budget, batch_bytes, *std::move(guaranteed)));
 }
 
 void StreamMemory::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
   on_freed_ = nullptr;
-  if (!guaranteed_in_use_ && !guaranteed_returned_) {
-    guaranteed_returned_ = true;
-    budget_->Release(batch_bytes_);
-  }
+  if (!guaranteed_in_use_) guaranteed_.Reset();
 }
 
 bool StreamMemory::TryAcquire(int64_t bytes, BatchGrant* grant) {
+  std::optional<MemoryGrant> extra;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return false;
     if (!guaranteed_in_use_) {
       guaranteed_in_use_ = true;
       wake_on_release_ = false;
-      *grant = BatchGrant(shared_from_this(), /*guaranteed=*/true, 0);
-      return true;
+    } else {
+      // Headroom of one batch: an extra batch never takes the room a new stream's
+      // guaranteed batch (of this stream's size) would need.
+      extra = budget_->TryGrant(bytes, /*headroom=*/batch_bytes_);
+      if (!extra.has_value()) {
+        wake_on_release_ = true;
+        return false;
+      }
+      wake_on_release_ = false;
     }
-    // Headroom of one batch: an extra batch never takes the room a new stream's
-    // guaranteed batch (of this stream's size) would need.
-    if (!budget_->TryReserve(bytes, /*headroom=*/batch_bytes_)) {
-      wake_on_release_ = true;
-      return false;
-    }
-    wake_on_release_ = false;
   }
-  *grant = BatchGrant(shared_from_this(), /*guaranteed=*/false, bytes);
+  *grant = extra.has_value()
+               ? BatchGrant(shared_from_this(), /*guaranteed=*/false, *std::move(extra))
+               : BatchGrant(shared_from_this(), /*guaranteed=*/true, MemoryGrant());
   return true;
 }
 
@@ -105,19 +92,12 @@ void StreamMemory::SetOnFreed(std::function<void()> on_freed) {
   on_freed_ = std::move(on_freed);
 }
 
-void StreamMemory::Release(bool guaranteed, int64_t bytes) {
-  if (!guaranteed) {
-    budget_->Release(bytes);
-    return;
-  }
+void StreamMemory::ReleaseGuaranteed() {
   std::function<void()> wake;
   {
     absl::MutexLock lock(&mu_);
     guaranteed_in_use_ = false;
-    if (closed_ && !guaranteed_returned_) {
-      guaranteed_returned_ = true;
-      budget_->Release(batch_bytes_);
-    }
+    if (closed_) guaranteed_.Reset();
     if (wake_on_release_) wake = on_freed_;
     wake_on_release_ = false;
   }

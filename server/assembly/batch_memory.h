@@ -21,34 +21,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/memory/memory_budget.h"
 
 namespace shardcast::server {
 
-// Thread-safe counter of reserved bytes under a fixed limit.
-class BatchMemoryBudget {
- public:
-  // `on_release`, when set, runs after every Release with no lock of the budget held
-  // (the admission queue waits on it); it may run under a StreamMemory's lock.
-  explicit BatchMemoryBudget(int64_t limit_bytes, std::function<void()> on_release = nullptr)
-      : limit_(limit_bytes), on_release_(std::move(on_release)) {}
-  BatchMemoryBudget(const BatchMemoryBudget&) = delete;
-  BatchMemoryBudget& operator=(const BatchMemoryBudget&) = delete;
-
-  // Reserves `bytes` when reserved() + bytes + headroom <= limit(); false otherwise.
-  bool TryReserve(int64_t bytes, int64_t headroom = 0) ABSL_LOCKS_EXCLUDED(mu_);
-  void Release(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-
-  int64_t limit() const { return limit_; }
-  int64_t reserved() const ABSL_LOCKS_EXCLUDED(mu_);
-  int64_t peak_reserved() const ABSL_LOCKS_EXCLUDED(mu_);
-
- private:
-  const int64_t limit_;
-  const std::function<void()> on_release_;
-  mutable absl::Mutex mu_;
-  int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
-};
+// The budget of `limit_bytes` (> 0) for batch buffers: a MemoryBudget whose refusal of
+// a stream whose one batch alone is over it names --max-batch-memory, and whose
+// `on_release` (see MemoryBudget::Options) runs after every release.
+MemoryBudget::Options BatchMemoryOptions(int64_t limit_bytes, std::function<void()> on_release);
 
 class StreamMemory;
 
@@ -57,17 +37,19 @@ class StreamMemory;
 class BatchGrant {
  public:
   BatchGrant() = default;
-  // `bytes`: what an extra grant reserved (the guaranteed one's are the stream's).
-  BatchGrant(std::shared_ptr<StreamMemory> owner, bool guaranteed, int64_t bytes)
-      : owner_(std::move(owner)), guaranteed_(guaranteed), bytes_(bytes) {}
   BatchGrant(BatchGrant&& other) noexcept = default;
   BatchGrant& operator=(BatchGrant&& other) noexcept;
   ~BatchGrant();
 
  private:
+  friend class StreamMemory;
+  // `extra`: what an extra batch reserved (the guaranteed one's are the stream's).
+  BatchGrant(std::shared_ptr<StreamMemory> owner, bool guaranteed, MemoryGrant extra)
+      : owner_(std::move(owner)), guaranteed_(guaranteed), extra_(std::move(extra)) {}
+
   std::shared_ptr<StreamMemory> owner_;
   bool guaranteed_ = false;
-  int64_t bytes_ = 0;
+  MemoryGrant extra_;  // an extra batch's own bytes; empty for the guaranteed one
 };
 
 // One stream's share: its guaranteed batch, reserved for the stream's life, and
@@ -76,10 +58,9 @@ class BatchGrant {
 class StreamMemory : public std::enable_shared_from_this<StreamMemory> {
  public:
   // RESOURCE_EXHAUSTED when the budget cannot hold even one batch of `batch_bytes`
-  // more; the message says what to change.
-  static absl::StatusOr<std::shared_ptr<StreamMemory>> Create(BatchMemoryBudget* budget,
+  // more; the message says what to change. REQUIRES: `budget` outlives the result.
+  static absl::StatusOr<std::shared_ptr<StreamMemory>> Create(MemoryBudget* budget,
                                                               int64_t batch_bytes);
-  ~StreamMemory();  // gives the guaranteed batch back
 
   // A reservation for one more batch of `bytes` (at most batch_bytes()): the
   // guaranteed one when no live batch holds it, else an extra one of `bytes` when the
@@ -100,18 +81,20 @@ class StreamMemory : public std::enable_shared_from_this<StreamMemory> {
 
  private:
   friend class BatchGrant;
-  StreamMemory(BatchMemoryBudget* budget, int64_t batch_bytes)
-      : budget_(budget), batch_bytes_(batch_bytes) {}
-  // `bytes`: an extra grant's.
-  void Release(bool guaranteed, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  StreamMemory(MemoryBudget* budget, int64_t batch_bytes, MemoryGrant guaranteed)
+      : budget_(budget), batch_bytes_(batch_bytes), guaranteed_(std::move(guaranteed)) {}
+  // The guaranteed batch's grant died.
+  void ReleaseGuaranteed() ABSL_LOCKS_EXCLUDED(mu_);
 
-  BatchMemoryBudget* const budget_;
+  MemoryBudget* const budget_;
   const int64_t batch_bytes_;
   mutable absl::Mutex mu_;
-  bool guaranteed_in_use_ ABSL_GUARDED_BY(mu_) = false;
-  bool wake_on_release_ ABSL_GUARDED_BY(mu_) = false;  // a TryAcquire failed since
+  // The guaranteed batch's bytes of the budget, reserved for the stream's life; empty
+  // once given back (closed, and no batch holds it). Its destruction gives them back.
+  MemoryGrant guaranteed_ ABSL_GUARDED_BY(mu_);
+  bool guaranteed_in_use_ ABSL_GUARDED_BY(mu_) = false;  // a live batch holds it
+  bool wake_on_release_ ABSL_GUARDED_BY(mu_) = false;    // a TryAcquire failed since
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool guaranteed_returned_ ABSL_GUARDED_BY(mu_) = false;  // given back to the budget
   std::function<void()> on_freed_ ABSL_GUARDED_BY(mu_);
 };
 

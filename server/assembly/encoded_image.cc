@@ -16,7 +16,7 @@ namespace {
 // The cut of a random crop's JPEG to what the crop reads, if one can be made and is
 // smaller; nullopt otherwise (the stored bytes are sent).
 std::optional<LosslessCut> SmallerCut(const std::string& member, const EncodedPlan& plan,
-                                      const TransformSpec& spec, DecodeBudget* budget) {
+                                      const TransformSpec& spec, MemoryBudget* budget) {
   if (plan.crop.mode != TransformMode::kRandom || plan.info.format != ImageFormat::kJpeg) {
     return std::nullopt;
   }
@@ -25,10 +25,15 @@ std::optional<LosslessCut> SmallerCut(const std::string& member, const EncodedPl
   // Held, not only checked: the cut really allocates the image's coefficients. An image
   // the budget cannot hold at all is sent whole (CheckFits, not counted as a refusal).
   const int64_t bytes = LosslessCutBytes(plan.info);
-  if (budget != nullptr && bytes > budget->limit()) return std::nullopt;
-  if (budget != nullptr && !budget->Acquire(bytes).ok()) return std::nullopt;
+  MemoryGrant held;
+  if (budget != nullptr) {
+    if (bytes > budget->limit()) return std::nullopt;
+    absl::StatusOr<MemoryGrant> grant = budget->Grant(bytes);
+    if (!grant.ok()) return std::nullopt;
+    held = *std::move(grant);
+  }
   absl::StatusOr<LosslessCut> cut = CutJpegLosslessly(member, plan.info, *needed);
-  if (budget != nullptr) budget->Release(bytes);
+  held.Reset();  // the cut's buffers are freed
   if (!cut.ok() || cut->bytes.size() >= member.size()) return std::nullopt;
   return *std::move(cut);
 }
@@ -36,7 +41,7 @@ std::optional<LosslessCut> SmallerCut(const std::string& member, const EncodedPl
 // The bytes the client decodes, the member as stored or its cut, and the crop (counted
 // from the cut if there is one).
 void SetImage(std::string member, const EncodedPlan& plan, const TransformSpec& spec,
-              DecodeBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out) {
+              MemoryBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out) {
   std::optional<LosslessCut> cut;
   if (lossless_cut) cut = SmallerCut(member, plan, spec, budget);
   SetWireCrop(plan.crop, cut.has_value() ? &cut->window : nullptr, out);
@@ -46,7 +51,7 @@ void SetImage(std::string member, const EncodedPlan& plan, const TransformSpec& 
 }  // namespace
 
 absl::Status EncodeImage(std::string member, const TransformSpec& spec, uint64_t augment_seed,
-                         DecodeBudget* budget, bool lossless_cut,
+                         MemoryBudget* budget, bool lossless_cut,
                          shardcast::v1::EncodedImage* out) {
   absl::StatusOr<EncodedPlan> plan = PlanEncodedSample(member, spec, augment_seed);
   if (!plan.ok()) return plan.status();

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/memory/memory_budget.h"
 #include "common/plan/job_config.h"
-#include "server/assembly/decode_budget.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
@@ -31,7 +31,7 @@ namespace shardcast::server {
 // cut refuses, or that the budget cannot hold, is sent as stored: the cut only saves
 // bytes, it never decides a sample.
 absl::Status EncodeImage(std::string member, const TransformSpec& spec, uint64_t augment_seed,
-                         DecodeBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out);
+                         MemoryBudget* budget, bool lossless_cut, shardcast::v1::EncodedImage* out);
 
 }  // namespace shardcast::server
 

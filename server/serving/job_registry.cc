@@ -89,7 +89,7 @@ ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_byt
   if (max_member_bytes > 0 && largest_image > static_cast<uint64_t>(max_member_bytes)) {
     serve.max_member_bytes = max_member_bytes;
   }
-  // DecodeBudget refuses bytes above its limit.
+  // The decode budget refuses bytes above its limit.
   if (max_decode_bytes > 0 && max_decode_bytes < DecodeNeedBound()) {
     serve.max_decode_bytes = max_decode_bytes;
   }

@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/flags/flags.h"
 #include "proto/job_config_proto.h"
+#include "server/assembly/decode_budget.h"
 #include "server/base/log.h"
 #include "server/base/memory_limit.h"
 #include "server/serving/status_reply.h"
@@ -41,7 +42,7 @@ std::string FieldsDescription(const v1::RegisterResponse& response) {
 ServiceCore::ServiceCore(const ServerOptions& options)
     : options_(options),
       stats_(options.clock->Now()),
-      decode_budget_(DecodeMemoryLimit(options)),
+      decode_budget_(DecodeBudgetOptions(DecodeMemoryLimit(options))),
       pool_(std::make_unique<DecodePool>(options.decode_threads)),
       options_error_(DatasetsToServe(options).status()),
       remote_storage_(options.remote),

@@ -12,8 +12,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/memory/memory_budget.h"
 #include "server/assembly/batch_assembler.h"
-#include "server/assembly/decode_budget.h"
 #include "server/assembly/decode_pool.h"
 #include "server/assembly/remote_storage.h"
 #include "server/assembly/served_dataset.h"
@@ -88,7 +88,7 @@ class ServiceCore {
   static constexpr int kMaxListedRanks = server::kMaxListedRanks;
 
   StreamManager& streams() { return *streams_; }
-  const DecodeBudget& decode_budget() const { return decode_budget_; }
+  const MemoryBudget& decode_budget() const { return decode_budget_; }
   ServerStats& stats() { return stats_; }
   DecodePool& pool() { return *pool_; }
   const DatasetRegistry& datasets() const { return datasets_; }
@@ -110,7 +110,7 @@ class ServiceCore {
   const ServerOptions options_;
   ServerStats stats_;
   // --max-decode-memory; outlives the pool (declared before it), whose tasks use it.
-  DecodeBudget decode_budget_;
+  MemoryBudget decode_budget_;
   // Stopped first by the destructor: its tasks use the dataset and the stats.
   std::unique_ptr<DecodePool> pool_;
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "server/assembly/decode_budget.h"
+#include "common/memory/memory_budget.h"
 #include "server/assembly/decode_pool.h"
 #include "server/assembly/remote_storage.h"
 #include "server/base/server_options.h"
@@ -35,7 +35,7 @@ struct StatusSources {
   const ServerOptions* options = nullptr;
   const ServerStats* stats = nullptr;
   const DecodePool* pool = nullptr;
-  const DecodeBudget* decode_budget = nullptr;
+  const MemoryBudget* decode_budget = nullptr;
   const DatasetRegistry* datasets = nullptr;
   const JobRegistry* jobs = nullptr;
   const StreamManager* streams = nullptr;

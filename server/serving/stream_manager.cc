@@ -8,7 +8,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/flags/flags.h"
 #include "server/base/log.h"
 #include "server/base/memory_limit.h"
 #include "server/serving/resend_window.h"
@@ -126,7 +125,7 @@ StreamManager::StreamManager(const ServerOptions& options, ServerStats* stats, J
       jobs_(jobs),
       clock_(clock),
       on_monitor_tick_(std::move(on_monitor_tick)),
-      budget_(BatchMemoryLimit(options), [this] { MemoryReleased(); }) {
+      budget_(BatchMemoryOptions(BatchMemoryLimit(options), [this] { MemoryReleased(); })) {
   admitter_ = std::thread([this] { AdmissionLoop(); });
   if (options_.stream_idle_timeout > absl::ZeroDuration() ||
       options_.stall_warn > absl::ZeroDuration()) {
@@ -170,13 +169,9 @@ std::shared_ptr<StreamManager::Pending> StreamManager::Open(StreamPlan plan,
   }
   // The stream's guaranteed batch: its pixels and its samples' requested members.
   const int64_t batch_bytes = plan.job->batch_memory_bytes();
-  if (batch_bytes > budget_.limit()) {
+  if (absl::Status fits = budget_.CheckFits(batch_bytes); !fits.ok()) {
     stats_->streams_refused_memory.fetch_add(1);
-    done(absl::ResourceExhaustedError(absl::StrCat(
-        "batch memory: one batch of this job takes ", FormatFlagSize(batch_bytes),
-        ", more than the server's whole --max-batch-memory ", FormatFlagSize(budget_.limit()),
-        "; lower the batch size or crop, ask for fewer or smaller fields, or raise "
-        "--max-batch-memory")));
+    done(std::move(fits));
     return nullptr;
   }
   absl::StatusOr<std::shared_ptr<StreamMemory>> memory = AdmitNow(batch_bytes);
@@ -410,8 +405,8 @@ void StreamManager::FillStatus(v1::GetStatusResponse* response) const {
   response->set_streams_waiting_for_memory(static_cast<int32_t>(waiting_streams()));
   response->set_admission_wait_seconds(absl::ToDoubleSeconds(options_.admission_wait));
   response->set_batch_memory_limit_bytes(budget_.limit());
-  response->set_batch_memory_reserved_bytes(budget_.reserved());
-  response->set_batch_memory_peak_reserved_bytes(budget_.peak_reserved());
+  response->set_batch_memory_reserved_bytes(budget_.in_use());
+  response->set_batch_memory_peak_reserved_bytes(budget_.peak_in_use());
   response->set_streams_refused_memory(stats_->streams_refused_memory.load());
   response->set_streams_replaced(stats_->streams_replaced.load());
   response->set_streams_reclaimed_idle(stats_->streams_reclaimed_idle.load());

@@ -162,7 +162,7 @@ class StreamManager {
 
   int64_t open_streams() const { return table_.size(); }
   int64_t waiting_streams() const ABSL_LOCKS_EXCLUDED(admission_mu_);
-  BatchMemoryBudget& budget() { return budget_; }
+  MemoryBudget& budget() { return budget_; }
   // The open streams (for the status reply and the jobs' expiry).
   const StreamTable& table() const { return table_; }
 
@@ -204,7 +204,7 @@ class StreamManager {
   bool stopping_ ABSL_GUARDED_BY(admission_mu_) = false;
 
   // --max-batch-memory. After the admission state: its release hook uses it.
-  BatchMemoryBudget budget_;
+  MemoryBudget budget_;
 
   std::thread admitter_;
 

@@ -1,6 +1,7 @@
-// The server-wide decode budget on its own: an image alone over the limit is refused
-// at once, a decode that does not fit waits for bytes to come back, admission is first
-// come first served, and the peak never passes the limit.
+// The server-wide decode budget on its own (a MemoryBudget named for
+// --max-decode-memory): an image alone over the limit is refused at once, a decode that
+// does not fit waits for bytes to come back, admission is first come first served, and
+// the peak never passes the limit.
 #include "server/assembly/decode_budget.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +19,7 @@ void SpinUntil(Predicate done) {
 }
 
 TEST(DecodeBudgetTest, AnImageAloneOverTheLimitIsRefusedAtOnce) {
-  DecodeBudget budget(100);
+  MemoryBudget budget(DecodeBudgetOptions(100));
   const absl::Status status = budget.Acquire(101);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(status.message().find("--max-decode-memory"), absl::string_view::npos) << status;
@@ -30,7 +31,7 @@ TEST(DecodeBudgetTest, AnImageAloneOverTheLimitIsRefusedAtOnce) {
 }
 
 TEST(DecodeBudgetTest, CheckFitsRefusesAsAcquireDoesAndHoldsNothing) {
-  DecodeBudget budget(100);
+  MemoryBudget budget(DecodeBudgetOptions(100));
   ASSERT_TRUE(budget.Acquire(90).ok());
   EXPECT_TRUE(budget.CheckFits(100).ok());  // alone it fits, whatever is in use
   const absl::Status status = budget.CheckFits(101);
@@ -41,7 +42,7 @@ TEST(DecodeBudgetTest, CheckFitsRefusesAsAcquireDoesAndHoldsNothing) {
 }
 
 TEST(DecodeBudgetTest, WaitsForBytesAndAdmitsInArrivalOrder) {
-  DecodeBudget budget(100);
+  MemoryBudget budget(DecodeBudgetOptions(100));
   ASSERT_TRUE(budget.Acquire(80).ok());
   std::vector<int> order;
   absl::Mutex order_mu;
@@ -81,7 +82,7 @@ TEST(DecodeBudgetTest, WaitsForBytesAndAdmitsInArrivalOrder) {
 }
 
 TEST(DecodeBudgetTest, ManyThreadsNeverHoldMoreThanTheLimit) {
-  DecodeBudget budget(100);
+  MemoryBudget budget(DecodeBudgetOptions(100));
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&budget, t] {
