@@ -426,6 +426,21 @@ std::string RedactUrlsIn(absl::string_view text) {
 
 namespace {
 
+// file:///path: the path after "file://" must be absolute (no host: file://host/...
+// would name another machine's disk).
+absl::StatusOr<DatasetUrl> ParseFile(absl::string_view text, size_t sep) {
+  const absl::string_view path = text.substr(sep + 3);
+  if (path.empty() || path[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\": a file:// URL names an absolute path: file:///dir"));
+  }
+  DatasetUrl out;
+  out.kind = DatasetUrl::Kind::kFile;
+  out.text = std::string(text);
+  out.dir = std::string(path);
+  return out;
+}
+
 absl::StatusOr<DatasetUrl> ParseUnredacted(absl::string_view text) {
   if (text.empty()) return absl::InvalidArgumentError("empty dataset location");
   const size_t sep = text.find("://");
@@ -445,6 +460,7 @@ absl::StatusOr<DatasetUrl> ParseUnredacted(absl::string_view text) {
     url->credentials = std::move(split.credentials);
     return url;
   }
+  if (scheme == "file") return ParseFile(text, sep);
   if (scheme == "gs") {
     return absl::InvalidArgumentError(absl::StrCat(
         "\"", text,
@@ -454,7 +470,7 @@ absl::StatusOr<DatasetUrl> ParseUnredacted(absl::string_view text) {
   return absl::InvalidArgumentError(
       absl::StrCat("\"", text, "\": unknown scheme \"", text.substr(0, sep),
                    "://\" (a dataset is a local directory, s3://bucket/prefix/ or "
-                   "http(s):// URLs)"));
+                   "http(s):// URLs, or file:///path)"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Where a dataset's shards live, from the text of --shards / --dataset NAME=...: a
-// local directory, an S3 prefix (s3://bucket/prefix/) or HTTP(S) URLs written with the
-// brace notation webdataset users know (https://host/d/shard-{000000..000127}.tar).
+// local directory, an S3 prefix (s3://bucket/prefix/), HTTP(S) URLs written with the
+// brace notation webdataset users know (https://host/d/shard-{000000..000127}.tar), or
+// a local directory read as an object store (file:///path/to/dir).
 #ifndef SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 #define SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 
@@ -22,12 +23,13 @@ struct UrlCredentials {
 };
 
 struct DatasetUrl {
-  enum class Kind { kLocal, kS3, kHttp };
+  enum class Kind { kLocal, kS3, kHttp, kFile };
   Kind kind = Kind::kLocal;
   // As given, with its secrets redacted (RedactedUrl): what logs and errors show.
   std::string text;
 
-  // kLocal: the directory, as given.
+  // kLocal: the directory, as given. kFile: the absolute path of file:///path (the
+  // URL's path verbatim: no percent-decoding).
   std::string dir;
 
   // kS3: "s3://bucket/prefix/" -> bucket "bucket", prefix "prefix/". The prefix is
@@ -54,7 +56,8 @@ struct DatasetUrl {
 // braces, a range whose bounds are not numbers or run backwards, more than
 // kMaxExpandedUrls URLs, an HTTP URL that ends in '/' (a directory cannot be listed
 // over plain HTTP: name the shards with braces), URLs that do not share a base, or
-// an s3:// URL with userinfo (S3 credentials come from the environment or a profile).
+// an s3:// URL with userinfo (S3 credentials come from the environment or a profile),
+// a file:// URL with a host or without a path (file:///path is the form).
 // No message holds a password or a secret query value (RedactUrlsIn).
 absl::StatusOr<DatasetUrl> ParseDatasetUrl(absl::string_view text);
 

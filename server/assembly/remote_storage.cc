@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/remote/object_store.h"
-#include "common/remote/remote_index.h"
+#include "common/remote/store_table.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {
@@ -36,13 +36,6 @@ absl::Status RemoteStorage::StartLocked() {
 absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
                                                                    const IndexOptions& options,
                                                                    size_t gzip_index_memory_bytes) {
-  remote::S3Settings s3;
-  if (url.kind == remote::DatasetUrl::Kind::kS3) {
-    absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
-    if (!resolved.ok()) return resolved.status();
-    s3 = *std::move(resolved);
-    LogInfo("s3", absl::StrCat(url.text, ": ", s3.described_source));
-  }
   remote::HttpFetcher* fetcher = nullptr;
   remote::DiskCache* cache = nullptr;
   {
@@ -51,20 +44,20 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
     fetcher = fetcher_.get();
     cache = cache_.get();
   }
-  // The password of http://user:password@host/... goes to the fetcher alone: the URLs
-  // the store, the index and every message use were parsed without it.
-  if (url.credentials.has_value()) fetcher->AddCredentials(url.base, *url.credentials);
-  absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
-      remote::OpenObjectStore(url, s3, fetcher);
-  if (!store.ok()) return store.status();
-  absl::StatusOr<DatasetIndex> index = remote::BuildRemoteDatasetIndex(**store, options);
-  if (!index.ok()) return index.status();
-  if (index->loaded_from_index_file) {
-    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index->root, kIndexFileName));
+  absl::StatusOr<remote::RemoteDataset> opened =
+      remote::OpenRemoteDataset(url, options_.stores, fetcher, options,
+                                [&url](const std::string& kind, const std::string& source) {
+                                  LogInfo(kind, absl::StrCat(url.text, ": ", source));
+                                });
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<remote::ObjectStore> store = std::move(opened->store);
+  DatasetIndex index = std::move(opened->index);
+  if (index.loaded_from_index_file) {
+    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index.root, kIndexFileName));
   }
   remote::RemoteReader* reader = nullptr;
   auto dataset =
-      std::make_unique<ServedDataset>(*std::move(index), [&](const DatasetIndex& served_index) {
+      std::make_unique<ServedDataset>(std::move(index), [&](const DatasetIndex& served_index) {
         // One read-ahead thread per connection: each holds one request in flight, so
         // fewer threads would leave connections idle (8 capped a 50 ms store at 8
         // requests per round trip, docs/BENCHMARKS.md).
@@ -72,7 +65,7 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
         read.read_ahead_threads = options_.fetch.max_connections;
         read.max_gzip_index_bytes = gzip_index_memory_bytes;
         auto made =
-            std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache, read);
+            std::make_unique<remote::RemoteReader>(served_index, std::move(store), cache, read);
         reader = made.get();
         return made;
       });

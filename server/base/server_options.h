@@ -11,7 +11,7 @@
 #include "common/plan/job_config.h"
 #include "common/remote/http_fetcher.h"
 #include "common/remote/remote_reader.h"
-#include "common/remote/s3_settings.h"
+#include "common/remote/store_kind.h"
 #include "common/shards/dataset_index.h"
 #include "server/base/clock.h"
 
@@ -23,9 +23,9 @@ struct DatasetSpec {
   std::string dir;  // directory holding its .tar/.tar.gz shards, or an s3:// / http(s):// URL
 };
 
-// Shards in object storage (s3://, http(s):// datasets; docs/server.md).
+// Shards in object storage (s3://, http(s)://, file:// datasets; docs/server.md).
 struct RemoteStorageOptions {
-  remote::S3Flags s3;              // --s3-endpoint, --s3-region, --s3-profile, --s3-path-style
+  remote::StoreFlags stores;       // each store kind's flags: --s3-endpoint, ... (store_table.h)
   remote::FetchOptions fetch;      // --remote-connections, --remote-timeout, TLS
   remote::RemoteReadOptions read;  // --remote-read-ahead-memory
   std::string cache_dir;           // --cache-dir; empty = no disk cache
