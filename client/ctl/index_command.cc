@@ -95,7 +95,7 @@ int RunIndex(const std::vector<std::string>& args) {
   absl::StatusOr<DatasetIndex> index = IndexOf(*flags);
   if (!index.ok()) {
     std::fprintf(stderr, "shardcast-ctl index: %s\n",
-                 remote::RedactUrlsIn(index.status().ToString()).c_str());
+                 RedactUrlsIn(index.status().ToString()).c_str());
     return 1;
   }
   const std::string data = SerializeIndexFile(*index, flags->options);
@@ -107,7 +107,7 @@ int RunIndex(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("%s: %zu shards, %lld samples, fingerprint %s -> %s (%zu bytes)\n",
-              remote::RedactedUrl(index->root).c_str(), index->shards.size(),
+              RedactedUrl(index->root).c_str(), index->shards.size(),
               static_cast<long long>(index->num_samples), index->fingerprint.c_str(),
               flags->output.c_str(), data.size());
   return 0;

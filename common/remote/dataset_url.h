@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/util/url_redaction.h"  // RedactedUrl, RedactUrlsIn: what parsing promises
 
 namespace shardcast::remote {
 
@@ -58,21 +59,9 @@ struct DatasetUrl {
 // over plain HTTP: name the shards with braces), URLs that do not share a base, or
 // an s3:// URL with userinfo (S3 credentials come from the environment or a profile),
 // a file:// URL with a host or without a path (file:///path is the form).
-// No message holds a password or a secret query value (RedactUrlsIn).
+// No message holds a password or a secret query value (RedactUrlsIn,
+// common/util/url_redaction.h).
 absl::StatusOr<DatasetUrl> ParseDatasetUrl(absl::string_view text);
-
-// `url` as it may be shown (status, errors, logs, metrics, shardcast-ctl): the password
-// of its userinfo ("user:REDACTED@"; a user alone may be a token: "REDACTED@"), and the
-// values of query parameters that carry secrets (presigned URLs' X-Amz-Signature,
-// X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature; sig, key, token,
-// password, and any name holding "token", "secret", "password", "signature",
-// "credential") replaced by "REDACTED". Text without "://" is returned as it is.
-std::string RedactedUrl(absl::string_view url);
-
-// Every URL (scheme://...) inside free text (an error message, a log line) redacted as
-// RedactedUrl does; the rest of the text as it is. The last line of defence for
-// messages made from URLs below the layer that shows them.
-std::string RedactUrlsIn(absl::string_view text);
 
 // Brace expansion alone (exposed for tests and for shardcast-ctl).
 absl::StatusOr<std::vector<std::string>> ExpandBraces(absl::string_view pattern);

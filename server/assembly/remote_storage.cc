@@ -74,37 +74,40 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
   return dataset;
 }
 
-void RemoteStorage::FillStatus(v1::GetStatusResponse* response) const {
+RemoteFigures RemoteStorage::Figures() const {
   absl::MutexLock lock(&mu_);
+  RemoteFigures out;
   if (fetcher_ != nullptr) {
     const remote::FetchCounters& f = fetcher_->counters();
-    response->set_remote_requests(f.requests.load());
-    response->set_remote_bytes(f.bytes.load());
-    response->set_remote_retries(f.retries.load());
-    response->set_remote_failures(f.failures.load());
-    response->set_remote_requests_ok(f.requests_ok.load());
-    response->set_remote_fetch_seconds(static_cast<double>(f.latency_sum_us.load()) / 1e6);
-    response->set_remote_connections_in_use(f.connections_in_use.load());
+    out.fetching = true;
+    out.requests = f.requests.load();
+    out.bytes = f.bytes.load();
+    out.retries = f.retries.load();
+    out.failures = f.failures.load();
+    out.requests_ok = f.requests_ok.load();
+    out.fetch_seconds = static_cast<double>(f.latency_sum_us.load()) / 1e6;
+    out.connections_in_use = f.connections_in_use.load();
   }
   for (const remote::RemoteReader* reader : readers_) {
     const remote::RemoteReadCounters& r = reader->counters();
-    response->set_read_ahead_members(response->read_ahead_members() + r.read_ahead_members.load());
-    response->set_read_ahead_requests(response->read_ahead_requests() +
-                                      r.read_ahead_requests.load());
-    response->set_read_ahead_hits(response->read_ahead_hits() + r.read_ahead_hits.load());
-    response->set_read_ahead_dropped(response->read_ahead_dropped() + r.read_ahead_dropped.load());
-    response->set_remote_direct_reads(response->remote_direct_reads() + r.direct_reads.load());
-    response->set_read_ahead_bytes(response->read_ahead_bytes() + r.read_ahead_bytes.load());
+    out.read_ahead_members += r.read_ahead_members.load();
+    out.read_ahead_requests += r.read_ahead_requests.load();
+    out.read_ahead_hits += r.read_ahead_hits.load();
+    out.read_ahead_dropped += r.read_ahead_dropped.load();
+    out.direct_reads += r.direct_reads.load();
+    out.read_ahead_bytes += r.read_ahead_bytes.load();
   }
   if (cache_ != nullptr) {
     const remote::DiskCacheCounters& c = cache_->counters();
-    response->set_cache_limit_bytes(cache_->max_bytes());
-    response->set_cache_bytes(c.bytes.load());
-    response->set_cache_hits(c.hits.load());
-    response->set_cache_misses(c.misses.load());
-    response->set_cache_evictions(c.evictions.load());
-    response->set_cache_write_errors(c.write_errors.load());
+    out.caching = true;
+    out.cache_limit_bytes = cache_->max_bytes();
+    out.cache_bytes = c.bytes.load();
+    out.cache_hits = c.hits.load();
+    out.cache_misses = c.misses.load();
+    out.cache_evictions = c.evictions.load();
+    out.cache_write_errors = c.write_errors.load();
   }
+  return out;
 }
 
 }  // namespace shardcast::server
