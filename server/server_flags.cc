@@ -14,6 +14,7 @@
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
 #include "common/plan/job_config.h"
+#include "common/remote/store_table.h"
 #include "server/base/memory_limit.h"
 #include "server/net/host_port.h"
 #include "server/serving/dataset_registry.h"
@@ -97,26 +98,7 @@ void AddServingFlags(FlagSet& flags, ServerOptions& o) {
 // Shards in object storage: the store, the requests, read-ahead and the disk cache.
 void AddRemoteFlags(FlagSet& flags, ServerOptions& o) {
   RemoteStorageOptions& r = o.remote;
-  flags.OptionalString(
-      {{"--s3-endpoint"},
-       "URL",
-       "S3-compatible endpoint (MinIO, Ceph, GCS: https://storage.googleapis.com);\n"
-       "default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url,\n"
-       "else AWS's regional endpoint"},
-      &r.s3.endpoint);
-  flags.OptionalString({{"--s3-region"},
-                        "REGION",
-                        "default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else us-east-1"},
-                       &r.s3.region);
-  flags.OptionalString({{"--s3-profile"},
-                        "NAME",
-                        "profile of ~/.aws/credentials and ~/.aws/config (default AWS_PROFILE,\n"
-                        "else default); keys in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY win"},
-                       &r.s3.profile);
-  flags.OptionalBool({{"--s3-path-style"},
-                      "",
-                      "address buckets as ENDPOINT/BUCKET/KEY (default with a custom endpoint)"},
-                     &r.s3.path_style);
+  remote::AddStoreFlags(&flags, &r.stores);
   flags.Int({{"--remote-connections"},
              "N",
              "requests to object storage in flight at once (kept-alive connections)"},

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "server/base/log.h"
-#include "server/base/server_options.h"
 #include "server/net/descriptor_limit.h"
+#include "server/serving/server_options.h"
 
 namespace shardcast::server {
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,9 +15,7 @@
 #include "common/flags/flags.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
-#include "common/remote/object_store.h"
-#include "common/remote/remote_index.h"
-#include "common/remote/s3_settings.h"
+#include "common/remote/store_table.h"
 #include "common/shards/dataset_index.h"
 
 namespace shardcast::ctl {
@@ -26,20 +25,21 @@ constexpr char kUsage[] =
     "usage: shardcast-ctl index DIR|URL [--output FILE] [--label-field F] [--max-classes N]\n"
     "         [--s3-endpoint URL] [--s3-region R] [--s3-profile P] [--s3-path-style]\n"
     "\n"
-    "Indexes the shards in DIR, at s3://bucket/prefix/ or at http(s) URLs in brace notation\n"
-    "(reading each shard once) and writes the dataset index file, shardcast-index.bin by\n"
-    "default. Copy it next to the shards (aws s3 cp shardcast-index.bin s3://bucket/prefix/):\n"
-    "a server then loads the index with one GET. It holds no file dates, but each shard's\n"
-    "content digest (MD5) and, for shards indexed from a store, the ETag they had there: a\n"
-    "server uses a shard's record only when the store's ETag vouches for it (the ETag is\n"
-    "that MD5, as S3's for a single-part upload, or the very ETag recorded), and scans the\n"
-    "others. It ignores the file (and scans) when the shards' names or sizes differ from\n"
+    "Indexes the shards in DIR, at s3://bucket/prefix/, at http(s) URLs in brace notation\n"
+    "or at file:///DIR (reading each shard once) and writes the dataset index file,\n"
+    "shardcast-index.bin by default. Copy it next to the shards (aws s3 cp\n"
+    "shardcast-index.bin s3://bucket/prefix/): a server then loads the index with one GET.\n"
+    "It holds no file dates, but each shard's content digest (MD5) and, for shards indexed\n"
+    "from a store, the ETag they had there: a server uses a shard's record only when the\n"
+    "store's ETag vouches for it (the ETag is that MD5, as S3's for a single-part upload,\n"
+    "or the very ETag recorded), and scans the others. It ignores the file (and scans)\n"
+    "when the shards' names or sizes differ from\n"
     "it, or its --label-field or --max-classes do.\n";
 
 struct IndexFlags {
   std::string source;
   std::string output = kIndexFileName;
-  remote::S3Flags s3;
+  remote::StoreFlags stores;
   IndexOptions options;
   bool help = false;
   std::string help_text;
@@ -54,10 +54,7 @@ absl::StatusOr<IndexFlags> ParseFlags(const std::vector<std::string>& args) {
                 &flags.options.label_field);
   parser.Int({{"--max-classes"}, "N", "as the server's --max-classes"}, &flags.options.max_classes,
              1);
-  parser.OptionalString({{"--s3-endpoint"}, "URL", "as the server's"}, &flags.s3.endpoint);
-  parser.OptionalString({{"--s3-region"}, "REGION", "as the server's"}, &flags.s3.region);
-  parser.OptionalString({{"--s3-profile"}, "NAME", "as the server's"}, &flags.s3.profile);
-  parser.OptionalBool({{"--s3-path-style"}, "", "as the server's"}, &flags.s3.path_style);
+  remote::AddStoreFlags(&parser, &flags.stores);
   parser.AcceptPositional(&positional);
   if (absl::Status s = parser.Parse(args); !s.ok()) return s;
   flags.help = parser.help_requested();
@@ -75,20 +72,13 @@ absl::StatusOr<DatasetIndex> IndexOf(const IndexFlags& flags) {
   if (url->kind == remote::DatasetUrl::Kind::kLocal) {
     return BuildDatasetIndex(flags.source, flags.options);
   }
-  remote::S3Settings s3;
-  if (url->kind == remote::DatasetUrl::Kind::kS3) {
-    absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(flags.s3);
-    if (!resolved.ok()) return resolved.status();
-    s3 = *std::move(resolved);
-  }
   absl::StatusOr<std::unique_ptr<remote::HttpFetcher>> fetcher =
       remote::HttpFetcher::Create(remote::FetchOptions{});
   if (!fetcher.ok()) return fetcher.status();
-  if (url->credentials.has_value()) (*fetcher)->AddCredentials(url->base, *url->credentials);
-  absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
-      remote::OpenObjectStore(*url, s3, fetcher->get());
-  if (!store.ok()) return store.status();
-  return remote::BuildRemoteDatasetIndex(**store, flags.options);
+  absl::StatusOr<remote::RemoteDataset> dataset =
+      remote::OpenRemoteDataset(*url, flags.stores, fetcher->get(), flags.options);
+  if (!dataset.ok()) return dataset.status();
+  return std::move(dataset->index);
 }
 
 int RunIndex(const std::vector<std::string>& args) {
@@ -105,7 +95,7 @@ int RunIndex(const std::vector<std::string>& args) {
   absl::StatusOr<DatasetIndex> index = IndexOf(*flags);
   if (!index.ok()) {
     std::fprintf(stderr, "shardcast-ctl index: %s\n",
-                 remote::RedactUrlsIn(index.status().ToString()).c_str());
+                 RedactUrlsIn(index.status().ToString()).c_str());
     return 1;
   }
   const std::string data = SerializeIndexFile(*index, flags->options);
@@ -117,7 +107,7 @@ int RunIndex(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("%s: %zu shards, %lld samples, fingerprint %s -> %s (%zu bytes)\n",
-              remote::RedactedUrl(index->root).c_str(), index->shards.size(),
+              RedactedUrl(index->root).c_str(), index->shards.size(),
               static_cast<long long>(index->num_samples), index->fingerprint.c_str(),
               flags->output.c_str(), data.size());
   return 0;

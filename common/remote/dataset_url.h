@@ -1,6 +1,7 @@
 // Where a dataset's shards live, from the text of --shards / --dataset NAME=...: a
-// local directory, an S3 prefix (s3://bucket/prefix/) or HTTP(S) URLs written with the
-// brace notation webdataset users know (https://host/d/shard-{000000..000127}.tar).
+// local directory, an S3 prefix (s3://bucket/prefix/), HTTP(S) URLs written with the
+// brace notation webdataset users know (https://host/d/shard-{000000..000127}.tar), or
+// a local directory read as an object store (file:///path/to/dir).
 #ifndef SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 #define SHARDCAST_COMMON_REMOTE_DATASET_URL_H_
 
@@ -10,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/util/url_redaction.h"  // RedactedUrl, RedactUrlsIn: what parsing promises
 
 namespace shardcast::remote {
 
@@ -22,12 +24,13 @@ struct UrlCredentials {
 };
 
 struct DatasetUrl {
-  enum class Kind { kLocal, kS3, kHttp };
+  enum class Kind { kLocal, kS3, kHttp, kFile };
   Kind kind = Kind::kLocal;
   // As given, with its secrets redacted (RedactedUrl): what logs and errors show.
   std::string text;
 
-  // kLocal: the directory, as given.
+  // kLocal: the directory, as given. kFile: the absolute path of file:///path (the
+  // URL's path verbatim: no percent-decoding).
   std::string dir;
 
   // kS3: "s3://bucket/prefix/" -> bucket "bucket", prefix "prefix/". The prefix is
@@ -54,22 +57,11 @@ struct DatasetUrl {
 // braces, a range whose bounds are not numbers or run backwards, more than
 // kMaxExpandedUrls URLs, an HTTP URL that ends in '/' (a directory cannot be listed
 // over plain HTTP: name the shards with braces), URLs that do not share a base, or
-// an s3:// URL with userinfo (S3 credentials come from the environment or a profile).
-// No message holds a password or a secret query value (RedactUrlsIn).
+// an s3:// URL with userinfo (S3 credentials come from the environment or a profile),
+// a file:// URL with a host or without a path (file:///path is the form).
+// No message holds a password or a secret query value (RedactUrlsIn,
+// common/util/url_redaction.h).
 absl::StatusOr<DatasetUrl> ParseDatasetUrl(absl::string_view text);
-
-// `url` as it may be shown (status, errors, logs, metrics, shardcast-ctl): the password
-// of its userinfo ("user:REDACTED@"; a user alone may be a token: "REDACTED@"), and the
-// values of query parameters that carry secrets (presigned URLs' X-Amz-Signature,
-// X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature; sig, key, token,
-// password, and any name holding "token", "secret", "password", "signature",
-// "credential") replaced by "REDACTED". Text without "://" is returned as it is.
-std::string RedactedUrl(absl::string_view url);
-
-// Every URL (scheme://...) inside free text (an error message, a log line) redacted as
-// RedactedUrl does; the rest of the text as it is. The last line of defence for
-// messages made from URLs below the layer that shows them.
-std::string RedactUrlsIn(absl::string_view text);
 
 // Brace expansion alone (exposed for tests and for shardcast-ctl).
 absl::StatusOr<std::vector<std::string>> ExpandBraces(absl::string_view pattern);

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/remote/http_fetcher.h"
+#include "common/remote/fetch_options.h"
 #include "common/util/retry_policy.h"
 
 namespace shardcast::remote::internal {

@@ -1,6 +1,7 @@
 // The shards of a remote dataset as objects: listing them (S3 ListObjectsV2; HTTP
-// brace URLs with a HEAD each), fetching small files next to them (the dataset index
-// file), and the RangeRequest that reads a piece of one.
+// brace URLs with a HEAD each; a local directory's entries), fetching small files next
+// to them (the dataset index file), and the RangeRequest that reads a piece of one.
+// The kinds of store and how one is opened from a URL: store_table.h.
 #ifndef SHARDCAST_COMMON_REMOTE_OBJECT_STORE_H_
 #define SHARDCAST_COMMON_REMOTE_OBJECT_STORE_H_
 
@@ -13,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
-#include "common/remote/s3_settings.h"
 #include "common/shards/content_digest.h"
 #include "common/util/clock.h"
 
@@ -81,11 +81,6 @@ inline constexpr int64_t kMaxListPages = int64_t{1} << 20;
 absl::Status DownloadObject(ObjectStore& store, const RemoteObject& object, int fd,
                             const std::string& path, ContentHasher* hasher = nullptr,
                             const util::CancelToken* cancel = nullptr);
-
-// `fetcher` must outlive the store. `s3` is used for kS3 only.
-absl::StatusOr<std::unique_ptr<ObjectStore>> OpenObjectStore(const DatasetUrl& url,
-                                                             const S3Settings& s3,
-                                                             HttpFetcher* fetcher);
 
 }  // namespace shardcast::remote
 

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/remote/object_store.h"
-#include "common/remote/remote_index.h"
+#include "common/remote/store_table.h"
 #include "server/base/log.h"
 
 namespace shardcast::server {
@@ -36,13 +36,6 @@ absl::Status RemoteStorage::StartLocked() {
 absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
                                                                    const IndexOptions& options,
                                                                    size_t gzip_index_memory_bytes) {
-  remote::S3Settings s3;
-  if (url.kind == remote::DatasetUrl::Kind::kS3) {
-    absl::StatusOr<remote::S3Settings> resolved = remote::ResolveS3Settings(options_.s3);
-    if (!resolved.ok()) return resolved.status();
-    s3 = *std::move(resolved);
-    LogInfo("s3", absl::StrCat(url.text, ": ", s3.described_source));
-  }
   remote::HttpFetcher* fetcher = nullptr;
   remote::DiskCache* cache = nullptr;
   {
@@ -51,20 +44,20 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
     fetcher = fetcher_.get();
     cache = cache_.get();
   }
-  // The password of http://user:password@host/... goes to the fetcher alone: the URLs
-  // the store, the index and every message use were parsed without it.
-  if (url.credentials.has_value()) fetcher->AddCredentials(url.base, *url.credentials);
-  absl::StatusOr<std::unique_ptr<remote::ObjectStore>> store =
-      remote::OpenObjectStore(url, s3, fetcher);
-  if (!store.ok()) return store.status();
-  absl::StatusOr<DatasetIndex> index = remote::BuildRemoteDatasetIndex(**store, options);
-  if (!index.ok()) return index.status();
-  if (index->loaded_from_index_file) {
-    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index->root, kIndexFileName));
+  absl::StatusOr<remote::RemoteDataset> opened =
+      remote::OpenRemoteDataset(url, options_.stores, fetcher, options,
+                                [&url](const std::string& kind, const std::string& source) {
+                                  LogInfo(kind, absl::StrCat(url.text, ": ", source));
+                                });
+  if (!opened.ok()) return opened.status();
+  std::unique_ptr<remote::ObjectStore> store = std::move(opened->store);
+  DatasetIndex index = std::move(opened->index);
+  if (index.loaded_from_index_file) {
+    LogInfo("index", absl::StrCat(url.text, ": loaded from ", index.root, kIndexFileName));
   }
   remote::RemoteReader* reader = nullptr;
   auto dataset =
-      std::make_unique<ServedDataset>(*std::move(index), [&](const DatasetIndex& served_index) {
+      std::make_unique<ServedDataset>(std::move(index), [&](const DatasetIndex& served_index) {
         // One read-ahead thread per connection: each holds one request in flight, so
         // fewer threads would leave connections idle (8 capped a 50 ms store at 8
         // requests per round trip, docs/BENCHMARKS.md).
@@ -72,7 +65,7 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
         read.read_ahead_threads = options_.fetch.max_connections;
         read.max_gzip_index_bytes = gzip_index_memory_bytes;
         auto made =
-            std::make_unique<remote::RemoteReader>(served_index, *std::move(store), cache, read);
+            std::make_unique<remote::RemoteReader>(served_index, std::move(store), cache, read);
         reader = made.get();
         return made;
       });
@@ -81,37 +74,40 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
   return dataset;
 }
 
-void RemoteStorage::FillStatus(v1::GetStatusResponse* response) const {
+RemoteFigures RemoteStorage::Figures() const {
   absl::MutexLock lock(&mu_);
+  RemoteFigures out;
   if (fetcher_ != nullptr) {
     const remote::FetchCounters& f = fetcher_->counters();
-    response->set_remote_requests(f.requests.load());
-    response->set_remote_bytes(f.bytes.load());
-    response->set_remote_retries(f.retries.load());
-    response->set_remote_failures(f.failures.load());
-    response->set_remote_requests_ok(f.requests_ok.load());
-    response->set_remote_fetch_seconds(static_cast<double>(f.latency_sum_us.load()) / 1e6);
-    response->set_remote_connections_in_use(f.connections_in_use.load());
+    out.fetching = true;
+    out.requests = f.requests.load();
+    out.bytes = f.bytes.load();
+    out.retries = f.retries.load();
+    out.failures = f.failures.load();
+    out.requests_ok = f.requests_ok.load();
+    out.fetch_seconds = static_cast<double>(f.latency_sum_us.load()) / 1e6;
+    out.connections_in_use = f.connections_in_use.load();
   }
   for (const remote::RemoteReader* reader : readers_) {
     const remote::RemoteReadCounters& r = reader->counters();
-    response->set_read_ahead_members(response->read_ahead_members() + r.read_ahead_members.load());
-    response->set_read_ahead_requests(response->read_ahead_requests() +
-                                      r.read_ahead_requests.load());
-    response->set_read_ahead_hits(response->read_ahead_hits() + r.read_ahead_hits.load());
-    response->set_read_ahead_dropped(response->read_ahead_dropped() + r.read_ahead_dropped.load());
-    response->set_remote_direct_reads(response->remote_direct_reads() + r.direct_reads.load());
-    response->set_read_ahead_bytes(response->read_ahead_bytes() + r.read_ahead_bytes.load());
+    out.read_ahead_members += r.read_ahead_members.load();
+    out.read_ahead_requests += r.read_ahead_requests.load();
+    out.read_ahead_hits += r.read_ahead_hits.load();
+    out.read_ahead_dropped += r.read_ahead_dropped.load();
+    out.direct_reads += r.direct_reads.load();
+    out.read_ahead_bytes += r.read_ahead_bytes.load();
   }
   if (cache_ != nullptr) {
     const remote::DiskCacheCounters& c = cache_->counters();
-    response->set_cache_limit_bytes(cache_->max_bytes());
-    response->set_cache_bytes(c.bytes.load());
-    response->set_cache_hits(c.hits.load());
-    response->set_cache_misses(c.misses.load());
-    response->set_cache_evictions(c.evictions.load());
-    response->set_cache_write_errors(c.write_errors.load());
+    out.caching = true;
+    out.cache_limit_bytes = cache_->max_bytes();
+    out.cache_bytes = c.bytes.load();
+    out.cache_hits = c.hits.load();
+    out.cache_misses = c.misses.load();
+    out.cache_evictions = c.evictions.load();
+    out.cache_write_errors = c.write_errors.load();
   }
+  return out;
 }
 
 }  // namespace shardcast::server

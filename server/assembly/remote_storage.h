@@ -1,7 +1,7 @@
 // Datasets in object storage, as the server holds them (issue 27): the one HTTP
 // fetcher and the one disk cache all remote datasets share, made when the first remote
-// dataset is loaded (a server without one never touches libcurl), and their figures in
-// the status reply.
+// dataset is loaded (a server without one never touches libcurl), and their figures
+// (serving/status_reply.cc puts them in the status reply).
 #ifndef SHARDCAST_SERVER_ASSEMBLY_REMOTE_STORAGE_H_
 #define SHARDCAST_SERVER_ASSEMBLY_REMOTE_STORAGE_H_
 
@@ -18,11 +18,38 @@
 #include "common/remote/http_fetcher.h"
 #include "common/remote/remote_reader.h"
 #include "common/remote/s3_settings.h"
+#include "server/assembly/remote_storage_options.h"
 #include "server/assembly/served_dataset.h"
-#include "server/base/server_options.h"
-#include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
+
+// The remote reads' figures at one moment, summed over the datasets loaded.
+struct RemoteFigures {
+  bool fetching = false;  // the fetcher was made (a remote dataset was loaded)
+  // The fetcher's FetchCounters, valid with `fetching`.
+  int64_t requests = 0;
+  int64_t bytes = 0;
+  int64_t retries = 0;
+  int64_t failures = 0;
+  int64_t requests_ok = 0;
+  double fetch_seconds = 0;  // the successful requests' time, summed
+  int64_t connections_in_use = 0;
+  // The readers' RemoteReadCounters, summed.
+  int64_t read_ahead_members = 0;
+  int64_t read_ahead_requests = 0;
+  int64_t read_ahead_hits = 0;
+  int64_t read_ahead_dropped = 0;
+  int64_t direct_reads = 0;
+  int64_t read_ahead_bytes = 0;
+  bool caching = false;  // a disk cache is open (--cache-dir)
+  // The disk cache's DiskCacheCounters and limit, valid with `caching`.
+  int64_t cache_limit_bytes = 0;
+  int64_t cache_bytes = 0;
+  int64_t cache_hits = 0;
+  int64_t cache_misses = 0;
+  int64_t cache_evictions = 0;
+  int64_t cache_write_errors = 0;
+};
 
 // Thread-safe.
 class RemoteStorage {
@@ -40,7 +67,7 @@ class RemoteStorage {
                                                       const IndexOptions& options,
                                                       size_t gzip_index_memory_bytes);
 
-  void FillStatus(shardcast::v1::GetStatusResponse* response) const;
+  RemoteFigures Figures() const;
 
  private:
   // The fetcher and the cache, made on first use.

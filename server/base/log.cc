@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/remote/dataset_url.h"
+#include "common/util/url_redaction.h"
 
 namespace shardcast::server {
 namespace {
@@ -41,10 +41,9 @@ void Log(LogLevel level, absl::string_view component, absl::string_view message)
   if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
   // Messages quote URLs made far below (a fetcher's error): their secrets go here, once
   // for every line. The timestamp is real time (a test's fake clock must not date logs).
-  std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
-                   std::string(1, LevelLetter(level)), " ", component, ": ",
-                   remote::RedactUrlsIn(message), "\n");
+  std::string line = absl::StrCat(
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
+      std::string(1, LevelLetter(level)), " ", component, ": ", RedactUrlsIn(message), "\n");
   // One write per line: stderr is unbuffered and shared by every thread.
   const char* p = line.data();
   size_t left = line.size();

@@ -14,7 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/remote/dataset_url.h"
+#include "common/util/url_redaction.h"
 #include "google/protobuf/descriptor.h"
 #include "server/base/log.h"
 #include "server/rpc/batch_encoding.h"
@@ -27,8 +27,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl and gRPC share the canonical code numbers. A message may quote a URL (a store's
   // error): what reaches a client never holds its secrets.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      remote::RedactUrlsIn(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), RedactUrlsIn(status.message()));
 }
 
 std::string PeerHost(absl::string_view peer) {

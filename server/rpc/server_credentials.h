@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "server/base/server_options.h"
+#include "server/serving/server_options.h"
 
 namespace shardcast::server {
 

@@ -13,7 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/assembly/batch_assembler.h"
 #include "server/assembly/served_dataset.h"
-#include "server/base/server_options.h"
+#include "server/serving/server_options.h"
 
 namespace shardcast::server {
 

@@ -14,7 +14,6 @@
 #include "server/base/log.h"
 #include "server/base/version.h"
 #include "server/serving/stall_watch.h"
-#include "server/serving/stream_table.h"
 
 namespace shardcast::server {
 
@@ -276,10 +275,10 @@ absl::Status JobRegistry::CheckPeerLimit(const std::string& job_id, const std::s
       ", or raise --max-unstreamed-jobs-per-peer"));
 }
 
-bool JobRegistry::Expired(const Job& job, absl::Time now, const StreamTable& streams,
+bool JobRegistry::Expired(const Job& job, absl::Time now, HasOpenStream has_open_stream,
                           bool* never_streamed) const {
   // A job with a stream open never expires, however long that stream runs.
-  if (streams.AnyOpen(&job)) {
+  if (has_open_stream(job)) {
     *never_streamed = false;
     return false;
   }
@@ -292,22 +291,22 @@ bool JobRegistry::Expired(const Job& job, absl::Time now, const StreamTable& str
 }
 
 std::vector<std::shared_ptr<Job>> JobRegistry::LiveJobs(absl::Time now,
-                                                        const StreamTable& streams) const {
+                                                        HasOpenStream has_open_stream) const {
   std::vector<std::shared_ptr<Job>> live;
   for (std::shared_ptr<Job>& job : Jobs()) {
     bool never_streamed = false;
-    if (!Expired(*job, now, streams, &never_streamed)) live.push_back(std::move(job));
+    if (!Expired(*job, now, has_open_stream, &never_streamed)) live.push_back(std::move(job));
   }
   return live;
 }
 
 std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now,
-                                                           const StreamTable& streams) {
+                                                           HasOpenStream has_open_stream) {
   absl::MutexLock lock(&mu_);
   std::vector<Dropped> dropped;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     bool never_streamed = false;
-    if (Expired(*it->second, now, streams, &never_streamed)) {
+    if (Expired(*it->second, now, has_open_stream, &never_streamed)) {
       dropped.push_back(Dropped{it->first, never_streamed});
       it = jobs_.erase(it);
     } else {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -21,13 +22,18 @@
 #include "common/plan/job_samples.h"
 #include "server/assembly/batch_assembler.h"
 #include "server/base/clock.h"
-#include "server/base/server_options.h"
 #include "server/serving/dataset_registry.h"
+#include "server/serving/server_options.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::server {
 
-class StreamTable;
+class Job;
+
+// Whether `job` has a stream open (the stream table's answer: StreamTable::AnyOpen).
+// The registry asks through this, and knows nothing of streams, because the stream
+// table is above it: it tells each job of its streams (Job::StreamStarted, ...).
+using HasOpenStream = absl::FunctionRef<bool(const Job& job)>;
 
 // Progress of one rank, as GetStatus reports it.
 struct RankProgress {
@@ -195,24 +201,24 @@ class JobRegistry {
   std::vector<std::shared_ptr<Job>> Jobs() const ABSL_LOCKS_EXCLUDED(mu_);
   // The jobs not expired at `now` (DropExpired would keep them): what status lists,
   // without dropping anything, so that asking for status changes nothing.
-  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now, const StreamTable& streams) const
+  std::vector<std::shared_ptr<Job>> LiveJobs(absl::Time now, HasOpenStream has_open_stream) const
       ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops the jobs idle for the TTL (or for the unstreamed TTL, when none of their
-  // ranks ever streamed) and returns them, for the log; a job with a stream open in
-  // `streams` never expires. The service calls it before every Register (so an expired
+  // ranks ever streamed) and returns them, for the log; a job with a stream open
+  // (`has_open_stream`) never expires. The service calls it before every Register (so an expired
   // job's id is free) and from its monitor thread.
   struct Dropped {
     std::string job_id;
     bool never_streamed = false;
   };
-  std::vector<Dropped> DropExpired(absl::Time now, const StreamTable& streams)
+  std::vector<Dropped> DropExpired(absl::Time now, HasOpenStream has_open_stream)
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
-  bool Expired(const Job& job, absl::Time now, const StreamTable& streams,
+  bool Expired(const Job& job, absl::Time now, HasOpenStream has_open_stream,
                bool* never_streamed) const;
   // RESOURCE_EXHAUSTED when `peer` already holds max_unstreamed_jobs_per_peer_ jobs none
   // of whose ranks ever opened a stream, so that one host cannot take the whole job

@@ -95,8 +95,7 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   index_options.cancelled = &stop_indexing_;
   // Real time: how long indexing took, for the log line; it decides nothing.
   const absl::Time start = absl::Now();
-  const std::string what =
-      absl::StrCat("dataset '", spec.name, "' (", remote::RedactedUrl(spec.dir), ")");
+  const std::string what = absl::StrCat("dataset '", spec.name, "' (", RedactedUrl(spec.dir), ")");
   LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
       !where.ok() ? where.status()
@@ -205,8 +204,10 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
 }
 
 void ServiceCore::DropExpiredJobs() {
-  for (const JobRegistry::Dropped& job :
-       jobs_.DropExpired(options_.clock->Now(), streams_->table())) {
+  const StreamTable& streams = streams_->table();
+  for (const JobRegistry::Dropped& job : jobs_.DropExpired(
+           options_.clock->Now(),
+           [&streams](const Job& candidate) { return streams.AnyOpen(&candidate); })) {
     LogInfo("register",
             job.never_streamed
                 ? absl::StrCat("dropped job '", LogSafe(job.job_id), "': registered, no stream in ",

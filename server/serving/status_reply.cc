@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/remote/dataset_url.h"
+#include "common/util/url_redaction.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/base/log.h"
@@ -58,7 +58,7 @@ void ListShardProblem(const std::string& dataset, const std::string& path,
   v1::ShardProblem* problem = list->Add();
   problem->set_path(LogSafe(path, kMaxShardNameBytes));
   // A store's error quotes its URL: GetStatus needs no token, so no secret of it.
-  problem->set_reason(LogSafe(remote::RedactUrlsIn(reason), kMaxShardReasonBytes));
+  problem->set_reason(LogSafe(RedactUrlsIn(reason), kMaxShardReasonBytes));
   problem->set_dataset(dataset);
 }
 
@@ -104,10 +104,10 @@ void FillDatasetStatus(const StatusSources& s, bool draining, v1::GetStatusRespo
     dataset->set_name(entry.spec.name);
     // Operator-given paths and index errors need not be UTF-8; proto3 strings must be.
     // GetStatus needs no token: a URL's password or signature is not shown.
-    dataset->set_dir(EscapeToUtf8(remote::RedactedUrl(entry.spec.dir)));
+    dataset->set_dir(EscapeToUtf8(RedactedUrl(entry.spec.dir)));
     dataset->set_state(ToProto(entry.state));
     if (!entry.error.ok()) {
-      dataset->set_error(EscapeToUtf8(remote::RedactUrlsIn(entry.error.message())));
+      dataset->set_error(EscapeToUtf8(RedactUrlsIn(entry.error.message())));
     }
     if (entry.data != nullptr) {
       const DatasetIndex& index = entry.data->data->index();
@@ -134,7 +134,8 @@ void FillDatasetStatus(const StatusSources& s, bool draining, v1::GetStatusRespo
 // The live jobs and their ranks, up to the listing bounds.
 void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse* response) {
   const StreamTable& streams = s.streams->table();
-  const std::vector<std::shared_ptr<Job>> jobs = s.jobs->LiveJobs(now, streams);
+  const std::vector<std::shared_ptr<Job>> jobs =
+      s.jobs->LiveJobs(now, [&streams](const Job& job) { return streams.AnyOpen(&job); });
   response->set_total_jobs(static_cast<int32_t>(jobs.size()));
   response->set_jobs_truncated(jobs.size() > static_cast<size_t>(kMaxListedJobs));
   response->set_max_listed_jobs(kMaxListedJobs);
@@ -237,6 +238,35 @@ void FillHostStatus(const StatusSources& s, v1::GetStatusResponse* response) {
   response->set_listener_accepting(s.stats->listener_accepting.load());
 }
 
+// Remote reads: the fetcher's, the read-ahead's and the disk cache's figures. The
+// fetcher's and the cache's stay unset (0) while they were never made.
+void FillRemoteStatus(const StatusSources& s, v1::GetStatusResponse* response) {
+  const RemoteFigures f = s.remote_storage->Figures();
+  if (f.fetching) {
+    response->set_remote_requests(f.requests);
+    response->set_remote_bytes(f.bytes);
+    response->set_remote_retries(f.retries);
+    response->set_remote_failures(f.failures);
+    response->set_remote_requests_ok(f.requests_ok);
+    response->set_remote_fetch_seconds(f.fetch_seconds);
+    response->set_remote_connections_in_use(f.connections_in_use);
+  }
+  response->set_read_ahead_members(f.read_ahead_members);
+  response->set_read_ahead_requests(f.read_ahead_requests);
+  response->set_read_ahead_hits(f.read_ahead_hits);
+  response->set_read_ahead_dropped(f.read_ahead_dropped);
+  response->set_remote_direct_reads(f.direct_reads);
+  response->set_read_ahead_bytes(f.read_ahead_bytes);
+  if (f.caching) {
+    response->set_cache_limit_bytes(f.cache_limit_bytes);
+    response->set_cache_bytes(f.cache_bytes);
+    response->set_cache_hits(f.cache_hits);
+    response->set_cache_misses(f.cache_misses);
+    response->set_cache_evictions(f.cache_evictions);
+    response->set_cache_write_errors(f.cache_write_errors);
+  }
+}
+
 }  // namespace
 
 std::string IndexStateName(DatasetRegistry::State dataset, bool draining) {
@@ -263,7 +293,7 @@ v1::GetStatusResponse BuildStatusReply(const StatusSources& sources, absl::Time 
   FillTrafficStatus(sources, now, &response);
   FillDecodeStatus(sources, &response);
   FillHostStatus(sources, &response);
-  sources.remote_storage->FillStatus(&response);
+  FillRemoteStatus(sources, &response);
   bool all_serving = true;
   for (const v1::DatasetStatus& dataset : response.datasets()) {
     all_serving &= dataset.state() == v1::DatasetStatus::SERVING;

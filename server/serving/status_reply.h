@@ -12,10 +12,10 @@
 #include "common/memory/memory_budget.h"
 #include "server/assembly/decode_pool.h"
 #include "server/assembly/remote_storage.h"
-#include "server/base/server_options.h"
 #include "server/base/server_stats.h"
 #include "server/serving/dataset_registry.h"
 #include "server/serving/job_registry.h"
+#include "server/serving/server_options.h"
 #include "server/serving/stream_manager.h"
 #include "shardcast/v1/shardcast.pb.h"
 

@@ -193,7 +193,20 @@ TEST(ParseDatasetUrlTest, OtherSchemesAreRefused) {
   EXPECT_THAT(gs.message(), HasSubstr("s3://"));
   EXPECT_THAT(gs.message(), HasSubstr("--s3-endpoint https://storage.googleapis.com"));
   EXPECT_THAT(ParseError("ftp://h/x.tar").message(), HasSubstr("unknown scheme \"ftp://\""));
-  EXPECT_THAT(ParseError("file:///data").message(), HasSubstr("unknown scheme"));
+  // (file:///data was refused here before file:// became a store kind.)
+  EXPECT_THAT(ParseError("gopher:///data").message(), HasSubstr("unknown scheme"));
+}
+
+TEST(ParseDatasetUrlTest, FileUrlsNameAnAbsoluteDirectory) {
+  absl::StatusOr<DatasetUrl> url = ParseDatasetUrl("file:///data/train");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->kind, DatasetUrl::Kind::kFile);
+  EXPECT_EQ(url->dir, "/data/train");
+  EXPECT_EQ(url->text, "file:///data/train");
+  EXPECT_EQ(ParseDatasetUrl("FILE:///data/")->dir, "/data/");
+  // A host would be another machine's disk; a relative path has no meaning in a URL.
+  EXPECT_THAT(ParseError("file://host/data").message(), HasSubstr("file:///dir"));
+  EXPECT_THAT(ParseError("file://").message(), HasSubstr("absolute path"));
 }
 
 // Issue 35: a password in a dataset URL reached GetStatus, stream errors and the log.

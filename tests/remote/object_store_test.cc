@@ -16,9 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
+#include "common/remote/http_store.h"
 #include "common/remote/object_store_internal.h"
 #include "common/remote/s3_settings.h"
+#include "common/remote/s3_store.h"
 #include "common/remote/s3_xml.h"
+#include "common/remote/store_table.h"
 #include "common/shards/dataset_index.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -100,7 +103,7 @@ class S3StoreTest : public ::testing::Test {
     internal::ObjectStoreTuning tuning;
     tuning.list_page_size = page_size;
     absl::StatusOr<std::unique_ptr<ObjectStore>> store =
-        internal::OpenObjectStore(Parse(url), settings, fetcher_.get(), tuning);
+        OpenS3Store(Parse(url), settings, fetcher_.get(), tuning);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
@@ -235,8 +238,7 @@ class HttpStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<ObjectStore> Open(const std::string& url) {
-    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
-        OpenObjectStore(Parse(url), S3Settings(), fetcher_.get());
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store = OpenHttpStore(Parse(url), fetcher_.get());
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? std::move(*store) : nullptr;
   }
@@ -257,7 +259,7 @@ TEST_F(HttpStoreTest, AHostileListingIsAnErrorNamingTheStore) {
     settings.endpoint = nginx_->url();
     settings.path_style = true;
     absl::StatusOr<std::unique_ptr<ObjectStore>> store =
-        OpenObjectStore(Parse("s3://" + bucket + "/"), settings, fetcher_.get());
+        OpenS3Store(Parse("s3://" + bucket + "/"), settings, fetcher_.get());
     EXPECT_TRUE(store.ok()) << store.status();
     return (*store)->ListShards().status();
   };
@@ -327,7 +329,7 @@ TEST(ObjectStoreTest, LocalUrlIsNotAStore) {
   DatasetUrl url;
   url.text = "/data/train";
   url.dir = "/data/train";
-  EXPECT_EQ(OpenObjectStore(url, S3Settings(), fetcher.get()).status().code(),
+  EXPECT_EQ(OpenStore(url, StoreFlags(), fetcher.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

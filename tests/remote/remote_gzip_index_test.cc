@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
+#include "common/remote/http_store.h"
 #include "common/remote/object_store.h"
 #include "common/remote/remote_index.h"
 #include "common/remote/remote_reader.h"
@@ -72,8 +73,7 @@ TEST_F(RemoteGzipIndexTest, RemoteSeekIndexesStayWithinTheBudgetAsLocalOnesDo) {
   ASSERT_TRUE(url.ok()) << url.status();
   absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(FetchOptions());
   ASSERT_TRUE(fetcher.ok());
-  absl::StatusOr<std::unique_ptr<ObjectStore>> store =
-      OpenObjectStore(*url, S3Settings(), fetcher->get());
+  absl::StatusOr<std::unique_ptr<ObjectStore>> store = OpenHttpStore(*url, fetcher->get());
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<DatasetIndex> index = BuildRemoteDatasetIndex(**store, IndexOptions());
   ASSERT_TRUE(index.ok()) << index.status();

@@ -20,6 +20,7 @@
 #include "common/remote/http_fetcher.h"
 #include "common/remote/object_store.h"
 #include "common/remote/object_store_internal.h"
+#include "common/remote/s3_store.h"
 #include "common/shards/dataset_index.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -109,7 +110,7 @@ class RemoteIndexTest : public ::testing::Test {
     s3.path_style = true;
     s3.region = "us-east-1";
     absl::StatusOr<std::unique_ptr<ObjectStore>> store =
-        internal::OpenObjectStore(*url, s3, fetcher_.get(), tuning);
+        OpenS3Store(*url, s3, fetcher_.get(), tuning);
     EXPECT_TRUE(store.ok()) << store.status();
     return store.ok() ? *std::move(store) : nullptr;
   }

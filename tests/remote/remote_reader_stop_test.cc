@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
+#include "common/remote/http_store.h"
 #include "common/remote/object_store.h"
 #include "common/remote/remote_reader.h"
 #include "common/shards/dataset_index.h"
@@ -229,8 +230,7 @@ TEST_P(RemoteReaderStopTest, StoppingTheReaderCancelsItsReadAhead) {
   ASSERT_TRUE(url.ok()) << url.status();
   absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(PatientOptions());
   ASSERT_TRUE(fetcher.ok()) << fetcher.status();
-  absl::StatusOr<std::unique_ptr<ObjectStore>> objects =
-      OpenObjectStore(*url, S3Settings(), fetcher->get());
+  absl::StatusOr<std::unique_ptr<ObjectStore>> objects = OpenHttpStore(*url, fetcher->get());
   ASSERT_TRUE(objects.ok()) << objects.status();
   const DatasetIndex index = OneShardAt(store.url(), c.compressed);
   RemoteReadOptions options;
@@ -271,8 +271,7 @@ TEST(RemoteReaderClockTest, UnreadReadAheadIsReleasedByTheInjectedClock) {
   ASSERT_TRUE(url.ok()) << url.status();
   absl::StatusOr<std::unique_ptr<HttpFetcher>> fetcher = HttpFetcher::Create(FetchOptions());
   ASSERT_TRUE(fetcher.ok()) << fetcher.status();
-  absl::StatusOr<std::unique_ptr<ObjectStore>> objects =
-      OpenObjectStore(*url, S3Settings(), fetcher->get());
+  absl::StatusOr<std::unique_ptr<ObjectStore>> objects = OpenHttpStore(*url, fetcher->get());
   ASSERT_TRUE(objects.ok()) << objects.status();
   const DatasetIndex index = OneShardAt((*nginx)->url(), /*compressed=*/false);
   util_testing::FakeClock clock;

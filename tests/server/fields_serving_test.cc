@@ -406,8 +406,8 @@ TEST(FieldsServingTest, FieldsFromHttpAndS3EqualTheLocalOnesAndComeFromTheDiskCa
   ASSERT_TRUE((*s3)->PutDirectory("data", "captions/", dir.path()).ok());
   TempDir cache;
   options.remote.cache_dir = cache.path();
-  options.remote.s3.endpoint = (*s3)->endpoint();
-  options.remote.s3.region = "us-east-1";
+  options.remote.stores.s3.endpoint = (*s3)->endpoint();
+  options.remote.stores.s3.region = "us-east-1";
   ::setenv("AWS_ACCESS_KEY_ID", testing_util::S3rverServer::kAccessKeyId, 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", "any", 1);
   InProcessServer remote("s3://data/captions", options);

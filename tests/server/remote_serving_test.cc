@@ -113,6 +113,18 @@ TEST_F(RemoteServingTest, HttpShardsInBraceNotationServeTheLocalBatches) {
   EXPECT_EQ(status.remote_failures(), 0);
 }
 
+// file:///DIR: the same directory, read through the object-store path (listing,
+// ranged reads pinned to size and mtime, read-ahead) instead of the local one.
+TEST_F(RemoteServingTest, AFileUrlServesTheLocalBatchesThroughTheRemotePath) {
+  InProcessServer remote("file://" + dir_.path(), Remote());
+  EXPECT_EQ(TwoEpochs(remote, "job"), want_);
+  const v1::GetStatusResponse status = GetStatus(remote.stub());
+  EXPECT_EQ(status.datasets(0).index_fingerprint(), local_fingerprint_)
+      << "the same content plans the same batches";
+  EXPECT_GT(status.read_ahead_hits(), 0) << "it is the remote reader that read them";
+  EXPECT_EQ(status.remote_requests(), 0) << "file:// reads with pread, not libcurl";
+}
+
 TEST_F(RemoteServingTest, ABrokenIndexFileNextToTheShardsIsIgnoredAndTheShardsScanned) {
   const std::string valid = SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
   IndexOptions other_labels;
@@ -145,8 +157,8 @@ TEST_F(RemoteServingTest, S3WithAnIndexFileAndADiskCacheReadsNothingRemoteInTheS
   ASSERT_TRUE((*s3)->Put("data", "train/deeper/shard-000009.tar", "not listed").ok());
   TempDir cache;
   server::ServerOptions options = Remote(cache.path());
-  options.remote.s3.endpoint = (*s3)->endpoint();
-  options.remote.s3.region = "us-east-1";
+  options.remote.stores.s3.endpoint = (*s3)->endpoint();
+  options.remote.stores.s3.region = "us-east-1";
   ::setenv("AWS_ACCESS_KEY_ID", S3rverServer::kAccessKeyId, 1);
   ::setenv("AWS_SECRET_ACCESS_KEY", "any", 1);
   InProcessServer remote("s3://data/train", options);
@@ -224,7 +236,7 @@ TEST_F(RemoteServingTest, SignedRequestsWithASessionTokenPassAStrictSigV4Check) 
   ::setenv("AWS_SECRET_ACCESS_KEY", "the-secret", 1);
   ::setenv("AWS_SESSION_TOKEN", "a-session-token", 1);
   server::ServerOptions options = Remote();
-  options.remote.s3.endpoint = (*proxy)->url();
+  options.remote.stores.s3.endpoint = (*proxy)->url();
   {
     InProcessServer remote("s3://signed/d/", options);
     EXPECT_EQ(TwoEpochs(remote, "job"), want_);

@@ -1,7 +1,9 @@
 // The daemon's configuration: where the data is, where to listen, and the job
-// defaults that a RegisterRequest leaves unset (server flags set them).
-#ifndef SHARDCAST_SERVER_BASE_SERVER_OPTIONS_H_
-#define SHARDCAST_SERVER_BASE_SERVER_OPTIONS_H_
+// defaults that a RegisterRequest leaves unset (server flags set them). In serving, the
+// room that puts datasets, jobs and streams together, because it names what every
+// room below takes (job defaults, remote storage); each room takes its own part.
+#ifndef SHARDCAST_SERVER_SERVING_SERVER_OPTIONS_H_
+#define SHARDCAST_SERVER_SERVING_SERVER_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
@@ -9,10 +11,8 @@
 
 #include "absl/time/time.h"
 #include "common/plan/job_config.h"
-#include "common/remote/http_fetcher.h"
-#include "common/remote/remote_reader.h"
-#include "common/remote/s3_settings.h"
-#include "common/shards/dataset_index.h"
+#include "common/shards/sample_entry.h"
+#include "server/assembly/remote_storage_options.h"
 #include "server/base/clock.h"
 
 namespace shardcast::server {
@@ -21,15 +21,6 @@ namespace shardcast::server {
 struct DatasetSpec {
   std::string name;
   std::string dir;  // directory holding its .tar/.tar.gz shards, or an s3:// / http(s):// URL
-};
-
-// Shards in object storage (s3://, http(s):// datasets; docs/server.md).
-struct RemoteStorageOptions {
-  remote::S3Flags s3;              // --s3-endpoint, --s3-region, --s3-profile, --s3-path-style
-  remote::FetchOptions fetch;      // --remote-connections, --remote-timeout, TLS
-  remote::RemoteReadOptions read;  // --remote-read-ahead-memory
-  std::string cache_dir;           // --cache-dir; empty = no disk cache
-  int64_t cache_size_bytes = int64_t{10} << 30;  // --cache-size
 };
 
 struct ServerOptions {
@@ -151,4 +142,4 @@ struct ServerOptions {
 
 }  // namespace shardcast::server
 
-#endif  // SHARDCAST_SERVER_BASE_SERVER_OPTIONS_H_
+#endif  // SHARDCAST_SERVER_SERVING_SERVER_OPTIONS_H_
