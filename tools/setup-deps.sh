@@ -38,6 +38,9 @@ packages=(
   # The format check of the test command (tools/check-format.sh) and the lint script
   # (tools/lint.sh): version 14, as .clang-format's output is pinned to it.
   clang-format-14 clang-tidy-14
+  # The Python habits of the test command (tools/check-python.sh): black formats,
+  # flake8 lints python/, tests/python, tools, bench, examples and deploy.
+  black flake8
   # Parses the server's /metrics exposition in tests/python/test_metrics.py.
   python3-prometheus-client
   # A test dependency: headless chromium renders the status page (GET /) in

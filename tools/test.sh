@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 tools/setup-deps.sh
 # Formatting drift fails at once, before minutes of building (.clang-format).
 tools/check-format.sh
+# The same for the Python of the tree: black's format and flake8 (.flake8).
+tools/check-python.sh
 # nginx, s3rver and Node for the remote-shard tests (tests/support/object_servers.h).
 tools/setup-test-servers.sh
 tools/build.sh
