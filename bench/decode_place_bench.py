@@ -35,7 +35,8 @@ import feed_bench  # noqa: E402  (its packer, /proc CPU reader and status counte
 ROWS = {"server": None, "encoded-cpu": "cpu"}
 
 # The client: one Loader, every batch taken, its own CPU (all threads) and wall time.
-CLIENT = textwrap.dedent("""
+CLIENT = textwrap.dedent(
+    """
     import json, time
     import shardcast
     decode = {decode!r}
@@ -53,31 +54,42 @@ CLIENT = textwrap.dedent("""
                       "client_cpu": time.process_time() - start_cpu,
                       "substituted": loader.decode_substituted}}))
     loader.close()
-""")
+"""
+)
 
 
 def run_row(a: argparse.Namespace, server: ServerProcess, row: str, job: str) -> Dict[str, float]:
     before_cpu = feed_bench.process_tree_cpu_seconds(server.proc.pid)
     before = feed_bench.server_counters(a, server.address)
-    code = CLIENT.format(decode=ROWS[row],
-                         threads=a.decode_threads, address=server.address, job=job,
-                         batch=a.batch, transform=a.transform, resize=a.resize, crop=a.crop,
-                         epochs=a.epochs)
-    out = subprocess.run([sys.executable, "-c", code], env=python_env(a.build_dir),
-                         capture_output=True, text=True)
+    code = CLIENT.format(
+        decode=ROWS[row],
+        threads=a.decode_threads,
+        address=server.address,
+        job=job,
+        batch=a.batch,
+        transform=a.transform,
+        resize=a.resize,
+        crop=a.crop,
+        epochs=a.epochs,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=python_env(a.build_dir), capture_output=True, text=True
+    )
     if out.returncode != 0:
         sys.exit(f"decode_place_bench: row {row} failed:\n{out.stderr}")
     client = json.loads(out.stdout.strip().splitlines()[-1])
     after = feed_bench.server_counters(a, server.address)
     server_cpu = feed_bench.process_tree_cpu_seconds(server.proc.pid) - before_cpu
     n = client["images"]
-    return {"images_per_s": n / client["seconds"],
-            "server_us": 1e6 * server_cpu / n,
-            "client_us": 1e6 * client["client_cpu"] / n,
-            "total_us": 1e6 * (server_cpu + client["client_cpu"]) / n,
-            "wire_bytes": (after["bytes_served"] - before["bytes_served"]) /
-                          max(1.0, after["images_served"] - before["images_served"]),
-            "substituted": client["substituted"]}
+    return {
+        "images_per_s": n / client["seconds"],
+        "server_us": 1e6 * server_cpu / n,
+        "client_us": 1e6 * client["client_cpu"] / n,
+        "total_us": 1e6 * (server_cpu + client["client_cpu"]) / n,
+        "wire_bytes": (after["bytes_served"] - before["bytes_served"])
+        / max(1.0, after["images_served"] - before["images_served"]),
+        "substituted": client["substituted"],
+    }
 
 
 def main() -> None:
@@ -110,19 +122,27 @@ def main() -> None:
                     results[row].append(run_row(a, server, row, f"{row}-{r}"))
         finally:
             server.kill(signal.SIGTERM)
-    print(f"{samples} photos, {a.transform} {a.resize}/{a.crop}, batch {a.batch}, "
-          f"server --decode-threads {a.server_threads}, Loader decode_threads "
-          f"{a.decode_threads}, {a.epochs} epochs a row, {a.rounds} rounds (medians)")
-    print(f"{'row':<12} {'images/s':>9} {'server us':>10} {'client us':>10} {'total us':>9} "
-          f"{'wire B/img':>11}")
+    print(
+        f"{samples} photos, {a.transform} {a.resize}/{a.crop}, batch {a.batch}, "
+        f"server --decode-threads {a.server_threads}, Loader decode_threads "
+        f"{a.decode_threads}, {a.epochs} epochs a row, {a.rounds} rounds (medians)"
+    )
+    print(
+        f"{'row':<12} {'images/s':>9} {'server us':>10} {'client us':>10} {'total us':>9} "
+        f"{'wire B/img':>11}"
+    )
     for row, runs in results.items():
         med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
-        print(f"{row:<12} {med['images_per_s']:>9.0f} {med['server_us']:>10.1f} "
-              f"{med['client_us']:>10.1f} {med['total_us']:>9.1f} {med['wire_bytes']:>11.0f}")
+        print(
+            f"{row:<12} {med['images_per_s']:>9.0f} {med['server_us']:>10.1f} "
+            f"{med['client_us']:>10.1f} {med['total_us']:>9.1f} {med['wire_bytes']:>11.0f}"
+        )
     for k in ("server_us", "client_us", "total_us", "wire_bytes"):
         ratios = [e[k] / s[k] for s, e in zip(results["server"], results["encoded-cpu"])]
-        print(f"encoded-cpu / server, {k}: {statistics.median(ratios):.3f} "
-              f"({min(ratios):.3f}..{max(ratios):.3f})")
+        print(
+            f"encoded-cpu / server, {k}: {statistics.median(ratios):.3f} "
+            f"({min(ratios):.3f}..{max(ratios):.3f})"
+        )
 
 
 if __name__ == "__main__":

@@ -65,7 +65,9 @@ class Soak:
     def healthy(self) -> bool:
         result = subprocess.run(
             [str(self.ctl), "health", "--server", self.server.address, "--rpc-timeout", "2s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return result.returncode == 0
 
     def flood(self) -> None:
@@ -75,8 +77,11 @@ class Soak:
                 try:
                     # From 127.0.0.2: another peer than the trainer's 127.0.0.1, as a
                     # flooding host would be.
-                    held.append(socket.create_connection(("127.0.0.1", self.server.port), 1,
-                                                         source_address=("127.0.0.2", 0)))
+                    held.append(
+                        socket.create_connection(
+                            ("127.0.0.1", self.server.port), 1, source_address=("127.0.0.2", 0)
+                        )
+                    )
                 except OSError:
                     with self.lock:
                         self.connect_failures += 1
@@ -101,9 +106,18 @@ class Soak:
 
     def train(self) -> None:
         import shardcast
+
         try:
-            loader = shardcast.Loader(self.server.address, batch_size=32, job_id="soak", rank=0,
-                                      world_size=1, resize=64, crop=56, reconnect_deadline=60)
+            loader = shardcast.Loader(
+                self.server.address,
+                batch_size=32,
+                job_id="soak",
+                rank=0,
+                world_size=1,
+                resize=64,
+                crop=56,
+                reconnect_deadline=60,
+            )
             epoch = 0
             while not self.stop.is_set():
                 loader.set_epoch(epoch)
@@ -126,10 +140,12 @@ class Soak:
                 continue
             with self.lock:
                 self.scrapes += 1
-                self.max_descriptors = max(self.max_descriptors,
-                                           int(metric(text, "shardcast_open_descriptors")))
-                self.min_accepting = min(self.min_accepting,
-                                         int(metric(text, "shardcast_listener_accepting")))
+                self.max_descriptors = max(
+                    self.max_descriptors, int(metric(text, "shardcast_open_descriptors"))
+                )
+                self.min_accepting = min(
+                    self.min_accepting, int(metric(text, "shardcast_listener_accepting"))
+                )
                 self.refused = int(metric(text, "shardcast_connections_refused_total"))
                 self.max_connections = int(metric(text, "shardcast_max_connections"))
                 self.max_per_peer = int(metric(text, "shardcast_max_connections_per_peer"))
@@ -157,8 +173,10 @@ class Soak:
             ("most descriptors open (scraped)", str(self.max_descriptors)),
             ("listener accepting, lowest seen", str(self.min_accepting)),
             ("waves after which a new client got SERVING", f"{len(r)} of {self.waves}"),
-            ("  time to SERVING after a wave, median / max",
-             f"{statistics.median(r):.2f} s / {r[-1]:.2f} s" if r else "-"),
+            (
+                "  time to SERVING after a wave, median / max",
+                f"{statistics.median(r):.2f} s / {r[-1]:.2f} s" if r else "-",
+            ),
             ("trainer epochs read / of exactly n batches", f"{self.epochs} / {self.exact_epochs}"),
             ("trainer error", self.trainer_error or "none"),
             ("/metrics scrapes answered / failed", f"{self.scrapes} / {self.scrape_failures}"),
@@ -174,9 +192,12 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1024)
     parser.add_argument("--flood", type=int, default=700)
     parser.add_argument("--hold", type=float, default=1.0)
-    parser.add_argument("--server-flags", default="",
-                        help="more server flags, e.g. '--max-connections 0' for the run "
-                             "without a connection limit")
+    parser.add_argument(
+        "--server-flags",
+        default="",
+        help="more server flags, e.g. '--max-connections 0' for the run "
+        "without a connection limit",
+    )
     args = parser.parse_args()
     build = args.build_dir.resolve()
     use_source_package(build)
@@ -186,13 +207,19 @@ def main() -> int:
         # The server is started under prlimit: soft and hard lowered before it runs, so
         # its own raise to the hard limit keeps it at --limit.
         wrapper = tmp / "shardcast-server"
-        wrapper.write_text(f"#!/bin/sh\nexec /usr/bin/prlimit --nofile={args.limit}:{args.limit}"
-                           f" -- {build / 'server' / 'shardcast-server'} \"$@\"\n")
+        wrapper.write_text(
+            f"#!/bin/sh\nexec /usr/bin/prlimit --nofile={args.limit}:{args.limit}"
+            f" -- {build / 'server' / 'shardcast-server'} \"$@\"\n"
+        )
         wrapper.chmod(0o755)
         log = tmp / "server.log"
-        server = ServerProcess(build, shards, ["--metrics-listen", "127.0.0.1:0",
-                                               "--decode-threads", "2"] + args.server_flags.split(),
-                               log=log)
+        server = ServerProcess(
+            build,
+            shards,
+            ["--metrics-listen", "127.0.0.1:0", "--decode-threads", "2"]
+            + args.server_flags.split(),
+            log=log,
+        )
         server.binary = wrapper
         server.start()
         try:
@@ -203,8 +230,11 @@ def main() -> int:
             server.kill()
         print(soak.table())
         print(f"{'server alive at the end':<44}  {'yes' if alive else 'NO'}")
-        errors = [line for line in log.read_text(errors="replace").splitlines()
-                  if "Failed accept4" in line or "accepts no connections" in line]
+        errors = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if "Failed accept4" in line or "accepts no connections" in line
+        ]
         print(f"{'listener lost (log lines)':<44}  {len(errors)}")
     return 0
 

@@ -66,11 +66,18 @@ SERVED_ROWS = ("loader", "encoded-cpu", "encoded-cuda", "train")
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--build-dir", type=Path, default=Path(os.environ.get("BUILD_DIR", "build")))
-    p.add_argument("--photos", type=Path,
-                   help="a directory of JPEGs (bench/make_photo_corpus.py); default: "
-                        "--synthetic generated images")
-    p.add_argument("--copies", type=int, default=1,
-                   help="each photo packed this many times (distinct keys): a bigger epoch")
+    p.add_argument(
+        "--photos",
+        type=Path,
+        help="a directory of JPEGs (bench/make_photo_corpus.py); default: "
+        "--synthetic generated images",
+    )
+    p.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="each photo packed this many times (distinct keys): a bigger epoch",
+    )
     p.add_argument("--synthetic", type=int, default=1024, help="generated JPEGs when no --photos")
     p.add_argument("--synthetic-size", default="320x256")
     p.add_argument("--classes", type=int, default=10)
@@ -79,14 +86,28 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--resize", type=int, default=256)
     p.add_argument("--crop", type=int, default=224)
-    p.add_argument("--precision", choices=["bf16", "fp32"], default=None,
-                   help="default: bf16 on cuda, fp32 on cpu (shardcast-train's defaults)")
-    p.add_argument("--channels-last", type=int, choices=[0, 1], default=None,
-                   help="default: 1 on cuda, 0 on cpu")
-    p.add_argument("--workers", type=int, default=os.cpu_count(),
-                   help="the seed's DataLoader workers")
-    p.add_argument("--decode-threads", type=int, default=os.cpu_count(),
-                   help="the server's decode threads, and the Loader's in the encoded rows")
+    p.add_argument(
+        "--precision",
+        choices=["bf16", "fp32"],
+        default=None,
+        help="default: bf16 on cuda, fp32 on cpu (shardcast-train's defaults)",
+    )
+    p.add_argument(
+        "--channels-last",
+        type=int,
+        choices=[0, 1],
+        default=None,
+        help="default: 1 on cuda, 0 on cpu",
+    )
+    p.add_argument(
+        "--workers", type=int, default=os.cpu_count(), help="the seed's DataLoader workers"
+    )
+    p.add_argument(
+        "--decode-threads",
+        type=int,
+        default=os.cpu_count(),
+        help="the server's decode threads, and the Loader's in the encoded rows",
+    )
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--rows", default=",".join(ROWS), help="which rows, in order")
@@ -123,8 +144,17 @@ def pack(a: argparse.Namespace, out: Path) -> int:
             d.mkdir(parents=True, exist_ok=True)
             (d / f"{copy:03d}-{f.name}").symlink_to(f.resolve())
             n += 1
-    subprocess.run([str(a.build_dir / "tools" / "shardcast-pack"), "--per-shard",
-                    str(a.per_shard), "--quiet", str(tree), str(out)], check=True)
+    subprocess.run(
+        [
+            str(a.build_dir / "tools" / "shardcast-pack"),
+            "--per-shard",
+            str(a.per_shard),
+            "--quiet",
+            str(tree),
+            str(out),
+        ],
+        check=True,
+    )
     return n
 
 
@@ -186,8 +216,9 @@ def cuda_missing(a: argparse.Namespace) -> Optional[str]:
     return None
 
 
-def run_loop(model: Model, batches: Iterator[Tuple[torch.Tensor, torch.Tensor]],
-             a: argparse.Namespace) -> Dict[str, float]:
+def run_loop(
+    model: Model, batches: Iterator[Tuple[torch.Tensor, torch.Tensor]], a: argparse.Namespace
+) -> Dict[str, float]:
     """Warm-up steps, then steps for --seconds: images/s, the share of wall time spent
     in next(batches) (which includes moving the batch to the device) and the trainer's
     CPU per image over the timed steps."""
@@ -207,8 +238,12 @@ def run_loop(model: Model, batches: Iterator[Tuple[torch.Tensor, torch.Tensor]],
     model.sync()
     wall = time.perf_counter() - start
     cpu = a.trainer_cpu() - cpu_before
-    return {"images_per_s": images / wall, "wait_share": waited / wall, "images": images,
-            "client_cpu_us_per_image": 1e6 * cpu / images}
+    return {
+        "images_per_s": images / wall,
+        "wait_share": waited / wall,
+        "images": images,
+        "client_cpu_us_per_image": 1e6 * cpu / images,
+    }
 
 
 def forever(make_epoch) -> Iterator:
@@ -229,40 +264,65 @@ def seed(a: argparse.Namespace, model: Model, shards: Path, samples: int, **_) -
     import webdataset as wds
 
     # The article's transform, on the float tensor decode("torchrgb") gives.
-    transform = T.Compose([T.Resize(a.resize), T.CenterCrop(a.crop), T.Lambda(lambda x: x / 255.),
-                           T.Normalize(MEAN, STD)])
+    transform = T.Compose(
+        [
+            T.Resize(a.resize),
+            T.CenterCrop(a.crop),
+            T.Lambda(lambda x: x / 255.0),
+            T.Normalize(MEAN, STD),
+        ]
+    )
     urls = sorted(str(p) for p in shards.glob("*.tar"))
-    dataset = (wds.WebDataset(urls, nodesplitter=wds.split_by_node, shardshuffle=False)
-               .decode("torchrgb").to_tuple("jpg", "cls").map_tuple(transform, int)
-               .batched(a.batch, partial=False))
+    dataset = (
+        wds.WebDataset(urls, nodesplitter=wds.split_by_node, shardshuffle=False)
+        .decode("torchrgb")
+        .to_tuple("jpg", "cls")
+        .map_tuple(transform, int)
+        .batched(a.batch, partial=False)
+    )
     n = samples // a.batch  # dataset_size // (batch_size * world_size), world size 1
-    loader = wds.WebLoader(dataset, batch_size=None, shuffle=False, num_workers=a.workers,
-                           pin_memory=model.device.type == "cuda")
+    loader = wds.WebLoader(
+        dataset,
+        batch_size=None,
+        shuffle=False,
+        num_workers=a.workers,
+        pin_memory=model.device.type == "cuda",
+    )
     loader = loader.repeat(nbatches=n).slice(n)
     cuda = model.device.type == "cuda"
 
     def epoch(_):
         for x, y in loader:
-            yield (x.to(model.device, non_blocking=cuda),
-                   torch.as_tensor(y).to(model.device, non_blocking=cuda))
+            yield (
+                x.to(model.device, non_blocking=cuda),
+                torch.as_tensor(y).to(model.device, non_blocking=cuda),
+            )
 
     return run_loop(model, forever(epoch), a)
 
 
-SERVER_COUNTERS = {"wait_for_batch_s": "streamWaitForBatchSeconds",
-                   "wait_for_client_s": "streamWaitForClientSeconds",
-                   "images_served": "imagesServed", "bytes_served": "bytesServed"}
+SERVER_COUNTERS = {
+    "wait_for_batch_s": "streamWaitForBatchSeconds",
+    "wait_for_client_s": "streamWaitForClientSeconds",
+    "images_served": "imagesServed",
+    "bytes_served": "bytesServed",
+}
 
 
 def server_counters(a: argparse.Namespace, address: str) -> Dict[str, float]:
-    out = subprocess.run([str(a.build_dir / "client" / "shardcast-ctl"), "status", "--server",
-                          address, "--json"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(a.build_dir / "client" / "shardcast-ctl"), "status", "--server", address, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     status = json.loads(out)
     return {k: float(status.get(v, 0)) for k, v in SERVER_COUNTERS.items()}
 
 
-def loader(a: argparse.Namespace, model: Model, server: ServerProcess,
-           decode: Optional[str] = None, **_) -> Dict[str, float]:
+def loader(
+    a: argparse.Namespace, model: Model, server: ServerProcess, decode: Optional[str] = None, **_
+) -> Dict[str, float]:
     """The Loader row; with `decode` ("cpu" or "cuda") the job's delivery is encoded and
     the Loader decodes."""
     import shardcast
@@ -271,16 +331,23 @@ def loader(a: argparse.Namespace, model: Model, server: ServerProcess,
     # and normalize's transfer to the device is a DMA. Decoded on the GPU, the batch is
     # already there.
     decoding = {} if decode is None else {"decode": decode, "decode_threads": a.decode_threads}
-    source = shardcast.Loader(server.address, batch_size=a.batch, transform="center",
-                              resize=a.resize, crop=a.crop,
-                              pin_memory=model.device.type == "cuda" and decode != "cuda",
-                              **decoding)
+    source = shardcast.Loader(
+        server.address,
+        batch_size=a.batch,
+        transform="center",
+        resize=a.resize,
+        crop=a.crop,
+        pin_memory=model.device.type == "cuda" and decode != "cuda",
+        **decoding,
+    )
 
     def epoch(e):
         source.set_epoch(e)
         for images, labels, _ in source:
-            yield (shardcast.normalize(images, model.device),
-                   labels.to(model.device, non_blocking=model.device.type == "cuda"))
+            yield (
+                shardcast.normalize(images, model.device),
+                labels.to(model.device, non_blocking=model.device.type == "cuda"),
+            )
 
     try:
         return run_loop(model, forever(epoch), a)
@@ -294,29 +361,51 @@ def train(a: argparse.Namespace, server: ServerProcess, scratch: Path, **_) -> D
     metrics = scratch / "train.jsonl"
     ceiling_hint = a.results.get("ceiling", {}).get("images_per_s", 0)
     steps = a.warmup + max(5, int(a.seconds * ceiling_hint / a.batch) if ceiling_hint else 20)
-    cmd = [str(a.build_dir / "client" / "shardcast-train"), "--server", server.address,
-           "--device", a.device, "-b", str(a.batch), "--resize", str(a.resize), "--crop",
-           str(a.crop), "--transform", "center", "--precision", a.precision,
-           f"--channels-last={'true' if a.channels_last else 'false'}", "--epochs", "1000",
-           "--max-steps", str(steps), "--no-progress",
-           "--metrics", str(metrics)]
+    cmd = [
+        str(a.build_dir / "client" / "shardcast-train"),
+        "--server",
+        server.address,
+        "--device",
+        a.device,
+        "-b",
+        str(a.batch),
+        "--resize",
+        str(a.resize),
+        "--crop",
+        str(a.crop),
+        "--transform",
+        "center",
+        "--precision",
+        a.precision,
+        f"--channels-last={'true' if a.channels_last else 'false'}",
+        "--epochs",
+        "1000",
+        "--max-steps",
+        str(steps),
+        "--no-progress",
+        "--metrics",
+        str(metrics),
+    ]
     cpu_before = a.trainer_cpu()
     run = subprocess.run(cmd, capture_output=True, text=True)
     cpu = a.trainer_cpu() - cpu_before  # reaped: its CPU counts as this process's children's
     if run.returncode != 0:
         raise RuntimeError(f"shardcast-train exited {run.returncode}: {run.stderr[-2000:]}")
-    steps_done = [json.loads(l) for l in open(f"{metrics}.rank0")]
-    steps_done = [l for l in steps_done if l.get("event") == "step"]
+    steps_done = [json.loads(line) for line in open(f"{metrics}.rank0")]
+    steps_done = [step for step in steps_done if step.get("event") == "step"]
     # Wall time from the end of the last warm-up step to the end of the last step, as
     # the Python rows measure it.
-    timed = steps_done[a.warmup:]
+    timed = steps_done[a.warmup :]
     wall = timed[-1]["time"] - steps_done[a.warmup - 1]["time"]
     images = a.batch * len(timed)
     # Its CPU is measured over the whole run (start-up and warm-up included).
     all_images = a.batch * len(steps_done)
-    return {"images_per_s": images / wall, "wait_share": sum(l["wait_s"] for l in timed) / wall,
-            "images": images,
-            "client_cpu_us_per_image": 1e6 * cpu / all_images}
+    return {
+        "images_per_s": images / wall,
+        "wait_share": sum(step["wait_s"] for step in timed) / wall,
+        "images": images,
+        "client_cpu_us_per_image": 1e6 * cpu / all_images,
+    }
 
 
 # ---- the run ---------------------------------------------------------------------------
@@ -332,29 +421,42 @@ def main() -> None:
         scratch = Path(tmp)
         shards = scratch / "shards"
         samples = pack(a, shards)
-        server = ServerProcess(a.build_dir, shards,
-                               ["--decode-threads", str(a.decode_threads)],
-                               log=scratch / "server.log")
+        server = ServerProcess(
+            a.build_dir,
+            shards,
+            ["--decode-threads", str(a.decode_threads)],
+            log=scratch / "server.log",
+        )
         server.start(timeout=300)
         server_pid = server.proc.pid
         a.trainer_cpu = lambda: process_tree_cpu_seconds(os.getpid(), exclude=server_pid)
         try:
-            print(f"feed_bench: {samples} samples in {len(list(shards.glob('*.tar')))} shards "
-                  f"({'photos from ' + str(a.photos) if a.photos else 'generated'}); "
-                  f"{a.device}, ResNet-18 at {a.crop} (resize {a.resize}), batch {a.batch}, "
-                  f"{a.precision}, {'channels_last' if a.channels_last else 'NCHW'}; "
-                  f"seed workers {a.workers}, server decode threads {a.decode_threads}; "
-                  f"{a.warmup} warm-up steps, {a.seconds:g} s timed", flush=True)
+            print(
+                f"feed_bench: {samples} samples in {len(list(shards.glob('*.tar')))} shards "
+                f"({'photos from ' + str(a.photos) if a.photos else 'generated'}); "
+                f"{a.device}, ResNet-18 at {a.crop} (resize {a.resize}), batch {a.batch}, "
+                f"{a.precision}, {'channels_last' if a.channels_last else 'NCHW'}; "
+                f"seed workers {a.workers}, server decode threads {a.decode_threads}; "
+                f"{a.warmup} warm-up steps, {a.seconds:g} s timed",
+                flush=True,
+            )
             # The process's first steps are slow (allocator, kernel selection, caches):
             # warm up on a throwaway model so the first row measured is not penalized.
             warm = Model(a)
             for _ in range(a.warmup):
-                warm.step(torch.randn(a.batch, 3, a.crop, a.crop, device=warm.device),
-                          torch.zeros(a.batch, dtype=torch.int64, device=warm.device))
+                warm.step(
+                    torch.randn(a.batch, 3, a.crop, a.crop, device=warm.device),
+                    torch.zeros(a.batch, dtype=torch.int64, device=warm.device),
+                )
             del warm
-            rows = {"ceiling": ceiling, "seed": seed, "loader": loader,
-                    "encoded-cpu": functools.partial(loader, decode="cpu"),
-                    "encoded-cuda": functools.partial(loader, decode="cuda"), "train": train}
+            rows = {
+                "ceiling": ceiling,
+                "seed": seed,
+                "loader": loader,
+                "encoded-cpu": functools.partial(loader, decode="cpu"),
+                "encoded-cuda": functools.partial(loader, decode="cuda"),
+                "train": train,
+            }
             for name in a.rows:
                 skip = cuda_missing(a) if name == "encoded-cuda" else None
                 if skip:
@@ -364,8 +466,9 @@ def main() -> None:
                 before = server_counters(a, server.address)
                 server_cpu = process_tree_cpu_seconds(server_pid)
                 model = Model(a) if name != "train" else None
-                result = rows[name](a, model=model, shards=shards, samples=samples,
-                                    server=server, scratch=scratch)
+                result = rows[name](
+                    a, model=model, shards=shards, samples=samples, server=server, scratch=scratch
+                )
                 server_cpu = process_tree_cpu_seconds(server_pid) - server_cpu
                 after = server_counters(a, server.address)
                 if name in SERVED_ROWS:
@@ -378,31 +481,47 @@ def main() -> None:
                     result["server_waited_for_batches_s"] = delta["wait_for_batch_s"]
                     result["server_waited_for_client_s"] = delta["wait_for_client_s"]
                 a.results[name] = result
-                print(f"  {name}: {json.dumps({k: round(v, 4) for k, v in result.items()})}",
-                      flush=True)
+                print(
+                    f"  {name}: {json.dumps({k: round(v, 4) for k, v in result.items()})}",
+                    flush=True,
+                )
                 del model
         finally:
             server.kill()
     print_table(a)
     if a.json:
-        a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()
-                                               if k not in ("results", "skipped", "trainer_cpu")},
-                                     "results": a.results, "skipped": a.skipped},
-                                     indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "args": {
+                        k: str(v)
+                        for k, v in vars(a).items()
+                        if k not in ("results", "skipped", "trainer_cpu")
+                    },
+                    "results": a.results,
+                    "skipped": a.skipped,
+                },
+                indent=1,
+            )
+        )
 
 
 def print_table(a: argparse.Namespace) -> None:
     top = a.results.get("ceiling", {}).get("images_per_s")
-    names = {"ceiling": "one batch kept on the device (ceiling)",
-             "seed": f"seed: webdataset + {a.workers} DataLoader workers",
-             "loader": "shardcast-server + shardcast.Loader",
-             "encoded-cpu": "encoded + decode cpu (Loader, decode=\"cpu\")",
-             "encoded-cuda": "encoded + decode cuda (Loader, decode=\"cuda\")",
-             "train": "shardcast-server + shardcast-train"}
+    names = {
+        "ceiling": "one batch kept on the device (ceiling)",
+        "seed": f"seed: webdataset + {a.workers} DataLoader workers",
+        "loader": "shardcast-server + shardcast.Loader",
+        "encoded-cpu": 'encoded + decode cpu (Loader, decode="cpu")',
+        "encoded-cuda": 'encoded + decode cuda (Loader, decode="cuda")',
+        "train": "shardcast-server + shardcast-train",
+    }
     print()
-    print("| input | images/s | of the ceiling | waiting for input | trainer CPU / image | "
-          "server CPU / image | wire bytes / image | server waited for batches / for the "
-          "client |")
+    print(
+        "| input | images/s | of the ceiling | waiting for input | trainer CPU / image | "
+        "server CPU / image | wire bytes / image | server waited for batches / for the "
+        "client |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name in a.rows:
         if name in a.skipped:
@@ -413,11 +532,16 @@ def print_table(a: argparse.Namespace) -> None:
         served = "server_waited_for_batches_s" in r
         server_cpu = f"{r['server_cpu_us_per_image']:,.0f} us" if served else ""
         wire = f"{r['wire_bytes_per_image']:,.0f}" if served else ""
-        waits = (f"{r['server_waited_for_batches_s']:.1f} s / {r['server_waited_for_client_s']:.1f} s"
-                 if served else "")
-        print(f"| {names[name]} | {r['images_per_s']:,.0f} | {share} | "
-              f"{100 * r['wait_share']:.0f} % | {r['client_cpu_us_per_image']:,.0f} us | "
-              f"{server_cpu} | {wire} | {waits} |")
+        waits = (
+            f"{r['server_waited_for_batches_s']:.1f} s / {r['server_waited_for_client_s']:.1f} s"
+            if served
+            else ""
+        )
+        print(
+            f"| {names[name]} | {r['images_per_s']:,.0f} | {share} | "
+            f"{100 * r['wait_share']:.0f} % | {r['client_cpu_us_per_image']:,.0f} us | "
+            f"{server_cpu} | {wire} | {waits} |"
+        )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ def main():
     for rel in PHOTOS:
         path = os.path.join(args.wallpapers, rel)
         if not os.path.exists(path):
-            sys.exit(f"{path} is missing: apt-get install --no-install-recommends "
-                     "plasma-workspace-wallpapers")
+            sys.exit(
+                f"{path} is missing: apt-get install --no-install-recommends "
+                "plasma-workspace-wallpapers"
+            )
         sources.append(Image.open(path).convert("RGB"))
     os.makedirs(args.out, exist_ok=True)
     total = 0
@@ -62,8 +64,8 @@ def main():
         sw, sh = src.size
         aspect = rng.uniform(3 / 4, 4 / 3)  # crop width / height
         side = rng.uniform(0.3, 1.0) * min(sw, sh)
-        cw = min(sw, int(side * aspect ** 0.5))
-        ch = min(sh, int(side / aspect ** 0.5))
+        cw = min(sw, int(side * aspect**0.5))
+        ch = min(sh, int(side / aspect**0.5))
         left, top = rng.randrange(sw - cw + 1), rng.randrange(sh - ch + 1)
         short = rng.randint(250, 500)
         if cw <= ch:
@@ -72,8 +74,14 @@ def main():
             size = (max(1, round(cw * short / ch)), short)
         img = src.crop((left, top, left + cw, top + ch)).resize(size, Image.LANCZOS)
         path = os.path.join(args.out, f"photo_{i:05d}.jpg")
-        img.save(path, "JPEG", quality=rng.randint(75, 95), subsampling="4:2:0",
-                 progressive=False, optimize=False)
+        img.save(
+            path,
+            "JPEG",
+            quality=rng.randint(75, 95),
+            subsampling="4:2:0",
+            progressive=False,
+            optimize=False,
+        )
         total += os.path.getsize(path)
     print(f"{args.count} JPEGs in {args.out}, mean {total / args.count / 1024:.1f} KB")
 

@@ -42,14 +42,20 @@ from server_process import ServerProcess, use_source_package  # noqa: E402
 import torch  # noqa: E402
 import webdataset as wds  # noqa: E402
 
-WORDS = ("a photo of the red green blue small large dog cat bicycle on in with under over "
-         "sunset river mountain city street night morning house tree flower").split()
+WORDS = (
+    "a photo of the red green blue small large dog cat bicycle on in with under over "
+    "sunset river mountain city street night morning house tree flower"
+).split()
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--build-dir", type=Path, default=Path("build"),
-                   help="a build with shardcast-server and shardcast-pack")
+    p.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path("build"),
+        help="a build with shardcast-server and shardcast-pack",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2, help="epochs per row")
     p.add_argument("--images", type=int, default=4000, help="(a): captioned JPEGs")
@@ -59,8 +65,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32, help="(a) batch size")
     p.add_argument("--captions", type=int, default=50000, help="(b): 1 KB captions")
     p.add_argument("--caption-batch", type=int, default=256, help="(b) batch size")
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
-                   help="(b): webdataset's DataLoader workers")
+    p.add_argument(
+        "--cores",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="(b): webdataset's DataLoader workers",
+    )
     p.add_argument("--skip-a", action="store_true")
     p.add_argument("--skip-b", action="store_true")
     return p.parse_args()
@@ -70,8 +80,15 @@ def wait_until_serving(server: ServerProcess, **job) -> None:
     """A throwaway registration, which the Loader retries while the server indexes."""
     import shardcast
 
-    shardcast.Loader(server.address, job_id="warm-up", batch_size=1, world_size=1, rank=0,
-                     reconnect_deadline=300, **job).close()
+    shardcast.Loader(
+        server.address,
+        job_id="warm-up",
+        batch_size=1,
+        world_size=1,
+        rank=0,
+        reconnect_deadline=300,
+        **job,
+    ).close()
 
 
 def drain(server: ServerProcess, job_id: str, epochs: int, **job) -> Measure:
@@ -79,8 +96,9 @@ def drain(server: ServerProcess, job_id: str, epochs: int, **job) -> Measure:
     sample of this process and the server together."""
     import shardcast
 
-    with shardcast.Loader(server.address, job_id=job_id, world_size=1, rank=0, split="sample",
-                          **job) as loader:
+    with shardcast.Loader(
+        server.address, job_id=job_id, world_size=1, rank=0, split="sample", **job
+    ) as loader:
         samples, checksum = 0, 0
         timer = Timer(lambda: process_cpu(server.proc.pid))
         for epoch in range(epochs):
@@ -106,8 +124,13 @@ def write_captions(out: Path, n: int, per_shard: int = 1000) -> List[str]:
         with wds.TarWriter(str(path)) as sink:
             for i in range(s, min(n, s + per_shard)):
                 caption = " ".join(rng.choices(WORDS, k=240)).encode()[:1024].ljust(1024)
-                sink.write({"__key__": f"{i:09d}", "txt": caption,
-                            "json": b'{"key": "%09d", "status": "success"}' % i})
+                sink.write(
+                    {
+                        "__key__": f"{i:09d}",
+                        "txt": caption,
+                        "json": b'{"key": "%09d", "status": "success"}' % i,
+                    }
+                )
         paths.append(str(path))
     return paths
 
@@ -134,15 +157,17 @@ def webdataset_rate(urls: List[str], epochs: int, workers: int, batch: int) -> M
     return timer.measure(samples)
 
 
-def run_rounds(rows: Dict[str, Callable[[str], Measure]],
-               rounds: int) -> Dict[str, List[Measure]]:
+def run_rounds(rows: Dict[str, Callable[[str], Measure]], rounds: int) -> Dict[str, List[Measure]]:
     results: Dict[str, List[Measure]] = {name: [] for name in rows}
     for r in range(rounds):
         for i, (name, run) in enumerate(rows.items()):
             m = run(f"r{r}-{i}")
             results[name].append(m)
-            print(f"  round {r}: {name}: {m.images_per_s:,.0f}/s, "
-                  f"{m.cpu_us_per_image:.1f} CPU us each", flush=True)
+            print(
+                f"  round {r}: {name}: {m.images_per_s:,.0f}/s, "
+                f"{m.cpu_us_per_image:.1f} CPU us each",
+                flush=True,
+            )
     return results
 
 
@@ -154,13 +179,17 @@ def ratio(new: List[Measure], base: List[Measure], field: str) -> str:
 
 def print_table(title: str, unit: str, results: Dict[str, List[Measure]], base: str) -> None:
     """Each row's medians and their ratios to `base`'s, per round."""
-    print(f"\n{title}\n\n| row | {unit} | vs {base} | CPU us each | vs {base} |\n"
-          "|---|---:|---|---:|---|")
+    print(
+        f"\n{title}\n\n| row | {unit} | vs {base} | CPU us each | vs {base} |\n"
+        "|---|---:|---|---:|---|"
+    )
     for name, values in results.items():
         rate = ratio(values, results[base], "images_per_s") if name != base else "1.00"
         cpu = ratio(values, results[base], "cpu_us_per_image") if name != base else "1.00"
-        print(f"| {name} | {statistics.median(m.images_per_s for m in values):,.0f} | {rate} | "
-              f"{statistics.median(m.cpu_us_per_image for m in values):.1f} | {cpu} |")
+        print(
+            f"| {name} | {statistics.median(m.images_per_s for m in values):,.0f} | {rate} | "
+            f"{statistics.median(m.cpu_us_per_image for m in values):.1f} | {cpu} |"
+        )
 
 
 def main() -> int:
@@ -168,32 +197,58 @@ def main() -> int:
     build = a.build_dir.resolve()
     use_source_package(build)
     torch.set_num_threads(1)
-    print(f"machine: {os.cpu_count()} cores, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; torch {torch.__version__}",
-          flush=True)
+    print(
+        f"machine: {os.cpu_count()} cores, load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; torch {torch.__version__}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="members_bench.") as tmp:
         if not a.skip_a:
             data = Path(tmp) / "images"
-            subprocess.run([str(build / "tools" / "shardcast-pack"), "--synthetic",
-                            str(a.images), "--size", a.size, "--captions", "--no-labels",
-                            "--per-shard", "100", "--quiet", str(data)], check=True)
+            subprocess.run(
+                [
+                    str(build / "tools" / "shardcast-pack"),
+                    "--synthetic",
+                    str(a.images),
+                    "--size",
+                    a.size,
+                    "--captions",
+                    "--no-labels",
+                    "--per-shard",
+                    "100",
+                    "--quiet",
+                    str(data),
+                ],
+                check=True,
+            )
             server = ServerProcess(build, data, ["--decode-threads", "0"])
             server.start()
             try:
                 wait_until_serving(server)
                 job = dict(batch_size=a.batch, resize=a.resize, crop=a.crop)
-                print(f"(a) {a.images} synthetic {a.size} JPEGs with a caption and a .json "
-                      f"each, center resize {a.resize} crop {a.crop}, B={a.batch}, "
-                      f"{a.epochs} epochs per row, {a.rounds} rounds", flush=True)
-                part_a = run_rounds({
-                    "image alone": lambda j: drain(server, j, a.epochs, **job),
-                    "image + txt + json": lambda j: drain(
-                        server, j, a.epochs, fields=("txt", "json"), **job),
-                }, a.rounds)
+                print(
+                    f"(a) {a.images} synthetic {a.size} JPEGs with a caption and a .json "
+                    f"each, center resize {a.resize} crop {a.crop}, B={a.batch}, "
+                    f"{a.epochs} epochs per row, {a.rounds} rounds",
+                    flush=True,
+                )
+                part_a = run_rounds(
+                    {
+                        "image alone": lambda j: drain(server, j, a.epochs, **job),
+                        "image + txt + json": lambda j: drain(
+                            server, j, a.epochs, fields=("txt", "json"), **job
+                        ),
+                    },
+                    a.rounds,
+                )
             finally:
                 server.kill()
-            print_table("(a) served to one rank (medians; ratios per round)", "images/s",
-                        part_a, "image alone")
+            print_table(
+                "(a) served to one rank (medians; ratios per round)",
+                "images/s",
+                part_a,
+                "image alone",
+            )
         if not a.skip_b:
             urls = write_captions(Path(tmp) / "captions", a.captions)
             server = ServerProcess(build, Path(tmp) / "captions", ["--decode-threads", "0"])
@@ -201,27 +256,38 @@ def main() -> int:
             try:
                 job = dict(batch_size=a.caption_batch, image=False, fields=("txt",))
                 wait_until_serving(server, image=False, fields=("txt",))
-                print(f"(b) {a.captions} samples of a 1 KB .txt and a .json in "
-                      f"{len(urls)} shards, {a.epochs} epochs per row, {a.rounds} rounds; "
-                      f"webdataset with {a.cores} workers batches by {a.caption_batch}",
-                      flush=True)
-                part_b = run_rounds({
-                    "shardcast, image=False, fields=(txt,)": lambda j: drain(
-                        server, j, a.epochs, **job),
-                    "webdataset .to_tuple(txt), in process": lambda j: webdataset_rate(
-                        urls, a.epochs, 0, a.caption_batch),
-                    f"webdataset .to_tuple(txt), {a.cores} workers": lambda j: webdataset_rate(
-                        urls, a.epochs, a.cores, a.caption_batch),
-                }, a.rounds)
+                print(
+                    f"(b) {a.captions} samples of a 1 KB .txt and a .json in "
+                    f"{len(urls)} shards, {a.epochs} epochs per row, {a.rounds} rounds; "
+                    f"webdataset with {a.cores} workers batches by {a.caption_batch}",
+                    flush=True,
+                )
+                part_b = run_rounds(
+                    {
+                        "shardcast, image=False, fields=(txt,)": lambda j: drain(
+                            server, j, a.epochs, **job
+                        ),
+                        "webdataset .to_tuple(txt), in process": lambda j: webdataset_rate(
+                            urls, a.epochs, 0, a.caption_batch
+                        ),
+                        f"webdataset .to_tuple(txt), {a.cores} workers": lambda j: webdataset_rate(
+                            urls, a.epochs, a.cores, a.caption_batch
+                        ),
+                    },
+                    a.rounds,
+                )
             finally:
                 server.kill()
             shardcast_row, *webdataset_rows = part_b
-            print_table("(b) captions alone (medians; ratios per round)", "samples/s", part_b,
-                        shardcast_row)
+            print_table(
+                "(b) captions alone (medians; ratios per round)", "samples/s", part_b, shardcast_row
+            )
             for name in webdataset_rows:
-                print(f"shardcast / {name}: samples/s "
-                      f"{ratio(part_b[shardcast_row], part_b[name], 'images_per_s')}, CPU per "
-                      f"sample {ratio(part_b[shardcast_row], part_b[name], 'cpu_us_per_image')}")
+                print(
+                    f"shardcast / {name}: samples/s "
+                    f"{ratio(part_b[shardcast_row], part_b[name], 'images_per_s')}, CPU per "
+                    f"sample {ratio(part_b[shardcast_row], part_b[name], 'cpu_us_per_image')}"
+                )
     return 0
 
 

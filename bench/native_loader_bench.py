@@ -47,7 +47,8 @@ from server_process import ServerProcess, pack_synthetic, python_env  # noqa: E4
 
 # A child that drains `epochs` epochs through a Loader and prints one JSON line; with
 # "spin", a Python thread counts meanwhile and its pace is printed too.
-LOADER_CHILD = textwrap.dedent("""
+LOADER_CHILD = textwrap.dedent(
+    """
     import json, resource, sys, threading, time
     import shardcast
     address, job, batch, size, epochs, spin, normalize = sys.argv[1:8]
@@ -82,10 +83,12 @@ LOADER_CHILD = textwrap.dedent("""
     loader.close()
     print(json.dumps({"images": images, "images_per_s": images / wall,
                       "cpu_us_per_image": 1e6 * cpu / images, "spins_per_s": spun / wall}))
-""")
+"""
+)
 
 # The same counting thread alone in its process, until its stdin closes.
-SPIN_CHILD = textwrap.dedent("""
+SPIN_CHILD = textwrap.dedent(
+    """
     import json, sys, threading, time
     count, stop = 0, threading.Event()
     def spinner():
@@ -99,7 +102,8 @@ SPIN_CHILD = textwrap.dedent("""
     stop.set()
     thread.join()
     print(json.dumps({"spins_per_s": count / (time.perf_counter() - start)}))
-""")
+"""
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -110,36 +114,56 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--before", default="",
-                   help="git revision whose python/ is the 'before' Loader (default: the "
-                        "parent of the commit that added python/native)")
+    p.add_argument(
+        "--before",
+        default="",
+        help="git revision whose python/ is the 'before' Loader (default: the "
+        "parent of the commit that added python/native)",
+    )
     return p.parse_args()
 
 
 def run_json(cmd: List[str], env: Dict[str, str]) -> dict:
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if run.returncode != 0:
-        sys.exit(f"native_loader_bench: {cmd[:3]} ... exited {run.returncode}:\n"
-                 f"{run.stderr[-3000:]}")
+        sys.exit(
+            f"native_loader_bench: {cmd[:3]} ... exited {run.returncode}:\n" f"{run.stderr[-3000:]}"
+        )
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def before_tree(rev: str, scratch: Path) -> Dict[str, str]:
     """python/ as of `rev` with its stubs, and the environment that imports it."""
     if not rev:
-        added = subprocess.run(["git", "-C", str(REPO), "log", "--diff-filter=A",
-                                "--format=%H", "--", "python/native/native_module.cc"],
-                               capture_output=True, text=True, check=True).stdout.split()
+        added = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "log",
+                "--diff-filter=A",
+                "--format=%H",
+                "--",
+                "python/native/native_module.cc",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         if not added:
             sys.exit("native_loader_bench: python/native is not committed; pass --before REV")
         rev = added[-1] + "^"
     tree = scratch / "before"
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "python", "proto"],
-                             capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "python", "proto"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    subprocess.run([sys.executable, str(tree / "python" / "generate_stubs.py"),
-                    str(tree / "stubs")], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(tree / "python" / "generate_stubs.py"), str(tree / "stubs")],
+        check=True,
+        capture_output=True,
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{tree / 'python'}:{tree / 'stubs'}"
     return env
@@ -147,27 +171,66 @@ def before_tree(rev: str, scratch: Path) -> Dict[str, str]:
 
 def spin_beside_row(a, consumer: Path, address: str, size: int, env):
     """SPIN_CHILD for as long as a C++ wire reader drains `address` in another process."""
+
     def run(job: str) -> dict:
-        spin = subprocess.Popen([sys.executable, "-c", SPIN_CHILD], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=env)
+        spin = subprocess.Popen(
+            [sys.executable, "-c", SPIN_CHILD],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         reader = consumer_row(a, consumer, address, "wire", size, env)(job)
         out, _ = spin.communicate("")
-        return {**json.loads(out.strip().splitlines()[-1]),
-                "reader_images_per_s": reader["images_per_s"]}
+        return {
+            **json.loads(out.strip().splitlines()[-1]),
+            "reader_images_per_s": reader["images_per_s"],
+        }
+
     return run
 
 
 def consumer_row(a, consumer: Path, address: str, mode: str, size: int, env):
     return lambda job: run_json(
-        [str(consumer), "--server", address, "--job-id", job, "--mode", mode, "--batch",
-         str(a.batch), "--resize", str(size), "--crop", str(size), "--epochs", str(a.epochs),
-         "--threads", "1"], env)
+        [
+            str(consumer),
+            "--server",
+            address,
+            "--job-id",
+            job,
+            "--mode",
+            mode,
+            "--batch",
+            str(a.batch),
+            "--resize",
+            str(size),
+            "--crop",
+            str(size),
+            "--epochs",
+            str(a.epochs),
+            "--threads",
+            "1",
+        ],
+        env,
+    )
 
 
 def loader_row(a, address: str, size: int, env, spin: bool, normalize: bool):
     return lambda job: run_json(
-        [sys.executable, "-c", LOADER_CHILD, address, job, str(a.batch), str(size),
-         str(a.epochs), "1" if spin else "0", "1" if normalize else "0"], env)
+        [
+            sys.executable,
+            "-c",
+            LOADER_CHILD,
+            address,
+            job,
+            str(a.batch),
+            str(size),
+            str(a.epochs),
+            "1" if spin else "0",
+            "1" if normalize else "0",
+        ],
+        env,
+    )
 
 
 def run_rounds(rows, a: argparse.Namespace, label: str) -> Dict[str, List[dict]]:
@@ -184,6 +247,7 @@ def main() -> None:
     build = a.build_dir.resolve()
     consumer = build / "bench" / "stream_consumer_bench"
     from server_process import use_source_package
+
     use_source_package(build)  # generates the stubs into build/python
     now = python_env(build)
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -200,19 +264,28 @@ def main() -> None:
         wire.start(timeout=300)
         try:
             for size in sizes:
-                part_a[size] = run_rounds({
-                    "cpp_wire": consumer_row(a, consumer, real.address, "wire", size, now),
-                    "loader": loader_row(a, real.address, size, now, False, False),
-                    "loader_before": loader_row(a, real.address, size, before, False, False),
-                    "spin_beside": spin_beside_row(a, consumer, real.address, size, now),
-                    "spin_loader": loader_row(a, real.address, size, now, True, False),
-                }, a, f"a-{size}")
-                part_b[size] = run_rounds({
-                    "batch_stream": consumer_row(a, consumer, wire.address, "batch_stream",
-                                                 size, now),
-                    "loader": loader_row(a, wire.address, size, now, False, True),
-                    "loader_before": loader_row(a, wire.address, size, before, False, True),
-                }, a, f"b-{size}")
+                part_a[size] = run_rounds(
+                    {
+                        "cpp_wire": consumer_row(a, consumer, real.address, "wire", size, now),
+                        "loader": loader_row(a, real.address, size, now, False, False),
+                        "loader_before": loader_row(a, real.address, size, before, False, False),
+                        "spin_beside": spin_beside_row(a, consumer, real.address, size, now),
+                        "spin_loader": loader_row(a, real.address, size, now, True, False),
+                    },
+                    a,
+                    f"a-{size}",
+                )
+                part_b[size] = run_rounds(
+                    {
+                        "batch_stream": consumer_row(
+                            a, consumer, wire.address, "batch_stream", size, now
+                        ),
+                        "loader": loader_row(a, wire.address, size, now, False, True),
+                        "loader_before": loader_row(a, wire.address, size, before, False, True),
+                    },
+                    a,
+                    f"b-{size}",
+                )
         finally:
             real.kill()
             wire.kill()
@@ -233,25 +306,43 @@ def print_rows(part, names, base: str, field: str, last_column: str, suffix: str
     print("|---:|---|---:|---:|---:|")
     for size, rows in part.items():
         for name in names:
-            print(f"| {size} | {name} | {median(rows[name], 'images_per_s'):,.0f} | "
-                  f"{median(rows[name], 'cpu_us_per_image'):.1f} | "
-                  f"{ratio(rows[name], rows[base], field):.2f}{suffix} |")
+            print(
+                f"| {size} | {name} | {median(rows[name], 'images_per_s'):,.0f} | "
+                f"{median(rows[name], 'cpu_us_per_image'):.1f} | "
+                f"{ratio(rows[name], rows[base], field):.2f}{suffix} |"
+            )
 
 
 def print_table(part_a, part_b, a: argparse.Namespace) -> None:
-    print(f"\nbatch {a.batch}, {a.samples} samples x {a.epochs} epochs per row, {a.rounds} "
-          "rounds, medians; ratios per round, then the median")
+    print(
+        f"\nbatch {a.batch}, {a.samples} samples x {a.epochs} epochs per row, {a.rounds} "
+        "rounds, medians; ratios per round, then the median"
+    )
     print("\n(a) real server: client CPU per image")
-    print_rows(part_a, ("cpp_wire", "loader", "loader_before"), "cpp_wire", "cpu_us_per_image",
-               "of the C++ wire reader's", "x")
-    print("\n| size | a Python thread's pace beside the Loader, of its pace beside the C++ "
-          "reader in another process |")
+    print_rows(
+        part_a,
+        ("cpp_wire", "loader", "loader_before"),
+        "cpp_wire",
+        "cpu_us_per_image",
+        "of the C++ wire reader's",
+        "x",
+    )
+    print(
+        "\n| size | a Python thread's pace beside the Loader, of its pace beside the C++ "
+        "reader in another process |"
+    )
     print("|---:|---:|")
     for size, rows in part_a.items():
         print(f"| {size} | {ratio(rows['spin_loader'], rows['spin_beside'], 'spins_per_s'):.2f} |")
     print("\n(b) client-bound (wire-only server), normalized float batches on the CPU")
-    print_rows(part_b, ("batch_stream", "loader", "loader_before"), "batch_stream",
-               "images_per_s", "images/s of BatchStream's", "")
+    print_rows(
+        part_b,
+        ("batch_stream", "loader", "loader_before"),
+        "batch_stream",
+        "images_per_s",
+        "images/s of BatchStream's",
+        "",
+    )
 
 
 if __name__ == "__main__":

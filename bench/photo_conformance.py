@@ -20,8 +20,9 @@ from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
-    "torchvision_transform", os.path.join(HERE, "..", "tests", "reference",
-                                          "torchvision_transform.py"))
+    "torchvision_transform",
+    os.path.join(HERE, "..", "tests", "reference", "torchvision_transform.py"),
+)
 reference = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reference)
 
@@ -31,8 +32,9 @@ def main():
     with open(sys.argv[1]) as f:
         jobs = json.load(f)
     decoded = {}
-    stats = collections.defaultdict(lambda: {"sum": 0.0, "n": 0, "worst_mean": 0.0, "max": 0,
-                                             "images": 0})
+    stats = collections.defaultdict(
+        lambda: {"sum": 0.0, "n": 0, "worst_mean": 0.0, "max": 0, "images": 0}
+    )
     for job in jobs:
         if job["jpeg"] not in decoded:
             decoded.clear()  # one file at a time: jobs come grouped by file
@@ -48,12 +50,16 @@ def main():
         s["worst_mean"] = max(s["worst_mean"], float(diff.mean()))
         s["max"] = max(s["max"], int(diff.max()))
         s["images"] += 1
-    print(f"{'transform':<34} {'DCT':>4} {'images':>7} {'mean':>8} {'worst image mean':>17} "
-          f"{'max':>4}")
+    print(
+        f"{'transform':<34} {'DCT':>4} {'images':>7} {'mean':>8} {'worst image mean':>17} "
+        f"{'max':>4}"
+    )
     for (op, dct), s in sorted(stats.items()):
         name = "Resize(256)+CenterCrop(224)" if op == "center" else "RandomResizedCrop(224)+flip"
-        print(f"{name:<34} {'on' if dct else 'off':>4} {s['images']:>7} "
-              f"{s['sum'] / s['n']:>8.4f} {s['worst_mean']:>17.4f} {s['max']:>4}")
+        print(
+            f"{name:<34} {'on' if dct else 'off':>4} {s['images']:>7} "
+            f"{s['sum'] / s['n']:>8.4f} {s['worst_mean']:>17.4f} {s['max']:>4}"
+        )
 
 
 if __name__ == "__main__":

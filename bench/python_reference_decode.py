@@ -73,10 +73,16 @@ def main():
         out = tensor_pipeline(t)
         assert out.shape == (3, 224, 224)
 
-    print(f"images_per_s PIL+torchvision(Resize256,CenterCrop224)->uint8 "
-          f"{measure(files, args.seconds, args.rounds, pil):.1f}", flush=True)
-    print(f"images_per_s seed-torchrgb(float,Resize256,CenterCrop224) "
-          f"{measure(files, args.seconds, args.rounds, seed_torchrgb):.1f}", flush=True)
+    print(
+        f"images_per_s PIL+torchvision(Resize256,CenterCrop224)->uint8 "
+        f"{measure(files, args.seconds, args.rounds, pil):.1f}",
+        flush=True,
+    )
+    print(
+        f"images_per_s seed-torchrgb(float,Resize256,CenterCrop224) "
+        f"{measure(files, args.seconds, args.rounds, seed_torchrgb):.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

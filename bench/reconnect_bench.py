@@ -28,7 +28,8 @@ from server_process import pack_synthetic, python_env, use_source_package  # noq
 
 # One trial: a server of its own, a Loader that drains 3 batches (prefetch 1, so more than
 # what was buffered), the kill, the outage, the restart, then the time to the next batch.
-TRIAL = textwrap.dedent("""
+TRIAL = textwrap.dedent(
+    """
     import json, sys, time
     sys.path.insert(0, sys.argv[1])
     from pathlib import Path
@@ -58,7 +59,8 @@ TRIAL = textwrap.dedent("""
         print(json.dumps({"resumed_s": max(waits), "reconnects": loader.reconnects}))
     finally:
         server.kill()
-""")
+"""
+)
 
 
 def main() -> None:
@@ -79,20 +81,34 @@ def main() -> None:
             for trial in range(a.trials):
                 for name, env in rows.items():
                     run = subprocess.run(
-                        [sys.executable, "-c", TRIAL, str(HERE.parent / "tests" / "python"),
-                         str(build), str(shards), str(outage)],
-                        capture_output=True, text=True, env=env)
+                        [
+                            sys.executable,
+                            "-c",
+                            TRIAL,
+                            str(HERE.parent / "tests" / "python"),
+                            str(build),
+                            str(shards),
+                            str(outage),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        env=env,
+                    )
                     if run.returncode != 0:
                         sys.exit(f"reconnect_bench: {name} failed:\n{run.stderr[-3000:]}")
                     got = json.loads(run.stdout.strip().splitlines()[-1])
                     results.setdefault((outage, name), []).append(got["resumed_s"])
                     print(f"  outage {outage:g} s, trial {trial}, {name}: {got}", flush=True)
-    print("\n| outage | client | seconds from the server listening to the next batch: "
-          "median (min..max) |")
+    print(
+        "\n| outage | client | seconds from the server listening to the next batch: "
+        "median (min..max) |"
+    )
     print("|---:|---|---|")
     for (outage, name), values in results.items():
-        print(f"| {outage:g} s | {name} | {statistics.median(values):.2f} "
-              f"({min(values):.2f}..{max(values):.2f}) |")
+        print(
+            f"| {outage:g} s | {name} | {statistics.median(values):.2f} "
+            f"({min(values):.2f}..{max(values):.2f}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ The delay proxy is one Python thread per direction on the same cores as everythi
 else; 0 ms still goes through it. Server counters (remote requests, bytes, cache and
 read-ahead hits, reads fetched on demand) are the difference of GetStatus over the
 timed epochs (mean request: the successful requests' mean time); for the seed rows
-requests and bytes are what curl fetches (one GET per shard, every byte), not measured. "vs local" is against the same pipeline's local row.
+requests and bytes are what curl fetches (one GET per shard, every byte), not measured.
+"vs local" is against the same pipeline's local row.
 
     bench/run_remote_shards_bench.sh [--samples 4000] [--rtts 0,5,20,50] [--rounds 3]
 """
@@ -50,10 +51,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from object_stores import Child, start_nginx, start_s3rver  # noqa: E402
-from server_process import ServerProcess, pack_synthetic, python_env, use_source_package  # noqa: E402
+from server_process import (  # noqa: E402
+    ServerProcess,
+    pack_synthetic,
+    python_env,
+    use_source_package,
+)
 
 # One shardcast rank: connects, says "ready", waits for "go", drains one epoch.
-SHARDCAST_RANK = textwrap.dedent("""
+SHARDCAST_RANK = textwrap.dedent(
+    """
     import json, sys, time
     import shardcast
     address, job, rank, world, batch, resize, crop, epochs = sys.argv[1:9]
@@ -69,10 +76,12 @@ SHARDCAST_RANK = textwrap.dedent("""
             images += y.shape[0]
     print(json.dumps({"images": images, "start": t0, "end": time.time()}), flush=True)
     loader.close()
-""")
+"""
+)
 
 # One seed rank: the seed article's webdataset pipeline (bench/feed_bench.py's).
-SEED_RANK = textwrap.dedent("""
+SEED_RANK = textwrap.dedent(
+    """
     import json, os, sys, time
     sys.path.insert(0, sys.argv[1])
     import torch
@@ -92,13 +101,25 @@ SEED_RANK = textwrap.dedent("""
         for x, y in loader:
             images += len(y)
     print(json.dumps({"images": images, "start": t0, "end": time.time()}), flush=True)
-""")
+"""
+)
 
 
 def start_proxy(port: int, delay_ms: float, scratch: Path) -> Child:
-    child = Child([sys.executable, "-u", str(REPO / "tools" / "delay_proxy.py"), "--listen",
-                   "127.0.0.1:0", "--to", f"127.0.0.1:{port}", "--delay-ms", str(delay_ms)],
-                  scratch / f"proxy-{port}-{delay_ms}.log")
+    child = Child(
+        [
+            sys.executable,
+            "-u",
+            str(REPO / "tools" / "delay_proxy.py"),
+            "--listen",
+            "127.0.0.1:0",
+            "--to",
+            f"127.0.0.1:{port}",
+            "--delay-ms",
+            str(delay_ms),
+        ],
+        scratch / f"proxy-{port}-{delay_ms}.log",
+    )
     ready, _, _ = select.select([child.proc.stdout], [], [], 30)
     line = child.proc.stdout.readline().strip() if ready else ""
     if not line.startswith("listening on "):
@@ -117,19 +138,31 @@ def brace_url(base: str, shards: Path) -> str:
 
 
 def server_status(build: Path, address: str) -> Dict[str, float]:
-    out = subprocess.run([str(build / "client" / "shardcast-ctl"), "status", "--server", address,
-                          "--json"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(build / "client" / "shardcast-ctl"), "status", "--server", address, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     status = json.loads(out)
-    keys = {"remoteRequests": "requests", "remoteBytes": "bytes", "cacheHits": "cache_hits",
-            "readAheadHits": "ra_hits", "remoteDirectReads": "direct",
-            "remoteRequestsOk": "ok", "remoteFetchSeconds": "fetch_s"}
+    keys = {
+        "remoteRequests": "requests",
+        "remoteBytes": "bytes",
+        "cacheHits": "cache_hits",
+        "readAheadHits": "ra_hits",
+        "remoteDirectReads": "direct",
+        "remoteRequestsOk": "ok",
+        "remoteFetchSeconds": "fetch_s",
+    }
     return {short: float(status.get(key, 0)) for key, short in keys.items()}
 
 
 def run_ranks(argvs: List[List[str]], envs: List[Dict[str, str]]) -> Dict[str, float]:
     """Starts one process per rank, lets them all go at once, and times the job."""
-    children = [subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, env=env) for argv, env in zip(argvs, envs)]
+    children = [
+        subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        for argv, env in zip(argvs, envs)
+    ]
     try:
         for child in children:
             line = child.stdout.readline().strip()
@@ -169,14 +202,35 @@ class Bench:
         self.jobs += 1
         job = f"bench-{self.jobs}"
         # Registering a throwaway job waits out the server's indexing (UNAVAILABLE).
-        shardcast.Loader(server.address, job_id=f"{job}-warm-up", batch_size=1, world_size=1,
-                         rank=0, reconnect_deadline=300).close()
+        shardcast.Loader(
+            server.address,
+            job_id=f"{job}-warm-up",
+            batch_size=1,
+            world_size=1,
+            rank=0,
+            reconnect_deadline=300,
+        ).close()
         before = server_status(self.a.build_dir, server.address)
         a = self.a
-        result = run_ranks([[sys.executable, "-c", SHARDCAST_RANK, server.address, job, str(r),
-                             str(a.ranks), str(a.batch), str(a.resize), str(a.crop),
-                             str(epochs)]
-                            for r in range(a.ranks)], [self.env] * a.ranks)
+        result = run_ranks(
+            [
+                [
+                    sys.executable,
+                    "-c",
+                    SHARDCAST_RANK,
+                    server.address,
+                    job,
+                    str(r),
+                    str(a.ranks),
+                    str(a.batch),
+                    str(a.resize),
+                    str(a.crop),
+                    str(epochs),
+                ]
+                for r in range(a.ranks)
+            ],
+            [self.env] * a.ranks,
+        )
         after = server_status(self.a.build_dir, server.address)
         result.update({k: after[k] - before[k] for k in after})
         return result
@@ -187,8 +241,9 @@ class Bench:
         if warm:
             cache = Path(tempfile.mkdtemp(prefix="cache-", dir=self.scratch))
             server_flags += ["--cache-dir", str(cache), "--cache-size", "4GiB"]
-        server = ServerProcess(self.a.build_dir, shards, server_flags,
-                               log=self.scratch / "server.log")
+        server = ServerProcess(
+            self.a.build_dir, shards, server_flags, log=self.scratch / "server.log"
+        )
         try:
             server.start(timeout=120)
             if warm:
@@ -202,15 +257,33 @@ class Bench:
 
     def seed_row(self, urls: str) -> Dict[str, float]:
         a = self.a
-        argvs = [[sys.executable, "-c", SEED_RANK, str(HERE / "third_party"), urls, str(a.batch),
-                  str(a.resize), str(a.crop), str(a.seed_workers), str(a.epochs)]
-                 for _ in range(a.ranks)]
+        argvs = [
+            [
+                sys.executable,
+                "-c",
+                SEED_RANK,
+                str(HERE / "third_party"),
+                urls,
+                str(a.batch),
+                str(a.resize),
+                str(a.crop),
+                str(a.seed_workers),
+                str(a.epochs),
+            ]
+            for _ in range(a.ranks)
+        ]
         envs = [dict(self.env, RANK=str(r), WORLD_SIZE=str(a.ranks)) for r in range(a.ranks)]
         tars = list(self.shards.glob("*.tar"))
-        return dict(run_ranks(argvs, envs), requests=len(tars) * a.epochs,
-                    bytes=sum(p.stat().st_size for p in tars) * a.epochs,
-                    cache_hits=float("nan"), ra_hits=float("nan"), direct=float("nan"),
-                    ok=float("nan"), fetch_s=float("nan"))
+        return dict(
+            run_ranks(argvs, envs),
+            requests=len(tars) * a.epochs,
+            bytes=sum(p.stat().st_size for p in tars) * a.epochs,
+            cache_hits=float("nan"),
+            ra_hits=float("nan"),
+            direct=float("nan"),
+            ok=float("nan"),
+            fetch_s=float("nan"),
+        )
 
 
 def parse_args() -> argparse.Namespace:
@@ -222,15 +295,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--resize", type=int, default=128)
     p.add_argument("--crop", type=int, default=112)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=2, help="per row, one job (cold: no cache, "
-                   "each epoch reads the store again)")
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=2,
+        help="per row, one job (cold: no cache, " "each epoch reads the store again)",
+    )
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--decode-threads", type=int, default=0, help="server's; 0 = all cores")
     p.add_argument("--seed-workers", type=int, default=2, help="DataLoader workers per rank")
     p.add_argument("--rtts", default="0,5,20,50", help="added round trip, ms")
     p.add_argument("--s3-rtts", default="0,20")
-    p.add_argument("--read-ahead-rtts", default="20,50",
-                   help="RTTs with extra --remote-read-ahead rows")
+    p.add_argument(
+        "--read-ahead-rtts", default="20,50", help="RTTs with extra --remote-read-ahead rows"
+    )
     p.add_argument("--read-aheads", default="8,16")
     p.add_argument("--rows", default="local,http,s3,read-ahead,seed")
     p.add_argument("--rounds", type=int, default=3, help="rows run interleaved; medians")
@@ -273,30 +351,76 @@ def main() -> None:
             http = lambda rtt: brace_url(f"http://127.0.0.1:{proxy(nginx, rtt)}", shards)  # noqa
             rows = []  # (pipeline, config, rtt, thunk)
             if "local" in kinds:
-                rows.append(("shardcast", "local dir", None,
-                             lambda: bench.shardcast_row(str(shards), [], False)))
+                rows.append(
+                    (
+                        "shardcast",
+                        "local dir",
+                        None,
+                        lambda: bench.shardcast_row(str(shards), [], False),
+                    )
+                )
             for rtt in rtts:
                 if "http" in kinds:
-                    rows.append(("shardcast", "http cold", rtt,
-                                 lambda rtt=rtt: bench.shardcast_row(http(rtt), [], False)))
-                    rows.append(("shardcast", "http warm (cache, restarted)", rtt,
-                                 lambda rtt=rtt: bench.shardcast_row(http(rtt), [], True)))
+                    rows.append(
+                        (
+                            "shardcast",
+                            "http cold",
+                            rtt,
+                            lambda rtt=rtt: bench.shardcast_row(http(rtt), [], False),
+                        )
+                    )
+                    rows.append(
+                        (
+                            "shardcast",
+                            "http warm (cache, restarted)",
+                            rtt,
+                            lambda rtt=rtt: bench.shardcast_row(http(rtt), [], True),
+                        )
+                    )
                 if "read-ahead" in kinds and rtt in ra_rtts:
                     for n in read_aheads:
-                        rows.append(("shardcast", f"http cold, read-ahead {n}", rtt,
-                                     lambda rtt=rtt, n=n: bench.shardcast_row(
-                                         http(rtt), ["--remote-read-ahead", str(n)], False)))
+                        rows.append(
+                            (
+                                "shardcast",
+                                f"http cold, read-ahead {n}",
+                                rtt,
+                                lambda rtt=rtt, n=n: bench.shardcast_row(
+                                    http(rtt), ["--remote-read-ahead", str(n)], False
+                                ),
+                            )
+                        )
             for rtt in s3_rtts if "s3" in kinds else []:
-                rows.append(("shardcast", "s3 cold", rtt, lambda rtt=rtt: bench.shardcast_row(
-                    "s3://bench/shards/", ["--s3-endpoint", f"http://127.0.0.1:{proxy(s3, rtt)}"],
-                    False)))
+                rows.append(
+                    (
+                        "shardcast",
+                        "s3 cold",
+                        rtt,
+                        lambda rtt=rtt: bench.shardcast_row(
+                            "s3://bench/shards/",
+                            ["--s3-endpoint", f"http://127.0.0.1:{proxy(s3, rtt)}"],
+                            False,
+                        ),
+                    )
+                )
             if "seed" in kinds:
                 local_urls = "::".join(str(p) for p in sorted(shards.glob("*.tar")))
-                rows.append(("seed", "seed: webdataset, local files", None,
-                             lambda: bench.seed_row(local_urls)))
+                rows.append(
+                    (
+                        "seed",
+                        "seed: webdataset, local files",
+                        None,
+                        lambda: bench.seed_row(local_urls),
+                    )
+                )
                 for rtt in rtts:
-                    rows.append(("seed", "seed: webdataset, pipe:curl http", rtt,
-                                 lambda rtt=rtt: bench.seed_row(f"pipe:curl -s {http(rtt)}")))
+                    rows.append(
+                        (
+                            "seed",
+                            "seed: webdataset, pipe:curl http",
+                            rtt,
+                            lambda rtt=rtt: bench.seed_row(f"pipe:curl -s {http(rtt)}"),
+                        )
+                    )
             results: Dict[int, List[Dict[str, float]]] = {i: [] for i in range(len(rows))}
             for _ in range(a.rounds):
                 for i, (_, name, rtt, thunk) in enumerate(rows):
@@ -305,8 +429,12 @@ def main() -> None:
                         results[i].append(thunk())
                     except Exception as e:  # a row that fails is reported, the rest go on
                         print(f"row {name} @ {rtt} ms failed: {e}", file=sys.stderr)
-                    print(f"  [{time.monotonic() - started:5.0f} s] {name} @ {rtt} ms: "
-                          f"{time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
+                    print(
+                        f"  [{time.monotonic() - started:5.0f} s] {name} @ {rtt} ms: "
+                        f"{time.monotonic() - t:.1f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             for h in reversed(helpers):
                 h.stop()
@@ -322,13 +450,17 @@ def print_table(a, rows, results, mb) -> None:
     for i, (pipeline, _, rtt, _) in enumerate(rows):
         if rtt is None and results[i]:
             local[pipeline] = med(i, "images_per_s")
-    print(f"{a.samples} images {a.size} in shards of {a.per_shard} ({mb:.1f} MB), "
-          f"{a.ranks} ranks, batch {a.batch}, Resize {a.resize} + CenterCrop {a.crop}, "
-          f"server decode threads {a.decode_threads or 'all'}, seed: {a.seed_workers} "
-          f"DataLoader workers per rank; {a.epochs} epochs per row (one job), median of "
-          f"{a.rounds} round(s)")
-    print("| config | RTT | images/s | vs local | remote requests | MB | cache hits "
-          "| read-ahead hits | on-demand reads | mean request |")
+    print(
+        f"{a.samples} images {a.size} in shards of {a.per_shard} ({mb:.1f} MB), "
+        f"{a.ranks} ranks, batch {a.batch}, Resize {a.resize} + CenterCrop {a.crop}, "
+        f"server decode threads {a.decode_threads or 'all'}, seed: {a.seed_workers} "
+        f"DataLoader workers per rank; {a.epochs} epochs per row (one job), median of "
+        f"{a.rounds} round(s)"
+    )
+    print(
+        "| config | RTT | images/s | vs local | remote requests | MB | cache hits "
+        "| read-ahead hits | on-demand reads | mean request |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
 
     def count(v: float) -> str:
@@ -343,8 +475,13 @@ def print_table(a, rows, results, mb) -> None:
         if rtt is None:
             cells = ["-", f"{ips:.0f}", f"{ratio:.2f}", "-", "-"]
         else:
-            cells = [f"{rtt} ms", f"{ips:.0f}", f"{ratio:.2f}", count(med(i, "requests")),
-                     f"{med(i, 'bytes') / 1e6:.1f}"]
+            cells = [
+                f"{rtt} ms",
+                f"{ips:.0f}",
+                f"{ratio:.2f}",
+                count(med(i, "requests")),
+                f"{med(i, 'bytes') / 1e6:.1f}",
+            ]
         cells += [count(med(i, k)) for k in ("cache_hits", "ra_hits", "direct")]
         ok = med(i, "ok")
         cells.append(f"{1000 * med(i, 'fetch_s') / ok:.0f} ms" if ok == ok and ok > 0 else "-")

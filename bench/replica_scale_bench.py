@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO / "tests" / "python"))
 from server_process import ServerProcess, pack_synthetic, python_env  # noqa: E402
 
 # One rank: drains `epochs` epochs and prints images, wall and CPU seconds.
-RANK_CHILD = textwrap.dedent("""
+RANK_CHILD = textwrap.dedent(
+    """
     import json, resource, sys, time
     import shardcast
     servers, job, rank, world, batch, size, epochs = sys.argv[1:8]
@@ -44,16 +45,33 @@ RANK_CHILD = textwrap.dedent("""
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     print(json.dumps({"images": images, "batches": batches, "wall": wall, "cpu": cpu}))
-""")
+"""
+)
 
 
 def run_job(build, servers, job, ranks, batch, size, epochs):
     env = python_env(build)
     started = time.perf_counter()
-    children = [subprocess.Popen([sys.executable, "-c", RANK_CHILD, servers, job, str(r),
-                                  str(ranks), str(batch), str(size), str(epochs)],
-                                 stdout=subprocess.PIPE, text=True, env=env)
-                for r in range(ranks)]
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RANK_CHILD,
+                servers,
+                job,
+                str(r),
+                str(ranks),
+                str(batch),
+                str(size),
+                str(epochs),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(ranks)
+    ]
     results = []
     for child in children:
         out, _ = child.communicate(timeout=1800)
@@ -64,8 +82,12 @@ def run_job(build, servers, job, ranks, batch, size, epochs):
     images = sum(r["images"] for r in results)
     batches = sum(r["batches"] for r in results)
     counts = {r["batches"] for r in results}
-    return {"images_per_s": images / wall, "cpu_us_per_batch": 1e6 * sum(r["cpu"] for r in results)
-            / batches, "equal_counts": len(counts) == 1, "batches_per_rank": max(counts)}
+    return {
+        "images_per_s": images / wall,
+        "cpu_us_per_batch": 1e6 * sum(r["cpu"] for r in results) / batches,
+        "equal_counts": len(counts) == 1,
+        "batches_per_rank": max(counts),
+    }
 
 
 def main():
@@ -84,8 +106,10 @@ def main():
     counts = [int(r) for r in args.replicas.split(",")]
     with tempfile.TemporaryDirectory(prefix="replica-scale-") as tmp:
         shards = pack_synthetic(build, Path(tmp) / "shards", args.samples, 256, "64x64", 10)
-        servers = [ServerProcess(build, shards, ["--decode-threads", str(args.decode_threads)])
-                   for _ in range(max(counts))]
+        servers = [
+            ServerProcess(build, shards, ["--decode-threads", str(args.decode_threads)])
+            for _ in range(max(counts))
+        ]
         for server in servers:
             server.start()
         rows = {n: [] for n in counts}
@@ -93,14 +117,25 @@ def main():
             for round_ in range(args.rounds):
                 for n in counts:
                     listed = ",".join(s.address for s in servers[:n])
-                    rows[n].append(run_job(build, listed, f"scale-{n}-{round_}", args.ranks,
-                                           args.batch, args.size, args.epochs))
+                    rows[n].append(
+                        run_job(
+                            build,
+                            listed,
+                            f"scale-{n}-{round_}",
+                            args.ranks,
+                            args.batch,
+                            args.size,
+                            args.epochs,
+                        )
+                    )
         finally:
             for server in servers:
                 server.stop() if hasattr(server, "stop") else server.kill()
-    print(f"{args.ranks} ranks, batch {args.batch}, {args.size}px, {args.samples} samples, "
-          f"{args.epochs} epochs, {args.decode_threads} decode threads per replica, "
-          f"medians of {args.rounds} rounds")
+    print(
+        f"{args.ranks} ranks, batch {args.batch}, {args.size}px, {args.samples} samples, "
+        f"{args.epochs} epochs, {args.decode_threads} decode threads per replica, "
+        f"medians of {args.rounds} rounds"
+    )
     print("| replicas | images/s (job) | vs 1 | client CPU per batch | equal counts |")
     print("|---|---|---|---|---|")
     base = statistics.median(r["images_per_s"] for r in rows[counts[0]])
@@ -108,8 +143,10 @@ def main():
         ips = statistics.median(r["images_per_s"] for r in rows[n])
         cpu = statistics.median(r["cpu_us_per_batch"] for r in rows[n])
         equal = all(r["equal_counts"] for r in rows[n])
-        print(f"| {n} | {ips:.0f} | {ips / base:.2f} | {cpu:.0f} us | {equal} "
-              f"({rows[n][0]['batches_per_rank']} batches per rank) |")
+        print(
+            f"| {n} | {ips:.0f} | {ips / base:.2f} | {cpu:.0f} us | {equal} "
+            f"({rows[n][0]['batches_per_rank']} batches per rank) |"
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,12 @@ MiB = 1 << 20
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--build-dir", type=Path, default=Path("build"),
-                   help="shardcast-server and shardcast-pack are taken from here")
+    p.add_argument(
+        "--build-dir",
+        type=Path,
+        default=Path("build"),
+        help="shardcast-server and shardcast-pack are taken from here",
+    )
     p.add_argument("--ranks", type=int, default=64, help="well-behaved ranks in all")
     p.add_argument("--jobs", type=int, default=2, help="jobs the ranks are split over")
     p.add_argument("--non-readers", type=int, default=16)
@@ -52,10 +56,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--decode-threads", type=int, default=2)
     p.add_argument("--prefetch", type=int, default=4)
     p.add_argument("--idle-timeout", default="3s", help="the server's --stream-idle-timeout")
-    p.add_argument("--reopen-seconds", type=float, default=8.0,
-                   help="a non-reader opens a new stream this often")
-    p.add_argument("--timeout", type=float, default=900.0,
-                   help="seconds: a run still going then is a hang, and fails")
+    p.add_argument(
+        "--reopen-seconds",
+        type=float,
+        default=8.0,
+        help="a non-reader opens a new stream this often",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds: a run still going then is a hang, and fails",
+    )
     p.add_argument("--seed", type=int, default=1, help="of the flaky clients' choices")
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/shardcast-load-bench"))
     return p.parse_args()
@@ -96,14 +108,24 @@ class Shared:
             self.errors.append(text)
 
 
-def well_behaved_rank(shardcast, address: str, args, job: str, rank: int, world: int,
-                      shared: Shared) -> None:
+def well_behaved_rank(
+    shardcast, address: str, args, job: str, rank: int, world: int, shared: Shared
+) -> None:
     name = f"{job}/{rank}"
     try:
-        loader = shardcast.Loader(address, batch_size=args.batch_size, job_id=job, rank=rank,
-                                  world_size=world, split="sample", transform="center",
-                                  resize=args.crop, crop=args.crop, prefetch=args.prefetch,
-                                  stream_timeout=120.0)
+        loader = shardcast.Loader(
+            address,
+            batch_size=args.batch_size,
+            job_id=job,
+            rank=rank,
+            world_size=world,
+            split="sample",
+            transform="center",
+            resize=args.crop,
+            crop=args.crop,
+            prefetch=args.prefetch,
+            stream_timeout=120.0,
+        )
         counts = []
         for epoch in range(args.epochs):
             got = 0
@@ -124,11 +146,14 @@ def well_behaved_rank(shardcast, address: str, args, job: str, rank: int, world:
 
 
 def register(pb, channel, args, job: str, world: int):
-    call = channel.unary_unary("/shardcast.v1.Shardcast/Register",
-                               request_serializer=pb.RegisterRequest.SerializeToString,
-                               response_deserializer=pb.RegisterResponse.FromString)
-    request = pb.RegisterRequest(job_id=job, rank=0, world_size=world,
-                                 batch_size=args.batch_size, split=pb.SPLIT_SAMPLE)
+    call = channel.unary_unary(
+        "/shardcast.v1.Shardcast/Register",
+        request_serializer=pb.RegisterRequest.SerializeToString,
+        response_deserializer=pb.RegisterResponse.FromString,
+    )
+    request = pb.RegisterRequest(
+        job_id=job, rank=0, world_size=world, batch_size=args.batch_size, split=pb.SPLIT_SAMPLE
+    )
     request.transform.mode = pb.TRANSFORM_MODE_CENTER
     request.transform.resize = args.crop
     request.transform.crop = args.crop
@@ -136,9 +161,11 @@ def register(pb, channel, args, job: str, world: int):
 
 
 def stream_method(pb, channel):
-    return channel.unary_stream("/shardcast.v1.Shardcast/StreamBatches",
-                                request_serializer=pb.StreamBatchesRequest.SerializeToString,
-                                response_deserializer=pb.Batch.FromString)
+    return channel.unary_stream(
+        "/shardcast.v1.Shardcast/StreamBatches",
+        request_serializer=pb.StreamBatchesRequest.SerializeToString,
+        response_deserializer=pb.Batch.FromString,
+    )
 
 
 def non_reader(pb, address: str, args, index: int, shared: Shared) -> None:
@@ -178,8 +205,10 @@ def flaky(pb, address: str, args, index: int, world: int, shared: Shared) -> Non
                 if shared.stop.is_set():
                     raise RuntimeError(f"stopped in epoch {epoch} at batch {len(received)}")
                 call = stream_method(pb, channel)(
-                    pb.StreamBatchesRequest(job_id=job, rank=0, epoch=epoch,
-                                            start_batch=len(received)))
+                    pb.StreamBatchesRequest(
+                        job_id=job, rank=0, epoch=epoch, start_batch=len(received)
+                    )
+                )
                 take = rng.randint(0, 3)
                 try:
                     for batch in call:
@@ -190,9 +219,11 @@ def flaky(pb, address: str, args, index: int, world: int, shared: Shared) -> Non
                 except grpc.RpcError as e:
                     # A stream the server ended under this client (a replaced one, or
                     # out of memory budget): resume like any other break.
-                    if e.code() not in (grpc.StatusCode.CANCELLED,
-                                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                        grpc.StatusCode.UNAVAILABLE):
+                    if e.code() not in (
+                        grpc.StatusCode.CANCELLED,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        grpc.StatusCode.UNAVAILABLE,
+                    ):
                         raise
                 if len(received) == n:
                     call.cancel()
@@ -217,9 +248,11 @@ def flaky(pb, address: str, args, index: int, world: int, shared: Shared) -> Non
 
 def status(pb, address: str):
     with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary("/shardcast.v1.Shardcast/GetStatus",
-                                   request_serializer=pb.GetStatusRequest.SerializeToString,
-                                   response_deserializer=pb.GetStatusResponse.FromString)
+        call = channel.unary_unary(
+            "/shardcast.v1.Shardcast/GetStatus",
+            request_serializer=pb.GetStatusRequest.SerializeToString,
+            response_deserializer=pb.GetStatusResponse.FromString,
+        )
         return call(pb.GetStatusRequest(), timeout=30)
 
 
@@ -237,14 +270,28 @@ def main() -> int:
     data = args.work_dir / f"shards-{args.samples}-{args.size}"
     if not data.exists():
         pack_synthetic(build, data, args.samples, 256, args.size, 10)
-    server = ServerProcess(build, data, [
-        "--decode-threads", str(args.decode_threads), "--prefetch", str(args.prefetch),
-        "--max-batch-memory", args.max_batch_memory,
-        "--max-decode-memory", args.max_decode_memory,
-        "--stream-idle-timeout", args.idle_timeout, "--max-jobs", "0",
-        # Every simulated client is this one host, many registering at once.
-        "--max-unstreamed-jobs-per-peer", "0"],
-        log=args.work_dir / "server.log")
+    server = ServerProcess(
+        build,
+        data,
+        [
+            "--decode-threads",
+            str(args.decode_threads),
+            "--prefetch",
+            str(args.prefetch),
+            "--max-batch-memory",
+            args.max_batch_memory,
+            "--max-decode-memory",
+            args.max_decode_memory,
+            "--stream-idle-timeout",
+            args.idle_timeout,
+            "--max-jobs",
+            "0",
+            # Every simulated client is this one host, many registering at once.
+            "--max-unstreamed-jobs-per-peer",
+            "0",
+        ],
+        log=args.work_dir / "server.log",
+    )
     server.start()
     pid = server.proc.pid
     try:
@@ -264,15 +311,27 @@ def main() -> int:
         baseline = proc_status_bytes(pid, "VmHWM")
 
         shared = Shared()
-        good = [threading.Thread(target=well_behaved_rank,
-                                 args=(shardcast, server.address, args, f"load-{j}", r, world,
-                                       shared), daemon=True)
-                for j in range(args.jobs) for r in range(world)]
-        bad = [threading.Thread(target=non_reader, args=(pb, server.address, args, i, shared),
-                                daemon=True) for i in range(args.non_readers)]
-        flakies = [threading.Thread(target=flaky,
-                                    args=(pb, server.address, args, i, world, shared),
-                                    daemon=True) for i in range(args.flaky)]
+        good = [
+            threading.Thread(
+                target=well_behaved_rank,
+                args=(shardcast, server.address, args, f"load-{j}", r, world, shared),
+                daemon=True,
+            )
+            for j in range(args.jobs)
+            for r in range(world)
+        ]
+        bad = [
+            threading.Thread(
+                target=non_reader, args=(pb, server.address, args, i, shared), daemon=True
+            )
+            for i in range(args.non_readers)
+        ]
+        flakies = [
+            threading.Thread(
+                target=flaky, args=(pb, server.address, args, i, world, shared), daemon=True
+            )
+            for i in range(args.flaky)
+        ]
         start = time.monotonic()
         for t in bad + flakies + good:
             t.start()
@@ -299,45 +358,62 @@ def main() -> int:
             shared.error(f"{job} epoch {epoch}: {len(keys) - len(set(keys))} samples twice")
         n[job] = len(keys) // (world * args.batch_size)
     counts = [c for cs in shared.counts.values() for c in cs]
-    rest = (hwm - baseline - final.batch_memory_peak_reserved_bytes
-            - final.decode_memory_peak_bytes)
+    rest = hwm - baseline - final.batch_memory_peak_reserved_bytes - final.decode_memory_peak_bytes
     bound = parse_size(args.max_batch_memory) + parse_size(args.max_decode_memory) + baseline
 
-    print(f"load test: {args.ranks} ranks over {args.jobs} jobs (world {world}, batch "
-          f"{args.batch_size}, {args.crop}x{args.crop}, split sample, {args.epochs} epochs of "
-          f"{args.samples} samples), {args.non_readers} non-readers, {args.flaky} flaky "
-          f"clients; --decode-threads {args.decode_threads} --prefetch {args.prefetch} "
-          f"--max-batch-memory {args.max_batch_memory} --max-decode-memory "
-          f"{args.max_decode_memory} --stream-idle-timeout {args.idle_timeout}")
+    print(
+        f"load test: {args.ranks} ranks over {args.jobs} jobs (world {world}, batch "
+        f"{args.batch_size}, {args.crop}x{args.crop}, split sample, {args.epochs} epochs of "
+        f"{args.samples} samples), {args.non_readers} non-readers, {args.flaky} flaky "
+        f"clients; --decode-threads {args.decode_threads} --prefetch {args.prefetch} "
+        f"--max-batch-memory {args.max_batch_memory} --max-decode-memory "
+        f"{args.max_decode_memory} --stream-idle-timeout {args.idle_timeout}"
+    )
     print()
     print("| figure | value |")
     print("|---|---|")
     rows = [
         ("wall time (all well-behaved ranks and flaky clients done)", f"{seconds:.1f} s"),
         ("well-behaved ranks that finished", f"{len(shared.counts)} of {args.ranks}"),
-        ("batches per rank per epoch (min / max; n)",
-         f"{min(counts, default=0)} / {max(counts, default=0)}; "
-         f"n = {sorted(set(n.values()))}"),
+        (
+            "batches per rank per epoch (min / max; n)",
+            f"{min(counts, default=0)} / {max(counts, default=0)}; "
+            f"n = {sorted(set(n.values()))}",
+        ),
         ("flaky clients with exactly 0..n-1 each epoch", f"{shared.flaky_done} of {args.flaky}"),
         ("flaky disconnects (cancel or channel closed) and resumes", shared.flaky_disconnects),
-        ("non-reader streams opened / refused at once (RESOURCE_EXHAUSTED)",
-         f"{shared.non_reader_streams} / {shared.non_reader_refused}"),
-        ("server: streams reclaimed idle / refused for memory / replaced",
-         f"{final.streams_reclaimed_idle} / {final.streams_refused_memory} / "
-         f"{final.streams_replaced}"),
-        ("server: peak batch memory reserved / limit",
-         f"{final.batch_memory_peak_reserved_bytes / MiB:.1f} / "
-         f"{final.batch_memory_limit_bytes / MiB:.1f} MiB"),
-        ("server: peak decode memory / limit",
-         f"{final.decode_memory_peak_bytes / MiB:.1f} / "
-         f"{final.decode_memory_limit_bytes / MiB:.1f} MiB"),
-        ("server baseline VmHWM (indexed, jobs registered, no stream)",
-         f"{baseline / MiB:.1f} MiB"),
-        ("server peak RSS: VmHWM (sampled VmRSS max)",
-         f"{hwm / MiB:.1f} MiB ({peak_rss / MiB:.1f} MiB)"),
+        (
+            "non-reader streams opened / refused at once (RESOURCE_EXHAUSTED)",
+            f"{shared.non_reader_streams} / {shared.non_reader_refused}",
+        ),
+        (
+            "server: streams reclaimed idle / refused for memory / replaced",
+            f"{final.streams_reclaimed_idle} / {final.streams_refused_memory} / "
+            f"{final.streams_replaced}",
+        ),
+        (
+            "server: peak batch memory reserved / limit",
+            f"{final.batch_memory_peak_reserved_bytes / MiB:.1f} / "
+            f"{final.batch_memory_limit_bytes / MiB:.1f} MiB",
+        ),
+        (
+            "server: peak decode memory / limit",
+            f"{final.decode_memory_peak_bytes / MiB:.1f} / "
+            f"{final.decode_memory_limit_bytes / MiB:.1f} MiB",
+        ),
+        (
+            "server baseline VmHWM (indexed, jobs registered, no stream)",
+            f"{baseline / MiB:.1f} MiB",
+        ),
+        (
+            "server peak RSS: VmHWM (sampled VmRSS max)",
+            f"{hwm / MiB:.1f} MiB ({peak_rss / MiB:.1f} MiB)",
+        ),
         ("bound: batch + decode budget + baseline", f"{bound / MiB:.1f} MiB"),
-        ("peak RSS - baseline - peak batch reserved - peak decode (gRPC, threads, ...)",
-         f"{rest / MiB:.1f} MiB"),
+        (
+            "peak RSS - baseline - peak batch reserved - peak decode (gRPC, threads, ...)",
+            f"{rest / MiB:.1f} MiB",
+        ),
         ("errors", len(shared.errors)),
     ]
     for name, value in rows:

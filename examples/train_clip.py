@@ -58,8 +58,11 @@ class ImageEncoder(nn.Module):
         super().__init__()
         layers, width = [], 3
         for out in (32, 64, 128, 256):
-            layers += [nn.Conv2d(width, out, 3, stride=2, padding=1, bias=False),
-                       nn.BatchNorm2d(out), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(width, out, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(out),
+                nn.ReLU(inplace=True),
+            ]
             width = out
         self.features = nn.Sequential(*layers)
         self.project = nn.Linear(width, dim)
@@ -74,8 +77,9 @@ class TextEncoder(nn.Module):
     def __init__(self, dim: int, width: int = 256) -> None:
         super().__init__()
         self.embed = nn.EmbeddingBag(HASH_BUCKETS, width, mode="mean")
-        self.mlp = nn.Sequential(nn.Linear(width, width), nn.ReLU(inplace=True),
-                                 nn.Linear(width, dim))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, width), nn.ReLU(inplace=True), nn.Linear(width, dim)
+        )
 
     def forward(self, words: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         return self.mlp(self.embed(words, offsets))
@@ -89,8 +93,9 @@ class Clip(nn.Module):
         # CLIP's learned temperature, starting at 1/0.07.
         self.log_scale = nn.Parameter(torch.tensor(1 / 0.07).log())
 
-    def forward(self, images: torch.Tensor, words: torch.Tensor,
-                offsets: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, images: torch.Tensor, words: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
         """The batch's image-to-caption similarity logits."""
         image = F.normalize(self.image(images), dim=1)
         text = F.normalize(self.text(words, offsets), dim=1)
@@ -116,21 +121,35 @@ def caption_batch(info) -> tuple:
 def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--server", default="127.0.0.1:50051", help="shardcast-server HOST:PORT")
-    p.add_argument("--job-id", default=None,
-                   help="job name shared by all ranks (default: a new job per run)")
-    p.add_argument("-b", "--batch_size", type=int, default=64,
-                   help="per-rank batch size (also the InfoNCE negatives + 1)")
+    p.add_argument(
+        "--job-id", default=None, help="job name shared by all ranks (default: a new job per run)"
+    )
+    p.add_argument(
+        "-b",
+        "--batch_size",
+        type=int,
+        default=64,
+        help="per-rank batch size (also the InfoNCE negatives + 1)",
+    )
     p.add_argument("--n_epochs", type=int, default=5, help="number of epochs")
     p.add_argument("-lr", type=float, default=2e-3, help="AdamW learning rate")
     p.add_argument("--dim", type=int, default=64, help="embedding size")
     p.add_argument("--resize", type=int, default=64, help="server-side Resize")
     p.add_argument("--crop", type=int, default=64, help="server-side CenterCrop")
     p.add_argument("--seed", type=int, default=0, help="model init and the job's seed")
-    p.add_argument("--nproc-per-node", type=int, default=None,
-                   help="start this many local ranks (torch.multiprocessing); without it the "
-                   "ranks come from torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else one process")
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op CPU threads per rank (default: cores / local ranks)")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="start this many local ranks (torch.multiprocessing); without it the "
+        "ranks come from torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else one process",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op CPU threads per rank (default: cores / local ranks)",
+    )
     return p.parse_args(argv)
 
 
@@ -154,14 +173,24 @@ def train(args: argparse.Namespace, local_world: int) -> None:
 
     # split "sample": every pair exactly once per epoch; "drop": full batches only, the
     # same count on every rank.
-    loader = shardcast.Loader(args.server, job_id=args.job_id, batch_size=args.batch_size,
-                              split="sample", remainder="drop", seed=args.seed,
-                              resize=args.resize, crop=args.crop, fields=("txt",))
+    loader = shardcast.Loader(
+        args.server,
+        job_id=args.job_id,
+        batch_size=args.batch_size,
+        split="sample",
+        remainder="drop",
+        seed=args.seed,
+        resize=args.resize,
+        crop=args.crop,
+        fields=("txt",),
+    )
     expected = world * len(loader) * loader.batch_size
     if rank == 0:
-        print(f"{world} ranks (gloo), {len(loader)} batches of {loader.batch_size} pairs per "
-              f"rank and epoch: {expected} pairs per epoch, images {loader.image_shape}",
-              flush=True)
+        print(
+            f"{world} ranks (gloo), {len(loader)} batches of {loader.batch_size} pairs per "
+            f"rank and epoch: {expected} pairs per epoch, images {loader.image_shape}",
+            flush=True,
+        )
 
     torch.manual_seed(args.seed)
     model = DistributedDataParallel(Clip(args.dim))
@@ -190,10 +219,13 @@ def train(args: argparse.Namespace, local_world: int) -> None:
         loss_sum, top1_sum, batches = totals.tolist()
         losses.append(loss_sum / batches)
         if rank == 0:
-            print(f"epoch {epoch}: loss {losses[-1]:.4f}, image->caption top-1 in batch "
-                  f"{top1_sum / batches:.1f}%, {counted} ({world} ranks x "
-                  f"{batches / world:.0f} batches x {loader.batch_size}), "
-                  f"{expected / seconds:.0f} pairs/s", flush=True)
+            print(
+                f"epoch {epoch}: loss {losses[-1]:.4f}, image->caption top-1 in batch "
+                f"{top1_sum / batches:.1f}%, {counted} ({world} ranks x "
+                f"{batches / world:.0f} batches x {loader.batch_size}), "
+                f"{expected / seconds:.0f} pairs/s",
+                flush=True,
+            )
     if rank == 0 and len(losses) > 1:
         print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} epochs", flush=True)
     loader.close()
@@ -201,9 +233,13 @@ def train(args: argparse.Namespace, local_world: int) -> None:
 
 
 def _spawned(local_rank: int, args: argparse.Namespace, port: int) -> None:
-    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank),
-                      WORLD_SIZE=str(args.nproc_per_node), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(args.nproc_per_node),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     train(args, args.nproc_per_node)
 
 

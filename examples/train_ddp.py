@@ -44,32 +44,60 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     p.add_argument("--n_epochs", type=int, default=10, help="number of epochs")
     p.add_argument("-lr", type=float, default=0.0001, help="Adam learning rate")
     p.add_argument("--betas", nargs=2, type=float, default=[0.9, 0.999], help="Adam betas")
-    p.add_argument("--shuffle", type=int, default=-1,
-                   help="shuffle buffer size; negative means no shuffle (shuffles shards too)")
-    p.add_argument("-w", "--num_workers", type=int, default=None,
-                   help="virtual loader workers per rank, as the seed's DataLoader "
-                   "workers (split shard); default: the server's")
+    p.add_argument(
+        "--shuffle",
+        type=int,
+        default=-1,
+        help="shuffle buffer size; negative means no shuffle (shuffles shards too)",
+    )
+    p.add_argument(
+        "-w",
+        "--num_workers",
+        type=int,
+        default=None,
+        help="virtual loader workers per rank, as the seed's DataLoader "
+        "workers (split shard); default: the server's",
+    )
     # The server and the job.
     p.add_argument("--server", default="127.0.0.1:50051", help="shardcast-server HOST:PORT")
-    p.add_argument("--job-id", default=None,
-                   help="job name shared by all ranks (default: a new job per run, named by rank 0)")
-    p.add_argument("--split", choices=["shard", "sample"], default=None,
-                   help="shard: the seed's split_by_node semantics; sample: exactly once "
-                   "per epoch (default: the server's)")
+    p.add_argument(
+        "--job-id",
+        default=None,
+        help="job name shared by all ranks (default: a new job per run, named by rank 0)",
+    )
+    p.add_argument(
+        "--split",
+        choices=["shard", "sample"],
+        default=None,
+        help="shard: the seed's split_by_node semantics; sample: exactly once "
+        "per epoch (default: the server's)",
+    )
     p.add_argument("--resize", type=int, default=None, help="Resize (default: the server's)")
     p.add_argument("--crop", type=int, default=None, help="CenterCrop (default: the server's)")
     p.add_argument("--seed", type=int, default=0, help="model init and the job's seed")
     # Processes and devices.
-    p.add_argument("--nproc-per-node", type=int, default=None,
-                   help="start this many local ranks (torch.multiprocessing); without it the "
-                   "ranks come from torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else one process")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when available")
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op CPU threads per rank (default: cores / local ranks)")
-    p.add_argument("--save", default=None,
-                   help="rank 0 saves the model's state_dict here at the end; '{rank}' in the "
-                   "path makes every rank save its own")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        help="start this many local ranks (torch.multiprocessing); without it the "
+        "ranks come from torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else one process",
+    )
+    p.add_argument(
+        "--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op CPU threads per rank (default: cores / local ranks)",
+    )
+    p.add_argument(
+        "--save",
+        default=None,
+        help="rank 0 saves the model's state_dict here at the end; '{rank}' in the "
+        "path makes every rank save its own",
+    )
     return p.parse_args(argv)
 
 
@@ -101,9 +129,12 @@ def train(args: argparse.Namespace, local_rank: int, local_world: int) -> None:
         crop=args.crop,
     )
     if rank == 0:
-        print(f"{world} ranks ({'nccl' if use_cuda else 'gloo'}), {len(loader)} batches of "
-              f"{loader.batch_size} per rank and epoch, {loader.num_classes} classes, images "
-              f"{loader.image_shape}", flush=True)
+        print(
+            f"{world} ranks ({'nccl' if use_cuda else 'gloo'}), {len(loader)} batches of "
+            f"{loader.batch_size} per rank and epoch, {loader.num_classes} classes, images "
+            f"{loader.image_shape}",
+            flush=True,
+        )
 
     torch.manual_seed(args.seed)
     model = torchvision.models.resnet18(num_classes=loader.num_classes).to(device)
@@ -124,15 +155,23 @@ def train(args: argparse.Namespace, local_rank: int, local_world: int) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            totals += torch.stack([loss.detach().double(), accuracy(output, y).double(),
-                                   torch.ones((), dtype=torch.float64, device=device)])
+            totals += torch.stack(
+                [
+                    loss.detach().double(),
+                    accuracy(output, y).double(),
+                    torch.ones((), dtype=torch.float64, device=device),
+                ]
+            )
         seconds = time.monotonic() - start
         dist.all_reduce(totals)  # every rank ran len(loader) steps: the means are global
         if rank == 0:
             loss_sum, top1_sum, batches = totals.tolist()
-            print(f"epoch {epoch}: loss {loss_sum / batches:.4f} top1 {top1_sum / batches:.2f}% "
-                  f"({batches / world:.0f} batches per rank, "
-                  f"{batches * loader.batch_size / seconds:.1f} img/s)", flush=True)
+            print(
+                f"epoch {epoch}: loss {loss_sum / batches:.4f} top1 {top1_sum / batches:.2f}% "
+                f"({batches / world:.0f} batches per rank, "
+                f"{batches * loader.batch_size / seconds:.1f} img/s)",
+                flush=True,
+            )
 
     if args.save and (rank == 0 or "{rank}" in args.save):
         torch.save(model.module.state_dict(), args.save.replace("{rank}", str(rank)))
@@ -141,9 +180,13 @@ def train(args: argparse.Namespace, local_rank: int, local_world: int) -> None:
 
 
 def _spawned(local_rank: int, args: argparse.Namespace, port: int) -> None:
-    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank),
-                      WORLD_SIZE=str(args.nproc_per_node), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(local_rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(args.nproc_per_node),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     train(args, local_rank, args.nproc_per_node)
 
 

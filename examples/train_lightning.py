@@ -62,8 +62,9 @@ class ShardcastClassifier(L.LightningModule):
         return self.train_dataloader().num_classes
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.args.lr,
-                                betas=tuple(self.args.betas))
+        return torch.optim.Adam(
+            self.model.parameters(), lr=self.args.lr, betas=tuple(self.args.betas)
+        )
 
     def on_train_epoch_start(self) -> None:
         self._epoch_start = time.monotonic()
@@ -85,9 +86,12 @@ class ShardcastClassifier(L.LightningModule):
         seconds = time.monotonic() - self._epoch_start
         metrics = self.trainer.callback_metrics
         if self.global_rank == 0:
-            print(f"epoch {self.current_epoch}: loss {float(metrics['loss']):.4f} top1 "
-                  f"{float(metrics['top1']):.2f}% ({len(self.loader)} batches per rank, "
-                  f"{self._images * self.trainer.world_size / seconds:.1f} img/s)", flush=True)
+            print(
+                f"epoch {self.current_epoch}: loss {float(metrics['loss']):.4f} top1 "
+                f"{float(metrics['top1']):.2f}% ({len(self.loader)} batches per rank, "
+                f"{self._images * self.trainer.world_size / seconds:.1f} img/s)",
+                flush=True,
+            )
 
 
 def parse_args() -> argparse.Namespace:

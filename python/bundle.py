@@ -121,8 +121,10 @@ def report(package: Path) -> str:
     versions = symbol_versions(files)
     size = sum(p.stat().st_size for p in files)
     text = ", ".join(f"{k}_{'.'.join(map(str, v))}" for k, v in sorted(versions.items()))
-    return (f"{len(files)} ELF files ({len(list((package / 'lib').glob('*')))} bundled "
-            f"libraries), {size / 2**20:.1f} MiB; highest symbol versions needed: {text}")
+    return (
+        f"{len(files)} ELF files ({len(list((package / 'lib').glob('*')))} bundled "
+        f"libraries), {size / 2**20:.1f} MiB; highest symbol versions needed: {text}"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,15 @@ def rendered(text: str) -> str:
     """`text` with the part between the markers replaced by the table's rendering."""
     head, rest = text.split(options.DOC_TABLE_BEGIN, 1)
     _, tail = rest.split(options.DOC_TABLE_END, 1)
-    return (head + options.DOC_TABLE_BEGIN + "\n\n" + options.markdown_table() + "\n"
-            + options.DOC_TABLE_END + tail)
+    return (
+        head
+        + options.DOC_TABLE_BEGIN
+        + "\n\n"
+        + options.markdown_table()
+        + "\n"
+        + options.DOC_TABLE_END
+        + tail
+    )
 
 
 def main() -> int:

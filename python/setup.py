@@ -39,8 +39,10 @@ from setuptools.command.build_py import build_py
 try:
     import wheel  # noqa: F401
 except ImportError:
-    sys.exit("shardcast: building the package needs the 'wheel' package: apt-get install "
-             "python3-wheel (Debian, offline) or pip install wheel")
+    sys.exit(
+        "shardcast: building the package needs the 'wheel' package: apt-get install "
+        "python3-wheel (Debian, offline) or pip install wheel"
+    )
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -151,8 +153,10 @@ class BuildNativeWithCMake(build_ext):
             os.chmod(copy, 0o755)
             copies.append(copy)
         bundled = bundle.bundle(package, binaries=copies[1:], extensions=copies[:1])
-        print(f"shardcast: bundled {len(bundled)} libraries into {package / 'lib'}: "
-              + " ".join(bundled))
+        print(
+            f"shardcast: bundled {len(bundled)} libraries into {package / 'lib'}: "
+            + " ".join(bundled)
+        )
 
         platform_tag = os.environ.get("SHARDCAST_WHEEL_PLATFORM") or _glibc_platform()
         needed = bundle.symbol_versions(bundle.elf_files(package))
@@ -188,11 +192,13 @@ class BuildNativeWithCMake(build_ext):
         # ccache keys on paths; relative to the tree, a rebuild from another copy hits.
         env.setdefault("CCACHE_BASEDIR", str(source))
         env.setdefault("CCACHE_NOHASHDIR", "1")
-        subprocess.run(["cmake", "-S", str(source), "-B", str(build)] + args, check=True,
-                       env=env)
+        subprocess.run(["cmake", "-S", str(source), "-B", str(build)] + args, check=True, env=env)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
-        subprocess.run(["cmake", "--build", str(build), "--target"] + TARGETS + ["-j", jobs],
-                       check=True, env=env)
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target"] + TARGETS + ["-j", jobs],
+            check=True,
+            env=env,
+        )
         return build
 
 
@@ -207,6 +213,9 @@ class BdistWheelWithPlatform(bdist_wheel):
 
 setup(
     ext_modules=[Extension("shardcast._native", sources=[])],
-    cmdclass={"build_py": BuildPyWithStubs, "build_ext": BuildNativeWithCMake,
-              "bdist_wheel": BdistWheelWithPlatform},
+    cmdclass={
+        "build_py": BuildPyWithStubs,
+        "build_ext": BuildNativeWithCMake,
+        "bdist_wheel": BdistWheelWithPlatform,
+    },
 )

@@ -32,7 +32,7 @@ def _exec(name: str) -> None:
             f"{name}: {binary} is missing or not executable: this shardcast package was "
             "installed without its binaries (built with SHARDCAST_CLIENT_ONLY=1, or a source "
             "tree on PYTHONPATH); build the wheel with `pip wheel ./python` "
-            "(docs/python.md, \"Installing\")"
+            '(docs/python.md, "Installing")'
         )
     sys.stdout.flush()
     sys.stderr.flush()

@@ -62,8 +62,9 @@ async def main():
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(pipe(client_reader, server_writer, one_way),
-                             pipe(server_reader, client_writer, one_way))
+        await asyncio.gather(
+            pipe(client_reader, server_writer, one_way), pipe(server_reader, client_writer, one_way)
+        )
 
     server = await asyncio.start_server(handle, host, int(port))
     print(f"listening on {host}:{server.sockets[0].getsockname()[1]}", flush=True)

@@ -55,8 +55,16 @@ CONTROL_PREFIX = "/__proxy/"
 # Connection-level headers: they describe one hop, so they are not passed on (the
 # proxy frames bodies itself, see Handler._read_body and _forward).
 HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-    "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
 }
 
 ERROR_CODES = {
@@ -68,9 +76,11 @@ ERROR_CODES = {
 
 
 def error_xml(code, message):
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{code}</Code><Message>{message}</Message>"
-            "<RequestId>fault-proxy</RequestId></Error>").encode()
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message>"
+        "<RequestId>fault-proxy</RequestId></Error>"
+    ).encode()
 
 
 # ---- AWS Signature Version 4, header form ---------------------------------------------
@@ -114,8 +124,12 @@ def canonical_query(raw_query):
         name, _, value = item.partition("=")
         # unquote, not unquote_plus: AWS signers send a space as %20, so a raw '+' is a
         # '+' (and is signed as %2B).
-        pairs.append((uri_encode(urllib.parse.unquote_to_bytes(name)),
-                      uri_encode(urllib.parse.unquote_to_bytes(value))))
+        pairs.append(
+            (
+                uri_encode(urllib.parse.unquote_to_bytes(name)),
+                uri_encode(urllib.parse.unquote_to_bytes(value)),
+            )
+        )
     pairs.sort()
     return "&".join(f"{n}={v}" for n, v in pairs)
 
@@ -173,9 +187,14 @@ def sigv4_signature(secret, method, raw_target, headers, auth, payload_hash, amz
     signed headers its Authorization header names."""
     _, date, region, service, _ = auth["credential"]
     creq = canonical_request(method, raw_target, headers, auth["signed_headers"], payload_hash)
-    string_to_sign = "\n".join([
-        "AWS4-HMAC-SHA256", amz_date, f"{date}/{region}/{service}/aws4_request",
-        hashlib.sha256(creq.encode()).hexdigest()])
+    string_to_sign = "\n".join(
+        [
+            "AWS4-HMAC-SHA256",
+            amz_date,
+            f"{date}/{region}/{service}/aws4_request",
+            hashlib.sha256(creq.encode()).hexdigest(),
+        ]
+    )
     key = signing_key(secret, date, region, service)
     return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest(), creq
 
@@ -196,8 +215,15 @@ def check_sigv4(creds, method, raw_target, headers, body):
     body_sha = hashlib.sha256(body).hexdigest()
     if re.fullmatch(r"[0-9a-fA-F]{64}", content_sha) and content_sha.lower() != body_sha:
         return 400, "XAmzContentSHA256Mismatch", "x-amz-content-sha256 is not the body's SHA-256"
-    expected, creq = sigv4_signature(creds["secret_access_key"], method, raw_target, headers,
-                                     auth, content_sha or body_sha, amz_date)
+    expected, creq = sigv4_signature(
+        creds["secret_access_key"],
+        method,
+        raw_target,
+        headers,
+        auth,
+        content_sha or body_sha,
+        amz_date,
+    )
     if not hmac.compare_digest(expected, auth["signature"]):
         # The canonical request in the log says what this side signed: what a failing
         # test needs to see.
@@ -207,6 +233,7 @@ def check_sigv4(creds, method, raw_target, headers, body):
 
 
 # ---- the proxy -----------------------------------------------------------------------
+
 
 def log(message):
     sys.stderr.write("fault_proxy: %s\n" % message)
@@ -221,8 +248,16 @@ class State:
         self.faults = []
         self.delay_ms = 0
         self.sigv4 = None
-        self.counts = {"requests": 0, "forwarded": 0, "cut": 0, "failed": 0, "trickled": 0,
-                       "malformed": 0, "overlong": 0, "bad_signature": 0}
+        self.counts = {
+            "requests": 0,
+            "forwarded": 0,
+            "cut": 0,
+            "failed": 0,
+            "trickled": 0,
+            "malformed": 0,
+            "overlong": 0,
+            "bad_signature": 0,
+        }
 
     def count(self, kind):
         with self.lock:
@@ -253,16 +288,25 @@ FAULT_PARAMS = {
 }
 
 # What each fault kind counts as (see the module's docstring).
-FAULT_COUNTS = {"cut": "cut", "trickle": "trickled", "bad_range": "malformed",
-                "overlong": "overlong"}
+FAULT_COUNTS = {
+    "cut": "cut",
+    "trickle": "trickled",
+    "bad_range": "malformed",
+    "overlong": "overlong",
+}
 
 
 def parse_fault(spec):
     kind = spec.get("kind")
     if kind not in FAULT_PARAMS:
         raise ValueError(f"unknown fault kind {kind!r}")
-    fault = {"kind": kind, "match": str(spec.get("match", "")), "count": int(spec.get("count", -1)),
-             "method": str(spec.get("method", "")).upper(), "skip": int(spec.get("skip", 0))}
+    fault = {
+        "kind": kind,
+        "match": str(spec.get("match", "")),
+        "count": int(spec.get("count", -1)),
+        "method": str(spec.get("method", "")).upper(),
+        "skip": int(spec.get("skip", 0)),
+    }
     for name, cast in FAULT_PARAMS[kind].items():
         if name in spec:
             fault[name] = cast(spec[name])
@@ -285,8 +329,8 @@ def parse_fault(spec):
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as clients of object storage expect
     server_version = "fault_proxy"
-    state = None      # set by make_server
-    upstream = None   # (host, port)
+    state = None  # set by make_server
+    upstream = None  # (host, port)
 
     def log_message(self, format, *args):  # one line per fault instead (see log())
         pass
@@ -436,9 +480,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         sent = 0
         try:
             source = [prefetched] if prefetched is not None else iter(lambda: resp.read(piece), b"")
-            for chunk in ([] if no_body else source):
+            for chunk in [] if no_body else source:
                 for i in range(0, len(chunk), piece):
-                    part = chunk[i:i + piece]
+                    part = chunk[i : i + piece]
                     if remaining is not None:
                         part = part[:remaining]
                         remaining -= len(part)
@@ -494,7 +538,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _control(self, body):
         state = self.state
-        action = self.path[len(CONTROL_PREFIX):]
+        action = self.path[len(CONTROL_PREFIX) :]
         try:
             spec = json.loads(body or b"{}")
             if self.command == "GET" and action == "counts":
@@ -511,8 +555,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     state.delay_ms = int(spec.get("ms", 0))
                 elif action == "sigv4":
                     if spec.get("access_key_id"):
-                        state.sigv4 = {"access_key_id": str(spec["access_key_id"]),
-                                       "secret_access_key": str(spec["secret_access_key"])}
+                        state.sigv4 = {
+                            "access_key_id": str(spec["access_key_id"]),
+                            "secret_access_key": str(spec["secret_access_key"]),
+                        }
                     else:
                         state.sigv4 = None
                 elif action == "clear":
@@ -531,8 +577,11 @@ def make_server(listen_host, listen_port, upstream_url):
     parsed = urllib.parse.urlsplit(upstream_url)
     if parsed.scheme != "http" or not parsed.hostname:
         raise SystemExit(f"--upstream must be http://HOST:PORT, not {upstream_url}")
-    handler = type("BoundHandler", (Handler,), {
-        "state": State(), "upstream": (parsed.hostname, parsed.port or 80)})
+    handler = type(
+        "BoundHandler",
+        (Handler,),
+        {"state": State(), "upstream": (parsed.hostname, parsed.port or 80)},
+    )
     # A listen backlog for a client's whole connection pool opening at once (the
     # default 5 drops SYNs: connects then wait a second for the retransmission).
     server_class = type("Server", (http.server.ThreadingHTTPServer,), {"request_queue_size": 128})
@@ -543,42 +592,96 @@ def make_server(listen_host, listen_port, upstream_url):
 
 # ---- self-test: AWS's published S3 examples --------------------------------------------
 
+
 def self_test():
     """The verifier against the examples of the AWS S3 API reference, "Signature
     Calculations for the Authorization Header: Transferring Payload in a Single Chunk"."""
-    creds = {"access_key_id": "AKIAIOSFODNN7EXAMPLE",
-             "secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}
+    creds = {
+        "access_key_id": "AKIAIOSFODNN7EXAMPLE",
+        "secret_access_key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    }
     empty = hashlib.sha256(b"").hexdigest()
     host = ("Host", "examplebucket.s3.amazonaws.com")
     date = ("x-amz-date", "20130524T000000Z")
 
     def auth(signed, signature):
-        return ("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/"
-                f"us-east-1/s3/aws4_request,SignedHeaders={signed},Signature={signature}")
+        return (
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/"
+            f"us-east-1/s3/aws4_request,SignedHeaders={signed},Signature={signature}",
+        )
 
     put_body = b"Welcome to Amazon S3."
     cases = [
-        ("GET Object", "GET", "/test.txt",
-         [host, ("Range", "bytes=0-9"), ("x-amz-content-sha256", empty), date,
-          auth("host;range;x-amz-content-sha256;x-amz-date",
-               "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41")], b""),
-        ("PUT Object", "PUT", "/test$file.text",
-         [host, ("Date", "Fri, 24 May 2013 00:00:00 GMT"), date,
-          ("x-amz-storage-class", "REDUCED_REDUNDANCY"),
-          ("x-amz-content-sha256", hashlib.sha256(put_body).hexdigest()),
-          auth("date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class",
-               "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd")], put_body),
-        ("GET Bucket Lifecycle", "GET", "/?lifecycle",
-         [host, ("x-amz-content-sha256", empty), date,
-          auth("host;x-amz-content-sha256;x-amz-date",
-               "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543")], b""),
-        ("Get Bucket (List Objects)", "GET", "/?max-keys=2&prefix=J",
-         [host, ("x-amz-content-sha256", empty), date,
-          auth("host;x-amz-content-sha256;x-amz-date",
-               "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7")], b""),
+        (
+            "GET Object",
+            "GET",
+            "/test.txt",
+            [
+                host,
+                ("Range", "bytes=0-9"),
+                ("x-amz-content-sha256", empty),
+                date,
+                auth(
+                    "host;range;x-amz-content-sha256;x-amz-date",
+                    "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41",
+                ),
+            ],
+            b"",
+        ),
+        (
+            "PUT Object",
+            "PUT",
+            "/test$file.text",
+            [
+                host,
+                ("Date", "Fri, 24 May 2013 00:00:00 GMT"),
+                date,
+                ("x-amz-storage-class", "REDUCED_REDUNDANCY"),
+                ("x-amz-content-sha256", hashlib.sha256(put_body).hexdigest()),
+                auth(
+                    "date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class",
+                    "98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd",
+                ),
+            ],
+            put_body,
+        ),
+        (
+            "GET Bucket Lifecycle",
+            "GET",
+            "/?lifecycle",
+            [
+                host,
+                ("x-amz-content-sha256", empty),
+                date,
+                auth(
+                    "host;x-amz-content-sha256;x-amz-date",
+                    "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543",
+                ),
+            ],
+            b"",
+        ),
+        (
+            "Get Bucket (List Objects)",
+            "GET",
+            "/?max-keys=2&prefix=J",
+            [
+                host,
+                ("x-amz-content-sha256", empty),
+                date,
+                auth(
+                    "host;x-amz-content-sha256;x-amz-date",
+                    "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7",
+                ),
+            ],
+            b"",
+        ),
     ]
     global log
-    log = lambda message: None  # the rejections below are expected
+
+    def log(message):  # the rejections below are expected
+        pass
+
     failures = 0
     for name, method, target, headers, body in cases:
         if check_sigv4(creds, method, target, headers, body) is not None:
@@ -604,8 +707,10 @@ def self_test():
         (uri_encode("a b/c~d+é", encode_slash=False), "a%20b/c~d%2B%C3%A9"),
         (canonical_uri("/test$file.text"), "/test%24file.text"),
         (canonical_uri("/b/a%2Fb"), "/b/a%2Fb"),
-        (canonical_query("list-type=2&prefix=a%2F&delimiter=%2F"),
-         "delimiter=%2F&list-type=2&prefix=a%2F"),
+        (
+            canonical_query("list-type=2&prefix=a%2F&delimiter=%2F"),
+            "delimiter=%2F&list-type=2&prefix=a%2F",
+        ),
         (canonical_query("lifecycle"), "lifecycle="),
     ]
     for got, want in checks:
@@ -614,22 +719,42 @@ def self_test():
             failures += 1
     # Which request takes a store fault: by path, method, after `skip`, for `count`.
     state = State()
-    state.faults.append(parse_fault({"kind": "fail", "status": 404, "match": "shard-1",
-                                     "method": "get", "skip": 2, "count": 2}))
+    state.faults.append(
+        parse_fault(
+            {
+                "kind": "fail",
+                "status": 404,
+                "match": "shard-1",
+                "method": "get",
+                "skip": 2,
+                "count": 2,
+            }
+        )
+    )
     state.faults.append(parse_fault({"kind": "overlong", "match": "shard-2"}))
-    taken = [(f or {}).get("kind") for f in (
-        state.take_fault("HEAD", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
-        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
-        state.take_fault("GET", "/d/shard-1.tar"), state.take_fault("GET", "/d/shard-1.tar"),
-        state.take_fault("GET", "/d/shard-2.tar"))]
+    taken = [
+        (f or {}).get("kind")
+        for f in (
+            state.take_fault("HEAD", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-1.tar"),
+            state.take_fault("GET", "/d/shard-2.tar"),
+        )
+    ]
     if taken != [None, None, None, "fail", "fail", None, "overlong"]:
         print(f"FAIL: faults taken {taken}")
         failures += 1
     if state.faults[1]["extra_bytes"] != 1 << 20:
         print("FAIL: overlong's default extra_bytes")
         failures += 1
-    for bad in ({"kind": "overlong", "extra_bytes": 0}, {"kind": "fail", "status": 404, "skip": -1},
-                {"kind": "nonsense"}):
+    for bad in (
+        {"kind": "overlong", "extra_bytes": 0},
+        {"kind": "fail", "status": 404, "skip": -1},
+        {"kind": "nonsense"},
+    ):
         try:
             parse_fault(bad)
             print(f"FAIL: {bad} accepted")
@@ -644,8 +769,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT")
     parser.add_argument("--upstream", help="http://HOST:PORT")
-    parser.add_argument("--self-test", action="store_true",
-                        help="check the SigV4 verifier against AWS's examples and exit")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check the SigV4 verifier against AWS's examples and exit",
+    )
     args = parser.parse_args()
     if args.self_test:
         return self_test()

@@ -83,8 +83,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _error(self, status, code, message):
-        body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code>"
-                "<Message>%s</Message></Error>" % (escape(code), escape(message)))
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code>'
+            "<Message>%s</Message></Error>" % (escape(code), escape(message))
+        )
         self._send(status, body.encode())
 
     def _split(self):
@@ -120,8 +122,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         for substr, status in faults.get("fail", {}).items():
             if substr in key:
-                self._error(int(status), "InternalError" if int(status) >= 500 else "AccessDenied",
-                            "hostile_s3 fails %s" % key)
+                self._error(
+                    int(status),
+                    "InternalError" if int(status) >= 500 else "AccessDenied",
+                    "hostile_s3 fails %s" % key,
+                )
                 return
         path = os.path.join(self.server.root, key)
         if ".." in key.split("/") or not os.path.isfile(path):
@@ -141,13 +146,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = data
         spec = self.headers.get("Range")
         if spec and spec.startswith("bytes="):
-            first, _, last = spec[len("bytes="):].partition("-")
+            first, _, last = spec[len("bytes=") :].partition("-")
             start = int(first)
             end = min(int(last), len(data) - 1) if last else len(data) - 1
             if start >= len(data):
                 self._error(416, "InvalidRange", "The requested range is not satisfiable")
                 return
-            body = data[start:end + 1]
+            body = data[start : end + 1]
             status = 206
             headers["Content-Range"] = "bytes %d-%d/%d" % (start, end, len(data))
         rate = next((int(n) for s, n in faults.get("trickle", {}).items() if s in key), 0)
@@ -162,7 +167,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         piece = max(1, rate // 20)
         for i in range(0, len(body), piece):
-            self.wfile.write(body[i:i + piece])
+            self.wfile.write(body[i : i + piece])
             self.wfile.flush()
             time.sleep(0.05)
 
@@ -174,7 +179,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for dirpath, _, files in os.walk(self.server.root):
             for name in files:
                 key = os.path.relpath(os.path.join(dirpath, name), self.server.root)
-                if key.startswith(prefix) and "/" not in key[len(prefix):]:
+                if key.startswith(prefix) and "/" not in key[len(prefix) :]:
                     keys.append(key)
         keys.sort()
         start = 0
@@ -184,7 +189,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             except ValueError:
                 self._error(400, "InvalidArgument", "bad continuation token")
                 return
-        page = keys[start:start + max_keys]
+        page = keys[start : start + max_keys]
         if faults.get("list_duplicate") and start > 0:
             page = [keys[start - 1]] + page  # the previous page's last key, again
         end = start + max_keys
@@ -193,12 +198,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if faults.get("list_loop"):
             truncated = True
             next_token = "the-same-token"
-        parts = ['<?xml version="1.0" encoding="UTF-8"?>\n'
-                 '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
-                 "<Name>%s</Name><Prefix>%s</Prefix><KeyCount>%d</KeyCount>"
-                 "<MaxKeys>%d</MaxKeys><IsTruncated>%s</IsTruncated>"
-                 % (escape(self.server.bucket), escape(prefix), len(page), max_keys,
-                    "true" if truncated else "false")]
+        parts = [
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+            "<Name>%s</Name><Prefix>%s</Prefix><KeyCount>%d</KeyCount>"
+            "<MaxKeys>%d</MaxKeys><IsTruncated>%s</IsTruncated>"
+            % (
+                escape(self.server.bucket),
+                escape(prefix),
+                len(page),
+                max_keys,
+                "true" if truncated else "false",
+            ),
+        ]
         if truncated:
             parts.append("<NextContinuationToken>%s</NextContinuationToken>" % escape(next_token))
         for key in page:
@@ -206,10 +218,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with open(path, "rb") as f:
                 data = f.read()
             etag = _etag(data, faults.get("etag", "md5"))
-            parts.append("<Contents><Key>%s</Key><Size>%d</Size>%s<StorageClass>STANDARD"
-                         "</StorageClass></Contents>"
-                         % (escape(key), len(data),
-                            "<ETag>%s</ETag>" % escape(etag, {'"': "&quot;"}) if etag else ""))
+            parts.append(
+                "<Contents><Key>%s</Key><Size>%d</Size>%s<StorageClass>STANDARD"
+                "</StorageClass></Contents>"
+                % (
+                    escape(key),
+                    len(data),
+                    "<ETag>%s</ETag>" % escape(etag, {'"': "&quot;"}) if etag else "",
+                )
+            )
         parts.append("</ListBucketResult>")
         self._send(200, "".join(parts).encode())
 

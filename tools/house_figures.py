@@ -16,11 +16,22 @@ import subprocess
 import sys
 
 SOURCE = re.compile(r"\.(cc|h)$")
-FOLDERS = ["server", "client", "common", "proto", "python/native", "tools/pack", "tests", "bench",
-           "fuzz"]
+FOLDERS = [
+    "server",
+    "client",
+    "common",
+    "proto",
+    "python/native",
+    "tools/pack",
+    "tests",
+    "bench",
+    "fuzz",
+]
 REAL_CLOCK = re.compile(r"SleepFor|absl::Now\(\)")
-NOT_A_FUNCTION = re.compile(r"^(namespace|class|struct|enum|union|using|typedef|template|#|//|}|"
-                            r"extern|static_assert|ABSL_|TEST|INSTANTIATE|MATCHER)")
+NOT_A_FUNCTION = re.compile(
+    r"^(namespace|class|struct|enum|union|using|typedef|template|#|//|}|"
+    r"extern|static_assert|ABSL_|TEST|INSTANTIATE|MATCHER)"
+)
 
 
 def git(*args):
@@ -32,8 +43,13 @@ def files_at(rev):
 
 
 def text_at(rev, path):
-    return subprocess.run(["git", "show", f"{rev}:{path}"], check=True, capture_output=True,
-                          text=True, errors="replace").stdout
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    ).stdout
 
 
 def folder_of(path):
@@ -52,11 +68,20 @@ def functions(lines):
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line and not line[0].isspace() and "(" in line and not NOT_A_FUNCTION.match(line) \
-                and not line.rstrip().endswith(";"):
+        if (
+            line
+            and not line[0].isspace()
+            and "(" in line
+            and not NOT_A_FUNCTION.match(line)
+            and not line.rstrip().endswith(";")
+        ):
             start = i
-            while i < len(lines) and not lines[i].rstrip().endswith("{") and \
-                    not lines[i].rstrip().endswith(";") and i - start < 12:
+            while (
+                i < len(lines)
+                and not lines[i].rstrip().endswith("{")
+                and not lines[i].rstrip().endswith(";")
+                and i - start < 12
+            ):
                 i += 1
             if i < len(lines) and lines[i].rstrip().endswith("{"):
                 end = i + 1
@@ -110,12 +135,16 @@ def main():
         lengths = sorted(length for length, _, _ in longest)
         median = lengths[len(lengths) // 2] if lengths else 0
         over = sum(1 for n in lengths if n > 60)
-        print(f"\n## {name}: {len(lengths)} top-level functions in production .cc files, median "
-              f"{median} lines, {over} over 60 lines; the ten longest\n")
+        print(
+            f"\n## {name}: {len(lengths)} top-level functions in production .cc files, median "
+            f"{median} lines, {over} over 60 lines; the ten longest\n"
+        )
         for length, where, signature in longest[:10]:
             print(f"- {length:4d} lines  {where}  `{signature}`")
-        print(f"\n## {name}: {len(clock)} places outside tests that sleep or read the real clock "
-              f"(SleepFor, absl::Now())\n")
+        print(
+            f"\n## {name}: {len(clock)} places outside tests that sleep or read the real clock "
+            f"(SleepFor, absl::Now())\n"
+        )
         for where in clock:
             print(f"- {where}")
 

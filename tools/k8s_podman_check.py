@@ -51,28 +51,84 @@ def image_exists(name):
 
 
 def build_images():
-    for target, name in (("server", "shardcast-server:latest"),
-                         ("trainer", "shardcast-trainer:latest")):
+    for target, name in (
+        ("server", "shardcast-server:latest"),
+        ("trainer", "shardcast-trainer:latest"),
+    ):
         if image_exists(name):
             print(f"image {name} exists", flush=True)
             continue
         started = time.time()
-        run(*PODMAN, "build", "--network", "host", "--pull=never", "-f", ROOT / "deploy/Dockerfile",
-            "--target", target, "-t", name, ROOT)
+        run(
+            *PODMAN,
+            "build",
+            "--network",
+            "host",
+            "--pull=never",
+            "-f",
+            ROOT / "deploy/Dockerfile",
+            "--target",
+            target,
+            "-t",
+            name,
+            ROOT,
+        )
         print(f"built {name} in {time.time() - started:.0f} s", flush=True)
 
 
 def make_credentials(work):
     """A CA, a server certificate for 127.0.0.1, a token: the Secrets' contents."""
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        "-subj", "/CN=shardcast-test-ca", "-keyout", work / "ca.key", "-out", work / "ca.crt",
-        capture_output=True)
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=shardcast",
-        "-keyout", work / "tls.key", "-out", work / "server.csr", capture_output=True)
+    run(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=shardcast-test-ca",
+        "-keyout",
+        work / "ca.key",
+        "-out",
+        work / "ca.crt",
+        capture_output=True,
+    )
+    run(
+        "openssl",
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=shardcast",
+        "-keyout",
+        work / "tls.key",
+        "-out",
+        work / "server.csr",
+        capture_output=True,
+    )
     (work / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    run("openssl", "x509", "-req", "-in", work / "server.csr", "-CA", work / "ca.crt",
-        "-CAkey", work / "ca.key", "-CAcreateserial", "-days", "2", "-extfile",
-        work / "ext.cnf", "-out", work / "tls.crt", capture_output=True)
+    run(
+        "openssl",
+        "x509",
+        "-req",
+        "-in",
+        work / "server.csr",
+        "-CA",
+        work / "ca.crt",
+        "-CAkey",
+        work / "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        work / "ext.cnf",
+        "-out",
+        work / "tls.crt",
+        capture_output=True,
+    )
     token = "k8s-check-" + os.urandom(8).hex()
     (work / "tokens").write_text(token + "\n")
     (work / "token").write_text(token)
@@ -101,17 +157,23 @@ def secrets_as_host_paths(pod, folders):
 
 def pod_from_template(kind_doc, name):
     template = copy.deepcopy(kind_doc["spec"]["template"])
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": template.get("metadata", {}).get("labels", {})},
-            "spec": template["spec"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": template.get("metadata", {}).get("labels", {})},
+        "spec": template["spec"],
+    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--build-dir", default=str(ROOT / "build"),
-                        help="for shardcast-pack and shardcast-ctl on the host")
+    parser.add_argument(
+        "--build-dir",
+        default=str(ROOT / "build"),
+        help="for shardcast-pack and shardcast-ctl on the host",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (podman as used here)")
@@ -120,8 +182,19 @@ def main():
     work = pathlib.Path(tempfile.mkdtemp(prefix="k8s-podman-"))
     os.chmod(work, 0o755)
     shards = work / "shards"
-    run(build / "tools/shardcast-pack", "--synthetic", args.samples, "--classes", "4",
-        "--size", "80x80", "--per-shard", "128", "--quiet", shards)
+    run(
+        build / "tools/shardcast-pack",
+        "--synthetic",
+        args.samples,
+        "--classes",
+        "4",
+        "--size",
+        "80x80",
+        "--per-shard",
+        "128",
+        "--quiet",
+        shards,
+    )
     run("chmod", "-R", "a+rX", work)
     make_credentials(work)
 
@@ -142,8 +215,9 @@ def main():
         if volume["name"] == "index-cache":
             volume["hostPath"] = {"path": str(cache), "type": "Directory"}
     folders = {
-        "shardcast-tls": secret_dir(work, "shardcast-tls",
-                                    {"tls.crt": work / "tls.crt", "tls.key": work / "tls.key"}),
+        "shardcast-tls": secret_dir(
+            work, "shardcast-tls", {"tls.crt": work / "tls.crt", "tls.key": work / "tls.key"}
+        ),
         "shardcast-tokens": secret_dir(work, "shardcast-tokens", {"tokens": work / "tokens"}),
         "shardcast-ca": secret_dir(work, "shardcast-ca", {"ca.crt": work / "ca.crt"}),
     }
@@ -167,9 +241,16 @@ def main():
             if env.get("valueFrom", {}).get("secretKeyRef"):
                 env.pop("valueFrom")  # the Secret's value, as the kubelet would set it
                 env["value"] = (work / "token").read_text()
-        container["args"] = [("--server=127.0.0.1:50051" if a.startswith("--server=") else
-                              f"--n_epochs={args.epochs}" if a.startswith("--n_epochs=") else a)
-                             for a in container["args"]]
+        container["args"] = [
+            (
+                "--server=127.0.0.1:50051"
+                if a.startswith("--server=")
+                else f"--n_epochs={args.epochs}"
+                if a.startswith("--n_epochs=")
+                else a
+            )
+            for a in container["args"]
+        ]
         rank_pods.append(pod)
     train_yaml = work / "train-pods.yaml"
     train_yaml.write_text(yaml.safe_dump_all(rank_pods))
@@ -181,23 +262,51 @@ def main():
         run(*PODMAN, "kube", "play", server_yaml)
         ready = False
         while time.time() - started < 300:
-            probe = subprocess.run([ctl, "health", "--server", "127.0.0.1:50052", "--service",
-                                    "shardcast.v1.Shardcast", "--rpc-timeout", "2s"],
-                                   capture_output=True, text=True)
+            probe = subprocess.run(
+                [
+                    ctl,
+                    "health",
+                    "--server",
+                    "127.0.0.1:50052",
+                    "--service",
+                    "shardcast.v1.Shardcast",
+                    "--rpc-timeout",
+                    "2s",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if probe.returncode == 0:
                 ready = True
                 break
             time.sleep(1)
-        print(f"server pod ready (grpc.health.v1 on the --health-listen port): {ready}, "
-              f"{time.time() - started:.1f} s after play", flush=True)
+        print(
+            f"server pod ready (grpc.health.v1 on the --health-listen port): {ready}, "
+            f"{time.time() - started:.1f} s after play",
+            flush=True,
+        )
         if not ready:
             run(*PODMAN, "logs", "shardcast-server-node0-server", check=False)
             sys.exit("the server pod never became ready")
-        status = subprocess.run([ctl, "status", "--server", "127.0.0.1:50051", "--tls-ca",
-                                 work / "ca.crt", "--auth-token-file", work / "token"],
-                                capture_output=True, text=True)
-        print("status over TLS with the token:", "ok" if status.returncode == 0 else
-              status.stderr, flush=True)
+        status = subprocess.run(
+            [
+                ctl,
+                "status",
+                "--server",
+                "127.0.0.1:50051",
+                "--tls-ca",
+                work / "ca.crt",
+                "--auth-token-file",
+                work / "token",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        print(
+            "status over TLS with the token:",
+            "ok" if status.returncode == 0 else status.stderr,
+            flush=True,
+        )
         started = time.time()
         run(*PODMAN, "kube", "play", train_yaml)
         codes = {}
@@ -208,18 +317,25 @@ def main():
         print(f"training pods exited {codes} after {time.time() - started:.0f} s", flush=True)
         for rank, code in codes.items():
             if code != "0":
-                tail = subprocess.run(PODMAN + ["logs", "--tail", "20", f"shardcast-train-{rank}-rank"],
-                                      capture_output=True, text=True)
+                tail = subprocess.run(
+                    PODMAN + ["logs", "--tail", "20", f"shardcast-train-{rank}-rank"],
+                    capture_output=True,
+                    text=True,
+                )
                 print(f"rank {rank}'s last lines:\n{tail.stdout}{tail.stderr}", flush=True)
-        logs = subprocess.run(PODMAN + ["logs", "shardcast-train-0-rank"], capture_output=True,
-                              text=True)
+        logs = subprocess.run(
+            PODMAN + ["logs", "shardcast-train-0-rank"], capture_output=True, text=True
+        )
         # The progress line that closes an epoch: "epoch 1/1: 32/32 batches | ...".
         lines = (logs.stdout + logs.stderr).replace("\r", "\n").splitlines()
         # The trainer's last line: "shardcast-train: done: 32 steps, 2 epochs, last ...".
         done = [line for line in lines if line.startswith("shardcast-train: done:")]
         print("rank 0's last lines:\n  " + "\n  ".join(lines[-3:]), flush=True)
-        ok = (all(code == "0" for code in codes.values()) and len(done) == 1 and
-              f" {args.epochs} epochs," in done[0])
+        ok = (
+            all(code == "0" for code in codes.values())
+            and len(done) == 1
+            and f" {args.epochs} epochs," in done[0]
+        )
     finally:
         run(*PODMAN, "kube", "down", train_yaml, check=False, capture_output=True)
         run(*PODMAN, "kube", "down", server_yaml, check=False, capture_output=True)

@@ -36,8 +36,9 @@ BRIDGE = "sc-br"
 
 
 def sh(*args, check=True):
-    return subprocess.run(list(args), check=check, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True).stdout
+    return subprocess.run(
+        list(args), check=check, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ).stdout
 
 
 def make_network():
@@ -47,8 +48,19 @@ def make_network():
     for host, address in HOSTS.items():
         ns = f"sc-{host}"
         sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", f"sc-{host}0", "type", "veth", "peer", "name", f"sc-{host}1",
-           "netns", ns)
+        sh(
+            "ip",
+            "link",
+            "add",
+            f"sc-{host}0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"sc-{host}1",
+            "netns",
+            ns,
+        )
         sh("ip", "link", "set", f"sc-{host}0", "master", BRIDGE)
         sh("ip", "link", "set", f"sc-{host}0", "up")
         sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/24", "dev", f"sc-{host}1")
@@ -66,8 +78,13 @@ def teardown_network():
 def netem_available():
     sh("ip", "link", "add", "sc-probe0", "type", "veth", "peer", "name", "sc-probe1")
     try:
-        return subprocess.run(["tc", "qdisc", "add", "dev", "sc-probe0", "root", "netem",
-                               "delay", "1ms"], capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                ["tc", "qdisc", "add", "dev", "sc-probe0", "root", "netem", "delay", "1ms"],
+                capture_output=True,
+            ).returncode
+            == 0
+        )
     finally:
         sh("ip", "link", "delete", "sc-probe0", check=False)
 
@@ -78,8 +95,19 @@ def set_delay(delay_ms, loss):
         sh("tc", "qdisc", "del", "dev", f"sc-{host}0", "root", check=False)
         if delay_ms > 0 or loss > 0:
             # Half the round trip on each host's link: RTT = delay_ms.
-            sh("tc", "qdisc", "add", "dev", f"sc-{host}0", "root", "netem", "delay",
-               f"{delay_ms / 2}ms", "loss", f"{loss}%")
+            sh(
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                f"sc-{host}0",
+                "root",
+                "netem",
+                "delay",
+                f"{delay_ms / 2}ms",
+                "loss",
+                f"{loss}%",
+            )
 
 
 PROXY_PORT = 7100
@@ -91,10 +119,23 @@ def start_proxies(delay_ms):
     for host, address in HOSTS.items():
         other = HOSTS["b" if host == "a" else "a"]
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", f"sc-{host}", sys.executable,
-             str(pathlib.Path(__file__).with_name("delay_proxy.py")), "--listen",
-             f"{address}:{PROXY_PORT}", "--to", f"{other}:{PORT}", "--delay-ms", str(delay_ms)],
-            stdout=subprocess.PIPE, text=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                f"sc-{host}",
+                sys.executable,
+                str(pathlib.Path(__file__).with_name("delay_proxy.py")),
+                "--listen",
+                f"{address}:{PROXY_PORT}",
+                "--to",
+                f"{other}:{PORT}",
+                "--delay-ms",
+                str(delay_ms),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         if not proc.stdout.readline().startswith("listening on"):
             sys.exit(f"delay proxy on host {host} did not start")
         proxies.append(proc)
@@ -117,17 +158,50 @@ class Run:
         for host, address in HOSTS.items():
             log = open(self.out / f"server-{host}.log", "w")
             self.servers[host] = subprocess.Popen(
-                ["ip", "netns", "exec", f"sc-{host}", self.bin("server/shardcast-server"),
-                 "--shards", str(self.shards), "--listen", f"{address}:{PORT}",
-                 "--decode-threads", "2", "--resize", "36", "--crop", "32",
-                 "--grace-period", "30s"], stdout=log, stderr=subprocess.STDOUT)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    f"sc-{host}",
+                    self.bin("server/shardcast-server"),
+                    "--shards",
+                    str(self.shards),
+                    "--listen",
+                    f"{address}:{PORT}",
+                    "--decode-threads",
+                    "2",
+                    "--resize",
+                    "36",
+                    "--crop",
+                    "32",
+                    "--grace-period",
+                    "30s",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         for host, address in HOSTS.items():
             deadline = time.time() + 120
             while True:
-                ok = subprocess.run(
-                    ["ip", "netns", "exec", f"sc-{host}", self.bin("client/shardcast-ctl"),
-                     "health", "--server", f"{address}:{PORT}", "--rpc-timeout", "2s"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+                ok = (
+                    subprocess.run(
+                        [
+                            "ip",
+                            "netns",
+                            "exec",
+                            f"sc-{host}",
+                            self.bin("client/shardcast-ctl"),
+                            "health",
+                            "--server",
+                            f"{address}:{PORT}",
+                            "--rpc-timeout",
+                            "2s",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    ).returncode
+                    == 0
+                )
                 if ok:
                     break
                 if time.time() > deadline or self.servers[host].poll() is not None:
@@ -139,14 +213,50 @@ class Run:
             log = open(self.out / f"train-{host}.log", "w")
             env = dict(os.environ, GLOO_SOCKET_IFNAME=f"sc-{host}1", OMP_NUM_THREADS="1")
             self.trainers[host] = subprocess.Popen(
-                ["ip", "netns", "exec", f"sc-{host}", self.bin("client/shardcast-train"),
-                 "--server", self.servers_for(host), "--job-id", "netns",
-                 "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
-                 "--master-addr", HOSTS["a"], "--master-port", "29500", "--device", "cpu",
-                 "-b", "16", "--n_epochs", str(self.epochs), "--split", "sample",
-                 "--seed", "1", "--resize", "36", "--crop", "32", "--lr", "1e-3",
-                 "--log-keys", "--metrics", str(self.out / "metrics-{rank}.jsonl")],
-                stdout=log, stderr=subprocess.STDOUT, env=env)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    f"sc-{host}",
+                    self.bin("client/shardcast-train"),
+                    "--server",
+                    self.servers_for(host),
+                    "--job-id",
+                    "netns",
+                    "--nnodes",
+                    "2",
+                    "--node-rank",
+                    str(node),
+                    "--nproc-per-node",
+                    "2",
+                    "--master-addr",
+                    HOSTS["a"],
+                    "--master-port",
+                    "29500",
+                    "--device",
+                    "cpu",
+                    "-b",
+                    "16",
+                    "--n_epochs",
+                    str(self.epochs),
+                    "--split",
+                    "sample",
+                    "--seed",
+                    "1",
+                    "--resize",
+                    "36",
+                    "--crop",
+                    "32",
+                    "--lr",
+                    "1e-3",
+                    "--log-keys",
+                    "--metrics",
+                    str(self.out / "metrics-{rank}.jsonl"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
 
     def steps(self, rank):
         path = self.out / f"metrics-{rank}.jsonl"
@@ -177,8 +287,10 @@ class Run:
 
 
 def keys_by_step(run):
-    return {rank: [(s["epoch"], s["step"], tuple(s["keys"])) for s in run.steps(rank)]
-            for rank in range(4)}
+    return {
+        rank: [(s["epoch"], s["step"], tuple(s["keys"])) for s in run.steps(rank)]
+        for rank in range(4)
+    }
 
 
 def local_first(host):
@@ -191,18 +303,34 @@ def main():
     parser.add_argument("--build-dir", default="build")
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--kill-after-steps", type=int, default=4,
-                        help="kill host A's server once rank 0 logged this many steps")
-    parser.add_argument("--delays", default="", help="RTTs in ms for the netem rows, e.g. 0,5,20,50")
+    parser.add_argument(
+        "--kill-after-steps",
+        type=int,
+        default=4,
+        help="kill host A's server once rank 0 logged this many steps",
+    )
+    parser.add_argument(
+        "--delays", default="", help="RTTs in ms for the netem rows, e.g. 0,5,20,50"
+    )
     parser.add_argument("--loss", type=float, default=0.0, help="netem loss %% with --delays")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: ip netns, veth, bridge, tc")
     work = pathlib.Path(tempfile.mkdtemp(prefix="netns-replicas-"))
     shards = work / "shards"
-    sh(str(pathlib.Path(args.build_dir, "tools/shardcast-pack").resolve()), "--synthetic",
-       str(args.samples), "--classes", "4", "--size", "48x48", "--per-shard", "128", "--quiet",
-       str(shards))
+    sh(
+        str(pathlib.Path(args.build_dir, "tools/shardcast-pack").resolve()),
+        "--synthetic",
+        str(args.samples),
+        "--classes",
+        "4",
+        "--size",
+        "48x48",
+        "--per-shard",
+        "128",
+        "--quiet",
+        str(shards),
+    )
     make_network()
     failures = []
     try:
@@ -216,8 +344,10 @@ def main():
         reference.stop()
         want = keys_by_step(reference)
         n = len([s for s in want[0] if s[0] == 0])
-        print(f"undisturbed: exit {codes}, {n} steps per epoch per rank, "
-              f"{undisturbed_seconds:.1f} s")
+        print(
+            f"undisturbed: exit {codes}, {n} steps per epoch per rank, "
+            f"{undisturbed_seconds:.1f} s"
+        )
         if set(codes.values()) != {0}:
             failures.append(f"undisturbed run failed: {codes}")
 
@@ -238,8 +368,10 @@ def main():
         got = keys_by_step(killed)
         same = all(got[rank] == want[rank] for rank in range(4))
         counts = {rank: len(got[rank]) for rank in range(4)}
-        print(f"killed: exit {codes}, steps per rank {counts}, sample keys step by step equal "
-              f"to the undisturbed run: {same}, {killed_seconds:.1f} s")
+        print(
+            f"killed: exit {codes}, steps per rank {counts}, sample keys step by step equal "
+            f"to the undisturbed run: {same}, {killed_seconds:.1f} s"
+        )
         if set(codes.values()) != {0} or not same:
             failures.append(f"killed run: exit {codes}, same keys {same}")
 
@@ -256,9 +388,15 @@ def main():
             proxies = []
             if netem:
                 set_delay(delay, args.loss)
-                target = lambda host: f"{HOSTS['b' if host == 'a' else 'a']}:{PORT}"
+
+                def target(host):
+                    return f"{HOSTS['b' if host == 'a' else 'a']}:{PORT}"
+
             else:
-                target = lambda host: f"{HOSTS[host]}:{PROXY_PORT}"
+
+                def target(host):
+                    return f"{HOSTS[host]}:{PROXY_PORT}"
+
             remote = Run(args, shards, work / f"delay-{delay:g}", target, 1)
             remote.start_servers()
             if not netem:

@@ -40,8 +40,9 @@ def enum_value(enum, name: Optional[str], field: str) -> int:
     if name is None:
         return 0
     if not isinstance(name, str):
-        raise TypeError(f"{field} must be one of {', '.join(enum_names(enum))} (a str), "
-                        f"got {name!r}")
+        raise TypeError(
+            f"{field} must be one of {', '.join(enum_names(enum))} (a str), " f"got {name!r}"
+        )
     full = _prefix(enum) + name.upper()
     if full not in enum.keys() or enum.Value(full) == 0:
         raise ValueError(f"{field} must be one of {', '.join(enum_names(enum))}; got {name!r}")

@@ -73,6 +73,7 @@ def native_kinds() -> Dict[Any, type]:
     global _native_kinds
     if _native_kinds is None:
         from . import _native
+
         kind = _native.ErrorKind
         _native_kinds = {
             kind.VALUE: ValueError,

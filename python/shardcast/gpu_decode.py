@@ -72,15 +72,28 @@ def check_crop(encoded: Any, width: int, height: int) -> None:
         if encoded.cut_width > 0:
             raise ValueError("a center crop with a cut: cuts are for random crops only")
         rw, rh = encoded.resize_width, encoded.resize_height
-        if not (0 < rw <= 16384 and 0 < rh <= 16384 and 0 <= encoded.left <= rw - out
-                and 0 <= encoded.top <= rh - out):
-            raise ValueError(f"center crop {out}x{out} at ({encoded.left}, {encoded.top}) does "
-                             f"not fit the image resized to {rw}x{rh}")
-    elif not (encoded.width > 0 and encoded.height > 0 and 0 <= encoded.left
-              and encoded.left + encoded.width <= width and 0 <= encoded.top
-              and encoded.top + encoded.height <= height):
-        raise ValueError(f"crop window {encoded.width}x{encoded.height} at ({encoded.left}, "
-                         f"{encoded.top}) is outside the {width}x{height} image")
+        if not (
+            0 < rw <= 16384
+            and 0 < rh <= 16384
+            and 0 <= encoded.left <= rw - out
+            and 0 <= encoded.top <= rh - out
+        ):
+            raise ValueError(
+                f"center crop {out}x{out} at ({encoded.left}, {encoded.top}) does "
+                f"not fit the image resized to {rw}x{rh}"
+            )
+    elif not (
+        encoded.width > 0
+        and encoded.height > 0
+        and 0 <= encoded.left
+        and encoded.left + encoded.width <= width
+        and 0 <= encoded.top
+        and encoded.top + encoded.height <= height
+    ):
+        raise ValueError(
+            f"crop window {encoded.width}x{encoded.height} at ({encoded.left}, "
+            f"{encoded.top}) is outside the {width}x{height} image"
+        )
 
 
 def crop_and_resize(image: torch.Tensor, encoded: Any) -> torch.Tensor:
@@ -96,15 +109,27 @@ def crop_and_resize(image: torch.Tensor, encoded: Any) -> torch.Tensor:
     check_crop(encoded, width, height)
     out = encoded.output_size
     if encoded.resize_width > 0:
-        resized = F.interpolate(image.unsqueeze(0).to(torch.float32),
-                                size=(encoded.resize_height, encoded.resize_width),
-                                mode="bilinear", align_corners=False, antialias=True)
-        y = resized[..., encoded.top:encoded.top + out, encoded.left:encoded.left + out]
+        resized = F.interpolate(
+            image.unsqueeze(0).to(torch.float32),
+            size=(encoded.resize_height, encoded.resize_width),
+            mode="bilinear",
+            align_corners=False,
+            antialias=True,
+        )
+        y = resized[..., encoded.top : encoded.top + out, encoded.left : encoded.left + out]
     else:
-        window = image[:, encoded.top:encoded.top + encoded.height,
-                       encoded.left:encoded.left + encoded.width]
-        y = F.interpolate(window.unsqueeze(0).to(torch.float32), size=(out, out),
-                          mode="bilinear", align_corners=False, antialias=True)
+        window = image[
+            :,
+            encoded.top : encoded.top + encoded.height,
+            encoded.left : encoded.left + encoded.width,
+        ]
+        y = F.interpolate(
+            window.unsqueeze(0).to(torch.float32),
+            size=(out, out),
+            mode="bilinear",
+            align_corners=False,
+            antialias=True,
+        )
         if encoded.flip:
             y = y.flip(-1)
     return y.round_().clamp_(0, 255).to(torch.uint8)[0]
@@ -122,15 +147,22 @@ class BatchDecoder:
     one image's decode buffers, read from its header before anything is allocated (0:
     no bound); `cpu_threads` decode the fallbacks."""
 
-    def __init__(self, device: torch.device, dct_scaling: bool = False,
-                 max_decode_memory: int = 0, cpu_threads: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        dct_scaling: bool = False,
+        max_decode_memory: int = 0,
+        cpu_threads: Optional[int] = None,
+    ) -> None:
         self.device = torch.device(device)
         self._decode_jpeg, read_mode, self._batched = _decode_jpeg_api()
         self._rgb = read_mode.RGB
         self._dct_scaling = dct_scaling
         self._max_decode_memory = max_decode_memory
-        self._cpu = ThreadPoolExecutor(max_workers=cpu_threads or min(4, os.cpu_count() or 1),
-                                       thread_name_prefix="shardcast-decode")
+        self._cpu = ThreadPoolExecutor(
+            max_workers=cpu_threads or min(4, os.cpu_count() or 1),
+            thread_name_prefix="shardcast-decode",
+        )
         self.fallbacks = 0  # images decoded on the CPU
         self.substituted = 0  # images neither decode could make: substitutes
 
@@ -140,8 +172,9 @@ class BatchDecoder:
     def decode(self, samples: Sequence[Optional[Any]], output_size: int) -> DecodedBatch:
         """`samples`: one EncodedImage per sample, None for padding (a zero image); one
         with empty `data` is the server's substitute (every byte 128)."""
-        images = torch.zeros((len(samples), 3, output_size, output_size), dtype=torch.uint8,
-                             device=self.device)
+        images = torch.zeros(
+            (len(samples), 3, output_size, output_size), dtype=torch.uint8, device=self.device
+        )
         on_device: List[int] = []
         on_cpu: List[int] = []
         failures: Dict[int, str] = {}
@@ -152,8 +185,9 @@ class BatchDecoder:
                 images[i].fill_(SUBSTITUTE_VALUE)
             elif encoded.output_size != output_size:
                 images[i].fill_(SUBSTITUTE_VALUE)
-                failures[i] = (f"output_size {encoded.output_size} is not the batch's "
-                               f"{output_size}")
+                failures[i] = (
+                    f"output_size {encoded.output_size} is not the batch's " f"{output_size}"
+                )
             elif self._device_takes(encoded):
                 on_device.append(i)
             else:
@@ -182,8 +216,9 @@ class BatchDecoder:
         work = info["decode_bytes"] + device_bytes(encoded, info["width"], info["height"])
         return not 0 < self._max_decode_memory < work
 
-    def _decode_on_device(self, samples: Sequence[Any], indices: List[int],
-                          images: torch.Tensor) -> List[int]:
+    def _decode_on_device(
+        self, samples: Sequence[Any], indices: List[int], images: torch.Tensor
+    ) -> List[int]:
         """Decodes and transforms `indices` on the device into `images`; returns those it
         could not (for the CPU)."""
         if not indices:
@@ -213,14 +248,19 @@ class BatchDecoder:
         except RuntimeError:
             return None
 
-    def _decode_on_cpu(self, samples: Sequence[Any], indices: List[int],
-                       images: torch.Tensor) -> Dict[int, str]:
+    def _decode_on_cpu(
+        self, samples: Sequence[Any], indices: List[int], images: torch.Tensor
+    ) -> Dict[int, str]:
         """The server's decode of `indices` into `images`; returns the failures (written
         as substitutes)."""
+
         def decode(i: int) -> Tuple[int, Optional[bytes], str]:
             try:
-                return i, _native.decode_encoded(samples[i], self._dct_scaling,
-                                                 self._max_decode_memory), ""
+                return (
+                    i,
+                    _native.decode_encoded(samples[i], self._dct_scaling, self._max_decode_memory),
+                    "",
+                )
             except ValueError as e:
                 return i, None, str(e)
 
@@ -230,6 +270,9 @@ class BatchDecoder:
                 images[i].fill_(SUBSTITUTE_VALUE)
                 failures[i] = error
             else:
-                images[i] = torch.frombuffer(bytearray(chw), dtype=torch.uint8).view(
-                    images.shape[1:]).to(self.device)
+                images[i] = (
+                    torch.frombuffer(bytearray(chw), dtype=torch.uint8)
+                    .view(images.shape[1:])
+                    .to(self.device)
+                )
         return failures

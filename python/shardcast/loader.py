@@ -50,11 +50,15 @@ def _warn_about(values: Dict[str, Any]) -> None:
         warnings.warn(
             f"shardcast.Loader: num_workers={values['num_workers']} is ignored: the server "
             "decodes, so the Loader needs no worker processes (workers= sets this job's "
-            "virtual DataLoader workers on the server, split 'shard')", stacklevel=3)
+            "virtual DataLoader workers on the server, split 'shard')",
+            stacklevel=3,
+        )
     if values["pin_memory"] and not torch.cuda.is_available():
         warnings.warn(
             "shardcast.Loader: pin_memory=True but CUDA is not available: batches stay in "
-            "ordinary memory (as DataLoader does)", stacklevel=3)
+            "ordinary memory (as DataLoader does)",
+            stacklevel=3,
+        )
         values["pin_memory"] = False
     if values["decode"] == "cuda":
         values["pin_memory"] = False  # the batch is made on the device
@@ -88,7 +92,8 @@ class Loader:
                 torch.device("cuda", torch.cuda.current_device()),
                 dct_scaling=self._registration.transform.dct_scaling,
                 max_decode_memory=stream_options.max_decode_memory,
-                cpu_threads=values["decode_threads"])
+                cpu_threads=values["decode_threads"],
+            )
         # Pinned memory holds pixels: a job without images has none to pin.
         self._pin_memory = values["pin_memory"] and self._stream.has_images
         self._on_substitute = values["on_substitute"]
@@ -298,9 +303,14 @@ class Loader:
         if not can:
             return
         reg = self.registration
-        mine = {"rank": self.rank, "job_id": self.job_id, "world_size": self.world_size,
-                "job_fingerprint": reg.job_fingerprint,
-                "batches_per_epoch": reg.batches_per_epoch, "batch_size": reg.batch_size}
+        mine = {
+            "rank": self.rank,
+            "job_id": self.job_id,
+            "world_size": self.world_size,
+            "job_fingerprint": reg.job_fingerprint,
+            "batches_per_epoch": reg.batches_per_epoch,
+            "batch_size": reg.batch_size,
+        }
         ranks.agree_on_job(mine, self.world_size, group)
         self._ranks_agreed = True
 
@@ -357,10 +367,18 @@ class Loader:
         info = list(batch.info)
         for i, error in decoded.failures.items():
             sample = info[i]
-            _log.warning("shardcast: job %s rank %d epoch %d batch %d: sample %r (shard %d, "
-                         "sample %d in it) could not be decoded, a substitute is used: %s",
-                         self.job_id, self.rank, self._epoch, self._done, sample.key,
-                         sample.shard, sample.index_in_shard, error)
+            _log.warning(
+                "shardcast: job %s rank %d epoch %d batch %d: sample %r (shard %d, "
+                "sample %d in it) could not be decoded, a substitute is used: %s",
+                self.job_id,
+                self.rank,
+                self._epoch,
+                self._done,
+                sample.key,
+                sample.shard,
+                sample.index_in_shard,
+                error,
+            )
             info[i] = sample._replace(substituted=True)
         return Batch(decoded.images, batch.labels, info)
 
@@ -390,7 +408,7 @@ class Loader:
                     f"job '{self.job_id}' rank {self.rank} epoch {self._epoch} batch "
                     f"{self._done}: sample {sample.key!r} (shard {sample.shard}, sample "
                     f"{sample.index_in_shard} in it) could not be decoded and the server sent "
-                    "a substitute (on_substitute=\"fail\"; the server's log and status name "
+                    'a substitute (on_substitute="fail"; the server\'s log and status name '
                     "the reason)"
                 )
             batch.labels[i] = -1  # the batch's own memory: nothing else sees it
@@ -422,7 +440,13 @@ class Loader:
 # help(Loader) and IDEs show the keywords of the table (options.OPTIONS), in its order,
 # with their defaults: the signature is the table's, so a new option is one row there.
 Loader.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-     inspect.Parameter("server", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)]
-    + [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default)
-       for o in options.OPTIONS[1:]], return_annotation=None)
+    [
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("server", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+    ]
+    + [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default)
+        for o in options.OPTIONS[1:]
+    ],
+    return_annotation=None,
+)

@@ -71,8 +71,14 @@ def normalize(
         table = _table(tuple(float(x) for x in mean), tuple(float(x) for x in std))
         out = torch.empty(images.shape, dtype=torch.float32)
         b, c = images.shape[0], images.shape[1]
-        _native.normalize_with_table(images.data_ptr(), out.data_ptr(), b, c,
-                                     images.shape[2] * images.shape[3], table.numpy())
+        _native.normalize_with_table(
+            images.data_ptr(),
+            out.data_ptr(),
+            b,
+            c,
+            images.shape[2] * images.shape[3],
+            table.numpy(),
+        )
         return out
     if device.type == "cuda" and images.device.type == "cpu":
         images = images.pin_memory().to(device, non_blocking=True)

@@ -10,21 +10,25 @@ from shardcast._proto import pb
 from shardcast.errors import JobChangedError
 
 
-def saved_position(epoch: int, done: int, offset: int, world_size: int,
-                   batch_size: int) -> "_native.SavedPosition":
+def saved_position(
+    epoch: int, done: int, offset: int, world_size: int, batch_size: int
+) -> "_native.SavedPosition":
     saved = _native.SavedPosition()
     saved.epoch, saved.next_batch, saved.sample_offset = epoch, done, offset
     saved.world_size, saved.batch_size = world_size, batch_size
     return saved
 
 
-def resume_position(state: Dict[str, Any], reg: "pb.RegisterResponse",
-                    job_id: str) -> Tuple[int, int, int]:
+def resume_position(
+    state: Dict[str, Any], reg: "pb.RegisterResponse", job_id: str
+) -> Tuple[int, int, int]:
     """(epoch, next batch, sample offset) where `state` goes on in the job `reg`
     registered. JobChangedError for a state of another job, or an elastic resume
     mid-epoch of split shard; ValueError for a position that cannot be."""
-    where = (f"load_state_dict: cannot resume epoch {state['epoch']} at batch "
-             f"{state['batches_done']}")
+    where = (
+        f"load_state_dict: cannot resume epoch {state['epoch']} at batch "
+        f"{state['batches_done']}"
+    )
     if state["job_fingerprint"] != reg.job_fingerprint:
         raise JobChangedError(
             f"{where}: the state is of a job with job_fingerprint "
@@ -52,12 +56,16 @@ def resume_position(state: Dict[str, Any], reg: "pb.RegisterResponse",
     return epoch, done, offset
 
 
-def _elastic(state: Dict[str, Any], reg: "pb.RegisterResponse", job_id: str, where: str,
-             position: Tuple[int, int, int]) -> Tuple[int, int, int]:
+def _elastic(
+    state: Dict[str, Any],
+    reg: "pb.RegisterResponse",
+    job_id: str,
+    where: str,
+    position: Tuple[int, int, int],
+) -> Tuple[int, int, int]:
     """Where the epoch goes on with another world size or batch size."""
     epoch, done, offset = position
-    saved = saved_position(epoch, done, offset, int(state["world_size"]),
-                           int(state["batch_size"]))
+    saved = saved_position(epoch, done, offset, int(state["world_size"]), int(state["batch_size"]))
     at = _native.resume_at(saved, reg.world_size, reg.batch_size, reg.num_samples)
     if at.elastic and reg.split != pb.SPLIT_SAMPLE:
         raise JobChangedError(

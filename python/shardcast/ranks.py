@@ -43,8 +43,9 @@ def new_job_id() -> str:
     return _native.new_job_id()
 
 
-def agreement_group(process_group: Optional[Any], world_size: int,
-                    job_id: str) -> Tuple[bool, Optional[Any]]:
+def agreement_group(
+    process_group: Optional[Any], world_size: int, job_id: str
+) -> Tuple[bool, Optional[Any]]:
     """Whether the ranks can compare their jobs, and through which group: `process_group`,
     else torch.distributed's default group when one is initialized with `world_size`
     ranks. ValueError for a given group of another size."""
@@ -73,18 +74,20 @@ def agree_on_job(mine: Dict[str, Any], world_size: int, group: Optional[Any]) ->
     everyone: List[Any] = [None] * world_size
     torch.distributed.all_gather_object(everyone, mine, group=group)
     differences = []
-    for field in ("job_fingerprint", "batches_per_epoch", "batch_size", "world_size",
-                  "job_id"):
+    for field in ("job_fingerprint", "batches_per_epoch", "batch_size", "world_size", "job_id"):
         if any(e[field] != everyone[0][field] for e in everyone):
-            differences.append(f"{field}: " + ", ".join(
-                f"rank {e['rank']} has {e[field]!r}" for e in everyone))
+            differences.append(
+                f"{field}: " + ", ".join(f"rank {e['rank']} has {e[field]!r}" for e in everyone)
+            )
     if sorted(e["rank"] for e in everyone) != list(range(world_size)):
-        differences.append("rank: the group's ranks have ranks " + ", ".join(
-            str(e["rank"]) for e in everyone))
+        differences.append(
+            "rank: the group's ranks have ranks " + ", ".join(str(e["rank"]) for e in everyone)
+        )
     if differences:
         raise JobChangedError(
             f"job '{mine['job_id']}': the ranks disagree before the first batch: "
-            + "; ".join(differences) + ". Their servers (replicas) serve other data or "
+            + "; ".join(differences)
+            + ". Their servers (replicas) serve other data or "
             "other byte-changing settings (each server logs its job fingerprint and "
             "settings), or the ranks asked for other jobs: training on would mix batches "
             "or hang at the epoch's end. Give every replica the same shards and flags"

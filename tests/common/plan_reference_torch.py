@@ -21,10 +21,10 @@ class ShardSamples(IterableDataset):
 
     def __iter__(self):
         urls = list(range(len(self.sizes)))
-        urls = urls[self.rank::self.world]  # split_by_node
+        urls = urls[self.rank :: self.world]  # split_by_node
         info = get_worker_info()
         if info is not None:  # split_by_worker
-            urls = urls[info.id::info.num_workers]
+            urls = urls[info.id :: info.num_workers]
         batch = []
         for shard in urls:
             for index in range(self.sizes[shard]):
@@ -45,8 +45,9 @@ def main():
         world, batch, workers = (int(a) for a in fields[1:4])
         n = sum(sizes) // (batch * world)  # the seed's num_batches
         for rank in range(world):
-            loader = DataLoader(ShardSamples(sizes, rank, world, batch), batch_size=None,
-                                num_workers=workers)
+            loader = DataLoader(
+                ShardSamples(sizes, rank, world, batch), batch_size=None, num_workers=workers
+            )
             out = []
             while len(out) < n:  # repeat(nbatches=n) + slice(n)
                 for b in loader:

@@ -28,14 +28,21 @@ SIZE = 32
 # The server's job defaults in these tests: images stay 32x32. The session's server takes
 # every test's jobs from this one host, some never streaming (refusals, len() checks): the
 # per-peer limit on such jobs would make the tests depend on their order.
-SERVER_FLAGS = ["--resize", str(SIZE), "--crop", str(SIZE), "--decode-threads", "2",
-                "--max-unstreamed-jobs-per-peer", "0"]
+SERVER_FLAGS = [
+    "--resize",
+    str(SIZE),
+    "--crop",
+    str(SIZE),
+    "--decode-threads",
+    "2",
+    "--max-unstreamed-jobs-per-peer",
+    "0",
+]
 
 
 @pytest.fixture(scope="session")
 def shards(tmp_path_factory) -> Path:
-    binaries = [BUILD / "server" / "shardcast-server", CTL_BIN,
-                BUILD / "tools" / "shardcast-pack"]
+    binaries = [BUILD / "server" / "shardcast-server", CTL_BIN, BUILD / "tools" / "shardcast-pack"]
     missing = [str(p) for p in binaries if not p.is_file()]
     if missing:
         pytest.fail(
@@ -67,8 +74,9 @@ def own_server(shards):
 def ctl_plan(shards: Path, args: List[str]) -> Dict[Tuple[int, int, int], List[Tuple[int, int]]]:
     """`shardcast-ctl plan` for the config in `args`: (epoch, rank, batch) -> the
     (shard, index in shard) of each sample."""
-    run = subprocess.run([str(CTL_BIN), "plan", "--shards", str(shards)] + args,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [str(CTL_BIN), "plan", "--shards", str(shards)] + args, capture_output=True, text=True
+    )
     if run.returncode != 0:
         pytest.fail(f"shardcast-ctl plan {' '.join(args)} failed: {run.stderr.strip()}")
     plan = {}

@@ -20,8 +20,12 @@ RegisterHandler = Callable[[pb.RegisterRequest, grpc.ServicerContext], pb.Regist
 StreamHandler = Callable[[pb.StreamBatchesRequest, grpc.ServicerContext], Iterable[bytes]]
 
 
-def registration(request: pb.RegisterRequest, batches_per_epoch: int = 4, batch_size: int = 2,
-                 image_shape: Sequence[int] = (3, 4, 4)) -> pb.RegisterResponse:
+def registration(
+    request: pb.RegisterRequest,
+    batches_per_epoch: int = 4,
+    batch_size: int = 2,
+    image_shape: Sequence[int] = (3, 4, 4),
+) -> pb.RegisterResponse:
     """A registration as the real server gives it, for a tiny dataset."""
     return pb.RegisterResponse(
         batches_per_epoch=batches_per_epoch,
@@ -58,8 +62,14 @@ def images_field(data: bytes, claimed: Optional[int] = None) -> bytes:
     return _varint(15 << 3 | 2) + _varint(length) + data
 
 
-def batch(epoch: int, index: int, shape: Sequence[int], images: Optional[bytes] = None,
-          labels: Optional[int] = None, samples: Optional[int] = None) -> bytes:
+def batch(
+    epoch: int,
+    index: int,
+    shape: Sequence[int],
+    images: Optional[bytes] = None,
+    labels: Optional[int] = None,
+    samples: Optional[int] = None,
+) -> bytes:
     """A serialized Batch: `shape` [B, 3, C, C], B labels and samples and B*3*C*C image
     bytes unless told otherwise."""
     b = shape[0] if shape else 0
@@ -67,8 +77,10 @@ def batch(epoch: int, index: int, shape: Sequence[int], images: Optional[bytes] 
         epoch=epoch,
         index=index,
         labels=[0] * (b if labels is None else labels),
-        samples=[pb.SampleInfo(key=f"s{index}-{i}", shard=0, index_in_shard=i, valid=True)
-                 for i in range(b if samples is None else samples)],
+        samples=[
+            pb.SampleInfo(key=f"s{index}-{i}", shard=0, index_in_shard=i, valid=True)
+            for i in range(b if samples is None else samples)
+        ],
         shape=list(shape),
     )
     if images is None:
@@ -89,8 +101,9 @@ def stall(context: grpc.ServicerContext, stop: threading.Event) -> None:
 class HostileServer:
     """Serves `register` and `stream` on 127.0.0.1:port (address) until stop()."""
 
-    def __init__(self, register: Optional[RegisterHandler] = None,
-                 stream: Optional[StreamHandler] = None) -> None:
+    def __init__(
+        self, register: Optional[RegisterHandler] = None, stream: Optional[StreamHandler] = None
+    ) -> None:
         self.stopping = threading.Event()
         self.registers = 0
         self.streams = 0
@@ -99,14 +112,19 @@ class HostileServer:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         handlers = {
             "Register": grpc.unary_unary_rpc_method_handler(
-                self._on_register, request_deserializer=pb.RegisterRequest.FromString,
-                response_serializer=lambda m: m.SerializeToString()),
+                self._on_register,
+                request_deserializer=pb.RegisterRequest.FromString,
+                response_serializer=lambda m: m.SerializeToString(),
+            ),
             "StreamBatches": grpc.unary_stream_rpc_method_handler(
-                self._on_stream, request_deserializer=pb.StreamBatchesRequest.FromString,
-                response_serializer=lambda raw: raw),
+                self._on_stream,
+                request_deserializer=pb.StreamBatchesRequest.FromString,
+                response_serializer=lambda raw: raw,
+            ),
         }
         self._server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, handlers),))
+            (grpc.method_handlers_generic_handler(SERVICE, handlers),)
+        )
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self._server.start()
 
@@ -114,14 +132,16 @@ class HostileServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def stall_register(self, request: pb.RegisterRequest,
-                       context: grpc.ServicerContext) -> pb.RegisterResponse:
+    def stall_register(
+        self, request: pb.RegisterRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterResponse:
         """A Register handler that never answers."""
         stall(context, self.stopping)
         context.abort(grpc.StatusCode.UNAVAILABLE, "hostile server stopping")
 
-    def _stall_stream(self, request: pb.StreamBatchesRequest,
-                      context: grpc.ServicerContext) -> Iterator[bytes]:
+    def _stall_stream(
+        self, request: pb.StreamBatchesRequest, context: grpc.ServicerContext
+    ) -> Iterator[bytes]:
         stall(context, self.stopping)
         return iter(())
 

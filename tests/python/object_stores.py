@@ -13,9 +13,15 @@ from pathlib import Path
 from typing import List
 
 NGINX = os.environ.get("SHARDCAST_NGINX", "/usr/sbin/nginx")
-S3RVER = os.environ.get("SHARDCAST_S3RVER", os.path.join(
-    os.environ.get("SHARDCAST_TEST_TOOLS", "/var/cache/shardcast-test-tools"),
-    "node_modules", ".bin", "s3rver"))
+S3RVER = os.environ.get(
+    "SHARDCAST_S3RVER",
+    os.path.join(
+        os.environ.get("SHARDCAST_TEST_TOOLS", "/var/cache/shardcast-test-tools"),
+        "node_modules",
+        ".bin",
+        "s3rver",
+    ),
+)
 
 
 def free_port() -> int:
@@ -42,8 +48,9 @@ class Child:
 
     def __init__(self, argv: List[str], log: Path, port: int = 0, what: str = "") -> None:
         self.log = open(log, "w")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE if not port else self.log,
-                                     stderr=self.log, text=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE if not port else self.log, stderr=self.log, text=True
+        )
         self.port = port
         if port:
             wait_for_port(port, self.proc, what)
@@ -63,7 +70,9 @@ def start_nginx(root: Path, scratch: Path) -> Child:
     prefix = scratch / "nginx"
     prefix.mkdir()
     port = free_port()
-    (prefix / "nginx.conf").write_text(textwrap.dedent(f"""\
+    (prefix / "nginx.conf").write_text(
+        textwrap.dedent(
+            f"""\
         daemon off;
         master_process off;
         worker_processes 1;
@@ -88,9 +97,23 @@ def start_nginx(root: Path, scratch: Path) -> Child:
             location / {{ }}
           }}
         }}
-        """))
-    return Child([NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e",
-                  str(prefix / "error.log")], scratch / "nginx.log", port, "nginx")
+        """
+        )
+    )
+    return Child(
+        [
+            NGINX,
+            "-p",
+            str(prefix),
+            "-c",
+            str(prefix / "nginx.conf"),
+            "-e",
+            str(prefix / "error.log"),
+        ],
+        scratch / "nginx.log",
+        port,
+        "nginx",
+    )
 
 
 def start_s3rver(shards: Path, scratch: Path) -> Child:
@@ -98,13 +121,29 @@ def start_s3rver(shards: Path, scratch: Path) -> Child:
     data = scratch / "s3rver"
     (data / "buckets").mkdir(parents=True)
     port = free_port()
-    child = Child([S3RVER, "--directory", str(data / "buckets"), "--port", str(port),
-                   "--address", "127.0.0.1", "--silent"], data / "s3rver.log", port, "s3rver")
+    child = Child(
+        [
+            S3RVER,
+            "--directory",
+            str(data / "buckets"),
+            "--port",
+            str(port),
+            "--address",
+            "127.0.0.1",
+            "--silent",
+        ],
+        data / "s3rver.log",
+        port,
+        "s3rver",
+    )
     base = f"http://127.0.0.1:{port}"
     urllib.request.urlopen(urllib.request.Request(f"{base}/bench", method="PUT"), timeout=60)
     for f in sorted(shards.iterdir()):
-        request = urllib.request.Request(f"{base}/bench/shards/{f.name}", data=f.read_bytes(),
-                                         method="PUT",
-                                         headers={"Content-Type": "application/octet-stream"})
+        request = urllib.request.Request(
+            f"{base}/bench/shards/{f.name}",
+            data=f.read_bytes(),
+            method="PUT",
+            headers={"Content-Type": "application/octet-stream"},
+        )
         urllib.request.urlopen(request, timeout=60).read()
     return child

@@ -39,13 +39,24 @@ def python_env(build: Path) -> Dict[str, str]:
     return env
 
 
-def pack_synthetic(build: Path, out: Path, samples: int, per_shard: int, size: str,
-                   classes: int) -> Path:
+def pack_synthetic(
+    build: Path, out: Path, samples: int, per_shard: int, size: str, classes: int
+) -> Path:
     """shardcast-pack --synthetic: `samples` learnable JPEGs of `size` ("WxH")."""
     subprocess.run(
-        [str(build / "tools" / "shardcast-pack"), "--synthetic", str(samples),
-         "--per-shard", str(per_shard), "--size", size, "--classes", str(classes),
-         "--quiet", str(out)],
+        [
+            str(build / "tools" / "shardcast-pack"),
+            "--synthetic",
+            str(samples),
+            "--per-shard",
+            str(per_shard),
+            "--size",
+            size,
+            "--classes",
+            str(classes),
+            "--quiet",
+            str(out),
+        ],
         check=True,
     )
     return out
@@ -55,8 +66,14 @@ class ServerProcess:
     """shardcast-server over `shards`; start() returns once it listens (its first stdout
     line names the port). restart() reuses the port, as a restarted daemon would."""
 
-    def __init__(self, build: Path, shards: Path, flags: List[str],
-                 log: Optional[Path] = None, unix_socket: Optional[Path] = None) -> None:
+    def __init__(
+        self,
+        build: Path,
+        shards: Path,
+        flags: List[str],
+        log: Optional[Path] = None,
+        unix_socket: Optional[Path] = None,
+    ) -> None:
         self.binary = build / "server" / "shardcast-server"
         self.shards = shards
         self.flags = flags
@@ -123,11 +140,22 @@ print(tuple(images.shape), len(info))
 """
 
 
-def read_batch_with_installed_package(python: Path, address: str, job_id: str,
-                                      env: Dict[str, str], cwd: Path,
-                                      torch_first: bool = False) -> str:
+def read_batch_with_installed_package(
+    python: Path,
+    address: str,
+    job_id: str,
+    env: Dict[str, str],
+    cwd: Path,
+    torch_first: bool = False,
+) -> str:
     """The first line the venv's `python` prints: "(4, 3, 32, 32) 4" for this suite's data."""
     script = _INSTALLED_LOADER_SCRIPT.format(torch=", torch" if torch_first else "")
-    out = subprocess.run([str(python), "-c", script, address, job_id], check=True, env=env,
-                         cwd=cwd, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(python), "-c", script, address, job_id],
+        check=True,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split("\n")[0]

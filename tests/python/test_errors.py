@@ -44,16 +44,16 @@ def test_a_job_the_data_cannot_serve_is_refused_with_the_servers_reason(server):
 def test_ranks_that_disagree_are_refused_naming_the_field(server):
     with shardcast.Loader(server.address, job_id="disagree", batch_size=8, world_size=2, rank=0):
         with pytest.raises(shardcast.JobRefusedError, match="batch_size: job 'disagree' has 8"):
-            shardcast.Loader(server.address, job_id="disagree", batch_size=16, world_size=2,
-                             rank=1)
+            shardcast.Loader(server.address, job_id="disagree", batch_size=16, world_size=2, rank=1)
 
 
 def test_a_rank_outside_the_world_is_refused(server):
     # Refused where it is given (issue 44), naming the rank and its range, before the
     # server could; the server's own refusal of such a request is tested in C++
     # (job_registry_test).
-    with pytest.raises(ValueError, match=r"rank=2 is not below world_size=2: rank takes an "
-                       r"int in \[0, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"rank=2 is not below world_size=2: rank takes an " r"int in \[0, 1\]"
+    ):
         shardcast.Loader(server.address, job_id="outside", batch_size=8, world_size=2, rank=2)
 
 
@@ -74,8 +74,11 @@ def test_every_kind_of_native_error_has_its_class():
     files must keep equal: each has its class, and a ShardcastError carries the code."""
     from shardcast import _native
     from shardcast.errors import from_native, native_kinds
+
     assert set(native_kinds()) == set(_native.ErrorKind.__members__.values())
     assert isinstance(from_native(_native.ErrorKind.VALUE, "bad", 0), ValueError)
-    error = from_native(_native.ErrorKind.CHANGED, "changed", grpc.StatusCode.FAILED_PRECONDITION.value[0])
+    error = from_native(
+        _native.ErrorKind.CHANGED, "changed", grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    )
     assert isinstance(error, shardcast.JobChangedError)
     assert error.code == grpc.StatusCode.FAILED_PRECONDITION

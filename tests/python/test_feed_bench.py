@@ -27,8 +27,9 @@ sys.stdin.read()
 
 def test_process_tree_cpu_counts_live_descendants_and_leaves_out_the_excluded():
     before = feed_bench.process_tree_cpu_seconds(os.getpid())
-    child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", BUSY_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "busy done"
         with_child = feed_bench.process_tree_cpu_seconds(os.getpid()) - before
@@ -56,28 +57,45 @@ def test_the_cuda_row_says_why_it_cannot_run_on_the_cpu():
 
 
 def test_the_table_has_the_encoded_rows_their_server_figures_and_the_skip(capsys):
-    served = {"server_cpu_us_per_image": 41.0, "wire_bytes_per_image": 30512.0,
-              "server_waited_for_batches_s": 0.25, "server_waited_for_client_s": 4.0}
+    served = {
+        "server_cpu_us_per_image": 41.0,
+        "wire_bytes_per_image": 30512.0,
+        "server_waited_for_batches_s": 0.25,
+        "server_waited_for_client_s": 4.0,
+    }
     a = argparse.Namespace(
-        workers=2, rows=["ceiling", "loader", "encoded-cpu", "encoded-cuda"],
-        results={"ceiling": {"images_per_s": 100.0, "wait_share": 0.0,
-                             "client_cpu_us_per_image": 900.0},
-                 "loader": {"images_per_s": 50.0, "wait_share": 0.5,
-                            "client_cpu_us_per_image": 1200.0, **served,
-                            "server_cpu_us_per_image": 2500.0,
-                            "wire_bytes_per_image": 150540.0},
-                 "encoded-cpu": {"images_per_s": 80.0, "wait_share": 0.1,
-                                 "client_cpu_us_per_image": 3100.0, **served}},
-        skipped={"encoded-cuda": "no CUDA device here"})
+        workers=2,
+        rows=["ceiling", "loader", "encoded-cpu", "encoded-cuda"],
+        results={
+            "ceiling": {"images_per_s": 100.0, "wait_share": 0.0, "client_cpu_us_per_image": 900.0},
+            "loader": {
+                "images_per_s": 50.0,
+                "wait_share": 0.5,
+                "client_cpu_us_per_image": 1200.0,
+                **served,
+                "server_cpu_us_per_image": 2500.0,
+                "wire_bytes_per_image": 150540.0,
+            },
+            "encoded-cpu": {
+                "images_per_s": 80.0,
+                "wait_share": 0.1,
+                "client_cpu_us_per_image": 3100.0,
+                **served,
+            },
+        },
+        skipped={"encoded-cuda": "no CUDA device here"},
+    )
     feed_bench.print_table(a)
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ")}
     assert rows["shardcast-server + shardcast.Loader"] == (
         "| shardcast-server + shardcast.Loader | 50 | 0.50 | 50 % | 1,200 us | 2,500 us | "
-        "150,540 | 0.2 s / 4.0 s |")
+        "150,540 | 0.2 s / 4.0 s |"
+    )
     assert rows['encoded + decode cpu (Loader, decode="cpu")'] == (
         '| encoded + decode cpu (Loader, decode="cpu") | 80 | 0.80 | 10 % | 3,100 us | '
-        "41 us | 30,512 | 0.2 s / 4.0 s |")
+        "41 us | 30,512 | 0.2 s / 4.0 s |"
+    )
     assert "skipped: no CUDA device here" in rows['encoded + decode cuda (Loader, decode="cuda")']
     # The ceiling has no server figures.
     assert rows["one batch kept on the device (ceiling)"].endswith("| 900 us |  |  |  |")

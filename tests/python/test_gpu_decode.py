@@ -23,8 +23,17 @@ from PIL import Image
 from shardcast import _native
 from shardcast.gpu_decode import SUBSTITUTE_VALUE, BatchDecoder, crop_and_resize
 
-SIZES = [(97, 61), (61, 97), (300, 200), (64, 64), (333, 250), (50, 41), (129, 255),
-         (640, 480), (73, 300)]
+SIZES = [
+    (97, 61),
+    (61, 97),
+    (300, 200),
+    (64, 64),
+    (333, 250),
+    (50, 41),
+    (129, 255),
+    (640, 480),
+    (73, 300),
+]
 RESIZE, CROP = 72, 64
 
 # The measured bounds (levels of 0..255): float32 torch resampling against the server's
@@ -44,8 +53,10 @@ def photo_like(w: int, h: int, seed: int, channels: int = 3) -> np.ndarray:
     """Smooth gradients, an edge and noise: what a lossy encoder and a resampler meet."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    planes = [128 + 90 * np.sin(seed + c + 3.0 * x / w + 2.0 * y / h) + 40 * ((x + y) % 37 < 9)
-              for c in range(channels)]
+    planes = [
+        128 + 90 * np.sin(seed + c + 3.0 * x / w + 2.0 * y / h) + 40 * ((x + y) % 37 < 9)
+        for c in range(channels)
+    ]
     pixels = np.stack(planes, axis=-1) + rng.normal(0, 6, (h, w, channels))
     return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
 
@@ -74,8 +85,9 @@ def planned(data: bytes, mode: str, seed: int, plan_of: bytes = b"") -> types.Si
 def decoded_tensor(data: bytes) -> torch.Tensor:
     """The server's full-size decode as uint8 [3, H, W]."""
     height, width, hwc = _native.decode_image(data)
-    return torch.frombuffer(bytearray(hwc), dtype=torch.uint8).view(height, width, 3).permute(
-        2, 0, 1)
+    return (
+        torch.frombuffer(bytearray(hwc), dtype=torch.uint8).view(height, width, 3).permute(2, 0, 1)
+    )
 
 
 def server_bytes(encoded: Any) -> np.ndarray:
@@ -98,8 +110,11 @@ def test_crop_and_resize_matches_the_cpp_transform():
             flips += encoded.flip
             want = np.frombuffer(_native.apply_crop(hwc, width, height, encoded), np.uint8)
             diff = differences(crop_and_resize(image, encoded), want)
-            worst, total, count = max(worst, int(diff.max())), total + int(diff.sum()), \
-                count + diff.size
+            worst, total, count = (
+                max(worst, int(diff.max())),
+                total + int(diff.sum()),
+                count + diff.size,
+            )
     assert flips > 10, "the seeds drew too few flips to test them"
     assert worst <= TRANSFORM_MAX
     assert total / count <= TRANSFORM_MEAN
@@ -151,15 +166,23 @@ def mixed_batch():
     add("jpeg", planned(jpeg(199, 151, 41, subsampling=0), "center", 41))  # 4:4:4
     add("png", planned(encode(photo_like(97, 61, 50), "PNG"), "center", 50))
     add("webp", planned(encode(photo_like(120, 90, 51), "WEBP", quality=80), "random", 51))
-    add("cmyk", planned(encode(photo_like(100, 80, 52), "JPEG", "CMYK", quality=90), "center",
-                        52))
+    add("cmyk", planned(encode(photo_like(100, 80, 52), "JPEG", "CMYK", quality=90), "center", 52))
     add("gray", planned(encode(photo_like(90, 100, 53), "JPEG", "L", quality=90), "random", 53))
     whole = jpeg(160, 120, 54)
     add("truncated", planned(whole[: len(whole) * 2 // 3], "random", 54))
-    add("corrupt", planned(b"\xff\xd8\xff\xe0 not a jpeg at all" + b"\x00" * 200 + b"\xff\xd9",
-                           "center", 55, plan_of=whole))
-    add("server-substitute", types.SimpleNamespace(**{**vars(planned(whole, "center", 56)),
-                                                      "data": b""}))
+    add(
+        "corrupt",
+        planned(
+            b"\xff\xd8\xff\xe0 not a jpeg at all" + b"\x00" * 200 + b"\xff\xd9",
+            "center",
+            55,
+            plan_of=whole,
+        ),
+    )
+    add(
+        "server-substitute",
+        types.SimpleNamespace(**{**vars(planned(whole, "center", 56)), "data": b""}),
+    )
     add("padding", None)
     return samples, kinds
 
@@ -192,8 +215,11 @@ def test_a_batch_matches_server_delivery(mixed_batch, device):
             assert (image == SUBSTITUTE_VALUE).all()
         elif kind == "jpeg":
             diff = differences(image, server_bytes(encoded))
-            worst, total, count = max(worst, int(diff.max())), total + int(diff.sum()), \
-                count + diff.size
+            worst, total, count = (
+                max(worst, int(diff.max())),
+                total + int(diff.sum()),
+                count + diff.size,
+            )
         else:  # the CPU decode: the server's bytes
             assert (image.cpu().numpy().reshape(-1) == server_bytes(encoded)).all(), kind
     print(f"{device}: JPEGs against server delivery: max {worst}, mean {total / count:.4f}")
@@ -264,8 +290,7 @@ def test_decode_encoded_takes_any_object_and_names_the_error():
 
 def test_image_info_reads_the_header_only():
     info = _native.image_info(encode(photo_like(90, 100, 1), "JPEG", "CMYK"))
-    assert (info["format"], info["width"], info["height"], info["cmyk"]) == \
-        ("jpeg", 90, 100, True)
+    assert (info["format"], info["width"], info["height"], info["cmyk"]) == ("jpeg", 90, 100, True)
     assert _native.image_info(encode(photo_like(30, 20, 2), "PNG"))["format"] == "png"
     with pytest.raises(ValueError):
         _native.image_info(b"not an image")
@@ -280,8 +305,9 @@ def test_the_batched_decode_call_gives_the_per_image_results(mixed_batch):
     batched = BatchDecoder(torch.device("cpu"))
     per_image = batched._decode_jpeg
     batched._batched = True
-    batched._decode_jpeg = lambda data, mode, device: [per_image(d, mode=mode, device=device)
-                                                       for d in data]
+    batched._decode_jpeg = lambda data, mode, device: [
+        per_image(d, mode=mode, device=device) for d in data
+    ]
     try:
         want, got = single.decode(samples, CROP), batched.decode(samples, CROP)
     finally:

@@ -23,7 +23,8 @@ from server_process import python_env
 
 # The child: a Loader over the whole epoch of each server named; one line per server,
 # saying where it stopped and how.
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(
+    """
     import sys
     import shardcast
     for address in sys.argv[1:]:
@@ -37,7 +38,8 @@ CHILD = textwrap.dedent("""
             print("no error", flush=True)
         except shardcast.ShardcastError as e:
             print(f"{stage}: {type(e).__name__}: {e}", flush=True)
-""")
+"""
+)
 
 
 def run_child(servers: Dict[str, hostile_server.HostileServer]) -> Dict[str, str]:
@@ -45,12 +47,19 @@ def run_child(servers: Dict[str, hostile_server.HostileServer]) -> Dict[str, str
     (a Python with torch takes seconds to start); should one answer crash it, the test
     fails naming that one."""
     names = list(servers)
-    child = subprocess.run([sys.executable, "-c", CHILD] + [servers[n].address for n in names],
-                           env=python_env(BUILD), capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD] + [servers[n].address for n in names],
+        env=python_env(BUILD),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = child.stdout.splitlines()
     if child.returncode != 0:
-        pytest.fail(f"the client died (exit {child.returncode}) on the answer of "
-                    f"{names[len(lines)]!r}: {child.stderr[-2000:]}")
+        pytest.fail(
+            f"the client died (exit {child.returncode}) on the answer of "
+            f"{names[len(lines)]!r}: {child.stderr[-2000:]}"
+        )
     return dict(zip(names, lines))
 
 
@@ -83,12 +92,16 @@ BAD_REGISTRATIONS = {
     "negative image size": (dict(image_shape=(3, -4, -4)), "image shape [3,-4,-4]"),
     "two channels": (dict(image_shape=(2, 4, 4)), "image shape [2,4,4]"),
     # 2 * 3 * 2^32 * 2^32 wraps to 0 in 64 bits: a batch of no bytes.
-    "a shape whose size overflows": (dict(image_shape=(3, 1 << 32, 1 << 32)),
-                                     "image shape [3,4294967296,4294967296]"),
+    "a shape whose size overflows": (
+        dict(image_shape=(3, 1 << 32, 1 << 32)),
+        "image shape [3,4294967296,4294967296]",
+    ),
     # 6 TB per batch: no protobuf message holds it, and a pinned buffer of it would be
     # allocated before the first batch.
-    "a huge image shape": (dict(image_shape=(3, 1 << 20, 1 << 20)),
-                           "image shape [3,1048576,1048576]"),
+    "a huge image shape": (
+        dict(image_shape=(3, 1 << 20, 1 << 20)),
+        "image shape [3,1048576,1048576]",
+    ),
     "no batches": (dict(batches_per_epoch=0), "batches_per_epoch 0"),
 }
 
@@ -114,28 +127,43 @@ def header_only(epoch, index):
 # name -> (the bad batch 1 (batch 0 is good) of the registered shape [2, 3, 4, 4], what
 # the error must name)
 BAD_BATCHES = {
-    "fewer image bytes than the shape": (lambda e, i: hostile_server.batch(
-        e, i, [2, 3, 4, 4], images=bytes(95)), "95 image bytes"),
-    "more image bytes than the shape": (lambda e, i: hostile_server.batch(
-        e, i, [2, 3, 4, 4], images=bytes(97)), "97 image bytes"),
-    "a zero shape with no bytes": (lambda e, i: hostile_server.batch(
-        e, i, [0, 3, 0, 0], images=b""), "batch shape [0,3,0,0]"),
-    "a labels list of another length": (lambda e, i: hostile_server.batch(
-        e, i, [2, 3, 4, 4], labels=1), "1 labels"),
-    "a samples list of another length": (lambda e, i: hostile_server.batch(
-        e, i, [2, 3, 4, 4], samples=5), "5 samples"),
+    "fewer image bytes than the shape": (
+        lambda e, i: hostile_server.batch(e, i, [2, 3, 4, 4], images=bytes(95)),
+        "95 image bytes",
+    ),
+    "more image bytes than the shape": (
+        lambda e, i: hostile_server.batch(e, i, [2, 3, 4, 4], images=bytes(97)),
+        "97 image bytes",
+    ),
+    "a zero shape with no bytes": (
+        lambda e, i: hostile_server.batch(e, i, [0, 3, 0, 0], images=b""),
+        "batch shape [0,3,0,0]",
+    ),
+    "a labels list of another length": (
+        lambda e, i: hostile_server.batch(e, i, [2, 3, 4, 4], labels=1),
+        "1 labels",
+    ),
+    "a samples list of another length": (
+        lambda e, i: hostile_server.batch(e, i, [2, 3, 4, 4], samples=5),
+        "5 samples",
+    ),
     # The images field announces 1 GiB; the message holds 96 bytes. Before, the stream
     # took it for its end and hung in Finish() for ever.
-    "an images field longer than the message": (lambda e, i: header_only(e, i)
-        + hostile_server.images_field(bytes(96), claimed=1 << 30), "malformed Batch message"),
+    "an images field longer than the message": (
+        lambda e, i: header_only(e, i) + hostile_server.images_field(bytes(96), claimed=1 << 30),
+        "malformed Batch message",
+    ),
 }
 
 
 def sending_as_batch_1(bad):
     def stream(request, context):
         for index in range(request.start_batch, 4):
-            yield (hostile_server.batch(request.epoch, index, [2, 3, 4, 4]) if index != 1
-                   else bad(request.epoch, index))
+            yield (
+                hostile_server.batch(request.epoch, index, [2, 3, 4, 4])
+                if index != 1
+                else bad(request.epoch, index)
+            )
 
     return hostile_server.HostileServer(stream=stream)
 

@@ -27,15 +27,17 @@ from conftest import BUILD
 from server_process import REPO, ServerProcess
 
 _spec = importlib.util.spec_from_file_location(
-    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py")
+    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py"
+)
 reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference)
 
 RESIZE, CROP = 72, 64
 # SHARDCAST_IMAGE_CORPUS_TOOL: another build's tool (to run this test against an older
 # server, as the numbers in the commit were taken).
-CORPUS_TOOL = Path(os.environ.get("SHARDCAST_IMAGE_CORPUS_TOOL",
-                                  BUILD / "tests" / "make_image_corpus"))
+CORPUS_TOOL = Path(
+    os.environ.get("SHARDCAST_IMAGE_CORPUS_TOOL", BUILD / "tests" / "make_image_corpus")
+)
 
 
 def _unsupported() -> dict:
@@ -43,10 +45,16 @@ def _unsupported() -> dict:
     rng = np.random.default_rng(5)
     frame = Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8))
     files = {}
-    for key, fmt, options in [("gif", "GIF", {}), ("bmp", "BMP", {}), ("tiff", "TIFF", {}),
-                              ("animated-webp", "WEBP",
-                               {"save_all": True, "append_images": [frame.rotate(90)],
-                                "duration": 100})]:
+    for key, fmt, options in [
+        ("gif", "GIF", {}),
+        ("bmp", "BMP", {}),
+        ("tiff", "TIFF", {}),
+        (
+            "animated-webp",
+            "WEBP",
+            {"save_all": True, "append_images": [frame.rotate(90)], "duration": 100},
+        ),
+    ]:
         out = io.BytesIO()
         frame.save(out, fmt, **options)
         # The extension says PNG or WebP, the content decides (as in ImageNet's PNGs named .JPEG).
@@ -77,8 +85,9 @@ def corpus(tmp_path_factory):
     shards.mkdir()
     keys = sorted(files)
     for shard, part in enumerate([keys[0::2], keys[1::2]]):
-        with tarfile.open(shards / f"corpus-{shard:06d}.tar", "w",
-                          format=tarfile.GNU_FORMAT) as tar:
+        with tarfile.open(
+            shards / f"corpus-{shard:06d}.tar", "w", format=tarfile.GNU_FORMAT
+        ) as tar:
             for key in part:
                 ext, data = files[key]
                 _add(tar, f"{key}.{ext}", data)
@@ -88,9 +97,18 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus_server(corpus):
-    s = ServerProcess(BUILD, corpus[0], ["--decode-threads", "2",
-                                         "--max-unstreamed-jobs-per-peer", "0",
-                                         "--metrics-listen", "127.0.0.1:0"])
+    s = ServerProcess(
+        BUILD,
+        corpus[0],
+        [
+            "--decode-threads",
+            "2",
+            "--max-unstreamed-jobs-per-peer",
+            "0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    )
     s.start()
     yield s
     s.kill(signal.SIGTERM)
@@ -106,12 +124,23 @@ def pil_torchvision(encoded: bytes) -> torch.Tensor:
 @pytest.mark.filterwarnings("ignore:Palette images with Transparency")
 @pytest.mark.parametrize("decode", [None, "cpu"])
 def test_every_image_pil_opens_is_served_as_pil_and_torchvision_make_it(
-        corpus_server, corpus, decode):
+    corpus_server, corpus, decode
+):
     files = corpus[1]
     extra = {"decode": decode, "decode_threads": 2} if decode else {}
-    loader = shardcast.Loader(corpus_server.address, job_id=f"py-corpus-{decode}",
-                              batch_size=8, transform="center", resize=RESIZE, crop=CROP,
-                              split="sample", remainder="pad", rank=0, world_size=1, **extra)
+    loader = shardcast.Loader(
+        corpus_server.address,
+        job_id=f"py-corpus-{decode}",
+        batch_size=8,
+        transform="center",
+        resize=RESIZE,
+        crop=CROP,
+        split="sample",
+        remainder="pad",
+        rank=0,
+        world_size=1,
+        **extra,
+    )
     seen = {}
     with loader:
         for images, _, info in loader:
@@ -128,8 +157,10 @@ def test_every_image_pil_opens_is_served_as_pil_and_torchvision_make_it(
         diff = (served.int() - pil_torchvision(files[key][1]).int()).abs()
         worst[key] = (diff.float().mean().item(), diff.max().item())
     for key, (mean, largest) in sorted(worst.items()):
-        print(f"[ image conformance {decode or 'server'} ] {key:<40} mean {mean:.4f}  "
-              f"max {largest}")
+        print(
+            f"[ image conformance {decode or 'server'} ] {key:<40} mean {mean:.4f}  "
+            f"max {largest}"
+        )
     print(f"[ image conformance {decode or 'server'} ] substituted: {', '.join(substituted)}")
     assert substituted == sorted(k for k in files if k.startswith("unsupported-"))
     bad = {k: v for k, v in worst.items() if not (v[0] <= 1.0 and v[1] <= 2)}
@@ -139,17 +170,29 @@ def test_every_image_pil_opens_is_served_as_pil_and_torchvision_make_it(
 def test_unsupported_formats_are_counted_apart(corpus_server, corpus):
     """After the two deliveries above (one epoch each), /metrics counts the 4 unsupported
     files of each apart from the decode errors they are also part of."""
-    loader = shardcast.Loader(corpus_server.address, job_id="py-corpus-count", batch_size=8,
-                              transform="center", resize=RESIZE, crop=CROP, split="sample",
-                              remainder="pad", rank=0, world_size=1)
+    loader = shardcast.Loader(
+        corpus_server.address,
+        job_id="py-corpus-count",
+        batch_size=8,
+        transform="center",
+        resize=RESIZE,
+        crop=CROP,
+        split="sample",
+        remainder="pad",
+        rank=0,
+        world_size=1,
+    )
     with loader:
         for _ in loader:
             pass
     url = f"http://127.0.0.1:{corpus_server.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
-    figures = dict(line.rsplit(" ", 1) for line in text.splitlines()
-                   if line and not line.startswith("#") and " " in line)
+    figures = dict(
+        line.rsplit(" ", 1)
+        for line in text.splitlines()
+        if line and not line.startswith("#") and " " in line
+    )
     unsupported = float(figures["shardcast_images_unsupported_format_total"])
     errors = float(figures["shardcast_decode_errors_total"])
     # 4 files, in every epoch served so far (at least this one), and nothing else.

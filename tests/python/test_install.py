@@ -15,8 +15,12 @@ def test_offline_venv_install_without_build_isolation(server, tmp_path):
     # A copy of the source tree (the native client is built from its C++), so the build
     # leaves no files in it; git's list of files, so no build folder comes along.
     src = tmp_path / "src"
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"],
-                           check=True, capture_output=True, text=True).stdout.split("\n")
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
     for name in filter(None, files):
         if name.startswith("bench/third_party/") or not (REPO / name).is_file():
             continue
@@ -29,14 +33,22 @@ def test_offline_venv_install_without_build_isolation(server, tmp_path):
     # instead of 26 (minutes with a cold cache); test_wheel.py bundles and starts them.
     env["SHARDCAST_CLIENT_ONLY"] = "1"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation",
-                    str(src / "python")], check=True, env=env)
-    assert read_batch_with_installed_package(venv / "bin" / "python", server.address, "installed",
-                                             env, tmp_path) == \
-        "(4, 3, 32, 32) 4"
+    subprocess.run(
+        ["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True
+    )
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-build-isolation", str(src / "python")],
+        check=True,
+        env=env,
+    )
+    assert (
+        read_batch_with_installed_package(
+            venv / "bin" / "python", server.address, "installed", env, tmp_path
+        )
+        == "(4, 3, 32, 32) 4"
+    )
     # Without its binaries, a console script says so (and imports no torch to say it).
-    ctl = subprocess.run([str(venv / "bin" / "shardcast-ctl"), "--help"], env=env,
-                         capture_output=True, text=True)
+    ctl = subprocess.run(
+        [str(venv / "bin" / "shardcast-ctl"), "--help"], env=env, capture_output=True, text=True
+    )
     assert ctl.returncode != 0 and "installed without its binaries" in ctl.stderr, ctl

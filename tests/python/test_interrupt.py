@@ -25,13 +25,20 @@ from conftest import BUILD
 from server_process import python_env
 
 # Waits of the defaults' length, so that only an interrupt can end them in the test.
-LONG = dict(job_id="interrupted", batch_size=2, world_size=1, rank=0,
-            reconnect_deadline=120, stream_timeout=120)
+LONG = dict(
+    job_id="interrupted",
+    batch_size=2,
+    world_size=1,
+    rank=0,
+    reconnect_deadline=120,
+    stream_timeout=120,
+)
 
 # The child restores Python's own SIGINT handler: a process started in the background
 # by a non-interactive shell (a CI script's `cmd &`) inherits SIGINT ignored, and Python
 # then installs no KeyboardInterrupt handler at all; an interactive user's has one.
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(
+    """
     import signal
     import sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -45,14 +52,20 @@ CHILD = textwrap.dedent("""
         print("KeyboardInterrupt", flush=True)
         sys.exit(3)
     print("no interrupt", flush=True)
-""").replace("{LONG!r}", repr(LONG))
+"""
+).replace("{LONG!r}", repr(LONG))
 
 
 def interrupt_child(address: str, wait_for: str) -> None:
     """Runs the child against `address` until it prints `wait_for`, lets it settle into
     its wait, sends SIGINT and checks that it exits with KeyboardInterrupt soon."""
-    child = subprocess.Popen([sys.executable, "-c", CHILD, address], env=python_env(BUILD),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, address],
+        env=python_env(BUILD),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         while wait_for not in lines:
@@ -117,7 +130,8 @@ def test_close_from_another_thread_wakes_a_blocked_next():
 # ends that thread as it finalizes. Before, the process then aborted ("terminate called
 # without an active exception", exit status 134): the thread took the GIL back in a
 # destructor (issue 44).
-CLOSE_CHILD = textwrap.dedent("""
+CLOSE_CHILD = textwrap.dedent(
+    """
     import sys
     import threading
     import time
@@ -129,14 +143,19 @@ CLOSE_CHILD = textwrap.dedent("""
         next(it)
     except shardcast.LoaderClosedError:
         print("LoaderClosedError", flush=True)
-""").replace("{LONG!r}", repr(LONG))
+"""
+).replace("{LONG!r}", repr(LONG))
 
 
 def test_close_from_another_thread_lets_the_process_exit_cleanly():
     with hostile_server.HostileServer() as server:  # StreamBatches never sends a batch
         for _ in range(3):  # the abort came from a race with the exit: try it a few times
-            run = subprocess.run([sys.executable, "-c", CLOSE_CHILD, server.address],
-                                 env=python_env(BUILD), capture_output=True, text=True,
-                                 timeout=60)
+            run = subprocess.run(
+                [sys.executable, "-c", CLOSE_CHILD, server.address],
+                env=python_env(BUILD),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert (run.returncode, run.stdout.strip()) == (0, "LoaderClosedError"), run
             assert "terminate called" not in run.stderr, run.stderr

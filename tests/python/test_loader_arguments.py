@@ -44,13 +44,23 @@ INT_RANGES = {
 }
 SECONDS = {"reconnect_deadline", "stream_timeout"}
 BOOLS = {"shuffle_shards", "image", "tls", "pin_memory", "check_ranks", "shuffle", "drop_last"}
-CHOICES = {"split": ("shard", "sample"), "remainder": ("drop", "pad"),
-           "transform": ("center", "random"), "on_substitute": ("mask", "fail"),
-           "decode": ("cpu", "cuda")}
+CHOICES = {
+    "split": ("shard", "sample"),
+    "remainder": ("drop", "pad"),
+    "transform": ("center", "random"),
+    "on_substitute": ("mask", "fail"),
+    "decode": ("cpu", "cuda"),
+}
 # str arguments, and what "string" does for each (a file that is not there is a
 # ValueError naming the argument; a word is no address).
-STRINGS = {"dataset": None, "job_id": None, "token": None, "tls_ca": ValueError,
-           "tls_cert": ValueError, "tls_key": ValueError}
+STRINGS = {
+    "dataset": None,
+    "job_id": None,
+    "token": None,
+    "tls_ca": ValueError,
+    "tls_cert": ValueError,
+    "tls_key": ValueError,
+}
 OTHERS = {"fields", "process_group"}
 
 
@@ -111,8 +121,9 @@ def assert_never_dialled(sock):
         conn.close()
 
 
-@pytest.mark.parametrize("name", sorted(set(INT_RANGES) | SECONDS | BOOLS | set(CHOICES)
-                                        | set(STRINGS) | OTHERS))
+@pytest.mark.parametrize(
+    "name", sorted(set(INT_RANGES) | SECONDS | BOOLS | set(CHOICES) | set(STRINGS) | OTHERS)
+)
 def test_every_argument_with_every_kind_of_value(name, listener, monkeypatch):
     monkeypatch.delenv("SHARDCAST_TOKEN", raising=False)
     address = "127.0.0.1:%d" % listener.getsockname()[1]
@@ -126,16 +137,18 @@ def test_every_argument_with_every_kind_of_value(name, listener, monkeypatch):
             assert_lands_as_given(name, value, values)
             continue
         with pytest.raises(want) as raised:
-            shardcast.Loader(address, reconnect_deadline=0.5, **keywords) \
-                if name != "reconnect_deadline" else shardcast.Loader(address, **keywords)
+            shardcast.Loader(
+                address, reconnect_deadline=0.5, **keywords
+            ) if name != "reconnect_deadline" else shardcast.Loader(address, **keywords)
         message = str(raised.value)
         assert name in message, (name, value, message)
         if "go together" not in message:  # tls_cert without tls_key: the pair is the fault
             assert repr(value) in message or str(value) in message, (name, value, message)
         low, high = INT_RANGES.get(name, (0, 0))
         if want is ValueError and name in INT_RANGES and not low <= value <= high:
-            assert f"{low}" in str(raised.value) and f"{high}" in str(raised.value), \
-                str(raised.value)
+            assert f"{low}" in str(raised.value) and f"{high}" in str(raised.value), str(
+                raised.value
+            )
     assert_never_dialled(listener)
 
 
@@ -146,7 +159,7 @@ def assert_lands_as_given(name, value, values):
     job = options.job_request(values, "j", values["rank"] or 0, values["world_size"] or 1)
     stream = options.stream_options(values)
     if option.target.startswith("job."):
-        *parents, leaf = option.target[len("job."):].split(".")
+        *parents, leaf = option.target[len("job.") :].split(".")
         message = job
         for part in parents:
             message = getattr(message, part)
@@ -158,7 +171,7 @@ def assert_lands_as_given(name, value, values):
         else:
             assert got == value, (name, got, value)
     elif option.target.startswith("stream."):
-        got = getattr(stream, option.target[len("stream."):])
+        got = getattr(stream, option.target[len("stream.") :])
         if value is not None:
             assert got == value, (name, got, value)
     else:
@@ -174,8 +187,11 @@ def test_the_reproductions_of_issue_44_are_refused_before_connecting(listener):
         (dict(crop=0), ValueError, "crop must be >= 1 and <= 8192, got 0"),
         (dict(workers=0), ValueError, "workers must be >= 1 and <= 1024, got 0"),
         (dict(batch_size=256 // 512), ValueError, "batch_size must be >= 1"),  # global // world
-        (dict(decode="cpu", decode_threads=1025), ValueError,
-         "decode_threads must be >= 1 and <= 1024, got 1025"),
+        (
+            dict(decode="cpu", decode_threads=1025),
+            ValueError,
+            "decode_threads must be >= 1 and <= 1024, got 1025",
+        ),
         (dict(decode="cpu", decode_threads=2**31), ValueError, "decode_threads must be"),
         (dict(batch_size=2**31), ValueError, "batch_size must be >= 1 and <= 65536"),
         (dict(image=False), ValueError, "image=False asks for the fields alone"),
@@ -194,16 +210,29 @@ def test_the_reproductions_of_issue_44_are_refused_before_connecting(listener):
 
 def test_values_at_the_edges_are_used_as_given_by_the_server(server):
     # Accepted values travel as given: the server's registration says what it serves.
-    with shardcast.Loader(server.address, job_id="edges", rank=0, world_size=1, batch_size=1,
-                          workers=1, seed=2**64 - 1, shuffle_buffer=0, block_size=0, resize=1,
-                          crop=1, transform="center", prefetch=1) as loader:
+    with shardcast.Loader(
+        server.address,
+        job_id="edges",
+        rank=0,
+        world_size=1,
+        batch_size=1,
+        workers=1,
+        seed=2**64 - 1,
+        shuffle_buffer=0,
+        block_size=0,
+        resize=1,
+        crop=1,
+        transform="center",
+        prefetch=1,
+    ) as loader:
         reg = loader.registration
         assert (reg.batch_size, reg.workers, reg.seed, reg.shuffle_buffer) == (1, 1, 2**64 - 1, 0)
         assert (reg.transform.resize, reg.transform.crop) == (1, 1)
         assert next(iter(loader)).images.shape == (1, 3, 1, 1)
     # None is the server's default, as documented (32 here: its built-in default).
-    with shardcast.Loader(server.address, job_id="defaults", rank=0, world_size=1,
-                          batch_size=None, prefetch=None) as loader:
+    with shardcast.Loader(
+        server.address, job_id="defaults", rank=0, world_size=1, batch_size=None, prefetch=None
+    ) as loader:
         assert loader.registration.batch_size == 32
 
 
@@ -214,7 +243,8 @@ def test_python_md_table_is_the_one_the_options_table_renders():
     table = text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"  # as written there
     assert table == options.markdown_table(), (
         "docs/python.md's table of Loader arguments differs from shardcast/options.py's "
-        "table: run /usr/bin/python3 python/generate_options_doc.py")
+        "table: run /usr/bin/python3 python/generate_options_doc.py"
+    )
 
 
 def test_help_lists_every_argument_with_what_it_accepts():

@@ -68,18 +68,31 @@ def decode_shards(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def decode_server(decode_shards):
-    s = ServerProcess(BUILD, decode_shards[0], ["--decode-threads", "2",
-                                                "--max-unstreamed-jobs-per-peer", "0"])
+    s = ServerProcess(
+        BUILD, decode_shards[0], ["--decode-threads", "2", "--max-unstreamed-jobs-per-peer", "0"]
+    )
     s.start()
     yield s
     s.kill(signal.SIGTERM)
 
 
-def _loader(server: ServerProcess, job_id: str, rank: int, transform: str,
-            **kwargs) -> shardcast.Loader:
-    return shardcast.Loader(server.address, job_id=job_id, rank=rank, world_size=WORLD,
-                            batch_size=BATCH, split="sample", remainder="pad", seed=7,
-                            transform=transform, resize=RESIZE, crop=CROP, **kwargs)
+def _loader(
+    server: ServerProcess, job_id: str, rank: int, transform: str, **kwargs
+) -> shardcast.Loader:
+    return shardcast.Loader(
+        server.address,
+        job_id=job_id,
+        rank=rank,
+        world_size=WORLD,
+        batch_size=BATCH,
+        split="sample",
+        remainder="pad",
+        seed=7,
+        transform=transform,
+        resize=RESIZE,
+        crop=CROP,
+        **kwargs,
+    )
 
 
 Batches = List[Tuple[torch.Tensor, torch.Tensor, List[shardcast.SampleInfo]]]
@@ -105,9 +118,16 @@ def _assert_same(want: Batches, got: Batches) -> None:
 def test_decode_cpu_equals_server_delivery(decode_server, decode_shards, transform):
     damaged = decode_shards[1]
     for rank in range(WORLD):
-        with _loader(decode_server, f"py-decode-none-{transform}", rank, transform) as server, \
-             _loader(decode_server, f"py-decode-cpu-{transform}", rank, transform,
-                     decode="cpu", decode_threads=2) as client:
+        with _loader(
+            decode_server, f"py-decode-none-{transform}", rank, transform
+        ) as server, _loader(
+            decode_server,
+            f"py-decode-cpu-{transform}",
+            rank,
+            transform,
+            decode="cpu",
+            decode_threads=2,
+        ) as client:
             want = _epochs(server, 2)
             got = _epochs(client, 2)
             _assert_same(want, got)
@@ -121,7 +141,7 @@ def test_decode_cpu_equals_server_delivery(decode_server, decode_shards, transfo
 
 def test_decode_cpu_resumes_to_the_same_bytes(decode_server):
     with _loader(decode_server, "py-decode-resume-none", 0, "random") as server:
-        want = _epochs(server, 2)[len(server) + 2:]
+        want = _epochs(server, 2)[len(server) + 2 :]
     with _loader(decode_server, "py-decode-resume-cpu", 0, "random", decode="cpu") as first:
         first.set_epoch(1)
         batches = iter(first)
@@ -134,8 +154,9 @@ def test_decode_cpu_resumes_to_the_same_bytes(decode_server):
 
 
 def test_the_delivery_is_part_of_the_job(decode_server):
-    with _loader(decode_server, "py-decode-print-none", 0, "center") as server, \
-         _loader(decode_server, "py-decode-print-cpu", 0, "center", decode="cpu") as client:
+    with _loader(decode_server, "py-decode-print-none", 0, "center") as server, _loader(
+        decode_server, "py-decode-print-cpu", 0, "center", decode="cpu"
+    ) as client:
         assert server.job_fingerprint != client.job_fingerprint
         with pytest.raises(shardcast.JobChangedError):
             client.load_state_dict(server.state_dict())
@@ -144,9 +165,11 @@ def test_the_delivery_is_part_of_the_job(decode_server):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="decode='cuda' needs a CUDA device")
 @pytest.mark.parametrize("transform", ["center", "random"])
 def test_decode_cuda_is_within_the_tolerance(decode_server, transform):
-    with _loader(decode_server, f"py-decode-none-cuda-{transform}", 0, transform) as server, \
-         _loader(decode_server, f"py-decode-cuda-{transform}", 0, transform,
-                 decode="cuda") as device:
+    with _loader(
+        decode_server, f"py-decode-none-cuda-{transform}", 0, transform
+    ) as server, _loader(
+        decode_server, f"py-decode-cuda-{transform}", 0, transform, decode="cuda"
+    ) as device:
         want = _epochs(server, 1)
         got = _epochs(device, 1)
         assert device.decode_fallbacks > 0  # the PNG, WebP and damaged samples
@@ -154,8 +177,11 @@ def test_decode_cuda_is_within_the_tolerance(decode_server, transform):
     for (wi, wl, winfo), (gi, gl, ginfo) in zip(want, got):
         assert winfo == ginfo and torch.equal(wl, gl)
         diff = (wi.int() - gi.int()).abs().numpy()
-        worst, total, count = max(worst, int(diff.max())), total + int(diff.sum()), \
-            count + diff.size
+        worst, total, count = (
+            max(worst, int(diff.max())),
+            total + int(diff.sum()),
+            count + diff.size,
+        )
     print(f"decode='cuda' against server delivery: max {worst}, mean {total / count:.4f}")
     assert worst <= NVJPEG_MAX and total / count <= NVJPEG_MEAN
 

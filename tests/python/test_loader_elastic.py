@@ -31,8 +31,10 @@ def take(loaders, k):
 
 def run_elastic(server, job, remainder, k=5):
     common = dict(split="sample", remainder=remainder, seed=7)
-    old = [shardcast.Loader(server.address, job_id=f"{job}-old", rank=r, **OLD, **common)
-           for r in range(OLD["world_size"])]
+    old = [
+        shardcast.Loader(server.address, job_id=f"{job}-old", rank=r, **OLD, **common)
+        for r in range(OLD["world_size"])
+    ]
     try:
         before, _ = take(old, k)
         states = [loader.state_dict() for loader in old]
@@ -42,8 +44,10 @@ def run_elastic(server, job, remainder, k=5):
     consumed = k * OLD["world_size"] * OLD["batch_size"]
     assert {s["samples_consumed"] for s in states} == {consumed}  # global, same on every rank
 
-    new = [shardcast.Loader(server.address, job_id=f"{job}-new", rank=r, **NEW, **common)
-           for r in range(NEW["world_size"])]
+    new = [
+        shardcast.Loader(server.address, job_id=f"{job}-new", rank=r, **NEW, **common)
+        for r in range(NEW["world_size"])
+    ]
     try:
         for r, loader in enumerate(new):
             loader.load_state_dict(states[r % len(states)])  # any old rank's state
@@ -87,14 +91,16 @@ def test_elastic_resume_with_drop_serves_no_sample_twice(server):
 
 def test_a_state_taken_after_an_elastic_resume_resumes_on_the_same_world(server):
     common = dict(split="sample", remainder="pad", seed=9)
-    with shardcast.Loader(server.address, job_id="elastic-twice-a", rank=0, **OLD,
-                          **common) as first:
+    with shardcast.Loader(
+        server.address, job_id="elastic-twice-a", rank=0, **OLD, **common
+    ) as first:
         it = iter(first)
         for _ in range(3):
             next(it)
         state = first.state_dict()
-    with shardcast.Loader(server.address, job_id="elastic-twice-b", rank=1, **NEW,
-                          **common) as second:
+    with shardcast.Loader(
+        server.address, job_id="elastic-twice-b", rank=1, **NEW, **common
+    ) as second:
         second.load_state_dict(state)
         it = iter(second)
         for _ in range(2):
@@ -109,8 +115,9 @@ def test_a_state_taken_after_an_elastic_resume_resumes_on_the_same_world(server)
     assert again["sample_offset"] == offset
     assert again["samples_consumed"] == offset + 2 * NEW["world_size"] * NEW["batch_size"]
     # Same world size and batch size: the same batches follow, from the same offset.
-    with shardcast.Loader(server.address, job_id="elastic-twice-b", rank=1, **NEW,
-                          **common) as third:
+    with shardcast.Loader(
+        server.address, job_id="elastic-twice-b", rank=1, **NEW, **common
+    ) as third:
         third.load_state_dict(again)
         assert third.batches_in_epoch == again["batches_in_epoch"]
         assert [keys_of(b) for b in third] == rest
@@ -118,16 +125,18 @@ def test_a_state_taken_after_an_elastic_resume_resumes_on_the_same_world(server)
 
 def test_split_shard_refuses_an_elastic_resume_mid_epoch_but_not_at_an_epoch_end(server):
     common = dict(split="shard", seed=3)
-    with shardcast.Loader(server.address, job_id="elastic-shard-a", rank=0, **OLD,
-                          **common) as first:
+    with shardcast.Loader(
+        server.address, job_id="elastic-shard-a", rank=0, **OLD, **common
+    ) as first:
         it = iter(first)
         next(it)
         mid = first.state_dict()
         for _ in it:
             pass
         end = first.state_dict()
-    with shardcast.Loader(server.address, job_id="elastic-shard-b", rank=0, **NEW,
-                          **common) as second:
+    with shardcast.Loader(
+        server.address, job_id="elastic-shard-b", rank=0, **NEW, **common
+    ) as second:
         with pytest.raises(shardcast.JobChangedError, match="needs split sample"):
             second.load_state_dict(mid)
         second.load_state_dict(end)
@@ -145,8 +154,9 @@ def test_split_shard_refuses_an_elastic_resume_mid_epoch_but_not_at_an_epoch_end
     ],
 )
 def test_a_state_with_an_impossible_position_is_refused(server, change):
-    with shardcast.Loader(server.address, job_id="elastic-bad", rank=0, **OLD,
-                          split="sample") as loader:
+    with shardcast.Loader(
+        server.address, job_id="elastic-bad", rank=0, **OLD, split="sample"
+    ) as loader:
         state = dict(loader.state_dict(), **change)
         with pytest.raises(ValueError, match="bad position in state"):
             loader.load_state_dict(state)

@@ -40,15 +40,18 @@ def test_a_str_for_fields_is_a_type_error_that_says_to_pass_a_tuple():
         shardcast.Loader("127.0.0.1:1", image="no", job_id="j", rank=0, world_size=1)
 
 
-@pytest.mark.parametrize("fields, says", [
-    (("",), "empty"),
-    (("a..b",), "empty component"),
-    (("x" * 300,), "longer than 128 characters"),
-    (("t\x00t",), "printable ASCII"),
-    (("caf\u00e9",), "printable ASCII"),
-    (("txt",) * 1000, "1000 asked for, at most 64"),
-    (("txt", "txt?"), "asked for twice"),
-])
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (("",), "empty"),
+        (("a..b",), "empty component"),
+        (("x" * 300,), "longer than 128 characters"),
+        (("t\x00t",), "printable ASCII"),
+        (("caf\u00e9",), "printable ASCII"),
+        (("txt",) * 1000, "1000 asked for, at most 64"),
+        (("txt", "txt?"), "asked for twice"),
+    ],
+)
 def test_a_field_spec_the_server_would_refuse_is_a_value_error_before_connecting(fields, says):
     # The server's own parser: the address (nothing listens there) is never dialled.
     with pytest.raises(ValueError, match=says):
@@ -57,7 +60,7 @@ def test_a_field_spec_the_server_would_refuse_is_a_value_error_before_connecting
 
 def test_help_and_the_signature_name_fields_and_image():
     doc = shardcast.Loader.__doc__
-    assert "fields=(\"txt\", \"json?\")" in doc and "image=False" in doc
+    assert 'fields=("txt", "json?")' in doc and "image=False" in doc
     assert "fields" in shardcast.SampleInfo._fields
 
 
@@ -70,8 +73,12 @@ EPOCH_BATCHES = 3
 def fields_registration(request: pb.RegisterRequest, image: bool) -> pb.RegisterResponse:
     """The registration of a job with the fields asked for (normalized as the server
     does: lower case), with or without images."""
-    r = hostile_server.registration(request, batches_per_epoch=EPOCH_BATCHES,
-                                    batch_size=BATCH, image_shape=(3, 4, 4) if image else ())
+    r = hostile_server.registration(
+        request,
+        batches_per_epoch=EPOCH_BATCHES,
+        batch_size=BATCH,
+        image_shape=(3, 4, 4) if image else (),
+    )
     r.image = image
     r.num_classes = 0 if not image else r.num_classes
     del r.class_names[:]
@@ -84,15 +91,20 @@ def member(index: int, i: int, ext: str) -> bytes:
     return f"{ext} of {index}-{i} 猫 🐱".encode() + bytes([0xFF, 0x00, index, i])
 
 
-def fields_batch(index: int, fields: List[str], image: bool, pad_last: bool = False,
-                 json_missing_for: int = 1) -> bytes:
+def fields_batch(
+    index: int, fields: List[str], image: bool, pad_last: bool = False, json_missing_for: int = 1
+) -> bytes:
     """Batch `index`: sample `json_missing_for` has no json, the last is padding when
     `pad_last`."""
     samples = []
     for i in range(BATCH):
         padding = pad_last and i == BATCH - 1
-        sample = pb.SampleInfo(key="" if padding else f"s{index}-{i}", shard=-1 if padding else 0,
-                               index_in_shard=-1 if padding else i, valid=not padding)
+        sample = pb.SampleInfo(
+            key="" if padding else f"s{index}-{i}",
+            shard=-1 if padding else 0,
+            index_in_shard=-1 if padding else i,
+            valid=not padding,
+        )
         if not padding:
             for spec in fields:
                 ext = spec.rstrip("?")
@@ -101,8 +113,13 @@ def fields_batch(index: int, fields: List[str], image: bool, pad_last: bool = Fa
                 else:
                     sample.fields.add(present=True, ext=ext, data=member(index, i, ext))
         samples.append(sample)
-    header = pb.Batch(epoch=0, index=index, labels=[-1] * BATCH, samples=samples,
-                      shape=[BATCH, 3, 4, 4] if image else [])
+    header = pb.Batch(
+        epoch=0,
+        index=index,
+        labels=[-1] * BATCH,
+        samples=samples,
+        shape=[BATCH, 3, 4, 4] if image else [],
+    )
     raw = header.SerializeToString()
     if image:
         raw += hostile_server.images_field(bytes([index]) * (BATCH * 3 * 4 * 4))
@@ -120,8 +137,9 @@ def serving_fields(image: bool, spoil=None, pad_last_batch: bool = True):
 
     def stream(request, context):
         for index in range(request.start_batch, EPOCH_BATCHES):
-            raw = fields_batch(index, asked, image,
-                               pad_last=pad_last_batch and index == EPOCH_BATCHES - 1)
+            raw = fields_batch(
+                index, asked, image, pad_last=pad_last_batch and index == EPOCH_BATCHES - 1
+            )
             yield spoil(index, raw) if spoil is not None else raw
 
     return hostile_server.HostileServer(register=register, stream=stream)
@@ -129,8 +147,15 @@ def serving_fields(image: bool, spoil=None, pad_last_batch: bool = True):
 
 def test_a_members_only_job_hands_out_bytes_none_and_no_images():
     with serving_fields(image=False) as server, shardcast.Loader(
-            server.address, fields=("TXT", "json?"), image=False, job_id="fields-only",
-            rank=0, world_size=1, reconnect_deadline=3, stream_timeout=5) as loader:
+        server.address,
+        fields=("TXT", "json?"),
+        image=False,
+        job_id="fields-only",
+        rank=0,
+        world_size=1,
+        reconnect_deadline=3,
+        stream_timeout=5,
+    ) as loader:
         assert loader.fields == ("txt", "json?")
         assert not loader.has_images and loader.image_shape is None
         assert "image=False, fields=('txt', 'json?')" in repr(loader)
@@ -154,8 +179,14 @@ def test_a_members_only_job_hands_out_bytes_none_and_no_images():
 
 def test_fields_beside_images_and_pinned_memory_without_images():
     with serving_fields(image=True, pad_last_batch=False) as server, shardcast.Loader(
-            server.address, fields=("txt",), job_id="fields-images", rank=0, world_size=1,
-            reconnect_deadline=3, stream_timeout=5) as loader:
+        server.address,
+        fields=("txt",),
+        job_id="fields-images",
+        rank=0,
+        world_size=1,
+        reconnect_deadline=3,
+        stream_timeout=5,
+    ) as loader:
         assert loader.has_images and loader.image_shape == (3, 4, 4)
         images, labels, info = next(iter(loader))
         assert images.shape == (BATCH, 3, 4, 4)
@@ -163,9 +194,17 @@ def test_fields_beside_images_and_pinned_memory_without_images():
     # pin_memory has no pixels to pin in a job without images: batches come as without it.
     with serving_fields(image=False) as server, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no CUDA here: pin_memory=True warns and goes on
-        loader = shardcast.Loader(server.address, fields=("txt",), image=False,
-                                  pin_memory=True, job_id="pinned", rank=0, world_size=1,
-                                  reconnect_deadline=3, stream_timeout=5)
+        loader = shardcast.Loader(
+            server.address,
+            fields=("txt",),
+            image=False,
+            pin_memory=True,
+            job_id="pinned",
+            rank=0,
+            world_size=1,
+            reconnect_deadline=3,
+            stream_timeout=5,
+        )
         images, _, info = next(iter(loader))
         assert images is None and info[0].fields["txt"] == member(0, 0, "txt")
         loader.close()
@@ -179,8 +218,7 @@ def test_a_stream_without_images_hands_out_batches_without_joining_pixels():
         options.server = server.address
         options.join_images = False
         options.reconnect_deadline = 3
-        job = pb.RegisterRequest(job_id="pieces", rank=0, world_size=1, fields=["txt"],
-                                 image=False)
+        job = pb.RegisterRequest(job_id="pieces", rank=0, world_size=1, fields=["txt"], image=False)
         stream = _native.Stream(job.SerializeToString(), options, _native.client_security())
         assert not stream.has_images
         stream.start_epoch(0)
@@ -194,11 +232,19 @@ def test_a_stream_without_images_hands_out_batches_without_joining_pixels():
 def test_a_server_that_ignores_the_fields_is_refused_at_registration():
     # A server older than fields: it answers a job of images alone.
     with hostile_server.HostileServer() as server:
-        with pytest.raises(shardcast.JobRefusedError,
-                           match=r"registered fields \[\] for the fields \[txt\] asked.*"
-                                 r"does not serve the job as asked"):
-            shardcast.Loader(server.address, fields=("txt",), job_id="old", rank=0,
-                             world_size=1, reconnect_deadline=3)
+        with pytest.raises(
+            shardcast.JobRefusedError,
+            match=r"registered fields \[\] for the fields \[txt\] asked.*"
+            r"does not serve the job as asked",
+        ):
+            shardcast.Loader(
+                server.address,
+                fields=("txt",),
+                job_id="old",
+                rank=0,
+                world_size=1,
+                reconnect_deadline=3,
+            )
 
 
 def drop_field_values(index: int, raw: bytes) -> bytes:
@@ -216,15 +262,28 @@ def padding_with_values(index: int, raw: bytes) -> bytes:
     return batch.SerializeToString()
 
 
-@pytest.mark.parametrize("spoil, says", [
-    (drop_field_values, r"epoch 0 batch 1 sample 0 \(key 's1-0'\): 0 field values for the 2 "
-                        r"registered fields \[txt,json\?\]"),
-    (padding_with_values, r"batch 0 sample 1 \(key 's0-1'\): padding with 2 field values"),
-])
+@pytest.mark.parametrize(
+    "spoil, says",
+    [
+        (
+            drop_field_values,
+            r"epoch 0 batch 1 sample 0 \(key 's1-0'\): 0 field values for the 2 "
+            r"registered fields \[txt,json\?\]",
+        ),
+        (padding_with_values, r"batch 0 sample 1 \(key 's0-1'\): padding with 2 field values"),
+    ],
+)
 def test_samples_without_their_field_values_are_a_batch_check_error(spoil, says):
     with serving_fields(image=False, spoil=spoil) as server, shardcast.Loader(
-            server.address, fields=("txt", "json?"), image=False, job_id="spoilt", rank=0,
-            world_size=1, reconnect_deadline=3, stream_timeout=5) as loader:
+        server.address,
+        fields=("txt", "json?"),
+        image=False,
+        job_id="spoilt",
+        rank=0,
+        world_size=1,
+        reconnect_deadline=3,
+        stream_timeout=5,
+    ) as loader:
         with pytest.raises(shardcast.BatchCheckError, match=says):
             for _ in loader:
                 pass
@@ -293,8 +352,10 @@ def datasets(tmp_path_factory):
     return {
         "captioned": (root / "captioned", write_shards(root / "captioned", captioned_members)),
         "text": (root / "text", write_shards(root / "text", text_members)),
-        "unlabeled": (root / "unlabeled", write_shards(root / "unlabeled",
-                                                       unlabeled_image_members)),
+        "unlabeled": (
+            root / "unlabeled",
+            write_shards(root / "unlabeled", unlabeled_image_members),
+        ),
     }
 
 
@@ -302,8 +363,14 @@ def datasets(tmp_path_factory):
 def fields_server(datasets):
     captioned, _ = datasets["captioned"]
     s = ServerProcess(BUILD, captioned, SERVER_FLAGS)
-    s.start(["--dataset", f"text={datasets['text'][0]}",
-             "--dataset", f"unlabeled={datasets['unlabeled'][0]}"])
+    s.start(
+        [
+            "--dataset",
+            f"text={datasets['text'][0]}",
+            "--dataset",
+            f"unlabeled={datasets['unlabeled'][0]}",
+        ]
+    )
     yield s
     s.kill(signal.SIGTERM)
 
@@ -332,10 +399,19 @@ def epoch_of(loaders, written, names) -> List[str]:
 
 def test_txt_and_json_beside_images_equal_the_tar_every_sample_once(fields_server, datasets):
     _, written = datasets["captioned"]
-    loaders = [shardcast.Loader(fields_server.address, fields=("txt", "json?"),
-                                job_id="fields-captioned", rank=rank, world_size=2,
-                                batch_size=5, split="sample", remainder="pad")
-               for rank in range(2)]
+    loaders = [
+        shardcast.Loader(
+            fields_server.address,
+            fields=("txt", "json?"),
+            job_id="fields-captioned",
+            rank=rank,
+            world_size=2,
+            batch_size=5,
+            split="sample",
+            remainder="pad",
+        )
+        for rank in range(2)
+    ]
     assert loaders[0].registration.num_samples == SAMPLES
     assert loaders[0].num_classes == CLASSES and loaders[0].image_shape is not None
     for epoch in range(2):
@@ -347,9 +423,16 @@ def test_txt_and_json_beside_images_equal_the_tar_every_sample_once(fields_serve
 
 def test_a_required_field_leaves_out_the_samples_without_it(fields_server, datasets):
     _, written = datasets["captioned"]
-    with shardcast.Loader(fields_server.address, fields=("json",), job_id="fields-required",
-                          rank=0, world_size=1, batch_size=4, split="sample",
-                          remainder="pad") as loader:
+    with shardcast.Loader(
+        fields_server.address,
+        fields=("json",),
+        job_id="fields-required",
+        rank=0,
+        world_size=1,
+        batch_size=4,
+        split="sample",
+        remainder="pad",
+    ) as loader:
         assert loader.registration.num_samples == SAMPLES // 2
         left_out = {r.reason: r.count for r in loader.registration.left_out}
         assert left_out == {"missing required field 'json'": SAMPLES // 2}
@@ -359,9 +442,18 @@ def test_a_required_field_leaves_out_the_samples_without_it(fields_server, datas
 
 def test_a_members_only_job_on_a_text_dataset(fields_server, datasets):
     _, written = datasets["text"]
-    with shardcast.Loader(fields_server.address, dataset="text", fields=("txt",), image=False,
-                          job_id="fields-text", rank=0, world_size=1, batch_size=5,
-                          split="sample", remainder="pad") as loader:
+    with shardcast.Loader(
+        fields_server.address,
+        dataset="text",
+        fields=("txt",),
+        image=False,
+        job_id="fields-text",
+        rank=0,
+        world_size=1,
+        batch_size=5,
+        split="sample",
+        remainder="pad",
+    ) as loader:
         assert not loader.has_images and loader.image_shape is None
         assert loader.num_classes == 0
         batches = list(loader)
@@ -371,8 +463,14 @@ def test_a_members_only_job_on_a_text_dataset(fields_server, datasets):
         assert sorted(keys) == sorted(written)
     # An image job on a dataset without images is refused, saying what to ask for.
     with pytest.raises(shardcast.JobRefusedError, match="image"):
-        shardcast.Loader(fields_server.address, dataset="text", fields=("txt",),
-                         job_id="fields-text-image", rank=0, world_size=1)
+        shardcast.Loader(
+            fields_server.address,
+            dataset="text",
+            fields=("txt",),
+            job_id="fields-text-image",
+            rank=0,
+            world_size=1,
+        )
 
 
 def rest_of_epoch(address, state, written, **job) -> List[str]:
@@ -383,34 +481,54 @@ def rest_of_epoch(address, state, written, **job) -> List[str]:
 
 def test_resume_and_elastic_resume_with_fields(fields_server, datasets):
     _, written = datasets["captioned"]
-    job = dict(fields=("txt", "json?"), batch_size=3, split="sample", remainder="pad",
-               seed=7)
+    job = dict(fields=("txt", "json?"), batch_size=3, split="sample", remainder="pad", seed=7)
     # Same world size: the rest of the epoch, the same samples and bytes.
-    with shardcast.Loader(fields_server.address, job_id="fields-resume", rank=0,
-                          world_size=1, **job) as loader:
+    with shardcast.Loader(
+        fields_server.address, job_id="fields-resume", rank=0, world_size=1, **job
+    ) as loader:
         it = iter(loader)
         first = [s.key for _ in range(3) for s in next(it)[2] if s.valid]
         state = loader.state_dict()
-    rest = rest_of_epoch(fields_server.address, state, written, job_id="fields-resume-2",
-                         rank=0, world_size=1, **job)
+    rest = rest_of_epoch(
+        fields_server.address, state, written, job_id="fields-resume-2", rank=0, world_size=1, **job
+    )
     assert sorted(first + rest) == sorted(written)
 
     # Two ranks take two batches each; one rank goes on from what both consumed.
-    loaders = [shardcast.Loader(fields_server.address, job_id="fields-elastic", rank=rank,
-                                world_size=2, **job) for rank in range(2)]
+    loaders = [
+        shardcast.Loader(
+            fields_server.address, job_id="fields-elastic", rank=rank, world_size=2, **job
+        )
+        for rank in range(2)
+    ]
     iterators = [iter(loader) for loader in loaders]
     first = [s.key for _ in range(2) for it in iterators for s in next(it)[2] if s.valid]
     state = loaders[0].state_dict()
     for loader in loaders:
         loader.close()
-    rest = rest_of_epoch(fields_server.address, state, written, job_id="fields-elastic-2",
-                         rank=0, world_size=1, **job)
+    rest = rest_of_epoch(
+        fields_server.address,
+        state,
+        written,
+        job_id="fields-elastic-2",
+        rank=0,
+        world_size=1,
+        **job,
+    )
     assert sorted(first + rest) == sorted(written)
 
     # The fields are part of the job: a state of a job without them does not resume here.
-    with shardcast.Loader(fields_server.address, job_id="fields-other", rank=0, world_size=1,
-                          fields=("txt",), batch_size=3, split="sample", remainder="pad",
-                          seed=7) as other:
+    with shardcast.Loader(
+        fields_server.address,
+        job_id="fields-other",
+        rank=0,
+        world_size=1,
+        fields=("txt",),
+        batch_size=3,
+        split="sample",
+        remainder="pad",
+        seed=7,
+    ) as other:
         with pytest.raises(shardcast.JobChangedError, match="job_fingerprint"):
             other.load_state_dict(state)
 
@@ -419,15 +537,47 @@ def test_the_trainer_refuses_a_dataset_without_labels_and_no_image(fields_server
     if not TRAIN_BIN.is_file():
         pytest.fail(f"not built: {TRAIN_BIN} (cmake --build {BUILD} --target shardcast-train)")
     run = subprocess.run(
-        [str(TRAIN_BIN), "--server", fields_server.address, "--dataset", "unlabeled",
-         "--epochs", "1", "-b", "4", "--device", "cpu", "--no-progress"],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(TRAIN_BIN),
+            "--server",
+            fields_server.address,
+            "--dataset",
+            "unlabeled",
+            "--epochs",
+            "1",
+            "-b",
+            "4",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0
-    assert ("dataset 'unlabeled' has no labels (num_classes 0): shardcast-train trains a "
-            "classifier; read it with the Loader or RankStream instead") in run.stderr
+    assert (
+        "dataset 'unlabeled' has no labels (num_classes 0): shardcast-train trains a "
+        "classifier; read it with the Loader or RankStream instead"
+    ) in run.stderr
     run = subprocess.run(
-        [str(TRAIN_BIN), "--server", fields_server.address, "--dataset", "text",
-         "--fields", "txt", "--no-image", "--epochs", "1", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(TRAIN_BIN),
+            "--server",
+            fields_server.address,
+            "--dataset",
+            "text",
+            "--fields",
+            "txt",
+            "--no-image",
+            "--epochs",
+            "1",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0
     assert "--no-image: shardcast-train trains an image classifier" in run.stderr

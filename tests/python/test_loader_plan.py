@@ -13,15 +13,26 @@ CONFIGS = {
     # shards and a shuffle buffer, so every epoch's plan differs.
     "shard": dict(
         loader=dict(split="shard", workers=2, shuffle_shards=True, shuffle_buffer=16, seed=3),
-        plan=["--split", "shard", "--workers", "2", "--shuffle-shards", "--shuffle-buffer",
-              "16", "--seed", "3"],
-        world=2, batch=8,
+        plan=[
+            "--split",
+            "shard",
+            "--workers",
+            "2",
+            "--shuffle-shards",
+            "--shuffle-buffer",
+            "16",
+            "--seed",
+            "3",
+        ],
+        world=2,
+        batch=8,
     ),
     # Exactly once per epoch, with padding: the last batches hold samples of shard -1.
     "sample-pad": dict(
         loader=dict(split="sample", remainder="pad", seed=5),
         plan=["--split", "sample", "--remainder", "pad", "--seed", "5"],
-        world=3, batch=16,
+        world=3,
+        batch=16,
     ),
 }
 
@@ -54,8 +65,14 @@ def test_every_rank_gets_the_planned_batches(server, shards, name):
         want.update(ctl_plan(shards, plan_args + ["--epoch", str(epoch)]))
     got = {}
     for rank in range(world):
-        with shardcast.Loader(server.address, job_id=f"plan-{name}", rank=rank,
-                              world_size=world, batch_size=batch, **config["loader"]) as loader:
+        with shardcast.Loader(
+            server.address,
+            job_id=f"plan-{name}",
+            rank=rank,
+            world_size=world,
+            batch_size=batch,
+            **config["loader"],
+        ) as loader:
             n = len(loader)
             got.update(received_plan(loader, epochs=2))  # epochs 0, then 1 by itself
     assert n > 0 and len(want) == 2 * world * n
@@ -64,8 +81,15 @@ def test_every_rank_gets_the_planned_batches(server, shards, name):
 
 def test_set_epoch_chooses_the_epoch(server, shards):
     plan_args = ["--world-size", "1", "--batch-size", "32", "--split", "sample", "--seed", "9"]
-    with shardcast.Loader(server.address, job_id="set-epoch", batch_size=32, split="sample",
-                          seed=9, world_size=1, rank=0) as loader:
+    with shardcast.Loader(
+        server.address,
+        job_id="set-epoch",
+        batch_size=32,
+        split="sample",
+        seed=9,
+        world_size=1,
+        rank=0,
+    ) as loader:
         loader.set_epoch(5)
         assert received_plan(loader, 1) == ctl_plan(shards, plan_args + ["--epoch", "5"])
         assert loader.epoch == 5
@@ -82,8 +106,9 @@ def test_rank_and_world_default_to_the_environment(server, monkeypatch):
 
 
 def test_registration_reports_the_effective_job(server):
-    with shardcast.Loader(server.address, job_id="effective", batch_size=8,
-                          world_size=1, rank=0) as loader:
+    with shardcast.Loader(
+        server.address, job_id="effective", batch_size=8, world_size=1, rank=0
+    ) as loader:
         # Unset fields took the server's defaults (its flags).
         assert loader.split == "shard"
         assert loader.image_shape == (3, SIZE, SIZE)
@@ -93,8 +118,9 @@ def test_registration_reports_the_effective_job(server):
 
 
 def test_an_older_iterator_stops_when_a_new_one_starts(server):
-    with shardcast.Loader(server.address, job_id="superseded", batch_size=8,
-                          world_size=1, rank=0) as loader:
+    with shardcast.Loader(
+        server.address, job_id="superseded", batch_size=8, world_size=1, rank=0
+    ) as loader:
         first = iter(loader)
         next(first)
         second = iter(loader)

@@ -41,8 +41,9 @@ def test_a_server_back_with_another_job_is_refused(own_server):
 
 
 def test_a_server_that_stays_away_ends_the_epoch_after_the_deadline(own_server):
-    with shardcast.Loader(own_server.address, job_id="gone", reconnect_deadline=1.5,
-                          **BIG) as loader:
+    with shardcast.Loader(
+        own_server.address, job_id="gone", reconnect_deadline=1.5, **BIG
+    ) as loader:
         it = iter(loader)
         next(it)
         own_server.kill()
@@ -56,6 +57,7 @@ def test_a_killed_replica_hands_its_rank_to_the_next_with_the_same_batches(shard
     # first (rank 0), and when that one dies resumes on the second at its next batch.
     from conftest import BUILD, SERVER_FLAGS
     from server_process import ServerProcess
+
     other = ServerProcess(BUILD, shards, SERVER_FLAGS)
     other.start()
     try:

@@ -13,8 +13,7 @@ JOB = dict(batch_size=8, world_size=2, rank=1, split="sample", transform="random
 
 def contents(batches):
     return [
-        ([s.key for s in info], labels.tolist(), images.clone())
-        for images, labels, info in batches
+        ([s.key for s in info], labels.tolist(), images.clone()) for images, labels, info in batches
     ]
 
 
@@ -82,8 +81,7 @@ def test_iterating_again_after_an_error_resumes_where_it_stopped(own_server):
     job = dict(JOB, world_size=1, rank=0, resize=224, crop=224, prefetch=1)
     with shardcast.Loader(own_server.address, job_id="again-reference", **job) as reference:
         want = [[s.key for s in info] for _, _, info in reference]
-    with shardcast.Loader(own_server.address, job_id="again", stream_timeout=1,
-                          **job) as loader:
+    with shardcast.Loader(own_server.address, job_id="again", stream_timeout=1, **job) as loader:
         got = []
         it = iter(loader)
         got.append([s.key for s in next(it)[2]])

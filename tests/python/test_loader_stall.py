@@ -15,8 +15,7 @@ BIG = dict(resize=224, crop=224, batch_size=8, world_size=1, rank=0, prefetch=1)
 
 
 def test_a_stalled_server_raises_stream_timeout_error(own_server):
-    with shardcast.Loader(own_server.address, job_id="stalled", stream_timeout=2,
-                          **BIG) as loader:
+    with shardcast.Loader(own_server.address, job_id="stalled", stream_timeout=2, **BIG) as loader:
         it = iter(loader)
         next(it)
         own_server.proc.send_signal(signal.SIGSTOP)
@@ -36,8 +35,7 @@ def test_a_stalled_server_raises_stream_timeout_error(own_server):
 
 
 def test_a_pause_shorter_than_the_timeout_is_no_stall(own_server):
-    with shardcast.Loader(own_server.address, job_id="paused", stream_timeout=8,
-                          **BIG) as loader:
+    with shardcast.Loader(own_server.address, job_id="paused", stream_timeout=8, **BIG) as loader:
         it = iter(loader)
         batches = [next(it)]
         own_server.proc.send_signal(signal.SIGSTOP)

@@ -42,7 +42,8 @@ CAPTIONS = [
 ]
 
 spec = importlib.util.spec_from_file_location(
-    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py")
+    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py"
+)
 reference = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reference)
 
@@ -93,9 +94,16 @@ def captioned(tmp_path_factory):
                     caption = b"caf\xe9 cr\xe8me, latin-1 bytes \xff\xfe"  # not UTF-8
                 meta = None
                 if i % 10 != 7:  # a few samples without metadata: "json?" is optional
-                    meta = json.dumps({"key": key, "caption": caption.decode(errors="replace"),
-                                       "width": width, "height": height, "status": "success"},
-                                      ensure_ascii=False).encode()
+                    meta = json.dumps(
+                        {
+                            "key": key,
+                            "caption": caption.decode(errors="replace"),
+                            "width": width,
+                            "height": height,
+                            "status": "success",
+                        },
+                        ensure_ascii=False,
+                    ).encode()
                 sample = {"__key__": key, ext: image, "txt": caption}
                 if meta is not None:
                     sample["json"] = meta
@@ -113,9 +121,20 @@ def members_server(captioned):
 
 
 def loaders(address: str, job: str, world: int, **job_args) -> List[shardcast.Loader]:
-    return [shardcast.Loader(address, job_id=job, rank=r, world_size=world, split="sample",
-                             remainder="pad", seed=5, reconnect_deadline=120, **job_args)
-            for r in range(world)]
+    return [
+        shardcast.Loader(
+            address,
+            job_id=job,
+            rank=r,
+            world_size=world,
+            split="sample",
+            remainder="pad",
+            seed=5,
+            reconnect_deadline=120,
+            **job_args,
+        )
+        for r in range(world)
+    ]
 
 
 def check_batch(batch, samples, fields, image: bool, seen: collections.Counter) -> None:
@@ -144,11 +163,15 @@ def check_conformance(encoded: bytes, served: torch.Tensor, key: str) -> None:
     theirs = reference.transform(chw, {"op": "center", "resize": SIZE, "crop": SIZE})
     diff = (served.to(torch.int32) - theirs.to(torch.int32)).abs()
     assert diff.double().mean().item() <= 1.0 and diff.max().item() <= 2, (
-        key, diff.double().mean().item(), diff.max().item())
+        key,
+        diff.double().mean().item(),
+        diff.max().item(),
+    )
 
 
-def run_epochs(address: str, job: str, samples, fields, image: bool, epochs: int,
-               **job_args) -> None:
+def run_epochs(
+    address: str, job: str, samples, fields, image: bool, epochs: int, **job_args
+) -> None:
     ranks = loaders(address, job, 2, batch_size=8, fields=fields, image=image, **job_args)
     try:
         assert ranks[0].num_classes == 0
@@ -164,8 +187,7 @@ def run_epochs(address: str, job: str, samples, fields, image: bool, epochs: int
             loader.close()
 
 
-def test_two_ranks_two_epochs_serve_every_member_once_and_images_conform(members_server,
-                                                                         captioned):
+def test_two_ranks_two_epochs_serve_every_member_once_and_images_conform(members_server, captioned):
     _, samples = captioned
     kinds = collections.Counter(s["ext"] for s in samples.values())
     assert kinds == {"jpg": 20, "webp": 20, "png": 20}

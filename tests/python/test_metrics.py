@@ -73,8 +73,9 @@ def test_metrics_scraped_during_a_stream(metrics_server):
     assert at(idle, "shardcast_open_streams") == 0
 
     addr = metrics_server.address
-    with shardcast.Loader(addr, job_id="scraped", rank=0, **BIG) as rank0, \
-            shardcast.Loader(addr, job_id="scraped", rank=1, **BIG) as rank1:
+    with shardcast.Loader(addr, job_id="scraped", rank=0, **BIG) as rank0, shardcast.Loader(
+        addr, job_id="scraped", rank=1, **BIG
+    ) as rank1:
         assert len(rank0) == len(rank1) == 15
         it0, it1 = iter(rank0), iter(rank1)
         for _ in range(3):
@@ -88,8 +89,10 @@ def test_metrics_scraped_during_a_stream(metrics_server):
         deadline = time.monotonic() + 30
         while True:
             after = parse(scrape(port)[1])
-            if at(after, "shardcast_rank_batches_sent_total", job="scraped", rank="0") == 15 \
-                    or time.monotonic() > deadline:
+            if (
+                at(after, "shardcast_rank_batches_sent_total", job="scraped", rank="0") == 15
+                or time.monotonic() > deadline
+            ):
                 break
             time.sleep(0.05)
 
@@ -98,12 +101,14 @@ def test_metrics_scraped_during_a_stream(metrics_server):
         served = at(after, "shardcast_images_served_total")
         assert served > at(during, "shardcast_images_served_total")
         assert served >= (15 + 1) * 8
-        assert at(after, "shardcast_bytes_served_total") > \
-            at(during, "shardcast_bytes_served_total")
+        assert at(after, "shardcast_bytes_served_total") > at(
+            during, "shardcast_bytes_served_total"
+        )
         # Every image sent was decoded (prefetched ones may be decoded, not yet sent).
         assert at(after, "shardcast_decode_duration_seconds_count") >= served
-        assert at(after, "shardcast_decode_duration_seconds_bucket", le="+Inf") == \
-            at(after, "shardcast_decode_duration_seconds_count")
+        assert at(after, "shardcast_decode_duration_seconds_bucket", le="+Inf") == at(
+            after, "shardcast_decode_duration_seconds_count"
+        )
         assert at(after, "shardcast_job_registered_ranks", job="scraped") == 2
         assert at(after, "shardcast_job_batches_per_epoch", job="scraped") == 15
         # Rank 0 is at the end of epoch 0; rank 1 is behind it by exactly the difference
@@ -132,8 +137,10 @@ def test_metrics_endpoint_refuses_what_it_does_not_serve(metrics_server):
             urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10)
         assert error.value.code == code
     with pytest.raises(urllib.error.HTTPError) as error:
-        urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST"), timeout=10)
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{port}/metrics", data=b"x", method="POST"),
+            timeout=10,
+        )
     assert error.value.code == 405
     parse(scrape(port)[1])  # still serving
 
@@ -141,8 +148,11 @@ def test_metrics_endpoint_refuses_what_it_does_not_serve(metrics_server):
 def test_metrics_require_the_servers_bearer_token(shards, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text("scrape-token-1\n")
-    s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
-        "--metrics-listen", "127.0.0.1:0", "--auth-token-file", str(tokens)])
+    s = ServerProcess(
+        BUILD,
+        shards,
+        SERVER_FLAGS + ["--metrics-listen", "127.0.0.1:0", "--auth-token-file", str(tokens)],
+    )
     s.start()
     try:
         with pytest.raises(urllib.error.HTTPError) as error:
@@ -152,8 +162,10 @@ def test_metrics_require_the_servers_bearer_token(shards, tmp_path):
         with pytest.raises(urllib.error.HTTPError) as error:
             scrape(s.metrics_port, token="wrong-token")
         assert error.value.code == 401
-        assert at(parse(scrape(s.metrics_port, token="scrape-token-1")[1]),
-                  "shardcast_uptime_seconds") > 0
+        assert (
+            at(parse(scrape(s.metrics_port, token="scrape-token-1")[1]), "shardcast_uptime_seconds")
+            > 0
+        )
     finally:
         s.kill()
 

@@ -33,8 +33,9 @@ def test_pixels_are_wrapped_not_copied(server):
 
 
 def test_next_into_fills_the_callers_memory_with_the_same_bytes(server):
-    with shardcast.Loader(server.address, job_id="native-plain", **JOB) as plain, \
-            shardcast.Loader(server.address, job_id="native-into", **JOB) as into:
+    with shardcast.Loader(server.address, job_id="native-plain", **JOB) as plain, shardcast.Loader(
+        server.address, job_id="native-into", **JOB
+    ) as into:
         expected = [images.clone() for images, _, _ in plain]
         into._stream.start_epoch(0)
         for want in expected:
@@ -69,8 +70,9 @@ def test_waiting_for_the_server_does_not_hold_the_gil(own_server):
 
     big = dict(resize=224, crop=224, batch_size=8, world_size=1, rank=0, prefetch=1)
     spinner = threading.Thread(target=spin)
-    with shardcast.Loader(own_server.address, job_id="native-gil", stream_timeout=2,
-                          **big) as loader:
+    with shardcast.Loader(
+        own_server.address, job_id="native-gil", stream_timeout=2, **big
+    ) as loader:
         it = iter(loader)
         next(it)
         spinner.start()

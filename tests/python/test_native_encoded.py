@@ -25,16 +25,27 @@ def jpeg() -> bytes:
 
 
 def encoded(data: bytes) -> pb.EncodedImage:
-    return pb.EncodedImage(data=data, source_width=32, source_height=32, left=4, top=4,
-                           width=C, height=C, resize_width=16, resize_height=16, output_size=C)
+    return pb.EncodedImage(
+        data=data,
+        source_width=32,
+        source_height=32,
+        left=4,
+        top=4,
+        width=C,
+        height=C,
+        resize_width=16,
+        resize_height=16,
+        output_size=C,
+    )
 
 
 IMAGES = [jpeg(), b"\xff\xd8 not a jpeg"]
 
 
 def register(request, context):
-    response = hostile_server.registration(request, batches_per_epoch=1, batch_size=2,
-                                           image_shape=(3, C, C))
+    response = hostile_server.registration(
+        request, batches_per_epoch=1, batch_size=2, image_shape=(3, C, C)
+    )
     response.image = True
     response.delivery = request.delivery
     response.transform.mode = pb.TRANSFORM_MODE_CENTER
@@ -44,8 +55,9 @@ def register(request, context):
 def stream(request, context):
     batch = pb.Batch(epoch=request.epoch, index=0, labels=[0, 1], shape=[2, 3, C, C])
     for i, data in enumerate(IMAGES):
-        batch.samples.append(pb.SampleInfo(key=f"k{i}", shard=0, index_in_shard=i, valid=True,
-                                           encoded=encoded(data)))
+        batch.samples.append(
+            pb.SampleInfo(key=f"k{i}", shard=0, index_in_shard=i, valid=True, encoded=encoded(data))
+        )
     yield batch.SerializeToString()
 
 
@@ -67,14 +79,27 @@ def test_decode_none_hands_over_each_image_named_as_the_proto():
         native, batch = only_batch(server.address, "none")
         assert native.delivery == "encoded" and native.dct_scaling is False
         assert batch.pixels is None and batch.shape == (2, 3, C, C)
-        with pytest.raises(ValueError, match="decode=\"none\""):
+        with pytest.raises(ValueError, match='decode="none"'):
             native.next_into(0, 2 * 3 * C * C)
         for image, sent in zip(batch.encoded, IMAGES):
             want = encoded(sent)
             assert image.data == sent
-            for name in ("source_width", "source_height", "left", "top", "width", "height",
-                         "resize_width", "resize_height", "flip", "output_size", "cut_left",
-                         "cut_top", "cut_width", "cut_height"):
+            for name in (
+                "source_width",
+                "source_height",
+                "left",
+                "top",
+                "width",
+                "height",
+                "resize_width",
+                "resize_height",
+                "flip",
+                "output_size",
+                "cut_left",
+                "cut_top",
+                "cut_width",
+                "cut_height",
+            ):
                 assert getattr(image, name) == getattr(want, name), name
         assert native.client_substituted == 0
         native.close()
@@ -85,7 +110,7 @@ def test_decode_cpu_hands_out_pixels_and_the_substitute():
         native, batch = only_batch(server.address, "cpu")
         pixels = bytes(memoryview(batch.pixels))
         assert len(pixels) == 2 * 3 * C * C
-        assert pixels[3 * C * C:] == bytes([128]) * (3 * C * C)
+        assert pixels[3 * C * C :] == bytes([128]) * (3 * C * C)
         assert batch.encoded == [None, None]
         assert [s[4] for s in batch.samples] == [False, True]  # substituted
         assert native.client_substituted == 1

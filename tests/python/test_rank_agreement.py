@@ -22,7 +22,8 @@ from server_process import ServerProcess, python_env
 # One rank: joins the Gloo group, reads the job's epoch through DDP on a tiny model (an
 # all-reduce per batch, as a real trainer's), prints how many batches it trained on.
 # Exit 3 for JobChangedError (its message on stderr).
-RANK = textwrap.dedent("""
+RANK = textwrap.dedent(
+    """
     import datetime, sys
     import torch, torch.distributed as dist
     import shardcast
@@ -50,7 +51,8 @@ RANK = textwrap.dedent("""
         sys.exit(3)
     print(f"trained {batches} of {len(loader)} batches", flush=True)
     dist.destroy_process_group()
-""")
+"""
+)
 
 
 def free_port() -> int:
@@ -59,15 +61,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(servers: str, check: str = "check",
-              timeout: float = 90) -> List[subprocess.CompletedProcess]:
+def run_ranks(
+    servers: str, check: str = "check", timeout: float = 90
+) -> List[subprocess.CompletedProcess]:
     """Both ranks as processes; a rank still running after `timeout` s is killed and
     reported as a hang."""
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), port, servers, check],
-                              env=python_env(BUILD), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for rank in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK, str(rank), port, servers, check],
+            env=python_env(BUILD),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     results = []
     for rank, proc in enumerate(procs):
         try:
@@ -93,7 +102,7 @@ class Replicas:
             s = ServerProcess(BUILD, self.shards, SERVER_FLAGS + flags)
             s.start()
             self.started.append(s)
-        return ",".join(s.address for s in self.started[-len(extra):])
+        return ",".join(s.address for s in self.started[-len(extra) :])
 
     def kill(self, i: int) -> None:
         self.started[i].kill()
@@ -107,12 +116,16 @@ def replicas(shards):
         s.kill()
 
 
-@pytest.mark.parametrize("other", [["--batch-size", "12"], ["--max-member-bytes", "100"]],
-                         ids=["batch-size", "max-member-bytes"])
-def test_ranks_at_replicas_with_other_settings_both_fail_before_the_first_batch(
-        replicas, other):
-    servers = replicas(["--batch-size", "8"], other if other[0] == "--batch-size"
-                       else ["--batch-size", "8"] + other)
+@pytest.mark.parametrize(
+    "other",
+    [["--batch-size", "12"], ["--max-member-bytes", "100"]],
+    ids=["batch-size", "max-member-bytes"],
+)
+def test_ranks_at_replicas_with_other_settings_both_fail_before_the_first_batch(replicas, other):
+    servers = replicas(
+        ["--batch-size", "8"],
+        other if other[0] == "--batch-size" else ["--batch-size", "8"] + other,
+    )
     ranks = run_ranks(servers)
     for rank, result in enumerate(ranks):
         assert result.returncode == 3, f"rank {rank}: {result.stdout} {result.stderr}"
@@ -140,13 +153,16 @@ def test_a_rank_failing_over_to_a_replica_with_other_settings_is_refused(replica
     # to a replica run with another --max-member-bytes (every image a substitute) is
     # refused naming both replicas and both job fingerprints, not resumed on B's bytes.
     import shardcast
+
     servers = replicas([], ["--max-member-bytes", "100"])
     a, b = servers.split(",")
     # 1.2 MB batches: more than the windows hold, so a kill after two breaks the stream.
-    job = dict(resize=224, crop=224, batch_size=8, world_size=1, rank=0, prefetch=1,
-               split="sample", seed=4)
-    with shardcast.Loader(a, job_id="probe", **job) as on_a, \
-            shardcast.Loader(b, job_id="probe", **job) as on_b:
+    job = dict(
+        resize=224, crop=224, batch_size=8, world_size=1, rank=0, prefetch=1, split="sample", seed=4
+    )
+    with shardcast.Loader(a, job_id="probe", **job) as on_a, shardcast.Loader(
+        b, job_id="probe", **job
+    ) as on_b:
         fp_a, fp_b = on_a.job_fingerprint, on_b.job_fingerprint
     assert fp_a != fp_b
     with shardcast.Loader(servers, job_id="moves", **job) as loader:

@@ -57,7 +57,11 @@ CHILD = textwrap.dedent(
 
 def test_a_stream_of_batches_reuses_warm_pages() -> None:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD], env=python_env(BUILD), capture_output=True, text=True, check=True
+        [sys.executable, "-c", CHILD],
+        env=python_env(BUILD),
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert out[:2] == ["True", "True"], out
     # Untuned, glibc faults 30-38 thousand pages over the measured batches; warm, about

@@ -23,9 +23,24 @@ def _openssl(cwd: Path, *args: str) -> None:
 
 
 def _ca(cwd: Path, name: str) -> None:
-    _openssl(cwd, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-             "-subj", f"/CN={name}")
+    _openssl(
+        cwd,
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +48,83 @@ def certs(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("certs")
     _ca(d, "ca")
     _ca(d, "other_ca")
-    _openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    _openssl(
+        d,
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    )
     (d / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    _openssl(d, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext")
-    _openssl(d, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=trainer")
-    _openssl(d, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "client.pem", "-days", "2")
+    _openssl(
+        d,
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    )
+    _openssl(
+        d,
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=trainer",
+    )
+    _openssl(
+        d,
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.pem",
+        "-days",
+        "2",
+    )
     (d / "tokens").write_text(f"# test\n{TOKEN}\n")
     return d
 
 
 def _tls_server(shards, certs, *flags: str):
     """The server with TLS (its certificate names localhost) and `flags`, while in use."""
-    s = ServerProcess(BUILD, shards, SERVER_FLAGS + [
-        "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"),
-        *flags])
+    s = ServerProcess(
+        BUILD,
+        shards,
+        SERVER_FLAGS
+        + ["--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server.key"), *flags],
+    )
     s.start()
     yield s
     s.kill(signal.SIGTERM)
@@ -66,16 +140,23 @@ def _address(server) -> str:
 
 
 def test_tls_and_token_stream_a_batch(secure_server, certs):
-    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                          tls_ca=str(certs / "ca.pem"), token=TOKEN) as loader:
+    with shardcast.Loader(
+        _address(secure_server),
+        batch_size=8,
+        world_size=1,
+        rank=0,
+        tls_ca=str(certs / "ca.pem"),
+        token=TOKEN,
+    ) as loader:
         images, labels, _ = next(iter(loader))
         assert images.shape[0] == 8 and labels.shape[0] == 8
 
 
 def test_token_from_the_environment(secure_server, certs, monkeypatch):
     monkeypatch.setenv("SHARDCAST_TOKEN", TOKEN)
-    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                          tls_ca=str(certs / "ca.pem")) as loader:
+    with shardcast.Loader(
+        _address(secure_server), batch_size=8, world_size=1, rank=0, tls_ca=str(certs / "ca.pem")
+    ) as loader:
         assert len(loader) > 0
 
 
@@ -83,27 +164,47 @@ def test_token_from_the_environment(secure_server, certs, monkeypatch):
 def test_no_or_wrong_token_is_refused_at_once(secure_server, certs, monkeypatch, token):
     monkeypatch.delenv("SHARDCAST_TOKEN", raising=False)
     with pytest.raises(shardcast.JobRefusedError, match="SHARDCAST_TOKEN") as e:
-        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                         tls_ca=str(certs / "ca.pem"), token=token, reconnect_deadline=300)
+        shardcast.Loader(
+            _address(secure_server),
+            batch_size=8,
+            world_size=1,
+            rank=0,
+            tls_ca=str(certs / "ca.pem"),
+            token=token,
+            reconnect_deadline=300,
+        )
     assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_a_wrong_ca_is_a_handshake_failure_not_retried(secure_server, certs):
     # With a 300 s deadline, a retried handshake would end as "unreachable for 300.0 s".
     with pytest.raises(shardcast.ServerUnavailableError, match="TLS handshake failed") as e:
-        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                         tls_ca=str(certs / "other_ca.pem"), token=TOKEN,
-                         reconnect_deadline=300)
+        shardcast.Loader(
+            _address(secure_server),
+            batch_size=8,
+            world_size=1,
+            rank=0,
+            tls_ca=str(certs / "other_ca.pem"),
+            token=TOKEN,
+            reconnect_deadline=300,
+        )
     assert "unreachable for" not in str(e.value)
 
 
 def test_plaintext_to_a_tls_server_is_reported_not_retried_to_the_deadline(secure_server):
     # The server closes a plaintext connection during the handshake; after the
     # handshake_refusal period (10 s) the loader says so instead of retrying for 300 s.
-    with pytest.raises(shardcast.ServerUnavailableError,
-                       match="closed it during the handshake") as e:
-        shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                         token=TOKEN, reconnect_deadline=300)
+    with pytest.raises(
+        shardcast.ServerUnavailableError, match="closed it during the handshake"
+    ) as e:
+        shardcast.Loader(
+            _address(secure_server),
+            batch_size=8,
+            world_size=1,
+            rank=0,
+            token=TOKEN,
+            reconnect_deadline=300,
+        )
     assert "tls_ca" in str(e.value)
 
 
@@ -113,9 +214,15 @@ def mtls_server(shards, certs):
 
 
 def test_a_client_certificate_streams_from_an_mtls_server(mtls_server, certs):
-    with shardcast.Loader(_address(mtls_server), batch_size=8, world_size=1, rank=0,
-                          tls_ca=str(certs / "ca.pem"), tls_cert=str(certs / "client.pem"),
-                          tls_key=str(certs / "client.key")) as loader:
+    with shardcast.Loader(
+        _address(mtls_server),
+        batch_size=8,
+        world_size=1,
+        rank=0,
+        tls_ca=str(certs / "ca.pem"),
+        tls_cert=str(certs / "client.pem"),
+        tls_key=str(certs / "client.key"),
+    ) as loader:
         images, labels, _ = next(iter(loader))
         assert images.shape[0] == 8
 
@@ -123,8 +230,14 @@ def test_a_client_certificate_streams_from_an_mtls_server(mtls_server, certs):
 def test_without_a_client_certificate_an_mtls_server_is_refused_not_retried(mtls_server, certs):
     start = time.monotonic()
     with pytest.raises(shardcast.ServerUnavailableError, match="tls_cert"):
-        shardcast.Loader(_address(mtls_server), batch_size=8, world_size=1, rank=0,
-                         tls_ca=str(certs / "ca.pem"), reconnect_deadline=300)
+        shardcast.Loader(
+            _address(mtls_server),
+            batch_size=8,
+            world_size=1,
+            rank=0,
+            tls_ca=str(certs / "ca.pem"),
+            reconnect_deadline=300,
+        )
     assert time.monotonic() - start < 60
 
 
@@ -140,11 +253,15 @@ def test_a_fifo_as_tls_file_is_refused_without_blocking(tmp_path):
         shardcast.Loader("localhost:1", tls_ca=str(fifo))
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "tls_ca '.*': empty"),
-    (b"\xff\xfe not text, no PEM block", "tls_ca '.*': not a PEM file"),
-    (b"-----BEGIN " + b"A" * (2 << 20), "more than the 1048576 this file may hold"),
-], ids=["empty", "not-pem", "over-1MiB"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "tls_ca '.*': empty"),
+        (b"\xff\xfe not text, no PEM block", "tls_ca '.*': not a PEM file"),
+        (b"-----BEGIN " + b"A" * (2 << 20), "more than the 1048576 this file may hold"),
+    ],
+    ids=["empty", "not-pem", "over-1MiB"],
+)
 def test_a_tls_file_that_is_no_pem_file_is_refused_naming_it(tmp_path, content, message):
     path = tmp_path / "ca.pem"
     path.write_bytes(content)
@@ -165,6 +282,12 @@ def test_an_environment_token_that_is_not_one_token_is_a_value_error(monkeypatch
 
 def test_a_token_given_is_sent_whatever_the_environment_holds(secure_server, certs, monkeypatch):
     monkeypatch.setenv("SHARDCAST_TOKEN", "two tokens")  # not read: token= wins
-    with shardcast.Loader(_address(secure_server), batch_size=8, world_size=1, rank=0,
-                          tls_ca=str(certs / "ca.pem"), token=TOKEN) as loader:
+    with shardcast.Loader(
+        _address(secure_server),
+        batch_size=8,
+        world_size=1,
+        rank=0,
+        tls_ca=str(certs / "ca.pem"),
+        token=TOKEN,
+    ) as loader:
         assert next(iter(loader))[0].shape[0] == 8

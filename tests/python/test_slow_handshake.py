@@ -44,8 +44,10 @@ class SlowRelay:
             client.close()
             return
         server = socket.create_connection(("127.0.0.1", self.target_port))
-        pumps = [threading.Thread(target=self._pump, args=(a, b), daemon=True)
-                 for a, b in ((client, server), (server, client))]
+        pumps = [
+            threading.Thread(target=self._pump, args=(a, b), daemon=True)
+            for a, b in ((client, server), (server, client))
+        ]
         for p in pumps:
             p.start()
         for p in pumps:
@@ -86,8 +88,14 @@ def test_a_server_slower_than_the_largest_backoff_is_reached(server):
     try:
         start = time.monotonic()
         # Backoff 0.1 s .. 2 s (the defaults); 10 s of failures would end registration.
-        with shardcast.Loader(f"127.0.0.1:{relay.port}", job_id="slow-handshake", batch_size=8,
-                              world_size=1, rank=0, reconnect_deadline=10.0) as loader:
+        with shardcast.Loader(
+            f"127.0.0.1:{relay.port}",
+            job_id="slow-handshake",
+            batch_size=8,
+            world_size=1,
+            rank=0,
+            reconnect_deadline=10.0,
+        ) as loader:
             batches = sum(1 for _ in loader)
         assert batches == len(loader) > 0
         assert time.monotonic() - start >= 3.0

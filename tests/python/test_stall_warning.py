@@ -32,8 +32,12 @@ def free_port() -> int:
 
 def ctl_status(address: str) -> dict:
     """GetStatus through shardcast-ctl; {} when the call failed (a loaded machine)."""
-    run = subprocess.run([str(CTL_BIN), "status", "--server", address, "--json"],
-                         capture_output=True, text=True, timeout=30)
+    run = subprocess.run(
+        [str(CTL_BIN), "status", "--server", address, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return json.loads(run.stdout) if run.returncode == 0 else {}
 
 
@@ -57,8 +61,10 @@ def stalled_metric(port: int, rank: str) -> float:
         text = response.read().decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "shardcast_rank_stalled" and \
-                    sample.labels == {"job": JOB, "rank": rank}:
+            if sample.name == "shardcast_rank_stalled" and sample.labels == {
+                "job": JOB,
+                "rank": rank,
+            }:
                 return sample.value
     raise AssertionError(f"no shardcast_rank_stalled for rank {rank}:\n{text}")
 
@@ -72,34 +78,68 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
     log = tmp_path / "server.log"
     # --stall-warn above the few seconds a healthy rank's takes may pause (the
     # transport grants its window in bursts), below any sensible test timeout.
-    server = ServerProcess(BUILD, shards, [
-        "--decode-threads", "2", "--stall-warn", "5s", "--metrics-listen", "127.0.0.1:0"],
-        log=log)
+    server = ServerProcess(
+        BUILD,
+        shards,
+        ["--decode-threads", "2", "--stall-warn", "5s", "--metrics-listen", "127.0.0.1:0"],
+        log=log,
+    )
     server.start()
     master_port = str(free_port())
     ranks = []
     try:
         for rank in (0, 1):
-            ranks.append(subprocess.Popen(
-                [str(TRAIN_BIN), "--server", server.address, "--job-id", JOB,
-                 "--rank", str(rank), "--world-size", "2", "--master-port", master_port,
-                 "--arch", "small-cnn", "--resize", "224", "--crop", "224", "-b", "8",
-                 "--prefetch", "1", "--epochs", "100000", "--threads", "1", "--device", "cpu",
-                 "--no-progress"],
-                stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"rank{rank}.err", "w")))
+            ranks.append(
+                subprocess.Popen(
+                    [
+                        str(TRAIN_BIN),
+                        "--server",
+                        server.address,
+                        "--job-id",
+                        JOB,
+                        "--rank",
+                        str(rank),
+                        "--world-size",
+                        "2",
+                        "--master-port",
+                        master_port,
+                        "--arch",
+                        "small-cnn",
+                        "--resize",
+                        "224",
+                        "--crop",
+                        "224",
+                        "-b",
+                        "8",
+                        "--prefetch",
+                        "1",
+                        "--epochs",
+                        "100000",
+                        "--threads",
+                        "1",
+                        "--device",
+                        "cpu",
+                        "--no-progress",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(tmp_path / f"rank{rank}.err", "w"),
+                )
+            )
         # Both ranks train past their start-up (the first steps come in bursts) before
         # one is stopped.
-        wait_for("both ranks streaming",
-                 lambda s: len(ranks_of(s)) == 2 and
-                 all(int(r.get("batchesSent", 0)) >= 20 for r in ranks_of(s).values()),
-                 server.address, timeout=120)
+        wait_for(
+            "both ranks streaming",
+            lambda s: len(ranks_of(s)) == 2
+            and all(int(r.get("batchesSent", 0)) >= 20 for r in ranks_of(s).values()),
+            server.address,
+            timeout=120,
+        )
         for proc in ranks:
             assert proc.poll() is None, (tmp_path / "rank0.err").read_text()
 
         ranks[1].send_signal(signal.SIGSTOP)
         log_before_stop = len(log.read_text())
-        status = wait_for("a rank flagged", lambda s: s.get("stalledRanks", 0) >= 1,
-                          server.address)
+        status = wait_for("a rank flagged", lambda s: s.get("stalledRanks", 0) >= 1, server.address)
         flagged = [r for r, v in ranks_of(status).items() if v.get("stalled", False)]
         assert len(flagged) == 1, status
         behind, ahead = flagged[0], 1 - flagged[0]
@@ -109,24 +149,35 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
         assert status["stallWarnSeconds"] == 5
         assert stalled_metric(server.metrics_port, str(behind)) == 1
         assert stalled_metric(server.metrics_port, str(ahead)) == 0
-        human = subprocess.run([str(CTL_BIN), "status", "--server", server.address],
-                               capture_output=True, text=True, timeout=30).stdout
+        human = subprocess.run(
+            [str(CTL_BIN), "status", "--server", server.address],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
         assert "1 STALLED RANKS" in human, human
         assert "STALLED (no batch for --stall-warn" in human, human
         # Logged once while the job stands still (however often the server checks).
         time.sleep(1.5)
-        warnings = [line for line in log.read_text()[log_before_stop:].splitlines()
-                    if f"job '{JOB}' rank {behind} has taken no batch for" in line]
+        warnings = [
+            line
+            for line in log.read_text()[log_before_stop:].splitlines()
+            if f"job '{JOB}' rank {behind} has taken no batch for" in line
+        ]
         assert len(warnings) == 1, log.read_text()
         assert " W stall: " in warnings[0] and " at epoch " in warnings[0]
 
         ranks[1].send_signal(signal.SIGCONT)
         stopped = ranks_of(status)
-        status = wait_for("flag cleared and both ranks moving",
-                          lambda s: s.get("stalledRanks", 0) == 0 and all(
-                              int(ranks_of(s).get(r, {}).get("batchesSent", 0)) >
-                              int(stopped[r]["batchesSent"]) for r in (0, 1)),
-                          server.address)
+        status = wait_for(
+            "flag cleared and both ranks moving",
+            lambda s: s.get("stalledRanks", 0) == 0
+            and all(
+                int(ranks_of(s).get(r, {}).get("batchesSent", 0)) > int(stopped[r]["batchesSent"])
+                for r in (0, 1)
+            ),
+            server.address,
+        )
         assert stalled_metric(server.metrics_port, str(behind)) == 0
         for proc in ranks:
             assert proc.poll() is None  # both train on

@@ -42,8 +42,10 @@ class RenderedPage(HTMLParser):
             self.jobs[a["data-job-id"]] = self._job
         elif tag == "tr" and "data-rank" in a and self._job is not None:
             self._job["ranks"][int(a["data-rank"])] = {
-                "epoch": int(a["data-epoch"]), "next_batch": int(a["data-next-batch"]),
-                "stalled": "stalled" in a.get("class", "").split()}
+                "epoch": int(a["data-epoch"]),
+                "next_batch": int(a["data-next-batch"]),
+                "stalled": "stalled" in a.get("class", "").split(),
+            }
         elif tag == "span" and a.get("id") == "stalled":
             self._in_stalled_total = True
 
@@ -54,8 +56,12 @@ class RenderedPage(HTMLParser):
 
 
 def ctl_status(address: str) -> dict:
-    run = subprocess.run([str(CTL_BIN), "status", "--server", address, "--json"],
-                         capture_output=True, text=True, timeout=30)
+    run = subprocess.run(
+        [str(CTL_BIN), "status", "--server", address, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -63,28 +69,38 @@ def ctl_status(address: str) -> dict:
 def ranks_of(status: dict) -> Dict[int, dict]:
     """The job's ranks as GetStatus's JSON has them (zeros and false are left out)."""
     job = next(j for j in status.get("jobs", []) if j["jobId"] == JOB)
-    return {int(r.get("rank", 0)): {"epoch": int(r.get("epoch", 0)),
-                                    "next_batch": int(r.get("nextBatch", 0)),
-                                    "stalled": bool(r.get("stalled", False))}
-            for r in job.get("ranks", [])}
+    return {
+        int(r.get("rank", 0)): {
+            "epoch": int(r.get("epoch", 0)),
+            "next_batch": int(r.get("nextBatch", 0)),
+            "stalled": bool(r.get("stalled", False)),
+        }
+        for r in job.get("ranks", [])
+    }
 
 
 def chromium_dom(url: str) -> str:
     browser = shutil.which("chromium")
     assert browser, "chromium is not installed (tools/setup-deps.sh installs it)"
-    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--dump-dom", url], capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout
 
 
 def test_the_browser_shows_what_get_status_says(shards):
-    server = ServerProcess(BUILD, shards, SERVER_FLAGS + [
-        "--stall-warn", "1s", "--metrics-listen", "127.0.0.1:0"])
+    server = ServerProcess(
+        BUILD, shards, SERVER_FLAGS + ["--stall-warn", "1s", "--metrics-listen", "127.0.0.1:0"]
+    )
     server.start()
     try:
-        with shardcast.Loader(server.address, job_id=JOB, rank=0, **BIG) as ahead, \
-                shardcast.Loader(server.address, job_id=JOB, rank=1, **BIG) as behind:
+        with shardcast.Loader(server.address, job_id=JOB, rank=0, **BIG) as ahead, shardcast.Loader(
+            server.address, job_id=JOB, rank=1, **BIG
+        ) as behind:
             it_behind = iter(behind)
             next(it_behind)  # rank 1 takes one batch and then nothing
             it_ahead = iter(ahead)

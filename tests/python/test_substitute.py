@@ -14,8 +14,9 @@ from server_process import ServerProcess, pack_synthetic
 
 @pytest.fixture(scope="module")
 def corrupt_server(tmp_path_factory):
-    shards = pack_synthetic(BUILD, tmp_path_factory.mktemp("corrupt") / "shards", 40, 20,
-                            "32x32", 4)
+    shards = pack_synthetic(
+        BUILD, tmp_path_factory.mktemp("corrupt") / "shards", 40, 20, "32x32", 4
+    )
     first = sorted(shards.glob("*.tar"))[0]
     with tarfile.open(first) as tar:
         image = next(m for m in tar.getmembers() if m.name.endswith(".jpg"))

@@ -17,11 +17,30 @@ from server_process import REPO, python_env
 
 def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
     out = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "train_ddp.py"), "--server", server.address,
-         "--nproc-per-node", "2", "-b", "16", "--n_epochs", "2", "-lr", "1e-3",
-         "--device", "cpu", "--threads", "1",
-         "--save", str(tmp_path / "model.{rank}.pt")],
-        env=python_env(BUILD), capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(REPO / "examples" / "train_ddp.py"),
+            "--server",
+            server.address,
+            "--nproc-per-node",
+            "2",
+            "-b",
+            "16",
+            "--n_epochs",
+            "2",
+            "-lr",
+            "1e-3",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--save",
+            str(tmp_path / "model.{rank}.pt"),
+        ],
+        env=python_env(BUILD),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     assert "2 ranks (gloo), 7 batches of 16 per rank" in out.stdout
@@ -32,10 +51,17 @@ def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
     # No --job-id: rank 0 named a new job and the process group gave the name to rank 1,
     # so the server holds one generated job with both ranks registered.
     status = subprocess.run(
-        [str(BUILD / "client" / "shardcast-ctl"), "status", "--server", server.address,
-         "--json"], capture_output=True, text=True, timeout=60, check=True)
-    jobs = [job for job in json.loads(status.stdout).get("jobs", [])
-            if job["jobId"].startswith("run-") and job["batchSize"] == 16]
+        [str(BUILD / "client" / "shardcast-ctl"), "status", "--server", server.address, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    jobs = [
+        job
+        for job in json.loads(status.stdout).get("jobs", [])
+        if job["jobId"].startswith("run-") and job["batchSize"] == 16
+    ]
     assert len(jobs) == 1, status.stdout
     assert len(jobs[0]["ranks"]) == 2, status.stdout
 
@@ -43,8 +69,9 @@ def test_two_ranks_over_gloo_learn_and_agree(server, tmp_path):
     rank0 = torch.load(tmp_path / "model.0.pt", weights_only=True)
     rank1 = torch.load(tmp_path / "model.1.pt", weights_only=True)
     assert rank0.keys() == rank1.keys()
-    parameters = [name for name, _ in torchvision.models.resnet18(num_classes=CLASSES)
-                  .named_parameters()]
+    parameters = [
+        name for name, _ in torchvision.models.resnet18(num_classes=CLASSES).named_parameters()
+    ]
     assert len(parameters) == 62
     for name in parameters:
         assert torch.equal(rank0[name], rank1[name]), name

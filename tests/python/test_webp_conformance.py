@@ -19,7 +19,8 @@ from conftest import BUILD
 from server_process import REPO, ServerProcess
 
 _spec = importlib.util.spec_from_file_location(
-    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py")
+    "torchvision_transform", REPO / "tests" / "reference" / "torchvision_transform.py"
+)
 reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference)
 
@@ -38,8 +39,10 @@ def photo_like(w: int, h: int, channels: int, seed: int) -> np.ndarray:
     """Smooth gradients, an edge and noise: what a lossy encoder and a resampler meet."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:h, 0:w].astype(np.float64)
-    planes = [128 + 90 * np.sin(seed + c + 3.0 * x / w + 2.0 * y / h) + 40 * ((x + y) % 37 < 9)
-              for c in range(channels)]
+    planes = [
+        128 + 90 * np.sin(seed + c + 3.0 * x / w + 2.0 * y / h) + 40 * ((x + y) % 37 < 9)
+        for c in range(channels)
+    ]
     pixels = np.stack(planes, axis=-1) + rng.normal(0, 6, (h, w, channels))
     return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
 
@@ -78,8 +81,9 @@ def webp_shards(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def webp_server(webp_shards):
-    s = ServerProcess(BUILD, webp_shards[0], ["--decode-threads", "2",
-                                              "--max-unstreamed-jobs-per-peer", "0"])
+    s = ServerProcess(
+        BUILD, webp_shards[0], ["--decode-threads", "2", "--max-unstreamed-jobs-per-peer", "0"]
+    )
     s.start()
     yield s
     s.kill(signal.SIGTERM)
@@ -93,9 +97,18 @@ def pil_torchvision(webp: bytes) -> torch.Tensor:
 
 def test_served_webp_equals_pil_and_torchvision(webp_server, webp_shards):
     files = webp_shards[1]
-    loader = shardcast.Loader(webp_server.address, job_id="py-webp", batch_size=5,
-                              transform="center", resize=RESIZE, crop=CROP,
-                              split="sample", remainder="pad", rank=0, world_size=1)
+    loader = shardcast.Loader(
+        webp_server.address,
+        job_id="py-webp",
+        batch_size=5,
+        transform="center",
+        resize=RESIZE,
+        crop=CROP,
+        split="sample",
+        remainder="pad",
+        rank=0,
+        world_size=1,
+    )
     seen = {}
     for images, labels, info in loader:
         for i, sample in enumerate(info):

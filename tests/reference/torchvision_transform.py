@@ -40,8 +40,15 @@ def transform(img, job):
         tf = T.Compose([T.Resize(job["resize"], antialias=True), T.CenterCrop(job["crop"])])
         out = tf(img)
     elif job["op"] == "resized_crop":
-        out = F.resized_crop(img, job["top"], job["left"], job["crop_height"],
-                             job["crop_width"], [job["crop"], job["crop"]], antialias=True)
+        out = F.resized_crop(
+            img,
+            job["top"],
+            job["left"],
+            job["crop_height"],
+            job["crop_width"],
+            [job["crop"], job["crop"]],
+            antialias=True,
+        )
         if job["flip"]:
             out = F.hflip(out)
     else:
