@@ -151,11 +151,10 @@ class LocalFileFetcher final : public HttpFetcher {
   FetchCounters counters_;
 };
 
-class FileStore final : public ObjectStore {
+class FileStore final : public internal::UnsignedUrlStore {
  public:
-  explicit FileStore(std::string dir) : dir_(std::move(dir)), root_(absl::StrCat(kScheme, dir_)) {}
-
-  const std::string& root() const override { return root_; }
+  explicit FileStore(const std::string& dir)
+      : UnsignedUrlStore(absl::StrCat(kScheme, dir)), dir_(dir) {}
 
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     DIR* listing = ::opendir(dir_.c_str());
@@ -188,28 +187,10 @@ class FileStore final : public ObjectStore {
     return shards;
   }
 
-  absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
-                                                     uint64_t max_bytes) override {
-    RangeRequest request;
-    request.url = root_ + name;
-    return internal::GetSmallFile(fetcher_, request, max_bytes);
-  }
-
-  RemoteObject Object(const std::string& name, uint64_t size,
-                      const std::string& etag) const override {
-    return RemoteObject{name, root_ + name, size, etag};
-  }
-
-  RangeRequest Request(const RemoteObject& object, uint64_t offset,
-                       uint64_t length) const override {
-    return RangeRequest{object.url, std::nullopt, offset, length, object.etag, object.size};
-  }
-
   HttpFetcher& fetcher() override { return fetcher_; }
 
  private:
   const std::string dir_;  // with its trailing '/'
-  const std::string root_;
   LocalFileFetcher fetcher_;
 };
 

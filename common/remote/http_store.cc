@@ -16,12 +16,10 @@
 namespace shardcast::remote {
 namespace {
 
-class HttpStore final : public ObjectStore {
+class HttpStore final : public internal::UnsignedUrlStore {
  public:
   HttpStore(const DatasetUrl& url, HttpFetcher* fetcher, const internal::ObjectStoreTuning& tuning)
-      : root_(url.base), urls_(url.urls), fetcher_(*fetcher), tuning_(tuning) {}
-
-  const std::string& root() const override { return root_; }
+      : UnsignedUrlStore(url.base), urls_(url.urls), fetcher_(*fetcher), tuning_(tuning) {}
 
   absl::StatusOr<std::vector<RemoteObject>> ListShards() override {
     if (urls_.empty()) return internal::NoShardsError(root_);
@@ -37,23 +35,6 @@ class HttpStore final : public ObjectStore {
     absl::Status status = HeadAll(shards);
     if (!status.ok()) return status;
     return shards;
-  }
-
-  absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
-                                                     uint64_t max_bytes) override {
-    RangeRequest request;
-    request.url = root_ + name;
-    return internal::GetSmallFile(fetcher_, request, max_bytes);
-  }
-
-  RemoteObject Object(const std::string& name, uint64_t size,
-                      const std::string& etag) const override {
-    return RemoteObject{name, root_ + name, size, etag};
-  }
-
-  RangeRequest Request(const RemoteObject& object, uint64_t offset,
-                       uint64_t length) const override {
-    return RangeRequest{object.url, std::nullopt, offset, length, object.etag, object.size};
   }
 
   HttpFetcher& fetcher() override { return fetcher_; }
@@ -89,7 +70,6 @@ class HttpStore final : public ObjectStore {
     return absl::OkStatus();
   }
 
-  const std::string root_;
   const std::vector<std::string> urls_;
   HttpFetcher& fetcher_;
   const internal::ObjectStoreTuning tuning_;
