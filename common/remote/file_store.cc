@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/remote/unsigned_url_store.h"
 #include "common/shards/shard_reader.h"
 
 namespace shardcast::remote {

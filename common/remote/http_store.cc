@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/remote/unsigned_url_store.h"
 
 namespace shardcast::remote {
 namespace {

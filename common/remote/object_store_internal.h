@@ -7,13 +7,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/remote/http_fetcher.h"
-#include "common/remote/object_store.h"
 
 namespace shardcast::remote::internal {
 
@@ -39,35 +37,6 @@ absl::StatusOr<std::string> GetBounded(HttpFetcher& fetcher, RangeRequest reques
 // GetBounded, with nullopt for a file that is not there (404).
 absl::StatusOr<std::optional<std::string>> GetSmallFile(HttpFetcher& fetcher, RangeRequest request,
                                                         uint64_t max_bytes);
-
-// A store whose objects are plain URLs under its root, read unsigned (HTTP, file://):
-// what names an object and how it is read, written once for every such kind.
-class UnsignedUrlStore : public ObjectStore {
- public:
-  const std::string& root() const override { return root_; }
-
-  absl::StatusOr<std::optional<std::string>> GetFile(const std::string& name,
-                                                     uint64_t max_bytes) override {
-    RangeRequest request;
-    request.url = root_ + name;
-    return GetSmallFile(fetcher(), request, max_bytes);
-  }
-
-  RemoteObject Object(const std::string& name, uint64_t size,
-                      const std::string& etag) const override {
-    return RemoteObject{name, root_ + name, size, etag};
-  }
-
-  RangeRequest Request(const RemoteObject& object, uint64_t offset,
-                       uint64_t length) const override {
-    return RangeRequest{object.url, std::nullopt, offset, length, object.etag, object.size};
-  }
-
- protected:
-  explicit UnsignedUrlStore(std::string root) : root_(std::move(root)) {}
-
-  const std::string root_;
-};
 
 // `value` percent-encoded as SigV4's canonical query wants it: every byte but
 // A-Z a-z 0-9 - _ . ~ (so '/' too), with upper-case hex digits.
