@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "server/accept_reserve.h"
 #include "server/base/log.h"
 #include "server/base/version.h"
 #include "server/daemon.h"
@@ -167,6 +168,12 @@ int main(int argc, char** argv) {
   }
   LogStartupFacts(cl.options, descriptors);
 
+  // Before the listener exists: the spare that keeps it when descriptors run out.
+  if (!shardcast::server::ReserveAcceptDescriptor()) {
+    LogWarning(
+        "server",
+        "no spare descriptor for accept: running out of descriptors would stop the listener");
+  }
   shardcast::server::Daemon server(cl.options);
   absl::Status started = server.Start();
   if (!started.ok()) {
