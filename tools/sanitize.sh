@@ -21,5 +21,9 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tools/lsan.supp}
 # each (tens of GB of pixels through the instrumented resize took over 10 minutes under
 # ASan on a loaded 2-core machine); the decode budget it exercises is covered under
 # the sanitizers by decode_budget_test, decode_admission_test and its small-budget case.
+# And decode_memory_rss_test, which measures the process's resident memory: ASan's
+# allocator keeps freed blocks in its quarantine (256 MiB by default) and so holds
+# what the test checks the client gives back (+304 MiB there against +9 MiB in the GCC
+# tree); the accounting under it is covered here by encoded_batch_decoder_test.
 (cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -j "${TEST_JOBS:-2}" --timeout 900 \
-  -E '^DecodeMemoryTest\.SixtyFourHugePngsOnAllThreadsStayWithinTheBudget$' "$@")
+  -E '^(DecodeMemoryTest\.SixtyFourHugePngsOnAllThreadsStayWithinTheBudget|ClientDecodeMemoryRssTest\..*)$' "$@")
