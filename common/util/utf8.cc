@@ -8,12 +8,14 @@
 
 namespace shardcast {
 
-size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+size_t Utf8SequenceLength(absl::string_view s, size_t i) { return DecodeUtf8At(s, i).length; }
+
+Utf8Char DecodeUtf8At(absl::string_view s, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = b(i);
   size_t n = 0;
   uint32_t min = 0;
-  if (c < 0x80) return 1;
+  if (c < 0x80) return {c, 1};
   if ((c & 0xE0) == 0xC0) {
     n = 2;
     min = 0x80;
@@ -24,16 +26,16 @@ size_t Utf8SequenceLength(absl::string_view s, size_t i) {
     n = 4;
     min = 0x10000;
   } else {
-    return 0;
+    return {};
   }
-  if (i + n > s.size()) return 0;
+  if (i + n > s.size()) return {};
   uint32_t cp = c & (0x7F >> n);
   for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    if ((b(i + k) & 0xC0) != 0x80) return {};
     cp = (cp << 6) | (b(i + k) & 0x3F);
   }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {};
+  return {static_cast<char32_t>(cp), n};
 }
 
 bool IsValidUtf8(absl::string_view s) {

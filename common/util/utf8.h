@@ -16,6 +16,15 @@ namespace shardcast {
 // U+10FFFF, cut short). REQUIRES: i < s.size().
 size_t Utf8SequenceLength(absl::string_view s, size_t i);
 
+// The character whose UTF-8 sequence starts at s[i]: its code point and its length,
+// the length 0 (and the code point 0) where Utf8SequenceLength says 0.
+// REQUIRES: i < s.size().
+struct Utf8Char {
+  char32_t code_point = 0;
+  size_t length = 0;
+};
+Utf8Char DecodeUtf8At(absl::string_view s, size_t i);
+
 bool IsValidUtf8(absl::string_view s);
 
 // `bytes` as valid UTF-8, one-to-one: every backslash becomes "\\", every byte that is

@@ -242,28 +242,6 @@ bool IsInvisibleFormatCharacter(char32_t c) {
   return false;
 }
 
-namespace {
-
-// The code point of the valid UTF-8 sequence of `length` bytes at `s`.
-char32_t DecodeUtf8(const char* s, size_t length) {
-  const auto byte = [s](size_t i) {
-    return static_cast<char32_t>(static_cast<unsigned char>(s[i]));
-  };
-  switch (length) {
-    case 1:
-      return byte(0);
-    case 2:
-      return ((byte(0) & 0x1f) << 6) | (byte(1) & 0x3f);
-    case 3:
-      return ((byte(0) & 0x0f) << 12) | ((byte(1) & 0x3f) << 6) | (byte(2) & 0x3f);
-    default:
-      return ((byte(0) & 0x07) << 18) | ((byte(1) & 0x3f) << 12) | ((byte(2) & 0x3f) << 6) |
-             (byte(3) & 0x3f);
-  }
-}
-
-}  // namespace
-
 std::string HtmlEscape(absl::string_view text) {
   const std::string utf8 = IsValidUtf8(text) ? std::string(text) : EscapeToUtf8(text);
   std::string out;
@@ -273,8 +251,7 @@ std::string HtmlEscape(absl::string_view text) {
     if (static_cast<unsigned char>(c) >= 0x80) {
       // Valid UTF-8 by now: one whole character, shown as its code point when it is
       // invisible (so the reader sees that it is there), else as it is.
-      const size_t length = Utf8SequenceLength(utf8, i);
-      const char32_t code_point = DecodeUtf8(utf8.data() + i, length);
+      const auto [code_point, length] = DecodeUtf8At(utf8, i);
       if (IsInvisibleFormatCharacter(code_point)) {
         out += code_point <= 0xffff ? absl::StrFormat("\\u%04x", static_cast<uint32_t>(code_point))
                                     : absl::StrFormat("\\U%08x", static_cast<uint32_t>(code_point));

@@ -58,5 +58,21 @@ TEST(Utf8Test, OneToOneOnRandomBytes) {
   EXPECT_EQ(inputs.size(), outputs.size());
 }
 
+TEST(Utf8Test, DecodeUtf8AtGivesTheCodePointAndLengthOrZeroWhereInvalid) {
+  const std::string text = "a\xc3\xa9\xe2\x80\xae\xf0\x9f\x98\x80";  // a, e-acute, U+202E, U+1F600
+  EXPECT_EQ(DecodeUtf8At(text, 0).code_point, U'a');
+  EXPECT_EQ(DecodeUtf8At(text, 1).code_point, char32_t{0xe9});
+  EXPECT_EQ(DecodeUtf8At(text, 1).length, 2u);
+  EXPECT_EQ(DecodeUtf8At(text, 3).code_point, char32_t{0x202e});
+  EXPECT_EQ(DecodeUtf8At(text, 3).length, 3u);
+  EXPECT_EQ(DecodeUtf8At(text, 6).code_point, char32_t{0x1f600});
+  EXPECT_EQ(DecodeUtf8At(text, 6).length, 4u);
+  // A continuation byte, an overlong form, a surrogate, a sequence cut short.
+  for (const std::string bad : {"\x80", "\xc0\xaf", "\xed\xa0\x80", "\xe2\x80"}) {
+    EXPECT_EQ(DecodeUtf8At(bad, 0).length, 0u) << bad;
+    EXPECT_EQ(Utf8SequenceLength(bad, 0), 0u) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace shardcast
