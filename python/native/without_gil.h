@@ -25,19 +25,14 @@ namespace shardcast::client {
 template <typename Work>
 auto WithoutGil(Work&& work) -> decltype(work()) {
   using Result = decltype(work());
-  PyThreadState* const state = PyEval_SaveThread();
-  std::exception_ptr error;
   if constexpr (std::is_void_v<Result>) {
-    try {
+    WithoutGil([&work] {
       std::forward<Work>(work)();
-    } catch (abi::__forced_unwind&) {
-      throw;  // the thread is being ended while it waits: let it go (see above)
-    } catch (...) {
-      error = std::current_exception();
-    }
-    PyEval_RestoreThread(state);
-    if (error) std::rethrow_exception(error);
+      return true;
+    });
   } else {
+    PyThreadState* const state = PyEval_SaveThread();
+    std::exception_ptr error;
     std::optional<Result> result;
     try {
       result.emplace(std::forward<Work>(work)());
