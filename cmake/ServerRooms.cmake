@@ -8,9 +8,9 @@
 #   the generated messages;
 # - no two files of one folder include each other's headers (a cycle of two ideas,
 #   as stream_table and job_registry were), in the rooms and in common/'s util, image,
-#   flags and remote. (common/plan's job_config and plan_fingerprint, and common/shards'
-#   dataset_index with index_cache_format and with shard_reader, still do: those two
-#   folders join the list once they are untangled.)
+#   plan, flags and remote. (common/shards' dataset_index and index_cache_format still
+#   do: the cache format takes ShardInfo, SkippedSample and IndexOptions from the index's
+#   header; the folder joins the list once those types sit below both.)
 #
 # It reads `#include "..."` lines, as written: an include the preprocessor never takes
 # (under #if) counts too.
@@ -98,7 +98,7 @@ function(shardcast_check_server_rooms)
     endforeach()
     shardcast_check_folder_pairs(server/${room} offenders)
   endforeach()
-  foreach(folder util image flags remote)
+  foreach(folder util image plan flags remote)
     shardcast_check_folder_pairs(common/${folder} offenders)
   endforeach()
   if(offenders)

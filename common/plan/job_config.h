@@ -195,19 +195,6 @@ struct ServeSettings {
 // .png name: a replica of the older version would serve other bytes for the same job.
 inline constexpr int kSubstitutionVersion = 2;
 
-// Stable hex digest (32 digits) of the data (the content fingerprint of the index)
-// and every setting that decides which samples a batch holds and which bytes each
-// image becomes: split, remainder, workers, seed, shuffles, block size, transform
-// (unless the job has no image), whether there is an image, the fields asked for,
-// the delivery (encoded; server delivery digests nothing, as before it existed),
-// and the server's byte-changing settings (`serve`, with kSubstitutionVersion).
-// World size and batch size are NOT in it: they are compared on their own, so that
-// a later elastic resume can relax them. Settings that cannot change the batches
-// are normalized away first (as PlanFingerprint does), so equal digests mean equal
-// batches (for equal world and batch size) for every epoch.
-std::string JobFingerprint(absl::string_view index_fingerprint, const JobConfig& config,
-                           const ServeSettings& serve = {});
-
 // One line: "max_member_bytes=0 max_decode_bytes=0 max_pixels=178956970
 // resend_first_batch=false" (0 = no limit that the data reaches).
 std::string ServeSettingsString(const ServeSettings& serve);

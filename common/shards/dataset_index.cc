@@ -29,7 +29,7 @@
 #include "common/shards/content_digest.h"
 #include "common/shards/index_cache_format.h"
 #include "common/shards/sample_grouping.h"
-#include "common/shards/shard_reader.h"
+#include "common/shards/shard_errors.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "common/util/json_fields.h"

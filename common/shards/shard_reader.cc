@@ -28,11 +28,6 @@
 namespace shardcast {
 namespace {
 
-// The payload that marks ShardChangedError.
-constexpr char kShardChangedPayload[] = "type.shardcast.dev/shard-changed";
-// The payload that marks HostIoError.
-constexpr char kHostIoPayload[] = "type.shardcast.dev/host-io";
-
 // Open descriptors kept: a dataset may have thousands of shards, more than the fd limit.
 size_t MaxOpenFiles() {
   struct rlimit limit;
@@ -273,35 +268,6 @@ std::vector<ChangedShard> ShardReader::ChangedShards() const { return impl_->Cha
 
 std::vector<UnreadableShard> ShardReader::UnreadableShards() const {
   return impl_->UnreadableShards();
-}
-
-absl::Status HostIoError(const std::string& where, absl::string_view what, int error) {
-  absl::Status status = absl::UnavailableError(absl::StrCat(
-      where, ": ", what, ": ", std::strerror(error), " (", strerrorname_np(error), ")"));
-  status.SetPayload(kHostIoPayload, absl::Cord(absl::StrCat(error)));
-  return status;
-}
-
-absl::Status AsHostIoError(absl::Status status) {
-  status.SetPayload(kHostIoPayload, absl::Cord("0"));
-  return status;
-}
-
-bool IsHostIoError(const absl::Status& status) {
-  return status.GetPayload(kHostIoPayload).has_value();
-}
-
-absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change) {
-  absl::Status status = absl::FailedPreconditionError(
-      absl::StrCat(shard_path, ": the shard changed since indexing (", change,
-                   "); its samples are not served under the old index; restart the server "
-                   "to index the shards again"));
-  status.SetPayload(kShardChangedPayload, absl::Cord("1"));
-  return status;
-}
-
-bool IsShardChanged(const absl::Status& status) {
-  return status.GetPayload(kShardChangedPayload).has_value();
 }
 
 }  // namespace shardcast

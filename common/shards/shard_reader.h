@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/shards/dataset_index.h"
 #include "common/shards/member_reader.h"
+#include "common/shards/shard_errors.h"
 
 namespace shardcast {
 
@@ -48,21 +49,6 @@ class ShardReader : public MemberReader {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// FAILED_PRECONDITION naming the shard and what changed, marked so that IsShardChanged
-// recognizes it: a stream must end with it rather than substitute the sample.
-absl::Status ShardChangedError(const std::string& shard_path, absl::string_view change);
-bool IsShardChanged(const absl::Status& status);
-
-// UNAVAILABLE for an open, stat or read of a shard that failed with `error` (an errno):
-// the host's fault, not the data's, so a caller may retry and must never take it for
-// corrupt content. The message names the shard (`where`), the errno's name and text.
-absl::Status HostIoError(const std::string& where, absl::string_view what, int error);
-bool IsHostIoError(const absl::Status& status);
-// `status` (UNAVAILABLE or DEADLINE_EXCEEDED of a remote store, say) marked so that
-// IsHostIoError recognizes it: the storage's fault, retried by the serve path, never
-// taken for corrupt content.
-absl::Status AsHostIoError(absl::Status status);
 
 }  // namespace shardcast
 

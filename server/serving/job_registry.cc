@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/image/image_decode_internal.h"
 #include "common/image/webp_decode.h"
+#include "common/plan/job_fingerprint.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
 #include "server/base/log.h"

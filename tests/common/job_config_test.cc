@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/plan/job_fingerprint.h"
 namespace shardcast {
 namespace {
 
