@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "client/protocol/channel.h"
-#include "client/protocol/wire_batch.h"
+#include "client/rpc/channel.h"
+#include "client/rpc/wire_batch.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 
 namespace shardcast::bench {

@@ -4,7 +4,7 @@
 batch (each rank's CPU time per batch, all its threads).
 
 Every rank is its own process running shardcast.Loader with --server given as the list
-of all replicas; ranks spread over them by rank (client/protocol/server_list.h). The
+of all replicas; ranks spread over them by rank (client/reconnect/server_list.h). The
 replicas share this machine's cores, so on 2 cores this measures overhead, not
 speed-up: a replica adds decode threads, not cores. Rows run interleaved in rounds;
 figures are medians over rounds.

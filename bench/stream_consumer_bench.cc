@@ -8,7 +8,7 @@
 //       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--auth-token-file FILE]
 // MODE: batch_stream  BatchStream (prefetch thread, checks, WireBatch, table normalize)
 //       raw           a generated stub reading and parsing each Batch, nothing else
-//       wire          a reader of WireBatch (client/protocol/wire_batch.h), as the
+//       wire          a reader of WireBatch (client/rpc/wire_batch.h), as the
 //                     trainer's stream reads: header parsed, pixels left in gRPC's
 //                     receive slices; against raw, the parse copy the client avoids
 //       raw_tensors   raw + per-batch tensor work as BatchStream did it before WireBatch
@@ -27,8 +27,8 @@
 
 #include "bench/raw_stream_reader.h"
 #include "client/batch_stream.h"
-#include "client/protocol/client_security.h"
-#include "client/protocol/receive_memory.h"
+#include "client/decode/receive_memory.h"
+#include "client/rpc/client_security.h"
 #include "common/flags/flags.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // BatchStream: one rank's stream of a shardcast job as torch tensors. The protocol
 // (register, prefetch, checks, reconnect and resume) is RankStream's, seen through
-// RankFeed's plain types (client/protocol/rank_feed.h: no generated protobuf code meets
+// RankFeed's plain types (client/stream/rank_feed.h: no generated protobuf code meets
 // LibTorch's headers); this adds the tensors: the received image bytes, kept in gRPC's
 // buffers, are read once, into pinned memory for a non_blocking copy to CUDA
 // (normalized there) or straight into normalized floats on the CPU.
@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/protocol/rank_feed.h"
+#include "client/stream/rank_feed.h"
 
 namespace shardcast {
 

@@ -1,5 +1,6 @@
 # The targets a target depends on, as chains, for the configure-time checks of the
-# build's rules (TorchProtobufSeparation.cmake, ServerCoreWithoutGrpc.cmake).
+# build's rules (TorchProtobufSeparation.cmake, ServerCoreWithoutGrpc.cmake,
+# ClientRooms.cmake).
 #
 # shardcast_link_closure(TARGET OUT_VAR [HEADERS_ONLY]): sets OUT_VAR to every target
 # reachable from TARGET through its link libraries (its own LINK_LIBRARIES, then

@@ -11,9 +11,12 @@
 #   plan, flags and remote. (common/shards' dataset_index and index_cache_format still
 #   do: the cache format takes ShardInfo, SkippedSample and IndexOptions from the index's
 #   header; the folder joins the list once those types sit below both.)
+# The client's rooms are checked the same way by cmake/ClientRooms.cmake.
 #
 # It reads `#include "..."` lines, as written: an include the preprocessor never takes
 # (under #if) counts too.
+
+include_guard(GLOBAL)
 
 function(shardcast_includes_of file out_var)
   file(STRINGS ${file} lines REGEX "^#include \"[^\"]+\"")

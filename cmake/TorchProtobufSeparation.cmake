@@ -6,7 +6,7 @@
 # is pure there, `ArenaStringPtr::ClearToEmpty()` has other arguments. Debian's LibTorch
 # has no such folder, so a build here would never notice; this check makes the rule hold
 # on every machine. Code on LibTorch reaches the protocol through plain C++ headers
-# (client/protocol/rank_feed.h) of libraries that link the protocol PRIVATEly.
+# (client/stream/rank_feed.h) of libraries that link the protocol PRIVATEly.
 #
 # shardcast_check_torch_protobuf_separation(): after every target is defined, fails the
 # configure step for a target whose compile-time dependencies (its link libraries and,
@@ -57,7 +57,7 @@ function(shardcast_check_torch_protobuf_separation)
   if(offenders)
     message(FATAL_ERROR "LibTorch's headers and the generated protobuf code meet in:${offenders}\n"
       "(cmake/TorchProtobufSeparation.cmake says why). Reach the protocol through "
-      "client/protocol/rank_feed.h (shardcast_rank_feed), or put the protobuf side in a "
+      "client/stream/rank_feed.h (shardcast_rank_feed), or put the protobuf side in a "
       "library of its own with a plain header and link it PRIVATE.")
   endif()
 endfunction()

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "client/protocol/server_list.h"
+#include "client/reconnect/server_list.h"
 
 namespace shardcast::ctl {
 

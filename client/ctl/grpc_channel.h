@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/protocol/channel.h"
-#include "client/protocol/client_security.h"
+#include "client/rpc/channel.h"
+#include "client/rpc/client_security.h"
 #include "common/flags/flags.h"
 
 namespace shardcast::ctl {
@@ -27,7 +27,7 @@ inline constexpr int kExitUnreachable = 3;  // no connection, deadline passed, o
 // The flags `health` and `status` share.
 struct ServerCommandFlags {
   std::string server;  // --server ADDR[,ADDR...] (required)
-  // The replicas --server names (client/protocol/server_list.h: a list, or a name
+  // The replicas --server names (client/reconnect/server_list.h: a list, or a name
   // that resolves to several addresses), filled by ParseServerCommandFlags.
   std::vector<std::string> targets;
   absl::Duration rpc_timeout;            // --rpc-timeout DURATION: the deadline of the call
@@ -51,7 +51,7 @@ std::optional<int> ParseServerCommandFlags(const std::string& command, FlagSet& 
 
 // The channel to `target`, one of flags.targets (host:port, [v6]:port, unix:/path, or
 // any gRPC target string), made by the clients' one channel factory
-// (client/protocol/channel.h). Nothing connects until the first call.
+// (client/rpc/channel.h). Nothing connects until the first call.
 std::shared_ptr<grpc::Channel> ServerChannel(const ServerCommandFlags& flags,
                                              const std::string& target);
 

@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/batch_stream.h"
-#include "client/protocol/run_rules.h"
+#include "client/reconnect/run_rules.h"
 #include "client/train/batch_source.h"
 #include "client/train/checkpoint.h"
 #include "client/train/ddp.h"

@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/protocol/stream_settings.h"
+#include "client/base/stream_settings.h"
 #include "client/train/mixed_precision.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"

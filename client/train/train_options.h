@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/protocol/client_security.h"
+#include "client/rpc/client_security.h"
 #include "client/train/trainer_config.h"
 #include "common/plan/job_config.h"
 

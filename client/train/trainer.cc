@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "client/protocol/run_rules.h"
+#include "client/reconnect/run_rules.h"
 #include "client/train/checkpoint.h"
 #include "common/util/digest.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "client/protocol/rank_stream.h"
-#include "client/protocol/wire_batch.h"
+#include "client/rpc/wire_batch.h"
+#include "client/stream/rank_stream.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast::client {

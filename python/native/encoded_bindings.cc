@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "client/protocol/client_decode_memory.h"
+#include "client/decode/client_decode_memory.h"
 #include "common/image/image_transform.h"
 #include "common/image/image_types.h"
 #include "common/plan/job_config.h"

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/protocol/stream_checks.h"
+#include "client/checks/stream_checks.h"
 
 namespace py = pybind11;
 

@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "client/protocol/rank_stream.h"
+#include "client/stream/rank_stream.h"
 
 namespace shardcast::client {
 

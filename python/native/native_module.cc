@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "client/protocol/receive_memory.h"
-#include "client/protocol/run_rules.h"
+#include "client/decode/receive_memory.h"
+#include "client/reconnect/run_rules.h"
 #include "common/util/token_file.h"
 #include "python/native/batch_bindings.h"
 #include "python/native/encoded_bindings.h"
@@ -70,7 +70,7 @@ void NormalizeWithTable(uintptr_t in_address, uintptr_t out_address, int64_t bat
   }
 }
 
-// The run's rules (client/protocol/run_rules.h), as shardcast-train applies them.
+// The run's rules (client/reconnect/run_rules.h), as shardcast-train applies them.
 void BindRunRules(py::module_& m) {
   m.def("new_job_id", &NewRunJobId, "run-<host>-<pid>-<random>: a new job id for a run");
   py::class_<SavedPosition>(m, "SavedPosition")
@@ -96,7 +96,7 @@ void BindRunRules(py::module_& m) {
 
 PYBIND11_MODULE(_native, m) {
   using namespace shardcast::client;
-  m.doc() = "shardcast's C++ protocol client (client/protocol/rank_stream.h) for Python";
+  m.doc() = "shardcast's C++ protocol client (client/stream/rank_stream.h) for Python";
   BindErrorKinds(m);
   BindBatches(m);
   BindStreamOptions(m);
@@ -118,7 +118,7 @@ PYBIND11_MODULE(_native, m) {
       "holding a PEM block); ValueError naming `argument` and the path otherwise");
   m.def("keep_receive_buffers_warm", &KeepReceiveBuffersWarm,
         "glibc malloc's mmap and trim thresholds raised once per process "
-        "(client/protocol/receive_memory.h); whether glibc took them");
+        "(client/decode/receive_memory.h); whether glibc took them");
 
   // Encoded delivery: a sample's CPU decode, and the pieces of the GPU decode's tests.
   BindEncodedImageFunctions(m);

@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
-#include "client/protocol/client_security.h"
-#include "client/protocol/server_list.h"
-#include "client/protocol/stream_settings.h"
+#include "client/base/stream_settings.h"
+#include "client/reconnect/server_list.h"
+#include "client/rpc/client_security.h"
 #include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
 
@@ -51,7 +51,7 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 // Every integer option's range, from the constants that the server's Validate
 // (common/plan/job_config.h) and the C++ client's CheckStreamSettings
-// (client/protocol/request_checks.cc) enforce, and the wire's field types: one table,
+// (client/checks/request_checks.cc) enforce, and the wire's field types: one table,
 // so a Python caller is refused where a C++ one would be.
 constexpr OptionRange kOptionRanges[] = {
     {"batch_size", 1, kMaxBatchSize},

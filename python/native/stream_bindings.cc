@@ -1,4 +1,4 @@
-// shardcast._native.Stream: one rank's RankStream (client/protocol/rank_stream.h) for
+// shardcast._native.Stream: one rank's RankStream (client/stream/rank_stream.h) for
 // Python, its waits without the GIL and its batches as NativeBatch (batch_bindings.h).
 #include "python/native/stream_bindings.h"
 
@@ -14,9 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "client/protocol/client_security.h"
-#include "client/protocol/rank_stream.h"
-#include "client/protocol/stream_checks.h"
+#include "client/checks/stream_checks.h"
+#include "client/rpc/client_security.h"
+#include "client/stream/rank_stream.h"
 #include "common/plan/epoch_plan.h"
 #include "proto/job_config_proto.h"
 #include "python/native/batch_bindings.h"

@@ -4,7 +4,7 @@ PyTorch (or Lightning) training loop in place of a DataLoader.
 Every rank gets exactly len(loader) batches per epoch, whatever the data; the server
 decodes and transforms (or, decode="cpu" | "cuda", sends the images as stored with their
 crops, and this process decodes them: the native client, or gpu_decode on the device).
-The protocol is the C++ client's (shardcast._native, built from client/protocol): it
+The protocol is the C++ client's (shardcast._native, built from client/stream): it
 registers, receives, checks and reconnects on its own thread,
 without the GIL, and the loader wraps the received pixels as a uint8 tensor without
 copying them (or copies them once into pinned memory, pin_memory=True). Its keyword

@@ -26,7 +26,7 @@ LIMITS: Dict[str, Tuple[int, int]] = {
     name: (int(low), int(high)) for name, (low, high) in _native.option_limits().items()
 }
 
-# The Loader's decode= as the native client's StreamOptions.decode (client/protocol/
+# The Loader's decode= as the native client's StreamOptions.decode (client/base/
 # stream_settings.h ClientDecode): the one place the two spellings meet. "cuda" hands the
 # encoded images over undecoded ("none"); gpu_decode decodes them on the device. The
 # native client names the wire's delivery from it (rank_stream.cc).
@@ -317,7 +317,7 @@ OPTIONS: Tuple[Option, ...] = (
         "bearer token for a server with "
         "`--auth-token-file`, sent as `authorization: Bearer` metadata. `tls`, `tls_ca`, "
         "`tls_cert`, `tls_key` and `token` go through the C++ clients' own rule "
-        "(`client/protocol/client_security.h`, `_native.client_security`), so Python and "
+        "(`client/rpc/client_security.h`, `_native.client_security`), so Python and "
         "the flags cannot drift",
         default_doc="None: `$SHARDCAST_TOKEN`, which must hold "
         "one token of visible ASCII or nothing, as for `shardcast-train` (`ValueError` "
@@ -677,7 +677,7 @@ def stream_options(values: Dict[str, Any]) -> "_native.StreamOptions":
 
 
 def security(values: Dict[str, Any]) -> "_native.Security":
-    """TLS and the token by the C++ clients' one rule (client/protocol/client_security.h):
+    """TLS and the token by the C++ clients' one rule (client/rpc/client_security.h):
     TLS when tls, tls_ca or tls_cert is given (tls_ca: default the system's roots), files
     read as they read them, the token given or else $SHARDCAST_TOKEN's."""
     return _native.client_security(

@@ -1,6 +1,6 @@
 """Where a Loader's epoch goes on from a state_dict: the same batches with the same world
 size and batch size, the rest of the epoch's samples dealt over the new ranks otherwise
-(an elastic resume, split sample only: shardcast-train's rule, client/protocol/
+(an elastic resume, split sample only: shardcast-train's rule, client/reconnect/
 run_rules.h), or the next epoch when the state's was finished."""
 
 from typing import Any, Dict, Tuple

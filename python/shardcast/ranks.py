@@ -39,7 +39,7 @@ def resolve_job_id(job_id: Optional[str], world_size: int) -> str:
 
 
 def new_job_id() -> str:
-    """run-<host>-<pid>-<random>: shardcast-train's rule (client/protocol/run_rules.h)."""
+    """run-<host>-<pid>-<random>: shardcast-train's rule (client/reconnect/run_rules.h)."""
     return _native.new_job_id()
 
 

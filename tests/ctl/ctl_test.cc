@@ -19,7 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/protocol/channel.h"
+#include "client/rpc/channel.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"
 #include "tests/support/child_process.h"
 #include "tests/support/server_process.h"

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/protocol/channel.h"
+#include "client/rpc/channel.h"
 #include "common/plan/epoch_plan.h"
 #include "common/shards/dataset_index.h"
 #include "shardcast/v1/shardcast.grpc.pb.h"

@@ -2,7 +2,7 @@
 (issue 45): None means the default, any other value is used as given or refused at
 construction, before any connection, with TypeError (a wrong type) or ValueError (out of
 range) naming the argument. The ranges below are written out by hand from the C++
-constants (common/plan/job_config.h, client/protocol/stream_settings.h), so a change to
+constants (common/plan/job_config.h, client/base/stream_settings.h), so a change to
 either side shows here.
 
 Refusals are made against a listening socket that never accepts: a refusal that came

@@ -1,5 +1,5 @@
 """keep_receive_buffers_warm: blocks a stream of received batches frees are reused warm,
-as the C++ client's test (tests/client/protocol/receive_memory_test.cc) checks there.
+as the C++ client's test (tests/client/decode/receive_memory_test.cc) checks there.
 
 Run in a child interpreter so the thresholds it sets start from glibc's defaults and
 leave this process's alone."""

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/protocol/rank_stream.h"
+#include "client/stream/rank_stream.h"
 #include "tests/server/server_test_support.h"
 #include "tests/support/hostile_webp.h"
 #include "tests/support/solid_png.h"

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/protocol/channel.h"
-#include "client/protocol/client_security.h"
-#include "client/protocol/rank_stream.h"
+#include "client/rpc/channel.h"
+#include "client/rpc/client_security.h"
+#include "client/stream/rank_stream.h"
 #include "common/util/token_file.h"
 #include "google/protobuf/descriptor.h"
 #include "server/net/token_authenticator.h"
@@ -213,7 +213,7 @@ TEST_F(SecurityTest, TlsClientIsRefusedByPlaintextServer) {
   InProcessServer server(Path("shards"), {});
   grpc::Status status = Exercise(Channel(server.server().port(), Ca()), "mismatch-job");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
-  EXPECT_TRUE(client::IsHandshakeFailure(status)) << status.error_message();
+  EXPECT_TRUE(client::IsHandshakeFailure(client::FromGrpc(status))) << status.error_message();
   absl::Status connected = ConnectRankStream(server.server().port(), Ca());
   EXPECT_TRUE(absl::IsUnavailable(connected)) << connected;
   EXPECT_NE(connected.message().find("TLS handshake failed"), std::string::npos) << connected;
@@ -223,7 +223,7 @@ TEST_F(SecurityTest, WrongCaIsRefusedWithAHintAndNotRetried) {
   InProcessServer server(Path("shards"), TlsOptions());
   grpc::Status status = Exercise(Channel(server.server().port(), Ca("other_ca.pem")), "ca-job");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
-  EXPECT_TRUE(client::IsHandshakeFailure(status)) << status.error_message();
+  EXPECT_TRUE(client::IsHandshakeFailure(client::FromGrpc(status))) << status.error_message();
   EXPECT_NE(client::DescribeRpcError(status).find("--tls-ca"), std::string::npos);
 
   absl::Status connected = ConnectRankStream(server.server().port(), Ca("other_ca.pem"));

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/protocol/channel.h"
+#include "client/rpc/channel.h"
 #include "common/image/image_transform.h"
 #include "common/plan/epoch_plan.h"
 #include "common/shards/dataset_index.h"

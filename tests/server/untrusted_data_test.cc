@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/protocol/rank_stream.h"
+#include "client/stream/rank_stream.h"
 #include "common/util/utf8.h"
 #include "tests/server/server_test_support.h"
 #include "tools/pack/image_encode.h"
