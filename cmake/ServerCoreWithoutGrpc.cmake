@@ -8,26 +8,37 @@
 # link) reaches a gRPC library or the generated gRPC services (shardcast_proto), naming
 # the chain that leads there.
 
+include_guard(GLOBAL)
 include(${CMAKE_CURRENT_LIST_DIR}/LinkClosure.cmake)
 
-function(shardcast_check_server_core_without_grpc)
-  get_property(rooms GLOBAL PROPERTY SHARDCAST_SERVER_CORE_ROOMS)
+# Appends to `offenders_var` one chain per core room (the targets the global property
+# `property` names) whose link closure reaches a gRPC library or shardcast_proto.
+# The client's core rooms are checked by it too (cmake/ClientRooms.cmake).
+function(shardcast_core_rooms_linking_grpc property offenders_var)
+  set(offenders ${${offenders_var}})
+  get_property(rooms GLOBAL PROPERTY ${property})
   if(NOT rooms)
-    message(FATAL_ERROR "no core rooms registered: server/CMakeLists.txt's "
-                        "shardcast_server_room(... CORE ...) should have named them")
+    message(FATAL_ERROR "no core rooms registered in ${property}: the rooms' "
+                        "CMakeLists.txt (... CORE ...) should have named them")
   endif()
-  set(offenders "")
   foreach(room ${rooms})
     shardcast_link_closure(${room} chains)
     foreach(chain ${chains})
       if(chain MATCHES "^(gRPC::[^<]*|shardcast_proto)<-")
-        string(APPEND offenders "\n  ${chain}")
+        list(APPEND offenders "${room} links gRPC: ${chain}")
         break()
       endif()
     endforeach()
   endforeach()
+  set(${offenders_var} ${offenders} PARENT_SCOPE)
+endfunction()
+
+function(shardcast_check_server_core_without_grpc)
+  set(offenders "")
+  shardcast_core_rooms_linking_grpc(SHARDCAST_SERVER_CORE_ROOMS offenders)
   if(offenders)
-    message(FATAL_ERROR "A core room of the server links gRPC:${offenders}\n"
+    list(JOIN offenders "\n  " listed)
+    message(FATAL_ERROR "A core room of the server links gRPC:\n  ${listed}\n"
       "(cmake/ServerCoreWithoutGrpc.cmake says why). The core rooms (base, net, assembly, "
       "status, serving) link the messages alone (shardcast_proto_messages); code that "
       "needs gRPC goes in server/rpc/.")
