@@ -61,6 +61,7 @@ class NativeStream {
     const v1::RegisterResponse& registration = stream_->registration();
     registration_ = registration.SerializeAsString();
     field_names_ = NamesOfFields(registration);
+    dataset_ = std::make_shared<const std::string>(registration.dataset());
     has_images_ = RegisteredWithImages(registration);
     encoded_delivery_ = has_images_ && registration.delivery() == v1::IMAGE_DELIVERY_ENCODED;
     dct_scaling_ = registration.transform().dct_scaling();
@@ -241,7 +242,7 @@ class NativeStream {
   std::optional<NativeBatch> Take(absl::StatusOr<std::optional<ReceivedBatch>> received) const {
     if (!received.ok()) Raise(received.status(), Call::kNext);
     if (!received->has_value()) return std::nullopt;
-    return NativeBatch{std::move(**received), field_names_};
+    return NativeBatch{std::move(**received), field_names_, false, dataset_};
   }
 
   // What the registering thread tells (on_waiting), for the waiting thread to log.
@@ -252,6 +253,7 @@ class NativeStream {
   int32_t rank_ = 0;
   std::string registration_;
   FieldNames field_names_;
+  std::shared_ptr<const std::string> dataset_;  // RegisterResponse.dataset
   bool has_images_ = true;
   bool encoded_delivery_ = false;  // the registration's delivery is encoded
   bool dct_scaling_ = false;       // the registration's transform.dct_scaling

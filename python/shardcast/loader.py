@@ -134,8 +134,18 @@ class Loader:
 
     @property
     def dataset(self) -> str:
-        """The dataset this job reads, as the server resolved it (e.g. "default")."""
+        """The dataset this job reads, as the server resolved it (e.g. "default"); "" for a
+        mixture (`mix`)."""
         return self.registration.dataset
+
+    @property
+    def mix(self) -> List[Tuple[int, Dict[str, float]]]:
+        """A mixed job's schedule as the server resolved it: [(step, {dataset: weight})],
+        weights normalised to sum 1 (one point for constant weights); [] for one dataset."""
+        return [
+            (point.step, {w.dataset: w.weight for w in point.weights})
+            for point in self.registration.mix
+        ]
 
     @property
     def batch_size(self) -> int:

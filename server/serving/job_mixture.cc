@@ -36,18 +36,18 @@ absl::StatusOr<MixtureRequest> ParseMixture(const v1::RegisterRequest& request) 
             absl::StrCat("mix: point ", p, " has a weight without a dataset name"));
       }
       if (weight.dataset().size() > kMaxDatasetNameLength) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mix: point ", p, " names a dataset longer than ", kMaxDatasetNameLength,
-            " characters"));
+        return absl::InvalidArgumentError(absl::StrCat("mix: point ", p,
+                                                       " names a dataset longer than ",
+                                                       kMaxDatasetNameLength, " characters"));
       }
       if (!names.insert(weight.dataset()).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mix: point ", p, " names dataset '", EscapeToUtf8(weight.dataset()), "' twice"));
+        return absl::InvalidArgumentError(absl::StrCat("mix: point ", p, " names dataset '",
+                                                       EscapeToUtf8(weight.dataset()), "' twice"));
       }
       if (names.size() > static_cast<size_t>(kMaxMixtureDatasets)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mix: more than ", kMaxMixtureDatasets, " datasets; at most ", kMaxMixtureDatasets,
-            " may be mixed"));
+        return absl::InvalidArgumentError(absl::StrCat("mix: more than ", kMaxMixtureDatasets,
+                                                       " datasets; at most ", kMaxMixtureDatasets,
+                                                       " may be mixed"));
       }
       parsed.weights.emplace_back(weight.dataset(), weight.weight());
     }
@@ -82,9 +82,10 @@ std::string MixtureRequestString(const MixtureRequest& mixture) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(
-    MixtureRequest asked, std::vector<const NamedDataset*> datasets, const JobConfig& config,
-    int64_t max_member_bytes) {
+absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
+                                                         std::vector<const NamedDataset*> datasets,
+                                                         const JobConfig& config,
+                                                         int64_t max_member_bytes) {
   auto mixture = std::make_unique<JobMixture>();
   MixtureSpec spec;
   std::vector<std::vector<uint32_t>> shard_sizes;
@@ -96,8 +97,8 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(
         JobSamples::Select(dataset.data->index(), config, max_member_bytes);
     if (!samples.ok()) {
       return absl::Status(samples.status().code(),
-                          absl::StrCat("mix: dataset '", dataset.name, "' of the mixture: ",
-                                       samples.status().message()));
+                          absl::StrCat("mix: dataset '", dataset.name,
+                                       "' of the mixture: ", samples.status().message()));
     }
     ServeSettings serve = dataset.serve;
     if ((*samples)->member_limit_reached()) serve.max_member_bytes = max_member_bytes;

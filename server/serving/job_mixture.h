@@ -54,9 +54,10 @@ struct JobMixture {
 // a field it lacks, no usable sample), then the planner (its refusals: weights, steps,
 // samples_per_epoch, the datasets' count). REQUIRES: `datasets` holds asked.names'
 // datasets in that order.
-absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(
-    MixtureRequest asked, std::vector<const NamedDataset*> datasets, const JobConfig& config,
-    int64_t max_member_bytes);
+absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
+                                                         std::vector<const NamedDataset*> datasets,
+                                                         const JobConfig& config,
+                                                         int64_t max_member_bytes);
 
 // The response's mixture fields (mix, samples_per_epoch, mix_datasets, num_samples,
 // classes, left_out, index_fingerprint).
