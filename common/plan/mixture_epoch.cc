@@ -40,7 +40,8 @@ class MixtureEpoch : public EpochPlan, public std::enable_shared_from_this<Mixtu
   }
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> IterateFrom(
       int32_t rank, int64_t start_batch, int64_t sample_offset) const override {
-    absl::StatusOr<int64_t> n = BatchesFromOffset(job_->samples_per_epoch(), config_, sample_offset);
+    absl::StatusOr<int64_t> n =
+        BatchesFromOffset(job_->samples_per_epoch(), config_, sample_offset);
     if (!n.ok()) return n.status();
     return std::unique_ptr<RankBatchIterator>(
         std::make_unique<Iterator>(shared_from_this(), rank, start_batch, sample_offset, *n));
@@ -51,7 +52,11 @@ class MixtureEpoch : public EpochPlan, public std::enable_shared_from_this<Mixtu
    public:
     Iterator(std::shared_ptr<const MixtureEpoch> epoch, int32_t rank, int64_t start_batch,
              int64_t offset, int64_t count)
-        : epoch_(std::move(epoch)), rank_(rank), next_(start_batch), offset_(offset), count_(count) {}
+        : epoch_(std::move(epoch)),
+          rank_(rank),
+          next_(start_batch),
+          offset_(offset),
+          count_(count) {}
 
     bool Next(PlannedBatch* batch) override {
       if (next_ >= count_) return false;
@@ -130,8 +135,8 @@ absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Create(
         config.batch_size, " x world size ", config.world_size,
         " with remainder drop (raise samples_per_epoch or use remainder pad)"));
   }
-  return std::shared_ptr<const MixtureJobPlan>(new MixtureJobPlan(
-      std::move(spec), *std::move(planner), std::move(shard_sizes), config, *n));
+  return std::shared_ptr<const MixtureJobPlan>(
+      new MixtureJobPlan(std::move(spec), *std::move(planner), std::move(shard_sizes), config, *n));
 }
 
 MixtureJobPlan::MixtureJobPlan(MixtureSpec spec, MixturePlanner planner,
@@ -153,8 +158,8 @@ MixtureJobPlan::MixtureJobPlan(MixtureSpec spec, MixturePlanner planner,
 SampleRef MixtureJobPlan::RefOf(const MixtureDraw& draw) const {
   const std::vector<uint64_t>& cum = cum_[static_cast<size_t>(draw.dataset)];
   // The shard holding the draw's index: the last whose first sample is <= index.
-  const size_t shard = static_cast<size_t>(
-      std::upper_bound(cum.begin(), cum.end(), draw.index) - cum.begin() - 1);
+  const size_t shard =
+      static_cast<size_t>(std::upper_bound(cum.begin(), cum.end(), draw.index) - cum.begin() - 1);
   SampleRef ref;
   ref.dataset = draw.dataset;
   ref.shard = static_cast<int32_t>(shard);
@@ -180,6 +185,14 @@ absl::StatusOr<MixtureState> MixtureJobPlan::EpochStartState(int64_t epoch) cons
     if (e == epoch || e % 16 == 0) starts_.emplace(e, cursor.state());
   }
   while (starts_.size() > kKeptStarts + 1) starts_.erase(std::next(starts_.begin()));
+  return cursor.state();
+}
+
+absl::StatusOr<MixtureState> MixtureJobPlan::StateAt(int64_t epoch, int64_t offset) const {
+  absl::StatusOr<MixtureState> start = EpochStartState(epoch);
+  if (!start.ok()) return start.status();
+  MixturePlanner::Cursor cursor = *planner_.Resume(*start);
+  planner_.Advance(&cursor, std::clamp<int64_t>(offset, 0, samples_per_epoch()));
   return cursor.state();
 }
 

@@ -56,6 +56,11 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
   // The planner's state at the start of `epoch` (what Epoch walks from).
   absl::StatusOr<MixtureState> EpochStartState(int64_t epoch) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The planner's state at offset `offset` of `epoch` (0 <= offset <= S): the draws
+  // per dataset up to there. O(offset k) past the epoch's start.
+  absl::StatusOr<MixtureState> StateAt(int64_t epoch, int64_t offset) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // The SampleRef of a draw (see the class comment); `epoch` is unused by the seed.
   SampleRef RefOf(const MixtureDraw& draw) const;
 

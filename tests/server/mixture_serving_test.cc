@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/status/metrics_text.h"
+#include "server/status/status_page.h"
 #include "tests/server/server_test_support.h"
 
 namespace shardcast::server_testing {
@@ -28,10 +30,10 @@ struct Drawn {
   bool valid = false;
 };
 
-v1::RegisterRequest MixRequest(const std::string& job, int rank, int world, int batch,
-                               const std::vector<std::pair<int64_t, std::map<std::string, double>>>&
-                                   schedule,
-                               uint64_t samples_per_epoch) {
+v1::RegisterRequest MixRequest(
+    const std::string& job, int rank, int world, int batch,
+    const std::vector<std::pair<int64_t, std::map<std::string, double>>>& schedule,
+    uint64_t samples_per_epoch) {
   v1::RegisterRequest request = MakeRegister(job, rank, world, batch);
   for (const auto& [step, weights] : schedule) {
     v1::MixPoint* point = request.add_mix();
@@ -181,6 +183,32 @@ TEST_F(MixtureServingTest, ConstantWeightsHoldAtEveryPrefixAndEachDatasetIsReadI
   EXPECT_NEAR(count["a"], 96, 1);
   EXPECT_NEAR(count["b"], 57.6, 1);
   EXPECT_NEAR(count["c"], 38.4, 1);
+
+  // Status: at the ranks' position (the end of epoch 1), each dataset's draws are the
+  // sequence's counts, its pass and place in it follow, and the weight is the schedule's.
+  const v1::GetStatusResponse status = GetStatus(server.stub());
+  ASSERT_EQ(status.jobs_size(), 1);
+  const v1::JobStatus& job = status.jobs(0);
+  EXPECT_EQ(job.dataset(), "");
+  EXPECT_EQ(job.samples_per_epoch(), 96u);
+  ASSERT_EQ(job.mix_size(), 3);
+  const std::map<std::string, int64_t> sizes = {{"a", 40}, {"b", 7}, {"c", 300}};
+  for (const v1::MixDatasetStatus& d : job.mix()) {
+    EXPECT_EQ(d.samples_drawn(), count[d.name()]) << d.name();
+    EXPECT_EQ(d.num_samples(), sizes.at(d.name()));
+    EXPECT_EQ(d.pass(), count[d.name()] / sizes.at(d.name())) << d.name();
+    EXPECT_EQ(d.pass_position(), count[d.name()] % sizes.at(d.name())) << d.name();
+  }
+  EXPECT_NEAR(job.mix(0).weight(), 0.5, 1e-12);
+  EXPECT_NEAR(job.mix(2).weight(), 0.2, 1e-12);
+  const std::string page = server::RenderStatusPage(status, {}, 600);
+  EXPECT_THAT(page, HasSubstr("a mixture of 3 datasets, 96 samples per epoch"));
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("<tr><td>b</td><td>0.3000</td><td>", count["b"])));
+  const std::string metrics = server::RenderPrometheusText(server.server().impl().Metrics());
+  EXPECT_THAT(metrics, HasSubstr("shardcast_job_mix_weight{job=\"mix\",dataset=\"b\"} 0.3"));
+  EXPECT_THAT(metrics,
+              HasSubstr(absl::StrCat("shardcast_job_mix_samples_drawn{job=\"mix\",dataset=\"b\"} ",
+                                     count["b"])));
 }
 
 TEST_F(MixtureServingTest, AScheduleMovesTheWeightsOverSteps) {
@@ -257,8 +285,8 @@ TEST_F(MixtureServingTest, BadMixturesAreRefusedNamingTheProblemAndTheServerStay
       "does not increase");
   add("names", {{0, {{"a", 1}, {"b", 1}}}, {5, {{"a", 1}, {"c", 1}}}}, kInvalid,
       "every point names the same datasets");
-  add("epoch-zero-drop", {{0, {{"a", 1}}}}, grpc::StatusCode::FAILED_PRECONDITION,
-      "no full step", 1);
+  add("epoch-zero-drop", {{0, {{"a", 1}}}}, grpc::StatusCode::FAILED_PRECONDITION, "no full step",
+      1);
   add("epoch-huge", {{0, {{"a", 1}}}}, kInvalid, "samples_per_epoch", uint64_t{1} << 63);
   {
     std::map<std::string, double> many;
