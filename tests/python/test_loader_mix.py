@@ -107,20 +107,27 @@ def test_a_constant_mixture_holds_its_weights_at_every_prefix_and_step(mixed_ser
     worst = check_bound_and_passes(seq, [(0, WEIGHTS)], W * B)
     # Per step of W*B = 8 samples: 4, 2.4, 1.6 on average, never off by more than the
     # bound allows at the step's two ends.
-    per_step = [collections.Counter(n for n, _ in seq[i : i + W * B]) for i in range(0, len(seq), W * B)]
+    per_step = [
+        collections.Counter(n for n, _ in seq[i : i + W * B]) for i in range(0, len(seq), W * B)
+    ]
     for counts in per_step:
         for d, w in WEIGHTS.items():
             assert abs(counts[d] - w * W * B) <= 2
     totals = collections.Counter(n for n, _ in seq)
-    print(f"\nmixture {WEIGHTS} over {len(seq)} samples: {dict(totals)}; largest prefix deviation "
-          f"{worst:.3f}")
+    print(
+        f"\nmixture {WEIGHTS} over {len(seq)} samples: {dict(totals)}; largest prefix deviation "
+        f"{worst:.3f}"
+    )
     # The small dataset was read in many whole passes; the big one not even once.
     assert totals["small"] >= 4 * SIZES["small"]
     assert totals["big"] < SIZES["big"]
 
 
 def test_a_schedule_moves_the_weights_over_steps(mixed_server):
-    schedule = [(0, {"big": 1.0, "mid": 0.0, "small": 0.0}), (10, {"big": 0.0, "mid": 0.5, "small": 0.5})]
+    schedule = [
+        (0, {"big": 1.0, "mid": 0.0, "small": 0.0}),
+        (10, {"big": 0.0, "mid": 0.5, "small": 0.5}),
+    ]
     ranks = loaders(mixed_server, "py-mix-sched", W, B, mix=schedule, samples_per_epoch=S)
     try:
         seq = sequence(ranks, 2, W, B, S)
@@ -195,7 +202,11 @@ def test_bad_mixtures_are_refused(mixed_server):
     # that name different datasets.
     with pytest.raises(shardcast.JobRefusedError, match="not served here.*big"):
         shardcast.Loader(
-            mixed_server.address, job_id="py-mix-bad", mix={"big": 1, "nope": 1}, rank=0, world_size=1
+            mixed_server.address,
+            job_id="py-mix-bad",
+            mix={"big": 1, "nope": 1},
+            rank=0,
+            world_size=1,
         )
     with pytest.raises(shardcast.JobRefusedError, match="same datasets"):
         shardcast.Loader(
@@ -238,3 +249,43 @@ def test_ctl_plan_prints_the_batches_the_server_serves(mixed_server):
     finally:
         loader.close()
     assert got == planned
+
+
+def test_a_mixed_job_resumes_exactly_from_its_state(mixed_server):
+    """state_dict mid-epoch, a new Loader of the same job loads it: the rest of the epoch
+    is the same batches, datasets and samples as the uninterrupted run's."""
+    schedule = [
+        (0, {"big": 1.0, "mid": 1.0, "small": 0.0}),
+        (6, {"big": 0.2, "mid": 0.3, "small": 0.5}),
+    ]
+    common = dict(mix=schedule, samples_per_epoch=S, rank=0, world_size=1, batch_size=B, seed=3)
+
+    def infos(batches):
+        return [[(s.dataset, s.key) for s in info] for _, _, info in batches]
+
+    whole = shardcast.Loader(mixed_server.address, job_id="py-mix-exact", **common)
+    try:
+        reference = infos(whole)
+    finally:
+        whole.close()
+    first = shardcast.Loader(mixed_server.address, job_id="py-mix-exact-a", **common)
+    it = iter(first)
+    head = infos(next(it) for _ in range(7))
+    state = first.state_dict()
+    first.close()
+    second = shardcast.Loader(mixed_server.address, job_id="py-mix-exact-b", **common)
+    try:
+        second.load_state_dict(state)
+        rest = infos(second)
+    finally:
+        second.close()
+    assert head + rest == reference
+    # Another global batch under a schedule: refused, its steps would mean other weights.
+    other = shardcast.Loader(
+        mixed_server.address, job_id="py-mix-exact-c", **dict(common, batch_size=2 * B)
+    )
+    try:
+        with pytest.raises(shardcast.JobChangedError, match="same global batch"):
+            other.load_state_dict(state)
+    finally:
+        other.close()
