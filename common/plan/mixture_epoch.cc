@@ -40,6 +40,12 @@ class MixtureEpoch : public EpochPlan, public std::enable_shared_from_this<Mixtu
   }
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> IterateFrom(
       int32_t rank, int64_t start_batch, int64_t sample_offset) const override {
+    if (base_ + sample_offset < job_->origin()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("mix_resume: this run continues the mixture from position ", job_->origin(),
+                       "; epoch ", epoch_, " from sample offset ", sample_offset,
+                       " starts before it (position ", base_ + sample_offset, ")"));
+    }
     absl::StatusOr<int64_t> n =
         BatchesFromOffset(job_->samples_per_epoch(), config_, sample_offset);
     if (!n.ok()) return n.status();
@@ -85,7 +91,9 @@ class MixtureEpoch : public EpochPlan, public std::enable_shared_from_this<Mixtu
       const int64_t target = epoch_->base_ + o;
       const int64_t here = cursor_.has_value() ? cursor_->position() : -1;
       const size_t c = static_cast<size_t>(o / kCheckpointEvery);
-      const int64_t checkpoint = epoch_->base_ + static_cast<int64_t>(c) * kCheckpointEvery;
+      // A resumed plan's checkpoints before its origin hold the origin's state: a
+      // checkpoint is wherever its state is, never past `target` (IterateFrom's check).
+      const int64_t checkpoint = epoch_->checkpoints_[c].position;
       if (here < 0 || here > target || checkpoint > here) {
         // The checkpoints were made by this planner: Resume cannot refuse them.
         cursor_ = *planner.Resume(epoch_->checkpoints_[c]);
@@ -135,24 +143,69 @@ absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Create(
         config.batch_size, " x world size ", config.world_size,
         " with remainder drop (raise samples_per_epoch or use remainder pad)"));
   }
+  MixtureState origin = planner->Start().state();
+  return std::shared_ptr<const MixtureJobPlan>(new MixtureJobPlan(
+      std::move(spec), *std::move(planner), std::move(shard_sizes), config, *n, std::move(origin)));
+}
+
+absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Resumed(
+    int64_t position, const std::vector<MixtureSegment>& segments,
+    const std::vector<MixturePoint>& earlier) const {
+  if (position <= 0 || position >= kMaxMixturePosition) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: position ", position, " is outside [1, 2^62)"));
+  }
+  MixtureSpec before = spec_;
+  before.segments = segments;
+  if (!earlier.empty()) before.schedule = earlier;
+  absl::StatusOr<MixturePlanner> replay = MixturePlanner::Create(before);
+  if (!replay.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: the earlier run: ", replay.status().message()));
+  }
+  // The earlier run's state at `position`: its draws (each dataset's pass and place) and
+  // lags, replayed.
+  MixturePlanner::Cursor cursor = replay->Start();
+  replay->Advance(&cursor, position);
+  MixtureSpec after = spec_;
+  after.segments.clear();
+  for (const MixtureSegment& segment : segments) {
+    if (segment.start_position < position) after.segments.push_back(segment);
+  }
+  after.segments.push_back(MixtureSegment{position, replay->StepOf(position - 1) + 1,
+                                          int64_t{config_.batch_size} * config_.world_size});
+  absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(after);
+  if (!planner.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: the resumed run: ", planner.status().message()));
+  }
+  // Under another schedule Resume restarts the lags here (mixture_plan.h, guarantee 4).
+  absl::StatusOr<MixturePlanner::Cursor> resumed = planner->Resume(cursor.state());
+  if (!resumed.ok()) return resumed.status();
+  MixtureState origin = resumed->state();
   return std::shared_ptr<const MixtureJobPlan>(
-      new MixtureJobPlan(std::move(spec), *std::move(planner), std::move(shard_sizes), config, *n));
+      new MixtureJobPlan(std::move(after), *std::move(planner), shard_sizes_, config_,
+                         batches_per_rank_, std::move(origin)));
 }
 
 MixtureJobPlan::MixtureJobPlan(MixtureSpec spec, MixturePlanner planner,
                                std::vector<std::vector<uint32_t>> shard_sizes,
-                               const PlanConfig& config, int64_t batches_per_rank)
+                               const PlanConfig& config, int64_t batches_per_rank,
+                               MixtureState origin)
     : spec_(std::move(spec)),
       planner_(std::move(planner)),
       config_(config),
-      batches_per_rank_(batches_per_rank) {
+      batches_per_rank_(batches_per_rank),
+      shard_sizes_(shard_sizes),
+      origin_(std::move(origin)) {
   for (size_t d = 0; d < shard_sizes.size(); ++d) {
     std::vector<uint64_t> cum(1, 0);
     for (uint32_t size : shard_sizes[d]) cum.push_back(cum.back() + size);
     cum_.push_back(std::move(cum));
     dataset_keys_.push_back(plan_internal::SeedOf({config.seed, kTagMixtureAugment, d}));
   }
-  starts_.emplace(0, planner_.Start().state());
+  // The first state of the origin's epoch this plan has: the origin itself.
+  starts_.emplace(origin_.position / samples_per_epoch(), origin_);
 }
 
 SampleRef MixtureJobPlan::RefOf(const MixtureDraw& draw) const {
@@ -176,12 +229,18 @@ absl::StatusOr<MixtureState> MixtureJobPlan::EpochStartState(int64_t epoch) cons
   if (!target.ok()) return target.status();
   absl::MutexLock lock(&mu_);
   auto known = starts_.upper_bound(epoch);
-  --known;  // epoch 0 is always known
+  if (known == starts_.begin()) {
+    return absl::OutOfRangeError(absl::StrCat("mix_resume: epoch ", epoch,
+                                              " lies before the position this run continues "
+                                              "from, ",
+                                              origin_.position));
+  }
+  --known;  // the origin's epoch is always known
   if (known->first == epoch) return known->second;
   // Walked under the lock: ranks asking for the same new epoch wait for one walk.
   MixturePlanner::Cursor cursor = *planner_.Resume(known->second);
   for (int64_t e = known->first + 1; e <= epoch; ++e) {
-    planner_.Advance(&cursor, static_cast<int64_t>(spec_.samples_per_epoch));
+    planner_.Advance(&cursor, e * samples_per_epoch() - cursor.position());
     if (e == epoch || e % 16 == 0) starts_.emplace(e, cursor.state());
   }
   while (starts_.size() > kKeptStarts + 1) starts_.erase(std::next(starts_.begin()));
@@ -192,7 +251,9 @@ absl::StatusOr<MixtureState> MixtureJobPlan::StateAt(int64_t epoch, int64_t offs
   absl::StatusOr<MixtureState> start = EpochStartState(epoch);
   if (!start.ok()) return start.status();
   MixturePlanner::Cursor cursor = *planner_.Resume(*start);
-  planner_.Advance(&cursor, std::clamp<int64_t>(offset, 0, samples_per_epoch()));
+  const int64_t target =
+      epoch * samples_per_epoch() + std::clamp<int64_t>(offset, 0, samples_per_epoch());
+  if (target > cursor.position()) planner_.Advance(&cursor, target - cursor.position());
   return cursor.state();
 }
 
@@ -202,19 +263,23 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> MixtureJobPlan::Epoch(int64_t e
   absl::StatusOr<int64_t> end = planner_.EpochStart(epoch + 1);
   if (!end.ok()) return end.status();
   const int64_t S = samples_per_epoch();
+  const int64_t base = *end - S;
   std::vector<MixtureState> checkpoints;
   checkpoints.reserve(static_cast<size_t>(S / kCheckpointEvery + 1));
+  // From the epoch's start, or a resumed plan's origin inside it: checkpoints before
+  // that hold its state (no iterator starts before it).
   MixturePlanner::Cursor cursor = *planner_.Resume(*start);
   for (int64_t o = 0; o < S; o += kCheckpointEvery) {
+    if (base + o > cursor.position()) planner_.Advance(&cursor, base + o - cursor.position());
     checkpoints.push_back(cursor.state());
-    planner_.Advance(&cursor, std::min(kCheckpointEvery, S - o));
   }
+  planner_.Advance(&cursor, *end - cursor.position());
   {
     absl::MutexLock lock(&mu_);
     starts_.emplace(epoch + 1, cursor.state());
   }
   return std::shared_ptr<const EpochPlan>(std::make_shared<MixtureEpoch>(
-      shared_from_this(), config_, epoch, start->position, std::move(checkpoints)));
+      shared_from_this(), config_, epoch, base, std::move(checkpoints)));
 }
 
 }  // namespace shardcast

@@ -42,6 +42,20 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
   static absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> Create(
       MixtureSpec spec, std::vector<std::vector<uint32_t>> shard_sizes, const PlanConfig& config);
 
+  // A resumed run (StreamBatchesRequest.mix_resume): this job's mixture continuing, from
+  // `position`, a run that drew the positions before it under `segments` (its global
+  // batches) and `earlier` (its schedule; empty: this one's). The planner's state at
+  // `position` is the earlier run's, replayed (O(position k), once); from there this
+  // job's schedule and global batch hold (a segment from `position` at the step after the
+  // earlier run's last). Under another schedule the lags restart there (passes go on).
+  // Epochs before the one holding `position` cannot be planned (OUT_OF_RANGE), nor
+  // positions before it (the stream's sample_offset must reach it).
+  absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> Resumed(
+      int64_t position, const std::vector<MixtureSegment>& segments,
+      const std::vector<MixturePoint>& earlier) const;
+  // The first position this plan deals (0; a resumed plan's `position`).
+  int64_t origin() const { return origin_.position; }
+
   int64_t batches_per_rank() const { return batches_per_rank_; }
   int64_t samples_per_epoch() const { return static_cast<int64_t>(spec_.samples_per_epoch); }
   const MixturePlanner& planner() const { return planner_; }
@@ -67,7 +81,7 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
  private:
   MixtureJobPlan(MixtureSpec spec, MixturePlanner planner,
                  std::vector<std::vector<uint32_t>> shard_sizes, const PlanConfig& config,
-                 int64_t batches_per_rank);
+                 int64_t batches_per_rank, MixtureState origin);
 
   const MixtureSpec spec_;
   const MixturePlanner planner_;
@@ -76,6 +90,8 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
   // Per dataset, the first selected sample of each shard, and the total last.
   std::vector<std::vector<uint64_t>> cum_;
   std::vector<uint64_t> dataset_keys_;  // per dataset: the augment seeds' key
+  std::vector<std::vector<uint32_t>> shard_sizes_;
+  const MixtureState origin_;  // the state at the first position dealt (position 0 unless resumed)
 
   mutable absl::Mutex mu_;
   // Planner states at epoch starts, for the epochs walked so far (bounded: the most

@@ -138,6 +138,24 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
   return mixture;
 }
 
+absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(const JobMixture& mixture,
+                                                                  const v1::MixtureResume& resume) {
+  std::vector<MixtureSegment> segments;
+  for (const v1::MixSegment& segment : resume.segments()) {
+    segments.push_back(
+        MixtureSegment{segment.start_position(), segment.start_step(), segment.global_batch()});
+  }
+  std::vector<MixturePoint> earlier;
+  for (const v1::MixPoint& point : resume.schedule()) {
+    MixturePoint parsed;
+    parsed.step = point.step();
+    for (const v1::MixWeight& w : point.weights())
+      parsed.weights.emplace_back(w.dataset(), w.weight());
+    earlier.push_back(std::move(parsed));
+  }
+  return mixture.plan->Resumed(resume.position(), segments, earlier);
+}
+
 void SetMixtureResponse(const JobMixture& mixture, v1::RegisterResponse* response) {
   const MixtureSpec& spec = mixture.plan->spec();
   // The schedule resolved: in step order, each point's weights normalised to sum 1, in

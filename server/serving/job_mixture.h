@@ -59,6 +59,11 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
                                                          const JobConfig& config,
                                                          int64_t max_member_bytes);
 
+// The plan of `mixture` resumed as `resume` asks (StreamBatchesRequest.mix_resume):
+// INVALID_ARGUMENT for segments or an earlier schedule the planner refuses (naming it).
+absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(
+    const JobMixture& mixture, const shardcast::v1::MixtureResume& resume);
+
 // The response's mixture fields (mix, samples_per_epoch, mix_datasets, num_samples,
 // classes, left_out, index_fingerprint).
 void SetMixtureResponse(const JobMixture& mixture, shardcast::v1::RegisterResponse* response);

@@ -199,6 +199,33 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   return *plan;
 }
 
+absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::ResumedPlan(int64_t epoch,
+                                                                  const v1::MixtureResume& resume) {
+  if (mixture_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: job '", LogSafe(id_), "' reads one dataset, not a mixture"));
+  }
+  std::string key;
+  resume.SerializeToString(&key);
+  std::shared_ptr<const MixtureJobPlan> plan;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = resumed_.find(key);
+    if (it != resumed_.end()) plan = it->second;
+  }
+  if (plan == nullptr) {
+    // Replayed outside the lock (O(position k)); two ranks may both replay, the first
+    // kept: the plans are equal.
+    absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> made =
+        server::ResumedPlan(*mixture_, resume);
+    if (!made.ok()) return made.status();
+    absl::MutexLock lock(&mu_);
+    if (resumed_.size() >= kPlanCacheSize) resumed_.clear();
+    plan = resumed_.emplace(key, *made).first->second;
+  }
+  return plan->Epoch(epoch);
+}
+
 void Job::MarkRegistered(int32_t rank) {
   absl::MutexLock lock(&mu_);
   RankProgress& progress = ranks_[rank];

@@ -114,6 +114,12 @@ class Job {
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
   absl::StatusOr<std::shared_ptr<const EpochPlan>> Plan(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A mixed job's plan of `epoch` in a run resumed as `resume` asks
+  // (StreamBatchesRequest.mix_resume; ResumedPlan), the resumed plans kept by their
+  // request (the ranks of a resumed run send the same). INVALID_ARGUMENT for a job of one
+  // dataset.
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> ResumedPlan(
+      int64_t epoch, const shardcast::v1::MixtureResume& resume) ABSL_LOCKS_EXCLUDED(mu_);
 
   void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -167,6 +173,8 @@ class Job {
   absl::Time last_active_ ABSL_GUARDED_BY(mu_);
   // Most recently used first: (epoch, plan).
   std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
+  // A mixed job's resumed runs, by their serialized MixtureResume (a few at most).
+  std::map<std::string, std::shared_ptr<const MixtureJobPlan>> resumed_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobRegistry {

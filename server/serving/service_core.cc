@@ -334,7 +334,9 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
                                               "] (batches of this epoch), got ",
                                               request.start_batch()));
   }
-  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(request.epoch());
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
+      request.has_mix_resume() ? job->ResumedPlan(request.epoch(), request.mix_resume())
+                               : job->Plan(request.epoch());
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> batches =
       (*plan)->IterateFrom(request.rank(), request.start_batch(), request.sample_offset());

@@ -227,6 +227,156 @@ TEST_F(MixtureServingTest, AScheduleMovesTheWeightsOverSteps) {
   for (size_t p = 13 * 6; p < sequence.size(); ++p) EXPECT_NE(sequence[p].dataset, "a") << p;
 }
 
+// Streams epoch `epoch` of every rank of registered job `job` from `offset` (with
+// `resume`, when given) into `sequence` by global position.
+void StreamEpoch(InProcessServer& server, const std::string& job, int world, int batch, int64_t spe,
+                 int64_t epoch, int64_t offset, const v1::MixtureResume* resume,
+                 std::map<int64_t, Drawn>* sequence) {
+  for (int rank = 0; rank < world; ++rank) {
+    v1::StreamBatchesRequest request;
+    request.set_job_id(job);
+    request.set_rank(rank);
+    request.set_epoch(epoch);
+    request.set_sample_offset(offset);
+    if (resume != nullptr) *request.mutable_mix_resume() = *resume;
+    StreamResult stream = StreamAll(server.stub(), request);
+    ASSERT_TRUE(stream.status.ok()) << stream.status.error_message();
+    for (const v1::Batch& b : stream.batches) {
+      for (int k = 0; k < b.samples_size(); ++k) {
+        const int64_t o = offset + (b.index() * world + rank) * batch + k;
+        if (o >= spe) continue;
+        const v1::SampleInfo& info = b.samples(k);
+        (*sequence)[epoch * spe + o] = {info.dataset(), info.key(), info.valid()};
+      }
+    }
+  }
+}
+
+void RegisterAll(InProcessServer& server, v1::RegisterRequest request) {
+  for (int rank = 0; rank < request.world_size(); ++rank) {
+    request.set_rank(rank);
+    v1::RegisterResponse response;
+    grpc::Status registered = Register(server.stub(), request, &response);
+    ASSERT_TRUE(registered.ok()) << registered.error_message();
+  }
+}
+
+std::vector<Drawn> InOrder(const std::map<int64_t, Drawn>& sequence) {
+  std::vector<Drawn> out;
+  for (const auto& [position, drawn] : sequence) {
+    EXPECT_EQ(position, static_cast<int64_t>(out.size())) << "a position missing";
+    out.push_back(drawn);
+  }
+  return out;
+}
+
+TEST_F(MixtureServingTest, AScheduleResumesElasticallyThroughSegments) {
+  InProcessServer server(a_.path(), options_);
+  const std::vector<std::pair<int64_t, std::map<std::string, double>>> schedule = {
+      {0, {{"a", 1}, {"b", 1}, {"c", 0}}}, {6, {{"a", 0.2}, {"b", 0.3}, {"c", 0.5}}}};
+  // The old run: 2 ranks of batch 4 take 5 steps (positions 0..39); the new one, 3 ranks
+  // of batch 4, goes on from position 40 and takes the next epoch too.
+  v1::RegisterRequest old_run = MixRequest("el-old", 0, 2, 4, schedule, 96);
+  old_run.set_remainder(v1::REMAINDER_PAD);
+  RegisterAll(server, old_run);
+  std::map<int64_t, Drawn> old_sequence;
+  StreamEpoch(server, "el-old", 2, 4, 96, 0, 0, nullptr, &old_sequence);
+  v1::RegisterRequest new_run = MixRequest("el-new", 0, 3, 4, schedule, 96);
+  new_run.set_remainder(v1::REMAINDER_PAD);
+  RegisterAll(server, new_run);
+  v1::MixtureResume resume;
+  resume.set_position(40);
+  v1::MixSegment* segment = resume.add_segments();
+  segment->set_global_batch(8);
+  std::map<int64_t, Drawn> sequence;
+  for (int64_t p = 0; p < 40; ++p) sequence[p] = old_sequence[p];
+  StreamEpoch(server, "el-new", 3, 4, 96, 0, 40, &resume, &sequence);
+  StreamEpoch(server, "el-new", 3, 4, 96, 1, 0, &resume, &sequence);
+  const std::vector<Drawn> whole = InOrder(sequence);
+  ASSERT_EQ(whole.size(), 192u);
+  // Steps: 8 positions each before position 40, 12 after (step 5 on).
+  std::map<std::string, double> target;
+  std::map<std::string, int64_t> count;
+  for (size_t p = 0; p < whole.size(); ++p) {
+    const int64_t step =
+        p < 40 ? static_cast<int64_t>(p) / 8 : 5 + (static_cast<int64_t>(p) - 40) / 12;
+    ++count[whole[p].dataset];
+    for (const std::string name : {"a", "b", "c"}) {
+      target[name] += WeightAt(schedule, name, step);
+      ASSERT_LE(std::abs(count[name] - target[name]), 1.0 + 1e-6)
+          << "prefix " << p + 1 << " " << name;
+    }
+  }
+  // Passes go on across the change: no sample twice within its dataset's pass.
+  const std::map<std::string, size_t> sizes = {{"a", 40}, {"b", 7}, {"c", 300}};
+  std::map<std::string, std::vector<std::string>> keys;
+  for (const Drawn& d : whole) keys[d.dataset].push_back(d.key);
+  for (const auto& [name, drawn] : keys) {
+    for (size_t start = 0; start < drawn.size(); start += sizes.at(name)) {
+      const size_t end = std::min(drawn.size(), start + sizes.at(name));
+      EXPECT_EQ(std::set<std::string>(drawn.begin() + start, drawn.begin() + end).size(),
+                end - start)
+          << name << " pass at " << start;
+    }
+  }
+  // A stream of the resumed run that starts before its position is refused.
+  v1::StreamBatchesRequest early;
+  early.set_job_id("el-new");
+  early.set_epoch(0);
+  early.set_sample_offset(0);
+  *early.mutable_mix_resume() = resume;
+  StreamResult refused = StreamAll(server.stub(), early);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("continues the mixture from position 40"));
+}
+
+TEST_F(MixtureServingTest, NewWeightsContinueEveryPassAndHoldFromTheResumePoint) {
+  InProcessServer server(a_.path(), options_);
+  const std::vector<std::pair<int64_t, std::map<std::string, double>>> before = {
+      {0, {{"a", 5}, {"b", 3}, {"c", 2}}}};
+  const std::vector<std::pair<int64_t, std::map<std::string, double>>> after = {
+      {0, {{"a", 1}, {"b", 1}, {"c", 8}}}};
+  v1::RegisterRequest old_run = MixRequest("nw-old", 0, 2, 4, before, 96);
+  RegisterAll(server, old_run);
+  std::map<int64_t, Drawn> old_sequence;
+  StreamEpoch(server, "nw-old", 2, 4, 96, 0, 0, nullptr, &old_sequence);
+  v1::RegisterRequest new_run = MixRequest("nw-new", 0, 2, 4, after, 96);
+  RegisterAll(server, new_run);
+  v1::MixtureResume resume;
+  resume.set_position(48);
+  resume.add_segments()->set_global_batch(8);
+  *resume.mutable_schedule() = old_run.mix();
+  std::map<int64_t, Drawn> sequence;
+  for (int64_t p = 0; p < 48; ++p) sequence[p] = old_sequence[p];
+  StreamEpoch(server, "nw-new", 2, 4, 96, 0, 48, &resume, &sequence);
+  StreamEpoch(server, "nw-new", 2, 4, 96, 1, 0, &resume, &sequence);
+  const std::vector<Drawn> whole = InOrder(sequence);
+  ASSERT_EQ(whole.size(), 192u);
+  // The new weights hold from the resume point on, at every prefix.
+  std::map<std::string, int64_t> count;
+  const std::map<std::string, double> w = {{"a", 0.1}, {"b", 0.1}, {"c", 0.8}};
+  for (size_t p = 48; p < whole.size(); ++p) {
+    ++count[whole[p].dataset];
+    for (const auto& [name, weight] : w) {
+      ASSERT_LE(std::abs(count[name] - weight * static_cast<double>(p - 47)), 1.0 + 1e-6)
+          << "prefix " << p + 1 << " " << name;
+    }
+  }
+  // Each dataset's pass continued where the old run left it: over the whole sequence,
+  // no sample twice within a pass (b, 7 samples, was mid-pass at the change).
+  const std::map<std::string, size_t> sizes = {{"a", 40}, {"b", 7}, {"c", 300}};
+  std::map<std::string, std::vector<std::string>> keys;
+  for (const Drawn& d : whole) keys[d.dataset].push_back(d.key);
+  for (const auto& [name, drawn] : keys) {
+    for (size_t start = 0; start < drawn.size(); start += sizes.at(name)) {
+      const size_t end = std::min(drawn.size(), start + sizes.at(name));
+      EXPECT_EQ(std::set<std::string>(drawn.begin() + start, drawn.begin() + end).size(),
+                end - start)
+          << name << " pass at " << start;
+    }
+  }
+}
+
 TEST_F(MixtureServingTest, RanksMustAgreeAndTheFingerprintCoversTheMixture) {
   InProcessServer server(a_.path(), options_);
   const std::vector<std::pair<int64_t, std::map<std::string, double>>> one = {
