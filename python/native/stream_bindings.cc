@@ -114,11 +114,18 @@ class NativeStream {
     return *n;
   }
 
-  void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+  // `mix_resume`: a serialized MixtureResume (a mixed job resumed from another run), or
+  // empty.
+  void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                   const py::bytes& mix_resume) {
     std::shared_ptr<RankStream> stream = Stream();
+    v1::MixtureResume resume;
+    if (!resume.ParseFromString(std::string(mix_resume))) {
+      throw py::value_error("mix_resume: not a serialized shardcast.v1.MixtureResume");
+    }
     // Without the GIL: it stops the previous epoch's threads.
     const absl::Status status =
-        WithoutGil([&] { return stream->StartEpoch(epoch, start_batch, sample_offset); });
+        WithoutGil([&] { return stream->StartEpoch(epoch, start_batch, sample_offset, resume); });
     if (!status.ok()) Raise(status, Call::kStartEpoch);
   }
 
@@ -278,7 +285,7 @@ void BindStream(py::module_& m) {
       .def_property_readonly("client_substituted", &NativeStream::client_substituted)
       .def("batches_from_offset", &NativeStream::batches_from_offset, py::arg("sample_offset"))
       .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"), py::arg("start_batch") = 0,
-           py::arg("sample_offset") = 0)
+           py::arg("sample_offset") = 0, py::arg("mix_resume") = py::bytes())
       .def("next", &NativeStream::next)
       .def("next_into", &NativeStream::next_into, py::arg("address"), py::arg("size"))
       .def("close", &NativeStream::close);

@@ -131,6 +131,14 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
   digest.AddU64(mixture->plan->planner().schedule_fingerprint());
   digest.AddU64(mixture->plan->spec().samples_per_epoch);
   mixture->job_fingerprint = digest.Hex();
+  Digest128 data;
+  data.AddString("shardcast-mixture-data-v1");
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    data.AddString(datasets[d]->name);
+    data.AddString(mixture->dataset_fingerprints[d]);
+  }
+  data.AddU64(mixture->plan->spec().samples_per_epoch);
+  mixture->data_fingerprint = data.Hex();
 
   mixture->assembler = datasets[0]->assembler->ForMixture(std::move(sources));
   mixture->asked = std::move(asked);
@@ -173,6 +181,7 @@ void SetMixtureResponse(const JobMixture& mixture, v1::RegisterResponse* respons
     }
   }
   response->set_samples_per_epoch(spec.samples_per_epoch);
+  response->set_mix_data_fingerprint(mixture.data_fingerprint);
   response->set_num_samples(static_cast<int64_t>(spec.samples_per_epoch));
   int32_t num_classes = 0;
   bool same_classes = true;

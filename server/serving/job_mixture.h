@@ -47,6 +47,8 @@ struct JobMixture {
   std::vector<std::string> dataset_fingerprints;
   // The mixture's: every dataset's, the fixed-point schedule, the epoch length.
   std::string job_fingerprint;
+  // All but the schedule (RegisterResponse.mix_data_fingerprint).
+  std::string data_fingerprint;
   int64_t largest_sample_member_bytes = 0;
 };
 

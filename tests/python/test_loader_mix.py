@@ -280,12 +280,112 @@ def test_a_mixed_job_resumes_exactly_from_its_state(mixed_server):
     finally:
         second.close()
     assert head + rest == reference
-    # Another global batch under a schedule: refused, its steps would mean other weights.
+
+
+SCHEDULE = [
+    (0, {"big": 1.0, "mid": 1.0, "small": 0.0}),
+    (6, {"big": 0.2, "mid": 0.3, "small": 0.5}),
+]
+
+
+def take_steps(ranks, k, world, batch, into):
+    """k steps of every rank of an epoch 0 from its start, by global position."""
+    its = [iter(loader) for loader in ranks]
+    for j in range(k):
+        for r, it in enumerate(its):
+            _, _, info = next(it)
+            for i, s in enumerate(info):
+                into[(j * world + r) * batch + i] = (s.dataset, s.key)
+    return [loader.state_dict() for loader in ranks]
+
+
+def rest_of_run(ranks, epochs, position, world, batch, into):
+    """The rest of the epoch holding `position`, then `epochs` more, by global position."""
+    for r, loader in enumerate(ranks):
+        first = position
+        for e in range(epochs + 1):
+            for j, (_, _, info) in enumerate(loader):
+                for i, s in enumerate(info):
+                    o = first % S + (j * world + r) * batch + i
+                    if s.valid and o < S:
+                        into[(first // S) * S + o] = (s.dataset, s.key)
+            first = (first // S + 1) * S
+    return [into[p] for p in sorted(into)]
+
+
+def test_a_schedule_resumes_elastically_2_to_3_ranks(mixed_server):
+    common = dict(mix=SCHEDULE, samples_per_epoch=S, remainder="pad")
+    old = loaders(mixed_server, "py-mix-el-old", W, B, **common)
+    seen = {}
+    states = take_steps(old, 5, W, B, seen)  # positions 0..39
+    for loader in old:
+        loader.close()
+    new = loaders(mixed_server, "py-mix-el-new", 3, 4, **common)
+    try:
+        for r, loader in enumerate(new):
+            loader.load_state_dict(states[r % W])
+        seq = rest_of_run(new, 1, 40, 3, 4, seen)
+        again = new[0].state_dict()
+    finally:
+        for loader in new:
+            loader.close()
+    assert len(seq) == 2 * S and sorted(seen) == list(range(2 * S))
+    # The steps: 8 positions each before position 40, 12 after (from step 5).
+    target, count, worst = collections.Counter(), collections.Counter(), 0.0
+    for p, (name, _) in enumerate(seq):
+        step = p // 8 if p < 40 else 5 + (p - 40) // 12
+        count[name] += 1
+        for d in SIZES:
+            target[d] += weight_at(SCHEDULE, d, step)
+            worst = max(worst, abs(count[d] - target[d]))
+    assert worst <= 1 + 1e-9, worst
+    for d, n in SIZES.items():
+        keys = [key for name, key in seq if name == d]
+        for start in range(0, len(keys), n):
+            assert len(set(keys[start : start + n])) == len(keys[start : start + n]), (d, start)
+    # The resumed run's state carries both runs' segments, for a resume of the resume.
+    assert again["mix_segments"] == [[0, 0, 8], [40, 5, 12]]
+
+
+def test_new_weights_continue_each_dataset_pass(mixed_server):
+    before = {"big": 5, "mid": 3, "small": 2}
+    after = {"big": 1, "mid": 1, "small": 8}
+    old = loaders(mixed_server, "py-mix-nw-old", W, B, mix=before, samples_per_epoch=S)
+    seen = {}
+    states = take_steps(old, 6, W, B, seen)  # positions 0..47
+    for loader in old:
+        loader.close()
+    new = loaders(mixed_server, "py-mix-nw-new", W, B, mix=after, samples_per_epoch=S)
+    try:
+        for r, loader in enumerate(new):
+            loader.load_state_dict(states[r])
+        seq = rest_of_run(new, 1, 48, W, B, seen)
+    finally:
+        for loader in new:
+            loader.close()
+    assert len(seq) == 2 * S
+    count = collections.Counter()
+    for p in range(48, len(seq)):
+        count[seq[p][0]] += 1
+        for d, w in after.items():
+            assert abs(count[d] - w / 10 * (p - 47)) <= 1 + 1e-9, (p, d)
+    for d, n in SIZES.items():
+        keys = [key for name, key in seq if name == d]
+        for start in range(0, len(keys), n):
+            assert len(set(keys[start : start + n])) == len(keys[start : start + n]), (d, start)
+    # Another seed is another mixture's data: refused.
     other = shardcast.Loader(
-        mixed_server.address, job_id="py-mix-exact-c", **dict(common, batch_size=2 * B)
+        mixed_server.address,
+        job_id="py-mix-nw-seed",
+        rank=0,
+        world_size=W,
+        batch_size=B,
+        mix=after,
+        samples_per_epoch=S,
+        seed=4,
     )
     try:
-        with pytest.raises(shardcast.JobChangedError, match="same global batch"):
-            other.load_state_dict(state)
+        with pytest.raises(shardcast.JobChangedError, match="mix_data_fingerprint"):
+            other.load_state_dict(states[0])
     finally:
         other.close()
