@@ -38,14 +38,15 @@ def resume_position(
     if len(reg.mix) > 1 and state["world_size"] * state["batch_size"] != (
         reg.world_size * reg.batch_size
     ):
-        # A schedule's step is position // (B*W): under another global batch the planner
-        # would replay the sequence before this point with other weights, so the passes
-        # would not continue where they are (docs/python.md, "Mixtures").
+        # Only a state without the run's segments gets here (the Loader's keep them:
+        # mix_resume.py): a schedule's step is position // (B*W), so under another global
+        # batch the planner would replay the sequence before this point with other
+        # weights, and the passes would not continue where they are.
         raise JobChangedError(
             f"{where}: the state is of a mixed job with a schedule at a global batch of "
             f"{state['world_size'] * state['batch_size']} (world size x batch size), this "
-            f"loader's is {reg.world_size * reg.batch_size}: a scheduled mixture resumes at the "
-            "same global batch only (constant weights resume at any)"
+            f"loader's is {reg.world_size * reg.batch_size}, and the state does not say how its "
+            "run drew the sequence (mix_segments): take the state with this shardcast"
         )
     epoch, done = int(state["epoch"]), int(state["batches_done"])
     offset = int(state.get("sample_offset", 0))  # absent from states before elastic resume
