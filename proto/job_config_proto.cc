@@ -257,4 +257,31 @@ absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
   return config;
 }
 
+void SetRequestMixture(const std::vector<MixturePoint>& points, uint64_t samples_per_epoch,
+                       v1::RegisterRequest* request) {
+  if (points.empty()) return;
+  for (const MixturePoint& point : points) {
+    v1::MixPoint* out = request->add_mix();
+    out->set_step(point.step);
+    for (const auto& [name, weight] : point.weights) {
+      v1::MixWeight* w = out->add_weights();
+      w->set_dataset(name);
+      w->set_weight(weight);
+    }
+  }
+  request->set_samples_per_epoch(samples_per_epoch);
+}
+
+std::vector<MixturePoint> ResponseMixture(const v1::RegisterResponse& response) {
+  std::vector<MixturePoint> points;
+  for (const v1::MixPoint& point : response.mix()) {
+    MixturePoint out;
+    out.step = point.step();
+    for (const v1::MixWeight& w : point.weights())
+      out.weights.emplace_back(w.dataset(), w.weight());
+    points.push_back(std::move(out));
+  }
+  return points;
+}
+
 }  // namespace shardcast

@@ -3,8 +3,11 @@
 #ifndef SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
 #define SHARDCAST_PROTO_JOB_CONFIG_PROTO_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "common/plan/job_config.h"
+#include "common/plan/mixture_plan.h"
 #include "shardcast/v1/shardcast.pb.h"
 
 namespace shardcast {
@@ -29,6 +32,12 @@ absl::StatusOr<JobConfig> EffectiveJobConfig(const shardcast::v1::RegisterReques
 // The effective config in a RegisterResponse: written by the server, read by clients.
 void SetResponseConfig(const JobConfig& config, shardcast::v1::RegisterResponse* response);
 absl::StatusOr<JobConfig> ResponseConfig(const shardcast::v1::RegisterResponse& response);
+
+// A mixture (RegisterRequest.mix, samples_per_epoch): `points` empty sets nothing.
+void SetRequestMixture(const std::vector<MixturePoint>& points, uint64_t samples_per_epoch,
+                       shardcast::v1::RegisterRequest* request);
+// A response's resolved mixture (empty for a job of one dataset).
+std::vector<MixturePoint> ResponseMixture(const shardcast::v1::RegisterResponse& response);
 
 }  // namespace shardcast
 

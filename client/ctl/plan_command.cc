@@ -1,9 +1,11 @@
 // `shardcast-ctl plan`: prints an epoch's plan, one line per batch, for a shard
 // directory (through the dataset index) or for a list of shard sizes.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +21,8 @@
 #include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
 #include "common/plan/job_samples.h"
+#include "common/plan/mixture_epoch.h"
+#include "common/plan/mixture_text.h"
 #include "common/shards/dataset_index.h"
 
 namespace shardcast::ctl {
@@ -29,6 +33,9 @@ constexpr char kUsage[] =
     "         [--workers K] [--split shard|sample] [--remainder drop|pad] [--seed S]\n"
     "         [--shuffle-shards] [--shuffle-buffer N] [--block-size N] [--epoch E] [--rank R]\n"
     "         [--fields LIST [--no-image] [--max-member-bytes SIZE]]\n"
+    "       shardcast-ctl plan --mix NAME=W,... --dataset NAME=DIR ... --world-size W\n"
+    "         --batch-size B [--samples-per-epoch N] [--remainder drop|pad] [--seed S]\n"
+    "         [--epoch E] [--rank R] [--batches K] [--fields LIST ...]\n"
     "\n"
     "Prints one line per batch: EPOCH RANK BATCH SHARD:INDEX,SHARD:INDEX,... (SHARD = position\n"
     "in the sorted shard list, INDEX = sample position in its shard; padding is -1:-1),\n"
@@ -36,7 +43,10 @@ constexpr char kUsage[] =
     "stderr. --sizes plans for shards of the given sample counts, without data. --fields plans\n"
     "what a job asking for those fields is served (with --shards): the samples without a\n"
     "required field, or with a member over --max-member-bytes, are left out as the server\n"
-    "leaves them out (counted on stderr); INDEX is still the sample's position in its shard.\n";
+    "leaves them out (counted on stderr); INDEX is still the sample's position in its shard.\n"
+    "--mix plans a mixture of the --dataset directories as the server deals it (split sample;\n"
+    "a schedule as STEP:NAME=W,...;STEP:...): each sample is NAME/SHARD:INDEX, and stderr\n"
+    "says each dataset's share of the lines printed. --batches K prints each rank's first K.\n";
 
 struct PlanFlags {
   std::string shards_dir;
@@ -44,7 +54,11 @@ struct PlanFlags {
   PlanConfig config;
   int64_t epoch = 0;
   std::optional<int32_t> rank;
-  std::optional<JobConfig> job;                  // --fields / --no-image: plan that job's samples
+  std::optional<JobConfig> job;  // --fields / --no-image: plan that job's samples
+  std::string mix;               // --mix: a mixture (mixture_text.h)
+  std::vector<std::pair<std::string, std::string>> datasets;  // --dataset NAME=DIR
+  int64_t samples_per_epoch = 0;                 // --samples-per-epoch (0: the default)
+  int64_t batches = -1;                          // --batches: per rank (-1: all)
   int64_t max_member_bytes = int64_t{64} << 20;  // the server's default
   bool help = false;
   std::string help_text;
@@ -101,6 +115,25 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.Int64({{"--epoch"}, "E", "the epoch to plan"}, &flags.epoch, 0);
   parser.OptionalInt({{"--rank"}, "R", "only this rank (default: every rank)"}, &flags.rank, 0,
                      kMaxWorldSize - 1);
+  parser.String({{"--mix"}, "NAME=W,...", "plan a mixture of the --dataset directories"},
+                &flags.mix);
+  parser.Add({{"--dataset"},
+              "NAME=DIR",
+              "a dataset of the mixture (repeat for each)",
+              "",
+              /*repeatable=*/true},
+             1, [&flags](const std::string& flag, const std::vector<std::string>& values) {
+               const size_t eq = values[0].find('=');
+               if (eq == std::string::npos || eq == 0) {
+                 return absl::InvalidArgumentError(absl::StrCat(flag, " takes NAME=DIR"));
+               }
+               flags.datasets.emplace_back(values[0].substr(0, eq), values[0].substr(eq + 1));
+               return absl::OkStatus();
+             });
+  parser.Int64({{"--samples-per-epoch"}, "N", "with --mix: the epoch's length in samples"},
+               &flags.samples_per_epoch, 0);
+  parser.Int64({{"--batches"}, "K", "print each rank's first K batches (default: all)"},
+               &flags.batches, -1);
   JobOverrides job_flags;
   AddFieldFlags(&parser, JobConfig(), &job_flags);
   parser.Size({{"--max-member-bytes"}, "SIZE", "as the server's flag, for --fields"},
@@ -111,7 +144,13 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
     flags.help_text = parser.Help();
     return flags;
   }
-  if (flags.shards_dir.empty() == !flags.sizes.has_value()) {
+  if (!flags.mix.empty()) {
+    if (flags.datasets.empty() || !flags.shards_dir.empty() || flags.sizes) {
+      return absl::InvalidArgumentError(
+          "--mix plans the --dataset NAME=DIR directories it names (not --shards or --sizes)");
+    }
+    config.split = Split::kSample;  // a mixture is dealt as split sample
+  } else if (flags.shards_dir.empty() == !flags.sizes.has_value()) {
     return absl::InvalidArgumentError("give exactly one of --shards DIR or --sizes N,N,...");
   }
   if (!world_size || !batch_size) {
@@ -120,7 +159,7 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   absl::StatusOr<std::optional<JobConfig>> job = FieldJobFromFlags(job_flags);
   if (!job.ok()) return job.status();
   flags.job = *std::move(job);
-  if (flags.job && flags.sizes) {
+  if (flags.job && flags.sizes && flags.mix.empty()) {
     return absl::InvalidArgumentError("--fields selects samples by their members: give --shards");
   }
   config.world_size = *world_size;
@@ -130,6 +169,93 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
         "--rank ", *flags.rank, " is out of range for --world-size ", config.world_size));
   }
   return flags;
+}
+
+// --mix: the mixture of the --dataset directories, planned as the server plans it.
+int RunMixturePlan(const PlanFlags& flags) {
+  absl::StatusOr<std::vector<MixturePoint>> points = ParseMixtureText(flags.mix);
+  if (!points.ok()) {
+    std::fprintf(stderr, "shardcast-ctl plan: %s\n", points.status().ToString().c_str());
+    return 2;
+  }
+  MixtureSpec spec;
+  spec.schedule = *std::move(points);
+  spec.seed = flags.config.seed;
+  // The mixture's order is by name, as the server's.
+  std::vector<std::pair<std::string, std::string>> datasets = flags.datasets;
+  std::sort(datasets.begin(), datasets.end());
+  std::vector<std::shared_ptr<const JobSamples>> selections;
+  std::vector<std::vector<uint32_t>> sizes;
+  uint64_t total = 0;
+  for (const auto& [name, dir] : datasets) {
+    absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir, IndexOptions{});
+    if (!index.ok()) {
+      std::fprintf(stderr, "shardcast-ctl plan: dataset '%s': %s\n", name.c_str(),
+                   index.status().ToString().c_str());
+      return 1;
+    }
+    absl::StatusOr<std::shared_ptr<const JobSamples>> selected =
+        JobSamples::Select(*index, flags.job.value_or(JobConfig()), flags.max_member_bytes);
+    if (!selected.ok()) {
+      std::fprintf(stderr, "shardcast-ctl plan: refused: dataset '%s': %s\n", name.c_str(),
+                   std::string(selected.status().message()).c_str());
+      return 1;
+    }
+    spec.datasets.push_back(
+        MixtureDataset{name, static_cast<uint64_t>((*selected)->num_samples())});
+    total += static_cast<uint64_t>((*selected)->num_samples());
+    sizes.push_back((*selected)->shard_sizes());
+    selections.push_back(*std::move(selected));
+  }
+  spec.samples_per_epoch =
+      flags.samples_per_epoch > 0 ? static_cast<uint64_t>(flags.samples_per_epoch) : total;
+  absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> job =
+      MixtureJobPlan::Create(spec, std::move(sizes), flags.config);
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
+      job.ok() ? (*job)->Epoch(flags.epoch) : job.status();
+  if (!plan.ok()) {
+    std::fprintf(stderr, "shardcast-ctl plan: refused: %s\n", plan.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(
+      stderr, "# mixture %s, %llu samples per epoch, %s, epoch %lld: %lld batches per rank\n",
+      MixtureText(spec.schedule).c_str(), static_cast<unsigned long long>(spec.samples_per_epoch),
+      PlanConfigString(flags.config).c_str(), static_cast<long long>(flags.epoch),
+      static_cast<long long>((*plan)->batches_per_rank()));
+  const int32_t first = flags.rank.value_or(0);
+  const int32_t last = flags.rank ? *flags.rank : flags.config.world_size - 1;
+  std::vector<int64_t> shown(datasets.size(), 0);
+  int64_t valid = 0;
+  std::string line;
+  PlannedBatch batch;
+  for (int32_t rank = first; rank <= last; ++rank) {
+    std::unique_ptr<RankBatchIterator> it =
+        MapMixtureToIndex(selections, (*plan)->Iterate(rank, 0));
+    for (int64_t b = 0; (flags.batches < 0 || b < flags.batches) && it->Next(&batch); ++b) {
+      line.clear();
+      absl::StrAppend(&line, batch.epoch, " ", batch.rank, " ", batch.index, " ");
+      for (size_t i = 0; i < batch.samples.size(); ++i) {
+        const SampleRef& ref = batch.samples[i];
+        if (i > 0) line.push_back(',');
+        if (!ref.valid()) {
+          line += "-:-1:-1";
+          continue;
+        }
+        absl::StrAppend(&line, datasets[static_cast<size_t>(ref.dataset)].first, "/", ref.shard,
+                        ":", ref.index);
+        ++shown[static_cast<size_t>(ref.dataset)];
+        ++valid;
+      }
+      line.push_back('\n');
+      if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size()) return 1;
+    }
+  }
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    std::fprintf(stderr, "#   %s: %lld of %lld samples printed (%.4f)\n", datasets[d].first.c_str(),
+                 static_cast<long long>(shown[d]), static_cast<long long>(valid),
+                 valid > 0 ? static_cast<double>(shown[d]) / static_cast<double>(valid) : 0.0);
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
 int RunPlan(const std::vector<std::string>& args) {
@@ -142,6 +268,7 @@ int RunPlan(const std::vector<std::string>& args) {
     std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
     return 0;
   }
+  if (!flags->mix.empty()) return RunMixturePlan(*flags);
   std::vector<uint32_t> sizes;
   std::string index_fingerprint = "sizes";
   std::shared_ptr<const JobSamples> selection;  // with --fields

@@ -307,10 +307,16 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
   TextTable jobs({"JOB", "DATASET", "WORLD", "BATCH", "N", "SPLIT", "FINGERPRINT"},
                  {false, false, true, true, true, false, false});
   for (const auto& job : st.jobs()) {
-    jobs.AddRow({job.job_id(), job.dataset().empty() ? "-" : job.dataset(),
-                 absl::StrCat(job.world_size()), absl::StrCat(job.batch_size()),
-                 absl::StrCat(job.batches_per_epoch()), SplitName(job.split()),
-                 job.job_fingerprint()});
+    std::string dataset = job.dataset().empty() ? "-" : job.dataset();
+    if (job.mix_size() > 0) {
+      dataset = "mix:";
+      for (int d = 0; d < job.mix_size(); ++d) {
+        absl::StrAppend(&dataset, d > 0 ? "," : "", job.mix(d).name());
+      }
+    }
+    jobs.AddRow({job.job_id(), dataset, absl::StrCat(job.world_size()),
+                 absl::StrCat(job.batch_size()), absl::StrCat(job.batches_per_epoch()),
+                 SplitName(job.split()), job.job_fingerprint()});
   }
   out += jobs.Render("  ");
 
@@ -329,6 +335,18 @@ std::string RenderStatusReport(const shardcast::v1::GetStatusResponse& st,
       out += "  delivery: encoded (images sent as stored with their crops; the trainer decodes)\n";
     }
     if (!job.fields().empty()) out += JobFieldsLine(job);
+    if (job.mix_size() > 0) {
+      absl::StrAppend(&out, "  mixture of ", job.mix_size(), " datasets, ", job.samples_per_epoch(),
+                      " samples per epoch:\n");
+      TextTable mix({"DATASET", "WEIGHT", "DRAWN", "PASS", "IN PASS"},
+                    {false, true, true, true, true});
+      for (const auto& d : job.mix()) {
+        mix.AddRow({d.name(), absl::StrFormat("%.4f", d.weight()), absl::StrCat(d.samples_drawn()),
+                    absl::StrCat(d.pass()),
+                    absl::StrCat(d.pass_position(), " / ", d.num_samples())});
+      }
+      out += mix.Render("    ");
+    }
     if (job.ranks().empty()) continue;
     std::vector<const shardcast::v1::RankStatus*> ranks;
     for (const auto& r : job.ranks()) ranks.push_back(&r);

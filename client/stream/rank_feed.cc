@@ -17,6 +17,7 @@ v1::RegisterRequest ToRequest(const RankJob& job) {
   request.set_world_size(job.world_size);
   request.set_dataset(job.dataset);
   SetRequestOverrides(job.overrides, &request);
+  SetRequestMixture(job.mix, job.samples_per_epoch, &request);
   return request;
 }
 
@@ -35,6 +36,9 @@ absl::StatusOr<Registration> FromResponse(const v1::RegisterResponse& response) 
   r.config = *std::move(config);
   r.dataset = response.dataset();
   r.server_version = response.server_version();
+  r.mix = ResponseMixture(response);
+  r.samples_per_epoch = response.samples_per_epoch();
+  for (const v1::MixDataset& d : response.mix_datasets()) r.mix_datasets.push_back(d.name());
   return r;
 }
 
@@ -91,7 +95,7 @@ absl::StatusOr<std::optional<FeedBatch>> RankFeed::Next() {
   out.samples_.reserve(header.samples_size());
   for (const v1::SampleInfo& info : header.samples()) {
     out.samples_.push_back(SampleMeta{info.key(), info.shard(), info.index_in_shard(), info.valid(),
-                                      info.substituted()});
+                                      info.substituted(), info.dataset()});
   }
   out.wire_ = std::move(wire);
   return std::optional<FeedBatch>(std::move(out));

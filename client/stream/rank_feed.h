@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "client/base/stream_settings.h"
 #include "common/plan/job_config.h"
+#include "common/plan/mixture_plan.h"
 
 namespace shardcast::client {
 
@@ -32,6 +33,10 @@ struct RankJob {
   int32_t world_size = 1;
   std::string dataset;     // empty: the server's default dataset
   JobOverrides overrides;  // unset fields: the server's defaults apply
+  // A mixture (RegisterRequest.mix) instead of `dataset`: one point for constant
+  // weights, several for a schedule over steps. Empty: no mixture.
+  std::vector<MixturePoint> mix;
+  uint64_t samples_per_epoch = 0;  // a mixture's epoch length; 0: the server's default
 };
 
 struct RankFeedOptions : StreamSettings {
@@ -52,6 +57,11 @@ struct Registration {
   JobConfig config;  // what the server serves: world size, batch size, split, transform, ...
   std::string dataset;
   std::string server_version;
+  // A mixed job: its schedule as the server resolved it (weights normalised, datasets
+  // by name), its epoch length and its datasets by name. Empty for one dataset.
+  std::vector<MixturePoint> mix;
+  uint64_t samples_per_epoch = 0;
+  std::vector<std::string> mix_datasets;
 };
 
 struct SampleMeta {
@@ -60,6 +70,7 @@ struct SampleMeta {
   int32_t index_in_shard = -1;
   bool valid = true;
   bool substituted = false;
+  std::string dataset;  // a mixed job's: the sample's dataset (SampleInfo.dataset)
 };
 
 // One received batch that passed RankStream's checks. The pixels stay in the buffers

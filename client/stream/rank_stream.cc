@@ -83,7 +83,8 @@ class RankStream::Impl {
     return epoch_batches_;
   }
 
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                          const v1::MixtureResume& mix_resume) {
     absl::StatusOr<int64_t> n =
         EpochBatches(registration_, options_.job, epoch, start_batch, sample_offset);
     if (!n.ok()) return n.status();
@@ -102,8 +103,8 @@ class RankStream::Impl {
     }
     if (start_batch < *n) {
       if (options_.stream_timeout_seconds > 0) watchdog_.Start();
-      thread_ = std::thread([this, epoch, start_batch, n = *n, sample_offset] {
-        PrefetchLoop(epoch, start_batch, n, sample_offset);
+      thread_ = std::thread([this, epoch, start_batch, n = *n, sample_offset, mix_resume] {
+        PrefetchLoop(epoch, start_batch, n, sample_offset, mix_resume);
       });
     }
     return absl::OkStatus();
@@ -261,7 +262,8 @@ class RankStream::Impl {
   // The prefetch thread: streams batches start..n-1 of `epoch` (dealt from
   // `sample_offset`) into queue_, resuming after a broken stream at the first batch not
   // yet received.
-  void PrefetchLoop(int64_t epoch, int64_t start_batch, int64_t n, int64_t sample_offset) {
+  void PrefetchLoop(int64_t epoch, int64_t start_batch, int64_t n, int64_t sample_offset,
+                    const v1::MixtureResume& mix_resume) {
     int64_t next = start_batch;  // first batch not yet received
     ReconnectBudget budget(options_);
     HandshakeRefusalWatch refusal(absl::Seconds(options_.handshake_refusal_seconds));
@@ -276,8 +278,8 @@ class RankStream::Impl {
       }
       bool stalled = false;
       if (status.ok()) {
-        const AttemptOutcome attempt =
-            attempts_.Run(replica(), replicas_.size() > 1, epoch, n, sample_offset, &next, &budget);
+        const AttemptOutcome attempt = attempts_.Run(replica(), replicas_.size() > 1, epoch, n,
+                                                     sample_offset, mix_resume, &next, &budget);
         if (attempt.ended) break;
         status = attempt.status;
         stalled = attempt.stalled;
@@ -409,8 +411,9 @@ const shardcast::v1::RegisterResponse& RankStream::registration() const {
 }
 int64_t RankStream::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 
-absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
-  return impl_->StartEpoch(epoch, start_batch, sample_offset);
+absl::Status RankStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                                    const v1::MixtureResume& mix_resume) {
+  return impl_->StartEpoch(epoch, start_batch, sample_offset, mix_resume);
 }
 
 int64_t RankStream::batches_in_epoch() const { return impl_->batches_in_epoch(); }

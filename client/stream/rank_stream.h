@@ -51,7 +51,10 @@ class RankStream {
   // `sample_offset` > 0: an elastic resume, the epoch dealt from that global position
   // (StreamBatchesRequest.sample_offset; split sample only), which has
   // batches_in_epoch() batches; start_batch counts from there.
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0);
+  // `mix_resume` (a mixed job resumed from another run: StreamBatchesRequest.mix_resume)
+  // goes with every request of the epoch; unset for any other stream.
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0,
+                          const shardcast::v1::MixtureResume& mix_resume = {});
   // Batches of the epoch last started: batches_per_epoch(), or fewer from an offset.
   int64_t batches_in_epoch() const;
 

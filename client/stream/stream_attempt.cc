@@ -56,20 +56,24 @@ void StreamAttempts::DecodeImages(const StreamPosition& at, WireBatch* msg) cons
   msg->SetImages(std::move(pixels));
 }
 
-shardcast::v1::StreamBatchesRequest StreamAttempts::Request(int64_t epoch, int64_t start_batch,
-                                                            int64_t sample_offset) const {
+shardcast::v1::StreamBatchesRequest StreamAttempts::Request(
+    int64_t epoch, int64_t start_batch, int64_t sample_offset,
+    const shardcast::v1::MixtureResume& mix_resume) const {
   shardcast::v1::StreamBatchesRequest request;
   request.set_job_id(options_.job.job_id());
   request.set_rank(options_.job.rank());
   request.set_epoch(epoch);
   request.set_start_batch(start_batch);
   request.set_sample_offset(sample_offset);
+  if (mix_resume.position() > 0) *request.mutable_mix_resume() = mix_resume;
   request.set_job_fingerprint(registration_.job_fingerprint());
   return request;
 }
 
 AttemptOutcome StreamAttempts::Run(const Replica& replica, bool can_move, int64_t epoch, int64_t n,
-                                   int64_t sample_offset, int64_t* next, ReconnectBudget* budget) {
+                                   int64_t sample_offset,
+                                   const shardcast::v1::MixtureResume& mix_resume, int64_t* next,
+                                   ReconnectBudget* budget) {
   AttemptOutcome attempt;
   grpc::ClientContext context;
   if (!call_->Begin(&context)) {
@@ -80,7 +84,7 @@ AttemptOutcome StreamAttempts::Run(const Replica& replica, bool can_move, int64_
   // The generated stub would parse every batch into a v1::Batch, copying its
   // pixels; a reader of WireBatch keeps them in the received slices.
   std::unique_ptr<grpc::ClientReader<WireBatch>> reader =
-      replica.batch_stub.StreamBatches(&context, Request(epoch, *next, sample_offset));
+      replica.batch_stub.StreamBatches(&context, Request(epoch, *next, sample_offset, mix_resume));
   absl::Status bad = ReadBatches(reader.get(), can_move, epoch, n, next, budget, &attempt);
   watchdog_->Arm(absl::InfiniteFuture());
   if (!bad.ok() || call_->stopped() || attempt.moving) context.TryCancel();

@@ -52,7 +52,8 @@ class StreamAttempts {
   // from `budget`, which hears of every batch. `can_move`: another replica is there to
   // move to when this one drains. A bad batch is delivered to the queue as the error.
   AttemptOutcome Run(const Replica& replica, bool can_move, int64_t epoch, int64_t n,
-                     int64_t sample_offset, int64_t* next, ReconnectBudget* budget);
+                     int64_t sample_offset, const shardcast::v1::MixtureResume& mix_resume,
+                     int64_t* next, ReconnectBudget* budget);
 
  private:
   // The loop of Run: reads batches into the queue, checked, until the stream ends, the
@@ -65,7 +66,8 @@ class StreamAttempts {
   // options_.on_decode_failure.
   void DecodeImages(const StreamPosition& at, WireBatch* msg) const;
   shardcast::v1::StreamBatchesRequest Request(int64_t epoch, int64_t start_batch,
-                                              int64_t sample_offset) const;
+                                              int64_t sample_offset,
+                                              const shardcast::v1::MixtureResume& mix_resume) const;
 
   const RankStreamOptions& options_;
   const shardcast::v1::RegisterResponse& registration_;

@@ -14,6 +14,7 @@ class ServerBatchSource : public BatchSource {
   int64_t batches_per_epoch() const override { return stream_->batches_per_epoch(); }
   int64_t num_classes() const override { return stream_->registration().num_classes; }
   std::string fingerprint() const override { return stream_->registration().job_fingerprint; }
+  bool scheduled_mixture() const override { return stream_->registration().mix.size() > 1; }
   std::string Describe() const override {
     const client::Registration& r = stream_->registration();
     return absl::StrFormat("server %s: %d samples, %d classes, %d batches/epoch/rank, job %s",

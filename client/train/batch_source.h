@@ -22,6 +22,10 @@ class BatchSource {
   // Identifies the batch sequence (the server's job fingerprint); a checkpoint taken
   // under another fingerprint cannot be resumed with this source.
   virtual std::string fingerprint() const = 0;
+  // A mixture whose weights follow a schedule over steps: its steps are positions /
+  // (batch x world size), so it resumes at the same global batch only here (the trainer
+  // does not send StreamBatchesRequest.mix_resume; the Python Loader does).
+  virtual bool scheduled_mixture() const { return false; }
   virtual std::string Describe() const = 0;
   virtual absl::Status StartEpoch(int64_t epoch, int64_t start_batch) = 0;
   // Elastic resume: `epoch` dealt from global sample position `sample_offset` over this

@@ -30,6 +30,7 @@
 #include "client/train/train_options.h"
 #include "client/train/trainer.h"
 #include "common/plan/job_config.h"
+#include "common/plan/mixture_text.h"
 
 namespace shardcast::train {
 namespace {
@@ -101,6 +102,12 @@ client::RankJob MakeJob(const TrainOptions& o, const std::string& job_id) {
   job.world_size = o.world_size;
   job.dataset = o.dataset;
   job.overrides = o.job;  // unset fields stay unset on the wire: the server's defaults apply
+  if (!o.mix.empty()) {
+    absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureText(o.mix);
+    if (!mix.ok()) Fail(mix.status());  // Validate parsed it already
+    job.mix = *std::move(mix);
+    job.samples_per_epoch = static_cast<uint64_t>(o.samples_per_epoch);
+  }
   return job;
 }
 
@@ -165,8 +172,9 @@ std::unique_ptr<BatchStream> ConnectOrFail(const TrainOptions& o, client::RankJo
   if (!security.ok()) Fail(security.status());
   stream_options.credentials = security->credentials;
   stream_options.bearer_token = security->bearer_token;
-  const std::string what =
-      job.dataset.empty() ? std::string() : absl::StrCat(" (dataset '", job.dataset, "')");
+  const std::string what = !job.mix.empty() ? absl::StrCat(" (mixture ", MixtureText(job.mix), ")")
+                           : job.dataset.empty() ? std::string()
+                                                 : absl::StrCat(" (dataset '", job.dataset, "')");
   stream_options.job = std::move(job);
   stream_options.prefetch = o.prefetch;
   stream_options.stream_timeout_seconds = absl::ToDoubleSeconds(o.stream_timeout);

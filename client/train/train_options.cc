@@ -11,6 +11,7 @@
 #include "client/train/mixed_precision.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
+#include "common/plan/mixture_text.h"
 
 namespace shardcast::train {
 namespace {
@@ -59,6 +60,18 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
              "the server's dataset to train on (its --dataset NAME=DIR)",
              "the server's \"default\" (--shards), or its only dataset"},
             &o->dataset);
+  f->String({{"--mix"},
+             "NAME=W,...",
+             "train on a mixture of the server's datasets at these weights instead of\n"
+             "--dataset (exact proportions at every step; docs/training.md, \"Mixtures\"); a\n"
+             "schedule over steps as STEP:NAME=W,...;STEP:NAME=W,... (weights interpolated\n"
+             "linearly between points), e.g. 0:a=0.9,b=0.1;5000:a=0.5,b=0.5"},
+            &o->mix);
+  f->Int64({{"--samples-per-epoch"},
+            "N",
+            "with --mix: the epoch's length in samples",
+            "the mixed datasets' usable samples together"},
+           &o->samples_per_epoch, 0);
   // The defaults shown are what an unset flag means on a server started without job flags.
   AddJobFlags(f, DefaultJobConfig(), &o->job);
   f->DoubleList({{"--mean"}, "R G B", "per-channel mean: (x/255 - mean) / std on the device"}, 3,
@@ -278,6 +291,18 @@ absl::Status Validate(const TrainOptions& o) {
   if (o.betas[0] < 0 || o.betas[0] >= 1 || o.betas[1] < 0 || o.betas[1] >= 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--betas must lie in [0, 1), got ", o.betas[0], " ", o.betas[1]));
+  }
+  if (!o.mix.empty()) {
+    if (!o.dataset.empty()) {
+      return absl::InvalidArgumentError(
+          "--mix and --dataset: a job reads one dataset or a mixture; give one of them");
+    }
+    if (absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureText(o.mix); !mix.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", mix.status().message()));
+    }
+  } else if (o.samples_per_epoch != 0) {
+    return absl::InvalidArgumentError(
+        "--samples-per-epoch is a mixture's epoch length: give --mix");
   }
   if (o.ckpt_every > 0 && o.ckpt_dir.empty()) {
     return absl::InvalidArgumentError("--ckpt-every needs --ckpt-dir DIR");

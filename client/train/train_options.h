@@ -24,6 +24,10 @@ struct TrainOptions : TrainerConfig {
   std::string server = "127.0.0.1:50051";  // host:port (shardcast-server's default --listen)
   std::string job_id;                      // empty: a new job per run (rank 0 names it)
   std::string dataset;                     // the server's dataset to train on; empty = its default
+  // --mix: a mixture of the server's datasets instead of --dataset (mixture_text.h's
+  // spelling), and --samples-per-epoch, its epoch length (0: the server's default).
+  std::string mix;
+  int64_t samples_per_epoch = 0;
   // What the job asks of the server (common/flags/job_flags.h); unset = the server's default.
   JobOverrides job;
   std::vector<double> mean = {0.485, 0.456, 0.406};

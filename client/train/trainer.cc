@@ -245,6 +245,15 @@ absl::Status Trainer::Resume(StartPosition* start) {
         *path, position->world_size, position->batch_size, position->fingerprint, world,
         runtime_.batch_size, source_->fingerprint()));
   }
+  if (source_->scheduled_mixture() && int64_t{position->world_size} * position->batch_size !=
+                                          int64_t{world} * runtime_.batch_size) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoint %s was taken at world size %d x batch size %d; this run has %d x %d. The "
+        "job is a mixture with a schedule, whose steps are positions / (batch x world size): "
+        "shardcast-train resumes it at the same global batch only (the Python Loader resumes "
+        "it at any, through mix_resume; constant weights resume at any here too).",
+        *path, position->world_size, position->batch_size, world, runtime_.batch_size));
+  }
   global_step_ = position->global_step;
   // The same world size and batch size resume at the same batch; another (elastic) goes on
   // from the samples all ranks consumed in the epoch, dealt over this run's ranks: the

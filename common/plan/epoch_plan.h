@@ -62,6 +62,9 @@ struct SampleRef {
   int32_t shard = -1;
   int32_t index = -1;
   uint64_t augment_seed = 0;  // seeds kRandom transforms; fixed by the plan
+  // A mixed job (mixture_epoch.h): the sample's dataset, its place in the mixture;
+  // shard and index are then that dataset's. 0 for a single-dataset job.
+  int32_t dataset = 0;
   bool valid() const { return shard >= 0; }
 };
 

@@ -61,6 +61,28 @@ class MappedBatches final : public RankBatchIterator {
   const std::unique_ptr<RankBatchIterator> batches_;
 };
 
+// Iterates a mixed job's `batches`, mapping each sample by its own dataset's selection.
+class MixtureMappedBatches final : public RankBatchIterator {
+ public:
+  MixtureMappedBatches(std::vector<std::shared_ptr<const JobSamples>> samples,
+                       std::unique_ptr<RankBatchIterator> batches)
+      : samples_(std::move(samples)), batches_(std::move(batches)) {}
+
+  bool Next(PlannedBatch* batch) override {
+    if (!batches_->Next(batch)) return false;
+    for (SampleRef& ref : batch->samples) {
+      if (ref.valid()) {
+        ref.index = samples_[static_cast<size_t>(ref.dataset)]->IndexPosition(ref.shard, ref.index);
+      }
+    }
+    return true;
+  }
+
+ private:
+  const std::vector<std::shared_ptr<const JobSamples>> samples_;
+  const std::unique_ptr<RankBatchIterator> batches_;
+};
+
 }  // namespace
 
 std::vector<int32_t> FieldMembers(const SampleEntry& sample, const std::vector<FieldSpec>& fields) {
@@ -199,6 +221,12 @@ std::unique_ptr<RankBatchIterator> JobSamples::MapToIndex(
     std::unique_ptr<RankBatchIterator> batches) const {
   if (selects_all_) return batches;
   return std::make_unique<MappedBatches>(shared_from_this(), std::move(batches));
+}
+
+std::unique_ptr<RankBatchIterator> MapMixtureToIndex(
+    std::vector<std::shared_ptr<const JobSamples>> samples,
+    std::unique_ptr<RankBatchIterator> batches) {
+  return std::make_unique<MixtureMappedBatches>(std::move(samples), std::move(batches));
 }
 
 }  // namespace shardcast

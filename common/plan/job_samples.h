@@ -91,6 +91,12 @@ class JobSamples : public std::enable_shared_from_this<JobSamples> {
   uint64_t largest_sample_member_bytes_ = 0;
 };
 
+// A mixed job's `batches` (SampleRef::dataset set, mixture_epoch.h), each sample mapped
+// to its dataset's index by that dataset's selection, `samples[dataset]`.
+std::unique_ptr<RankBatchIterator> MapMixtureToIndex(
+    std::vector<std::shared_ptr<const JobSamples>> samples,
+    std::unique_ptr<RankBatchIterator> batches);
+
 }  // namespace shardcast
 
 #endif  // SHARDCAST_COMMON_PLAN_JOB_SAMPLES_H_

@@ -60,14 +60,16 @@ struct NativeEncoded {
   const v1::EncodedImage& get() const { return wire->header().samples(sample).encoded(); }
 };
 
-// (key, shard, index_in_shard, valid, substituted, fields) per sample: SampleInfo's
-// fields.
-py::list Samples(const v1::Batch& header, const std::vector<std::string>& field_names) {
+// (key, shard, index_in_shard, valid, substituted, fields, dataset) per sample:
+// SampleInfo's fields; `dataset` names the valid samples that name none (padding: "").
+py::list Samples(const v1::Batch& header, const std::vector<std::string>& field_names,
+                 const std::string& dataset) {
   py::list samples(header.samples_size());
   for (int i = 0; i < header.samples_size(); ++i) {
     const v1::SampleInfo& s = header.samples(i);
+    const std::string& from = !s.dataset().empty() || !s.valid() ? s.dataset() : dataset;
     samples[i] = py::make_tuple(py::str(s.key()), s.shard(), s.index_in_shard(), s.valid(),
-                                s.substituted(), SampleFields(s, field_names));
+                                s.substituted(), SampleFields(s, field_names), py::str(from));
   }
   return samples;
 }
@@ -118,8 +120,11 @@ void BindBatch(py::module_& m) {
                                                   labels.size(), sizeof(int64_t),
                                                   py::format_descriptor<int64_t>::format()};
                              })
-      .def_property_readonly(
-          "samples", [](const NativeBatch& b) { return Samples(b.wire->header(), *b.field_names); })
+      .def_property_readonly("samples",
+                             [](const NativeBatch& b) {
+                               return Samples(b.wire->header(), *b.field_names,
+                                              b.dataset != nullptr ? *b.dataset : std::string());
+                             })
       // Per sample: its EncodedImage with decode "none", else None (see EncodedImages).
       .def_property_readonly("encoded", [](const NativeBatch& b) { return EncodedImages(b.wire); })
       // How many samples the server substituted, so that Python looks at them only then.

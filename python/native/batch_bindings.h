@@ -27,6 +27,9 @@ struct NativeBatch {
   ReceivedBatch wire;
   FieldNames field_names;
   bool pixels_copied = false;
+  // SampleInfo.dataset of a valid sample that names none: the dataset of a job of one
+  // (RegisterResponse.dataset); a mixed job's samples name their own.
+  std::shared_ptr<const std::string> dataset;
 };
 
 // The registration's field names. RankStream checked that its fields parse.

@@ -19,6 +19,7 @@
 #include "client/rpc/client_security.h"
 #include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
+#include "common/plan/mixture_plan.h"
 
 namespace py = pybind11;
 
@@ -68,6 +69,10 @@ constexpr OptionRange kOptionRanges[] = {
     {"prefetch", 1, kInt32Max},  // StreamSettings::prefetch is an int, >= 1
     // 0 is the C++ client's "the default", which Python spells None.
     {"decode_threads", 1, kMaxDecodeThreads},
+    // A mixture (common/plan/mixture_plan.h): its epoch length, its datasets, its steps.
+    {"samples_per_epoch", 1, kMaxSamplesPerEpoch},
+    {"mix_datasets", 1, kMaxMixtureDatasets},
+    {"mix_step", 0, kMaxMixturePosition - 1},
 };
 
 py::dict OptionLimits() {

@@ -61,6 +61,7 @@ class NativeStream {
     const v1::RegisterResponse& registration = stream_->registration();
     registration_ = registration.SerializeAsString();
     field_names_ = NamesOfFields(registration);
+    dataset_ = std::make_shared<const std::string>(registration.dataset());
     has_images_ = RegisteredWithImages(registration);
     encoded_delivery_ = has_images_ && registration.delivery() == v1::IMAGE_DELIVERY_ENCODED;
     dct_scaling_ = registration.transform().dct_scaling();
@@ -113,11 +114,18 @@ class NativeStream {
     return *n;
   }
 
-  void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
+  // `mix_resume`: a serialized MixtureResume (a mixed job resumed from another run), or
+  // empty.
+  void start_epoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                   const py::bytes& mix_resume) {
     std::shared_ptr<RankStream> stream = Stream();
+    v1::MixtureResume resume;
+    if (!resume.ParseFromString(std::string(mix_resume))) {
+      throw py::value_error("mix_resume: not a serialized shardcast.v1.MixtureResume");
+    }
     // Without the GIL: it stops the previous epoch's threads.
     const absl::Status status =
-        WithoutGil([&] { return stream->StartEpoch(epoch, start_batch, sample_offset); });
+        WithoutGil([&] { return stream->StartEpoch(epoch, start_batch, sample_offset, resume); });
     if (!status.ok()) Raise(status, Call::kStartEpoch);
   }
 
@@ -241,7 +249,7 @@ class NativeStream {
   std::optional<NativeBatch> Take(absl::StatusOr<std::optional<ReceivedBatch>> received) const {
     if (!received.ok()) Raise(received.status(), Call::kNext);
     if (!received->has_value()) return std::nullopt;
-    return NativeBatch{std::move(**received), field_names_};
+    return NativeBatch{std::move(**received), field_names_, false, dataset_};
   }
 
   // What the registering thread tells (on_waiting), for the waiting thread to log.
@@ -252,6 +260,7 @@ class NativeStream {
   int32_t rank_ = 0;
   std::string registration_;
   FieldNames field_names_;
+  std::shared_ptr<const std::string> dataset_;  // RegisterResponse.dataset
   bool has_images_ = true;
   bool encoded_delivery_ = false;  // the registration's delivery is encoded
   bool dct_scaling_ = false;       // the registration's transform.dct_scaling
@@ -276,7 +285,7 @@ void BindStream(py::module_& m) {
       .def_property_readonly("client_substituted", &NativeStream::client_substituted)
       .def("batches_from_offset", &NativeStream::batches_from_offset, py::arg("sample_offset"))
       .def("start_epoch", &NativeStream::start_epoch, py::arg("epoch"), py::arg("start_batch") = 0,
-           py::arg("sample_offset") = 0)
+           py::arg("sample_offset") = 0, py::arg("mix_resume") = py::bytes())
       .def("next", &NativeStream::next)
       .def("next_into", &NativeStream::next_into, py::arg("address"), py::arg("size"))
       .def("close", &NativeStream::close);

@@ -20,6 +20,9 @@ class SampleInfo(NamedTuple):
     # "jpg;png"): the member's bytes as stored in the tar, None where an optional one is
     # missing and for padding. Empty for a job without fields.
     fields: Dict[str, Optional[bytes]]
+    # The dataset the sample came from: a mixed job's (Loader's `mix`) own dataset, a job
+    # of one dataset's name ("default" for --shards); "" for padding.
+    dataset: str
 
 
 class Batch(NamedTuple):

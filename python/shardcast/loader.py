@@ -32,7 +32,7 @@ except ImportError as e:
         f"on PYTHONPATH next to python/ (docs/python.md): {e}"
     ) from e
 
-from shardcast import options, ranks  # noqa: E402  (they need _native)
+from shardcast import mix_resume, options, ranks  # noqa: E402  (they need _native)
 from shardcast.loader_doc import LOADER_DOC  # noqa: E402
 from shardcast.position import resume_position, saved_position  # noqa: E402
 
@@ -84,6 +84,7 @@ class Loader:
         options.check_rank(rank, world_size)
         job_id = ranks.resolve_job_id(values["job_id"], world_size)
         job = options.job_request(values, job_id, rank, world_size)
+        self._mix = values["mix"] or []  # the schedule as given, for state_dict
         security = options.security(values)
         self._stream = _native.Stream(job.SerializeToString(), stream_options, security)
         self._registration = pb.RegisterResponse.FromString(self._stream.registration)
@@ -106,6 +107,11 @@ class Loader:
         # Substitutes masked in the epoch being iterated.
         self.substituted = 0
         self._offset_batches = 0  # batches of the epoch dealt from _offset, when not 0
+        # A mixed job: how this run draws its sequence (mix_resume.py): the serialized
+        # MixtureResume every stream sends (b"": none), and the run's segments.
+        self._mix_resume = b""
+        reg = self._registration
+        self._mix_segments = [(0, 0, reg.world_size * reg.batch_size)]
         self._closed = False
         self._reconnects = 0  # the stream's count, kept when it closes
         # The position: the next batch handed out is batch `_done` of epoch `_epoch`,
@@ -134,8 +140,18 @@ class Loader:
 
     @property
     def dataset(self) -> str:
-        """The dataset this job reads, as the server resolved it (e.g. "default")."""
+        """The dataset this job reads, as the server resolved it (e.g. "default"); "" for a
+        mixture (`mix`)."""
         return self.registration.dataset
+
+    @property
+    def mix(self) -> List[Tuple[int, Dict[str, float]]]:
+        """A mixed job's schedule as the server resolved it: [(step, {dataset: weight})],
+        weights normalised to sum 1 (one point for constant weights); [] for one dataset."""
+        return [
+            (point.step, {w.dataset: w.weight for w in point.weights})
+            for point in self.registration.mix
+        ]
 
     @property
     def batch_size(self) -> int:
@@ -245,6 +261,7 @@ class Loader:
             "batch_size": reg.batch_size,
             "batches_per_epoch": reg.batches_per_epoch,
             "job_fingerprint": reg.job_fingerprint,
+            **(mix_resume.state_fields(reg, self._mix_segments, self._mix) if reg.mix else {}),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -261,7 +278,14 @@ class Loader:
         Raises JobChangedError when `state` belongs to another job (other data or config:
         job fingerprint), or when an elastic resume mid-epoch meets split shard.
         """
-        epoch, done, offset = resume_position(state, self.registration, self.job_id)
+        where = f"load_state_dict: cannot resume epoch {state['epoch']} at batch "
+        mixed = mix_resume.resumed_from(state, self.registration, pb, where)
+        if mixed is not None:
+            # Another run of this mixture: the server replays how it drew the sequence.
+            epoch, offset, self._mix_resume, self._mix_segments = mixed
+            done = 0
+        else:
+            epoch, done, offset = resume_position(state, self.registration, self.job_id)
         if offset != 0:
             # The server's rule, asked while the stream is open (a closed loader still
             # answers state_dict()).
@@ -281,7 +305,7 @@ class Loader:
         # already: _batches).
         self._handed_out = 0
         # The position moves only once the stream took it: a refused start changes nothing.
-        self._stream.start_epoch(epoch, done, offset)
+        self._stream.start_epoch(epoch, done, offset, self._mix_resume)
         self._epoch, self._done, self._offset, self._pinned = epoch, done, offset, False
         self._iteration += 1
         if not self._resume_after_error:

@@ -14,7 +14,7 @@ A new option is one row here (and its C++ range, if it has one).
 import math
 import operator
 import textwrap
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -43,7 +43,8 @@ class Option(NamedTuple):
     name: str
     # "int" (an integer in `limit`'s range), "seconds" (a finite number >= 0), "bool",
     # "choice" (one of `choices`), "enum" (a name of the proto enum `enum`), "str",
-    # "fields" (a tuple of field specs), "group" (a torch.distributed process group)
+    # "fields" (a tuple of field specs), "group" (a torch.distributed process group),
+    # "mix" (a mixture: weights by dataset name, or a schedule of them)
     kind: str
     default: Any  # None: the server's (or the native client's) default
     # Where the value goes: "job.<field>[.<field>]" (the RegisterRequest), "stream.<attr>"
@@ -73,6 +74,8 @@ class Option(NamedTuple):
             return "a tuple of field specs (str)"
         if self.kind == "group":
             return "a torch.distributed process group"
+        if self.kind == "mix":
+            return "a dict of weights by dataset name, or a list of (step, dict)"
         if self.limit is not None:
             low, high = self.range()
             return f"a str of {low} to {high} bytes"
@@ -117,6 +120,28 @@ OPTIONS: Tuple[Option, ...] = (
         _J + "dataset",
         "which of the server's datasets " '(`--dataset NAME=DIR`) the job reads, e.g. `"val"`',
         default_doc='None: the server\'s `"default"`, i.e. its `--shards`, or its only ' "dataset",
+    ),
+    Option(
+        "mix",
+        "mix",
+        None,
+        _J + "mix",
+        "a mixture of the server's datasets instead of `dataset`: weights by name, "
+        '`{"laion": 0.7, "coco": 0.3}` (normalised to sum 1), or a schedule of '
+        "`[(step, {...}), ...]` interpolated linearly between its steps (batches a rank "
+        "has taken since the start of training) and held after the last; the proportions "
+        "hold at every prefix of the job's sequence within one sample, and each dataset "
+        'is read in whole passes (see "Mixtures" below)',
+        default_doc="None: one dataset",
+    ),
+    Option(
+        "samples_per_epoch",
+        "int",
+        None,
+        _J + "samples_per_epoch",
+        "with `mix`: the length of an epoch in samples",
+        "samples_per_epoch",
+        default_doc="None: the mixed datasets' usable samples together",
     ),
     Option(
         "job_id",
@@ -494,6 +519,8 @@ def check(option: Option, value: Any) -> Any:
         return tuple(field_specs(value))
     if kind == "group":
         return _check_group(option, value)
+    if kind == "mix":
+        return mix_points(value)
     if not isinstance(value, str):
         _refuse(option, value, TypeError, f"a {type(value).__name__} is not a str")
     if option.limit is not None:  # a length in bytes, as the server counts it (job_id)
@@ -504,6 +531,62 @@ def check(option: Option, value: Any) -> Any:
                 f"got {len(value.encode())}: {value[:40]!r}..."
             )
     return value
+
+
+def _mix_weights(where: str, weights: Any) -> Dict[str, float]:
+    if not isinstance(weights, dict) or not weights:
+        raise TypeError(
+            f"mix: {where} is a dict of weights by dataset name, e.g. "
+            f'{{"laion": 0.7, "coco": 0.3}}, got {weights!r}'
+        )
+    out = {}
+    for name, weight in weights.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"mix: {where}: a dataset name is a non-empty str, got {name!r}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"mix: {where}: the weight of {name!r} is a number, got {weight!r}")
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(
+                f"mix: {where}: the weight of {name!r} is {weight!r}; weights are finite "
+                "numbers >= 0"
+            )
+        out[name] = float(weight)
+    if len(out) > LIMITS["mix_datasets"][1]:
+        raise ValueError(
+            f"mix: {where} names {len(out)} datasets; at most "
+            f"{LIMITS['mix_datasets'][1]} may be mixed"
+        )
+    if not any(w > 0 for w in out.values()):
+        raise ValueError(f"mix: {where}: the weights are all 0; they must sum to > 0")
+    return out
+
+
+def mix_points(mix: Any) -> List[Tuple[int, Dict[str, float]]]:
+    """The `mix` keyword as a schedule [(step, {name: weight})]: a dict is one point at
+    step 0. TypeError or ValueError naming what is wrong; the server checks the rest
+    (names it serves, steps increasing, the same names at every point)."""
+    if isinstance(mix, dict):
+        return [(0, _mix_weights("the weights", mix))]
+    if isinstance(mix, (str, bytes)) or not isinstance(mix, (list, tuple)) or not mix:
+        raise TypeError(
+            f"mix={mix!r}: mix takes a dict of weights by dataset name or a non-empty list "
+            "of (step, dict) points"
+        )
+    points = []
+    for point in mix:
+        if not isinstance(point, (list, tuple)) or len(point) != 2:
+            raise TypeError(f"mix: a schedule point is (step, {{name: weight}}), got {point!r}")
+        step, weights = point
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"mix: a schedule point's step is an int, got {step!r}")
+        low, high = LIMITS["mix_step"]
+        if not low <= step <= high:
+            raise ValueError(f"mix: step {step} is outside [{low}, {high}]")
+        points.append((step, _mix_weights(f"the point at step {step}", weights)))
+    for (a, _), (b, _) in zip(points, points[1:]):
+        if b <= a:
+            raise ValueError(f"mix: the schedule's steps must increase, got {a} then {b}")
+    return points
 
 
 def _check_group(option: Option, value: Any) -> Any:
@@ -559,6 +642,22 @@ def bind(server: Any, keywords: Dict[str, Any]) -> Dict[str, Any]:
 def _check_together(values: Dict[str, Any]) -> None:
     """The rules between options, before anything connects."""
     _map_dataloader_keywords(values)
+    if values["mix"] is not None:
+        if values["dataset"] is not None:
+            raise ValueError(
+                f"dataset={values['dataset']!r} and mix: a job reads one dataset or a "
+                "mixture; pass one of them"
+            )
+        if values["split"] == "shard":
+            raise ValueError(
+                "split='shard' with mix: a mixture is dealt as split='sample' "
+                "(exactly-once within each dataset's pass); leave split unset"
+            )
+    elif values["samples_per_epoch"] is not None:
+        raise ValueError(
+            f"samples_per_epoch={values['samples_per_epoch']!r} is a mixture's epoch "
+            "length: give it with mix"
+        )
     decode, threads = values["decode"], values["decode_threads"]
     if threads is not None and decode is None:
         raise ValueError(
@@ -657,6 +756,14 @@ def job_request(
             continue
         if option.kind == "enum":
             value = enum_value(option.enum, value, option.name)
+        if option.kind == "mix":
+            value = [
+                pb.MixPoint(
+                    step=step,
+                    weights=[pb.MixWeight(dataset=n, weight=w) for n, w in weights.items()],
+                )
+                for step, weights in value
+            ]
         _set_path(job, option.target[len(_J) :], value)
     return job
 

@@ -35,6 +35,19 @@ def resume_position(
             f"{state['job_fingerprint']!r}, this loader's job '{job_id}' has "
             f"{reg.job_fingerprint!r} (other data or settings)"
         )
+    if len(reg.mix) > 1 and state["world_size"] * state["batch_size"] != (
+        reg.world_size * reg.batch_size
+    ):
+        # Only a state without the run's segments gets here (the Loader's keep them:
+        # mix_resume.py): a schedule's step is position // (B*W), so under another global
+        # batch the planner would replay the sequence before this point with other
+        # weights, and the passes would not continue where they are.
+        raise JobChangedError(
+            f"{where}: the state is of a mixed job with a schedule at a global batch of "
+            f"{state['world_size'] * state['batch_size']} (world size x batch size), this "
+            f"loader's is {reg.world_size * reg.batch_size}, and the state does not say how its "
+            "run drew the sequence (mix_segments): take the state with this shardcast"
+        )
     epoch, done = int(state["epoch"]), int(state["batches_done"])
     offset = int(state.get("sample_offset", 0))  # absent from states before elastic resume
     epoch_batches = int(state.get("batches_in_epoch", state["batches_per_epoch"]))

@@ -166,7 +166,27 @@ struct BatchAssembler::PendingBatch {
 
 BatchAssembler::BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
                                DecodeLimits limits)
-    : dataset_(dataset), pool_(pool), stats_(stats), limits_(limits) {}
+    : BatchAssembler(std::vector<const ServedDataset*>{dataset}, {}, pool, stats, limits) {}
+
+BatchAssembler::BatchAssembler(std::vector<const ServedDataset*> datasets,
+                               std::vector<std::string> names, DecodePool* pool, ServerStats* stats,
+                               DecodeLimits limits)
+    : datasets_(std::move(datasets)),
+      names_(std::move(names)),
+      pool_(pool),
+      stats_(stats),
+      limits_(limits) {}
+
+std::unique_ptr<BatchAssembler> BatchAssembler::ForMixture(std::vector<Source> sources) const {
+  std::vector<const ServedDataset*> datasets;
+  std::vector<std::string> names;
+  for (Source& source : sources) {
+    datasets.push_back(source.data);
+    names.push_back(std::move(source.name));
+  }
+  return std::unique_ptr<BatchAssembler>(
+      new BatchAssembler(std::move(datasets), std::move(names), pool_, stats_, limits_));
+}
 
 absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const PlannedBatch& planned,
                                                                         const BatchContent& content,
@@ -188,7 +208,6 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
   }
   header.mutable_labels()->Reserve(batch_size);
   header.mutable_samples()->Reserve(batch_size);
-  const DatasetIndex& index = dataset_->index();
   for (int i = 0; i < batch_size; ++i) {
     const SampleRef& ref = planned.samples[i];
     shardcast::v1::SampleInfo* info = header.add_samples();
@@ -202,8 +221,9 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
       }
       continue;
     }
-    const SampleEntry& entry = index.shards[ref.shard].samples[ref.index];
+    const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
     header.add_labels(entry.label);
+    if (!names_.empty()) info->set_dataset(names_[static_cast<size_t>(ref.dataset)]);
     // proto3 strings must be UTF-8: a key that is not (a Latin-1 member name) is
     // escaped one-to-one (common/util/utf8.h) so the client can parse the batch.
     info->set_key(EscapeToUtf8(entry.key));
@@ -260,7 +280,7 @@ int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchConte
   if (content.fields.empty() && !content.encoded_images()) return bytes;
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
-    const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+    const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
     bytes += static_cast<int64_t>(
         SentMemberBytes(entry, content.fields, content.encoded_images(), limits_.max_member_bytes));
   }
@@ -268,26 +288,31 @@ int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchConte
 }
 
 void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& content) {
-  std::vector<MemberLocation> members;
-  members.reserve(planned.samples.size() * (1 + content.fields.size()));
-  for (const SampleRef& ref : planned.samples) {
-    if (!ref.valid()) continue;
-    const uint32_t shard = static_cast<uint32_t>(ref.shard);
-    const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
-    for (int32_t member : FieldMembers(entry, content.fields)) {
-      if (member != kNoFieldMember) members.push_back(MemberLocation{shard, entry.members[member]});
+  // Each dataset's reader is told of its own members (one dataset but in a mixed job).
+  for (size_t d = 0; d < datasets_.size(); ++d) {
+    std::vector<MemberLocation> members;
+    members.reserve(planned.samples.size() * (1 + content.fields.size()));
+    for (const SampleRef& ref : planned.samples) {
+      if (!ref.valid() || static_cast<size_t>(ref.dataset) != d) continue;
+      const uint32_t shard = static_cast<uint32_t>(ref.shard);
+      const SampleEntry& entry = datasets_[d]->index().shards[ref.shard].samples[ref.index];
+      for (int32_t member : FieldMembers(entry, content.fields)) {
+        if (member != kNoFieldMember) {
+          members.push_back(MemberLocation{shard, entry.members[member]});
+        }
+      }
+      if (content.image && entry.image_member < entry.members.size()) {
+        members.push_back(MemberLocation{shard, entry.members[entry.image_member]});
+      }
     }
-    if (content.image && entry.image_member < entry.members.size()) {
-      members.push_back(MemberLocation{shard, entry.members[entry.image_member]});
-    }
+    if (!members.empty()) datasets_[d]->reader().Prefetch(members);
   }
-  dataset_->reader().Prefetch(members);
 }
 
 bool BatchAssembler::ReadFields(PendingBatch* pending, int slot, const SampleRef& ref) {
   const std::vector<FieldSpec>& fields = pending->content->fields;
   if (fields.empty()) return true;
-  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const ShardInfo& shard = data(ref).index().shards[ref.shard];
   const SampleEntry& entry = shard.samples[ref.index];
   const std::vector<int32_t> members = FieldMembers(entry, fields);
   shardcast::v1::SampleInfo* info = pending->batch->header().mutable_samples(slot);
@@ -296,7 +321,7 @@ bool BatchAssembler::ReadFields(PendingBatch* pending, int slot, const SampleRef
     const MemberRef& member = entry.members[members[f]];
     absl::StatusOr<std::string> bytes;
     try {
-      bytes = ReadRetryingHostErrors(*pending, static_cast<uint32_t>(ref.shard), member);
+      bytes = ReadRetryingHostErrors(*pending, data(ref), static_cast<uint32_t>(ref.shard), member);
     } catch (const std::bad_alloc&) {
       bytes = absl::ResourceExhaustedError(
           absl::StrCat("out of memory while reading ", member.size, " bytes"));
@@ -322,12 +347,13 @@ bool BatchAssembler::ReadFields(PendingBatch* pending, int slot, const SampleRef
 }
 
 absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const PendingBatch& pending,
+                                                                   const ServedDataset& source,
                                                                    uint32_t shard,
                                                                    const MemberRef& member) {
   // From a blink (a descriptor freed a moment later) to a remount: short first, then
   // at most a second apart, for --shard-read-retry. The stream's cancel (a client gone,
   // a drain, the server stopping) ends a wait at once: a decode thread is never held.
-  absl::StatusOr<std::string> read = dataset_->reader().ReadMember(shard, member);
+  absl::StatusOr<std::string> read = source.reader().ReadMember(shard, member);
   if (read.ok() || !IsHostIoError(read.status())) return read;  // (every read but a few)
   util::RetryOptions options;
   options.first_backoff = absl::Milliseconds(10);
@@ -346,7 +372,7 @@ absl::StatusOr<std::string> BatchAssembler::ReadRetryingHostErrors(const Pending
     }
     if (stats_ != nullptr) stats_->shard_read_retries.fetch_add(1, std::memory_order_relaxed);
     if (!retry.Wait(next.wait, &cancel)) return GivenUp(read.status(), retry);
-    read = dataset_->reader().ReadMember(shard, member);
+    read = source.reader().ReadMember(shard, member);
     if (read.ok() || !IsHostIoError(read.status())) return read;
   }
 }
@@ -368,7 +394,7 @@ absl::Status BatchAssembler::GivenUp(const absl::Status& last,
 
 absl::StatusOr<std::string> BatchAssembler::ReadImage(const PendingBatch& pending,
                                                       const SampleRef& ref, bool* read_failed) {
-  const SampleEntry& entry = dataset_->index().shards[ref.shard].samples[ref.index];
+  const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
   if (entry.image_member >= entry.members.size()) {
     return absl::InternalError("sample has no image member in the index");
   }
@@ -381,7 +407,7 @@ absl::StatusOr<std::string> BatchAssembler::ReadImage(const PendingBatch& pendin
                                                      limits_.max_member_bytes, "; not read"));
   }
   absl::StatusOr<std::string> encoded =
-      ReadRetryingHostErrors(pending, static_cast<uint32_t>(ref.shard), member);
+      ReadRetryingHostErrors(pending, data(ref), static_cast<uint32_t>(ref.shard), member);
   if (!encoded.ok()) *read_failed = true;
   return encoded;
 }
@@ -451,7 +477,7 @@ void BatchAssembler::AssembleImage(PendingBatch* pending, int slot, const Sample
       stats_->images_unsupported_format.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  const ShardInfo& shard = dataset_->index().shards[ref.shard];
+  const ShardInfo& shard = data(ref).index().shards[ref.shard];
   const SampleEntry& entry = shard.samples[ref.index];
   LogWarning("assembler",
              absl::StrCat("substituted sample: shard ", shard.path, " key '", LogSafe(entry.key),

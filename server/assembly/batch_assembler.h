@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -152,6 +153,15 @@ class BatchAssembler {
  public:
   BatchAssembler(const ServedDataset* dataset, DecodePool* pool, ServerStats* stats,
                  DecodeLimits limits = {});
+  // A mixed job's datasets (SampleRef::dataset indexes them): each sample is read from
+  // its own, and SampleInfo.dataset names it.
+  struct Source {
+    std::string name;
+    const ServedDataset* data = nullptr;
+  };
+  // An assembler like this one (its pool, stats and limits) over a mixed job's datasets.
+  // REQUIRES: each source outlives the new assembler and its batches.
+  std::unique_ptr<BatchAssembler> ForMixture(std::vector<Source> sources) const;
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
@@ -181,9 +191,15 @@ class BatchAssembler {
   // image, the fields) will be read soon (MemberReader::Prefetch). Never blocks on I/O.
   void Prefetch(const PlannedBatch& planned, const BatchContent& content);
 
-  const ServedDataset& dataset() const { return *dataset_; }
+  const ServedDataset& dataset() const { return *datasets_[0]; }
 
  private:
+  BatchAssembler(std::vector<const ServedDataset*> datasets, std::vector<std::string> names,
+                 DecodePool* pool, ServerStats* stats, DecodeLimits limits);
+  // The dataset `ref` is a sample of.
+  const ServedDataset& data(const SampleRef& ref) const {
+    return *datasets_[static_cast<size_t>(ref.dataset)];
+  }
   struct PendingBatch;
   // The sample's image into its slot (pixels, or SampleInfo.encoded), or its
   // substitute, or the batch's failure.
@@ -194,7 +210,8 @@ class BatchAssembler {
   // (named: shard, key, field); returns false then.
   bool ReadFields(PendingBatch* pending, int slot, const SampleRef& ref);
   // The member's bytes, a HostIoError retried as the class comment says.
-  absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending, uint32_t shard,
+  absl::StatusOr<std::string> ReadRetryingHostErrors(const PendingBatch& pending,
+                                                     const ServedDataset& source, uint32_t shard,
                                                      const MemberRef& member);
   // The UNAVAILABLE a read retried until `retry` gave up (or the stream was cancelled)
   // ends with: `last`'s message and marks, and how long it was retried.
@@ -211,7 +228,10 @@ class BatchAssembler {
   absl::Status ReadAndEncode(const PendingBatch& pending, const SampleRef& ref,
                              shardcast::v1::EncodedImage* out, bool* read_failed);
 
-  const ServedDataset* const dataset_;
+  // One for a single-dataset job; a mixed job's in its order, with their names (for
+  // SampleInfo.dataset; empty for a single-dataset job).
+  const std::vector<const ServedDataset*> datasets_;
+  const std::vector<std::string> names_;
   DecodePool* const pool_;
   ServerStats* const stats_;
   const DecodeLimits limits_;

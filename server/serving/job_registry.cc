@@ -58,6 +58,32 @@ absl::Status CheckMessageSize(const JobConfig& config, const JobSamples& samples
                 "leave such samples out)"));
 }
 
+// A new mixed job: its mixture built (each dataset's selection, the planner), and
+// every dataset's largest sample within one message.
+absl::StatusOr<std::shared_ptr<Job>> NewMixtureJob(const std::string& job_id,
+                                                   const MixtureRequest& asked,
+                                                   const std::vector<const NamedDataset*>& datasets,
+                                                   const JobConfig& config,
+                                                   const JobRegistry::Options& options,
+                                                   const std::string& peer) {
+  absl::StatusOr<std::unique_ptr<JobMixture>> mixture =
+      BuildMixture(asked, datasets, config, options.max_member_bytes);
+  if (!mixture.ok()) {
+    return absl::Status(mixture.status().code(),
+                        absl::StrCat("job '", LogSafe(job_id), "': ", mixture.status().message()));
+  }
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    if (absl::Status fits =
+            CheckMessageSize(config, *(*mixture)->samples[d], options.limits.max_message_bytes);
+        !fits.ok()) {
+      return absl::Status(fits.code(), absl::StrCat("job '", LogSafe(job_id), "' (dataset '",
+                                                    datasets[d]->name, "'): ", fits.message()));
+    }
+  }
+  const int64_t n = (*mixture)->plan->batches_per_rank();
+  return std::make_shared<Job>(job_id, config, n, *std::move(mixture), peer, options.clock);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------- ServeSettings
@@ -124,11 +150,34 @@ Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::strin
       peer_(std::move(peer)),
       last_active_(clock->Now()) {}
 
+Job::Job(std::string id, JobConfig config, int64_t batches_per_epoch,
+         std::unique_ptr<JobMixture> mixture, std::string peer, const Clock* clock)
+    : Job(std::move(id), std::move(config), batches_per_epoch, mixture->job_fingerprint,
+          mixture->datasets[0], mixture->samples[0], std::move(peer), clock) {
+  mixture_ = std::move(mixture);
+}
+
+int64_t Job::num_samples() const {
+  return mixture_ != nullptr ? mixture_->plan->samples_per_epoch() : samples_->num_samples();
+}
+
+BatchAssembler* Job::assembler() const {
+  return mixture_ != nullptr ? mixture_->assembler.get() : dataset_->assembler.get();
+}
+
+std::unique_ptr<RankBatchIterator> Job::MapToIndex(
+    std::unique_ptr<RankBatchIterator> batches) const {
+  if (mixture_ != nullptr) return MapMixtureToIndex(mixture_->samples, std::move(batches));
+  return samples_->MapToIndex(std::move(batches));
+}
+
 int64_t Job::batch_memory_bytes() const {
   const int64_t pixels =
       content_->pixels() ? int64_t{3} * config_.transform.crop * config_.transform.crop : 0;
-  const int64_t members =
-      samples_ == nullptr ? 0 : static_cast<int64_t>(samples_->largest_sample_member_bytes());
+  const int64_t members = mixture_ != nullptr ? mixture_->largest_sample_member_bytes
+                          : samples_ == nullptr
+                              ? 0
+                              : static_cast<int64_t>(samples_->largest_sample_member_bytes());
   return int64_t{config_.plan.batch_size} * (pixels + members);
 }
 
@@ -143,11 +192,39 @@ absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::Plan(int64_t epoch) {
   // Built under the lock: ranks asking for the same new epoch wait for one build
   // instead of each building it.
   absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
-      EpochPlan::Create(samples_->shard_sizes(), config_.plan, epoch);
+      mixture_ != nullptr ? mixture_->plan->Epoch(epoch)
+                          : EpochPlan::Create(samples_->shard_sizes(), config_.plan, epoch);
   if (!plan.ok()) return plan.status();
   plans_.emplace_front(epoch, *plan);
   if (plans_.size() > kPlanCacheSize) plans_.pop_back();
   return *plan;
+}
+
+absl::StatusOr<std::shared_ptr<const EpochPlan>> Job::ResumedPlan(int64_t epoch,
+                                                                  const v1::MixtureResume& resume) {
+  if (mixture_ == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: job '", LogSafe(id_), "' reads one dataset, not a mixture"));
+  }
+  std::string key;
+  resume.SerializeToString(&key);
+  std::shared_ptr<const MixtureJobPlan> plan;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = resumed_.find(key);
+    if (it != resumed_.end()) plan = it->second;
+  }
+  if (plan == nullptr) {
+    // Replayed outside the lock (O(position k)); two ranks may both replay, the first
+    // kept: the plans are equal.
+    absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> made =
+        server::ResumedPlan(*mixture_, resume);
+    if (!made.ok()) return made.status();
+    absl::MutexLock lock(&mu_);
+    if (resumed_.size() >= kPlanCacheSize) resumed_.clear();
+    plan = resumed_.emplace(key, *made).first->second;
+  }
+  return plan->Epoch(epoch);
 }
 
 void Job::MarkRegistered(int32_t rank) {
@@ -320,6 +397,25 @@ std::vector<JobRegistry::Dropped> JobRegistry::DropExpired(absl::Time now,
 absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterRequest& request,
                                                            const NamedDataset* dataset,
                                                            const std::string& peer) {
+  if (request.mix_size() > 0) {
+    // The service routes a mixture to RegisterMixture; a caller that did not must not
+    // get a job of one dataset that silently ignores the mixture.
+    return absl::InvalidArgumentError(
+        "mix: a mixture is registered with RegisterMixture (its datasets resolved by name)");
+  }
+  return RegisterJob(request, nullptr, {dataset}, peer);
+}
+
+absl::StatusOr<v1::RegisterResponse> JobRegistry::RegisterMixture(
+    const v1::RegisterRequest& request, const MixtureRequest& mixture,
+    const std::vector<const NamedDataset*>& datasets, const std::string& peer) {
+  return RegisterJob(request, &mixture, datasets, peer);
+}
+
+absl::StatusOr<v1::RegisterResponse> JobRegistry::RegisterJob(
+    const v1::RegisterRequest& request, const MixtureRequest* mixture,
+    const std::vector<const NamedDataset*>& datasets, const std::string& peer) {
+  const NamedDataset* dataset = datasets[0];
   const std::string& job_id = request.job_id();
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   if (job_id.size() > kMaxJobIdLength) {
@@ -329,6 +425,11 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   absl::StatusOr<JobConfig> config =
       EffectiveJobConfig(request, options_.defaults, options_.limits);
   if (!config.ok()) return config.status();
+  // A mixture is dealt as split sample (mixture_epoch.h): unset means that, not the
+  // server's default; split shard is refused by the planner, saying so.
+  if (mixture != nullptr && request.split() == v1::SPLIT_UNSPECIFIED) {
+    config->plan.split = Split::kSample;
+  }
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank: must be in [0, world_size=", request.world_size(), "), got ", request.rank()));
@@ -340,7 +441,20 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
     auto it = jobs_.find(job_id);
     if (it != jobs_.end()) {
       job = it->second;
-      if (&job->dataset() != dataset) {
+      const std::string has =
+          job->mixture() != nullptr ? MixtureRequestString(job->mixture()->asked) : "";
+      const std::string asked = mixture != nullptr ? MixtureRequestString(*mixture) : "";
+      if (has != asked) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "mix: job '", LogSafe(job_id), "' reads ",
+            job->mixture() != nullptr ? absl::StrCat("the mixture ", has)
+                                      : absl::StrCat("dataset '", job->dataset().name, "'"),
+            ", rank ", request.rank(), " asked for ",
+            mixture != nullptr ? absl::StrCat("the mixture ", asked)
+                               : absl::StrCat("dataset '", dataset->name, "'"),
+            " (ranks of a job must agree; use another job id for another mixture)"));
+      }
+      if (mixture == nullptr && &job->dataset() != dataset) {
         return absl::FailedPreconditionError(absl::StrCat(
             "dataset: job '", LogSafe(job_id), "' reads dataset '", job->dataset().name, "', rank ",
             request.rank(), " asked for '", dataset->name,
@@ -358,6 +472,15 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
                          " jobs, its limit (--max-jobs ", options_.max_jobs,
                          "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
       }
+      if (mixture != nullptr) {
+        absl::StatusOr<std::shared_ptr<Job>> mixed =
+            NewMixtureJob(job_id, *mixture, datasets, *config, options_, peer);
+        if (!mixed.ok()) return mixed.status();
+        job = *std::move(mixed);
+        jobs_.emplace(job_id, job);
+      }
+    }
+    if (job == nullptr) {
       absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
           JobSamples::Select(dataset->data->index(), *config, options_.max_member_bytes);
       if (!samples.ok()) {
@@ -388,8 +511,22 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::Register(const v1::RegisterReq
   }
   job->MarkRegistered(request.rank());
 
-  const DatasetIndex& index = dataset->data->index();
   const JobConfig& effective = job->config();
+  if (job->mixture() != nullptr) {
+    v1::RegisterResponse response;
+    response.set_batches_per_epoch(job->batches_per_epoch());
+    if (effective.image) {
+      response.add_image_shape(3);
+      response.add_image_shape(effective.transform.crop);
+      response.add_image_shape(effective.transform.crop);
+    }
+    SetMixtureResponse(*job->mixture(), &response);
+    response.set_job_fingerprint(job->job_fingerprint());
+    SetResponseConfig(effective, &response);
+    response.set_server_version(kServerVersion);
+    return response;
+  }
+  const DatasetIndex& index = dataset->data->index();
   v1::RegisterResponse response;
   response.set_batches_per_epoch(job->batches_per_epoch());
   response.set_num_classes(index.num_classes);

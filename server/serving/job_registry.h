@@ -23,6 +23,7 @@
 #include "server/assembly/batch_assembler.h"
 #include "server/base/clock.h"
 #include "server/serving/dataset_registry.h"
+#include "server/serving/job_mixture.h"
 #include "server/serving/server_options.h"
 #include "shardcast/v1/shardcast.pb.h"
 
@@ -73,6 +74,11 @@ class Job {
   Job(std::string id, JobConfig config, int64_t batches_per_epoch, std::string job_fingerprint,
       const NamedDataset* dataset, std::shared_ptr<const JobSamples> samples, std::string peer,
       const Clock* clock = Clock::Real());
+  // A mixed job: it reads `mixture`'s datasets (dataset() and samples() are then its
+  // first's, for what needs one; planning, assembly and the sample count are the
+  // mixture's).
+  Job(std::string id, JobConfig config, int64_t batches_per_epoch,
+      std::unique_ptr<JobMixture> mixture, std::string peer, const Clock* clock = Clock::Real());
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -89,6 +95,14 @@ class Job {
   // The samples the job serves; computed once, at its first registration, so that every
   // rank, every stream and an elastic resume plan over the same selection.
   const JobSamples& samples() const { return *samples_; }
+  // A mixed job's parts; null for a job of one dataset.
+  const JobMixture* mixture() const { return mixture_.get(); }
+  // The samples of an epoch: the dataset's selection, or a mixture's samples_per_epoch.
+  int64_t num_samples() const;
+  // What assembles the job's batches: its dataset's assembler, or the mixture's.
+  BatchAssembler* assembler() const;
+  // A plan's batches (in the selection's coordinates) mapped to the index's.
+  std::unique_ptr<RankBatchIterator> MapToIndex(std::unique_ptr<RankBatchIterator> batches) const;
   // What each of its batches holds (the image or not, its delivery, the fields), for
   // the assembler.
   const std::shared_ptr<const BatchContent>& content() const { return content_; }
@@ -100,6 +114,12 @@ class Job {
   // The plan of `epoch`, from a small cache (ranks of a job usually share one or two
   // epochs at a time). Errors come from the planner.
   absl::StatusOr<std::shared_ptr<const EpochPlan>> Plan(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A mixed job's plan of `epoch` in a run resumed as `resume` asks
+  // (StreamBatchesRequest.mix_resume; ResumedPlan), the resumed plans kept by their
+  // request (the ranks of a resumed run send the same). INVALID_ARGUMENT for a job of one
+  // dataset.
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> ResumedPlan(
+      int64_t epoch, const shardcast::v1::MixtureResume& resume) ABSL_LOCKS_EXCLUDED(mu_);
 
   void MarkRegistered(int32_t rank) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsRegistered(int32_t rank) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -145,6 +165,7 @@ class Job {
   const std::shared_ptr<const JobSamples> samples_;
   const std::shared_ptr<const BatchContent> content_;
   const std::string peer_;
+  std::unique_ptr<const JobMixture> mixture_;  // set by the constructor only
 
   mutable absl::Mutex mu_;
   std::map<int32_t, RankProgress> ranks_ ABSL_GUARDED_BY(mu_);  // registered ranks
@@ -152,6 +173,8 @@ class Job {
   absl::Time last_active_ ABSL_GUARDED_BY(mu_);
   // Most recently used first: (epoch, plan).
   std::list<std::pair<int64_t, std::shared_ptr<const EpochPlan>>> plans_ ABSL_GUARDED_BY(mu_);
+  // A mixed job's resumed runs, by their serialized MixtureResume (a few at most).
+  std::map<std::string, std::shared_ptr<const MixtureJobPlan>> resumed_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobRegistry {
@@ -195,6 +218,15 @@ class JobRegistry {
   absl::StatusOr<shardcast::v1::RegisterResponse> Register(
       const shardcast::v1::RegisterRequest& request, const NamedDataset* dataset,
       const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a mixed job (RegisterRequest.mix, parsed: `mixture`) over `datasets`,
+  // those `mixture.names` names, in that order. A new job's mixture is built then
+  // (BuildMixture: its refusals); a rank of an existing job must ask for the same
+  // mixture (FAILED_PRECONDITION otherwise). A mixture is dealt as split sample: a
+  // request that leaves split unset gets it.
+  absl::StatusOr<shardcast::v1::RegisterResponse> RegisterMixture(
+      const shardcast::v1::RegisterRequest& request, const MixtureRequest& mixture,
+      const std::vector<const NamedDataset*>& datasets, const std::string& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // nullptr when no rank has registered job `id`.
   std::shared_ptr<Job> Find(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -217,6 +249,12 @@ class JobRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Register and RegisterMixture: `mixture` null for a job of one dataset
+  // (datasets[0]).
+  absl::StatusOr<shardcast::v1::RegisterResponse> RegisterJob(
+      const shardcast::v1::RegisterRequest& request, const MixtureRequest* mixture,
+      const std::vector<const NamedDataset*>& datasets, const std::string& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
   bool Expired(const Job& job, absl::Time now, HasOpenStream has_open_stream,
                bool* never_streamed) const;

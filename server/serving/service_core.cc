@@ -37,6 +37,20 @@ std::string FieldsDescription(const v1::RegisterResponse& response) {
                       " samples left out)");
 }
 
+// "mixture a=0.7,b=0.3" (the first point; "+ N points" for a schedule) for the
+// register log line.
+std::string MixtureDescription(const v1::RegisterResponse& response) {
+  std::vector<std::string> weights;
+  for (const v1::MixWeight& w : response.mix(0).weights()) {
+    weights.push_back(absl::StrFormat("%s=%.3g", w.dataset(), w.weight()));
+  }
+  return absl::StrCat("mixture ", absl::StrJoin(weights, ","),
+                      response.mix_size() > 1
+                          ? absl::StrCat(" (schedule of ", response.mix_size(), " points)")
+                          : "",
+                      ", ", response.samples_per_epoch(), " samples per epoch");
+}
+
 }  // namespace
 
 ServiceCore::ServiceCore(const ServerOptions& options)
@@ -176,11 +190,8 @@ absl::Status ServiceCore::Available() const {
 absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterRequest& request,
                                                            const std::string& peer) {
   if (absl::Status s = Available(); !s.ok()) return s;
-  absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
-  if (dataset.ok()) DropExpiredJobs();
   absl::StatusOr<v1::RegisterResponse> response =
-      dataset.ok() ? jobs_.Register(request, *dataset, peer)
-                   : absl::StatusOr<v1::RegisterResponse>(dataset.status());
+      request.mix_size() > 0 ? RegisterMixture(request, peer) : RegisterOne(request, peer);
   if (!response.ok()) {
     LogWarning("register",
                absl::StrCat("refused job '", LogSafe(request.job_id()), "' rank ", request.rank(),
@@ -190,9 +201,11 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
   LogInfo(
       "register",
       absl::StrFormat(
-          "job '%s' rank %d/%d: dataset '%s', batch %d, %s, split %s, "
+          "job '%s' rank %d/%d: %s, batch %d, %s, split %s, "
           "n=%d%s, job %s",
-          LogSafe(request.job_id()), request.rank(), request.world_size(), response->dataset(),
+          LogSafe(request.job_id()), request.rank(), request.world_size(),
+          response->mix_size() > 0 ? MixtureDescription(*response)
+                                   : absl::StrCat("dataset '", response->dataset(), "'"),
           response->batch_size(),
           response->image()
               ? absl::StrCat("crop ", response->transform().crop(),
@@ -201,6 +214,31 @@ absl::StatusOr<v1::RegisterResponse> ServiceCore::Register(const v1::RegisterReq
           response->split() == v1::SPLIT_SHARD ? "shard" : "sample", response->batches_per_epoch(),
           FieldsDescription(*response), response->job_fingerprint()));
   return response;
+}
+
+absl::StatusOr<v1::RegisterResponse> ServiceCore::RegisterOne(const v1::RegisterRequest& request,
+                                                              const std::string& peer) {
+  absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(request.dataset());
+  if (!dataset.ok()) return dataset.status();
+  DropExpiredJobs();
+  return jobs_.Register(request, *dataset, peer);
+}
+
+absl::StatusOr<v1::RegisterResponse> ServiceCore::RegisterMixture(
+    const v1::RegisterRequest& request, const std::string& peer) {
+  absl::StatusOr<MixtureRequest> mixture = ParseMixture(request);
+  if (!mixture.ok()) return mixture.status();
+  std::vector<const NamedDataset*> datasets;
+  for (const std::string& name : mixture->names) {
+    absl::StatusOr<const NamedDataset*> dataset = datasets_.Resolve(name);
+    if (!dataset.ok()) {
+      return absl::Status(dataset.status().code(),
+                          absl::StrCat("mix: ", dataset.status().message()));
+    }
+    datasets.push_back(*dataset);
+  }
+  DropExpiredJobs();
+  return jobs_.RegisterMixture(request, *mixture, datasets, peer);
 }
 
 void ServiceCore::DropExpiredJobs() {
@@ -237,7 +275,7 @@ std::shared_ptr<StreamManager::Pending> ServiceCore::OpenStream(
     log_refusal(plan.status());
     return nullptr;
   }
-  BatchAssembler* assembler = plan->job->dataset().assembler.get();
+  BatchAssembler* assembler = plan->job->assembler();
   return streams_->Open(*std::move(plan), assembler, std::move(log_refusal));
 }
 
@@ -286,8 +324,7 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
   // Batches of this epoch: n, or fewer for an elastic resume from a sample offset.
   absl::StatusOr<int64_t> n = job->batches_per_epoch();
   if (request.sample_offset() != 0) {
-    n = BatchesFromOffset(job->samples().num_samples(), job->config().plan,
-                          request.sample_offset());
+    n = BatchesFromOffset(job->num_samples(), job->config().plan, request.sample_offset());
     if (!n.ok()) {
       return absl::Status(n.status().code(), absl::StrCat("sample_offset: ", n.status().message()));
     }
@@ -297,7 +334,9 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
                                               "] (batches of this epoch), got ",
                                               request.start_batch()));
   }
-  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(request.epoch());
+  absl::StatusOr<std::shared_ptr<const EpochPlan>> plan =
+      request.has_mix_resume() ? job->ResumedPlan(request.epoch(), request.mix_resume())
+                               : job->Plan(request.epoch());
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::unique_ptr<RankBatchIterator>> batches =
       (*plan)->IterateFrom(request.rank(), request.start_batch(), request.sample_offset());
@@ -305,7 +344,7 @@ absl::StatusOr<StreamPlan> ServiceCore::PlanStream(const v1::StreamBatchesReques
 
   StreamPlan stream;
   // The plan deals the job's selected samples; the assembler reads the index's.
-  stream.batches = job->samples().MapToIndex(*std::move(batches));
+  stream.batches = job->MapToIndex(*std::move(batches));
   stream.description = absl::StrCat(
       "job '", LogSafe(job->id()), "' rank ", request.rank(), " epoch ", request.epoch(),
       request.sample_offset() != 0 ? absl::StrCat(" from sample ", request.sample_offset()) : "",

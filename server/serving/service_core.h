@@ -98,6 +98,12 @@ class ServiceCore {
  private:
   // The stream a request asks for, validated; OpenStream's errors but memory.
   absl::StatusOr<StreamPlan> PlanStream(const shardcast::v1::StreamBatchesRequest& request);
+  // Register for a job of one dataset (RegisterRequest.dataset) or a mixture
+  // (RegisterRequest.mix): the datasets resolved by name, then the job registry's.
+  absl::StatusOr<shardcast::v1::RegisterResponse> RegisterOne(
+      const shardcast::v1::RegisterRequest& request, const std::string& peer);
+  absl::StatusOr<shardcast::v1::RegisterResponse> RegisterMixture(
+      const shardcast::v1::RegisterRequest& request, const std::string& peer);
   // Drops the jobs idle for --job-ttl, with a log line each.
   void DropExpiredJobs();
   // BeginDrain was called.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/util/url_redaction.h"
 #include "common/util/utf8.h"
 #include "proto/job_config_proto.h"
@@ -131,6 +132,42 @@ void FillDatasetStatus(const StatusSources& s, bool draining, v1::GetStatusRespo
   }
 }
 
+// A mixed job's datasets at the start of step `step` (its most advanced rank's next
+// batch): weight, samples drawn, pass and position in it, from the planner's state.
+void FillMixtureStatus(const Job& job, int64_t step, v1::JobStatus* job_status) {
+  const JobMixture& mixture = *job.mixture();
+  const MixtureJobPlan& plan = *mixture.plan;
+  job_status->set_dataset("");
+  job_status->set_samples_per_epoch(plan.spec().samples_per_epoch);
+  job_status->clear_left_out();
+  const int64_t n = job.batches_per_epoch();
+  const int64_t epoch = n > 0 ? step / n : 0;
+  const int64_t global_batch = int64_t{job.config().plan.batch_size} * job.config().plan.world_size;
+  const int64_t offset = std::min((step - epoch * n) * global_batch, plan.samples_per_epoch());
+  absl::StatusOr<MixtureState> state = plan.StateAt(epoch, offset);
+  for (size_t d = 0; d < mixture.datasets.size(); ++d) {
+    v1::MixDatasetStatus* out = job_status->add_mix();
+    const int64_t size = mixture.samples[d]->num_samples();
+    out->set_name(mixture.datasets[d]->name);
+    out->set_num_samples(size);
+    if (!state.ok()) continue;  // past the planner's 2^62 positions: nothing to say
+    const int64_t drawn = static_cast<int64_t>(state->datasets[d].draws);
+    out->set_samples_drawn(drawn);
+    out->set_pass(size > 0 ? drawn / size : 0);
+    out->set_pass_position(size > 0 ? drawn % size : 0);
+    // The weight in units of 2^-116, as a double: exact enough to show.
+    const unsigned __int128 w =
+        plan.planner().WeightAt(static_cast<int>(d), plan.planner().StepOf(state->position));
+    out->set_weight(static_cast<double>(w) * 0x1p-116);
+    for (const LeftOut& reason : mixture.samples[d]->left_out()) {
+      v1::ReasonCount* left = job_status->add_left_out();
+      left->set_reason(
+          EscapeToUtf8(absl::StrCat("dataset '", mixture.datasets[d]->name, "': ", reason.reason)));
+      left->set_count(reason.count);
+    }
+  }
+}
+
 // The live jobs and their ranks, up to the listing bounds.
 void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse* response) {
   const StreamTable& streams = s.streams->table();
@@ -168,6 +205,7 @@ void FillJobStatus(const StatusSources& s, absl::Time now, v1::GetStatusResponse
     for (const RankProgress& rank : ranks) {
       most_advanced = std::max(most_advanced, rank.epoch * n + rank.next_batch);
     }
+    if (job->mixture() != nullptr) FillMixtureStatus(*job, most_advanced, job_status);
     for (const RankProgress& rank : ranks) {
       if (job_status->ranks_size() >= kMaxListedRanks) break;
       v1::RankStatus* rank_status = job_status->add_ranks();

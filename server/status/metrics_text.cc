@@ -175,6 +175,40 @@ std::string RenderPrometheusText(const MetricsSnapshot& snapshot) {
       }
     }
   }
+  // A mixed job's datasets (JobStatus.mix), labelled by job and dataset.
+  {
+    Family epoch(&out, "shardcast_job_samples_per_epoch", "gauge",
+                 "A mixed job's epoch length in samples (0 for a job of one dataset).");
+    for (const v1::JobStatus& job : s.jobs()) {
+      epoch.Sample(static_cast<double>(job.samples_per_epoch()), Label("job", job.job_id()));
+    }
+    const auto per_dataset = [&out, &s](const std::string& name, const char* help,
+                                        double (*value)(const v1::MixDatasetStatus&)) {
+      Family family(&out, name, "gauge", help);
+      for (const v1::JobStatus& job : s.jobs()) {
+        for (const v1::MixDatasetStatus& d : job.mix()) {
+          family.Sample(value(d),
+                        absl::StrCat(Label("job", job.job_id()), ",", Label("dataset", d.name())));
+        }
+      }
+    };
+    per_dataset("shardcast_job_mix_weight",
+                "A mixed job's weight of the dataset at its most advanced rank's step.",
+                [](const v1::MixDatasetStatus& d) { return d.weight(); });
+    per_dataset(
+        "shardcast_job_mix_samples_drawn",
+        "Samples of the dataset in a mixed job's sequence up to its most advanced step.",
+        [](const v1::MixDatasetStatus& d) { return static_cast<double>(d.samples_drawn()); });
+    per_dataset("shardcast_job_mix_pass", "The pass a mixed job is in over the dataset (0: first).",
+                [](const v1::MixDatasetStatus& d) { return static_cast<double>(d.pass()); });
+    per_dataset(
+        "shardcast_job_mix_pass_position",
+        "Samples of the dataset's current pass a mixed job has drawn.",
+        [](const v1::MixDatasetStatus& d) { return static_cast<double>(d.pass_position()); });
+    per_dataset("shardcast_job_mix_dataset_samples",
+                "Usable samples of the dataset in a mixed job: the length of its passes.",
+                [](const v1::MixDatasetStatus& d) { return static_cast<double>(d.num_samples()); });
+  }
   // Per rank: each family's samples together, as the format requires.
   const auto per_rank = [&out, &s](const std::string& name, const char* type, const char* help,
                                    double (*value)(const v1::JobStatus&, const v1::RankStatus&)) {

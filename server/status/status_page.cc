@@ -199,12 +199,27 @@ void AppendRank(const v1::RankStatus& rank, int64_t batches_per_epoch, std::stri
 void AppendJob(const v1::JobStatus& job, std::string* page) {
   absl::StrAppend(page, "<section class=\"job\" data-job-id=\"", HtmlEscape(job.job_id()),
                   "\" data-batches-per-epoch=\"", job.batches_per_epoch(), "\"><h2>job ",
-                  HtmlEscape(job.job_id()), "</h2>\n<p>dataset ", HtmlEscape(job.dataset()), ", ",
-                  Count(job.world_size(), "rank"), " of batch ", job.batch_size(), ", ",
+                  HtmlEscape(job.job_id()), "</h2>\n<p>",
+                  job.mix_size() > 0 ? absl::StrCat("a mixture of ", job.mix_size(), " datasets, ",
+                                                    job.samples_per_epoch(), " samples per epoch")
+                                     : absl::StrCat("dataset ", HtmlEscape(job.dataset())),
+                  ", ", Count(job.world_size(), "rank"), " of batch ", job.batch_size(), ", ",
                   job.batches_per_epoch(), " batches per epoch");
   if (job.stalled_ranks() > 0) {
     absl::StrAppend(page, ", <span class=\"stalled\">", Count(job.stalled_ranks(), "stalled rank"),
                     "</span>");
+  }
+  if (job.mix_size() > 0) {
+    absl::StrAppend(page,
+                    "</p>\n<table class=\"mix\"><tr><th>dataset</th><th>weight now</th>"
+                    "<th>samples drawn</th><th>pass</th><th>position in the pass</th></tr>\n");
+    for (const v1::MixDatasetStatus& d : job.mix()) {
+      absl::StrAppend(page, "<tr><td>", HtmlEscape(d.name()), "</td><td>",
+                      absl::StrFormat("%.4f", d.weight()), "</td><td>", d.samples_drawn(),
+                      "</td><td>", d.pass(), "</td><td>", d.pass_position(), " / ", d.num_samples(),
+                      "</td></tr>\n");
+    }
+    absl::StrAppend(page, "</table>\n<p>");
   }
   absl::StrAppend(page,
                   "</p>\n<table><tr><th>rank</th><th>epoch</th><th>position in the epoch</th>"

@@ -41,6 +41,7 @@ INT_RANGES = {
     "prefetch": (1, INT32_MAX),
     "decode_threads": (1, 1024),
     "num_workers": (0, INT32_MAX),
+    "samples_per_epoch": (1, 1 << 48),
 }
 SECONDS = {"reconnect_deadline", "stream_timeout"}
 BOOLS = {"shuffle_shards", "image", "tls", "pin_memory", "check_ranks", "shuffle", "drop_last"}
@@ -61,7 +62,7 @@ STRINGS = {
     "tls_cert": ValueError,
     "tls_key": ValueError,
 }
-OTHERS = {"fields", "process_group"}
+OTHERS = {"fields", "process_group", "mix"}
 
 
 def expected(name, value):
@@ -79,6 +80,9 @@ def expected(name, value):
             return None if value < 1 else ValueError  # world_size defaults to 1
         if name == "decode_threads":
             return ValueError  # without decode=: nothing decodes here
+        if name == "samples_per_epoch":
+            return ValueError  # without mix=: a mixture's epoch length
+
         return None
     if name in SECONDS:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -94,7 +98,7 @@ def expected(name, value):
         return None if value in CHOICES[name] else ValueError
     if name in STRINGS:
         return STRINGS[name] if isinstance(value, str) else TypeError
-    return TypeError  # fields (a bare str too) and process_group take neither of these
+    return TypeError  # fields (a bare str too), process_group and mix take neither of these
 
 
 def test_the_walk_covers_every_argument_the_loader_takes():

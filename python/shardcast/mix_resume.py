@@ -1,0 +1,76 @@
+"""A mixed job's resume across runs (docs/python.md, "Mixtures"): what state_dict keeps
+of how the run drew its sequence (its segments of global batch, its schedule), and the
+StreamBatchesRequest.mix_resume a later run sends so that the server replays that and
+deals on from the same position: an elastic resume of a schedule, or new weights that
+continue every dataset's pass. The planner is a pure function of these, so no planner
+state travels."""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from shardcast.errors import JobChangedError
+from shardcast.position import saved_position
+
+Segment = Tuple[int, int, int]  # (start position, start step, global batch)
+
+
+def next_segment(segments: List[Segment], position: int, global_batch: int) -> Segment:
+    """The segment a run resumed at `position` adds: from the step after the earlier
+    run's last one (the server's rule: MixtureJobPlan::Resumed)."""
+    start, step, batch = [s for s in segments if s[0] < position][-1]
+    return (position, step + (position - 1 - start) // batch + 1, global_batch)
+
+
+def state_fields(
+    reg: Any, segments: List[Segment], schedule: List[Tuple[int, Dict[str, float]]]
+) -> Dict[str, Any]:
+    """What state_dict adds for a mixed job."""
+    return {
+        "mix_segments": [list(s) for s in segments],
+        "mix_schedule": [[step, dict(weights)] for step, weights in schedule],
+        "mix_data_fingerprint": reg.mix_data_fingerprint,
+        "samples_per_epoch": reg.samples_per_epoch,
+    }
+
+
+def resumed_from(
+    state: Dict[str, Any], reg: Any, pb: Any, where: str
+) -> Optional[Tuple[int, int, bytes, List[Segment]]]:
+    """(epoch, sample offset, serialized MixtureResume, this run's segments) when `state`
+    is of another run of this mixture (another global batch, an earlier resume, other
+    weights); None when this job goes on as the state's own (same weights and batch).
+    JobChangedError when the data, the epoch length or the config differ."""
+    if "mix_segments" not in state or not reg.mix:
+        return None
+    segments = [tuple(int(x) for x in s) for s in state["mix_segments"]]
+    global_batch = reg.world_size * reg.batch_size
+    same_weights = state["job_fingerprint"] == reg.job_fingerprint
+    if same_weights and segments == [(0, 0, global_batch)]:
+        return None  # the same run: the ordinary resume
+    if state["mix_data_fingerprint"] != reg.mix_data_fingerprint:
+        raise JobChangedError(
+            f"{where}: the state is of a mixture with other datasets, settings or epoch "
+            f"length (mix_data_fingerprint {state['mix_data_fingerprint']!r}, this job's "
+            f"{reg.mix_data_fingerprint!r}); other weights may resume a mixture, nothing else"
+        )
+    S = int(reg.samples_per_epoch)
+    epoch, done = int(state["epoch"]), int(state["batches_done"])
+    if done >= int(state["batches_in_epoch"]):
+        position = (epoch + 1) * S
+    else:
+        consumed = saved_position(
+            epoch, done, int(state["sample_offset"]), state["world_size"], state["batch_size"]
+        ).samples_consumed
+        position = epoch * S + consumed
+    if position == 0:
+        return None  # nothing drawn yet: this run starts the sequence
+    resume = pb.MixtureResume(position=position)
+    for start, step, batch in segments:
+        resume.segments.add(start_position=start, start_step=step, global_batch=batch)
+    if not same_weights:
+        for step, weights in state["mix_schedule"]:
+            point = resume.schedule.add(step=int(step))
+            for name, weight in weights.items():
+                point.weights.add(dataset=name, weight=float(weight))
+    own = [s for s in segments if s[0] < position]
+    own.append(next_segment(segments, position, global_batch))
+    return position // S, position % S, resume.SerializeToString(), own
