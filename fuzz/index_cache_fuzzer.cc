@@ -1,8 +1,9 @@
 // libFuzzer harness: parsing the index cache format (common/shards/index_cache_format.h)
 // as the index cache of a small real dataset. The input is a cache body; the harness
-// appends the checksum it needs (so the parser's checks, not the checksum, are what is
-// fuzzed) and parses it against the dataset's listing. Whatever the body says, a parse
-// either fails or gives an outcome whose every member lies inside its shard file and
+// seals each shard's compact table again under its binding (ResealShardTables) and
+// appends the checksum it needs (so the parser's and the table decoder's checks, not
+// the checksums, are what is fuzzed) and parses it against the dataset's listing. Whatever the body
+// says, a parse either fails or gives an outcome whose every member lies inside its shard file and
 // reads back with ShardReader (no out-of-bounds read, no huge buffer).
 //
 // The shard's mtime, ctime and inode differ on every machine; in the input they are
@@ -24,6 +25,7 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/shards/dataset_index.h"
@@ -118,7 +120,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ReplaceU64(kCtime, f.ctime, &body);
   ReplaceU64(kInode, f.inode, &body);
   ReplaceSameLength(kRootPlaceholder, f.root, &body);
-  const std::string sealed = shardcast::SealWithChecksum(body);
+  // Each shard's compact table is sealed again too, so that hostile tables reach the
+  // table decoder's checks, not only its checksum.
+  const std::string sealed = shardcast::SealWithChecksum(
+      shardcast::ResealShardTables(std::move(body), f.index.root, shardcast::IndexOptions()));
 
   absl::StatusOr<std::optional<shardcast::ScanOutcome>> parsed =
       shardcast::ParseScanOutcome(sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,

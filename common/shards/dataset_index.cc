@@ -780,8 +780,10 @@ void WriteCache(const std::string& path, const std::string& root, const IndexOpt
                 const ScanOutcome& scan, std::vector<std::string>* warnings) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  absl::Status written = ec ? absl::UnavailableError(ec.message())
-                            : WriteCacheFile(path, SerializeScanOutcome(root, options, scan));
+  absl::StatusOr<std::string> data = SerializeScanOutcome(root, options, scan);
+  absl::Status written = ec           ? absl::UnavailableError(ec.message())
+                         : !data.ok() ? data.status()
+                                      : WriteCacheFile(path, *data);
   if (!written.ok()) {
     Warn(warnings, absl::StrCat("index cache not written: ", written.message()));
   }
@@ -921,7 +923,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   return index;
 }
 
-std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options) {
+absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
+                                               const IndexOptions& options) {
   ScanOutcome scan;
   for (const ShardInfo& shard : index.shards) {
     scan.shards.push_back(shard);

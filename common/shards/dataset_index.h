@@ -178,8 +178,10 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
 // (shard names and sizes, samples, skipped samples and shards, class names) without
 // file identities or root, so it serves any copy of the same bytes, with each shard's
 // content digest and (for an index of a store) the ETag it had. Its checksum and
-// every offset are checked again when it is loaded.
-std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options);
+// every offset are checked again when it is loaded. INVALID_ARGUMENT for samples no
+// scan makes (SerializeScanOutcome).
+absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
+                                               const IndexOptions& options);
 
 // The most bytes an index file (or index cache) of `shards` can take: a sample's record
 // is its key and a few numbers, and in a tar every sample takes at least two 512-byte
