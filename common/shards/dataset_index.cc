@@ -30,6 +30,7 @@
 #include "common/shards/index_cache_format.h"
 #include "common/shards/sample_grouping.h"
 #include "common/shards/shard_reader.h"
+#include "common/shards/shard_table_cache.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "common/util/json_fields.h"
@@ -39,6 +40,7 @@ namespace shardcast {
 namespace fs = std::filesystem;
 
 std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
+  if (samples_released) return released_sample_counts;
   std::vector<uint32_t> counts;
   counts.reserve(shards.size());
   for (const ShardInfo& shard : shards)
@@ -47,6 +49,7 @@ std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
 }
 
 std::map<std::string, int64_t> DatasetIndex::MemberExtensionCounts() const {
+  if (samples_released) return released_extension_counts;
   std::map<std::string, int64_t> counts;
   for (const ShardInfo& shard : shards) {
     for (const SampleEntry& sample : shard.samples) {
@@ -54,6 +57,48 @@ std::map<std::string, int64_t> DatasetIndex::MemberExtensionCounts() const {
     }
   }
   return counts;
+}
+
+uint64_t DatasetIndex::LargestImageBytes() const {
+  if (samples_released) return released_largest_image_bytes;
+  uint64_t largest = 0;
+  for (const ShardInfo& shard : shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      if (const MemberRef* image = ImageMember(sample); image != nullptr) {
+        largest = std::max(largest, image->size);
+      }
+    }
+  }
+  return largest;
+}
+
+bool ReleaseSamples(DatasetIndex* index) {
+  if (index->samples_released) return true;
+  if (index->tables == nullptr || index->tables->shards.size() != index->shards.size()) {
+    return false;
+  }
+  index->released_sample_counts = index->ShardSampleCounts();
+  index->released_extension_counts = index->MemberExtensionCounts();
+  index->released_largest_image_bytes = index->LargestImageBytes();
+  for (ShardInfo& shard : index->shards) std::vector<SampleEntry>().swap(shard.samples);
+  index->samples_released = true;
+  return true;
+}
+
+absl::Status ForEachSample(const DatasetIndex& index, uint32_t shard,
+                           absl::FunctionRef<void(uint32_t, const SampleEntry&)> fn) {
+  if (shard >= index.shards.size()) {
+    return absl::OutOfRangeError(absl::StrCat("shard ", shard, " of ", index.shards.size()));
+  }
+  if (!index.samples_released) {
+    const std::vector<SampleEntry>& samples = index.shards[shard].samples;
+    for (size_t j = 0; j < samples.size(); ++j) fn(static_cast<uint32_t>(j), samples[j]);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<const LoadedShardTable>> table =
+      ReadShardTable(index.tables, shard);
+  if (!table.ok()) return table.status();
+  return (*table)->table().ForEach(fn);
 }
 
 namespace {
@@ -757,7 +802,7 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
 // when there is none or it is stale; a cache that cannot be read or is corrupt is
 // warned about and rebuilt.
 std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing& listing,
-                                     const IndexOptions& options,
+                                     const IndexOptions& options, uint64_t* file_size,
                                      std::vector<std::string>* warnings) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
@@ -771,22 +816,27 @@ std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing
          absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
     return std::nullopt;
   }
+  *file_size = data->size();
   return *std::move(parsed);
 }
 
 // Writes `scan` as the index cache at `path`, its folder created; a cache that cannot
 // be written is warned about (the index is served without one).
-void WriteCache(const std::string& path, const std::string& root, const IndexOptions& options,
-                const ScanOutcome& scan, std::vector<std::string>* warnings) {
+// Its size written, nullopt when it was not; `tables` gets where its tables lie.
+std::optional<uint64_t> WriteCache(const std::string& path, const std::string& root,
+                                   const IndexOptions& options, const ScanOutcome& scan,
+                                   ScanOutcome* tables, std::vector<std::string>* warnings) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  absl::StatusOr<std::string> data = SerializeScanOutcome(root, options, scan);
+  absl::StatusOr<std::string> data = SerializeScanOutcome(root, options, scan, tables);
   absl::Status written = ec           ? absl::UnavailableError(ec.message())
                          : !data.ok() ? data.status()
                                       : WriteCacheFile(path, *data);
   if (!written.ok()) {
     Warn(warnings, absl::StrCat("index cache not written: ", written.message()));
+    return std::nullopt;
   }
+  return data->size();
 }
 
 // The outcome of `listing` from its index file: the file's records where the store
@@ -853,7 +903,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
-  std::optional<ScanOutcome> scan = LoadCache(*cache_path, listing, options, &index.warnings);
+  uint64_t cache_size = 0;
+  std::optional<ScanOutcome> scan =
+      LoadCache(*cache_path, listing, options, &cache_size, &index.warnings);
   index.loaded_from_cache = scan.has_value();
   if (listing.index_file.has_value() &&
       listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
@@ -873,8 +925,28 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     if (!scanned.ok()) return scanned.status();
     scan = *std::move(scanned);
   }
+  // Where the tables lie in the cache file, by the scan's shard: as read, or as written.
+  ScanOutcome written_tables;
+  const ScanOutcome* tables = index.loaded_from_cache ? &*scan : nullptr;
   if (!index.loaded_from_cache && !cache_path->empty()) {
-    WriteCache(*cache_path, root, options, *scan, &index.warnings);
+    if (std::optional<uint64_t> size =
+            WriteCache(*cache_path, root, options, *scan, &written_tables, &index.warnings);
+        size.has_value()) {
+      cache_size = *size;
+      tables = &written_tables;
+    }
+  }
+  if (tables != nullptr && tables->tables.size() == scan->shards.size()) {
+    auto opened = std::make_shared<IndexTables>();
+    // A cache replaced between the read (or write) and this open is not used: the
+    // samples then stay in memory.
+    if (opened->Open(*cache_path, cache_size).ok()) {
+      for (size_t i = 0; i < scan->shards.size(); ++i) {
+        if (scan->skip_reasons[i].empty()) opened->shards.push_back(tables->tables[i]);
+      }
+      opened->exts = tables->exts;
+      index.tables = std::move(opened);
+    }
   }
 
   for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));

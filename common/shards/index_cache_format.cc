@@ -35,6 +35,7 @@ class CacheWriter {
     AddBytes(s);
   }
   void AddBytes(absl::string_view s) { out_.append(s.data(), s.size()); }
+  uint64_t size() const { return out_.size(); }
   std::string Finish() { return SealWithChecksum(std::move(out_)); }
 
  private:
@@ -199,7 +200,7 @@ absl::Status ParseTrailer(const IndexOptions& options, CacheParser& p, ScanOutco
 
 absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
                                                  const IndexOptions& options,
-                                                 const ScanOutcome& scan) {
+                                                 const ScanOutcome& scan, ScanOutcome* tables_out) {
   // The tables first: the shard records say where each lies and how long it is.
   ExtensionTable exts;
   std::vector<std::string> tables(scan.shards.size());
@@ -251,6 +252,22 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   w.AddU64(static_cast<uint64_t>(scan.max_label));
   w.AddString(exts.Serialize());
   w.AddU64(table_offset);
+  if (tables_out != nullptr) {
+    const uint64_t tables_at = w.size();
+    tables_out->tables.clear();
+    uint64_t at = 0;
+    for (size_t i = 0; i < scan.shards.size(); ++i) {
+      ShardTableLimits limits;
+      limits.data_size = MemberDataBound(scan.shards[i]);
+      limits.max_classes = options.max_classes;
+      limits.binding = TableBinding(root, options, i, scan.shards[i]);
+      tables_out->tables.push_back(
+          ShardTableLocation{tables_at + at, tables[i].size(),
+                             static_cast<uint32_t>(scan.shards[i].samples.size()), limits});
+      at += tables[i].size();
+    }
+    tables_out->exts = std::make_shared<const ExtensionTable>(exts);
+  }
   for (const std::string& table : tables) w.AddBytes(table);
   return w.Finish();
 }

@@ -120,9 +120,12 @@ std::string ResealShardTables(std::string body, const std::string& root,
 // checksum under a binding of the file's header and the shard's record and ordinal;
 // then the checksum record of the whole file. A shard's table can so be read and
 // checked alone, at its offset, once the records before the tables are read.
+// With `tables` set, its `tables` and `exts` are those of the file written (as
+// ParseScanOutcome gives them).
 absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
                                                  const IndexOptions& options,
-                                                 const ScanOutcome& scan);
+                                                 const ScanOutcome& scan,
+                                                 ScanOutcome* tables = nullptr);
 
 // The outcome `data` holds, when it was written for `root` and `options` and its shard
 // records match `listed` (in listing order) as `kind` says. nullopt: a sound file of

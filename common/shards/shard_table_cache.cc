@@ -2,6 +2,7 @@
 #include "common/shards/shard_table_cache.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,49 +13,42 @@
 #include "common/shards/shard_reader.h"
 
 namespace shardcast {
-namespace {
-
-// Closes the descriptor it holds on every path out.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-}  // namespace
-
-ShardTableCache::ShardTableCache(std::shared_ptr<const IndexTables> tables,
-                                 int64_t memory_limit_bytes)
-    : tables_(std::move(tables)), limit_(memory_limit_bytes) {
-  stats_.limit_bytes = limit_;
+IndexTables::~IndexTables() {
+  if (fd >= 0) close(fd);
 }
 
-absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ShardTableCache::Load(
-    uint32_t shard) const {
-  const ShardTableLocation& at = tables_->shards[shard];
-  const std::string where = absl::StrCat(tables_->path, " (the table of shard ", shard, ")");
+absl::Status IndexTables::Open(const std::string& file, uint64_t expected_size) {
+  path = file;
+  fd = open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return HostIoError(file, "open", errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return HostIoError(file, "stat", errno);
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != expected_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(file, ": not the index cache just read or written (", st.st_size,
+                     " bytes, not ", expected_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
+    std::shared_ptr<const IndexTables> tables, uint32_t shard) {
+  if (shard >= tables->shards.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("shard ", shard, " of ", tables->shards.size(), " in the index tables"));
+  }
+  const ShardTableLocation& at = tables->shards[shard];
+  const std::string where = absl::StrCat(tables->path, " (the table of shard ", shard, ")");
   // The size came from a file that was sound at start; bounded anyway, as nothing read
   // is trusted past its checks.
   if (at.size > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
     return AsHostIoError(absl::DataLossError(absl::StrCat(where, ": ", at.size, " bytes")));
   }
-  // Opened for each read: a cache file replaced under the server is read as it is now
-  // (and its tables then fail their binding), never through a stale mapping.
-  Fd fd(open(tables_->path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return HostIoError(where, "open", errno);
   auto loaded = std::make_shared<LoadedShardTable>();
   loaded->bytes_.resize(at.size);
   size_t done = 0;
   while (done < at.size) {
-    const ssize_t n = pread(fd.get(), loaded->bytes_.data() + done, at.size - done,
+    const ssize_t n = pread(tables->fd, loaded->bytes_.data() + done, at.size - done,
                             static_cast<off_t>(at.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return HostIoError(where, "read", errno);
@@ -65,7 +59,7 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ShardTableCache::Load(
     }
     done += static_cast<size_t>(n);
   }
-  loaded->exts_ = tables_->exts;
+  loaded->exts_ = tables->exts;
   absl::StatusOr<CompactShardTable> opened =
       CompactShardTable::Open(loaded->bytes_, loaded->exts_.get(), at.limits);
   if (!opened.ok()) {
@@ -78,6 +72,12 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ShardTableCache::Load(
   }
   loaded->table_.emplace(*std::move(opened));
   return loaded;
+}
+
+ShardTableCache::ShardTableCache(std::shared_ptr<const IndexTables> tables,
+                                 int64_t memory_limit_bytes)
+    : tables_(std::move(tables)), limit_(memory_limit_bytes) {
+  stats_.limit_bytes = limit_;
 }
 
 void ShardTableCache::InsertLocked(uint32_t shard, std::shared_ptr<const LoadedShardTable> table) {
@@ -111,7 +111,7 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ShardTableCache::GetCoun
   }
   // Read outside the lock: other shards' lookups go on meanwhile. Two threads missing
   // the same shard at once both read it; the second insert finds it there.
-  absl::StatusOr<std::shared_ptr<const LoadedShardTable>> loaded = Load(shard);
+  absl::StatusOr<std::shared_ptr<const LoadedShardTable>> loaded = ReadShardTable(tables_, shard);
   absl::MutexLock lock(&mu_);
   if (!loaded.ok()) {
     ++stats_.load_failures;

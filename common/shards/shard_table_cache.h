@@ -32,7 +32,22 @@ namespace shardcast {
 // The tables of one dataset: the file they lie in, where each shard's lies (by the
 // served shard, DatasetIndex::shards' order) and the extensions they name.
 struct IndexTables {
+  IndexTables() = default;
+  IndexTables(const IndexTables&) = delete;
+  IndexTables& operator=(const IndexTables&) = delete;
+  ~IndexTables();
+
+  // Opens `path` for `fd`: a regular file of `expected_size` bytes (what was just read
+  // or written there), else an error (a file replaced in between: the caller keeps the
+  // samples in memory instead).
+  absl::Status Open(const std::string& path, uint64_t expected_size);
+
   std::string path;
+  // The file as opened when the index was read or written: the tables are read from
+  // this descriptor, so a cache file replaced (renamed over) later, by a server
+  // rebuilding it, leaves these bytes readable; one truncated or written over in place
+  // is caught by the reads' length and the tables' checksums.
+  int fd = -1;
   std::vector<ShardTableLocation> shards;
   std::shared_ptr<const ExtensionTable> exts;
 };
@@ -45,7 +60,8 @@ class LoadedShardTable {
   int64_t memory_bytes() const { return static_cast<int64_t>(bytes_.capacity() + sizeof(*this)); }
 
  private:
-  friend class ShardTableCache;
+  friend absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
+      std::shared_ptr<const IndexTables> tables, uint32_t shard);
   std::string bytes_;
   std::shared_ptr<const ExtensionTable> exts_;  // kept alive as long as the view
   std::optional<CompactShardTable> table_;
@@ -59,6 +75,11 @@ struct ShardTableCacheStats {
   int64_t loads = 0;         // tables read and checked (misses and Prefetch)
   int64_t load_failures = 0;
 };
+
+// Shard `shard`'s table read and checked now, outside any cache (the selection of a
+// job's samples reads each shard once). Errors as ShardTableCache::Get's.
+absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
+    std::shared_ptr<const IndexTables> tables, uint32_t shard);
 
 class ShardTableCache {
  public:
@@ -81,7 +102,6 @@ class ShardTableCache {
   ShardTableCacheStats stats() const;
 
  private:
-  absl::StatusOr<std::shared_ptr<const LoadedShardTable>> Load(uint32_t shard) const;
   absl::StatusOr<std::shared_ptr<const LoadedShardTable>> GetCounted(uint32_t shard, bool count);
   void InsertLocked(uint32_t shard, std::shared_ptr<const LoadedShardTable> table)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -61,7 +61,10 @@ class ShardTableCacheTest : public ::testing::Test {
       return nullptr;
     }
     auto tables = std::make_shared<IndexTables>();
-    tables->path = cache_file_;
+    if (absl::Status opened = tables->Open(cache_file_, bytes.size()); !opened.ok()) {
+      ADD_FAILURE() << opened;
+      return nullptr;
+    }
     tables->shards = (*scan)->tables;
     tables->exts = (*scan)->exts;
     return tables;
@@ -167,26 +170,72 @@ TEST_F(ShardTableCacheTest, AChangedByteInATableIsAHostErrorNotAnotherSample) {
   }
 }
 
-TEST_F(ShardTableCacheTest, ATruncatedRemovedOrReplacedCacheFileIsAHostError) {
+TEST_F(ShardTableCacheTest, ACacheFileTruncatedInPlaceIsAHostError) {
   const std::string good = ReadWholeFile(cache_file_);
-  // Truncated under the reader: the tables past the cut cannot be read.
+  // Truncated under the reader (the same file, written over in place): the tables past
+  // the cut cannot be read.
   ShardTableCache cache(tables_, int64_t{64} << 20);
   shard_testing::WriteFile(cache_file_, good.substr(0, tables_->shards[2].offset + 3));
   ExpectShardServed(cache, 0);
   ExpectHostError(cache, 2, "truncated in the table");
   ExpectHostError(cache, 3, "truncated before the table");
-  // Removed.
+  // Grown back with other bytes: the checksums catch them.
+  std::string other = good;
+  for (size_t i = tables_->shards[1].offset; i < other.size(); ++i) other[i] = 'x';
+  shard_testing::WriteFile(cache_file_, other);
+  ExpectHostError(cache, 1, "written over");
+  EXPECT_EQ(cache.stats().load_failures, 3);
+}
+
+// A cache file removed, or replaced by rename (as a server rebuilding it writes it)
+// while the tables are read, leaves the bytes the index was read from readable: the
+// tables are read from the descriptor opened with the index.
+TEST_F(ShardTableCacheTest, ACacheFileRemovedOrReplacedByRenameStillServesTheIndexRead) {
+  ShardTableCache cache(tables_, 1);
   std::filesystem::remove(cache_file_);
-  ExpectHostError(cache, 1, "removed");
-  // Replaced by the cache of other shards (the same layout, other bytes): each table
-  // read at the old offsets fails its checksum or binding.
+  ExpectShardServed(cache, 1);
   std::filesystem::remove(tmp_ / "data/s-0.tar");
   MakeTar(tmp_.path(), {{"other.jpg", Payload("other", 300)}, {"other.cls", "1\n"}},
           TarWriter::kGnuTarPax, tmp_ / "data/s-0.tar");
   ASSERT_TRUE(BuildDatasetIndex(tmp_ / "data", options_).ok());
-  ASSERT_NE(ReadWholeFile(cache_file_), good);
-  ShardTableCache replaced(tables_, int64_t{64} << 20);
-  for (uint32_t s = 0; s < 4; ++s) ExpectHostError(replaced, s, absl::StrCat("replaced ", s));
+  ASSERT_TRUE(std::filesystem::exists(cache_file_));
+  for (uint32_t s = 0; s < 4; ++s) ExpectShardServed(cache, s);
+}
+
+// The index itself: with a cache, it says where its tables lie; released, it keeps the
+// counts and reads each shard's samples back from the file as they were.
+TEST_F(ShardTableCacheTest, AReleasedIndexReadsItsSamplesBackFromTheCache) {
+  for (const bool from_cache : {false, true}) {
+    if (!from_cache) std::filesystem::remove(cache_file_);
+    absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "data", options_);
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ(index->loaded_from_cache, from_cache);
+    ASSERT_NE(index->tables, nullptr);
+    const std::vector<uint32_t> counts = index->ShardSampleCounts();
+    const auto extensions = index->MemberExtensionCounts();
+    const uint64_t largest = index->LargestImageBytes();
+    ASSERT_TRUE(ReleaseSamples(&*index));
+    EXPECT_TRUE(index->samples_released);
+    for (const ShardInfo& shard : index->shards) EXPECT_TRUE(shard.samples.empty());
+    EXPECT_EQ(index->ShardSampleCounts(), counts);
+    EXPECT_EQ(index->MemberExtensionCounts(), extensions);
+    EXPECT_EQ(index->LargestImageBytes(), largest);
+    for (uint32_t s = 0; s < 4; ++s) {
+      std::vector<std::string> keys;
+      ASSERT_TRUE(ForEachSample(*index, s, [&](uint32_t, const SampleEntry& e) {
+                    keys.push_back(e.key);
+                  }).ok());
+      ASSERT_EQ(keys.size(), index_.shards[s].samples.size());
+      for (size_t j = 0; j < keys.size(); ++j) EXPECT_EQ(keys[j], index_.shards[s].samples[j].key);
+    }
+  }
+  // Without a cache there is nothing to read back: the samples stay.
+  IndexOptions no_cache;
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "data", no_cache);
+  ASSERT_TRUE(index.ok());
+  EXPECT_EQ(index->tables, nullptr);
+  EXPECT_FALSE(ReleaseSamples(&*index));
+  EXPECT_EQ(index->shards[0].samples.size(), 40u);
 }
 
 }  // namespace
