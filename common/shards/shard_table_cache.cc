@@ -42,7 +42,7 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
   // The size came from a file that was sound at start; bounded anyway, as nothing read
   // is trusted past its checks.
   if (at.size > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-    return AsHostIoError(absl::DataLossError(absl::StrCat(where, ": ", at.size, " bytes")));
+    return AsHostIoError(absl::UnavailableError(absl::StrCat(where, ": ", at.size, " bytes")));
   }
   auto loaded = std::make_shared<LoadedShardTable>();
   loaded->bytes_.resize(at.size);
@@ -53,7 +53,7 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return HostIoError(where, "read", errno);
     if (n == 0) {
-      return AsHostIoError(absl::DataLossError(
+      return AsHostIoError(absl::UnavailableError(
           absl::StrCat(where, ": the file ends before the table (", done, " of ", at.size,
                        " bytes read at ", at.offset, "): truncated since the server started")));
     }
@@ -63,11 +63,11 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
   absl::StatusOr<CompactShardTable> opened =
       CompactShardTable::Open(loaded->bytes_, loaded->exts_.get(), at.limits);
   if (!opened.ok()) {
-    return AsHostIoError(absl::DataLossError(absl::StrCat(
+    return AsHostIoError(absl::UnavailableError(absl::StrCat(
         where, ": ", opened.status().message(), " (the file changed since the server started)")));
   }
   if (opened->size() != at.samples) {
-    return AsHostIoError(absl::DataLossError(
+    return AsHostIoError(absl::UnavailableError(
         absl::StrCat(where, ": ", opened->size(), " samples, not ", at.samples)));
   }
   loaded->table_.emplace(*std::move(opened));

@@ -100,9 +100,11 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
       !where.ok() ? where.status()
       : remote    ? remote_storage_.Load(*where, index_options,
-                                         static_cast<size_t>(options_.gzip_index_memory_bytes))
+                                         static_cast<size_t>(options_.gzip_index_memory_bytes),
+                                         options_.index_memory_bytes)
                   : ServedDataset::Load(spec.dir, index_options,
-                                        static_cast<size_t>(options_.gzip_index_memory_bytes));
+                                        static_cast<size_t>(options_.gzip_index_memory_bytes),
+                                        options_.index_memory_bytes);
   if (!dataset.ok()) {
     if (absl::IsCancelled(dataset.status())) {
       LogInfo("index", absl::StrCat("indexing ", what, " stopped: the server is shutting down"));
