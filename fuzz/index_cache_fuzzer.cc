@@ -4,7 +4,9 @@
 // appends the checksum it needs (so the parser's and the table decoder's checks, not
 // the checksums, are what is fuzzed) and parses it against the dataset's listing. Whatever the body
 // says, a parse either fails or gives an outcome whose every member lies inside its shard file and
-// reads back with ShardReader (no out-of-bounds read, no huge buffer).
+// reads back with ShardReader (no out-of-bounds read, no huge buffer); read header
+// first (ParseDepth::kHeader, as a server starts), every table it locates lies inside
+// the file and decodes, if at all, to members inside the shard.
 //
 // The shard's mtime, ctime and inode differ on every machine; in the input they are
 // the placeholders kMtime, kCtime, kInode, replaced by the real values before parsing,
@@ -28,6 +30,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/shards/compact_shard_table.h"
 #include "common/shards/dataset_index.h"
 #include "common/shards/index_cache_format.h"
 #include "common/shards/shard_reader.h"
@@ -124,6 +127,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // table decoder's checks, not only its checksum.
   const std::string sealed = shardcast::SealWithChecksum(
       shardcast::ResealShardTables(std::move(body), f.index.root, shardcast::IndexOptions()));
+
+  // The server's start reads the header alone and each table later, at its location:
+  // every location lies inside the file, and what a table decodes to lies inside its
+  // shard.
+  absl::StatusOr<std::optional<shardcast::ScanOutcome>> head = shardcast::ParseScanOutcome(
+      sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,
+      shardcast::IndexRecordKind::kCache, shardcast::ParseDepth::kHeader);
+  if (head.ok() && head->has_value()) {
+    const shardcast::ScanOutcome& located = **head;
+    for (size_t i = 0; i < located.tables.size(); ++i) {
+      const shardcast::ShardTableLocation& t = located.tables[i];
+      if (t.offset > sealed.size() || t.size > sealed.size() - t.offset) std::abort();
+      absl::StatusOr<shardcast::CompactShardTable> table = shardcast::CompactShardTable::Open(
+          absl::string_view(sealed).substr(t.offset, t.size), located.exts.get(), t.limits);
+      if (!table.ok()) continue;
+      const shardcast::ShardInfo& shard = located.shards[i];
+      (void)table->ForEach([&](uint32_t, const shardcast::SampleEntry& e) {
+        for (const shardcast::MemberRef& m : e.members) {
+          if (!shard.compressed &&
+              (m.offset > shard.file_size || m.size > shard.file_size - m.offset)) {
+            std::abort();
+          }
+        }
+      });
+    }
+  }
 
   absl::StatusOr<std::optional<shardcast::ScanOutcome>> parsed =
       shardcast::ParseScanOutcome(sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,

@@ -191,20 +191,30 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
 // nothing else. Two replicas holding the same bytes agree on it however the files
 // were copied; two whose bytes differ anywhere do not (the digest covers every byte
 // that can reach a batch); mtimes only decide whether a cache is still valid.
-std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
+std::string ContentFingerprint(const std::vector<const ShardInfo*>& shards,
+                               const IndexOptions& options) {
   Digest128 h;
   h.AddString("shardcast-index");
   h.AddU64(kFingerprintVersion);
   h.AddString(options.label_field);
   h.AddU64(shards.size());
-  for (const ShardInfo& s : shards) {
-    h.AddString(s.path);
-    h.AddU64(s.file_size);
-    h.AddString(s.content_digest);
-    h.AddU64(s.compressed ? 1 : 0);
-    AddSampleRecords(s.samples, &h);
+  for (const ShardInfo* s : shards) {
+    h.AddString(s->path);
+    h.AddU64(s->file_size);
+    h.AddString(s->content_digest);
+    h.AddU64(s->compressed ? 1 : 0);
+    AddSampleRecords(s->samples, &h);
   }
   return h.Hex();
+}
+
+// The fingerprint of the shards `scan` serves (those not skipped), as the index's.
+std::string ContentFingerprint(const ScanOutcome& scan, const IndexOptions& options) {
+  std::vector<const ShardInfo*> served;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) served.push_back(&scan.shards[i]);
+  }
+  return ContentFingerprint(served, options);
 }
 
 }  // namespace
@@ -802,15 +812,15 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
 // when there is none or it is stale; a cache that cannot be read or is corrupt is
 // warned about and rebuilt.
 std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing& listing,
-                                     const IndexOptions& options, uint64_t* file_size,
-                                     std::vector<std::string>* warnings) {
+                                     const IndexOptions& options, ParseDepth depth,
+                                     uint64_t* file_size, std::vector<std::string>* warnings) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
   absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
   absl::StatusOr<std::optional<ScanOutcome>> parsed =
-      data.ok()
-          ? ParseScanOutcome(*data, listing.root, options, listing.shards, IndexRecordKind::kCache)
-          : data.status();
+      data.ok() ? ParseScanOutcome(*data, listing.root, options, listing.shards,
+                                   IndexRecordKind::kCache, depth)
+                : data.status();
   if (!parsed.ok()) {
     Warn(warnings,
          absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
@@ -904,8 +914,15 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   if (!cache_path.ok()) return cache_path.status();
 
   uint64_t cache_size = 0;
+  // A server that reads samples from the cache as it serves them reads its header
+  // alone: time and memory that grow with the shards, not the samples.
+  ParseDepth depth = options.samples_on_disk ? ParseDepth::kHeader : ParseDepth::kFull;
   std::optional<ScanOutcome> scan =
-      LoadCache(*cache_path, listing, options, &cache_size, &index.warnings);
+      LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+  if (scan.has_value() && depth == ParseDepth::kHeader && scan->fingerprint.empty()) {
+    depth = ParseDepth::kFull;  // a header without the fingerprint: read it all
+    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+  }
   index.loaded_from_cache = scan.has_value();
   if (listing.index_file.has_value() &&
       listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
@@ -929,6 +946,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   ScanOutcome written_tables;
   const ScanOutcome* tables = index.loaded_from_cache ? &*scan : nullptr;
   if (!index.loaded_from_cache && !cache_path->empty()) {
+    // Kept in the cache for a reader of its header alone.
+    scan->fingerprint = ContentFingerprint(*scan, options);
     if (std::optional<uint64_t> size =
             WriteCache(*cache_path, root, options, *scan, &written_tables, &index.warnings);
         size.has_value()) {
@@ -936,18 +955,30 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
       tables = &written_tables;
     }
   }
-  if (tables != nullptr && tables->tables.size() == scan->shards.size()) {
+  const auto open_tables = [&](const ScanOutcome& located) {
+    if (located.tables.size() != scan->shards.size()) return false;
     auto opened = std::make_shared<IndexTables>();
     // A cache replaced between the read (or write) and this open is not used: the
     // samples then stay in memory.
-    if (opened->Open(*cache_path, cache_size).ok()) {
-      for (size_t i = 0; i < scan->shards.size(); ++i) {
-        if (scan->skip_reasons[i].empty()) opened->shards.push_back(tables->tables[i]);
-      }
-      opened->exts = tables->exts;
-      index.tables = std::move(opened);
+    if (!opened->Open(*cache_path, cache_size).ok()) return false;
+    for (size_t i = 0; i < scan->shards.size(); ++i) {
+      if (scan->skip_reasons[i].empty()) opened->shards.push_back(located.tables[i]);
     }
+    opened->exts = located.exts;
+    index.tables = std::move(opened);
+    return true;
+  };
+  if (tables != nullptr && !open_tables(*tables) && depth == ParseDepth::kHeader) {
+    // The samples must then come from the cache read whole.
+    depth = ParseDepth::kFull;
+    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+    if (!scan.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat(*cache_path, ": the index cache changed while it was read; start again"));
+    }
+    open_tables(*scan);
   }
+  const bool header_only = index.loaded_from_cache && depth == ParseDepth::kHeader;
 
   for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
   for (size_t i = 0; i < scan->shards.size(); ++i) {
@@ -972,15 +1003,32 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
         root, ": none of its ", index.skipped_shards.size(), " shard(s) could be read (",
         index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
   }
-  index.fingerprint = ContentFingerprint(index.shards, options);
   index.skipped = std::move(scan->skipped);
-  DatasetTraits traits;
-  for (const ShardInfo& s : index.shards) {
-    index.num_samples += static_cast<int64_t>(s.samples.size());
-    AddTraits(s.samples, &traits);
+  if (header_only) {
+    // The samples stay in the cache file: what planning needs comes from its header
+    // (checked against the samples whenever the file is read whole).
+    index.fingerprint = scan->fingerprint;
+    index.samples_released = true;
+    for (const ShardTableLocation& table : index.tables->shards) {
+      index.released_sample_counts.push_back(table.samples);
+      index.num_samples += table.samples;
+    }
+    index.released_extension_counts = std::move(scan->extension_counts);
+    index.released_largest_image_bytes = scan->largest_image_bytes;
+    index.has_images = scan->has_images;
+    index.has_labels = scan->has_labels;
+  } else {
+    std::vector<const ShardInfo*> served;
+    for (const ShardInfo& s : index.shards) served.push_back(&s);
+    index.fingerprint = ContentFingerprint(served, options);
+    DatasetTraits traits;
+    for (const ShardInfo& s : index.shards) {
+      index.num_samples += static_cast<int64_t>(s.samples.size());
+      AddTraits(s.samples, &traits);
+    }
+    index.has_images = traits.has_images;
+    index.has_labels = traits.has_labels;
   }
-  index.has_images = traits.has_images;
-  index.has_labels = traits.has_labels;
   if (listing.local) {
     CheckInfoJson(root, scan->max_label, options.max_classes, &index);
   } else {

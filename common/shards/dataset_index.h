@@ -133,6 +133,11 @@ struct IndexOptions {
   std::string cache_dir;
   // Scanner threads; 0 = one per shard up to hardware concurrency.
   int threads = 0;
+  // A server that reads samples back from the index cache as it serves them (its
+  // --index-memory): a valid cache is read header first and its tables are left on
+  // disk (DatasetIndex::samples_released, DatasetIndex::tables), so the start takes
+  // time and memory that grow with the shards, not the samples.
+  bool samples_on_disk = false;
   // When set and it becomes true, the scan stops within one tar member and
   // BuildDatasetIndex returns CANCELLED (a server told to stop while indexing).
   const std::atomic<bool>* cancelled = nullptr;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -36,6 +37,7 @@ class CacheWriter {
   }
   void AddBytes(absl::string_view s) { out_.append(s.data(), s.size()); }
   uint64_t size() const { return out_.size(); }
+  absl::string_view bytes() const { return out_; }
   std::string Finish() { return SealWithChecksum(std::move(out_)); }
 
  private:
@@ -125,6 +127,41 @@ uint64_t TableBinding(const std::string& root, const IndexOptions& options, uint
         binding << 4 | static_cast<uint64_t>(hex[i] <= '9' ? hex[i] - '0' : hex[i] - 'a' + 10);
   }
   return binding;
+}
+
+// What the samples of `scan` give that a reader of the header alone needs.
+struct SampleSummary {
+  bool has_images = false;
+  bool has_labels = false;
+  std::map<std::string, int64_t> extension_counts;
+  uint64_t largest_image_bytes = 0;
+
+  bool operator==(const SampleSummary& o) const {
+    return has_images == o.has_images && has_labels == o.has_labels &&
+           extension_counts == o.extension_counts && largest_image_bytes == o.largest_image_bytes;
+  }
+};
+
+SampleSummary Summarize(const ScanOutcome& scan) {
+  SampleSummary s;
+  for (const ShardInfo& shard : scan.shards) {
+    for (const SampleEntry& e : shard.samples) {
+      if (const MemberRef* image = ImageMember(e); image != nullptr) {
+        s.has_images = true;
+        s.largest_image_bytes = std::max(s.largest_image_bytes, image->size);
+      }
+      s.has_labels = s.has_labels || e.label >= 0;
+      for (const MemberRef& m : e.members) ++s.extension_counts[m.ext];
+    }
+  }
+  return s;
+}
+
+// The header's checksum: the Digest128 (hex) of every byte before it.
+std::string HeadChecksum(absl::string_view head) {
+  Digest128 h;
+  h.AddBytes(head);
+  return h.Hex();
 }
 
 // Decodes `shard`'s table (its checksum, then every record bounded by the table's
@@ -250,8 +287,18 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   w.AddU64(scan.warnings.size());
   for (const std::string& warning : scan.warnings) w.AddString(warning);
   w.AddU64(static_cast<uint64_t>(scan.max_label));
+  const SampleSummary summary = Summarize(scan);
+  w.AddString(scan.fingerprint);
+  w.AddU64((summary.has_images ? 1 : 0) | (summary.has_labels ? 2 : 0));
+  w.AddU64(summary.largest_image_bytes);
+  w.AddU64(summary.extension_counts.size());
+  for (const auto& [ext, count] : summary.extension_counts) {
+    w.AddString(ext);
+    w.AddU64(static_cast<uint64_t>(count));
+  }
   w.AddString(exts.Serialize());
   w.AddU64(table_offset);
+  w.AddString(HeadChecksum(w.bytes()));
   if (tables_out != nullptr) {
     const uint64_t tables_at = w.size();
     tables_out->tables.clear();
@@ -272,12 +319,16 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   return w.Finish();
 }
 
-absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
-                                                            const std::string& root,
-                                                            const IndexOptions& options,
-                                                            const std::vector<ShardInfo>& listed,
-                                                            IndexRecordKind kind) {
-  if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
+absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
+    absl::string_view data, const std::string& root, const IndexOptions& options,
+    const std::vector<ShardInfo>& listed, IndexRecordKind kind, ParseDepth depth) {
+  // A header-only read trusts the header's own checksum (below) and leaves each table
+  // to its own: the whole file is not hashed.
+  if (depth == ParseDepth::kFull) {
+    if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
+  } else if (data.size() < kChecksumRecordBytes) {
+    return Corrupt("too short");
+  }
   CacheParser p(data.substr(0, data.size() - kChecksumRecordBytes));
   std::string magic, stored_root, label_field;
   uint64_t version = 0, n = 0, max_classes = 0;
@@ -327,7 +378,9 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     if (!scan.skip_reasons[i].empty() && sample_counts[i] != 0) {
       return Corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
     }
-    if (sample_counts[i] > std::numeric_limits<uint32_t>::max()) {
+    // A record takes at least a byte of its table.
+    if (sample_counts[i] > std::numeric_limits<uint32_t>::max() ||
+        sample_counts[i] > table_sizes[i]) {
       return Corrupt(absl::StrCat(s.path, ": ", sample_counts[i], " samples"));
     }
     // The tables follow one another in shard order, with nothing between them.
@@ -338,9 +391,31 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     tables_end += table_sizes[i];
   }
   if (absl::Status trailer = ParseTrailer(options, p, scan); !trailer.ok()) return trailer;
+  SampleSummary stated;
+  uint64_t flags = 0, extensions = 0;
+  if (!p.Str(&scan.fingerprint) || !p.U64(&flags) || flags > 3 ||
+      !p.U64(&stated.largest_image_bytes) || !p.Count(&extensions, 8 + 1 + 8)) {
+    return Corrupt("summary");
+  }
+  stated.has_images = (flags & 1) != 0;
+  stated.has_labels = (flags & 2) != 0;
+  for (uint64_t i = 0; i < extensions; ++i) {
+    std::string ext;
+    uint64_t count = 0;
+    if (!p.Str(&ext) || !p.U64(&count) || ext.empty() ||
+        !stated.extension_counts.emplace(std::move(ext), static_cast<int64_t>(count)).second) {
+      return Corrupt("summary");
+    }
+  }
   std::string ext_bytes;
   uint64_t tables_size = 0;
   if (!p.Str(&ext_bytes) || !p.U64(&tables_size)) return Corrupt("extension table");
+  const size_t head_end = p.pos();
+  std::string head_checksum;
+  if (!p.Str(&head_checksum)) return Corrupt("header checksum");
+  if (head_checksum != HeadChecksum(data.substr(0, head_end))) {
+    return Corrupt("header checksum mismatch");
+  }
   absl::StatusOr<ExtensionTable> exts = ExtensionTable::Parse(ext_bytes);
   if (!exts.ok()) return Corrupt(exts.status().message());
   for (uint32_t id = 0; id < exts->size(); ++id) {
@@ -353,6 +428,27 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
   const absl::string_view tables = data.substr(p.pos(), tables_size);
   const uint64_t tables_at = p.pos();
   scan.tables.resize(n);
+  scan.exts = std::make_shared<const ExtensionTable>(*std::move(exts));
+  scan.has_images = stated.has_images;
+  scan.has_labels = stated.has_labels;
+  scan.extension_counts = stated.extension_counts;
+  scan.largest_image_bytes = stated.largest_image_bytes;
+  if (depth == ParseDepth::kHeader) {
+    // The tables are located, not read: each is checked when it is (ShardTableCache).
+    // The header's figures stand for the samples, under the header's checksum.
+    if (!stated.has_images && stated.largest_image_bytes > 0) return Corrupt("summary");
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      ShardTableLimits limits;
+      limits.data_size = MemberDataBound(scan.shards[i]);
+      limits.max_classes = options.max_classes;
+      limits.binding = TableBinding(root, options, i, scan.shards[i]);
+      scan.tables[i] = ShardTableLocation{tables_at + at, table_sizes[i],
+                                          static_cast<uint32_t>(sample_counts[i]), limits};
+      at += table_sizes[i];
+    }
+    return scan;
+  }
   // The file's max label is checked against the samples' own (ParseTrailer read it).
   const int64_t stated_max_label = scan.max_label;
   scan.max_label = -1;
@@ -365,8 +461,9 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     limits.binding = TableBinding(root, options, i, s);
     scan.tables[i] = ShardTableLocation{tables_at + table_offset, table_sizes[i],
                                         static_cast<uint32_t>(sample_counts[i]), limits};
-    if (absl::Status read = DecodeShardTable(tables.substr(table_offset, table_sizes[i]), *exts,
-                                             limits, sample_counts[i], s, &scan.max_label);
+    if (absl::Status read =
+            DecodeShardTable(tables.substr(table_offset, table_sizes[i]), *scan.exts, limits,
+                             sample_counts[i], s, &scan.max_label);
         !read.ok()) {
       return read;
     }
@@ -375,7 +472,9 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
   // Recomputed from the samples, never trusted: it sizes num_classes.
   if (stated_max_label != scan.max_label) return Corrupt("max label");
   if (absl::Status ruled = CheckDatasetRules(scan); !ruled.ok()) return ruled;
-  scan.exts = std::make_shared<const ExtensionTable>(*std::move(exts));
+  // What the header says of the samples must be what they give: a header-only read
+  // trusts it.
+  if (!(Summarize(scan) == stated)) return Corrupt("summary does not match the samples");
   return scan;
 }
 
@@ -418,7 +517,18 @@ std::string ResealShardTables(std::string body, const std::string& root,
       if (!p.Str(&text)) return body;
     }
   }
-  if (!p.U64(&skip) || !p.Str(&text) || !p.U64(&skip)) return body;
+  // The max label, the summary, the extension table, the tables' size.
+  if (!p.U64(&skip) || !p.Str(&text) || !p.U64(&skip) || !p.U64(&skip) || !p.Count(&n)) {
+    return body;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!p.Str(&text) || !p.U64(&skip)) return body;
+  }
+  if (!p.Str(&text) || !p.U64(&skip)) return body;
+  // The header's checksum, sealed again over the header as it is.
+  const size_t head_end = p.pos();
+  if (!p.Str(&text) || text.size() != 32) return body;
+  body.replace(head_end + 8, 32, HeadChecksum(absl::string_view(body).substr(0, head_end)));
   const size_t tables_at = p.pos();
   for (size_t i = 0; i < tables.size(); ++i) {
     const Table& t = tables[i];

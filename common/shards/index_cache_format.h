@@ -14,6 +14,7 @@
 #define SHARDCAST_COMMON_SHARDS_INDEX_CACHE_FORMAT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,24 @@ struct ScanOutcome {
   // table lies in the file read; and the dataset's extensions, which the tables name.
   std::vector<ShardTableLocation> tables;
   std::shared_ptr<const ExtensionTable> exts;
+  // What the served samples give, kept in the file's header so that a reader that does
+  // not decode the tables (ParseDepth::kHeader) has it: the content fingerprint (set by
+  // the writer's caller, "" when not known: then a header-only read is refused as
+  // stale), whether any sample has an image / a label, the samples holding each member
+  // extension, the largest image member. SerializeScanOutcome computes all but the
+  // fingerprint from the samples; a full parse checks them against the samples.
+  std::string fingerprint;
+  bool has_images = false;
+  bool has_labels = false;
+  std::map<std::string, int64_t> extension_counts;
+  uint64_t largest_image_bytes = 0;
+};
+
+// How much of a file ParseScanOutcome reads.
+enum class ParseDepth {
+  kFull,    // the whole file's checksum, every table decoded into ShardInfo::samples
+  kHeader,  // the header's own checksum and records; tables located, not read (a server
+            // that reads them later, each checked against its own checksum)
 };
 
 // How a file's shard records are held against the listing.
@@ -121,7 +140,8 @@ std::string ResealShardTables(std::string body, const std::string& root,
 // then the checksum record of the whole file. A shard's table can so be read and
 // checked alone, at its offset, once the records before the tables are read.
 // With `tables` set, its `tables` and `exts` are those of the file written (as
-// ParseScanOutcome gives them).
+// ParseScanOutcome gives them). `scan.fingerprint` is written as it is; the other
+// summaries are computed from the samples.
 absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
                                                  const IndexOptions& options,
                                                  const ScanOutcome& scan,
@@ -140,7 +160,8 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
                                                             const std::string& root,
                                                             const IndexOptions& options,
                                                             const std::vector<ShardInfo>& listed,
-                                                            IndexRecordKind kind);
+                                                            IndexRecordKind kind,
+                                                            ParseDepth depth = ParseDepth::kFull);
 
 }  // namespace shardcast
 

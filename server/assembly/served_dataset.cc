@@ -1,6 +1,8 @@
 // Index + reader of the served shards (see served_dataset.h).
 #include "server/assembly/served_dataset.h"
 
+#include <malloc.h>
+
 #include <utility>
 
 #include "absl/status/status.h"
@@ -15,7 +17,11 @@ namespace {
 // `index` with its samples released to its tables when `index_memory_bytes` asks for
 // it and the tables are there.
 DatasetIndex MaybeReleased(DatasetIndex index, int64_t index_memory_bytes) {
-  if (index_memory_bytes > 0) ReleaseSamples(&index);
+  if (index_memory_bytes > 0 && !index.samples_released && ReleaseSamples(&index)) {
+    // Millions of small blocks (keys, member vectors) just freed: without a trim, glibc
+    // keeps most of them resident in its arenas.
+    malloc_trim(0);
+  }
   return index;
 }
 

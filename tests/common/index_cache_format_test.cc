@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -373,6 +374,79 @@ TEST(IndexCacheFormatTest, ResealedTablesReachTheTableDecoder) {
       ParseScanOutcome(SealWithChecksum(ResealShardTables(changed, kRoot, IndexOptions())), kRoot,
                        IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
       "s-1.tar: corrupt shard table: sample 'a_0': label -2 out of range");
+}
+
+// A server's start reads the header alone: the tables are located and the samples'
+// figures read from the header, under its own checksum; a table is checked only when
+// it is read (a changed table byte passes here and fails its own checksum there).
+TEST(IndexCacheFormatTest, AHeaderOnlyReadLocatesTheTablesAndTrustsOnlyTheHeadersChecksum) {
+  ScanOutcome scan = TwoShardOutcome();
+  scan.fingerprint = "0123456789abcdef0123456789abcdef";
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
+  absl::StatusOr<std::optional<ScanOutcome>> full =
+      ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+  absl::StatusOr<std::optional<ScanOutcome>> head = ParseScanOutcome(
+      file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache, ParseDepth::kHeader);
+  ASSERT_TRUE(full.ok() && full->has_value()) << full.status();
+  ASSERT_TRUE(head.ok() && head->has_value()) << head.status();
+  EXPECT_TRUE((*head)->shards[0].samples.empty());
+  EXPECT_EQ((*head)->fingerprint, scan.fingerprint);
+  EXPECT_EQ((*full)->fingerprint, scan.fingerprint);
+  EXPECT_TRUE((*head)->has_images);
+  EXPECT_TRUE((*head)->has_labels);
+  EXPECT_EQ((*head)->largest_image_bytes, 900u);
+  const std::map<std::string, int64_t> extensions = {
+      {"cls", 1}, {"jpg", 1}, {"json", 1}, {"png", 1}};
+  EXPECT_EQ((*head)->extension_counts, extensions);
+  EXPECT_EQ((*head)->max_label, 2);
+  ASSERT_EQ((*head)->tables.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*head)->tables[i].offset, (*full)->tables[i].offset);
+    EXPECT_EQ((*head)->tables[i].size, (*full)->tables[i].size);
+    EXPECT_EQ((*head)->tables[i].limits.binding, (*full)->tables[i].limits.binding);
+  }
+  EXPECT_EQ((*head)->tables[0].samples, 2u);
+
+  // Every header byte is under the header's checksum (the whole file's is not read).
+  const size_t head_end = (*head)->tables[0].offset;
+  for (size_t at = 8 + 8 + 8; at < head_end; ++at) {
+    std::string flipped = file;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
+    absl::StatusOr<std::optional<ScanOutcome>> parsed =
+        ParseScanOutcome(flipped, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache,
+                         ParseDepth::kHeader);
+    // A changed root, label field, count or shard identity is another file's (stale).
+    if (parsed.ok()) {
+      EXPECT_FALSE(parsed->has_value()) << at;
+    } else {
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << at;
+    }
+  }
+  std::string table_changed = file;
+  table_changed[head_end + 6] ^= 0x01;
+  EXPECT_TRUE(ParseScanOutcome(table_changed, kRoot, IndexOptions(), ListingOf(scan),
+                               IndexRecordKind::kCache, ParseDepth::kHeader)
+                  .ok());
+}
+
+// A full read checks the header's figures against the samples: a header that says
+// otherwise (written by no scan) is corrupt, so a header-only read can trust them.
+TEST(IndexCacheFormatTest, AHeaderWhoseFiguresAreNotTheSamplesIsCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan).value());
+  // The summary: the fingerprint (""), then the flags (3: images and labels) and the
+  // largest image (900).
+  const std::string summary = EncodeU64(0) + EncodeU64(3) + EncodeU64(900);
+  const size_t at = body.find(summary);
+  ASSERT_NE(at, std::string::npos);
+  body.replace(at + 8, 8, EncodeU64(1));  // "no labels"
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(ResealShardTables(body, kRoot, IndexOptions())),
+                                 kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "summary does not match the samples");
+  // Without the header resealed, its own checksum catches it first.
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body), kRoot, IndexOptions(), ListingOf(scan),
+                                 IndexRecordKind::kCache),
+                "header checksum mismatch");
 }
 
 TEST(IndexCacheFormatTest, TruncationIsCorrupt) {

@@ -206,6 +206,7 @@ TEST_F(ShardTableCacheTest, ACacheFileRemovedOrReplacedByRenameStillServesTheInd
 // counts and reads each shard's samples back from the file as they were.
 TEST_F(ShardTableCacheTest, AReleasedIndexReadsItsSamplesBackFromTheCache) {
   for (const bool from_cache : {false, true}) {
+    SCOPED_TRACE(from_cache ? "from the cache" : "indexed");
     if (!from_cache) std::filesystem::remove(cache_file_);
     absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "data", options_);
     ASSERT_TRUE(index.ok()) << index.status();
@@ -229,6 +230,27 @@ TEST_F(ShardTableCacheTest, AReleasedIndexReadsItsSamplesBackFromTheCache) {
       for (size_t j = 0; j < keys.size(); ++j) EXPECT_EQ(keys[j], index_.shards[s].samples[j].key);
     }
   }
+  // A server's start (samples_on_disk) reads the cache's header alone: the index comes
+  // released, with the counts, figures and fingerprint of the samples it did not read.
+  IndexOptions on_disk = options_;
+  on_disk.samples_on_disk = true;
+  absl::StatusOr<DatasetIndex> header_only = BuildDatasetIndex(tmp_ / "data", on_disk);
+  ASSERT_TRUE(header_only.ok()) << header_only.status();
+  EXPECT_TRUE(header_only->loaded_from_cache);
+  EXPECT_TRUE(header_only->samples_released);
+  EXPECT_EQ(header_only->fingerprint, index_.fingerprint);
+  EXPECT_EQ(header_only->num_samples, index_.num_samples);
+  EXPECT_EQ(header_only->has_images, index_.has_images);
+  EXPECT_EQ(header_only->has_labels, index_.has_labels);
+  EXPECT_EQ(header_only->num_classes, index_.num_classes);
+  EXPECT_EQ(header_only->class_names, index_.class_names);
+  EXPECT_EQ(header_only->ShardSampleCounts(), index_.ShardSampleCounts());
+  EXPECT_EQ(header_only->MemberExtensionCounts(), index_.MemberExtensionCounts());
+  EXPECT_EQ(header_only->LargestImageBytes(), index_.LargestImageBytes());
+  for (const ShardInfo& shard : header_only->shards) EXPECT_TRUE(shard.samples.empty());
+  ShardTableCache cache(header_only->tables, int64_t{1} << 20);
+  for (uint32_t s = 0; s < 4; ++s) ExpectShardServed(cache, s);
+
   // Without a cache there is nothing to read back: the samples stay.
   IndexOptions no_cache;
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(tmp_ / "data", no_cache);
