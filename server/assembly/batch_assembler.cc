@@ -189,6 +189,7 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
   header.mutable_labels()->Reserve(batch_size);
   header.mutable_samples()->Reserve(batch_size);
   batch->entries().resize(static_cast<size_t>(batch_size));
+  ServedDataset::TableHint hint;
   for (int i = 0; i < batch_size; ++i) {
     const SampleRef& ref = planned.samples[i];
     shardcast::v1::SampleInfo* info = header.add_samples();
@@ -203,8 +204,8 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
       continue;
     }
     SampleEntry& entry = batch->entries()[static_cast<size_t>(i)];
-    if (absl::Status found = dataset_->LookupRetrying(static_cast<uint32_t>(ref.shard),
-                                                      static_cast<uint32_t>(ref.index), &entry);
+    if (absl::Status found = dataset_->LookupRetrying(
+            static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index), &entry, &hint);
         !found.ok()) {
       absl::Status failure(
           found.code(), absl::StrCat("sample ", ref.index, " of shard ",
@@ -271,11 +272,13 @@ int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchConte
   int64_t bytes = pixels * static_cast<int64_t>(planned.samples.size());
   if (content.fields.empty() && !content.encoded_images()) return bytes;
   SampleEntry entry;
+  ServedDataset::TableHint hint;
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
     // One failure is enough: Prepare meets it again (retried) and fails the batch.
     if (!dataset_
-             ->Lookup(static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index), &entry)
+             ->Lookup(static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index), &entry,
+                      &hint)
              .ok()) {
       break;
     }
@@ -301,12 +304,13 @@ void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& c
   std::vector<MemberLocation> members;
   members.reserve(planned.samples.size() * (1 + content.fields.size()));
   SampleEntry entry;
+  ServedDataset::TableHint hint;
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
     const uint32_t shard = static_cast<uint32_t>(ref.shard);
     // A failed lookup is Prepare's to report; the read-ahead is only a hint.
     if (std::find(unreadable.begin(), unreadable.end(), ref.shard) != unreadable.end() ||
-        !dataset_->Lookup(shard, static_cast<uint32_t>(ref.index), &entry).ok()) {
+        !dataset_->Lookup(shard, static_cast<uint32_t>(ref.index), &entry, &hint).ok()) {
       continue;
     }
     for (int32_t member : FieldMembers(entry, content.fields)) {

@@ -55,7 +55,8 @@ ServedDataset::ServedDataset(DatasetIndex index, const ReaderFactory& make_reade
                   ? std::make_unique<ShardTableCache>(index_.tables, index_memory_bytes)
                   : nullptr) {}
 
-absl::Status ServedDataset::Lookup(uint32_t shard, uint32_t index, SampleEntry* out) const {
+absl::Status ServedDataset::Lookup(uint32_t shard, uint32_t index, SampleEntry* out,
+                                   TableHint* hint) const {
   if (shard >= index_.shards.size() || index >= shard_sizes_[shard]) {
     return absl::OutOfRangeError(absl::StrCat("sample ", index, " of shard ", shard));
   }
@@ -63,19 +64,24 @@ absl::Status ServedDataset::Lookup(uint32_t shard, uint32_t index, SampleEntry* 
     *out = index_.shards[shard].samples[index];
     return absl::OkStatus();
   }
+  if (hint != nullptr && hint->table != nullptr && hint->shard == shard) {
+    return hint->table->table().LookupInto(index, out);
+  }
   absl::StatusOr<std::shared_ptr<const LoadedShardTable>> table = tables_->Get(shard);
   if (!table.ok()) return table.status();
+  if (hint != nullptr) *hint = TableHint{shard, *table};
   return (*table)->table().LookupInto(index, out);
 }
 
-absl::Status ServedDataset::LookupRetrying(uint32_t shard, uint32_t index, SampleEntry* out) const {
+absl::Status ServedDataset::LookupRetrying(uint32_t shard, uint32_t index, SampleEntry* out,
+                                           TableHint* hint) const {
   // A blink of the disk heals within the retries; a table that keeps failing its
   // checks (a cache file written over in place) fails the batch, loudly.
   absl::Status status;
   for (const absl::Duration wait : {absl::ZeroDuration(), absl::Milliseconds(10),
                                     absl::Milliseconds(100), absl::Milliseconds(500)}) {
     absl::SleepFor(wait);
-    status = Lookup(shard, index, out);
+    status = Lookup(shard, index, out, hint);
     if (status.ok() || !IsHostIoError(status)) return status;
   }
   return absl::Status(status.code(), absl::StrCat(status.message(), "; retried 3 times"));

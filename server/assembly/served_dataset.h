@@ -61,10 +61,18 @@ class ServedDataset {
   // A read of the table that fails (or fails its checks) is UNAVAILABLE marked as a
   // host error (IsHostIoError), never another sample. OUT_OF_RANGE for a position the
   // shard does not have.
-  absl::Status Lookup(uint32_t shard, uint32_t index, SampleEntry* out) const;
+  // `hint` (may be null) keeps the last table looked up, so that the samples of one
+  // shard in a batch take the table cache's lock once, not once each.
+  struct TableHint {
+    uint32_t shard = 0;
+    std::shared_ptr<const LoadedShardTable> table;
+  };
+  absl::Status Lookup(uint32_t shard, uint32_t index, SampleEntry* out,
+                      TableHint* hint = nullptr) const;
   // Lookup, a host error retried a few times within about a second (a blink of the
   // disk heals; a table that keeps failing its checks does not).
-  absl::Status LookupRetrying(uint32_t shard, uint32_t index, SampleEntry* out) const;
+  absl::Status LookupRetrying(uint32_t shard, uint32_t index, SampleEntry* out,
+                              TableHint* hint = nullptr) const;
   // Reads shard `shard`'s table into the cache ahead of its samples (the read-ahead);
   // OK at once with the samples in memory.
   absl::Status PrefetchTable(uint32_t shard) const;
