@@ -2,6 +2,7 @@
 // (tar_reader + sample_grouping), checks info.json, and caches the result on disk.
 #include "common/shards/dataset_index.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -808,6 +809,63 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
   return out;
 }
 
+// `size` bytes of `fd` at `offset`, or the error naming `path`.
+absl::StatusOr<std::string> ReadAt(int fd, const std::string& path, uint64_t offset,
+                                   uint64_t size) {
+  std::string out(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return HostIoError(path, "read", errno);
+    if (n == 0) return absl::DataLossError(absl::StrCat(path, ": shorter than its header says"));
+    done += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// The index cache at `path` read header only (ParseDepth::kHeader): its first bytes, up
+// to the header's size, not the tables after them; `*file_size` the file's size.
+absl::StatusOr<std::optional<ScanOutcome>> ReadCacheHeader(const std::string& path,
+                                                           const ShardListing& listing,
+                                                           const IndexOptions& options,
+                                                           uint64_t* file_size) {
+  // O_NONBLOCK: a FIFO planted at the cache's name must not hang the start.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return HostIoError(path, "open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return HostIoError(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError("not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > static_cast<uint64_t>(MaxCacheBytes(listing.shards))) {
+    return absl::FailedPreconditionError(absl::StrCat(size,
+                                                      " bytes, more than an index of "
+                                                      "these shards can take"));
+  }
+  *file_size = size;
+  // The magic (8 + 8 bytes), the version and the header's size: 32 bytes.
+  absl::StatusOr<std::string> start = ReadAt(fd, path, 0, std::min<uint64_t>(size, 32));
+  if (!start.ok()) return start.status();
+  uint64_t version = 0, head_size = 0;
+  for (int i = 0; i < 8 && start->size() == 32; ++i) {
+    version |= uint64_t{static_cast<unsigned char>((*start)[16 + i])} << (8 * i);
+    head_size |= uint64_t{static_cast<unsigned char>((*start)[24 + i])} << (8 * i);
+  }
+  // Another version, or too short to say: the parser says which (stale or corrupt).
+  if (version != kIndexVersion || head_size < 32 || head_size > size) {
+    return ParseScanOutcome(*start, listing.root, options, listing.shards, IndexRecordKind::kCache,
+                            ParseDepth::kHeader, size);
+  }
+  absl::StatusOr<std::string> head = ReadAt(fd, path, 0, head_size);
+  if (!head.ok()) return head.status();
+  return ParseScanOutcome(*head, listing.root, options, listing.shards, IndexRecordKind::kCache,
+                          ParseDepth::kHeader, size);
+}
+
 // The outcome the index cache at `path` ("" for none) holds for `listing`, or nullopt
 // when there is none or it is stale; a cache that cannot be read or is corrupt is
 // warned about and rebuilt.
@@ -816,17 +874,21 @@ std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing
                                      uint64_t* file_size, std::vector<std::string>* warnings) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
-  absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
-  absl::StatusOr<std::optional<ScanOutcome>> parsed =
-      data.ok() ? ParseScanOutcome(*data, listing.root, options, listing.shards,
-                                   IndexRecordKind::kCache, depth)
-                : data.status();
+  absl::StatusOr<std::optional<ScanOutcome>> parsed;
+  if (depth == ParseDepth::kHeader) {
+    parsed = ReadCacheHeader(path, listing, options, file_size);
+  } else {
+    absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
+    parsed = data.ok() ? ParseScanOutcome(*data, listing.root, options, listing.shards,
+                                          IndexRecordKind::kCache, depth)
+                       : data.status();
+    if (data.ok()) *file_size = data->size();
+  }
   if (!parsed.ok()) {
     Warn(warnings,
          absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
     return std::nullopt;
   }
-  *file_size = data->size();
   return *std::move(parsed);
 }
 

@@ -38,6 +38,7 @@ class CacheWriter {
   void AddBytes(absl::string_view s) { out_.append(s.data(), s.size()); }
   uint64_t size() const { return out_.size(); }
   absl::string_view bytes() const { return out_; }
+  void Patch(size_t at, uint64_t v) { out_.replace(at, 8, EncodeU64(v)); }
   std::string Finish() { return SealWithChecksum(std::move(out_)); }
 
  private:
@@ -255,6 +256,8 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   CacheWriter w;
   w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
   w.AddU64(kIndexVersion);
+  const size_t head_size_at = w.size();
+  w.AddU64(0);  // the header's size, known once it is written
   w.AddString(root);
   w.AddString(options.label_field);
   w.AddU64(static_cast<uint64_t>(options.max_classes));
@@ -298,6 +301,7 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   }
   w.AddString(exts.Serialize());
   w.AddU64(table_offset);
+  w.Patch(head_size_at, w.size() + 8 + 32);  // the checksum record closes the header
   w.AddString(HeadChecksum(w.bytes()));
   if (tables_out != nullptr) {
     const uint64_t tables_at = w.size();
@@ -319,17 +323,21 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   return w.Finish();
 }
 
-absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
-    absl::string_view data, const std::string& root, const IndexOptions& options,
-    const std::vector<ShardInfo>& listed, IndexRecordKind kind, ParseDepth depth) {
+absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
+                                                            const std::string& root,
+                                                            const IndexOptions& options,
+                                                            const std::vector<ShardInfo>& listed,
+                                                            IndexRecordKind kind, ParseDepth depth,
+                                                            uint64_t file_size) {
   // A header-only read trusts the header's own checksum (below) and leaves each table
-  // to its own: the whole file is not hashed.
+  // to its own: the whole file is not hashed, and `data` may be its header alone.
+  const uint64_t total = depth == ParseDepth::kHeader && file_size != 0 ? file_size : data.size();
   if (depth == ParseDepth::kFull) {
     if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
-  } else if (data.size() < kChecksumRecordBytes) {
+  } else if (total < kChecksumRecordBytes || data.size() > total) {
     return Corrupt("too short");
   }
-  CacheParser p(data.substr(0, data.size() - kChecksumRecordBytes));
+  CacheParser p(data.substr(0, std::min<uint64_t>(data.size(), total - kChecksumRecordBytes)));
   std::string magic, stored_root, label_field;
   uint64_t version = 0, n = 0, max_classes = 0;
   if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
@@ -337,6 +345,10 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
   }
   if (!p.U64(&version) || version != kIndexVersion) {
     return std::nullopt;  // another layout: rebuild without complaint
+  }
+  uint64_t head_size = 0;
+  if (!p.U64(&head_size) || head_size > total - kChecksumRecordBytes) {
+    return Corrupt("header size");
   }
   if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) ||
       !p.Count(&n, kMinShardRecordBytes)) {
@@ -384,7 +396,7 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
       return Corrupt(absl::StrCat(s.path, ": ", sample_counts[i], " samples"));
     }
     // The tables follow one another in shard order, with nothing between them.
-    if (table_offset != tables_end || table_sizes[i] > data.size()) {
+    if (table_offset != tables_end || table_sizes[i] > total) {
       return Corrupt(
           absl::StrCat(s.path, ": table at ", table_offset, " (", table_sizes[i], " bytes)"));
     }
@@ -416,14 +428,15 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
   if (head_checksum != HeadChecksum(data.substr(0, head_end))) {
     return Corrupt("header checksum mismatch");
   }
+  if (p.pos() != head_size) return Corrupt("header size");
   absl::StatusOr<ExtensionTable> exts = ExtensionTable::Parse(ext_bytes);
   if (!exts.ok()) return Corrupt(exts.status().message());
   for (uint32_t id = 0; id < exts->size(); ++id) {
     if (exts->ext(id).empty()) return Corrupt("an empty extension");
   }
-  if (tables_size != tables_end || tables_size != data.size() - kChecksumRecordBytes - p.pos()) {
+  if (tables_size != tables_end || tables_size != total - kChecksumRecordBytes - p.pos()) {
     return Corrupt(absl::StrCat("tables of ", tables_end, " bytes where ",
-                                data.size() - kChecksumRecordBytes - p.pos(), " are left"));
+                                total - kChecksumRecordBytes - p.pos(), " are left"));
   }
   const absl::string_view tables = data.substr(p.pos(), tables_size);
   const uint64_t tables_at = p.pos();
@@ -485,7 +498,7 @@ std::string ResealShardTables(std::string body, const std::string& root,
   CacheParser p(body);
   std::string text;
   uint64_t n = 0, skip = 0;
-  if (!p.Str(&text) || !p.U64(&n) || !p.Str(&text) || !p.Str(&text) || !p.U64(&n) ||
+  if (!p.Str(&text) || !p.U64(&n) || !p.U64(&n) || !p.Str(&text) || !p.Str(&text) || !p.U64(&n) ||
       !p.Count(&n, kMinShardRecordBytes)) {
     return body;
   }

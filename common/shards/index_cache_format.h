@@ -131,7 +131,9 @@ std::string ResealShardTables(std::string body, const std::string& root,
 // samples that no scan makes and the compact table cannot hold (EncodeShardTable: an
 // empty key, a label below -1, an image member that is not a member).
 //
-// Layout (version 7): the magic and version; root, label field, max_classes; per shard
+// Layout (version 7): the magic and version; the header's size (every byte up to and
+// including its checksum record, so that a reader of the header alone reads no more);
+// root, label field, max_classes; per shard
 // its identity, skip reason, sample count and where its table lies (offset from the
 // first table, size); the skipped samples, class names, warnings and max label; the
 // dataset's ExtensionTable; the tables' total size; each shard's compact table
@@ -155,13 +157,13 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
 // cannot be a scan's (a member past its shard's end, a label at or above max_classes,
 // a skipped shard with samples, a max label that its samples do not give, samples
 // without an image or a label beside samples with one, a shard table that is not where
-// the records say or fails its checksum or its decoder's checks).
-absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
-                                                            const std::string& root,
-                                                            const IndexOptions& options,
-                                                            const std::vector<ShardInfo>& listed,
-                                                            IndexRecordKind kind,
-                                                            ParseDepth depth = ParseDepth::kFull);
+// the records say or fails its checksum or its decoder's checks). With
+// ParseDepth::kHeader, `data` may be the file's first bytes (its header, as its header
+// size says) and `file_size` the whole file's size (0: data.size()).
+absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(
+    absl::string_view data, const std::string& root, const IndexOptions& options,
+    const std::vector<ShardInfo>& listed, IndexRecordKind kind,
+    ParseDepth depth = ParseDepth::kFull, uint64_t file_size = 0);
 
 }  // namespace shardcast
 

@@ -422,6 +422,23 @@ TEST(IndexCacheFormatTest, AHeaderOnlyReadLocatesTheTablesAndTrustsOnlyTheHeader
       EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << at;
     }
   }
+  // The header alone (as a server reads it: the header's size is its third number),
+  // with the file's size, locates the same tables; a prefix short of it is corrupt.
+  ASSERT_EQ(file.substr(8 + 8 + 8, 8), EncodeU64(head_end));
+  absl::StatusOr<std::optional<ScanOutcome>> prefix =
+      ParseScanOutcome(file.substr(0, head_end), kRoot, IndexOptions(), ListingOf(scan),
+                       IndexRecordKind::kCache, ParseDepth::kHeader, file.size());
+  ASSERT_TRUE(prefix.ok() && prefix->has_value()) << prefix.status();
+  EXPECT_EQ((*prefix)->tables[1].offset, (*full)->tables[1].offset);
+  EXPECT_EQ((*prefix)->fingerprint, scan.fingerprint);
+  EXPECT_FALSE(ParseScanOutcome(file.substr(0, head_end - 1), kRoot, IndexOptions(),
+                                ListingOf(scan), IndexRecordKind::kCache, ParseDepth::kHeader,
+                                file.size())
+                   .ok());
+  // The file's size must be the header's and the tables' and the closing checksum's.
+  EXPECT_FALSE(ParseScanOutcome(file.substr(0, head_end), kRoot, IndexOptions(), ListingOf(scan),
+                                IndexRecordKind::kCache, ParseDepth::kHeader, file.size() - 1)
+                   .ok());
   std::string table_changed = file;
   table_changed[head_end + 6] ^= 0x01;
   EXPECT_TRUE(ParseScanOutcome(table_changed, kRoot, IndexOptions(), ListingOf(scan),
