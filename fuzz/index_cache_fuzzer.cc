@@ -1,9 +1,12 @@
 // libFuzzer harness: parsing the index cache format (common/shards/index_cache_format.h)
 // as the index cache of a small real dataset. The input is a cache body; the harness
-// appends the checksum it needs (so the parser's checks, not the checksum, are what is
-// fuzzed) and parses it against the dataset's listing. Whatever the body says, a parse
-// either fails or gives an outcome whose every member lies inside its shard file and
-// reads back with ShardReader (no out-of-bounds read, no huge buffer).
+// seals each shard's compact table again under its binding (ResealShardTables) and
+// appends the checksum it needs (so the parser's and the table decoder's checks, not
+// the checksums, are what is fuzzed) and parses it against the dataset's listing. Whatever the body
+// says, a parse either fails or gives an outcome whose every member lies inside its shard file and
+// reads back with ShardReader (no out-of-bounds read, no huge buffer); read header
+// first (ParseDepth::kHeader, as a server starts), every table it locates lies inside
+// the file and decodes, if at all, to members inside the shard.
 //
 // The shard's mtime, ctime and inode differ on every machine; in the input they are
 // the placeholders kMtime, kCtime, kInode, replaced by the real values before parsing,
@@ -24,8 +27,10 @@
 #include <iterator>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/shards/compact_shard_table.h"
 #include "common/shards/dataset_index.h"
 #include "common/shards/index_cache_format.h"
 #include "common/shards/shard_reader.h"
@@ -118,7 +123,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ReplaceU64(kCtime, f.ctime, &body);
   ReplaceU64(kInode, f.inode, &body);
   ReplaceSameLength(kRootPlaceholder, f.root, &body);
-  const std::string sealed = shardcast::SealWithChecksum(body);
+  // Each shard's compact table is sealed again too, so that hostile tables reach the
+  // table decoder's checks, not only its checksum.
+  const std::string sealed = shardcast::SealWithChecksum(
+      shardcast::ResealShardTables(std::move(body), f.index.root, shardcast::IndexOptions()));
+
+  // The server's start reads the header alone and each table later, at its location:
+  // every location lies inside the file, and what a table decodes to lies inside its
+  // shard.
+  absl::StatusOr<std::optional<shardcast::ScanOutcome>> head = shardcast::ParseScanOutcome(
+      sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,
+      shardcast::IndexRecordKind::kCache, shardcast::ParseDepth::kHeader);
+  if (head.ok() && head->has_value()) {
+    const shardcast::ScanOutcome& located = **head;
+    for (size_t i = 0; i < located.tables.size(); ++i) {
+      const shardcast::ShardTableLocation& t = located.tables[i];
+      if (t.offset > sealed.size() || t.size > sealed.size() - t.offset) std::abort();
+      absl::StatusOr<shardcast::CompactShardTable> table = shardcast::CompactShardTable::Open(
+          absl::string_view(sealed).substr(t.offset, t.size), located.exts.get(), t.limits);
+      if (!table.ok()) continue;
+      const shardcast::ShardInfo& shard = located.shards[i];
+      (void)table->ForEach([&](uint32_t, const shardcast::SampleEntry& e) {
+        for (const shardcast::MemberRef& m : e.members) {
+          if (!shard.compressed &&
+              (m.offset > shard.file_size || m.size > shard.file_size - m.offset)) {
+            std::abort();
+          }
+        }
+      });
+    }
+  }
 
   absl::StatusOr<std::optional<shardcast::ScanOutcome>> parsed =
       shardcast::ParseScanOutcome(sealed, f.index.root, shardcast::IndexOptions(), f.index.shards,

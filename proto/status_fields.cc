@@ -245,6 +245,28 @@ const std::vector<StatusField>& StatusFields() {
       Counter("cache_write_errors", "shardcast_cache_write_errors_total",
               "Writes to the disk cache that failed (disk full?); the reads succeeded.")
           .Ctl("disk cache", "write errors", U::kCount),
+      Gauge("index_memory_limit_bytes", "shardcast_index_memory_limit_bytes",
+            "--index-memory, the bound on each dataset's shard tables read back from the "
+            "index cache (0 = every sample kept in memory).")
+          .Ctl("index tables", "--index-memory {}", U::kBytes)
+          .IfZero("samples in memory")
+          .GatesRest(),
+      Gauge("index_memory_bytes", "shardcast_index_memory_bytes",
+            "Memory held by shard tables read back from the index cache.")
+          .Ctl("index tables", "held", U::kBytes),
+      Counter("index_table_hits", "shardcast_index_table_hits_total",
+              "Sample lookups whose shard table was in memory.")
+          .Ctl("index tables", "hits", U::kCount),
+      Counter("index_table_misses", "shardcast_index_table_misses_total",
+              "Sample lookups that read their shard's table from the index cache.")
+          .Ctl("index tables", "misses", U::kCount),
+      Counter("index_table_loads", "shardcast_index_table_loads_total",
+              "Shard tables read from the index cache (misses and the read-ahead).")
+          .Ctl("index tables", "loads", U::kCount),
+      Counter("index_table_load_failures", "shardcast_index_table_load_failures_total",
+              "Shard table reads that failed or failed their checksum (host errors: "
+              "retried, then the batch fails).")
+          .Ctl("index tables", "load failures", U::kCount),
 
       Gauge("connections_open", "shardcast_connections_open", "Client connections open.")
           .Ctl("connections", "open", U::kCount),

@@ -88,6 +88,14 @@ void AddServingFlags(FlagSet& flags, ServerOptions& o) {
               "first read); beyond it the least recently used are dropped and rebuilt\n"
               "when needed"},
              &o.gzip_index_memory_bytes);
+  flags.Size({{"--index-memory"},
+              "SIZE",
+              "memory for the shard tables read back from the index cache: with\n"
+              "--index-cache-dir, a dataset keeps only per-shard counts in memory and\n"
+              "reads a shard's keys, labels and member offsets (about 20 bytes a sample)\n"
+              "from its cache file when its samples are served, the least recently used\n"
+              "dropped beyond this; 0 keeps every sample in memory"},
+             &o.index_memory_bytes);
   flags.Size({{"--max-message-size"},
               "SIZE",
               "largest Batch message (at least 1MiB); jobs whose batches exceed it are\n"

@@ -98,7 +98,13 @@ int RunIndex(const std::vector<std::string>& args) {
                  RedactUrlsIn(index.status().ToString()).c_str());
     return 1;
   }
-  const std::string data = SerializeIndexFile(*index, flags->options);
+  absl::StatusOr<std::string> serialized = SerializeIndexFile(*index, flags->options);
+  if (!serialized.ok()) {
+    std::fprintf(stderr, "shardcast-ctl index: %s\n",
+                 RedactUrlsIn(serialized.status().ToString()).c_str());
+    return 1;
+  }
+  const std::string& data = *serialized;
   std::ofstream out(flags->output, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   out.close();

@@ -131,11 +131,21 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
   selection->positions_.resize(index.shards.size());
   if (config.fields.empty()) {
     if (SendsEncodedImages(config)) {
-      for (const ShardInfo& shard : index.shards) {
-        for (const SampleEntry& sample : shard.samples) {
-          selection->largest_sample_member_bytes_ =
-              std::max(selection->largest_sample_member_bytes_,
-                       SentMemberBytes(sample, {}, true, max_member_bytes));
+      // The image member alone: the largest image, kept in memory when the samples
+      // are not.
+      const uint64_t largest = index.LargestImageBytes();
+      if (max_member_bytes <= 0 || largest <= static_cast<uint64_t>(max_member_bytes)) {
+        selection->largest_sample_member_bytes_ = largest;
+      } else {
+        // Some image is over the limit (not read, not sent): the largest sent is the
+        // largest under it, which only the samples know.
+        for (uint32_t s = 0; s < index.shards.size(); ++s) {
+          absl::Status read = ForEachSample(index, s, [&](uint32_t, const SampleEntry& sample) {
+            selection->largest_sample_member_bytes_ =
+                std::max(selection->largest_sample_member_bytes_,
+                         SentMemberBytes(sample, {}, true, max_member_bytes));
+          });
+          if (!read.ok()) return read;
         }
       }
     }
@@ -146,39 +156,43 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
   std::vector<int64_t> found(config.fields.size(), 0);  // samples that hold each field
   selection->num_samples_ = 0;
   for (size_t s = 0; s < index.shards.size(); ++s) {
-    const std::vector<SampleEntry>& samples = index.shards[s].samples;
     std::vector<uint32_t> positions;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      const std::vector<int32_t> members = FieldMembers(samples[i], config.fields);
-      std::string reason;
-      for (size_t f = 0; f < members.size(); ++f) {
-        if (members[f] == kNoFieldMember) {
-          if (!config.fields[f].optional && reason.empty()) {
-            reason = absl::StrCat("missing required field '", config.fields[f].Name(), "'");
+    // From memory, or from the shard's table in the index cache (a released index):
+    // selection reads each shard once, as the planner needs its selected count.
+    const absl::Status read =
+        ForEachSample(index, static_cast<uint32_t>(s), [&](uint32_t i, const SampleEntry& sample) {
+          const std::vector<int32_t> members = FieldMembers(sample, config.fields);
+          std::string reason;
+          for (size_t f = 0; f < members.size(); ++f) {
+            if (members[f] == kNoFieldMember) {
+              if (!config.fields[f].optional && reason.empty()) {
+                reason = absl::StrCat("missing required field '", config.fields[f].Name(), "'");
+              }
+              continue;
+            }
+            ++found[f];
+            const MemberRef& member = sample.members[members[f]];
+            if (max_member_bytes > 0 && member.size > static_cast<uint64_t>(max_member_bytes) &&
+                reason.empty()) {
+              reason = absl::StrCat("member '", ShortEscaped(member.ext),
+                                    "' over --max-member-bytes (", max_member_bytes, " bytes)");
+              selection->member_limit_reached_ = true;
+            }
           }
-          continue;
-        }
-        ++found[f];
-        const MemberRef& member = samples[i].members[members[f]];
-        if (max_member_bytes > 0 && member.size > static_cast<uint64_t>(max_member_bytes) &&
-            reason.empty()) {
-          reason = absl::StrCat("member '", ShortEscaped(member.ext), "' over --max-member-bytes (",
-                                max_member_bytes, " bytes)");
-          selection->member_limit_reached_ = true;
-        }
-      }
-      if (!reason.empty()) {
-        ++left_out[reason];
-        continue;
-      }
-      positions.push_back(static_cast<uint32_t>(i));
-      selection->largest_sample_member_bytes_ = std::max(
-          selection->largest_sample_member_bytes_,
-          SentMemberBytes(samples[i], config.fields, SendsEncodedImages(config), max_member_bytes));
-    }
+          if (!reason.empty()) {
+            ++left_out[reason];
+            return;
+          }
+          positions.push_back(i);
+          selection->largest_sample_member_bytes_ = std::max(
+              selection->largest_sample_member_bytes_,
+              SentMemberBytes(sample, config.fields, SendsEncodedImages(config), max_member_bytes));
+        });
+    if (!read.ok()) return read;
+    const uint32_t shard_samples = selection->shard_sizes_[s];  // every sample, so far
     selection->shard_sizes_[s] = static_cast<uint32_t>(positions.size());
     selection->num_samples_ += static_cast<int64_t>(positions.size());
-    if (positions.size() != samples.size()) {
+    if (positions.size() != shard_samples) {
       selection->selects_all_ = false;
       selection->positions_[s] = std::move(positions);
     }

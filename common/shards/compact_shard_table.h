@@ -3,7 +3,8 @@
 // SampleEntry holds in memory, checksummed on its own so that the serve path can read
 // one shard's table from the index cache by offset, check it and look up sample j.
 //
-// Not yet wired into the serve path or the index cache: this is the codec alone.
+// The index cache holds one per shard (index_cache_format.h), and the server reads
+// them back through a bounded cache (shard_table_cache.h).
 //
 // Layout of a shard table (varint = LEB128 of a uint64, at most 10 bytes, never
 // overlong; fixed32 = 4 bytes little-endian). The encoding is one-to-one: the samples

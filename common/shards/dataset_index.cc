@@ -2,6 +2,7 @@
 // (tar_reader + sample_grouping), checks info.json, and caches the result on disk.
 #include "common/shards/dataset_index.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@
 #include "common/shards/index_cache_format.h"
 #include "common/shards/sample_grouping.h"
 #include "common/shards/shard_errors.h"
+#include "common/shards/shard_table_cache.h"
 #include "common/shards/tar_reader.h"
 #include "common/util/digest.h"
 #include "common/util/json_fields.h"
@@ -39,6 +41,7 @@ namespace shardcast {
 namespace fs = std::filesystem;
 
 std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
+  if (samples_released) return released_sample_counts;
   std::vector<uint32_t> counts;
   counts.reserve(shards.size());
   for (const ShardInfo& shard : shards)
@@ -47,6 +50,7 @@ std::vector<uint32_t> DatasetIndex::ShardSampleCounts() const {
 }
 
 std::map<std::string, int64_t> DatasetIndex::MemberExtensionCounts() const {
+  if (samples_released) return released_extension_counts;
   std::map<std::string, int64_t> counts;
   for (const ShardInfo& shard : shards) {
     for (const SampleEntry& sample : shard.samples) {
@@ -54,6 +58,48 @@ std::map<std::string, int64_t> DatasetIndex::MemberExtensionCounts() const {
     }
   }
   return counts;
+}
+
+uint64_t DatasetIndex::LargestImageBytes() const {
+  if (samples_released) return released_largest_image_bytes;
+  uint64_t largest = 0;
+  for (const ShardInfo& shard : shards) {
+    for (const SampleEntry& sample : shard.samples) {
+      if (const MemberRef* image = ImageMember(sample); image != nullptr) {
+        largest = std::max(largest, image->size);
+      }
+    }
+  }
+  return largest;
+}
+
+bool ReleaseSamples(DatasetIndex* index) {
+  if (index->samples_released) return true;
+  if (index->tables == nullptr || index->tables->shards.size() != index->shards.size()) {
+    return false;
+  }
+  index->released_sample_counts = index->ShardSampleCounts();
+  index->released_extension_counts = index->MemberExtensionCounts();
+  index->released_largest_image_bytes = index->LargestImageBytes();
+  for (ShardInfo& shard : index->shards) std::vector<SampleEntry>().swap(shard.samples);
+  index->samples_released = true;
+  return true;
+}
+
+absl::Status ForEachSample(const DatasetIndex& index, uint32_t shard,
+                           absl::FunctionRef<void(uint32_t, const SampleEntry&)> fn) {
+  if (shard >= index.shards.size()) {
+    return absl::OutOfRangeError(absl::StrCat("shard ", shard, " of ", index.shards.size()));
+  }
+  if (!index.samples_released) {
+    const std::vector<SampleEntry>& samples = index.shards[shard].samples;
+    for (size_t j = 0; j < samples.size(); ++j) fn(static_cast<uint32_t>(j), samples[j]);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<const LoadedShardTable>> table =
+      ReadShardTable(index.tables, shard);
+  if (!table.ok()) return table.status();
+  return (*table)->table().ForEach(fn);
 }
 
 namespace {
@@ -146,20 +192,30 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
 // nothing else. Two replicas holding the same bytes agree on it however the files
 // were copied; two whose bytes differ anywhere do not (the digest covers every byte
 // that can reach a batch); mtimes only decide whether a cache is still valid.
-std::string ContentFingerprint(const std::vector<ShardInfo>& shards, const IndexOptions& options) {
+std::string ContentFingerprint(const std::vector<const ShardInfo*>& shards,
+                               const IndexOptions& options) {
   Digest128 h;
   h.AddString("shardcast-index");
   h.AddU64(kFingerprintVersion);
   h.AddString(options.label_field);
   h.AddU64(shards.size());
-  for (const ShardInfo& s : shards) {
-    h.AddString(s.path);
-    h.AddU64(s.file_size);
-    h.AddString(s.content_digest);
-    h.AddU64(s.compressed ? 1 : 0);
-    AddSampleRecords(s.samples, &h);
+  for (const ShardInfo* s : shards) {
+    h.AddString(s->path);
+    h.AddU64(s->file_size);
+    h.AddString(s->content_digest);
+    h.AddU64(s->compressed ? 1 : 0);
+    AddSampleRecords(s->samples, &h);
   }
   return h.Hex();
+}
+
+// The fingerprint of the shards `scan` serves (those not skipped), as the index's.
+std::string ContentFingerprint(const ScanOutcome& scan, const IndexOptions& options) {
+  std::vector<const ShardInfo*> served;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) served.push_back(&scan.shards[i]);
+  }
+  return ContentFingerprint(served, options);
 }
 
 }  // namespace
@@ -753,19 +809,81 @@ ScanOutcome MergeOutcomes(ScanOutcome from_file, const std::vector<bool>& vouche
   return out;
 }
 
+// `size` bytes of `fd` at `offset`, or the error naming `path`.
+absl::StatusOr<std::string> ReadAt(int fd, const std::string& path, uint64_t offset,
+                                   uint64_t size) {
+  std::string out(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return HostIoError(path, "read", errno);
+    if (n == 0) return absl::DataLossError(absl::StrCat(path, ": shorter than its header says"));
+    done += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// The index cache at `path` read header only (ParseDepth::kHeader): its first bytes, up
+// to the header's size, not the tables after them; `*file_size` the file's size.
+absl::StatusOr<std::optional<ScanOutcome>> ReadCacheHeader(const std::string& path,
+                                                           const ShardListing& listing,
+                                                           const IndexOptions& options,
+                                                           uint64_t* file_size) {
+  // O_NONBLOCK: a FIFO planted at the cache's name must not hang the start.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return HostIoError(path, "open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) return HostIoError(path, "stat", errno);
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError("not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > static_cast<uint64_t>(MaxCacheBytes(listing.shards))) {
+    return absl::FailedPreconditionError(absl::StrCat(size,
+                                                      " bytes, more than an index of "
+                                                      "these shards can take"));
+  }
+  *file_size = size;
+  // The magic (8 + 8 bytes), the version and the header's size: 32 bytes.
+  absl::StatusOr<std::string> start = ReadAt(fd, path, 0, std::min<uint64_t>(size, 32));
+  if (!start.ok()) return start.status();
+  uint64_t version = 0, head_size = 0;
+  for (int i = 0; i < 8 && start->size() == 32; ++i) {
+    version |= uint64_t{static_cast<unsigned char>((*start)[16 + i])} << (8 * i);
+    head_size |= uint64_t{static_cast<unsigned char>((*start)[24 + i])} << (8 * i);
+  }
+  // Another version, or too short to say: the parser says which (stale or corrupt).
+  if (version != kIndexVersion || head_size < 32 || head_size > size) {
+    return ParseScanOutcome(*start, listing.root, options, listing.shards, IndexRecordKind::kCache,
+                            ParseDepth::kHeader, size);
+  }
+  absl::StatusOr<std::string> head = ReadAt(fd, path, 0, head_size);
+  if (!head.ok()) return head.status();
+  return ParseScanOutcome(*head, listing.root, options, listing.shards, IndexRecordKind::kCache,
+                          ParseDepth::kHeader, size);
+}
+
 // The outcome the index cache at `path` ("" for none) holds for `listing`, or nullopt
 // when there is none or it is stale; a cache that cannot be read or is corrupt is
 // warned about and rebuilt.
 std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing& listing,
-                                     const IndexOptions& options,
-                                     std::vector<std::string>* warnings) {
+                                     const IndexOptions& options, ParseDepth depth,
+                                     uint64_t* file_size, std::vector<std::string>* warnings) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return std::nullopt;
-  absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
-  absl::StatusOr<std::optional<ScanOutcome>> parsed =
-      data.ok()
-          ? ParseScanOutcome(*data, listing.root, options, listing.shards, IndexRecordKind::kCache)
-          : data.status();
+  absl::StatusOr<std::optional<ScanOutcome>> parsed;
+  if (depth == ParseDepth::kHeader) {
+    parsed = ReadCacheHeader(path, listing, options, file_size);
+  } else {
+    absl::StatusOr<std::string> data = ReadRegularFile(path, MaxCacheBytes(listing.shards));
+    parsed = data.ok() ? ParseScanOutcome(*data, listing.root, options, listing.shards,
+                                          IndexRecordKind::kCache, depth)
+                       : data.status();
+    if (data.ok()) *file_size = data->size();
+  }
   if (!parsed.ok()) {
     Warn(warnings,
          absl::StrCat(path, ": ignored (", parsed.status().message(), "); rebuilding the index"));
@@ -776,15 +894,21 @@ std::optional<ScanOutcome> LoadCache(const std::string& path, const ShardListing
 
 // Writes `scan` as the index cache at `path`, its folder created; a cache that cannot
 // be written is warned about (the index is served without one).
-void WriteCache(const std::string& path, const std::string& root, const IndexOptions& options,
-                const ScanOutcome& scan, std::vector<std::string>* warnings) {
+// Its size written, nullopt when it was not; `tables` gets where its tables lie.
+std::optional<uint64_t> WriteCache(const std::string& path, const std::string& root,
+                                   const IndexOptions& options, const ScanOutcome& scan,
+                                   ScanOutcome* tables, std::vector<std::string>* warnings) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
-  absl::Status written = ec ? absl::UnavailableError(ec.message())
-                            : WriteCacheFile(path, SerializeScanOutcome(root, options, scan));
+  absl::StatusOr<std::string> data = SerializeScanOutcome(root, options, scan, tables);
+  absl::Status written = ec           ? absl::UnavailableError(ec.message())
+                         : !data.ok() ? data.status()
+                                      : WriteCacheFile(path, *data);
   if (!written.ok()) {
     Warn(warnings, absl::StrCat("index cache not written: ", written.message()));
+    return std::nullopt;
   }
+  return data->size();
 }
 
 // The outcome of `listing` from its index file: the file's records where the store
@@ -851,7 +975,16 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
-  std::optional<ScanOutcome> scan = LoadCache(*cache_path, listing, options, &index.warnings);
+  uint64_t cache_size = 0;
+  // A server that reads samples from the cache as it serves them reads its header
+  // alone: time and memory that grow with the shards, not the samples.
+  ParseDepth depth = options.samples_on_disk ? ParseDepth::kHeader : ParseDepth::kFull;
+  std::optional<ScanOutcome> scan =
+      LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+  if (scan.has_value() && depth == ParseDepth::kHeader && scan->fingerprint.empty()) {
+    depth = ParseDepth::kFull;  // a header without the fingerprint: read it all
+    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+  }
   index.loaded_from_cache = scan.has_value();
   if (listing.index_file.has_value() &&
       listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
@@ -871,9 +1004,43 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     if (!scanned.ok()) return scanned.status();
     scan = *std::move(scanned);
   }
+  // Where the tables lie in the cache file, by the scan's shard: as read, or as written.
+  ScanOutcome written_tables;
+  const ScanOutcome* tables = index.loaded_from_cache ? &*scan : nullptr;
   if (!index.loaded_from_cache && !cache_path->empty()) {
-    WriteCache(*cache_path, root, options, *scan, &index.warnings);
+    // Kept in the cache for a reader of its header alone.
+    scan->fingerprint = ContentFingerprint(*scan, options);
+    if (std::optional<uint64_t> size =
+            WriteCache(*cache_path, root, options, *scan, &written_tables, &index.warnings);
+        size.has_value()) {
+      cache_size = *size;
+      tables = &written_tables;
+    }
   }
+  const auto open_tables = [&](const ScanOutcome& located) {
+    if (located.tables.size() != scan->shards.size()) return false;
+    auto opened = std::make_shared<IndexTables>();
+    // A cache replaced between the read (or write) and this open is not used: the
+    // samples then stay in memory.
+    if (!opened->Open(*cache_path, cache_size).ok()) return false;
+    for (size_t i = 0; i < scan->shards.size(); ++i) {
+      if (scan->skip_reasons[i].empty()) opened->shards.push_back(located.tables[i]);
+    }
+    opened->exts = located.exts;
+    index.tables = std::move(opened);
+    return true;
+  };
+  if (tables != nullptr && !open_tables(*tables) && depth == ParseDepth::kHeader) {
+    // The samples must then come from the cache read whole.
+    depth = ParseDepth::kFull;
+    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+    if (!scan.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat(*cache_path, ": the index cache changed while it was read; start again"));
+    }
+    open_tables(*scan);
+  }
+  const bool header_only = index.loaded_from_cache && depth == ParseDepth::kHeader;
 
   for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
   for (size_t i = 0; i < scan->shards.size(); ++i) {
@@ -898,15 +1065,32 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
         root, ": none of its ", index.skipped_shards.size(), " shard(s) could be read (",
         index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
   }
-  index.fingerprint = ContentFingerprint(index.shards, options);
   index.skipped = std::move(scan->skipped);
-  DatasetTraits traits;
-  for (const ShardInfo& s : index.shards) {
-    index.num_samples += static_cast<int64_t>(s.samples.size());
-    AddTraits(s.samples, &traits);
+  if (header_only) {
+    // The samples stay in the cache file: what planning needs comes from its header
+    // (checked against the samples whenever the file is read whole).
+    index.fingerprint = scan->fingerprint;
+    index.samples_released = true;
+    for (const ShardTableLocation& table : index.tables->shards) {
+      index.released_sample_counts.push_back(table.samples);
+      index.num_samples += table.samples;
+    }
+    index.released_extension_counts = std::move(scan->extension_counts);
+    index.released_largest_image_bytes = scan->largest_image_bytes;
+    index.has_images = scan->has_images;
+    index.has_labels = scan->has_labels;
+  } else {
+    std::vector<const ShardInfo*> served;
+    for (const ShardInfo& s : index.shards) served.push_back(&s);
+    index.fingerprint = ContentFingerprint(served, options);
+    DatasetTraits traits;
+    for (const ShardInfo& s : index.shards) {
+      index.num_samples += static_cast<int64_t>(s.samples.size());
+      AddTraits(s.samples, &traits);
+    }
+    index.has_images = traits.has_images;
+    index.has_labels = traits.has_labels;
   }
-  index.has_images = traits.has_images;
-  index.has_labels = traits.has_labels;
   if (listing.local) {
     CheckInfoJson(root, scan->max_label, options.max_classes, &index);
   } else {
@@ -921,7 +1105,8 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   return index;
 }
 
-std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options) {
+absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
+                                               const IndexOptions& options) {
   ScanOutcome scan;
   for (const ShardInfo& shard : index.shards) {
     scan.shards.push_back(shard);

@@ -9,15 +9,19 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/shards/sample_entry.h"
 
 namespace shardcast {
+
+struct IndexTables;  // shard_table_cache.h
 
 struct ShardInfo {
   std::string path;  // relative to the dataset root, e.g. "shard-000001.tar"
@@ -84,13 +88,39 @@ struct DatasetIndex {
   std::string fingerprint;
   bool loaded_from_cache = false;
   bool loaded_from_index_file = false;  // the index file next to the shards (remote)
+  // Where each served shard's compact table lies in the index cache file (by shard, in
+  // `shards`' order), when the index was read from or written to its cache; nullptr
+  // without a cache. What lets a server keep only counts in memory (ReleaseSamples) and
+  // read a shard's samples back from the file (shard_table_cache.h).
+  std::shared_ptr<const IndexTables> tables;
+  // Set by ReleaseSamples: every ShardInfo::samples is empty, and what was derived from
+  // them is kept below (the accessors read these then).
+  bool samples_released = false;
+  std::vector<uint32_t> released_sample_counts;
+  std::map<std::string, int64_t> released_extension_counts;
+  uint64_t released_largest_image_bytes = 0;
 
   // Per-shard sample counts, in shard order: all the planner needs.
   std::vector<uint32_t> ShardSampleCounts() const;
   // Samples holding each member extension ("jpg", "txt", "seg.png"; a sample holds an
   // extension at most once): what a job may ask for as fields.
   std::map<std::string, int64_t> MemberExtensionCounts() const;
+  // The largest image member's size (0 without images).
+  uint64_t LargestImageBytes() const;
 };
+
+// Keeps of `index` only what planning needs in memory (each shard's sample count, the
+// extension counts, the largest image's size) and drops every ShardInfo::samples, when
+// its samples can be read back from the index cache (index->tables); false (nothing
+// dropped) without tables. Afterwards a shard's samples are read with ForEachSample or
+// through a ShardTableCache.
+bool ReleaseSamples(DatasetIndex* index);
+
+// Calls fn(j, sample) for each sample of shard `shard` of `index` in order: from memory,
+// or (released) from its table in the index cache file, read whole and checked. An
+// error (a host error, IsHostIoError) when the table cannot be read or fails its checks.
+absl::Status ForEachSample(const DatasetIndex& index, uint32_t shard,
+                           absl::FunctionRef<void(uint32_t, const SampleEntry&)> fn);
 
 struct IndexOptions {
   // Field of the .json member holding the integer label (when there is no .cls).
@@ -103,6 +133,11 @@ struct IndexOptions {
   std::string cache_dir;
   // Scanner threads; 0 = one per shard up to hardware concurrency.
   int threads = 0;
+  // A server that reads samples back from the index cache as it serves them (its
+  // --index-memory): a valid cache is read header first and its tables are left on
+  // disk (DatasetIndex::samples_released, DatasetIndex::tables), so the start takes
+  // time and memory that grow with the shards, not the samples.
+  bool samples_on_disk = false;
   // When set and it becomes true, the scan stops within one tar member and
   // BuildDatasetIndex returns CANCELLED (a server told to stop while indexing).
   const std::atomic<bool>* cancelled = nullptr;
@@ -178,8 +213,10 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
 // (shard names and sizes, samples, skipped samples and shards, class names) without
 // file identities or root, so it serves any copy of the same bytes, with each shard's
 // content digest and (for an index of a store) the ETag it had. Its checksum and
-// every offset are checked again when it is loaded.
-std::string SerializeIndexFile(const DatasetIndex& index, const IndexOptions& options);
+// every offset are checked again when it is loaded. INVALID_ARGUMENT for samples no
+// scan makes (SerializeScanOutcome).
+absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
+                                               const IndexOptions& options);
 
 // The most bytes an index file (or index cache) of `shards` can take: a sample's record
 // is its key and a few numbers, and in a tar every sample takes at least two 512-byte

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/shards/compact_shard_table.h"
 #include "common/util/digest.h"
 
 namespace shardcast {
@@ -23,9 +25,7 @@ constexpr uint64_t kMaxDeflateRatio = 1032;
 // name where one is required): a count read from the file is bounded by the bytes left
 // divided by these before anything is sized by it, so a file of N bytes never makes
 // more than a small multiple of N bytes of records.
-constexpr size_t kMinShardRecordBytes = 10 * 8;
-constexpr size_t kMinMemberRecordBytes = 8 + 1 + 8 + 8;
-constexpr size_t kMinSampleRecordBytes = 8 + 1 + 3 * 8 + kMinMemberRecordBytes;
+constexpr size_t kMinShardRecordBytes = 12 * 8;
 constexpr size_t kMinSkippedRecordBytes = 3 * 8;
 
 class CacheWriter {
@@ -33,8 +33,12 @@ class CacheWriter {
   void AddU64(uint64_t v) { out_.append(EncodeU64(v)); }
   void AddString(absl::string_view s) {
     AddU64(s.size());
-    out_.append(s.data(), s.size());
+    AddBytes(s);
   }
+  void AddBytes(absl::string_view s) { out_.append(s.data(), s.size()); }
+  uint64_t size() const { return out_.size(); }
+  absl::string_view bytes() const { return out_; }
+  void Patch(size_t at, uint64_t v) { out_.replace(at, 8, EncodeU64(v)); }
   std::string Finish() { return SealWithChecksum(std::move(out_)); }
 
  private:
@@ -88,42 +92,97 @@ absl::Status CheckChecksum(absl::string_view data) {
   return absl::OkStatus();
 }
 
-// Reads `shard`'s samples (already sized) and bounds each: a key, a label below
-// max_classes, an image member among its members, members inside the shard's data.
-absl::Status ParseSampleRecords(const IndexOptions& options, CacheParser& p, ShardInfo& shard,
-                                int64_t* max_label) {
-  // Where member data may lie: inside a plain tar; within deflate's largest expansion
-  // of a compressed one (the reader checks the exact end when it inflates).
-  const uint64_t data_end = shard.compressed ? shard.file_size * kMaxDeflateRatio : shard.file_size;
-  for (SampleEntry& e : shard.samples) {
-    uint64_t label = 0, image = 0, members = 0;
-    if (!p.Str(&e.key) || !p.U64(&label) || !p.U64(&image) ||
-        !p.Count(&members, kMinMemberRecordBytes)) {
-      return Corrupt("sample record");
-    }
-    const std::string where = absl::StrCat(shard.path, " sample '", e.key, "': ");
-    if (e.key.empty()) return Corrupt(absl::StrCat(shard.path, ": a sample without a key"));
-    // The scan admits labels in [0, max_classes) only (and max_classes matched the
-    // header), or -1 for none.
-    e.label = static_cast<int64_t>(label);
-    if (e.label < -1 || e.label >= options.max_classes) {
-      return Corrupt(absl::StrCat(where, "label ", e.label));
-    }
-    if (image >= members && image != kNoImageMember) {
-      return Corrupt(absl::StrCat(where, "image member out of range"));
-    }
-    e.image_member = static_cast<uint32_t>(image);
-    e.members.resize(members);
-    for (MemberRef& m : e.members) {
-      if (!p.Str(&m.ext) || !p.U64(&m.offset) || !p.U64(&m.size)) return Corrupt("member");
-      if (m.ext.empty() || m.offset > data_end || m.size > data_end - m.offset) {
-        return Corrupt(absl::StrCat(where, "member '.", m.ext, "' at ", m.offset, " (", m.size,
-                                    " bytes) lies past the shard's end (", shard.file_size,
-                                    shard.compressed ? " bytes compressed)" : " bytes)"));
-      }
-    }
-    *max_label = std::max(*max_label, e.label);
+// Where member data of `shard` may lie: inside a plain tar; within deflate's largest
+// expansion of a compressed one (the reader checks the exact end when it inflates).
+uint64_t MemberDataBound(const ShardInfo& shard) {
+  if (!shard.compressed) return shard.file_size;
+  return shard.file_size > std::numeric_limits<uint64_t>::max() / kMaxDeflateRatio
+             ? std::numeric_limits<uint64_t>::max()
+             : shard.file_size * kMaxDeflateRatio;
+}
+
+// The binding of shard `ordinal`'s table (ShardTableEncodeOptions::binding): a digest
+// of what the file says of the dataset and of that shard, so that a table read at
+// another shard's offset, or from a file written for other shards or options, fails
+// its checksum instead of decoding into another shard's samples.
+uint64_t TableBinding(const std::string& root, const IndexOptions& options, uint64_t ordinal,
+                      const ShardInfo& s) {
+  Digest128 h;
+  h.AddU64(kIndexVersion);
+  h.AddString(root);
+  h.AddString(options.label_field);
+  h.AddU64(static_cast<uint64_t>(options.max_classes));
+  h.AddU64(ordinal);
+  h.AddString(s.path);
+  h.AddU64(s.file_size);
+  h.AddU64(static_cast<uint64_t>(s.mtime_ns));
+  h.AddU64(static_cast<uint64_t>(s.ctime_ns));
+  h.AddU64(s.inode);
+  h.AddString(s.etag);
+  h.AddString(s.content_digest);
+  h.AddU64(s.compressed ? 1 : 0);
+  uint64_t binding = 0;
+  const std::string hex = h.Hex();
+  for (size_t i = 16; i < 32; ++i) {
+    binding =
+        binding << 4 | static_cast<uint64_t>(hex[i] <= '9' ? hex[i] - '0' : hex[i] - 'a' + 10);
   }
+  return binding;
+}
+
+// What the samples of `scan` give that a reader of the header alone needs.
+struct SampleSummary {
+  bool has_images = false;
+  bool has_labels = false;
+  std::map<std::string, int64_t> extension_counts;
+  uint64_t largest_image_bytes = 0;
+
+  bool operator==(const SampleSummary& o) const {
+    return has_images == o.has_images && has_labels == o.has_labels &&
+           extension_counts == o.extension_counts && largest_image_bytes == o.largest_image_bytes;
+  }
+};
+
+SampleSummary Summarize(const ScanOutcome& scan) {
+  SampleSummary s;
+  for (const ShardInfo& shard : scan.shards) {
+    for (const SampleEntry& e : shard.samples) {
+      if (const MemberRef* image = ImageMember(e); image != nullptr) {
+        s.has_images = true;
+        s.largest_image_bytes = std::max(s.largest_image_bytes, image->size);
+      }
+      s.has_labels = s.has_labels || e.label >= 0;
+      for (const MemberRef& m : e.members) ++s.extension_counts[m.ext];
+    }
+  }
+  return s;
+}
+
+// The header's checksum: the Digest128 (hex) of every byte before it.
+std::string HeadChecksum(absl::string_view head) {
+  Digest128 h;
+  h.AddBytes(head);
+  return h.Hex();
+}
+
+// Decodes `shard`'s table (its checksum, then every record bounded by the table's
+// Open: a key, a label below max_classes, an image member among its members, members
+// inside the shard's data) into shard.samples.
+absl::Status DecodeShardTable(absl::string_view table, const ExtensionTable& exts,
+                              const ShardTableLimits& limits, uint64_t samples, ShardInfo& shard,
+                              int64_t* max_label) {
+  absl::StatusOr<CompactShardTable> opened = CompactShardTable::Open(table, &exts, limits);
+  if (!opened.ok()) return Corrupt(absl::StrCat(shard.path, ": ", opened.status().message()));
+  if (opened->size() != samples) {
+    return Corrupt(
+        absl::StrCat(shard.path, ": a table of ", opened->size(), " samples, not ", samples));
+  }
+  shard.samples.resize(samples);
+  absl::Status decoded = opened->ForEach([&](uint32_t j, const SampleEntry& e) {
+    shard.samples[j] = e;
+    *max_label = std::max(*max_label, e.label);
+  });
+  if (!decoded.ok()) return Corrupt(absl::StrCat(shard.path, ": ", decoded.message()));
   return absl::OkStatus();
 }
 
@@ -143,8 +202,9 @@ absl::Status CheckDatasetRules(const ScanOutcome& scan) {
 }
 
 // Reads the skipped samples, class names, warnings and max label that follow the shard
-// records, and checks the max label and class names against the samples read.
-absl::Status ParseTrailer(CacheParser& p, ScanOutcome& scan) {
+// records, and checks the class names against the max label (which the caller checks
+// against the samples).
+absl::Status ParseTrailer(const IndexOptions& options, CacheParser& p, ScanOutcome& scan) {
   uint64_t n = 0;
   if (!p.Count(&n, kMinSkippedRecordBytes)) return Corrupt("skipped count");
   scan.skipped.resize(n);
@@ -163,8 +223,9 @@ absl::Status ParseTrailer(CacheParser& p, ScanOutcome& scan) {
   }
   uint64_t max_label = 0;
   if (!p.U64(&max_label)) return Corrupt("max label");
-  // Recomputed from the samples, never trusted: it sizes num_classes.
-  if (static_cast<int64_t>(max_label) != scan.max_label) return Corrupt("max label");
+  // Checked against the samples' own once their tables are decoded (ParseScanOutcome).
+  scan.max_label = static_cast<int64_t>(max_label);
+  if (scan.max_label < -1 || scan.max_label >= options.max_classes) return Corrupt("max label");
   if (!scan.class_names.empty() &&
       scan.class_names.size() != static_cast<size_t>(scan.max_label + 1)) {
     return Corrupt(
@@ -175,15 +236,33 @@ absl::Status ParseTrailer(CacheParser& p, ScanOutcome& scan) {
 
 }  // namespace
 
-std::string SerializeScanOutcome(const std::string& root, const IndexOptions& options,
-                                 const ScanOutcome& scan) {
+absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
+                                                 const IndexOptions& options,
+                                                 const ScanOutcome& scan, ScanOutcome* tables_out) {
+  // The tables first: the shard records say where each lies and how long it is.
+  ExtensionTable exts;
+  std::vector<std::string> tables(scan.shards.size());
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    ShardTableEncodeOptions table_options;
+    table_options.binding = TableBinding(root, options, i, scan.shards[i]);
+    absl::StatusOr<std::string> table =
+        EncodeShardTable(scan.shards[i].samples, &exts, table_options);
+    if (!table.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(scan.shards[i].path, ": ", table.status().message()));
+    }
+    tables[i] = *std::move(table);
+  }
   CacheWriter w;
   w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
   w.AddU64(kIndexVersion);
+  const size_t head_size_at = w.size();
+  w.AddU64(0);  // the header's size, known once it is written
   w.AddString(root);
   w.AddString(options.label_field);
   w.AddU64(static_cast<uint64_t>(options.max_classes));
   w.AddU64(scan.shards.size());
+  uint64_t table_offset = 0;
   for (size_t i = 0; i < scan.shards.size(); ++i) {
     const ShardInfo& s = scan.shards[i];
     w.AddString(s.path);
@@ -195,7 +274,10 @@ std::string SerializeScanOutcome(const std::string& root, const IndexOptions& op
     w.AddString(s.content_digest);
     w.AddU64(s.compressed ? 1 : 0);
     w.AddString(scan.skip_reasons[i]);
-    AddSampleRecords(s.samples, &w);
+    w.AddU64(s.samples.size());
+    w.AddU64(table_offset);
+    w.AddU64(tables[i].size());
+    table_offset += tables[i].size();
   }
   w.AddU64(scan.skipped.size());
   for (const SkippedSample& s : scan.skipped) {
@@ -208,6 +290,36 @@ std::string SerializeScanOutcome(const std::string& root, const IndexOptions& op
   w.AddU64(scan.warnings.size());
   for (const std::string& warning : scan.warnings) w.AddString(warning);
   w.AddU64(static_cast<uint64_t>(scan.max_label));
+  const SampleSummary summary = Summarize(scan);
+  w.AddString(scan.fingerprint);
+  w.AddU64((summary.has_images ? 1 : 0) | (summary.has_labels ? 2 : 0));
+  w.AddU64(summary.largest_image_bytes);
+  w.AddU64(summary.extension_counts.size());
+  for (const auto& [ext, count] : summary.extension_counts) {
+    w.AddString(ext);
+    w.AddU64(static_cast<uint64_t>(count));
+  }
+  w.AddString(exts.Serialize());
+  w.AddU64(table_offset);
+  w.Patch(head_size_at, w.size() + 8 + 32);  // the checksum record closes the header
+  w.AddString(HeadChecksum(w.bytes()));
+  if (tables_out != nullptr) {
+    const uint64_t tables_at = w.size();
+    tables_out->tables.clear();
+    uint64_t at = 0;
+    for (size_t i = 0; i < scan.shards.size(); ++i) {
+      ShardTableLimits limits;
+      limits.data_size = MemberDataBound(scan.shards[i]);
+      limits.max_classes = options.max_classes;
+      limits.binding = TableBinding(root, options, i, scan.shards[i]);
+      tables_out->tables.push_back(
+          ShardTableLocation{tables_at + at, tables[i].size(),
+                             static_cast<uint32_t>(scan.shards[i].samples.size()), limits});
+      at += tables[i].size();
+    }
+    tables_out->exts = std::make_shared<const ExtensionTable>(exts);
+  }
+  for (const std::string& table : tables) w.AddBytes(table);
   return w.Finish();
 }
 
@@ -215,9 +327,17 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
                                                             const std::string& root,
                                                             const IndexOptions& options,
                                                             const std::vector<ShardInfo>& listed,
-                                                            IndexRecordKind kind) {
-  if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
-  CacheParser p(data.substr(0, data.size() - kChecksumRecordBytes));
+                                                            IndexRecordKind kind, ParseDepth depth,
+                                                            uint64_t file_size) {
+  // A header-only read trusts the header's own checksum (below) and leaves each table
+  // to its own: the whole file is not hashed, and `data` may be its header alone.
+  const uint64_t total = depth == ParseDepth::kHeader && file_size != 0 ? file_size : data.size();
+  if (depth == ParseDepth::kFull) {
+    if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
+  } else if (total < kChecksumRecordBytes || data.size() > total) {
+    return Corrupt("too short");
+  }
+  CacheParser p(data.substr(0, std::min<uint64_t>(data.size(), total - kChecksumRecordBytes)));
   std::string magic, stored_root, label_field;
   uint64_t version = 0, n = 0, max_classes = 0;
   if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
@@ -225,6 +345,10 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
   }
   if (!p.U64(&version) || version != kIndexVersion) {
     return std::nullopt;  // another layout: rebuild without complaint
+  }
+  uint64_t head_size = 0;
+  if (!p.U64(&head_size) || head_size > total - kChecksumRecordBytes) {
+    return Corrupt("header size");
   }
   if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) ||
       !p.Count(&n, kMinShardRecordBytes)) {
@@ -237,12 +361,16 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
   ScanOutcome scan;
   scan.shards.resize(n);
   scan.skip_reasons.resize(n);
+  // Per shard: its sample count and where its table lies among the tables.
+  std::vector<uint64_t> sample_counts(n), table_sizes(n);
+  uint64_t tables_end = 0;
   for (uint64_t i = 0; i < n; ++i) {
     ShardInfo& s = scan.shards[i];
-    uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, samples = 0;
+    uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, table_offset = 0;
     if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
         !p.Str(&s.etag) || !p.Str(&s.content_digest) || !p.U64(&compressed) ||
-        !p.Str(&scan.skip_reasons[i]) || !p.Count(&samples, kMinSampleRecordBytes)) {
+        !p.Str(&scan.skip_reasons[i]) || !p.U64(&sample_counts[i]) || !p.U64(&table_offset) ||
+        !p.U64(&table_sizes[i])) {
       return Corrupt("shard record");
     }
     s.file_size = size;
@@ -259,21 +387,174 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
       return std::nullopt;
     }
     if (compressed > 1) return Corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
-    if (!scan.skip_reasons[i].empty() && samples != 0) {
+    if (!scan.skip_reasons[i].empty() && sample_counts[i] != 0) {
       return Corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
     }
-    if (samples > std::numeric_limits<uint32_t>::max()) {
-      return Corrupt(absl::StrCat(s.path, ": ", samples, " samples"));
+    // A record takes at least a byte of its table.
+    if (sample_counts[i] > std::numeric_limits<uint32_t>::max() ||
+        sample_counts[i] > table_sizes[i]) {
+      return Corrupt(absl::StrCat(s.path, ": ", sample_counts[i], " samples"));
     }
-    s.samples.resize(samples);
-    if (absl::Status read = ParseSampleRecords(options, p, s, &scan.max_label); !read.ok()) {
-      return read;
+    // The tables follow one another in shard order, with nothing between them.
+    if (table_offset != tables_end || table_sizes[i] > total) {
+      return Corrupt(
+          absl::StrCat(s.path, ": table at ", table_offset, " (", table_sizes[i], " bytes)"));
+    }
+    tables_end += table_sizes[i];
+  }
+  if (absl::Status trailer = ParseTrailer(options, p, scan); !trailer.ok()) return trailer;
+  SampleSummary stated;
+  uint64_t flags = 0, extensions = 0;
+  if (!p.Str(&scan.fingerprint) || !p.U64(&flags) || flags > 3 ||
+      !p.U64(&stated.largest_image_bytes) || !p.Count(&extensions, 8 + 1 + 8)) {
+    return Corrupt("summary");
+  }
+  stated.has_images = (flags & 1) != 0;
+  stated.has_labels = (flags & 2) != 0;
+  for (uint64_t i = 0; i < extensions; ++i) {
+    std::string ext;
+    uint64_t count = 0;
+    if (!p.Str(&ext) || !p.U64(&count) || ext.empty() ||
+        !stated.extension_counts.emplace(std::move(ext), static_cast<int64_t>(count)).second) {
+      return Corrupt("summary");
     }
   }
-  if (absl::Status trailer = ParseTrailer(p, scan); !trailer.ok()) return trailer;
+  std::string ext_bytes;
+  uint64_t tables_size = 0;
+  if (!p.Str(&ext_bytes) || !p.U64(&tables_size)) return Corrupt("extension table");
+  const size_t head_end = p.pos();
+  std::string head_checksum;
+  if (!p.Str(&head_checksum)) return Corrupt("header checksum");
+  if (head_checksum != HeadChecksum(data.substr(0, head_end))) {
+    return Corrupt("header checksum mismatch");
+  }
+  if (p.pos() != head_size) return Corrupt("header size");
+  absl::StatusOr<ExtensionTable> exts = ExtensionTable::Parse(ext_bytes);
+  if (!exts.ok()) return Corrupt(exts.status().message());
+  for (uint32_t id = 0; id < exts->size(); ++id) {
+    if (exts->ext(id).empty()) return Corrupt("an empty extension");
+  }
+  if (tables_size != tables_end || tables_size != total - kChecksumRecordBytes - p.pos()) {
+    return Corrupt(absl::StrCat("tables of ", tables_end, " bytes where ",
+                                total - kChecksumRecordBytes - p.pos(), " are left"));
+  }
+  const absl::string_view tables = data.substr(p.pos(), tables_size);
+  const uint64_t tables_at = p.pos();
+  scan.tables.resize(n);
+  scan.exts = std::make_shared<const ExtensionTable>(*std::move(exts));
+  scan.has_images = stated.has_images;
+  scan.has_labels = stated.has_labels;
+  scan.extension_counts = stated.extension_counts;
+  scan.largest_image_bytes = stated.largest_image_bytes;
+  if (depth == ParseDepth::kHeader) {
+    // The tables are located, not read: each is checked when it is (ShardTableCache).
+    // The header's figures stand for the samples, under the header's checksum.
+    if (!stated.has_images && stated.largest_image_bytes > 0) return Corrupt("summary");
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      ShardTableLimits limits;
+      limits.data_size = MemberDataBound(scan.shards[i]);
+      limits.max_classes = options.max_classes;
+      limits.binding = TableBinding(root, options, i, scan.shards[i]);
+      scan.tables[i] = ShardTableLocation{tables_at + at, table_sizes[i],
+                                          static_cast<uint32_t>(sample_counts[i]), limits};
+      at += table_sizes[i];
+    }
+    return scan;
+  }
+  // The file's max label is checked against the samples' own (ParseTrailer read it).
+  const int64_t stated_max_label = scan.max_label;
+  scan.max_label = -1;
+  uint64_t table_offset = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    ShardInfo& s = scan.shards[i];
+    ShardTableLimits limits;
+    limits.data_size = MemberDataBound(s);
+    limits.max_classes = options.max_classes;
+    limits.binding = TableBinding(root, options, i, s);
+    scan.tables[i] = ShardTableLocation{tables_at + table_offset, table_sizes[i],
+                                        static_cast<uint32_t>(sample_counts[i]), limits};
+    if (absl::Status read =
+            DecodeShardTable(tables.substr(table_offset, table_sizes[i]), *scan.exts, limits,
+                             sample_counts[i], s, &scan.max_label);
+        !read.ok()) {
+      return read;
+    }
+    table_offset += table_sizes[i];
+  }
+  // Recomputed from the samples, never trusted: it sizes num_classes.
+  if (stated_max_label != scan.max_label) return Corrupt("max label");
   if (absl::Status ruled = CheckDatasetRules(scan); !ruled.ok()) return ruled;
-  if (p.pos() != data.size() - kChecksumRecordBytes) return Corrupt("trailing bytes");
+  // What the header says of the samples must be what they give: a header-only read
+  // trusts it.
+  if (!(Summarize(scan) == stated)) return Corrupt("summary does not match the samples");
   return scan;
+}
+
+std::string ResealShardTables(std::string body, const std::string& root,
+                              const IndexOptions& options) {
+  // Reads as ParseScanOutcome does, without its checks: where a record cannot be read,
+  // nothing after it is resealed.
+  CacheParser p(body);
+  std::string text;
+  uint64_t n = 0, skip = 0;
+  if (!p.Str(&text) || !p.U64(&n) || !p.U64(&n) || !p.Str(&text) || !p.Str(&text) || !p.U64(&n) ||
+      !p.Count(&n, kMinShardRecordBytes)) {
+    return body;
+  }
+  struct Table {
+    ShardInfo shard;
+    uint64_t offset = 0, size = 0;
+  };
+  std::vector<Table> tables(n);
+  for (Table& t : tables) {
+    ShardInfo& s = t.shard;
+    uint64_t mtime = 0, ctime = 0, compressed = 0, samples = 0;
+    if (!p.Str(&s.path) || !p.U64(&s.file_size) || !p.U64(&mtime) || !p.U64(&ctime) ||
+        !p.U64(&s.inode) || !p.Str(&s.etag) || !p.Str(&s.content_digest) || !p.U64(&compressed) ||
+        !p.Str(&text) || !p.U64(&samples) || !p.U64(&t.offset) || !p.U64(&t.size)) {
+      return body;
+    }
+    s.mtime_ns = static_cast<int64_t>(mtime);
+    s.ctime_ns = static_cast<int64_t>(ctime);
+    s.compressed = compressed != 0;
+  }
+  // The skipped samples (three strings each), class names, warnings, max label.
+  if (!p.Count(&n)) return body;
+  for (uint64_t i = 0; i < 3 * n; ++i) {
+    if (!p.Str(&text)) return body;
+  }
+  for (int list = 0; list < 2; ++list) {
+    if (!p.Count(&n)) return body;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!p.Str(&text)) return body;
+    }
+  }
+  // The max label, the summary, the extension table, the tables' size.
+  if (!p.U64(&skip) || !p.Str(&text) || !p.U64(&skip) || !p.U64(&skip) || !p.Count(&n)) {
+    return body;
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!p.Str(&text) || !p.U64(&skip)) return body;
+  }
+  if (!p.Str(&text) || !p.U64(&skip)) return body;
+  // The header's checksum, sealed again over the header as it is.
+  const size_t head_end = p.pos();
+  if (!p.Str(&text) || text.size() != 32) return body;
+  body.replace(head_end + 8, 32, HeadChecksum(absl::string_view(body).substr(0, head_end)));
+  const size_t tables_at = p.pos();
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const Table& t = tables[i];
+    if (t.size < kTableChecksumBytes || t.offset > body.size() - tables_at ||
+        t.size > body.size() - tables_at - t.offset) {
+      continue;
+    }
+    const size_t at = tables_at + t.offset;
+    const std::string sealed = SealWithTableChecksum(body.substr(at, t.size - kTableChecksumBytes),
+                                                     TableBinding(root, options, i, t.shard));
+    body.replace(at, t.size, sealed);
+  }
+  return body;
 }
 
 std::string EncodeU64(uint64_t value) {

@@ -208,6 +208,9 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
   }
   header.mutable_labels()->Reserve(batch_size);
   header.mutable_samples()->Reserve(batch_size);
+  batch->entries().resize(static_cast<size_t>(batch_size));
+  // One hint per dataset: shard numbers of a mixture's datasets overlap.
+  std::vector<ServedDataset::TableHint> hints(datasets_.size());
   for (int i = 0; i < batch_size; ++i) {
     const SampleRef& ref = planned.samples[i];
     shardcast::v1::SampleInfo* info = header.add_samples();
@@ -221,7 +224,21 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
       }
       continue;
     }
-    const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
+    SampleEntry& entry = batch->entries()[static_cast<size_t>(i)];
+    const ServedDataset& data = this->data(ref);
+    if (absl::Status found =
+            data.LookupRetrying(static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index),
+                                &entry, &hints[static_cast<size_t>(ref.dataset)]);
+        !found.ok()) {
+      absl::Status failure(
+          found.code(), absl::StrCat("sample ", ref.index, " of shard ",
+                                     LogSafe(data.index().shards[ref.shard].path, 256), ": ",
+                                     found.message()));
+      found.ForEachPayload([&failure](absl::string_view type, const absl::Cord& value) {
+        failure.SetPayload(type, value);  // a HostIoError stays one
+      });
+      return failure;
+    }
     header.add_labels(entry.label);
     if (!names_.empty()) info->set_dataset(names_[static_cast<size_t>(ref.dataset)]);
     // proto3 strings must be UTF-8: a key that is not (a Latin-1 member name) is
@@ -278,9 +295,17 @@ int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchConte
       content.pixels() ? int64_t{3} * content.transform.crop * content.transform.crop : 0;
   int64_t bytes = pixels * static_cast<int64_t>(planned.samples.size());
   if (content.fields.empty() && !content.encoded_images()) return bytes;
+  SampleEntry entry;
+  std::vector<ServedDataset::TableHint> hints(datasets_.size());  // one per dataset
   for (const SampleRef& ref : planned.samples) {
     if (!ref.valid()) continue;
-    const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
+    // One failure is enough: Prepare meets it again (retried) and fails the batch.
+    if (!data(ref)
+             .Lookup(static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index), &entry,
+                     &hints[static_cast<size_t>(ref.dataset)])
+             .ok()) {
+      break;
+    }
     bytes += static_cast<int64_t>(
         SentMemberBytes(entry, content.fields, content.encoded_images(), limits_.max_member_bytes));
   }
@@ -289,13 +314,34 @@ int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchConte
 
 void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& content) {
   // Each dataset's reader is told of its own members (one dataset but in a mixed job).
+  // The shards' tables first (each once; a no-op with the samples in memory), so that
+  // the lookups below and Prepare's find them in the table cache. A shard whose table
+  // cannot be read is skipped here: Prepare reports it.
   for (size_t d = 0; d < datasets_.size(); ++d) {
+    const ServedDataset& data = *datasets_[d];
+    std::vector<int32_t> unreadable;
+    int32_t last_shard = -1;
+    for (const SampleRef& ref : planned.samples) {
+      if (!ref.valid() || static_cast<size_t>(ref.dataset) != d || ref.shard == last_shard) {
+        continue;
+      }
+      last_shard = ref.shard;
+      if (!data.PrefetchTable(static_cast<uint32_t>(ref.shard)).ok()) {
+        unreadable.push_back(ref.shard);
+      }
+    }
     std::vector<MemberLocation> members;
     members.reserve(planned.samples.size() * (1 + content.fields.size()));
+    SampleEntry entry;
+    ServedDataset::TableHint hint;
     for (const SampleRef& ref : planned.samples) {
       if (!ref.valid() || static_cast<size_t>(ref.dataset) != d) continue;
       const uint32_t shard = static_cast<uint32_t>(ref.shard);
-      const SampleEntry& entry = datasets_[d]->index().shards[ref.shard].samples[ref.index];
+      // A failed lookup is Prepare's to report; the read-ahead is only a hint.
+      if (std::find(unreadable.begin(), unreadable.end(), ref.shard) != unreadable.end() ||
+          !data.Lookup(shard, static_cast<uint32_t>(ref.index), &entry, &hint).ok()) {
+        continue;
+      }
       for (int32_t member : FieldMembers(entry, content.fields)) {
         if (member != kNoFieldMember) {
           members.push_back(MemberLocation{shard, entry.members[member]});
@@ -313,7 +359,7 @@ bool BatchAssembler::ReadFields(PendingBatch* pending, int slot, const SampleRef
   const std::vector<FieldSpec>& fields = pending->content->fields;
   if (fields.empty()) return true;
   const ShardInfo& shard = data(ref).index().shards[ref.shard];
-  const SampleEntry& entry = shard.samples[ref.index];
+  const SampleEntry& entry = pending->batch->entries()[static_cast<size_t>(slot)];
   const std::vector<int32_t> members = FieldMembers(entry, fields);
   shardcast::v1::SampleInfo* info = pending->batch->header().mutable_samples(slot);
   for (size_t f = 0; f < fields.size(); ++f) {
@@ -393,8 +439,8 @@ absl::Status BatchAssembler::GivenUp(const absl::Status& last,
 }
 
 absl::StatusOr<std::string> BatchAssembler::ReadImage(const PendingBatch& pending,
-                                                      const SampleRef& ref, bool* read_failed) {
-  const SampleEntry& entry = data(ref).index().shards[ref.shard].samples[ref.index];
+                                                      const SampleRef& ref,
+                                                      const SampleEntry& entry, bool* read_failed) {
   if (entry.image_member >= entry.members.size()) {
     return absl::InternalError("sample has no image member in the index");
   }
@@ -413,11 +459,12 @@ absl::StatusOr<std::string> BatchAssembler::ReadImage(const PendingBatch& pendin
 }
 
 absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
-                                           uint8_t* out, bool* read_failed) {
+                                           const SampleEntry& entry, uint8_t* out,
+                                           bool* read_failed) {
   // The read buffer and the decoder allocate; running out of memory there is this
   // sample's failure, not the process's (an exception must not leave a pool task).
   try {
-    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, read_failed);
+    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, entry, read_failed);
     if (!encoded.ok()) return encoded.status();
     return DecodeAndTransform(*encoded, pending.content->transform, ref.augment_seed, out,
                               limits_.budget);
@@ -427,9 +474,10 @@ absl::Status BatchAssembler::ReadAndDecode(const PendingBatch& pending, const Sa
 }
 
 absl::Status BatchAssembler::ReadAndEncode(const PendingBatch& pending, const SampleRef& ref,
+                                           const SampleEntry& entry,
                                            shardcast::v1::EncodedImage* out, bool* read_failed) {
   try {
-    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, read_failed);
+    absl::StatusOr<std::string> encoded = ReadImage(pending, ref, entry, read_failed);
     if (!encoded.ok()) return encoded.status();
     return EncodeImage(*std::move(encoded), pending.content->transform, ref.augment_seed,
                        limits_.budget, limits_.lossless_cut, out);
@@ -457,11 +505,13 @@ void BatchAssembler::AssembleImage(PendingBatch* pending, int slot, const Sample
   // time one sample holds a decode thread. Real time: it measures work, decides nothing.
   const absl::Time start = absl::Now();
   bool read_failed = false;
+  const SampleEntry& entry = batch.entries()[static_cast<size_t>(slot)];
   const absl::Status status =
       pending->content->pixels()
-          ? ReadAndDecode(*pending, ref, batch.images() + slot * batch.sample_bytes(), &read_failed)
-          : ReadAndEncode(*pending, ref, batch.header().mutable_samples(slot)->mutable_encoded(),
-                          &read_failed);
+          ? ReadAndDecode(*pending, ref, entry, batch.images() + slot * batch.sample_bytes(),
+                          &read_failed)
+          : ReadAndEncode(*pending, ref, entry,
+                          batch.header().mutable_samples(slot)->mutable_encoded(), &read_failed);
   if (stats_ != nullptr) stats_->decode_time.Observe(absl::Now() - start);
   if (status.ok()) return;
   if (read_failed && !IsBadData(status)) {  // the host's, the store's, a changed shard
@@ -478,7 +528,6 @@ void BatchAssembler::AssembleImage(PendingBatch* pending, int slot, const Sample
     }
   }
   const ShardInfo& shard = data(ref).index().shards[ref.shard];
-  const SampleEntry& entry = shard.samples[ref.index];
   LogWarning("assembler",
              absl::StrCat("substituted sample: shard ", shard.path, " key '", LogSafe(entry.key),
                           "' (epoch ", batch.header().epoch(), " batch ", batch.header().index(),

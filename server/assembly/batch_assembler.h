@@ -73,6 +73,11 @@ class AssembledBatch {
   const absl::Status& failure() const { return failure_; }
   void set_failure(absl::Status failure) { failure_ = std::move(failure); }
 
+  // By slot, the index's entry of each valid sample (key, label, members), looked up
+  // once by Prepare (from memory or the shard's table) for the tasks that read it.
+  std::vector<SampleEntry>& entries() { return entries_; }
+  const std::vector<SampleEntry>& entries() const { return entries_; }
+
  private:
   AssembledBatch(size_t sample_bytes, size_t image_bytes, uint8_t* images,
                  std::atomic<int64_t>* buffer_gauge, BatchGrant grant);
@@ -90,6 +95,7 @@ class AssembledBatch {
   // Given back after the destructor gave the buffer up (members die after its body).
   BatchGrant grant_;
   absl::Status failure_;
+  std::vector<SampleEntry> entries_;
 };
 
 // How many freed batch buffers the server keeps for reuse, and the largest it keeps.
@@ -165,9 +171,11 @@ class BatchAssembler {
   BatchAssembler(const BatchAssembler&) = delete;
   BatchAssembler& operator=(const BatchAssembler&) = delete;
 
-  // Allocates the batch and fills its message fields (no I/O). RESOURCE_EXHAUSTED
-  // when its buffer cannot be allocated. The batch keeps `grant` (its reservation of
-  // batch memory) for its life.
+  // Allocates the batch and fills its message fields (no I/O but the samples' lookups:
+  // a shard's table read from the index cache when it is not in the table cache).
+  // RESOURCE_EXHAUSTED when its buffer cannot be allocated; a lookup's error
+  // (ServedDataset::Lookup: a host error once retried) naming the shard. The batch keeps `grant`
+  // (its reservation of batch memory) for its life.
   absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
                                                           const BatchContent& content,
                                                           BatchGrant grant = {});
@@ -184,11 +192,15 @@ class BatchAssembler {
 
   // The bytes `planned` takes in batch memory with `content`: its pixels and the
   // members its valid samples send (SentMemberBytes: fields, encoded images; from the
-  // index, no I/O).
+  // index: no I/O but a table's read, see Prepare). A sample whose lookup fails counts
+  // nothing here: Prepare meets the same failure and fails the batch.
   int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content) const;
 
   // Tells the dataset's reader that the members of `planned` that `content` reads (the
-  // image, the fields) will be read soon (MemberReader::Prefetch). Never blocks on I/O.
+  // image, the fields) will be read soon (MemberReader::Prefetch), after loading the
+  // tables of its shards into the table cache (their samples released to the index
+  // cache): the read-ahead, so that Prepare finds them there. Blocks only on those
+  // tables' reads.
   void Prefetch(const PlannedBatch& planned, const BatchContent& content);
 
   const ServedDataset& dataset() const { return *datasets_[0]; }
@@ -219,14 +231,15 @@ class BatchAssembler {
   // The sample's image member, unless it is over --max-member-bytes (then not read).
   // `*read_failed` is set when the error is the read's.
   absl::StatusOr<std::string> ReadImage(const PendingBatch& pending, const SampleRef& ref,
-                                        bool* read_failed);
+                                        const SampleEntry& entry, bool* read_failed);
   // Reads and decodes one sample into `out` (3 x crop x crop bytes), or (encoded
   // delivery) reads it into `out` as EncodeImage does. `*read_failed` is set when the
   // error is the read's (not the decode's or the header's).
-  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref, uint8_t* out,
-                             bool* read_failed);
+  absl::Status ReadAndDecode(const PendingBatch& pending, const SampleRef& ref,
+                             const SampleEntry& entry, uint8_t* out, bool* read_failed);
   absl::Status ReadAndEncode(const PendingBatch& pending, const SampleRef& ref,
-                             shardcast::v1::EncodedImage* out, bool* read_failed);
+                             const SampleEntry& entry, shardcast::v1::EncodedImage* out,
+                             bool* read_failed);
 
   // One for a single-dataset job; a mixed job's in its order, with their names (for
   // SampleInfo.dataset; empty for a single-dataset job).

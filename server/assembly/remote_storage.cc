@@ -35,7 +35,8 @@ absl::Status RemoteStorage::StartLocked() {
 
 absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote::DatasetUrl& url,
                                                                    const IndexOptions& options,
-                                                                   size_t gzip_index_memory_bytes) {
+                                                                   size_t gzip_index_memory_bytes,
+                                                                   int64_t index_memory_bytes) {
   remote::HttpFetcher* fetcher = nullptr;
   remote::DiskCache* cache = nullptr;
   {
@@ -56,8 +57,9 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
     LogInfo("index", absl::StrCat(url.text, ": loaded from ", index.root, kIndexFileName));
   }
   remote::RemoteReader* reader = nullptr;
-  auto dataset =
-      std::make_unique<ServedDataset>(std::move(index), [&](const DatasetIndex& served_index) {
+  auto dataset = std::make_unique<ServedDataset>(
+      std::move(index),
+      [&](const DatasetIndex& served_index) {
         // One read-ahead thread per connection: each holds one request in flight, so
         // fewer threads would leave connections idle (8 capped a 50 ms store at 8
         // requests per round trip, docs/BENCHMARKS.md).
@@ -68,7 +70,8 @@ absl::StatusOr<std::unique_ptr<ServedDataset>> RemoteStorage::Load(const remote:
             std::make_unique<remote::RemoteReader>(served_index, std::move(store), cache, read);
         reader = made.get();
         return made;
-      });
+      },
+      index_memory_bytes);
   absl::MutexLock lock(&mu_);
   readers_.push_back(reader);
   return dataset;

@@ -62,10 +62,12 @@ class RemoteStorage {
   // Lists and indexes the dataset at `url` (s3://..., http(s)://...) and returns it
   // with a reader of its shards. Errors name the URL: bad settings or cache dir
   // (INVALID_ARGUMENT), the store's refusal, no shard there. The seek indexes of its
-  // .tar.gz shards are held to `gzip_index_memory_bytes`, as a local dataset's are.
+  // .tar.gz shards are held to `gzip_index_memory_bytes`, and its shard tables (with an
+  // index cache) to `index_memory_bytes`, as a local dataset's are.
   absl::StatusOr<std::unique_ptr<ServedDataset>> Load(const remote::DatasetUrl& url,
                                                       const IndexOptions& options,
-                                                      size_t gzip_index_memory_bytes);
+                                                      size_t gzip_index_memory_bytes,
+                                                      int64_t index_memory_bytes = 0);
 
   RemoteFigures Figures() const;
 

@@ -102,14 +102,7 @@ int64_t DecodeNeedBound() {
 
 ServeSettings ServeSettingsFor(const DatasetIndex& index, int64_t max_member_bytes,
                                int64_t max_decode_bytes, bool resend_first_batch) {
-  uint64_t largest_image = 0;
-  for (const ShardInfo& shard : index.shards) {
-    for (const SampleEntry& sample : shard.samples) {
-      if (sample.image_member < sample.members.size()) {
-        largest_image = std::max(largest_image, sample.members[sample.image_member].size);
-      }
-    }
-  }
+  const uint64_t largest_image = index.LargestImageBytes();
   ServeSettings serve;
   // BatchAssembler substitutes a member whose size is above the limit.
   if (max_member_bytes > 0 && largest_image > static_cast<uint64_t>(max_member_bytes)) {

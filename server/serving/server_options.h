@@ -43,6 +43,10 @@ struct ServerOptions {
   std::string label_field = "label";  // .json field holding the label (no .cls)
   // Memory for the seek indexes of .tar.gz shards (ShardReader's LRU).
   int64_t gzip_index_memory_bytes = int64_t{1} << 30;
+  // Memory for the shard tables read back from the index cache (ShardTableCache's LRU,
+  // ServedDataset::kDefaultIndexMemoryBytes): with an index cache, each dataset keeps
+  // only its per-shard counts in memory and reads a shard's samples through these.
+  int64_t index_memory_bytes = int64_t{64} << 20;
   int64_t max_message_bytes = 512ll << 20;          // largest Batch message a job may need
   absl::Duration grace_period = absl::Seconds(10);  // drain: how long open streams may run on
   // Labels outside [0, max_classes) are skipped (IndexOptions::max_classes).

@@ -98,6 +98,7 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   index_options.label_field = options_.label_field;
   index_options.max_classes = options_.max_classes;
   index_options.cache_dir = options_.index_cache_dir;
+  index_options.samples_on_disk = options_.index_memory_bytes > 0;
   // A directory, a URL of a store, or neither (gs://, a typo'd scheme): said once, here.
   const absl::StatusOr<remote::DatasetUrl> where = remote::ParseDatasetUrl(spec.dir);
   const bool remote = where.ok() && where->kind != remote::DatasetUrl::Kind::kLocal;
@@ -114,9 +115,11 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
       !where.ok() ? where.status()
       : remote    ? remote_storage_.Load(*where, index_options,
-                                         static_cast<size_t>(options_.gzip_index_memory_bytes))
+                                         static_cast<size_t>(options_.gzip_index_memory_bytes),
+                                         options_.index_memory_bytes)
                   : ServedDataset::Load(spec.dir, index_options,
-                                        static_cast<size_t>(options_.gzip_index_memory_bytes));
+                                        static_cast<size_t>(options_.gzip_index_memory_bytes),
+                                        options_.index_memory_bytes);
   if (!dataset.ok()) {
     if (absl::IsCancelled(dataset.status())) {
       LogInfo("index", absl::StrCat("indexing ", what, " stopped: the server is shutting down"));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -165,6 +166,22 @@ void FillMixtureStatus(const Job& job, int64_t step, v1::JobStatus* job_status) 
           EscapeToUtf8(absl::StrCat("dataset '", mixture.datasets[d]->name, "': ", reason.reason)));
       left->set_count(reason.count);
     }
+  }
+}
+
+// The shard tables of the datasets whose samples were released to the index cache.
+void FillIndexTableStatus(const StatusSources& s, v1::GetStatusResponse* response) {
+  for (const DatasetRegistry::Entry& entry : s.datasets->Entries()) {
+    if (entry.data == nullptr) continue;
+    const std::optional<ShardTableCacheStats> t = entry.data->data->index_table_stats();
+    if (!t.has_value()) continue;
+    response->set_index_memory_limit_bytes(t->limit_bytes);  // the flag's, per dataset
+    response->set_index_memory_bytes(response->index_memory_bytes() + t->memory_bytes);
+    response->set_index_table_hits(response->index_table_hits() + t->hits);
+    response->set_index_table_misses(response->index_table_misses() + t->misses);
+    response->set_index_table_loads(response->index_table_loads() + t->loads);
+    response->set_index_table_load_failures(response->index_table_load_failures() +
+                                            t->load_failures);
   }
 }
 
@@ -332,6 +349,7 @@ v1::GetStatusResponse BuildStatusReply(const StatusSources& sources, absl::Time 
   FillDecodeStatus(sources, &response);
   FillHostStatus(sources, &response);
   FillRemoteStatus(sources, &response);
+  FillIndexTableStatus(sources, &response);
   bool all_serving = true;
   for (const v1::DatasetStatus& dataset : response.datasets()) {
     all_serving &= dataset.state() == v1::DatasetStatus::SERVING;

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -356,37 +358,44 @@ TEST_F(DatasetIndexTest, CacheContentsAreBoundsCheckedNotTrusted) {
   const std::string good = shard_testing::ReadWholeFile(cache_file);
   const std::string body = good.substr(0, good.size() - 40);
   ASSERT_EQ(SealWithChecksum(body), good);  // the test's idea of the layout is the cache's
+  absl::StatusOr<std::optional<ScanOutcome>> outcome =
+      ParseScanOutcome(good, first->root, options, first->shards, IndexRecordKind::kCache);
+  ASSERT_TRUE(outcome.ok() && outcome->has_value()) << outcome.status();
 
-  // Sample "a_1": key, label, image member, member count, then its first member
-  // (ext, offset, size).
-  const size_t key_at = body.find(EncodeU64(3) + "a_1");
-  ASSERT_NE(key_at, std::string::npos);
-  const size_t label_at = key_at + 8 + 3;
-  const size_t image_at = label_at + 8;
-  const size_t ext_at = image_at + 16;
-  ASSERT_EQ(body.substr(ext_at, 11), EncodeU64(3) + "jpg");
-  const size_t offset_at = ext_at + 11;
-  const size_t size_at = offset_at + 8;
+  // Sample "a_1" with one thing changed, written as the cache would be (its tables
+  // sealed with their checksums): what the reader's bounds must catch.
   const uint64_t file_size = first->shards[0].file_size;
-  const auto with = [&](size_t at, uint64_t value) {
-    std::string tampered = body;
-    tampered.replace(at, 8, EncodeU64(value));
-    return tampered;
+  const auto with = [&](const std::function<void(ScanOutcome&, SampleEntry&)>& change) {
+    ScanOutcome tampered = **outcome;
+    change(tampered, tampered.shards[0].samples[1]);
+    std::string file = SerializeScanOutcome(first->root, options, tampered).value();
+    return file.substr(0, file.size() - 40);
   };
   struct Case {
     std::string name;
     std::string body;
     std::string why;
   };
+  // A label below -1 or an image member past the members is no table the encoder
+  // writes; compact_shard_table_test shows the decoder refusing such bytes.
   const std::vector<Case> cases = {
-      {"label past int32", with(label_at, uint64_t{1} << 40), "label"},
-      {"negative label", with(label_at, static_cast<uint64_t>(-5)), "label"},
-      {"image member", with(image_at, 7), "image member out of range"},
-      {"offset past the end", with(offset_at, file_size - 10), "past the shard's end"},
-      {"huge size", with(size_at, uint64_t{1} << 62), "past the shard's end"},
-      {"offset overflow", with(offset_at, ~uint64_t{0} - 3), "past the shard's end"},
-      {"max label", with(body.size() - 8, 1000), "max label"},
-      {"trailing bytes", body + EncodeU64(0), "trailing bytes"},
+      {"label past int32", with([](ScanOutcome&, SampleEntry& e) { e.label = int64_t{1} << 40; }),
+       "label"},
+      {"offset past the end",
+       with([&](ScanOutcome&, SampleEntry& e) { e.members[0].offset = file_size - 10; }),
+       "past the shard's end"},
+      {"huge size",
+       with([](ScanOutcome&, SampleEntry& e) { e.members[0].size = uint64_t{1} << 62; }),
+       "past the shard's end"},
+      {"offset overflow",
+       with([](ScanOutcome&, SampleEntry& e) { e.members[0].offset = ~uint64_t{0} - 3; }),
+       "past the shard's end"},
+      {"max label", with([](ScanOutcome& o, SampleEntry&) {
+         o.max_label = 1000;
+         o.class_names.resize(1001);  // as many as it says, so only the samples disagree
+       }),
+       "max label"},
+      {"trailing bytes", body + EncodeU64(0), "tables of"},
   };
   for (const Case& c : cases) {
     shard_testing::WriteFile(cache_file, SealWithChecksum(c.body));
@@ -739,7 +748,7 @@ TEST_F(DatasetIndexTest, IndexFileRecordsAreTrustedOnlyWhereTheEtagVouchesForThe
   }
   absl::StatusOr<DatasetIndex> before = BuildDatasetIndex(data_dir(), {});
   ASSERT_TRUE(before.ok()) << before.status();
-  const std::string index_file = SerializeIndexFile(*before, {});
+  const std::string index_file = SerializeIndexFile(*before, {}).value();
 
   // All vouched for: the file is used whole, no shard is read.
   {
@@ -804,7 +813,7 @@ TEST_F(DatasetIndexTest, IndexFileRecordsAreTrustedOnlyWhereTheEtagVouchesForThe
   ASSERT_TRUE(rescanned.ok()) << rescanned.status();
   EXPECT_FALSE(rescanned->loaded_from_index_file);
   EXPECT_EQ(rescanned->fingerprint, after->fingerprint);
-  opaque.index_file = SerializeIndexFile(*rescanned, {});  // records "5f3a-1c00" each
+  opaque.index_file = SerializeIndexFile(*rescanned, {}).value();  // records "5f3a-1c00" each
   opaque.scan = [](const ShardInfo&) { return ShardScanResult(); };
   absl::StatusOr<DatasetIndex> recorded = BuildIndexFromListing(opaque, {});
   ASSERT_TRUE(recorded.ok()) << recorded.status();
@@ -862,13 +871,13 @@ TEST_F(DatasetIndexTest, IndexFileCountsAreBoundedByItsBytesBeforeAnythingIsSize
   MakeTar(tmp_.path(), files, TarWriter::kGnuTarPax, shard("s.tar"));
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_dir(), {});
   ASSERT_TRUE(index.ok()) << index.status();
-  const std::string good = SerializeIndexFile(*index, {});
+  const std::string good = SerializeIndexFile(*index, {}).value();
   std::string body = good.substr(0, good.size() - 40);
-  const size_t count_at = body.find(EncodeU64(3) + "a_0");
+  // The shard's record: its sample count, then its table's offset (0, the first).
+  const size_t count_at = body.find(EncodeU64(4) + EncodeU64(0));
   ASSERT_NE(count_at, std::string::npos);
-  ASSERT_EQ(body.substr(count_at - 8, 8), EncodeU64(4));  // the shard's sample count
   body.append(size_t{40} << 20, '\0');
-  body.replace(count_at - 8, 8, EncodeU64((body.size() - count_at) / 8 - 1));
+  body.replace(count_at, 8, EncodeU64((body.size() - count_at) / 8 - 1));
   ASSERT_LE(SealWithChecksum(body).size(), MaxIndexFileBytes(index->shards));
 
   ShardListing listing;

@@ -262,7 +262,7 @@ TEST_F(DatasetRulesTest, IndexFileAndRescannedShardsAreRuledTogether) {
   IndexOptions options;
   const DatasetIndex before = Index(options);
   ASSERT_FALSE(before.has_labels);
-  const std::string index_file = SerializeIndexFile(before, options);
+  const std::string index_file = SerializeIndexFile(before, options).value();
   // The same size (tar pads to 10240 bytes), other bytes: a label now.
   WriteShard("r-2.tar", {{"b0.txt", "captioned and labeled"}, {"b0.cls", "1"}});
   ASSERT_EQ(std::filesystem::file_size(shard("r-2.tar")), before.shards[1].file_size);
@@ -326,14 +326,14 @@ TEST_F(DatasetRulesTest, TextDatasetCacheReadsBackAndVersion5IsRebuilt) {
   std::string body = shard_testing::ReadWholeFile(cache);
   body.resize(body.size() - kChecksumRecordBytes);
   const size_t version_at = 8 + 8;  // after the magic's length prefix and its 8 bytes
-  ASSERT_EQ(body.substr(version_at, 8), EncodeU64(6));
-  body.replace(version_at, 8, EncodeU64(5));
+  ASSERT_EQ(body.substr(version_at, 8), EncodeU64(7));
+  body.replace(version_at, 8, EncodeU64(6));
   shard_testing::WriteFile(cache, SealWithChecksum(body));
   const DatasetIndex rebuilt = Index(options);
   EXPECT_FALSE(rebuilt.loaded_from_cache);
   EXPECT_TRUE(rebuilt.warnings.empty());
   EXPECT_EQ(rebuilt.fingerprint, scanned.fingerprint);
-  EXPECT_TRUE(Index(options).loaded_from_cache);  // rewritten as version 6
+  EXPECT_TRUE(Index(options).loaded_from_cache);  // rewritten as version 7
 }
 
 // Hostile member names and counts: each sample is indexed or skipped with a reason, and

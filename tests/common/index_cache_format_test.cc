@@ -7,12 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "common/shards/compact_shard_table.h"
 
 namespace shardcast {
 namespace {
@@ -84,7 +86,7 @@ void ExpectCorrupt(const absl::StatusOr<std::optional<ScanOutcome>>& parsed,
 
 TEST(IndexCacheFormatTest, AnOutcomeReadsBackAsItWasWritten) {
   const ScanOutcome scan = TwoShardOutcome();
-  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
   absl::StatusOr<std::optional<ScanOutcome>> parsed =
       ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -125,13 +127,13 @@ TEST(IndexCacheFormatTest, AnOutcomeReadsBackAsItWasWritten) {
   EXPECT_EQ(back.warnings, scan.warnings);
   EXPECT_EQ(back.max_label, 2);
   // The same outcome writes the same bytes: nothing is lost or reordered.
-  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back), file);
+  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back).value(), file);
 }
 
 TEST(IndexCacheFormatTest, AFileForAnotherRootOptionsOrListingIsStaleNotCorrupt) {
   const ScanOutcome scan = TwoShardOutcome();
   const std::vector<ShardInfo> listed = ListingOf(scan);
-  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
   const auto parse = [&](const std::string& root, const IndexOptions& options,
                          const std::vector<ShardInfo>& listing, IndexRecordKind kind) {
     return ParseScanOutcome(file, root, options, listing, kind);
@@ -172,7 +174,7 @@ TEST(IndexCacheFormatTest, AFileForAnotherRootOptionsOrListingIsStaleNotCorrupt)
 
 TEST(IndexCacheFormatTest, AnotherFormatVersionIsStale) {
   const ScanOutcome scan = TwoShardOutcome();
-  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan).value());
   const size_t version_at = 8 + 8;  // after the magic's length prefix and its 8 bytes
   ASSERT_EQ(body.substr(version_at, 8), EncodeU64(kIndexVersion));
   body.replace(version_at, 8, EncodeU64(kIndexVersion - 1));
@@ -184,7 +186,7 @@ TEST(IndexCacheFormatTest, AnotherFormatVersionIsStale) {
 
 TEST(IndexCacheFormatTest, BadMagicIsCorrupt) {
   const ScanOutcome scan = TwoShardOutcome();
-  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan));
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan).value());
   body[8] = 'X';  // the magic's first byte ("SCIDX...")
   ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body), kRoot, IndexOptions(), ListingOf(scan),
                                  IndexRecordKind::kCache),
@@ -193,7 +195,7 @@ TEST(IndexCacheFormatTest, BadMagicIsCorrupt) {
 
 TEST(IndexCacheFormatTest, AnyChangedByteFailsTheChecksum) {
   const ScanOutcome scan = TwoShardOutcome();
-  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
   for (size_t at = 0; at < file.size() - kChecksumRecordBytes; ++at) {
     std::string flipped = file;
     flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
@@ -222,7 +224,7 @@ ScanOutcome CaptionOutcome() {
 
 TEST(IndexCacheFormatTest, SamplesWithoutImagesOrLabelsReadBack) {
   const ScanOutcome scan = CaptionOutcome();
-  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
   absl::StatusOr<std::optional<ScanOutcome>> parsed =
       ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -235,7 +237,7 @@ TEST(IndexCacheFormatTest, SamplesWithoutImagesOrLabelsReadBack) {
     EXPECT_EQ(e.image_member, kNoImageMember);
     EXPECT_EQ(ImageMember(e), nullptr);
   }
-  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back), file);
+  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), back).value(), file);
 }
 
 // The scan serves a sample without an image (a label) only where no sample has one: a
@@ -243,35 +245,231 @@ TEST(IndexCacheFormatTest, SamplesWithoutImagesOrLabelsReadBack) {
 TEST(IndexCacheFormatTest, SamplesWithAndWithoutImagesOrLabelsSideBySideAreCorrupt) {
   ScanOutcome scan = TwoShardOutcome();
   scan.shards[0].samples[1].image_member = kNoImageMember;
-  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan).value(), kRoot,
                                  IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
                 "samples without an image beside samples with one");
   scan = TwoShardOutcome();
   scan.shards[0].samples[1].label = -1;
-  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan).value(), kRoot,
                                  IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
                 "samples without a label beside samples with one");
-  // Only kNoImageMember stands for "no image": another index past the members is corrupt.
+  // Only kNoImageMember stands for "no image", and -1 for "no label": the compact table
+  // cannot hold another image index past the members or a label below -1, so such an
+  // outcome is not written (its decoder's refusal of such bytes is
+  // compact_shard_table_test's).
   for (const uint32_t image : {2u, kNoImageMember - 1}) {
     scan = CaptionOutcome();
     scan.shards[0].samples[0].image_member = image;
-    ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
-                                   IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
-                  "t-1.tar sample 't_0': image member out of range");
+    absl::StatusOr<std::string> written = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+    ASSERT_FALSE(written.ok());
+    EXPECT_EQ(written.status().code(), absl::StatusCode::kInvalidArgument) << written.status();
+    EXPECT_TRUE(absl::StrContains(written.status().message(), "t-1.tar")) << written.status();
   }
-  // -1 is "no label"; below it is no label the scan writes.
   scan = CaptionOutcome();
   scan.shards[0].samples[0].label = -2;
   scan.max_label = -1;
-  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan), kRoot,
+  EXPECT_EQ(SerializeScanOutcome(kRoot, IndexOptions(), scan).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A label at or above max_classes, or a member past its shard's end, is written (the
+// table's encoder knows neither bound) but refused when read: the reader bounds every
+// record by the options and the listing it reads against.
+TEST(IndexCacheFormatTest, TableRecordsAreBoundedByTheOptionsAndTheShard) {
+  ScanOutcome scan = TwoShardOutcome();
+  IndexOptions options;
+  options.max_classes = 2;  // sample a_0 has label 2
+  scan.class_names.clear();
+  scan.max_label = 1;  // as the file says, within max_classes: the table's label is not
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, options, scan).value(), kRoot, options,
+                                 ListingOf(scan), IndexRecordKind::kCache),
+                "s-1.tar: corrupt shard table: sample 'a_0': label 2 out of range");
+  scan = TwoShardOutcome();
+  scan.shards[0].samples[1].members[1].size = 10240;
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan).value(), kRoot,
                                  IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
-                "t-1.tar sample 't_0': label -2");
+                "s-1.tar: corrupt shard table: sample 'a_1': member .png at 3584 (10240 bytes) "
+                "lies past the shard's end (10240)");
+  scan = TwoShardOutcome();
+  scan.max_label = 1;  // the samples' is 2
+  scan.class_names = {"cat", ""};
+  ExpectCorrupt(ParseScanOutcome(SerializeScanOutcome(kRoot, IndexOptions(), scan).value(), kRoot,
+                                 IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "max label");
+}
+
+// Where a shard's table lies in the file, as the test finds it: the tables are the last
+// bytes before the closing checksum record, in shard order.
+std::string TablesOf(const std::string& file, const ScanOutcome& scan) {
+  size_t tables = 0;
+  for (const ShardInfo& shard : scan.shards) {
+    ExtensionTable exts;
+    tables += EncodeShardTable(shard.samples, &exts).value().size();
+  }
+  return file.substr(file.size() - kChecksumRecordBytes - tables, tables);
+}
+
+// Each table is checked on its own (the serve path reads one alone): a table whose
+// bytes changed fails its checksum even where the whole file was sealed again, and
+// a sound table moved to another shard's place fails it too (its binding is the
+// shard's), so no shard is ever read with another's keys and offsets.
+TEST(IndexCacheFormatTest, EachShardTableHasItsOwnChecksumAndBinding) {
+  ScanOutcome scan = TwoShardOutcome();
+  scan.skip_reasons[1].clear();  // both served, so both hold a table of samples
+  scan.shards[1] = Listed("s-2.tar", 10240);
+  scan.shards[1].samples = scan.shards[0].samples;
+  scan.warnings.clear();
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
+  const std::string body = BodyOf(file);
+  const std::string tables = TablesOf(file, scan);
+  ASSERT_EQ(tables.size() % 2, 0u);
+  const size_t tables_at = body.size() - tables.size();
+  const size_t half = tables.size() / 2;
+  ASSERT_TRUE(
+      ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache).ok());
+  for (size_t at = tables_at; at < body.size(); ++at) {
+    std::string flipped = body;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
+    ExpectCorrupt(ParseScanOutcome(SealWithChecksum(flipped), kRoot, IndexOptions(),
+                                   ListingOf(scan), IndexRecordKind::kCache),
+                  at < tables_at + half ? "s-1.tar: corrupt shard table: bad checksum"
+                                        : "s-2.tar: corrupt shard table: bad checksum");
+  }
+  // The two tables hold the same samples, of the same size: swapped, each is the other
+  // shard's, sound but bound to the other ordinal and record.
+  std::string swapped = body.substr(0, tables_at) + tables.substr(half) + tables.substr(0, half);
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(swapped), kRoot, IndexOptions(), ListingOf(scan),
+                                 IndexRecordKind::kCache),
+                "s-1.tar: corrupt shard table: bad checksum");
+}
+
+// The tables take exactly the bytes the records give them: none missing, none over.
+TEST(IndexCacheFormatTest, TablesThatDoNotFillTheirPlaceAreCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan).value());
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body + "x"), kRoot, IndexOptions(),
+                                 ListingOf(scan), IndexRecordKind::kCache),
+                "tables of");
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body.substr(0, body.size() - 1)), kRoot,
+                                 IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "tables of");
+}
+
+// The fuzzer's helper: a sound body is what it was; a table changed and resealed reaches
+// the table's decoder, which refuses what no scan writes.
+TEST(IndexCacheFormatTest, ResealedTablesReachTheTableDecoder) {
+  const ScanOutcome scan = TwoShardOutcome();
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
+  const std::string body = BodyOf(file);
+  EXPECT_EQ(ResealShardTables(body, kRoot, IndexOptions()), body);
+  // The first record of s-1.tar's table: shared 0, suffix length 3, "a_0", zigzag(2) = 4.
+  std::string changed = body;
+  const size_t label_at = changed.find(std::string("\x00\x03"
+                                                   "a_0",
+                                                   5)) +
+                          5;
+  ASSERT_EQ(changed[label_at], 4);
+  changed[label_at] = 3;  // zigzag(-2): a label below -1
+  ExpectCorrupt(
+      ParseScanOutcome(SealWithChecksum(ResealShardTables(changed, kRoot, IndexOptions())), kRoot,
+                       IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+      "s-1.tar: corrupt shard table: sample 'a_0': label -2 out of range");
+}
+
+// A server's start reads the header alone: the tables are located and the samples'
+// figures read from the header, under its own checksum; a table is checked only when
+// it is read (a changed table byte passes here and fails its own checksum there).
+TEST(IndexCacheFormatTest, AHeaderOnlyReadLocatesTheTablesAndTrustsOnlyTheHeadersChecksum) {
+  ScanOutcome scan = TwoShardOutcome();
+  scan.fingerprint = "0123456789abcdef0123456789abcdef";
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
+  absl::StatusOr<std::optional<ScanOutcome>> full =
+      ParseScanOutcome(file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache);
+  absl::StatusOr<std::optional<ScanOutcome>> head = ParseScanOutcome(
+      file, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache, ParseDepth::kHeader);
+  ASSERT_TRUE(full.ok() && full->has_value()) << full.status();
+  ASSERT_TRUE(head.ok() && head->has_value()) << head.status();
+  EXPECT_TRUE((*head)->shards[0].samples.empty());
+  EXPECT_EQ((*head)->fingerprint, scan.fingerprint);
+  EXPECT_EQ((*full)->fingerprint, scan.fingerprint);
+  EXPECT_TRUE((*head)->has_images);
+  EXPECT_TRUE((*head)->has_labels);
+  EXPECT_EQ((*head)->largest_image_bytes, 900u);
+  const std::map<std::string, int64_t> extensions = {
+      {"cls", 1}, {"jpg", 1}, {"json", 1}, {"png", 1}};
+  EXPECT_EQ((*head)->extension_counts, extensions);
+  EXPECT_EQ((*head)->max_label, 2);
+  ASSERT_EQ((*head)->tables.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*head)->tables[i].offset, (*full)->tables[i].offset);
+    EXPECT_EQ((*head)->tables[i].size, (*full)->tables[i].size);
+    EXPECT_EQ((*head)->tables[i].limits.binding, (*full)->tables[i].limits.binding);
+  }
+  EXPECT_EQ((*head)->tables[0].samples, 2u);
+
+  // Every header byte is under the header's checksum (the whole file's is not read).
+  const size_t head_end = (*head)->tables[0].offset;
+  for (size_t at = 8 + 8 + 8; at < head_end; ++at) {
+    std::string flipped = file;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x01);
+    absl::StatusOr<std::optional<ScanOutcome>> parsed =
+        ParseScanOutcome(flipped, kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache,
+                         ParseDepth::kHeader);
+    // A changed root, label field, count or shard identity is another file's (stale).
+    if (parsed.ok()) {
+      EXPECT_FALSE(parsed->has_value()) << at;
+    } else {
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << at;
+    }
+  }
+  // The header alone (as a server reads it: the header's size is its third number),
+  // with the file's size, locates the same tables; a prefix short of it is corrupt.
+  ASSERT_EQ(file.substr(8 + 8 + 8, 8), EncodeU64(head_end));
+  absl::StatusOr<std::optional<ScanOutcome>> prefix =
+      ParseScanOutcome(file.substr(0, head_end), kRoot, IndexOptions(), ListingOf(scan),
+                       IndexRecordKind::kCache, ParseDepth::kHeader, file.size());
+  ASSERT_TRUE(prefix.ok() && prefix->has_value()) << prefix.status();
+  EXPECT_EQ((*prefix)->tables[1].offset, (*full)->tables[1].offset);
+  EXPECT_EQ((*prefix)->fingerprint, scan.fingerprint);
+  EXPECT_FALSE(ParseScanOutcome(file.substr(0, head_end - 1), kRoot, IndexOptions(),
+                                ListingOf(scan), IndexRecordKind::kCache, ParseDepth::kHeader,
+                                file.size())
+                   .ok());
+  // The file's size must be the header's and the tables' and the closing checksum's.
+  EXPECT_FALSE(ParseScanOutcome(file.substr(0, head_end), kRoot, IndexOptions(), ListingOf(scan),
+                                IndexRecordKind::kCache, ParseDepth::kHeader, file.size() - 1)
+                   .ok());
+  std::string table_changed = file;
+  table_changed[head_end + 6] ^= 0x01;
+  EXPECT_TRUE(ParseScanOutcome(table_changed, kRoot, IndexOptions(), ListingOf(scan),
+                               IndexRecordKind::kCache, ParseDepth::kHeader)
+                  .ok());
+}
+
+// A full read checks the header's figures against the samples: a header that says
+// otherwise (written by no scan) is corrupt, so a header-only read can trust them.
+TEST(IndexCacheFormatTest, AHeaderWhoseFiguresAreNotTheSamplesIsCorrupt) {
+  const ScanOutcome scan = TwoShardOutcome();
+  std::string body = BodyOf(SerializeScanOutcome(kRoot, IndexOptions(), scan).value());
+  // The summary: the fingerprint (""), then the flags (3: images and labels) and the
+  // largest image (900).
+  const std::string summary = EncodeU64(0) + EncodeU64(3) + EncodeU64(900);
+  const size_t at = body.find(summary);
+  ASSERT_NE(at, std::string::npos);
+  body.replace(at + 8, 8, EncodeU64(1));  // "no labels"
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(ResealShardTables(body, kRoot, IndexOptions())),
+                                 kRoot, IndexOptions(), ListingOf(scan), IndexRecordKind::kCache),
+                "summary does not match the samples");
+  // Without the header resealed, its own checksum catches it first.
+  ExpectCorrupt(ParseScanOutcome(SealWithChecksum(body), kRoot, IndexOptions(), ListingOf(scan),
+                                 IndexRecordKind::kCache),
+                "header checksum mismatch");
 }
 
 TEST(IndexCacheFormatTest, TruncationIsCorrupt) {
   const ScanOutcome scan = TwoShardOutcome();
   const std::vector<ShardInfo> listed = ListingOf(scan);
-  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan);
+  const std::string file = SerializeScanOutcome(kRoot, IndexOptions(), scan).value();
   // A file cut short: its end is no checksum of the rest.
   for (size_t size = 0; size < file.size(); ++size) {
     absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(

@@ -196,7 +196,8 @@ TEST_F(RemoteIndexTest, StoreErrorWhileIndexingIsRetriedNotRemembered) {
 TEST_F(RemoteIndexTest, ShardRewrittenUnderTheIndexFileIsScannedAgain) {
   absl::StatusOr<DatasetIndex> before = BuildDatasetIndex(data_, {});
   ASSERT_TRUE(before.ok()) << before.status();
-  std::ofstream(data_ + "/" + kIndexFileName, std::ios::binary) << SerializeIndexFile(*before, {});
+  std::ofstream(data_ + "/" + kIndexFileName, std::ios::binary)
+      << SerializeIndexFile(*before, {}).value();
   RewriteFirstLabel(data_ + "/shard-000001.tar", '3');
   absl::StatusOr<DatasetIndex> after = BuildDatasetIndex(data_, {});
   ASSERT_TRUE(after.ok()) << after.status();
@@ -233,14 +234,15 @@ TEST_F(RemoteIndexTest, EtagsRecordedByAnIndexOfTheStoreVouchForIt) {
   hostile_->SetFaults(R"({"etag": "other"})");
   absl::StatusOr<DatasetIndex> local = BuildDatasetIndex(data_, {});
   ASSERT_TRUE(local.ok());
-  std::ofstream(data_ + "/" + kIndexFileName, std::ios::binary) << SerializeIndexFile(*local, {});
+  std::ofstream(data_ + "/" + kIndexFileName, std::ios::binary)
+      << SerializeIndexFile(*local, {}).value();
   absl::StatusOr<DatasetIndex> scanned = Index(hostile_->endpoint());
   ASSERT_TRUE(scanned.ok()) << scanned.status();
   EXPECT_FALSE(scanned->loaded_from_index_file);
   EXPECT_EQ(scanned->fingerprint, local->fingerprint);
 
   std::ofstream(data_ + "/" + kIndexFileName, std::ios::binary | std::ios::trunc)
-      << SerializeIndexFile(*scanned, {});
+      << SerializeIndexFile(*scanned, {}).value();
   std::filesystem::remove_all(cache_dir_);
   const int64_t bytes_before = fetcher_->counters().bytes.load();
   absl::StatusOr<DatasetIndex> from_file = Index(hostile_->endpoint());

@@ -126,13 +126,15 @@ TEST_F(RemoteServingTest, AFileUrlServesTheLocalBatchesThroughTheRemotePath) {
 }
 
 TEST_F(RemoteServingTest, ABrokenIndexFileNextToTheShardsIsIgnoredAndTheShardsScanned) {
-  const std::string valid = SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
+  const std::string valid =
+      SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {}).value();
   IndexOptions other_labels;
   other_labels.label_field = "other";
   for (const std::string& hostile :
        {valid.substr(0, valid.size() / 2), std::string("not an index at all"), std::string(),
         std::string(valid.size(), '\xff'),
-        SerializeIndexFile(BuildDatasetIndex(dir_.path(), other_labels).value(), other_labels)}) {
+        SerializeIndexFile(BuildDatasetIndex(dir_.path(), other_labels).value(), other_labels)
+            .value()}) {
     { std::ofstream(dir_.path() + "/shardcast-index.bin", std::ios::binary) << hostile; }
     auto nginx = NginxServer::Start(dir_.path());
     ASSERT_TRUE(nginx.ok()) << nginx.status();
@@ -148,7 +150,8 @@ TEST_F(RemoteServingTest, ABrokenIndexFileNextToTheShardsIsIgnoredAndTheShardsSc
 
 TEST_F(RemoteServingTest, S3WithAnIndexFileAndADiskCacheReadsNothingRemoteInTheSecondEpoch) {
   InProcessServer local(dir_.path());
-  const std::string index_file = SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {});
+  const std::string index_file =
+      SerializeIndexFile(BuildDatasetIndex(dir_.path(), {}).value(), {}).value();
   auto s3 = S3rverServer::Start();
   ASSERT_TRUE(s3.ok()) << s3.status();
   ASSERT_TRUE((*s3)->CreateBucket("data").ok());

@@ -978,7 +978,7 @@ TEST(PackCliTest, SyntheticMatchesLibraryAndGuardsExistingOutput) {
   ASSERT_EQ(cli.count(kIndexFileName), 1u);
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir / "cli", {});
   ASSERT_TRUE(index.ok()) << index.status();
-  EXPECT_EQ(cli[kIndexFileName], SerializeIndexFile(*index, {}));
+  EXPECT_EQ(cli[kIndexFileName], SerializeIndexFile(*index, {}).value());
   cli.erase(kIndexFileName);
   EXPECT_EQ(cli, DirContents(dir / "lib"));
 
@@ -1020,7 +1020,7 @@ TEST(PackCliTest, CaptionsMatchLibraryAndNeedSyntheticMode) {
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(dir / "pairs", {});
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(ReadWholeFile(absl::StrCat(dir / "pairs", "/", kIndexFileName)),
-            SerializeIndexFile(*index, {}));
+            SerializeIndexFile(*index, {}).value());
   EXPECT_EQ(index->num_samples, 25);
   EXPECT_EQ(index->num_classes, 0);
   EXPECT_FALSE(index->has_labels);

@@ -229,8 +229,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string index_file = out_dir + "/" + shardcast::kIndexFileName;
-  std::ofstream(index_file, std::ios::binary | std::ios::trunc)
-      << shardcast::SerializeIndexFile(*index, {});
+  absl::StatusOr<std::string> index_bytes = shardcast::SerializeIndexFile(*index, {});
+  if (!index_bytes.ok()) {
+    std::fprintf(stderr, "shardcast-pack: index of %s: %s\n", out_dir.c_str(),
+                 index_bytes.status().ToString().c_str());
+    return 1;
+  }
+  std::ofstream(index_file, std::ios::binary | std::ios::trunc) << *index_bytes;
   if (!std::ifstream(index_file)) {
     std::fprintf(stderr, "shardcast-pack: cannot write %s\n", index_file.c_str());
     return 1;
