@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/plan/job_fingerprint.h"
 #include "common/util/digest.h"
 #include "common/util/utf8.h"
 
