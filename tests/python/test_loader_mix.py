@@ -6,6 +6,7 @@ moves the weights, a constant mixture resumes elastically (2 -> 3 ranks) onto th
 sequence, and bad mixtures are refused before anything connects or by the server."""
 
 import collections
+import json
 import math
 import signal
 import subprocess
@@ -249,6 +250,42 @@ def test_ctl_plan_prints_the_batches_the_server_serves(mixed_server):
     finally:
         loader.close()
     assert got == planned
+
+
+def test_ctl_plan_reads_a_json_schedule_as_its_text(mixed_server, tmp_path):
+    """`--mix FILE.json` (the schedule kept in a file) plans what the text form plans; a
+    file that is not a schedule is refused naming the file and what is wrong."""
+
+    def plan(mix):
+        args = [str(CTL_BIN), "plan", "--mix", mix, "--seed", "3"]
+        for name, path in sorted(mixed_server.dirs.items()):
+            args += ["--dataset", f"{name}={path}"]
+        args += ["--world-size", str(W), "--batch-size", str(B), "--samples-per-epoch", str(S)]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    schedule = [
+        {"step": 0, "weights": {"big": 0.9, "mid": 0.1, "small": 0}},
+        {"step": 6, "weights": {"big": 0.2, "mid": 0.3, "small": 0.5}},
+    ]
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(schedule))
+    from_json = plan(str(path))
+    from_text = plan("0:big=0.9,mid=0.1,small=0;6:big=0.2,mid=0.3,small=0.5")
+    assert from_json.returncode == 0, from_json.stderr
+    assert from_json.stdout == from_text.stdout and from_json.stdout.count("\n") == W * S // (W * B)
+    # The handover shows in the plan: no small sample in rank 0's first batch, many after.
+    lines = from_json.stdout.splitlines()
+    assert "small/" not in lines[0] and "small/" in lines[-1]
+
+    constant = tmp_path / "constant.json"
+    constant.write_text(json.dumps(WEIGHTS))
+    assert plan(str(constant)).stdout == plan("big=0.5,mid=0.3,small=0.2").stdout
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"step": 0, "weights": {"big": 1,}}]')
+    run = plan(str(bad))
+    assert run.returncode != 0
+    assert f"mix: {bad}: invalid JSON at byte" in run.stderr, run.stderr
 
 
 def test_a_mixed_job_resumes_exactly_from_its_state(mixed_server):
