@@ -1,13 +1,15 @@
 """Mixtures from Python: Loader(mix=..., samples_per_epoch=...) over three datasets of very
 different sizes on the real server, 2 ranks, 2 epochs. The global sequence the ranks'
 batches make (position e*S + (j*W + r)*B + k) holds the weights at every prefix within one
-sample, each dataset is read in whole passes, every sample names its dataset, a schedule
-moves the weights, a constant mixture resumes elastically (2 -> 3 ranks) onto the same
-sequence, and bad mixtures are refused before anything connects or by the server."""
+sample, each dataset is read in whole passes (also with one dataset read over HTTP from
+nginx), every sample names its dataset, a schedule moves the weights, a constant mixture
+resumes elastically (2 -> 3 ranks) onto the same sequence, and bad mixtures are refused
+before anything connects or by the server."""
 
 import collections
 import json
 import math
+import os
 import signal
 import subprocess
 
@@ -15,6 +17,7 @@ import pytest
 
 import shardcast
 from conftest import BUILD, CLASSES, CTL_BIN, SAMPLES, SERVER_FLAGS, SIZE
+from object_stores import NGINX, start_nginx
 from server_process import ServerProcess, pack_synthetic
 
 SIZES = {"big": SAMPLES, "mid": 60, "small": 9}
@@ -122,6 +125,57 @@ def test_a_constant_mixture_holds_its_weights_at_every_prefix_and_step(mixed_ser
     # The small dataset was read in many whole passes; the big one not even once.
     assert totals["small"] >= 4 * SIZES["small"]
     assert totals["big"] < SIZES["big"]
+
+
+def test_a_dataset_over_http_mixes_as_a_local_one(mixed_server, tmp_path):
+    """The issue's run with one of the three datasets in object storage: "mid" read by the
+    server from nginx (its three shards as URLs), "big" and "small" from disk. 2 ranks, 2
+    epochs: the bound at every prefix, whole passes, and, the planner being a function of
+    sizes, weights and seed only, the very sequence the all-local server serves."""
+    if not os.path.exists(NGINX):
+        pytest.skip(f"no nginx at {NGINX} (tools/setup-test-servers.sh)")
+    scratch = tmp_path / "store"
+    scratch.mkdir()
+    mid = mixed_server.dirs["mid"]
+    shards = sorted(p.name for p in mid.iterdir() if p.suffix == ".tar")
+    assert shards == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    nginx = start_nginx(mid, scratch)
+    url = f"http://127.0.0.1:{nginx.port}/shard-{{000000..000002}}.tar"
+    server = ServerProcess(BUILD, mixed_server.dirs["big"], SERVER_FLAGS)
+    try:
+        server.start(
+            [
+                "--dataset",
+                f"big={mixed_server.dirs['big']}",
+                "--dataset",
+                f"mid={url}",
+                "--dataset",
+                f"small={mixed_server.dirs['small']}",
+            ],
+            timeout=120,
+        )
+        remote = loaders(server, "py-mix-http", W, B, mix=WEIGHTS, samples_per_epoch=S)
+        try:
+            assert len(remote[0]) == S // (W * B)
+            seq = sequence(remote, 2, W, B, S)
+        finally:
+            for loader in remote:
+                loader.close()
+    finally:
+        server.kill(signal.SIGTERM)
+        nginx.stop()
+    worst = check_bound_and_passes(seq, [(0, WEIGHTS)], W * B)
+    local = loaders(mixed_server, "py-mix-local-twin", W, B, mix=WEIGHTS, samples_per_epoch=S)
+    try:
+        assert seq == sequence(local, 2, W, B, S)
+    finally:
+        for loader in local:
+            loader.close()
+    totals = collections.Counter(n for n, _ in seq)
+    # mid at 0.3 of 192 samples: 58 of them read over HTTP, within one of 57.6.
+    for d, w in WEIGHTS.items():
+        assert abs(totals[d] - w * len(seq)) <= 1, (d, totals)
+    print(f"\nmid over HTTP: {dict(totals)}; largest prefix deviation {worst:.3f}")
 
 
 def test_a_schedule_moves_the_weights_over_steps(mixed_server):
