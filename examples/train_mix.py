@@ -22,7 +22,6 @@ import argparse
 import collections
 import time
 
-import torch
 import torch.nn.functional as F
 from torch import nn, optim
 

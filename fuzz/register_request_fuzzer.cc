@@ -25,6 +25,16 @@
 // another rank of the job is accepted with the same response but its shards; a rank with
 // another world size or dataset is refused with FAILED_PRECONDITION.
 //
+// A request with `mix` (a mixture of the datasets above) takes the service's mixture path
+// (ParseMixture, each name resolved, JobRegistry::RegisterMixture). Its OK response: split
+// sample, samples_per_epoch the asked one or (0) the mixed datasets' selected samples
+// together, batches_per_epoch S // (B*W) with drop and ceil(S / (B*W)) with pad (every
+// rank the same count), mix_datasets the asked names in the mixture's order with their
+// selections' counts, each point of `mix` naming every dataset once with weights that
+// are >= 0 and sum to 1, the effective config otherwise; registered again, by another
+// rank, or with another epoch length (FAILED_PRECONDITION: ranks agree on the mixture) as
+// for one dataset. A mixture with split shard is never accepted.
+//
 // The seed corpus is written by
 //   SHARDCAST_FUZZ_WRITE_SEEDS=fuzz/corpus/register_request_fuzzer \
 //     build-fuzz/fuzz/register_request_fuzzer -runs=0 /tmp/empty_dir
@@ -54,6 +64,7 @@
 #include "proto/job_config_proto.h"
 #include "server/assembly/served_dataset.h"
 #include "server/serving/dataset_registry.h"
+#include "server/serving/job_mixture.h"
 #include "server/serving/job_registry.h"
 #include "server/serving/server_options.h"
 #include "shardcast/v1/shardcast.pb.h"
@@ -104,7 +115,11 @@ absl::StatusOr<std::unique_ptr<NamedDataset>> LoadNamed(const std::string& dir,
   auto named = std::make_unique<NamedDataset>();
   named->data = *std::move(data);
   named->dir = named->data->index().root;
-  // No BatchAssembler: registration never assembles a batch.
+  // An assembler without a decode pool or stats: registration never assembles a batch,
+  // but a mixed job's is derived from its first dataset's (BatchAssembler::ForMixture),
+  // so a dataset without one would crash the mixture path, not test it.
+  named->assembler = std::make_unique<shardcast::server::BatchAssembler>(
+      named->data.get(), /*pool=*/nullptr, /*stats=*/nullptr);
   return named;
 }
 
@@ -173,6 +188,17 @@ v1::RegisterRequest Request(const std::string& job, int32_t rank, int32_t world,
   r.mutable_transform()->set_resize(40);
   r.mutable_transform()->set_crop(32);
   return r;
+}
+
+void AddMixPoint(v1::RegisterRequest* r, int64_t step,
+                 const std::vector<std::pair<std::string, double>>& weights) {
+  v1::MixPoint* point = r->add_mix();
+  point->set_step(step);
+  for (const auto& [name, weight] : weights) {
+    v1::MixWeight* w = point->add_weights();
+    w->set_dataset(name);
+    w->set_weight(weight);
+  }
 }
 
 void WriteSeeds(const std::string& dir) {
@@ -276,6 +302,42 @@ void WriteSeeds(const std::string& dir) {
             Request("h", 0, 1, 1, SPLIT_SHARD, REMAINDER_PAD, TRANSFORM_MODE_CENTER));
   WriteSeed(dir, "bad_no_full_batch",
             Request("h", 0, 2, 8, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER));
+  // Mixtures (issue 47): constant weights over two datasets, a schedule over three with an
+  // epoch length, and their refusals.
+  r = Request("m", 1, 2, 2, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 0.7}, {"val", 0.3}});
+  WriteSeed(dir, "ok_mix_constant_default_val", r);
+  r = Request("n", 0, 3, 2, v1::SPLIT_UNSPECIFIED, REMAINDER_PAD, TRANSFORM_MODE_RANDOM);
+  AddMixPoint(&r, 0, {{"default", 1}, {"val", 0}, {"captioned", 0}});
+  AddMixPoint(&r, 4, {{"default", 0.2}, {"val", 0.5}, {"captioned", 0.3}});
+  r.set_samples_per_epoch(25);
+  r.set_seed(11);
+  WriteSeed(dir, "ok_mix_schedule_three_pad_spe25", r);
+  r = Request("o", 0, 2, 4, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 1}, {"captioned", 1}});
+  r.set_samples_per_epoch(uint64_t{1} << 40);  // long epochs are fine: nothing is walked
+  WriteSeed(dir, "ok_mix_long_epoch", r);
+  r = Request("h", 0, 1, 1, SPLIT_SHARD, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 1}, {"val", 1}});
+  WriteSeed(dir, "bad_mix_split_shard", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 1}, {"val", 1}});
+  r.set_dataset("default");
+  WriteSeed(dir, "bad_mix_beside_dataset", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", -1}, {"val", 1}});
+  WriteSeed(dir, "bad_mix_negative_weight", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 1}, {"broken", 1}});
+  WriteSeed(dir, "bad_mix_broken_dataset", r);
+  r = Request("h", 0, 1, 1, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 5, {{"default", 1}, {"val", 1}});
+  AddMixPoint(&r, 2, {{"default", 1}, {"val", 1}});
+  WriteSeed(dir, "bad_mix_steps_not_increasing", r);
+  r = Request("h", 0, 2, 4, SPLIT_SAMPLE, REMAINDER_DROP, TRANSFORM_MODE_CENTER);
+  AddMixPoint(&r, 0, {{"default", 1}, {"val", 1}});
+  r.set_samples_per_epoch(7);  // no full step of 8
+  WriteSeed(dir, "bad_mix_epoch_below_a_step", r);
   WriteSeed(dir, "bad_server_defaults_only",  // batch 32 of 10 samples
             Request("h", 0, 1, 0, v1::SPLIT_UNSPECIFIED, v1::REMAINDER_UNSPECIFIED,
                     v1::TRANSFORM_MODE_UNSPECIFIED));
@@ -434,6 +496,139 @@ std::vector<int32_t> OtherRanks(int32_t world, int32_t own) {
   return ranks;
 }
 
+// A mixed job's OK response (the header's invariants).
+void CheckMixedResponse(const Fixture& f, const v1::RegisterRequest& request,
+                        const shardcast::server::MixtureRequest& mixture,
+                        const std::vector<const NamedDataset*>& datasets,
+                        const v1::RegisterResponse& response) {
+  absl::StatusOr<JobConfig> effective =
+      shardcast::EffectiveJobConfig(request, f.options.defaults, f.limits);
+  Check(effective.ok(),
+        "accepted a mixture whose EffectiveJobConfig fails: " + effective.status().ToString());
+  if (request.split() == v1::SPLIT_UNSPECIFIED) effective->plan.split = shardcast::Split::kSample;
+  Check(effective->plan.split == shardcast::Split::kSample, "accepted a mixture with split shard");
+  absl::StatusOr<JobConfig> answered = shardcast::ResponseConfig(response);
+  Check(answered.ok(), "the response's config does not read back: " + answered.status().ToString());
+  if (auto diff = shardcast::FirstDifference(*answered, *effective); diff.has_value()) {
+    Fail(absl::StrCat("mixture: the response's ", diff->field, " is ", diff->a,
+                      ", the effective config's ", diff->b));
+  }
+  Check(response.mix_datasets_size() == static_cast<int>(datasets.size()),
+        "mix_datasets does not list the mixture's datasets");
+  uint64_t selected = 0;
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    absl::StatusOr<std::shared_ptr<const shardcast::JobSamples>> samples =
+        shardcast::JobSamples::Select(datasets[d]->data->index(), *effective,
+                                      f.options.max_member_bytes);
+    Check(samples.ok(), "accepted a mixture whose selection of '" + datasets[d]->name +
+                            "' fails: " + samples.status().ToString());
+    const v1::MixDataset& listed = response.mix_datasets(static_cast<int>(d));
+    Check(listed.name() == mixture.names[d] && listed.num_samples() == (*samples)->num_samples(),
+          absl::StrCat("mix_datasets(", d, ") is ", listed.name(), " of ", listed.num_samples(),
+                       " samples, the mixture's ", mixture.names[d], " of ",
+                       (*samples)->num_samples()));
+    selected += static_cast<uint64_t>((*samples)->num_samples());
+  }
+  const uint64_t spe = request.samples_per_epoch() == 0 ? selected : request.samples_per_epoch();
+  Check(response.samples_per_epoch() == spe,
+        absl::StrCat("samples_per_epoch ", response.samples_per_epoch(), ", asked ",
+                     request.samples_per_epoch(), " over ", selected, " samples"));
+  // The epoch's batches per rank follow from its length alone, as split sample's do from
+  // the dataset's size (mixture_epoch.h).
+  const uint64_t step = static_cast<uint64_t>(effective->plan.batch_size) *
+                        static_cast<uint64_t>(effective->plan.world_size);
+  const uint64_t n = effective->plan.remainder == shardcast::Remainder::kDrop
+                         ? spe / step
+                         : (spe + step - 1) / step;
+  Check(n >= 1 && static_cast<uint64_t>(response.batches_per_epoch()) == n,
+        absl::StrCat("batches_per_epoch ", response.batches_per_epoch(), ", ", spe,
+                     " samples in steps of ", step, " make ", n));
+  Check(response.mix_size() >= 1, "a mixed job's response has no schedule");
+  int64_t last_step = -1;
+  for (const v1::MixPoint& point : response.mix()) {
+    Check(point.step() > last_step, "the response's schedule is not in step order");
+    last_step = point.step();
+    Check(point.weights_size() == static_cast<int>(datasets.size()),
+          "a point of the response's schedule does not weigh every dataset");
+    double sum = 0;
+    std::set<std::string> names;
+    for (const v1::MixWeight& w : point.weights()) {
+      Check(w.weight() >= 0 && w.weight() <= 1, "a normalised weight outside [0, 1]");
+      sum += w.weight();
+      names.insert(w.dataset());
+    }
+    Check(names == std::set<std::string>(mixture.names.begin(), mixture.names.end()),
+          "a point of the response's schedule names other datasets than the mixture");
+    Check(sum > 1 - 1e-9 && sum < 1 + 1e-9, absl::StrCat("a point's weights sum to ", sum));
+  }
+  Check(response.num_samples() == static_cast<int64_t>(spe),
+        "a mixed job's num_samples is not its epoch length");
+  if (effective->image) {
+    const int64_t crop = effective->transform.crop;
+    Check(response.image_shape_size() == 3 && response.image_shape(1) == crop,
+          "image_shape is not {3, crop, crop} for a mixture with images");
+  }
+  CheckStringsAreUtf8(response);
+}
+
+// The mixture path of ServiceCore::Register (RegisterMixture).
+int TestMixture(const Fixture& f, const v1::RegisterRequest& request,
+                JobRegistry::Options registry) {
+  absl::StatusOr<shardcast::server::MixtureRequest> mixture =
+      shardcast::server::ParseMixture(request);
+  if (!mixture.ok()) {
+    Check(
+        mixture.status().code() == absl::StatusCode::kInvalidArgument,
+        "ParseMixture answered another code than INVALID_ARGUMENT: " + mixture.status().ToString());
+    CheckRefusal(mixture.status(), "ParseMixture");
+    return 0;
+  }
+  std::vector<const NamedDataset*> datasets;
+  for (const std::string& name : mixture->names) {
+    absl::StatusOr<const NamedDataset*> dataset = f.datasets->Resolve(name);
+    if (!dataset.ok()) {
+      CheckRefusal(dataset.status(), "Resolve (mix)");
+      return 0;
+    }
+    datasets.push_back(*dataset);
+  }
+  JobRegistry jobs(registry);
+  const absl::StatusOr<v1::RegisterResponse> first =
+      jobs.RegisterMixture(request, *mixture, datasets, kPeer);
+  const absl::StatusOr<v1::RegisterResponse> again =
+      jobs.RegisterMixture(request, *mixture, datasets, kPeer);
+  Check(SameOutcome(first, again),
+        absl::StrCat("a mixture registered twice, answered ", first.status().ToString(), " then ",
+                     again.status().ToString(), " (or two different responses)"));
+  if (!first.ok()) {
+    CheckRefusal(first.status(), "RegisterMixture");
+    Check(jobs.size() == 0, "a refused mixture left a job behind");
+    return 0;
+  }
+  CheckMixedResponse(f, request, *mixture, datasets, *first);
+  for (int32_t rank : OtherRanks(request.world_size(), request.rank())) {
+    v1::RegisterRequest peer = request;
+    peer.set_rank(rank);
+    absl::StatusOr<v1::RegisterResponse> answer =
+        jobs.RegisterMixture(peer, *mixture, datasets, kPeer);
+    Check(answer.ok() && MessageDifferencer::Equals(*first, *answer),
+          absl::StrCat("rank ", rank, " of a mixed job was refused or answered otherwise: ",
+                       answer.status().ToString()));
+  }
+  // Ranks agree on the mixture: another epoch length is another mixture.
+  v1::RegisterRequest longer = request;
+  longer.set_samples_per_epoch(first->samples_per_epoch() + 1);
+  absl::StatusOr<shardcast::server::MixtureRequest> other = shardcast::server::ParseMixture(longer);
+  Check(other.ok(), "a mixture with another epoch length does not parse");
+  absl::StatusOr<v1::RegisterResponse> answer =
+      jobs.RegisterMixture(longer, *other, datasets, kPeer);
+  Check(answer.status().code() == absl::StatusCode::kFailedPrecondition,
+        "a rank of a mixed job with another epoch length was not refused: " +
+            answer.status().ToString());
+  Check(jobs.size() == 1, "the ranks of one mixed job made several jobs");
+  return 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -441,17 +636,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::RegisterRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
 
+  JobRegistry::Options registry;
+  registry.defaults = f.options.defaults;
+  registry.limits = f.limits;
+  registry.job_ttl = f.options.job_ttl;
+  registry.max_jobs = f.options.max_jobs;
+  if (request.mix_size() > 0) return TestMixture(f, request, registry);
+
   // As ServiceCore::Register: resolve the dataset, then register.
   absl::StatusOr<const NamedDataset*> dataset = f.datasets->Resolve(request.dataset());
   if (!dataset.ok()) {
     CheckRefusal(dataset.status(), "Resolve");
     return 0;
   }
-  JobRegistry::Options registry;
-  registry.defaults = f.options.defaults;
-  registry.limits = f.limits;
-  registry.job_ttl = f.options.job_ttl;
-  registry.max_jobs = f.options.max_jobs;
   JobRegistry jobs(registry);
   const absl::StatusOr<v1::RegisterResponse> first = jobs.Register(request, *dataset, kPeer);
   const absl::StatusOr<v1::RegisterResponse> again = jobs.Register(request, *dataset, kPeer);

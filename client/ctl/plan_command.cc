@@ -45,8 +45,9 @@ constexpr char kUsage[] =
     "required field, or with a member over --max-member-bytes, are left out as the server\n"
     "leaves them out (counted on stderr); INDEX is still the sample's position in its shard.\n"
     "--mix plans a mixture of the --dataset directories as the server deals it (split sample;\n"
-    "a schedule as STEP:NAME=W,...;STEP:...): each sample is NAME/SHARD:INDEX, and stderr\n"
-    "says each dataset's share of the lines printed. --batches K prints each rank's first K.\n";
+    "a schedule as STEP:NAME=W,...;STEP:..., or a FILE.json as shardcast-train's --mix): each\n"
+    "sample is NAME/SHARD:INDEX, and stderr says each dataset's share of the lines printed.\n"
+    "--batches K prints each rank's first K.\n";
 
 struct PlanFlags {
   std::string shards_dir;
@@ -115,7 +116,7 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
   parser.Int64({{"--epoch"}, "E", "the epoch to plan"}, &flags.epoch, 0);
   parser.OptionalInt({{"--rank"}, "R", "only this rank (default: every rank)"}, &flags.rank, 0,
                      kMaxWorldSize - 1);
-  parser.String({{"--mix"}, "NAME=W,...", "plan a mixture of the --dataset directories"},
+  parser.String({{"--mix"}, "NAME=W,...|FILE.json", "plan a mixture of the --dataset directories"},
                 &flags.mix);
   parser.Add({{"--dataset"},
               "NAME=DIR",
@@ -173,7 +174,7 @@ absl::StatusOr<PlanFlags> ParseFlags(const std::vector<std::string>& args) {
 
 // --mix: the mixture of the --dataset directories, planned as the server plans it.
 int RunMixturePlan(const PlanFlags& flags) {
-  absl::StatusOr<std::vector<MixturePoint>> points = ParseMixtureText(flags.mix);
+  absl::StatusOr<std::vector<MixturePoint>> points = ParseMixtureFlag(flags.mix);
   if (!points.ok()) {
     std::fprintf(stderr, "shardcast-ctl plan: %s\n", points.status().ToString().c_str());
     return 2;

@@ -103,7 +103,7 @@ client::RankJob MakeJob(const TrainOptions& o, const std::string& job_id) {
   job.dataset = o.dataset;
   job.overrides = o.job;  // unset fields stay unset on the wire: the server's defaults apply
   if (!o.mix.empty()) {
-    absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureText(o.mix);
+    absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureFlag(o.mix);
     if (!mix.ok()) Fail(mix.status());  // Validate parsed it already
     job.mix = *std::move(mix);
     job.samples_per_epoch = static_cast<uint64_t>(o.samples_per_epoch);

@@ -65,7 +65,9 @@ void AddTrainFlags(FlagSet* f, TrainOptions* o) {
              "train on a mixture of the server's datasets at these weights instead of\n"
              "--dataset (exact proportions at every step; docs/training.md, \"Mixtures\"); a\n"
              "schedule over steps as STEP:NAME=W,...;STEP:NAME=W,... (weights interpolated\n"
-             "linearly between points), e.g. 0:a=0.9,b=0.1;5000:a=0.5,b=0.5"},
+             "linearly between points), e.g. 0:a=0.9,b=0.1;5000:a=0.5,b=0.5; or a JSON file\n"
+             "(FILE.json): [{\"step\": 0, \"weights\": {\"a\": 0.9, \"b\": 0.1}}, ...] or {\"a\": "
+             "0.7, ...}"},
             &o->mix);
   f->Int64({{"--samples-per-epoch"},
             "N",
@@ -297,7 +299,7 @@ absl::Status Validate(const TrainOptions& o) {
       return absl::InvalidArgumentError(
           "--mix and --dataset: a job reads one dataset or a mixture; give one of them");
     }
-    if (absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureText(o.mix); !mix.ok()) {
+    if (absl::StatusOr<std::vector<MixturePoint>> mix = ParseMixtureFlag(o.mix); !mix.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--", mix.status().message()));
     }
   } else if (o.samples_per_epoch != 0) {

@@ -1,9 +1,11 @@
-// A small recursive-descent JSON reader (RFC 8259) that keeps only top-level fields.
+// A small recursive-descent JSON reader (RFC 8259) that keeps the top-level fields, or,
+// for ParseJsonTree, the whole document.
 #include "common/util/json_fields.h"
 
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,16 @@ class JsonParser {
     return fields;
   }
 
+  absl::StatusOr<JsonTree> ParseTree() {
+    JsonTree tree;
+    SkipSpace();
+    if (AtEnd()) return Error("no value");
+    if (absl::Status s = ParseValue(&tree.value, 1, &tree); !s.ok()) return s;
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("trailing characters after the value");
+    return tree;
+  }
+
  private:
   absl::Status Error(absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat("invalid JSON at byte ", pos_, ": ", what));
@@ -69,15 +81,17 @@ class JsonParser {
     return true;
   }
 
-  absl::Status ParseValue(JsonValue* out, int depth) {
+  // `keep`, when set, is the tree whose value `out` is: containers then keep their
+  // contents in it.
+  absl::Status ParseValue(JsonValue* out, int depth, JsonTree* keep = nullptr) {
     if (depth > kMaxDepth) return Error("nested too deeply");
     switch (Peek()) {
       case '{':
         out->kind = JsonValue::Kind::kObject;
-        return SkipContainer('{', '}', depth);
+        return ParseContainer('{', '}', depth, keep);
       case '[':
         out->kind = JsonValue::Kind::kArray;
-        return SkipContainer('[', ']', depth);
+        return ParseContainer('[', ']', depth, keep);
       case '"':
         out->kind = JsonValue::Kind::kString;
         return ParseString(&out->string);
@@ -100,22 +114,26 @@ class JsonParser {
     }
   }
 
-  // Objects and arrays below the top level: validated, contents dropped.
-  absl::Status SkipContainer(char open, char close, int depth) {
+  // Objects and arrays below the top level: validated; contents kept in `keep` when set,
+  // else dropped (label files keep only top-level fields).
+  absl::Status ParseContainer(char open, char close, int depth, JsonTree* keep) {
     Consume(open);
     SkipSpace();
     if (Consume(close)) return absl::OkStatus();
     while (true) {
       SkipSpace();
+      JsonTree child;
       if (open == '{') {
-        std::string key;
-        if (absl::Status s = ParseString(&key); !s.ok()) return s;
+        if (absl::Status s = ParseString(&child.key); !s.ok()) return s;
         SkipSpace();
         if (!Consume(':')) return Error("expected ':'");
         SkipSpace();
       }
-      JsonValue ignored;
-      if (absl::Status s = ParseValue(&ignored, depth + 1); !s.ok()) return s;
+      if (absl::Status s = ParseValue(&child.value, depth + 1, keep != nullptr ? &child : nullptr);
+          !s.ok()) {
+        return s;
+      }
+      if (keep != nullptr) keep->children.push_back(std::move(child));
       SkipSpace();
       if (Consume(',')) continue;
       if (Consume(close)) return absl::OkStatus();
@@ -267,6 +285,10 @@ class JsonParser {
 
 absl::StatusOr<std::map<std::string, JsonValue>> ParseJsonObjectFields(absl::string_view text) {
   return JsonParser(text).ParseTopLevel();
+}
+
+absl::StatusOr<JsonTree> ParseJsonTree(absl::string_view text) {
+  return JsonParser(text).ParseTree();
 }
 
 std::string JsonQuote(absl::string_view s) {

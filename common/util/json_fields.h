@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,6 +25,19 @@ struct JsonValue {
 // Parses `text`, which must be one JSON object (surrounding whitespace allowed). Duplicate
 // keys: the last wins, as in Python's json. Errors say what is wrong and where (byte offset).
 absl::StatusOr<std::map<std::string, JsonValue>> ParseJsonObjectFields(absl::string_view text);
+
+// A whole document, nested values kept: for the few inputs that are more than a flat
+// object of fields (a mixture's schedule, mixture_text.h). Objects keep their members in
+// document order, duplicates included, so the caller decides what a repeated key means.
+struct JsonTree {
+  JsonValue value;                 // its kind, and the contents of a scalar
+  std::string key;                 // a member of an object: its name
+  std::vector<JsonTree> children;  // kObject: its members; kArray: its elements
+};
+
+// Parses `text`, any one JSON value (surrounding whitespace allowed); errors as
+// ParseJsonObjectFields's.
+absl::StatusOr<JsonTree> ParseJsonTree(absl::string_view text);
 
 // `s` as a quoted JSON string literal (control characters and quotes escaped; bytes that
 // are not valid UTF-8 are replaced by U+FFFD so the output is always valid JSON).

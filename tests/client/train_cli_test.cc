@@ -98,6 +98,26 @@ TEST_F(TrainOptionsTest, SeedFlagsParse) {
   EXPECT_EQ(off->stream_timeout, absl::ZeroDuration());
 }
 
+TEST_F(TrainOptionsTest, MixReadsAJsonScheduleFile) {
+  TempDir dir;
+  const std::string schedule = dir.path() + "/schedule.json";
+  std::ofstream(schedule) << R"([{"step": 0, "weights": {"a": 0.9, "b": 0.1}},
+                                 {"step": 5000, "weights": {"a": 0.5, "b": 0.5}}])";
+  absl::StatusOr<TrainOptions> o = Parse({"--mix", schedule, "--samples-per-epoch", "96"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->mix, schedule);  // read again, the same way, where the job is built
+
+  const std::string bad = dir.path() + "/bad.json";
+  std::ofstream(bad) << R"([{"step": 0, "weights": {"a": "0.9"}}])";
+  o = Parse({"--mix", bad});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().message(),
+            "--mix: " + bad + ": point 0: the weight of 'a' is a string, not a number");
+  o = Parse({"--mix", dir.path() + "/missing.json"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("missing.json"), absl::string_view::npos) << o.status();
+}
+
 TEST_F(TrainOptionsTest, DecodeIsServerUnlessToldCpu) {
   absl::StatusOr<TrainOptions> o = Parse({});
   ASSERT_TRUE(o.ok()) << o.status();

@@ -1,12 +1,15 @@
 """Mixtures from Python: Loader(mix=..., samples_per_epoch=...) over three datasets of very
 different sizes on the real server, 2 ranks, 2 epochs. The global sequence the ranks'
 batches make (position e*S + (j*W + r)*B + k) holds the weights at every prefix within one
-sample, each dataset is read in whole passes, every sample names its dataset, a schedule
-moves the weights, a constant mixture resumes elastically (2 -> 3 ranks) onto the same
-sequence, and bad mixtures are refused before anything connects or by the server."""
+sample, each dataset is read in whole passes (also with one dataset read over HTTP from
+nginx), every sample names its dataset, a schedule moves the weights, a constant mixture
+resumes elastically (2 -> 3 ranks) onto the same sequence, and bad mixtures are refused
+before anything connects or by the server."""
 
 import collections
+import json
 import math
+import os
 import signal
 import subprocess
 
@@ -14,6 +17,7 @@ import pytest
 
 import shardcast
 from conftest import BUILD, CLASSES, CTL_BIN, SAMPLES, SERVER_FLAGS, SIZE
+from object_stores import NGINX, start_nginx
 from server_process import ServerProcess, pack_synthetic
 
 SIZES = {"big": SAMPLES, "mid": 60, "small": 9}
@@ -121,6 +125,57 @@ def test_a_constant_mixture_holds_its_weights_at_every_prefix_and_step(mixed_ser
     # The small dataset was read in many whole passes; the big one not even once.
     assert totals["small"] >= 4 * SIZES["small"]
     assert totals["big"] < SIZES["big"]
+
+
+def test_a_dataset_over_http_mixes_as_a_local_one(mixed_server, tmp_path):
+    """The issue's run with one of the three datasets in object storage: "mid" read by the
+    server from nginx (its three shards as URLs), "big" and "small" from disk. 2 ranks, 2
+    epochs: the bound at every prefix, whole passes, and, the planner being a function of
+    sizes, weights and seed only, the very sequence the all-local server serves."""
+    if not os.path.exists(NGINX):
+        pytest.skip(f"no nginx at {NGINX} (tools/setup-test-servers.sh)")
+    scratch = tmp_path / "store"
+    scratch.mkdir()
+    mid = mixed_server.dirs["mid"]
+    shards = sorted(p.name for p in mid.iterdir() if p.suffix == ".tar")
+    assert shards == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    nginx = start_nginx(mid, scratch)
+    url = f"http://127.0.0.1:{nginx.port}/shard-{{000000..000002}}.tar"
+    server = ServerProcess(BUILD, mixed_server.dirs["big"], SERVER_FLAGS)
+    try:
+        server.start(
+            [
+                "--dataset",
+                f"big={mixed_server.dirs['big']}",
+                "--dataset",
+                f"mid={url}",
+                "--dataset",
+                f"small={mixed_server.dirs['small']}",
+            ],
+            timeout=120,
+        )
+        remote = loaders(server, "py-mix-http", W, B, mix=WEIGHTS, samples_per_epoch=S)
+        try:
+            assert len(remote[0]) == S // (W * B)
+            seq = sequence(remote, 2, W, B, S)
+        finally:
+            for loader in remote:
+                loader.close()
+    finally:
+        server.kill(signal.SIGTERM)
+        nginx.stop()
+    worst = check_bound_and_passes(seq, [(0, WEIGHTS)], W * B)
+    local = loaders(mixed_server, "py-mix-local-twin", W, B, mix=WEIGHTS, samples_per_epoch=S)
+    try:
+        assert seq == sequence(local, 2, W, B, S)
+    finally:
+        for loader in local:
+            loader.close()
+    totals = collections.Counter(n for n, _ in seq)
+    # mid at 0.3 of 192 samples: 58 of them read over HTTP, within one of 57.6.
+    for d, w in WEIGHTS.items():
+        assert abs(totals[d] - w * len(seq)) <= 1, (d, totals)
+    print(f"\nmid over HTTP: {dict(totals)}; largest prefix deviation {worst:.3f}")
 
 
 def test_a_schedule_moves_the_weights_over_steps(mixed_server):
@@ -249,6 +304,42 @@ def test_ctl_plan_prints_the_batches_the_server_serves(mixed_server):
     finally:
         loader.close()
     assert got == planned
+
+
+def test_ctl_plan_reads_a_json_schedule_as_its_text(mixed_server, tmp_path):
+    """`--mix FILE.json` (the schedule kept in a file) plans what the text form plans; a
+    file that is not a schedule is refused naming the file and what is wrong."""
+
+    def plan(mix):
+        args = [str(CTL_BIN), "plan", "--mix", mix, "--seed", "3"]
+        for name, path in sorted(mixed_server.dirs.items()):
+            args += ["--dataset", f"{name}={path}"]
+        args += ["--world-size", str(W), "--batch-size", str(B), "--samples-per-epoch", str(S)]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    schedule = [
+        {"step": 0, "weights": {"big": 0.9, "mid": 0.1, "small": 0}},
+        {"step": 6, "weights": {"big": 0.2, "mid": 0.3, "small": 0.5}},
+    ]
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps(schedule))
+    from_json = plan(str(path))
+    from_text = plan("0:big=0.9,mid=0.1,small=0;6:big=0.2,mid=0.3,small=0.5")
+    assert from_json.returncode == 0, from_json.stderr
+    assert from_json.stdout == from_text.stdout and from_json.stdout.count("\n") == W * S // (W * B)
+    # The handover shows in the plan: no small sample in rank 0's first batch, many after.
+    lines = from_json.stdout.splitlines()
+    assert "small/" not in lines[0] and "small/" in lines[-1]
+
+    constant = tmp_path / "constant.json"
+    constant.write_text(json.dumps(WEIGHTS))
+    assert plan(str(constant)).stdout == plan("big=0.5,mid=0.3,small=0.2").stdout
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"step": 0, "weights": {"big": 1,}}]')
+    run = plan(str(bad))
+    assert run.returncode != 0
+    assert f"mix: {bad}: invalid JSON at byte" in run.stderr, run.stderr
 
 
 def test_a_mixed_job_resumes_exactly_from_its_state(mixed_server):
