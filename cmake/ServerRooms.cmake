@@ -8,9 +8,7 @@
 #   the generated messages;
 # - no two files of one folder include each other's headers (a cycle of two ideas,
 #   as stream_table and job_registry were), in the rooms and in common/'s util, image,
-#   plan, flags and remote. (common/shards' dataset_index and index_cache_format still
-#   do: the cache format takes ShardInfo, SkippedSample and IndexOptions from the index's
-#   header; the folder joins the list once those types sit below both.)
+#   memory, plan, flags, remote and shards.
 # The client's rooms are checked the same way by cmake/ClientRooms.cmake.
 #
 # It reads `#include "..."` lines, as written: an include the preprocessor never takes
@@ -110,7 +108,7 @@ function(shardcast_check_server_rooms)
     shardcast_check_room_includes(server ${room} "${below_${room}}" offenders)
     shardcast_check_folder_pairs(server/${room} offenders)
   endforeach()
-  foreach(folder util image plan flags remote)
+  foreach(folder util image memory plan flags remote shards)
     shardcast_check_folder_pairs(common/${folder} offenders)
   endforeach()
   if(offenders)

@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/shards/compact_shard_table.h"
-#include "common/shards/dataset_index.h"
+#include "common/shards/index_parts.h"
 #include "common/shards/sample_entry.h"
 
 namespace shardcast {
