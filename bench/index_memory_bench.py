@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -65,8 +64,11 @@ def make_dataset(out: Path, n: int, shards: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     per = (n + shards - 1) // shards
-    jobs = [(str(out / f"shard-{s:05d}.tar"), s * per, min(per, n - s * per))
-            for s in range(shards) if s * per < n]
+    jobs = [
+        (str(out / f"shard-{s:05d}.tar"), s * per, min(per, n - s * per))
+        for s in range(shards)
+        if s * per < n
+    ]
     with Pool(os.cpu_count()) as pool:
         pool.map(write_shard, jobs)
     (out / "done").write_text("")
@@ -80,8 +82,11 @@ def rss_bytes(pid: int) -> int:
 
 
 def metrics(server: ServerProcess) -> Dict[str, float]:
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
     out = {}
     for line in text.splitlines():
         m = re.match(r"^(shardcast_[a-z_]+)(?:\{[^}]*\})? ([-0-9.e+]+)$", line)
@@ -111,8 +116,15 @@ def drain_epoch(server: ServerProcess) -> Tuple[int, float]:
 
     start = time.monotonic()
     samples = 0
-    with shardcast.Loader(server.address, job_id="epoch", batch_size=1024, world_size=1, rank=0,
-                          image=False, fields=("txt",)) as loader:
+    with shardcast.Loader(
+        server.address,
+        job_id="epoch",
+        batch_size=1024,
+        world_size=1,
+        rank=0,
+        image=False,
+        fields=("txt",),
+    ) as loader:
         for _, labels, info in loader:
             samples += len(info)
     return samples, time.monotonic() - start
@@ -144,8 +156,11 @@ def main() -> None:
         t0 = time.monotonic()
         make_dataset(data, n, args.shards)
         size = sum(p.stat().st_size for p in data.glob("*.tar"))
-        print(f"{n} samples, {args.shards} shards, {size / 2**30:.2f} GiB of tars "
-              f"(made in {time.monotonic() - t0:.0f} s)", flush=True)
+        print(
+            f"{n} samples, {args.shards} shards, {size / 2**30:.2f} GiB of tars "
+            f"(made in {time.monotonic() - t0:.0f} s)",
+            flush=True,
+        )
         cache = work / f"cache-{n}"
         shutil.rmtree(cache, ignore_errors=True)
         flags = ["--index-cache-dir", str(cache)]
@@ -172,34 +187,54 @@ def main() -> None:
         server.kill()
 
         per = lambda rss: (rss - base) / n  # noqa: E731
-        row = dict(n=n, cache_bytes=cache_bytes, t_index=t_index, t_cache=t_cache, t_mem=t_mem,
-                   indexed=per(rss_indexed), cache=per(rss_cache),
-                   epoch=per(rss_epoch) if rss_epoch > 0 else float("nan"),
-                   mem=per(rss_mem), served=epoch[0], epoch_s=epoch[1],
-                   epoch_mem_s=epoch_mem[1],
-                   loads=m.get("shardcast_index_table_loads_total", 0),
-                   held=m.get("shardcast_index_memory_bytes", 0))
+        row = dict(
+            n=n,
+            cache_bytes=cache_bytes,
+            t_index=t_index,
+            t_cache=t_cache,
+            t_mem=t_mem,
+            indexed=per(rss_indexed),
+            cache=per(rss_cache),
+            epoch=per(rss_epoch) if rss_epoch > 0 else float("nan"),
+            mem=per(rss_mem),
+            served=epoch[0],
+            epoch_s=epoch[1],
+            epoch_mem_s=epoch_mem[1],
+            loads=m.get("shardcast_index_table_loads_total", 0),
+            held=m.get("shardcast_index_memory_bytes", 0),
+        )
         rows.append(row)
-        print(f"  cache file {cache_bytes / n:.1f} B/sample; indexed in {t_index:.2f} s, "
-              f"SERVING from cache in {t_cache:.3f} s (in memory: {t_mem:.3f} s)")
-        print(f"  RSS beyond baseline per sample: after indexing {row['indexed']:.1f} B, "
-              f"from cache {row['cache']:.1f} B, after an epoch {row['epoch']:.1f} B; "
-              f"--index-memory 0: {row['mem']:.1f} B")
+        print(
+            f"  cache file {cache_bytes / n:.1f} B/sample; indexed in {t_index:.2f} s, "
+            f"SERVING from cache in {t_cache:.3f} s (in memory: {t_mem:.3f} s)"
+        )
+        print(
+            f"  RSS beyond baseline per sample: after indexing {row['indexed']:.1f} B, "
+            f"from cache {row['cache']:.1f} B, after an epoch {row['epoch']:.1f} B; "
+            f"--index-memory 0: {row['mem']:.1f} B"
+        )
         if not args.no_epoch:
-            print(f"  epoch: {epoch[0]} samples in {epoch[1]:.2f} s "
-                  f"({epoch[0] / max(epoch[1], 1e-9):.0f}/s), {row['loads']:.0f} table loads, "
-                  f"{row['held'] / 2**20:.2f} MiB of tables held; --index-memory 0: "
-                  f"{epoch_mem[0] / max(epoch_mem[1], 1e-9):.0f}/s "
-                  f"(ratio {epoch_mem[1] / max(epoch[1], 1e-9):.3f})", flush=True)
+            print(
+                f"  epoch: {epoch[0]} samples in {epoch[1]:.2f} s "
+                f"({epoch[0] / max(epoch[1], 1e-9):.0f}/s), {row['loads']:.0f} table loads, "
+                f"{row['held'] / 2**20:.2f} MiB of tables held; --index-memory 0: "
+                f"{epoch_mem[0] / max(epoch_mem[1], 1e-9):.0f}/s "
+                f"(ratio {epoch_mem[1] / max(epoch[1], 1e-9):.3f})",
+                flush=True,
+            )
 
     print()
-    print("| samples | shards | cache B/sample | RSS B/sample indexed | from cache | after epoch "
-          f"| `--index-memory 0` | SERVING from cache | indexing |")
+    print(
+        "| samples | shards | cache B/sample | RSS B/sample indexed | from cache | after epoch "
+        "| `--index-memory 0` | SERVING from cache | indexing |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['n']:,} | {args.shards} | {r['cache_bytes'] / r['n']:.1f} | {r['indexed']:.1f} "
-              f"| {r['cache']:.1f} | {r['epoch']:.1f} | {r['mem']:.1f} | {r['t_cache']:.3f} s "
-              f"| {r['t_index']:.1f} s |")
+        print(
+            f"| {r['n']:,} | {args.shards} | {r['cache_bytes'] / r['n']:.1f} | {r['indexed']:.1f} "
+            f"| {r['cache']:.1f} | {r['epoch']:.1f} | {r['mem']:.1f} | {r['t_cache']:.3f} s "
+            f"| {r['t_index']:.1f} s |"
+        )
 
 
 if __name__ == "__main__":

@@ -231,9 +231,9 @@ absl::StatusOr<std::shared_ptr<AssembledBatch>> BatchAssembler::Prepare(const Pl
                                 &entry, &hints[static_cast<size_t>(ref.dataset)]);
         !found.ok()) {
       absl::Status failure(
-          found.code(), absl::StrCat("sample ", ref.index, " of shard ",
-                                     LogSafe(data.index().shards[ref.shard].path, 256), ": ",
-                                     found.message()));
+          found.code(),
+          absl::StrCat("sample ", ref.index, " of shard ",
+                       LogSafe(data.index().shards[ref.shard].path, 256), ": ", found.message()));
       found.ForEachPayload([&failure](absl::string_view type, const absl::Cord& value) {
         failure.SetPayload(type, value);  // a HostIoError stays one
       });
