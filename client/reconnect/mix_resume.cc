@@ -1,0 +1,85 @@
+// A mixed job's resume across runs (see mix_resume.h).
+#include "client/reconnect/mix_resume.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace shardcast::client {
+namespace {
+
+bool SameSegments(const std::vector<MixtureSegment>& a, const std::vector<MixtureSegment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].start_position != b[i].start_position || a[i].start_step != b[i].start_step ||
+        a[i].global_batch != b[i].global_batch) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The global position `saved` continues from: the next epoch's start when its epoch was
+// finished, else the samples all ranks consumed in it.
+int64_t GlobalPosition(const SavedMix& saved, int64_t samples_per_epoch) {
+  const SavedPosition& p = saved.position;
+  if (saved.batches_in_epoch > 0 && p.next_batch >= saved.batches_in_epoch) {
+    return (p.epoch + 1) * samples_per_epoch;
+  }
+  return p.epoch * samples_per_epoch + p.SamplesConsumed();
+}
+
+}  // namespace
+
+MixtureSegment NextMixSegment(const std::vector<MixtureSegment>& segments, int64_t position,
+                              int64_t global_batch) {
+  MixtureSegment last;
+  for (const MixtureSegment& s : segments) {
+    if (s.start_position < position) last = s;
+  }
+  return MixtureSegment{
+      position, last.start_step + (position - 1 - last.start_position) / last.global_batch + 1,
+      global_batch};
+}
+
+absl::StatusOr<std::optional<MixResumeAt>> MixResumedFrom(const SavedMix& saved,
+                                                          const MixJob& job) {
+  if (job.schedule.empty()) return std::nullopt;
+  const bool same_weights = saved.job_fingerprint == job.job_fingerprint;
+  const bool has_run = !saved.run.segments.empty();
+  // A checkpoint without the run's facts is of this mixture only when it is of this job.
+  if (!has_run && !same_weights) return std::nullopt;
+  std::vector<MixtureSegment> segments = saved.run.segments;
+  if (!has_run) {
+    segments = {MixtureSegment{0, 0, saved.position.world_size * saved.position.batch_size}};
+  }
+  if (same_weights && SameSegments(segments, {MixtureSegment{0, 0, job.global_batch}})) {
+    return std::nullopt;  // the same run: the ordinary resume
+  }
+  if (!same_weights && saved.run.data_fingerprint != job.data_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the checkpoint is of a mixture with other datasets, settings or epoch length "
+        "(mix_data_fingerprint '%s', this job's '%s'); other weights may resume a mixture, "
+        "nothing else",
+        saved.run.data_fingerprint, job.data_fingerprint));
+  }
+  const int64_t position = GlobalPosition(saved, job.samples_per_epoch);
+  MixResumeAt at;
+  at.epoch = position / job.samples_per_epoch;
+  at.sample_offset = position % job.samples_per_epoch;
+  if (position == 0) {  // nothing drawn yet: this run starts the sequence
+    at.segments = {MixtureSegment{0, 0, job.global_batch}};
+    return at;
+  }
+  at.resume.position = position;
+  at.resume.segments = segments;
+  if (!same_weights) at.resume.schedule = saved.run.schedule;
+  for (const MixtureSegment& s : segments) {
+    if (s.start_position < position) at.segments.push_back(s);
+  }
+  at.segments.push_back(NextMixSegment(segments, position, job.global_batch));
+  return at;
+}
+
+}  // namespace shardcast::client
