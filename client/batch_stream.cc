@@ -50,8 +50,9 @@ int64_t BatchStream::reconnects() const { return stream_->reconnects(); }
 
 int64_t BatchStream::batches_in_epoch() const { return stream_->batches_in_epoch(); }
 
-absl::Status BatchStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
-  return stream_->StartEpoch(epoch, start_batch, sample_offset);
+absl::Status BatchStream::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                                     const client::MixResume& mix_resume) {
+  return stream_->StartEpoch(epoch, start_batch, sample_offset, mix_resume);
 }
 
 absl::StatusOr<std::optional<TrainingBatch>> BatchStream::Next() {

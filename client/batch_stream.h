@@ -70,8 +70,10 @@ class BatchStream {
   int64_t batches_per_epoch() const;
 
   // Starts streaming `epoch` from `start_batch` (cancels any stream in progress);
-  // `sample_offset` > 0: an elastic resume (RankStream::StartEpoch).
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0);
+  // `sample_offset` > 0: an elastic resume; `mix_resume`: a mixed job resumed from
+  // another run (RankFeed::StartEpoch).
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0,
+                          const client::MixResume& mix_resume = {});
   // Batches of the epoch last started (RankStream::batches_in_epoch).
   int64_t batches_in_epoch() const;
 

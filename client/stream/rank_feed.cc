@@ -39,7 +39,30 @@ absl::StatusOr<Registration> FromResponse(const v1::RegisterResponse& response) 
   r.mix = ResponseMixture(response);
   r.samples_per_epoch = response.samples_per_epoch();
   for (const v1::MixDataset& d : response.mix_datasets()) r.mix_datasets.push_back(d.name());
+  r.mix_data_fingerprint = response.mix_data_fingerprint();
   return r;
+}
+
+v1::MixtureResume ToWire(const MixResume& resume) {
+  v1::MixtureResume out;
+  if (resume.position == 0) return out;
+  out.set_position(resume.position);
+  for (const MixtureSegment& s : resume.segments) {
+    v1::MixSegment* segment = out.add_segments();
+    segment->set_start_position(s.start_position);
+    segment->set_start_step(s.start_step);
+    segment->set_global_batch(s.global_batch);
+  }
+  for (const MixturePoint& point : resume.schedule) {
+    v1::MixPoint* p = out.add_schedule();
+    p->set_step(point.step);
+    for (const auto& [name, weight] : point.weights) {
+      v1::MixWeight* w = p->add_weights();
+      w->set_dataset(name);
+      w->set_weight(weight);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -73,8 +96,9 @@ RankFeed::RankFeed(RankFeedOptions options, Registration registration,
       stream_(std::move(stream)) {}
 RankFeed::~RankFeed() = default;
 
-absl::Status RankFeed::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset) {
-  return stream_->StartEpoch(epoch, start_batch, sample_offset);
+absl::Status RankFeed::StartEpoch(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                                  const MixResume& mix_resume) {
+  return stream_->StartEpoch(epoch, start_batch, sample_offset, ToWire(mix_resume));
 }
 int64_t RankFeed::batches_in_epoch() const { return stream_->batches_in_epoch(); }
 int64_t RankFeed::reconnects() const { return stream_->reconnects(); }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/base/stream_settings.h"
+#include "client/reconnect/mix_resume.h"
 #include "common/plan/job_config.h"
 #include "common/plan/mixture_plan.h"
 
@@ -62,6 +63,7 @@ struct Registration {
   std::vector<MixturePoint> mix;
   uint64_t samples_per_epoch = 0;
   std::vector<std::string> mix_datasets;
+  std::string mix_data_fingerprint;  // all but the schedule: what new weights may resume
 };
 
 struct SampleMeta {
@@ -113,7 +115,10 @@ class RankFeed {
   const Registration& registration() const { return registration_; }
   int64_t batches_per_epoch() const { return registration_.batches_per_epoch; }
 
-  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0);
+  // `mix_resume` (position > 0): a mixed job resumed from another run (mix_resume.h),
+  // sent as StreamBatchesRequest.mix_resume.
+  absl::Status StartEpoch(int64_t epoch, int64_t start_batch = 0, int64_t sample_offset = 0,
+                          const MixResume& mix_resume = {});
   int64_t batches_in_epoch() const;
   absl::StatusOr<std::optional<FeedBatch>> Next();
   int64_t reconnects() const;

@@ -14,7 +14,15 @@ class ServerBatchSource : public BatchSource {
   int64_t batches_per_epoch() const override { return stream_->batches_per_epoch(); }
   int64_t num_classes() const override { return stream_->registration().num_classes; }
   std::string fingerprint() const override { return stream_->registration().job_fingerprint; }
-  bool scheduled_mixture() const override { return stream_->registration().mix.size() > 1; }
+  client::MixJob mixture() const override {
+    const client::Registration& r = stream_->registration();
+    client::MixJob job;
+    job.job_fingerprint = r.job_fingerprint;
+    job.data_fingerprint = r.mix_data_fingerprint;
+    job.samples_per_epoch = static_cast<int64_t>(r.samples_per_epoch);
+    job.schedule = r.mix;
+    return job;
+  }
   std::string Describe() const override {
     const client::Registration& r = stream_->registration();
     return absl::StrFormat("server %s: %d samples, %d classes, %d batches/epoch/rank, job %s",
@@ -24,9 +32,12 @@ class ServerBatchSource : public BatchSource {
   absl::Status StartEpoch(int64_t epoch, int64_t start_batch) override {
     return stream_->StartEpoch(epoch, start_batch);
   }
-  absl::StatusOr<int64_t> StartEpochFrom(int64_t epoch, int64_t start_batch,
-                                         int64_t sample_offset) override {
-    if (absl::Status s = stream_->StartEpoch(epoch, start_batch, sample_offset); !s.ok()) return s;
+  absl::StatusOr<int64_t> StartEpochFrom(int64_t epoch, int64_t start_batch, int64_t sample_offset,
+                                         const client::MixResume& mix_resume) override {
+    if (absl::Status s = stream_->StartEpoch(epoch, start_batch, sample_offset, mix_resume);
+        !s.ok()) {
+      return s;
+    }
     return stream_->batches_in_epoch();
   }
   absl::StatusOr<std::optional<TrainingBatch>> Next() override { return stream_->Next(); }
@@ -81,8 +92,9 @@ uint64_t Mix(uint64_t x) { return SplitMix64(x).Next(); }
 }  // namespace
 
 absl::StatusOr<int64_t> BatchSource::StartEpochFrom(int64_t epoch, int64_t start_batch,
-                                                    int64_t sample_offset) {
-  if (sample_offset != 0) {
+                                                    int64_t sample_offset,
+                                                    const client::MixResume& mix_resume) {
+  if (sample_offset != 0 || mix_resume.position != 0) {
     return absl::UnimplementedError(absl::StrCat(Describe(),
                                                  ": cannot resume an epoch from a sample offset "
                                                  "(another world size or batch size)"));

@@ -22,18 +22,21 @@ class BatchSource {
   // Identifies the batch sequence (the server's job fingerprint); a checkpoint taken
   // under another fingerprint cannot be resumed with this source.
   virtual std::string fingerprint() const = 0;
-  // A mixture whose weights follow a schedule over steps: its steps are positions /
-  // (batch x world size), so it resumes at the same global batch only here (the trainer
-  // does not send StreamBatchesRequest.mix_resume; the Python Loader does).
-  virtual bool scheduled_mixture() const { return false; }
+  // A mixed job's facts as registered (its schedule, epoch length, fingerprints), for
+  // a resume across runs (client/reconnect/mix_resume.h); global_batch is left 0 (the
+  // trainer knows it). An empty schedule: not a mixture.
+  virtual client::MixJob mixture() const { return {}; }
   virtual std::string Describe() const = 0;
   virtual absl::Status StartEpoch(int64_t epoch, int64_t start_batch) = 0;
   // Elastic resume: `epoch` dealt from global sample position `sample_offset` over this
   // run's ranks (StreamBatchesRequest.sample_offset; split sample), from `start_batch`
-  // of that deal. Returns the epoch's batch count (batches_per_epoch() for offset 0).
-  // This default serves offset 0 only; the server source serves any.
+  // of that deal; `mix_resume` (position > 0): a mixed job going on from another run
+  // (StreamBatchesRequest.mix_resume), sent with every epoch of this run. Returns the
+  // epoch's batch count (batches_per_epoch() for offset 0). This default serves offset 0
+  // and no mix_resume only; the server source serves any.
   virtual absl::StatusOr<int64_t> StartEpochFrom(int64_t epoch, int64_t start_batch,
-                                                 int64_t sample_offset);
+                                                 int64_t sample_offset,
+                                                 const client::MixResume& mix_resume);
   // The next batch of the epoch, nullopt after batches_per_epoch() of them.
   virtual absl::StatusOr<std::optional<TrainingBatch>> Next() = 0;
 };

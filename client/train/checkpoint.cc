@@ -18,6 +18,70 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kFormatVersion = 1;
 
+// A mixed run's facts as flat lists: segments three numbers each; the schedule as each
+// point's step and weight count, then every weight's dataset and value in order.
+void WriteMixRun(const client::MixRun& mix, torch::serialize::OutputArchive& archive) {
+  std::vector<int64_t> segments, steps, counts;
+  std::vector<std::string> names;
+  std::vector<double> weights;
+  for (const MixtureSegment& s : mix.segments) {
+    segments.insert(segments.end(), {s.start_position, s.start_step, s.global_batch});
+  }
+  for (const MixturePoint& point : mix.schedule) {
+    steps.push_back(point.step);
+    counts.push_back(static_cast<int64_t>(point.weights.size()));
+    for (const auto& [name, weight] : point.weights) {
+      names.push_back(name);
+      weights.push_back(weight);
+    }
+  }
+  archive.write("meta.mix_segments", c10::IValue(segments));
+  archive.write("meta.mix_schedule_steps", c10::IValue(steps));
+  archive.write("meta.mix_schedule_counts", c10::IValue(counts));
+  archive.write("meta.mix_schedule_datasets", c10::IValue(c10::List<std::string>(names)));
+  archive.write("meta.mix_schedule_weights", c10::IValue(weights));
+  archive.write("meta.mix_data_fingerprint", c10::IValue(mix.data_fingerprint));
+  archive.write("meta.mix_samples_per_epoch", c10::IValue(mix.samples_per_epoch));
+}
+
+// The inverse of WriteMixRun; absent (a checkpoint of no mixture, or from before these
+// were kept): no segments. Throws on entries of the wrong type.
+absl::StatusOr<client::MixRun> ReadMixRun(torch::serialize::InputArchive& archive) {
+  client::MixRun mix;
+  c10::IValue v;
+  if (!archive.try_read("meta.mix_segments", v)) return mix;
+  const std::vector<int64_t> segments = v.toIntVector();
+  archive.read("meta.mix_schedule_steps", v);
+  const std::vector<int64_t> steps = v.toIntVector();
+  archive.read("meta.mix_schedule_counts", v);
+  const std::vector<int64_t> counts = v.toIntVector();
+  archive.read("meta.mix_schedule_datasets", v);
+  std::vector<std::string> names;
+  for (const c10::IValue& name : v.toListRef()) names.push_back(name.toStringRef());
+  archive.read("meta.mix_schedule_weights", v);
+  const std::vector<double> weights = v.toDoubleVector();
+  archive.read("meta.mix_data_fingerprint", v);
+  mix.data_fingerprint = v.toStringRef();
+  archive.read("meta.mix_samples_per_epoch", v);
+  mix.samples_per_epoch = v.toInt();
+  if (segments.size() % 3 != 0 || steps.size() != counts.size() || names.size() != weights.size()) {
+    return absl::DataLossError("meta.mix_*: lists of inconsistent lengths");
+  }
+  for (size_t i = 0; i < segments.size(); i += 3) {
+    mix.segments.push_back(MixtureSegment{segments[i], segments[i + 1], segments[i + 2]});
+  }
+  size_t next = 0;
+  for (size_t p = 0; p < steps.size(); ++p) {
+    MixturePoint point{steps[p], {}};
+    for (int64_t k = 0; k < counts[p]; ++k, ++next) {
+      if (next >= names.size()) return absl::DataLossError("meta.mix_*: too few weights");
+      point.weights.emplace_back(names[next], weights[next]);
+    }
+    mix.schedule.push_back(std::move(point));
+  }
+  return mix;
+}
+
 }  // namespace
 
 std::string CheckpointFileName(int64_t epoch, int64_t next_batch) {
@@ -49,6 +113,8 @@ absl::Status SaveCheckpoint(const std::string& path, TrainableModel& model,
     archive.write("meta.sample_offset", c10::IValue(position.sample_offset));
     // For readers of the file: what a resume on other ranks continues from.
     archive.write("meta.samples_consumed", c10::IValue(position.SamplesConsumed()));
+    archive.write("meta.batches_in_epoch", c10::IValue(position.batches_in_epoch));
+    if (!position.mix.segments.empty()) WriteMixRun(position.mix, archive);
     archive.save_to(bytes);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("writing checkpoint ", path, ": ", e.what()));
@@ -93,6 +159,13 @@ absl::StatusOr<CheckpointPosition> LoadCheckpointInto(const std::string& path,
     position.fingerprint = v.toStringRef();
     // Absent from checkpoints written before elastic resume: their epochs began at 0.
     if (archive.try_read("meta.sample_offset", v)) position.sample_offset = v.toInt();
+    // Absent from checkpoints written before mixtures resumed across runs.
+    if (archive.try_read("meta.batches_in_epoch", v)) position.batches_in_epoch = v.toInt();
+    absl::StatusOr<client::MixRun> mix = ReadMixRun(archive);
+    if (!mix.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", mix.status().message()));
+    }
+    position.mix = *std::move(mix);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, ": missing or bad meta.* entry: ",
                                             std::string(e.what()).substr(0, 300)));

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/reconnect/mix_resume.h"
 #include "client/train/model.h"
 
 namespace shardcast::train {
@@ -23,6 +24,14 @@ struct CheckpointPosition {
   std::string fingerprint;  // the batch source's job fingerprint
   // Global position `epoch` was dealt from (an elastic resume; 0 = its start).
   int64_t sample_offset = 0;
+  // Batches per rank of `epoch` as dealt (0: unknown, in checkpoints from before it
+  // was kept): next_batch == batches_in_epoch is a finished epoch.
+  int64_t batches_in_epoch = 0;
+  // A mixed job: how its runs drew the sequence (segments, schedule, data fingerprint,
+  // epoch length), what a later run on another global batch or with new weights needs
+  // (client/reconnect/mix_resume.h). No segments: not a mixture, or a checkpoint from
+  // before they were kept (one segment at this checkpoint's global batch).
+  client::MixRun mix;
 
   // Samples of `epoch` consumed by all ranks together (split sample): where a resume
   // with another world size or batch size continues the epoch from.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "client/reconnect/mix_resume.h"
 #include "client/reconnect/run_rules.h"
 #include "client/train/checkpoint.h"
 #include "common/util/digest.h"
@@ -145,6 +146,8 @@ absl::Status Trainer::Checkpoint(int64_t epoch, int64_t next_batch, int64_t samp
   position.world_size = comm_->world_size();
   position.batch_size = runtime_.batch_size;
   position.fingerprint = source_->fingerprint();
+  position.batches_in_epoch = next_batch == 0 ? 0 : epoch_n_;
+  position.mix = mix_run_;
   absl::StatusOr<std::string> path =
       SaveCheckpointInDir(config_.ckpt_dir, config_.ckpt_keep, *model_, *optimizer_, position);
   if (!path.ok()) return path.status();
@@ -229,6 +232,42 @@ absl::Status Trainer::Evaluate(int64_t epoch, TrainerResult* result) {
   return absl::OkStatus();
 }
 
+client::MixJob Trainer::ThisMixJob() const {
+  client::MixJob job = source_->mixture();
+  job.global_batch = int64_t{comm_->world_size()} * runtime_.batch_size;
+  return job;
+}
+
+client::SavedMix Trainer::SavedMixOf(const CheckpointPosition& position) {
+  client::SavedMix saved;
+  saved.position =
+      client::SavedPosition{position.epoch, position.next_batch, position.sample_offset,
+                            position.world_size, position.batch_size};
+  saved.batches_in_epoch = position.batches_in_epoch;
+  saved.job_fingerprint = position.fingerprint;
+  saved.run = position.mix;
+  return saved;
+}
+
+absl::StatusOr<bool> Trainer::ResumeMixture(const std::string& path,
+                                            const CheckpointPosition& position,
+                                            StartPosition* start) {
+  absl::StatusOr<std::optional<client::MixResumeAt>> mixed =
+      client::MixResumedFrom(SavedMixOf(position), ThisMixJob());
+  if (!mixed.ok()) {
+    return absl::Status(mixed.status().code(),
+                        absl::StrCat("--resume ", path, ": ", mixed.status().message()));
+  }
+  if (!mixed->has_value()) return false;
+  const client::MixResumeAt& at = **mixed;
+  start->epoch = at.epoch;
+  start->batch = 0;
+  start->sample_offset = at.sample_offset;
+  mix_resume_ = at.resume;
+  mix_run_.segments = at.segments;
+  return true;
+}
+
 absl::Status Trainer::Resume(StartPosition* start) {
   absl::StatusOr<std::string> path = ResolveResumePath(config_.resume);
   if (!path.ok()) return path.status();
@@ -236,25 +275,18 @@ absl::Status Trainer::Resume(StartPosition* start) {
       LoadCheckpoint(*path, *model_, *optimizer_, runtime_.device);
   if (!position.ok()) return position.status();
   const int world = comm_->world_size();
+  global_step_ = position->global_step;
+  absl::StatusOr<bool> mixed = ResumeMixture(*path, *position, start);
+  if (!mixed.ok() || *mixed) return mixed.status();
   if (position->fingerprint != source_->fingerprint()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "checkpoint %s was taken with world size %d, batch size %d, job %s; this run "
         "has world size %d, batch size %d, job %s. Resuming would not continue the "
         "same batch sequence; use the same data and job settings (with split sample, "
-        "world size and batch size may change).",
+        "world size and batch size may change; a mixture may change its weights too).",
         *path, position->world_size, position->batch_size, position->fingerprint, world,
         runtime_.batch_size, source_->fingerprint()));
   }
-  if (source_->scheduled_mixture() && int64_t{position->world_size} * position->batch_size !=
-                                          int64_t{world} * runtime_.batch_size) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "checkpoint %s was taken at world size %d x batch size %d; this run has %d x %d. The "
-        "job is a mixture with a schedule, whose steps are positions / (batch x world size): "
-        "shardcast-train resumes it at the same global batch only (the Python Loader resumes "
-        "it at any, through mix_resume; constant weights resume at any here too).",
-        *path, position->world_size, position->batch_size, world, runtime_.batch_size));
-  }
-  global_step_ = position->global_step;
   // The same world size and batch size resume at the same batch; another (elastic) goes on
   // from the samples all ranks consumed in the epoch, dealt over this run's ranks: the
   // rule Python's Loader applies too (run_rules.h). The stream refuses it for split
@@ -311,6 +343,12 @@ absl::Status Trainer::Setup(StartPosition* start) {
     loss_scaler_ = std::make_unique<LossScaler>();
   }
   *start = StartPosition();
+  if (const client::MixJob job = ThisMixJob(); !job.schedule.empty()) {
+    mix_run_ = client::MixRun{{MixtureSegment{0, 0, job.global_batch}},
+                              job.schedule,
+                              job.data_fingerprint,
+                              job.samples_per_epoch};
+  }
   if (!config_.resume.empty()) {
     if (absl::Status s = Resume(start); !s.ok()) return s;
   }
@@ -345,6 +383,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
             .Add("step", global_step_)
             .Add("resumed_from", config_.resume)
             .Add("sample_offset", start->sample_offset)
+            .Add("mix_position", mix_resume_.position)
             .Add("buckets", static_cast<int64_t>(reducer_ ? reducer_->num_buckets() : 0))
             .AddTime("time", UnixTime()));
   }
@@ -462,8 +501,13 @@ absl::Status Trainer::RecordStep(const TrainingBatch& batch, const torch::Tensor
   if (reducer_) line.Add("buckets_in_backward", reducer_->launched_during_backward());
   if (config_.log_keys) {
     std::vector<std::string> keys;
-    for (const SampleMeta& m : batch.samples) keys.push_back(m.key);
+    std::vector<std::string> datasets;  // a mixed job's: each sample's dataset
+    for (const SampleMeta& m : batch.samples) {
+      keys.push_back(m.key);
+      datasets.push_back(m.dataset);
+    }
     line.Add("keys", keys);
+    if (!mix_run_.segments.empty()) line.Add("datasets", datasets);
   }
   metrics_->Write(line);
   return absl::OkStatus();
@@ -536,7 +580,7 @@ absl::Status Trainer::FinishEpoch(int64_t epoch, int64_t first, int64_t consumed
 
 absl::Status Trainer::RunEpoch(int64_t epoch, int64_t first, int64_t sample_offset, bool* stop,
                                TrainerResult* result) {
-  absl::StatusOr<int64_t> n = source_->StartEpochFrom(epoch, first, sample_offset);
+  absl::StatusOr<int64_t> n = source_->StartEpochFrom(epoch, first, sample_offset, mix_resume_);
   if (!n.ok()) return n.status();
   epoch_n_ = *n;
   epoch_offset_ = sample_offset;

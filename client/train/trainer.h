@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/reconnect/mix_resume.h"
 #include "client/train/batch_source.h"
+#include "client/train/checkpoint.h"
 #include "client/train/ddp.h"
 #include "client/train/evaluator.h"
 #include "client/train/metrics.h"
@@ -104,8 +106,19 @@ class Trainer {
   absl::Status AgreeOnJob();
   // Loads --resume's checkpoint after checking it continues this batch sequence: the
   // same job, and the same world size and batch size, or (split sample) another one,
-  // when the epoch goes on from the global number of samples consumed in it.
+  // when the epoch goes on from the global number of samples consumed in it. A mixture
+  // also resumes another run of it (another global batch, an earlier resume, new
+  // weights): from the global position, with mix_resume (client/reconnect/mix_resume.h).
   absl::Status Resume(StartPosition* start);
+  // A mixture resumed at another global batch, after an earlier resume or with new
+  // weights: the server replays how the checkpoint's runs drew the sequence
+  // (mix_resume), the rule Python's Loader applies too. Sets *start and the run's
+  // mixture facts and returns true then; false: the ordinary resume applies.
+  absl::StatusOr<bool> ResumeMixture(const std::string& path, const CheckpointPosition& position,
+                                     StartPosition* start);
+  // This run's mixed job (an empty schedule: none), and a checkpoint's saved run.
+  client::MixJob ThisMixJob() const;
+  static client::SavedMix SavedMixOf(const CheckpointPosition& position);
   // Runs `epoch` from batch `first` of its deal from `sample_offset`. Sets *stop when
   // the run ends inside it (signal, --max-steps) and fills *result.
   absl::Status RunEpoch(int64_t epoch, int64_t first, int64_t sample_offset, bool* stop,
@@ -153,6 +166,10 @@ class Trainer {
   int64_t epoch_n_ = 0;
   int64_t epoch_offset_ = 0;
   int64_t global_step_ = 0;
+  // A mixed job: how this run draws the sequence (its checkpoints keep it), and the
+  // mix_resume every epoch's stream sends (position 0: none).
+  client::MixRun mix_run_;
+  client::MixResume mix_resume_;
 };
 
 }  // namespace shardcast::train

@@ -82,6 +82,76 @@ TEST(CheckpointTest, RoundTripRestoresModelOptimizerAndPosition) {
   }
 }
 
+TEST(CheckpointTest, AMixedRunsFactsRoundTripAndAreAbsentFromOthers) {
+  TempDir dir;
+  std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 4, 1);
+  auto opt = AdamFor(*cnn);
+  CheckpointPosition saved;
+  saved.epoch = 1;
+  saved.next_batch = 3;
+  saved.batches_in_epoch = 12;
+  saved.mix.segments = {{0, 0, 8}, {24, 3, 4}};
+  // Weights that no short decimal spells: they come back bit for bit.
+  saved.mix.schedule = {{0, {{"a", 1.0 / 3}, {"b", 2.0 / 3}}}, {4, {{"a", 0.2}, {"b", 0.8}}}};
+  saved.mix.data_fingerprint = "mixdata-1";
+  saved.mix.samples_per_epoch = 48;
+  const std::string path = dir.path() + "/mix.pt";
+  ASSERT_TRUE(SaveCheckpoint(path, *cnn, *opt, saved).ok());
+  absl::StatusOr<CheckpointPosition> loaded = LoadCheckpoint(path, *cnn, *opt, torch::kCPU);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->batches_in_epoch, 12);
+  ASSERT_EQ(loaded->mix.segments.size(), 2u);
+  EXPECT_EQ(loaded->mix.segments[1].start_position, 24);
+  EXPECT_EQ(loaded->mix.segments[1].start_step, 3);
+  EXPECT_EQ(loaded->mix.segments[1].global_batch, 4);
+  ASSERT_EQ(loaded->mix.schedule.size(), 2u);
+  EXPECT_EQ(loaded->mix.schedule[0].step, 0);
+  EXPECT_EQ(loaded->mix.schedule[0].weights, saved.mix.schedule[0].weights);
+  EXPECT_EQ(loaded->mix.schedule[1].step, 4);
+  EXPECT_EQ(loaded->mix.schedule[1].weights, saved.mix.schedule[1].weights);
+  EXPECT_EQ(loaded->mix.data_fingerprint, "mixdata-1");
+  EXPECT_EQ(loaded->mix.samples_per_epoch, 48);
+
+  // No mixture: none of it is written, and none comes back.
+  const std::string plain = dir.path() + "/plain.pt";
+  ASSERT_TRUE(SaveCheckpoint(plain, *cnn, *opt, CheckpointPosition{}).ok());
+  loaded = LoadCheckpoint(plain, *cnn, *opt, torch::kCPU);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->mix.segments.empty());
+  EXPECT_TRUE(loaded->mix.schedule.empty());
+  EXPECT_EQ(loaded->batches_in_epoch, 0);
+}
+
+// A checkpoint as written before elastic resume and mixtures: only the first meta.*
+// entries. It loads, as no mixture at offset 0 with the epoch's batch count unknown.
+TEST(CheckpointTest, ACheckpointFromBeforeMixturesLoads) {
+  TempDir dir;
+  std::unique_ptr<TrainableModel> cnn = Model("small-cnn", 4, 1);
+  auto opt = AdamFor(*cnn);
+  torch::serialize::OutputArchive archive;
+  for (auto& [name, tensor] : cnn->NamedParameters()) archive.write("model." + name, tensor);
+  for (auto& [name, tensor] : cnn->NamedBuffers()) archive.write("model." + name, tensor, true);
+  torch::serialize::OutputArchive optimizer_archive;
+  opt->save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("meta.format_version", c10::IValue(int64_t{1}));
+  for (const char* name : {"meta.epoch", "meta.next_batch", "meta.global_step"}) {
+    archive.write(name, c10::IValue(int64_t{3}));
+  }
+  archive.write("meta.world_size", c10::IValue(int64_t{2}));
+  archive.write("meta.batch_size", c10::IValue(int64_t{4}));
+  archive.write("meta.fingerprint", c10::IValue(std::string("old-job")));
+  const std::string path = dir.path() + "/old.pt";
+  archive.save_to(path);
+  absl::StatusOr<CheckpointPosition> loaded = LoadCheckpoint(path, *cnn, *opt, torch::kCPU);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->next_batch, 3);
+  EXPECT_EQ(loaded->fingerprint, "old-job");
+  EXPECT_EQ(loaded->sample_offset, 0);
+  EXPECT_EQ(loaded->batches_in_epoch, 0);
+  EXPECT_TRUE(loaded->mix.segments.empty());
+}
+
 TEST(CheckpointTest, CorruptOrForeignCheckpointsAreRefused) {
   TempDir dir;
   const std::string path = dir.path() + "/c.pt";
