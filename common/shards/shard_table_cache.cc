@@ -6,13 +6,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/shards/shard_reader.h"
 
 namespace shardcast {
+
 IndexTables::~IndexTables() {
   if (fd >= 0) close(fd);
 }
@@ -30,6 +34,36 @@ absl::Status IndexTables::Open(const std::string& file, uint64_t expected_size) 
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+// A table whose bytes changed under the server (the file ends early, fails a check)
+// stays changed: retries read the same bytes. The cache file is set aside, renamed to
+// PATH.corrupt, so the next start finds no cache and indexes the shards again (issue 46:
+// "the cache entry is rebuilt at the next start"), while this server keeps reading the
+// descriptor it has. Only the file this server opened is renamed: one another server
+// already rebuilt (renamed over the path) is a sound cache and is left alone. Returns
+// what the error message adds.
+std::string SetAsideChangedCache(const IndexTables& tables) {
+  struct stat opened;
+  struct stat at_path;
+  if (fstat(tables.fd, &opened) != 0 || stat(tables.path.c_str(), &at_path) != 0 ||
+      opened.st_dev != at_path.st_dev || opened.st_ino != at_path.st_ino) {
+    return "";
+  }
+  const std::string aside = tables.path + ".corrupt";
+  if (rename(tables.path.c_str(), aside.c_str()) != 0) {
+    return absl::StrCat("; setting the cache file aside failed (", strerror(errno),
+                        "): remove it to have it rebuilt");
+  }
+  return absl::StrCat("; the cache file is set aside as ", aside, " and rebuilt at the next start");
+}
+
+absl::Status ChangedTableError(const IndexTables& tables, absl::string_view what) {
+  return AsHostIoError(absl::UnavailableError(absl::StrCat(what, SetAsideChangedCache(tables))));
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
     std::shared_ptr<const IndexTables> tables, uint32_t shard) {
@@ -53,9 +87,10 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return HostIoError(where, "read", errno);
     if (n == 0) {
-      return AsHostIoError(absl::UnavailableError(
+      return ChangedTableError(
+          *tables,
           absl::StrCat(where, ": the file ends before the table (", done, " of ", at.size,
-                       " bytes read at ", at.offset, "): truncated since the server started")));
+                       " bytes read at ", at.offset, "): truncated since the server started"));
     }
     done += static_cast<size_t>(n);
   }
@@ -63,12 +98,12 @@ absl::StatusOr<std::shared_ptr<const LoadedShardTable>> ReadShardTable(
   absl::StatusOr<CompactShardTable> opened =
       CompactShardTable::Open(loaded->bytes_, loaded->exts_.get(), at.limits);
   if (!opened.ok()) {
-    return AsHostIoError(absl::UnavailableError(absl::StrCat(
-        where, ": ", opened.status().message(), " (the file changed since the server started)")));
+    return ChangedTableError(*tables, absl::StrCat(where, ": ", opened.status().message(),
+                                                   " (the file changed since the server started)"));
   }
   if (opened->size() != at.samples) {
-    return AsHostIoError(absl::UnavailableError(
-        absl::StrCat(where, ": ", opened->size(), " samples, not ", at.samples)));
+    return ChangedTableError(
+        *tables, absl::StrCat(where, ": ", opened->size(), " samples, not ", at.samples));
   }
   loaded->table_.emplace(*std::move(opened));
   return loaded;

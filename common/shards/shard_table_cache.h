@@ -9,7 +9,9 @@
 // A read that fails, comes back short, or fails the table's checks is the host's fault
 // as the serve path sees it (AsHostIoError: retried, then the batch fails loudly): the
 // file was sound when the server started, so what changed is the disk or someone
-// writing over the cache. Nothing of such a read is kept or served.
+// writing over the cache. Nothing of such a read is kept or served. A table whose bytes
+// changed (short, or failing its checks) also sets the cache file aside (PATH.corrupt)
+// when the path still names the file this server opened, so the next start rebuilds it.
 #ifndef SHARDCAST_COMMON_SHARDS_SHARD_TABLE_CACHE_H_
 #define SHARDCAST_COMMON_SHARDS_SHARD_TABLE_CACHE_H_
 

@@ -160,7 +160,10 @@ TEST_F(ShardTableCacheTest, AChangedByteInATableIsAHostErrorNotAnotherSample) {
       std::string bad = good;
       bad[offset] = static_cast<char>(bad[offset] ^ 0x20);
       shard_testing::WriteFile(cache_file_, bad);
-      ShardTableCache cache(tables_, int64_t{64} << 20);
+      // Opened anew each time: the failure sets the file it read aside.
+      std::shared_ptr<IndexTables> tables = TablesOf(good);
+      ASSERT_NE(tables, nullptr);
+      ShardTableCache cache(tables, int64_t{64} << 20);
       ExpectHostError(cache, s, absl::StrCat("shard ", s, " byte ", offset));
       EXPECT_EQ(cache.stats().load_failures, 1);
       EXPECT_EQ(cache.stats().memory_bytes, 0);
@@ -179,12 +182,58 @@ TEST_F(ShardTableCacheTest, ACacheFileTruncatedInPlaceIsAHostError) {
   ExpectShardServed(cache, 0);
   ExpectHostError(cache, 2, "truncated in the table");
   ExpectHostError(cache, 3, "truncated before the table");
-  // Grown back with other bytes: the checksums catch them.
+  // Grown back with other bytes: the checksums catch them. (The failures above set the
+  // file aside: it is written over where it now lies.)
   std::string other = good;
   for (size_t i = tables_->shards[1].offset; i < other.size(); ++i) other[i] = 'x';
-  shard_testing::WriteFile(cache_file_, other);
+  shard_testing::WriteFile(cache_file_ + ".corrupt", other);
   ExpectHostError(cache, 1, "written over");
   EXPECT_EQ(cache.stats().load_failures, 3);
+}
+
+// A table that changed under the server sets its cache file aside, so the next start
+// indexes the shards again and writes a sound cache, which serves; the bytes set aside
+// are kept for a look. A cache another server already rebuilt (renamed over the path)
+// is left alone.
+TEST_F(ShardTableCacheTest, AChangedTableSetsTheCacheAsideAndTheNextStartRebuildsIt) {
+  const std::string good = ReadWholeFile(cache_file_);
+  std::string bad = good;
+  bad[tables_->shards[1].offset + 1] ^= 0x20;
+  shard_testing::WriteFile(cache_file_, bad);
+  {
+    ShardTableCache cache(tables_, int64_t{64} << 20);
+    ExpectHostError(cache, 1, "changed byte");
+    absl::StatusOr<std::shared_ptr<const LoadedShardTable>> again = cache.Get(1);
+    ASSERT_FALSE(again.ok());
+    EXPECT_TRUE(IsHostIoError(again.status())) << again.status();
+  }
+  EXPECT_FALSE(std::filesystem::exists(cache_file_));
+  EXPECT_EQ(ReadWholeFile(cache_file_ + ".corrupt"), bad);
+
+  absl::StatusOr<DatasetIndex> rebuilt = BuildDatasetIndex(tmp_ / "data", options_);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+  EXPECT_FALSE(rebuilt->loaded_from_cache);
+  ASSERT_TRUE(std::filesystem::exists(cache_file_));
+  const std::string sound = ReadWholeFile(cache_file_);
+  tables_ = TablesOf(sound);
+  ASSERT_NE(tables_, nullptr);
+  {
+    ShardTableCache cache(tables_, int64_t{64} << 20);
+    for (uint32_t s = 0; s < 4; ++s) ExpectShardServed(cache, s);
+  }
+
+  // The file this server reads goes bad after another server rebuilt the cache (renamed
+  // a sound one over the path): the rebuilt cache stays where it is.
+  std::filesystem::remove(cache_file_ + ".corrupt");
+  std::string changed = sound;
+  changed[tables_->shards[2].offset + 1] ^= 0x20;
+  shard_testing::WriteFile(cache_file_, changed);  // in place: what tables_ reads
+  shard_testing::WriteFile(tmp_ / "sound", sound);
+  std::filesystem::rename(tmp_ / "sound", cache_file_);
+  ShardTableCache stale(tables_, int64_t{64} << 20);
+  ExpectHostError(stale, 2, "changed byte after a rebuild");
+  EXPECT_EQ(ReadWholeFile(cache_file_), sound);
+  EXPECT_FALSE(std::filesystem::exists(cache_file_ + ".corrupt"));
 }
 
 // A cache file removed, or replaced by rename (as a server rebuilding it writes it)
