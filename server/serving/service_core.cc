@@ -1,6 +1,9 @@
 // The serving core (see service_core.h).
 #include "server/serving/service_core.h"
 
+#include <sys/resource.h>
+
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -93,6 +96,30 @@ absl::Status ServiceCore::LoadDatasets(const std::function<void(const std::strin
   return absl::OkStatus();
 }
 
+namespace {
+
+// The process's CPU time (all threads): what indexing cost, for its log line (other
+// datasets' serving counts too, so it is exact for the first dataset of a start).
+double ProcessCpuSeconds() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// "12.31 s: 81234 samples/s, 412.5 MB/s of shards, 20.10 s CPU" for a dataset indexed
+// (issue 46: indexing throughput, local and remote alike); the time alone from a cache.
+std::string IndexingFigures(const DatasetIndex& index, absl::Duration took, double cpu_seconds) {
+  const double seconds = absl::ToDoubleSeconds(took);
+  if (index.loaded_from_cache || seconds <= 0) return absl::StrFormat("%.2f s", seconds);
+  uint64_t bytes = 0;
+  for (const ShardInfo& shard : index.shards) bytes += shard.file_size;
+  return absl::StrFormat("%.2f s: %.0f samples/s, %.1f MB/s of shards, %.2f s CPU", seconds,
+                         index.num_samples / seconds, bytes / 1e6 / seconds, cpu_seconds);
+}
+
+}  // namespace
+
 absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   IndexOptions index_options;
   index_options.label_field = options_.label_field;
@@ -110,6 +137,7 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   index_options.cancelled = &stop_indexing_;
   // Real time: how long indexing took, for the log line; it decides nothing.
   const absl::Time start = absl::Now();
+  const double cpu_start = ProcessCpuSeconds();
   const std::string what = absl::StrCat("dataset '", spec.name, "' (", RedactedUrl(spec.dir), ")");
   LogInfo("index", absl::StrCat("indexing ", what));
   absl::StatusOr<std::unique_ptr<ServedDataset>> dataset =
@@ -132,11 +160,12 @@ absl::Status ServiceCore::LoadDataset(const DatasetSpec& spec) {
   }
   const DatasetIndex& index = (*dataset)->index();
   LogInfo("index", absl::StrFormat("%s: %d shards (%d skipped), %d samples, %d classes, %d samples "
-                                   "skipped, fingerprint %s%s (%.2f s)",
+                                   "skipped, fingerprint %s%s (%s)",
                                    what, index.shards.size(), index.skipped_shards.size(),
                                    index.num_samples, index.num_classes, index.skipped.size(),
                                    index.fingerprint, index.loaded_from_cache ? ", from cache" : "",
-                                   absl::ToDoubleSeconds(absl::Now() - start)));
+                                   IndexingFigures(index, absl::Now() - start,
+                                                   ProcessCpuSeconds() - cpu_start)));
   for (const std::string& warning : index.warnings) LogWarning("index", warning);
   size_t shown = 0;
   for (const SkippedSample& skipped : index.skipped) {
