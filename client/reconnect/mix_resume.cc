@@ -30,6 +30,16 @@ int64_t GlobalPosition(const SavedMix& saved, int64_t samples_per_epoch) {
   return p.epoch * samples_per_epoch + p.SamplesConsumed();
 }
 
+// The schedule each of the saved run's segments drew under: as kept, or (a checkpoint
+// from before they were kept) its schedule for every segment, this job's when it kept
+// none (a checkpoint of this job without the run's facts).
+std::vector<std::vector<MixturePoint>> SegmentSchedules(const SavedMix& saved, size_t n,
+                                                        const MixJob& job) {
+  if (saved.run.segment_schedules.size() == n) return saved.run.segment_schedules;
+  return std::vector<std::vector<MixturePoint>>(
+      n, saved.run.schedule.empty() ? job.schedule : saved.run.schedule);
+}
+
 }  // namespace
 
 MixtureSegment NextMixSegment(const std::vector<MixtureSegment>& segments, int64_t position,
@@ -70,15 +80,19 @@ absl::StatusOr<std::optional<MixResumeAt>> MixResumedFrom(const SavedMix& saved,
   at.sample_offset = position % job.samples_per_epoch;
   if (position == 0) {  // nothing drawn yet: this run starts the sequence
     at.segments = {MixtureSegment{0, 0, job.global_batch}};
+    at.segment_schedules = {job.schedule};
     return at;
   }
   at.resume.position = position;
   at.resume.segments = segments;
+  at.resume.segment_schedules = SegmentSchedules(saved, segments.size(), job);
   if (!same_weights) at.resume.schedule = saved.run.schedule;
-  for (const MixtureSegment& s : segments) {
-    if (s.start_position < position) at.segments.push_back(s);
+  for (size_t i = 0; i < segments.size() && segments[i].start_position < position; ++i) {
+    at.segments.push_back(segments[i]);
+    at.segment_schedules.push_back(at.resume.segment_schedules[i]);
   }
   at.segments.push_back(NextMixSegment(segments, position, job.global_batch));
+  at.segment_schedules.push_back(job.schedule);
   return at;
 }
 

@@ -3,8 +3,10 @@
 // its sequence (its segments of global batch, its schedule), and the
 // StreamBatchesRequest.mix_resume a later run sends so that the server replays that and
 // deals on from the same position: an elastic resume of a schedule, or new weights that
-// continue every dataset's pass. Torch-free and gRPC-free: plain values in and out (the
-// stream room turns MixResume into the wire's MixtureResume).
+// continue every dataset's pass. Resumes chain: each segment keeps the schedule its run
+// drew under, and the server replays each segment under its own. Torch-free and
+// gRPC-free: plain values in and out (the stream room turns MixResume into the wire's
+// MixtureResume).
 #ifndef SHARDCAST_CLIENT_RECONNECT_MIX_RESUME_H_
 #define SHARDCAST_CLIENT_RECONNECT_MIX_RESUME_H_
 
@@ -25,7 +27,10 @@ struct MixRun {
   // mixture, or a checkpoint written before runs kept these.
   std::vector<MixtureSegment> segments;
   std::vector<MixturePoint> schedule;  // as the server resolved it (RegisterResponse.mix)
-  std::string data_fingerprint;        // RegisterResponse.mix_data_fingerprint
+  // The schedule each segment drew under, parallel to `segments`; empty (a checkpoint
+  // written before these were kept): `schedule`, for every segment.
+  std::vector<std::vector<MixturePoint>> segment_schedules;
+  std::string data_fingerprint;  // RegisterResponse.mix_data_fingerprint
   int64_t samples_per_epoch = 0;
 };
 
@@ -51,15 +56,20 @@ struct MixResume {
   int64_t position = 0;
   std::vector<MixtureSegment> segments;
   std::vector<MixturePoint> schedule;  // the earlier run's; empty: this job's
+  // Each segment's schedule, parallel to `segments` (MixSegment.schedule): what the
+  // server replays each under. `schedule` is kept for servers that predate them.
+  std::vector<std::vector<MixturePoint>> segment_schedules;
 };
 
 // Where a resumed mixed run starts: batch 0 of `epoch` dealt from `sample_offset`,
-// sending `resume` with every stream; `segments` are this run's (for its checkpoints).
+// sending `resume` with every stream; `segments` are this run's and `segment_schedules`
+// the schedule each drew under (for its checkpoints; the last is this job's).
 struct MixResumeAt {
   int64_t epoch = 0;
   int64_t sample_offset = 0;
   MixResume resume;
   std::vector<MixtureSegment> segments;
+  std::vector<std::vector<MixturePoint>> segment_schedules;
 };
 
 // The segment a run resumed at `position` adds: from the step after the earlier run's

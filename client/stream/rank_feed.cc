@@ -43,18 +43,10 @@ absl::StatusOr<Registration> FromResponse(const v1::RegisterResponse& response) 
   return r;
 }
 
-v1::MixtureResume ToWire(const MixResume& resume) {
-  v1::MixtureResume out;
-  if (resume.position == 0) return out;
-  out.set_position(resume.position);
-  for (const MixtureSegment& s : resume.segments) {
-    v1::MixSegment* segment = out.add_segments();
-    segment->set_start_position(s.start_position);
-    segment->set_start_step(s.start_step);
-    segment->set_global_batch(s.global_batch);
-  }
-  for (const MixturePoint& point : resume.schedule) {
-    v1::MixPoint* p = out.add_schedule();
+void PointsToWire(const std::vector<MixturePoint>& schedule,
+                  google::protobuf::RepeatedPtrField<v1::MixPoint>* out) {
+  for (const MixturePoint& point : schedule) {
+    v1::MixPoint* p = out->Add();
     p->set_step(point.step);
     for (const auto& [name, weight] : point.weights) {
       v1::MixWeight* w = p->add_weights();
@@ -62,6 +54,23 @@ v1::MixtureResume ToWire(const MixResume& resume) {
       w->set_weight(weight);
     }
   }
+}
+
+v1::MixtureResume ToWire(const MixResume& resume) {
+  v1::MixtureResume out;
+  if (resume.position == 0) return out;
+  out.set_position(resume.position);
+  for (size_t i = 0; i < resume.segments.size(); ++i) {
+    const MixtureSegment& s = resume.segments[i];
+    v1::MixSegment* segment = out.add_segments();
+    segment->set_start_position(s.start_position);
+    segment->set_start_step(s.start_step);
+    segment->set_global_batch(s.global_batch);
+    if (i < resume.segment_schedules.size()) {
+      PointsToWire(resume.segment_schedules[i], segment->mutable_schedule());
+    }
+  }
+  PointsToWire(resume.schedule, out.mutable_schedule());
   return out;
 }
 

@@ -18,16 +18,14 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kFormatVersion = 1;
 
-// A mixed run's facts as flat lists: segments three numbers each; the schedule as each
-// point's step and weight count, then every weight's dataset and value in order.
-void WriteMixRun(const client::MixRun& mix, torch::serialize::OutputArchive& archive) {
-  std::vector<int64_t> segments, steps, counts;
+// A schedule as flat lists under `prefix`: each point's step and weight count, then
+// every weight's dataset and value in order.
+void WritePoints(const std::vector<MixturePoint>& schedule, const std::string& prefix,
+                 torch::serialize::OutputArchive& archive) {
+  std::vector<int64_t> steps, counts;
   std::vector<std::string> names;
   std::vector<double> weights;
-  for (const MixtureSegment& s : mix.segments) {
-    segments.insert(segments.end(), {s.start_position, s.start_step, s.global_batch});
-  }
-  for (const MixturePoint& point : mix.schedule) {
+  for (const MixturePoint& point : schedule) {
     steps.push_back(point.step);
     counts.push_back(static_cast<int64_t>(point.weights.size()));
     for (const auto& [name, weight] : point.weights) {
@@ -35,13 +33,80 @@ void WriteMixRun(const client::MixRun& mix, torch::serialize::OutputArchive& arc
       weights.push_back(weight);
     }
   }
+  archive.write(prefix + "_steps", c10::IValue(steps));
+  archive.write(prefix + "_counts", c10::IValue(counts));
+  archive.write(prefix + "_datasets", c10::IValue(c10::List<std::string>(names)));
+  archive.write(prefix + "_weights", c10::IValue(weights));
+}
+
+// The inverse of WritePoints. Throws on entries of the wrong type.
+absl::StatusOr<std::vector<MixturePoint>> ReadPoints(const std::string& prefix,
+                                                     torch::serialize::InputArchive& archive) {
+  c10::IValue v;
+  archive.read(prefix + "_steps", v);
+  const std::vector<int64_t> steps = v.toIntVector();
+  archive.read(prefix + "_counts", v);
+  const std::vector<int64_t> counts = v.toIntVector();
+  archive.read(prefix + "_datasets", v);
+  std::vector<std::string> names;
+  for (const c10::IValue& name : v.toListRef()) names.push_back(name.toStringRef());
+  archive.read(prefix + "_weights", v);
+  const std::vector<double> weights = v.toDoubleVector();
+  if (steps.size() != counts.size() || names.size() != weights.size()) {
+    return absl::DataLossError(absl::StrCat(prefix, "_*: lists of inconsistent lengths"));
+  }
+  std::vector<MixturePoint> schedule;
+  size_t next = 0;
+  for (size_t p = 0; p < steps.size(); ++p) {
+    MixturePoint point{steps[p], {}};
+    for (int64_t k = 0; k < counts[p]; ++k, ++next) {
+      if (next >= names.size()) return absl::DataLossError(prefix + "_*: too few weights");
+      point.weights.emplace_back(names[next], weights[next]);
+    }
+    schedule.push_back(std::move(point));
+  }
+  return schedule;
+}
+
+// A mixed run's facts as flat lists: segments three numbers each; the schedule
+// (WritePoints); each segment's schedule as its point count and all their points.
+void WriteMixRun(const client::MixRun& mix, torch::serialize::OutputArchive& archive) {
+  std::vector<int64_t> segments, segment_points;
+  for (const MixtureSegment& s : mix.segments) {
+    segments.insert(segments.end(), {s.start_position, s.start_step, s.global_batch});
+  }
+  std::vector<MixturePoint> all_points;
+  for (const std::vector<MixturePoint>& schedule : mix.segment_schedules) {
+    segment_points.push_back(static_cast<int64_t>(schedule.size()));
+    all_points.insert(all_points.end(), schedule.begin(), schedule.end());
+  }
   archive.write("meta.mix_segments", c10::IValue(segments));
-  archive.write("meta.mix_schedule_steps", c10::IValue(steps));
-  archive.write("meta.mix_schedule_counts", c10::IValue(counts));
-  archive.write("meta.mix_schedule_datasets", c10::IValue(c10::List<std::string>(names)));
-  archive.write("meta.mix_schedule_weights", c10::IValue(weights));
+  WritePoints(mix.schedule, "meta.mix_schedule", archive);
+  archive.write("meta.mix_segment_schedule_points", c10::IValue(segment_points));
+  WritePoints(all_points, "meta.mix_segment_schedule", archive);
   archive.write("meta.mix_data_fingerprint", c10::IValue(mix.data_fingerprint));
   archive.write("meta.mix_samples_per_epoch", c10::IValue(mix.samples_per_epoch));
+}
+
+// Each segment's schedule; none in checkpoints from before they were kept.
+absl::StatusOr<std::vector<std::vector<MixturePoint>>> ReadSegmentSchedules(
+    torch::serialize::InputArchive& archive) {
+  std::vector<std::vector<MixturePoint>> out;
+  c10::IValue v;
+  if (!archive.try_read("meta.mix_segment_schedule_points", v)) return out;
+  const std::vector<int64_t> counts = v.toIntVector();
+  absl::StatusOr<std::vector<MixturePoint>> points =
+      ReadPoints("meta.mix_segment_schedule", archive);
+  if (!points.ok()) return points.status();
+  size_t next = 0;
+  for (int64_t n : counts) {
+    if (n < 0 || points->size() - next < static_cast<size_t>(n)) {
+      return absl::DataLossError("meta.mix_segment_schedule_*: too few points");
+    }
+    out.emplace_back(points->begin() + next, points->begin() + next + n);
+    next += static_cast<size_t>(n);
+  }
+  return out;
 }
 
 // The inverse of WriteMixRun; absent (a checkpoint of no mixture, or from before these
@@ -51,34 +116,24 @@ absl::StatusOr<client::MixRun> ReadMixRun(torch::serialize::InputArchive& archiv
   c10::IValue v;
   if (!archive.try_read("meta.mix_segments", v)) return mix;
   const std::vector<int64_t> segments = v.toIntVector();
-  archive.read("meta.mix_schedule_steps", v);
-  const std::vector<int64_t> steps = v.toIntVector();
-  archive.read("meta.mix_schedule_counts", v);
-  const std::vector<int64_t> counts = v.toIntVector();
-  archive.read("meta.mix_schedule_datasets", v);
-  std::vector<std::string> names;
-  for (const c10::IValue& name : v.toListRef()) names.push_back(name.toStringRef());
-  archive.read("meta.mix_schedule_weights", v);
-  const std::vector<double> weights = v.toDoubleVector();
+  absl::StatusOr<std::vector<MixturePoint>> schedule = ReadPoints("meta.mix_schedule", archive);
+  if (!schedule.ok()) return schedule.status();
+  mix.schedule = *std::move(schedule);
+  absl::StatusOr<std::vector<std::vector<MixturePoint>>> per_segment =
+      ReadSegmentSchedules(archive);
+  if (!per_segment.ok()) return per_segment.status();
   archive.read("meta.mix_data_fingerprint", v);
   mix.data_fingerprint = v.toStringRef();
   archive.read("meta.mix_samples_per_epoch", v);
   mix.samples_per_epoch = v.toInt();
-  if (segments.size() % 3 != 0 || steps.size() != counts.size() || names.size() != weights.size()) {
+  if (segments.size() % 3 != 0 ||
+      (!per_segment->empty() && per_segment->size() != segments.size() / 3)) {
     return absl::DataLossError("meta.mix_*: lists of inconsistent lengths");
   }
   for (size_t i = 0; i < segments.size(); i += 3) {
     mix.segments.push_back(MixtureSegment{segments[i], segments[i + 1], segments[i + 2]});
   }
-  size_t next = 0;
-  for (size_t p = 0; p < steps.size(); ++p) {
-    MixturePoint point{steps[p], {}};
-    for (int64_t k = 0; k < counts[p]; ++k, ++next) {
-      if (next >= names.size()) return absl::DataLossError("meta.mix_*: too few weights");
-      point.weights.emplace_back(names[next], weights[next]);
-    }
-    mix.schedule.push_back(std::move(point));
-  }
+  mix.segment_schedules = *std::move(per_segment);
   return mix;
 }
 

@@ -265,6 +265,7 @@ absl::StatusOr<bool> Trainer::ResumeMixture(const std::string& path,
   start->sample_offset = at.sample_offset;
   mix_resume_ = at.resume;
   mix_run_.segments = at.segments;
+  mix_run_.segment_schedules = at.segment_schedules;
   return true;
 }
 
@@ -346,6 +347,7 @@ absl::Status Trainer::Setup(StartPosition* start) {
   if (const client::MixJob job = ThisMixJob(); !job.schedule.empty()) {
     mix_run_ = client::MixRun{{MixtureSegment{0, 0, job.global_batch}},
                               job.schedule,
+                              {job.schedule},
                               job.data_fingerprint,
                               job.samples_per_epoch};
   }

@@ -148,31 +148,66 @@ absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Create(
       std::move(spec), *std::move(planner), std::move(shard_sizes), config, *n, std::move(origin)));
 }
 
+// The draws of a run planned as `run` from `from` (nullptr: the start) up to `end`:
+// the state there and the step of the position before it.
+absl::Status MixtureJobPlan::DrawRun(const MixtureSpec& run, const MixtureState* from, int64_t end,
+                                     Replayed* out) {
+  absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(run);
+  if (!planner.ok()) return planner.status();
+  absl::StatusOr<MixturePlanner::Cursor> cursor =
+      from == nullptr ? planner->Start() : planner->Resume(*from);
+  if (!cursor.ok()) return cursor.status();
+  planner->Advance(&*cursor, end - cursor->position());
+  out->state = cursor->state();
+  out->last_step = planner->StepOf(end - 1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MixtureJobPlan::Replayed> MixtureJobPlan::Replay(
+    int64_t position, const std::vector<MixtureRunSegment>& segments) const {
+  MixtureSpec run = spec_;
+  run.segments.clear();
+  for (const MixtureRunSegment& s : segments) run.segments.push_back(s.segment);
+  if (absl::StatusOr<MixturePlanner> all = MixturePlanner::Create(run); !all.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mix_resume: the earlier run: ", all.status().message()));
+  }
+  run.segments.clear();
+  Replayed out;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    // Run i as it drew: segments 0..i, its schedule, from the state at its start.
+    run.segments.push_back(segments[i].segment);
+    if (!segments[i].schedule.empty()) run.schedule = segments[i].schedule;
+    const int64_t start = segments[i].segment.start_position;
+    const int64_t end = i + 1 < segments.size()
+                            ? std::min(position, segments[i + 1].segment.start_position)
+                            : position;
+    absl::Status drawn = start >= position
+                             ? MixturePlanner::Create(run).status()  // checked, not drawn
+                             : DrawRun(run, i == 0 ? nullptr : &out.state, end, &out);
+    if (!drawn.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mix_resume: earlier segment ", i, " (from position ",
+                       segments[i].segment.start_position, "): ", drawn.message()));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Resumed(
-    int64_t position, const std::vector<MixtureSegment>& segments,
-    const std::vector<MixturePoint>& earlier) const {
+    int64_t position, const std::vector<MixtureRunSegment>& segments) const {
   if (position <= 0 || position >= kMaxMixturePosition) {
     return absl::InvalidArgumentError(
         absl::StrCat("mix_resume: position ", position, " is outside [1, 2^62)"));
   }
-  MixtureSpec before = spec_;
-  before.segments = segments;
-  if (!earlier.empty()) before.schedule = earlier;
-  absl::StatusOr<MixturePlanner> replay = MixturePlanner::Create(before);
-  if (!replay.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mix_resume: the earlier run: ", replay.status().message()));
-  }
-  // The earlier run's state at `position`: its draws (each dataset's pass and place) and
-  // lags, replayed.
-  MixturePlanner::Cursor cursor = replay->Start();
-  replay->Advance(&cursor, position);
+  absl::StatusOr<Replayed> replayed = Replay(position, segments);
+  if (!replayed.ok()) return replayed.status();
   MixtureSpec after = spec_;
   after.segments.clear();
-  for (const MixtureSegment& segment : segments) {
-    if (segment.start_position < position) after.segments.push_back(segment);
+  for (const MixtureRunSegment& s : segments) {
+    if (s.segment.start_position < position) after.segments.push_back(s.segment);
   }
-  after.segments.push_back(MixtureSegment{position, replay->StepOf(position - 1) + 1,
+  after.segments.push_back(MixtureSegment{position, replayed->last_step + 1,
                                           int64_t{config_.batch_size} * config_.world_size});
   absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(after);
   if (!planner.ok()) {
@@ -180,7 +215,7 @@ absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> MixtureJobPlan::Resumed(
         absl::StrCat("mix_resume: the resumed run: ", planner.status().message()));
   }
   // Under another schedule Resume restarts the lags here (mixture_plan.h, guarantee 4).
-  absl::StatusOr<MixturePlanner::Cursor> resumed = planner->Resume(cursor.state());
+  absl::StatusOr<MixturePlanner::Cursor> resumed = planner->Resume(replayed->state);
   if (!resumed.ok()) return resumed.status();
   MixtureState origin = resumed->state();
   return std::shared_ptr<const MixtureJobPlan>(

@@ -18,6 +18,13 @@
 
 namespace shardcast {
 
+// A segment of an earlier run (StreamBatchesRequest.mix_resume) and the schedule its run
+// drew under; empty: the segment before's (for the first: the resumed job's own).
+struct MixtureRunSegment {
+  MixtureSegment segment;
+  std::vector<MixturePoint> schedule;
+};
+
 // How a mixed job deals its sequence (docs/design.md, "Mixtures"):
 // epoch e is positions [e*S, (e+1)*S) of the global sequence (S = samples_per_epoch),
 // and batch j of rank r is positions e*S + (j*W + r)*B ... + B-1, as split="sample"
@@ -43,16 +50,19 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
       MixtureSpec spec, std::vector<std::vector<uint32_t>> shard_sizes, const PlanConfig& config);
 
   // A resumed run (StreamBatchesRequest.mix_resume): this job's mixture continuing, from
-  // `position`, a run that drew the positions before it under `segments` (its global
-  // batches) and `earlier` (its schedule; empty: this one's). The planner's state at
-  // `position` is the earlier run's, replayed (O(position k), once); from there this
-  // job's schedule and global batch hold (a segment from `position` at the step after the
-  // earlier run's last). Under another schedule the lags restart there (passes go on).
-  // Epochs before the one holding `position` cannot be planned (OUT_OF_RANGE), nor
-  // positions before it (the stream's sample_offset must reach it).
+  // `position`, the runs that drew the positions before it under `segments` (their
+  // global batches, each with its run's schedule). The planner's state at `position` is
+  // theirs, replayed segment by segment as each run drew it (O(position k), once): run i
+  // planned under segments 0..i and its schedule, from run i-1's state at its start;
+  // where the schedule changes the lags restart (passes go on), where only the global
+  // batch changes nothing restarts. From `position` this job's schedule and global batch
+  // hold (a segment from `position` at the step after the earlier run's last), the lags
+  // restarting there under another schedule. INVALID_ARGUMENT naming the segment for
+  // segments or schedules the planner refuses. Epochs before the one holding `position`
+  // cannot be planned (OUT_OF_RANGE), nor positions before it (the stream's
+  // sample_offset must reach it).
   absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> Resumed(
-      int64_t position, const std::vector<MixtureSegment>& segments,
-      const std::vector<MixturePoint>& earlier) const;
+      int64_t position, const std::vector<MixtureRunSegment>& segments) const;
   // The first position this plan deals (0; a resumed plan's `position`).
   int64_t origin() const { return origin_.position; }
 
@@ -79,6 +89,17 @@ class MixtureJobPlan : public std::enable_shared_from_this<MixtureJobPlan> {
   SampleRef RefOf(const MixtureDraw& draw) const;
 
  private:
+  // The planner's state at `position` after `segments` (see Resumed), and the step of
+  // the position before it.
+  struct Replayed {
+    MixtureState state;
+    int64_t last_step = 0;
+  };
+  absl::StatusOr<Replayed> Replay(int64_t position,
+                                  const std::vector<MixtureRunSegment>& segments) const;
+  static absl::Status DrawRun(const MixtureSpec& run, const MixtureState* from, int64_t end,
+                              Replayed* out);
+
   MixtureJobPlan(MixtureSpec spec, MixturePlanner planner,
                  std::vector<std::vector<uint32_t>> shard_sizes, const PlanConfig& config,
                  int64_t batches_per_rank, MixtureState origin);

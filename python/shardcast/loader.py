@@ -108,10 +108,12 @@ class Loader:
         self.substituted = 0
         self._offset_batches = 0  # batches of the epoch dealt from _offset, when not 0
         # A mixed job: how this run draws its sequence (mix_resume.py): the serialized
-        # MixtureResume every stream sends (b"": none), and the run's segments.
+        # MixtureResume every stream sends (b"": none), the run's segments and the
+        # schedule each drew under.
         self._mix_resume = b""
         reg = self._registration
         self._mix_segments = [(0, 0, reg.world_size * reg.batch_size)]
+        self._mix_segment_schedules = [list(self._mix)]
         self._closed = False
         self._reconnects = 0  # the stream's count, kept when it closes
         # The position: the next batch handed out is batch `_done` of epoch `_epoch`,
@@ -261,7 +263,13 @@ class Loader:
             "batch_size": reg.batch_size,
             "batches_per_epoch": reg.batches_per_epoch,
             "job_fingerprint": reg.job_fingerprint,
-            **(mix_resume.state_fields(reg, self._mix_segments, self._mix) if reg.mix else {}),
+            **(
+                mix_resume.state_fields(
+                    reg, self._mix_segments, self._mix_segment_schedules, self._mix
+                )
+                if reg.mix
+                else {}
+            ),
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -279,10 +287,11 @@ class Loader:
         job fingerprint), or when an elastic resume mid-epoch meets split shard.
         """
         where = f"load_state_dict: cannot resume epoch {state['epoch']} at batch "
-        mixed = mix_resume.resumed_from(state, self.registration, pb, where)
+        mixed = mix_resume.resumed_from(state, self.registration, pb, where, self._mix)
         if mixed is not None:
             # Another run of this mixture: the server replays how it drew the sequence.
-            epoch, offset, self._mix_resume, self._mix_segments = mixed
+            epoch, offset, self._mix_resume, self._mix_segments = mixed[:4]
+            self._mix_segment_schedules = mixed[4]
             done = 0
         else:
             epoch, done, offset = resume_position(state, self.registration, self.job_id)

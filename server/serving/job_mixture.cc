@@ -147,38 +147,80 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
   return mixture;
 }
 
-absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(const JobMixture& mixture,
-                                                                  const v1::MixtureResume& resume) {
-  std::vector<MixtureSegment> segments;
-  for (const v1::MixSegment& segment : resume.segments()) {
-    segments.push_back(
-        MixtureSegment{segment.start_position(), segment.start_step(), segment.global_batch()});
+namespace {
+
+// A schedule as RegisterResponse.mix carries it: in step order, each point's weights
+// normalised to sum 1, in the mixture's order by name (the planner's fixed-point weights
+// are these to 2^-53).
+std::vector<MixturePoint> ResolvedSchedule(const MixtureSpec& spec) {
+  std::vector<MixturePoint> out;
+  for (const MixturePoint& point : spec.schedule) {
+    double sum = 0;
+    for (const auto& [name, weight] : point.weights) sum += weight;
+    std::map<std::string, double> by_name(point.weights.begin(), point.weights.end());
+    MixturePoint resolved{point.step, {}};
+    for (const auto& [name, weight] : by_name) {
+      resolved.weights.emplace_back(name, sum > 0 ? weight / sum : 0);
+    }
+    out.push_back(std::move(resolved));
   }
-  std::vector<MixturePoint> earlier;
-  for (const v1::MixPoint& point : resume.schedule()) {
+  return out;
+}
+
+bool SamePoints(const std::vector<MixturePoint>& a, const std::vector<MixturePoint>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t p = 0; p < a.size(); ++p) {
+    if (a[p].step != b[p].step || a[p].weights != b[p].weights) return false;
+  }
+  return true;
+}
+
+// A schedule of the request; one equal to this job's resolved schedule stands for this
+// job's own (re-normalising resolved weights may round them differently).
+std::vector<MixturePoint> ParseSchedule(const google::protobuf::RepeatedPtrField<v1::MixPoint>& in,
+                                        const MixtureSpec& spec) {
+  std::vector<MixturePoint> out;
+  for (const v1::MixPoint& point : in) {
     MixturePoint parsed;
     parsed.step = point.step();
-    for (const v1::MixWeight& w : point.weights())
+    for (const v1::MixWeight& w : point.weights()) {
       parsed.weights.emplace_back(w.dataset(), w.weight());
-    earlier.push_back(std::move(parsed));
+    }
+    std::sort(parsed.weights.begin(), parsed.weights.end());  // by name, as resolved
+    out.push_back(std::move(parsed));
   }
-  return mixture.plan->Resumed(resume.position(), segments, earlier);
+  if (!out.empty() && SamePoints(out, ResolvedSchedule(spec))) return spec.schedule;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(const JobMixture& mixture,
+                                                                  const v1::MixtureResume& resume) {
+  const MixtureSpec& spec = mixture.plan->spec();
+  std::vector<MixtureRunSegment> segments;
+  for (const v1::MixSegment& segment : resume.segments()) {
+    segments.push_back(MixtureRunSegment{
+        MixtureSegment{segment.start_position(), segment.start_step(), segment.global_batch()},
+        ParseSchedule(segment.schedule(), spec)});
+  }
+  // The first segment without its own schedule: the request's (clients before per-segment
+  // schedules send only that one); empty too: this job's.
+  if (!segments.empty() && segments[0].schedule.empty()) {
+    segments[0].schedule = ParseSchedule(resume.schedule(), spec);
+  }
+  return mixture.plan->Resumed(resume.position(), segments);
 }
 
 void SetMixtureResponse(const JobMixture& mixture, v1::RegisterResponse* response) {
   const MixtureSpec& spec = mixture.plan->spec();
-  // The schedule resolved: in step order, each point's weights normalised to sum 1, in
-  // the mixture's order (the planner's fixed-point weights are these to 2^-53).
-  for (const MixturePoint& point : spec.schedule) {
+  for (const MixturePoint& point : ResolvedSchedule(spec)) {
     v1::MixPoint* out = response->add_mix();
     out->set_step(point.step);
-    double sum = 0;
-    for (const auto& [name, weight] : point.weights) sum += weight;
-    std::map<std::string, double> by_name(point.weights.begin(), point.weights.end());
-    for (const auto& [name, weight] : by_name) {
+    for (const auto& [name, weight] : point.weights) {
       v1::MixWeight* w = out->add_weights();
       w->set_dataset(name);
-      w->set_weight(sum > 0 ? weight / sum : 0);
+      w->set_weight(weight);
     }
   }
   response->set_samples_per_epoch(spec.samples_per_epoch);

@@ -61,8 +61,10 @@ absl::StatusOr<std::unique_ptr<JobMixture>> BuildMixture(MixtureRequest asked,
                                                          const JobConfig& config,
                                                          int64_t max_member_bytes);
 
-// The plan of `mixture` resumed as `resume` asks (StreamBatchesRequest.mix_resume):
-// INVALID_ARGUMENT for segments or an earlier schedule the planner refuses (naming it).
+// The plan of `mixture` resumed as `resume` asks (StreamBatchesRequest.mix_resume): each
+// segment replayed under its own schedule (MixSegment.schedule; none: the segment
+// before's, the first's MixtureResume.schedule, then this job's). INVALID_ARGUMENT for
+// segments or schedules the planner refuses (naming the segment).
 absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(
     const JobMixture& mixture, const shardcast::v1::MixtureResume& resume);
 

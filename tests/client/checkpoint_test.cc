@@ -93,6 +93,8 @@ TEST(CheckpointTest, AMixedRunsFactsRoundTripAndAreAbsentFromOthers) {
   saved.mix.segments = {{0, 0, 8}, {24, 3, 4}};
   // Weights that no short decimal spells: they come back bit for bit.
   saved.mix.schedule = {{0, {{"a", 1.0 / 3}, {"b", 2.0 / 3}}}, {4, {{"a", 0.2}, {"b", 0.8}}}};
+  // Each segment's schedule (resumes chain): the first run's, then new weights.
+  saved.mix.segment_schedules = {saved.mix.schedule, {{0, {{"a", 0.9}, {"b", 0.1}}}}};
   saved.mix.data_fingerprint = "mixdata-1";
   saved.mix.samples_per_epoch = 48;
   const std::string path = dir.path() + "/mix.pt";
@@ -109,8 +111,23 @@ TEST(CheckpointTest, AMixedRunsFactsRoundTripAndAreAbsentFromOthers) {
   EXPECT_EQ(loaded->mix.schedule[0].weights, saved.mix.schedule[0].weights);
   EXPECT_EQ(loaded->mix.schedule[1].step, 4);
   EXPECT_EQ(loaded->mix.schedule[1].weights, saved.mix.schedule[1].weights);
+  ASSERT_EQ(loaded->mix.segment_schedules.size(), 2u);
+  ASSERT_EQ(loaded->mix.segment_schedules[0].size(), 2u);
+  EXPECT_EQ(loaded->mix.segment_schedules[0][1].step, 4);
+  EXPECT_EQ(loaded->mix.segment_schedules[0][1].weights, saved.mix.schedule[1].weights);
+  ASSERT_EQ(loaded->mix.segment_schedules[1].size(), 1u);
+  EXPECT_EQ(loaded->mix.segment_schedules[1][0].weights, saved.mix.segment_schedules[1][0].weights);
   EXPECT_EQ(loaded->mix.data_fingerprint, "mixdata-1");
   EXPECT_EQ(loaded->mix.samples_per_epoch, 48);
+
+  // Segments without their schedules (as a run kept them before resumes chained): none
+  // come back, and the rule reads the run's schedule for every segment.
+  saved.mix.segment_schedules.clear();
+  ASSERT_TRUE(SaveCheckpoint(path, *cnn, *opt, saved).ok());
+  loaded = LoadCheckpoint(path, *cnn, *opt, torch::kCPU);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->mix.segments.size(), 2u);
+  EXPECT_TRUE(loaded->mix.segment_schedules.empty());
 
   // No mixture: none of it is written, and none comes back.
   const std::string plain = dir.path() + "/plain.pt";

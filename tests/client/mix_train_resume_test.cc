@@ -2,7 +2,8 @@
 // real tars, Gloo on loopback) and resumed from its checkpoints as the Python Loader
 // resumes one (mix_resume): a schedule on 2 ranks x 4 stopped mid-epoch goes on on
 // 1 rank x 4, is stopped again and goes on on 2 x 4; constant weights go on with new
-// ones. After every resume the samples served (dataset and key, by global position) are
+// ones, and with new ones again (resumes chain: each run replayed under its own weights).
+// After every resume the samples served (dataset and key, by global position) are
 // exactly those the planner deals from that position (the server's replay, computed
 // here from the hand-derived segments), no position is served twice, every dataset's
 // passes are whole, and the steps go on from the checkpoint's. Other data (another seed)
@@ -120,17 +121,32 @@ MixtureSpec Spec(std::vector<MixturePoint> schedule, std::vector<MixtureSegment>
 const std::vector<MixturePoint> kSchedulePoints = {{0, {{"a", 1}, {"b", 1}}},
                                                    {4, {{"a", 0.2}, {"b", 0.8}}}};
 
+// An earlier run as the server replays it: its spec (schedule, segments up to its own)
+// and the position the next run began at.
+struct EarlierRun {
+  MixtureSpec spec;
+  int64_t end = 0;
+};
+
 // What the planner deals at positions [from, to) to a run resumed at `from` (the server's
-// MixtureJobPlan::Resumed): `before` replayed up to `from`, `after` on from its state.
-std::map<int64_t, Served> Planned(const MixtureSpec& before, const MixtureSpec& after, int64_t from,
-                                  int64_t to) {
-  absl::StatusOr<MixturePlanner> replay = MixturePlanner::Create(before);
+// MixtureJobPlan::Resumed): each earlier run replayed from the state the one before it
+// left, up to its end (the last's: `from`), then `after` on from there.
+std::map<int64_t, Served> Planned(const std::vector<EarlierRun>& earlier, const MixtureSpec& after,
+                                  int64_t from, int64_t to) {
+  MixtureState state;
+  for (size_t i = 0; i < earlier.size() && from > 0; ++i) {
+    absl::StatusOr<MixturePlanner> replay = MixturePlanner::Create(earlier[i].spec);
+    EXPECT_TRUE(replay.ok()) << replay.status();
+    absl::StatusOr<MixturePlanner::Cursor> cursor =
+        i == 0 ? replay->Start() : replay->Resume(state);
+    EXPECT_TRUE(cursor.ok()) << cursor.status();
+    replay->Advance(&*cursor, earlier[i].end - cursor->position());
+    state = cursor->state();
+  }
   absl::StatusOr<MixturePlanner> planner = MixturePlanner::Create(after);
-  EXPECT_TRUE(replay.ok() && planner.ok());
-  MixturePlanner::Cursor cursor = replay->Start();
-  replay->Advance(&cursor, from);
+  EXPECT_TRUE(planner.ok()) << planner.status();
   absl::StatusOr<MixturePlanner::Cursor> resumed =
-      from == 0 ? planner->Start() : planner->Resume(cursor.state());
+      from == 0 ? planner->Start() : planner->Resume(state);
   EXPECT_TRUE(resumed.ok()) << resumed.status();
   std::map<int64_t, Served> out;
   for (int64_t p = from; p < to; ++p) {
@@ -140,6 +156,12 @@ std::map<int64_t, Served> Planned(const MixtureSpec& before, const MixtureSpec& 
                     absl::StrFormat("%08d", draw.index)};
   }
   return out;
+}
+
+// One earlier run, `before`, up to `from`.
+std::map<int64_t, Served> Planned(const MixtureSpec& before, const MixtureSpec& after, int64_t from,
+                                  int64_t to) {
+  return Planned({EarlierRun{before, from}}, after, from, to);
 }
 
 // Every served position of `run` is the planned one.
@@ -246,7 +268,8 @@ TEST_F(MixTrainResumeTest, AScheduleResumesAtOtherGlobalBatchesTwice) {
   const std::vector<MixtureSegment> s3 = {{0, 0, 8}, {24, 3, 4}, {60, 12, 8}};
   ExpectPlanned(one, Planned(Spec(kSchedulePoints, s1), Spec(kSchedulePoints, s1), 0, 24));
   ExpectPlanned(two, Planned(Spec(kSchedulePoints, s1), Spec(kSchedulePoints, s2), 24, 60));
-  ExpectPlanned(three, Planned(Spec(kSchedulePoints, s2), Spec(kSchedulePoints, s3), 60, 96));
+  ExpectPlanned(three, Planned({{Spec(kSchedulePoints, s1), 24}, {Spec(kSchedulePoints, s2), 60}},
+                               Spec(kSchedulePoints, s3), 60, 96));
 
   std::map<int64_t, Served> all;
   for (const RunSeen* run : {&one, &two, &three}) {
@@ -286,6 +309,39 @@ TEST_F(MixTrainResumeTest, NewWeightsContinueEveryPassAndOtherDataIsRefused) {
   ASSERT_EQ(all.size(), 96u);
   ExpectWholePasses(all);
   EXPECT_EQ(two.first_step, 4);
+}
+
+TEST_F(MixTrainResumeTest, ASecondWeightChangeReplaysEachRunUnderItsOwnWeights) {
+  // Run one: 3 steps of 2 x 4 under a=5,b=3 (positions 0..23). Run two: 1 x 4 under
+  // a=1,b=4 from position 24, step 3, up to step 8 (positions 24..43). Run three: 1 x 4
+  // under a=4,b=1 from position 44, step 8, to the end (44..95). Run three's server must
+  // replay [0, 24) under run one's weights and [24, 44) under run two's (the checkpoint
+  // keeps each segment's schedule): a single schedule would put other draw counts at 44.
+  ASSERT_EQ(Run("one", 2, 4, "a=5,b=3", {"--max-steps", "3"}), 0) << ReadWholeFile(err_);
+  ASSERT_EQ(Run("two", 1, 4, "a=1,b=4", {"--resume", Resume(), "--max-steps", "8"}), 0)
+      << ReadWholeFile(err_);
+  ASSERT_EQ(Run("three", 1, 4, "a=4,b=1", {"--resume", Resume()}), 0) << ReadWholeFile(err_);
+
+  const RunSeen one = Seen("one", 2, 4), two = Seen("two", 1, 4), three = Seen("three", 1, 4);
+  const std::vector<MixturePoint> w1 = {{0, {{"a", 5}, {"b", 3}}}};
+  const std::vector<MixturePoint> w2 = {{0, {{"a", 1}, {"b", 4}}}};
+  const std::vector<MixturePoint> w3 = {{0, {{"a", 4}, {"b", 1}}}};
+  const std::vector<MixtureSegment> s1 = {{0, 0, 8}};
+  const std::vector<MixtureSegment> s2 = {{0, 0, 8}, {24, 3, 4}};
+  const std::vector<MixtureSegment> s3 = {{0, 0, 8}, {24, 3, 4}, {44, 8, 4}};
+  ExpectPlanned(one, Planned(Spec(w1, s1), Spec(w1, s1), 0, 24));
+  ExpectPlanned(two, Planned(Spec(w1, s1), Spec(w2, s2), 24, 44));
+  ExpectPlanned(three, Planned({{Spec(w1, s1), 24}, {Spec(w2, s2), 44}}, Spec(w3, s3), 44, 96));
+  std::map<int64_t, Served> all;
+  for (const RunSeen* run : {&one, &two, &three}) {
+    for (const auto& [position, served] : run->served) {
+      EXPECT_TRUE(all.emplace(position, served).second) << "position " << position << " twice";
+    }
+  }
+  ASSERT_EQ(all.size(), 96u);
+  ExpectWholePasses(all);
+  EXPECT_EQ(three.start_step, 8);
+  EXPECT_EQ(three.first_step, 9);
 }
 
 }  // namespace

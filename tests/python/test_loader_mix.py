@@ -3,7 +3,8 @@ different sizes on the real server, 2 ranks, 2 epochs. The global sequence the r
 batches make (position e*S + (j*W + r)*B + k) holds the weights at every prefix within one
 sample, each dataset is read in whole passes (also with one dataset read over HTTP from
 nginx), every sample names its dataset, a schedule moves the weights, a constant mixture
-resumes elastically (2 -> 3 ranks) onto the same sequence, and bad mixtures are refused
+resumes elastically (2 -> 3 ranks) onto the same sequence, new weights continue every
+dataset's pass (also through a chain of three weight sets), and bad mixtures are refused
 before anything connects or by the server."""
 
 import collections
@@ -446,6 +447,8 @@ def test_new_weights_continue_each_dataset_pass(mixed_server):
     states = take_steps(old, 6, W, B, seen)  # positions 0..47
     for loader in old:
         loader.close()
+    for state in states:  # a state from before segments kept their schedules still loads
+        del state["mix_segment_schedules"]
     new = loaders(mixed_server, "py-mix-nw-new", W, B, mix=after, samples_per_epoch=S)
     try:
         for r, loader in enumerate(new):
@@ -480,3 +483,86 @@ def test_new_weights_continue_each_dataset_pass(mixed_server):
             other.load_state_dict(states[0])
     finally:
         other.close()
+
+
+def take_steps_from(ranks, k, world, batch, position, into):
+    """k steps of every rank of a run resumed at `position` (inside one epoch)."""
+    its = [iter(loader) for loader in ranks]
+    for j in range(k):
+        for r, it in enumerate(its):
+            _, _, info = next(it)
+            for i, s in enumerate(info):
+                o = position % S + (j * world + r) * batch + i
+                if s.valid and o < S:
+                    into[(position // S) * S + o] = (s.dataset, s.key)
+    return [loader.state_dict() for loader in ranks]
+
+
+def pass_orders(server, n):
+    """Each dataset's first n draws as one run of equal weights gives them: the order of
+    its pass shuffles, which no weight, world size or resume changes (seed 3)."""
+    equal = {name: 1.0 for name in SIZES}
+    [loader] = loaders(server, "py-mix-orders", 1, 8, mix=equal, samples_per_epoch=n * len(SIZES))
+    orders = collections.defaultdict(list)
+    try:
+        for _, _, info in loader:
+            for s in info:
+                if s.valid:
+                    orders[s.dataset].append(s.key)
+    finally:
+        loader.close()
+    assert all(len(keys) >= n for keys in orders.values())
+    return orders
+
+
+def test_three_weight_sets_chain_through_state_dicts(mixed_server):
+    """Run A (2x4) draws [0, 48) under one weight set, run B (3x4) resumes it under another
+    and draws [48, 84), run C (1x8) resumes B under a third: every dataset's draws across
+    the three runs are its pass shuffles' order, none served twice within a pass and none
+    skipped (C's server replays A's segment under A's weights, B's under B's)."""
+    weights = [
+        {"big": 5, "mid": 3, "small": 2},
+        {"big": 1, "mid": 1, "small": 8},
+        {"big": 1, "mid": 6, "small": 1},
+    ]
+
+    def common(i):
+        return dict(mix=weights[i], samples_per_epoch=S, remainder="pad")
+
+    seen = {}
+    a = loaders(mixed_server, "py-mix-ch-a", W, B, **common(0))
+    states = take_steps(a, 6, W, B, seen)  # positions 0..47
+    for loader in a:
+        loader.close()
+    b = loaders(mixed_server, "py-mix-ch-b", 3, 4, **common(1))
+    try:
+        for r, loader in enumerate(b):
+            loader.load_state_dict(states[r % W])
+        states = take_steps_from(b, 3, 3, 4, 48, seen)  # positions 48..83
+    finally:
+        for loader in b:
+            loader.close()
+    assert states[0]["mix_segments"] == [[0, 0, 8], [48, 6, 12]]
+    assert [dict(s[0][1]) for s in states[0]["mix_segment_schedules"]] == weights[:2]
+    [c] = loaders(mixed_server, "py-mix-ch-c", 1, 8, **common(2))
+    try:
+        c.load_state_dict(states[1])
+        seq = rest_of_run([c], 1, 84, 1, 8, seen)
+        last = c.state_dict()
+    finally:
+        c.close()
+    assert len(seq) == 2 * S and sorted(seen) == list(range(2 * S))
+    assert last["mix_segments"] == [[0, 0, 8], [48, 6, 12], [84, 9, 8]]
+    assert [dict(s[0][1]) for s in last["mix_segment_schedules"]] == weights
+    orders = pass_orders(mixed_server, 2 * S)
+    for d, n in SIZES.items():
+        keys = [key for name, key in seq if name == d]
+        assert keys == orders[d][: len(keys)], d  # no repeat, no skip
+        for start in range(0, len(keys), n):
+            assert len(set(keys[start : start + n])) == len(keys[start : start + n]), (d, start)
+    # Weight set C from position 84: the proportions hold from there.
+    count = collections.Counter()
+    for p in range(84, len(seq)):
+        count[seq[p][0]] += 1
+        for d, w in weights[2].items():
+            assert abs(count[d] - w / 8 * (p - 83)) <= 1 + 1e-9, (p, d)

@@ -377,6 +377,33 @@ TEST_F(MixtureServingTest, NewWeightsContinueEveryPassAndHoldFromTheResumePoint)
   }
 }
 
+TEST_F(MixtureServingTest, ABadSegmentScheduleIsRefusedNamingTheSegment) {
+  InProcessServer server(a_.path(), options_);
+  const std::vector<std::pair<int64_t, std::map<std::string, double>>> weights = {
+      {0, {{"a", 1}, {"b", 1}, {"c", 1}}}};
+  RegisterAll(server, MixRequest("bad-seg", 0, 1, 4, weights, 96));
+  v1::StreamBatchesRequest request;
+  request.set_job_id("bad-seg");
+  request.set_sample_offset(60);
+  v1::MixtureResume* resume = request.mutable_mix_resume();
+  resume->set_position(60);
+  resume->add_segments()->set_global_batch(8);
+  v1::MixSegment* second = resume->add_segments();
+  second->set_start_position(48);
+  second->set_start_step(6);
+  second->set_global_batch(4);
+  v1::MixPoint* point = second->add_schedule();
+  for (const char* name : {"a", "z", "c"}) {
+    v1::MixWeight* w = point->add_weights();
+    w->set_dataset(name);
+    w->set_weight(1);
+  }
+  StreamResult stream = StreamAll(server.stub(), request);
+  EXPECT_EQ(stream.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(stream.status.error_message(), HasSubstr("earlier segment 1"));
+  EXPECT_THAT(stream.status.error_message(), HasSubstr("'z'"));
+}
+
 TEST_F(MixtureServingTest, RanksMustAgreeAndTheFingerprintCoversTheMixture) {
   InProcessServer server(a_.path(), options_);
   const std::vector<std::pair<int64_t, std::map<std::string, double>>> one = {

@@ -123,6 +123,61 @@ TEST(MixResumeTest, NewWeightsSendTheEarlierSchedule) {
   EXPECT_EQ(Flat((*at)->segments), (std::vector<int64_t>{0, 0, 8, 48, 6, 8}));
 }
 
+const std::vector<MixturePoint> kOther = {{0, {{"a", 0.9}, {"b", 0.1}}}};
+const std::vector<MixturePoint> kThird = {{0, {{"a", 0.3}, {"b", 0.7}}}};
+
+TEST(MixResumeTest, EverySegmentSendsAndKeepsItsOwnSchedule) {
+  // Run 2 resumed run 1 (kSchedule, 2 x 4) at 40 under kOther (3 x 4); checkpointed at
+  // 132; run 3 goes on under kThird at 1 x 4.
+  SavedMix saved = Saved(1, 3, {{0, 0, 8}, {40, 5, 12}});
+  saved.position.world_size = 3;
+  saved.batches_in_epoch = 8;
+  saved.run.schedule = kOther;
+  saved.run.segment_schedules = {kSchedule, kOther};
+  MixJob job = Job("fp-third", 4);
+  job.schedule = kThird;
+  absl::StatusOr<std::optional<MixResumeAt>> at = MixResumedFrom(saved, job);
+  ASSERT_TRUE(at.ok()) << at.status();
+  ASSERT_TRUE(at->has_value());
+  const MixResumeAt& r = **at;
+  ASSERT_EQ(r.resume.segment_schedules.size(), 2u);
+  EXPECT_EQ(r.resume.segment_schedules[0][1].weights, kSchedule[1].weights);
+  EXPECT_EQ(r.resume.segment_schedules[1][0].weights, kOther[0].weights);
+  // The single schedule older servers read: the checkpoint's run's.
+  ASSERT_EQ(r.resume.schedule.size(), 1u);
+  EXPECT_EQ(r.resume.schedule[0].weights, kOther[0].weights);
+  // This run's: the three segments and their three schedules.
+  EXPECT_EQ(Flat(r.segments), (std::vector<int64_t>{0, 0, 8, 40, 5, 12, 132, 13, 4}));
+  ASSERT_EQ(r.segment_schedules.size(), 3u);
+  EXPECT_EQ(r.segment_schedules[0].size(), 2u);
+  EXPECT_EQ(r.segment_schedules[1][0].weights, kOther[0].weights);
+  EXPECT_EQ(r.segment_schedules[2][0].weights, kThird[0].weights);
+}
+
+TEST(MixResumeTest, ACheckpointWithoutSegmentSchedulesMeansItsScheduleForEvery) {
+  SavedMix saved = Saved(1, 3, {{0, 0, 8}, {40, 5, 12}});
+  saved.position.world_size = 3;
+  saved.batches_in_epoch = 8;
+  absl::StatusOr<std::optional<MixResumeAt>> at = MixResumedFrom(saved, Job("fp-new", 4));
+  ASSERT_TRUE(at.ok()) << at.status();
+  ASSERT_TRUE(at->has_value());
+  ASSERT_EQ((*at)->resume.segment_schedules.size(), 2u);
+  for (const std::vector<MixturePoint>& schedule : (*at)->resume.segment_schedules) {
+    ASSERT_EQ(schedule.size(), 2u);
+    EXPECT_EQ(schedule[1].weights, kSchedule[1].weights);
+  }
+  // Without the run's facts at all (this job's checkpoint): this job's schedule.
+  MixJob job = Job("fp-old", 12);
+  job.schedule = kOther;
+  SavedMix bare = Saved(0, 5, {});
+  bare.run = MixRun{};  // what such a checkpoint reads back as
+  at = MixResumedFrom(bare, job);
+  ASSERT_TRUE(at.ok()) << at.status();
+  ASSERT_TRUE(at->has_value());
+  ASSERT_EQ((*at)->resume.segment_schedules.size(), 1u);
+  EXPECT_EQ((*at)->resume.segment_schedules[0][0].weights, kOther[0].weights);
+}
+
 TEST(MixResumeTest, AFinishedEpochResumesAtTheNextEpochsStart) {
   // Remainder drop: 12 batches of 8 served 96 positions; with S = 100 the epoch's last 4
   // were drawn and served to no rank, and the next epoch starts at 100.
