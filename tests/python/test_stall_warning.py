@@ -6,7 +6,9 @@ status) and in /metrics; after SIGCONT the ranks take batches again and it clear
 The server flags the rank that is behind the other by its position (what it has been
 sent): usually the stopped rank 1. When rank 1 stopped after its prefetch took one batch
 more than rank 0's, the stopped rank is the one ahead and rank 0 is flagged instead
-(docs/server.md says why); the test then checks the same chain for rank 0."""
+(docs/server.md says why); the test then checks the same chain for rank 0. A stop that
+leaves both ranks at the same position is not detected (docs/server.md), so the test
+lets the rank go on and stops it again elsewhere (CI saw such a tie once: 20 and 20)."""
 
 import json
 import signal
@@ -67,6 +69,43 @@ def stalled_metric(port: int, rank: str) -> float:
             }:
                 return sample.value
     raise AssertionError(f"no shardcast_rank_stalled for rank {rank}:\n{text}")
+
+
+def positions_tie(status: dict) -> bool:
+    """Both ranks idle past --stall-warn (5 s) at the same position: the stall docs/server.md
+    says is not detected (the stopped rank's stream had been sent as far as its peer's)."""
+    r = ranks_of(status)
+    return (
+        len(r) == 2
+        and all(float(v.get("secondsSinceLastBatch", 0)) > 8 for v in r.values())
+        and len({(v.get("epoch"), v.get("nextBatch")) for v in r.values()}) == 1
+    )
+
+
+def stop_rank_until_flagged(proc, log, address: str, attempts: int = 3):
+    """SIGSTOPs `proc` until the server flags a rank: a stop that leaves both ranks at
+    the same position is the documented blind spot, so the rank is let go on and stopped
+    again elsewhere. Returns the status that flags and the log's length at that stop."""
+    for _ in range(attempts):
+        proc.send_signal(signal.SIGSTOP)
+        log_before_stop = len(log.read_text())
+        status = wait_for(
+            "a rank flagged (or a tie)",
+            lambda s: s.get("stalledRanks", 0) >= 1 or positions_tie(s),
+            address,
+        )
+        if status.get("stalledRanks", 0) >= 1:
+            return status, log_before_stop
+        proc.send_signal(signal.SIGCONT)
+        tied = {r: int(v["batchesSent"]) for r, v in ranks_of(status).items()}
+        wait_for(
+            "both ranks moving after a tie",
+            lambda s: all(
+                int(ranks_of(s).get(r, {}).get("batchesSent", 0)) > n for r, n in tied.items()
+            ),
+            address,
+        )
+    raise AssertionError(f"{attempts} stops all left the ranks at the same position")
 
 
 def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
@@ -137,9 +176,7 @@ def test_a_stopped_rank_is_flagged_and_cleared(tmp_path):
         for proc in ranks:
             assert proc.poll() is None, (tmp_path / "rank0.err").read_text()
 
-        ranks[1].send_signal(signal.SIGSTOP)
-        log_before_stop = len(log.read_text())
-        status = wait_for("a rank flagged", lambda s: s.get("stalledRanks", 0) >= 1, server.address)
+        status, log_before_stop = stop_rank_until_flagged(ranks[1], log, server.address)
         flagged = [r for r, v in ranks_of(status).items() if v.get("stalled", False)]
         assert len(flagged) == 1, status
         behind, ahead = flagged[0], 1 - flagged[0]
