@@ -1467,7 +1467,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     spread.distinct = static_cast<int64_t>(streamed_labels->size());
     spread.max_label = streamed_labels->empty() ? -1 : *streamed_labels->rbegin();
   }
-  WarnIfClassesSparse(spread, &index);
+  // A start from the cache's header has no samples to count labels in (it would warn of
+  // 0 distinct labels): the warning was given when the dataset was indexed.
+  if (!header_only || streamed) WarnIfClassesSparse(spread, &index);
   index.class_names = std::move(scan->class_names);
   if (!index.class_names.empty() &&
       index.class_names.size() < static_cast<size_t>(index.num_classes)) {

@@ -72,7 +72,10 @@ std::string TarOf(const std::vector<std::pair<std::string, std::string>>& files)
     absl::SNPrintF(h.data() + 136, 12, "%011o", 1700000000);
     h.replace(148, 8, 8, ' ');
     h[156] = '0';
-    h.replace(257, 8, std::string("ustar\0" "00", 8));
+    h.replace(257, 8,
+              std::string("ustar\0"
+                          "00",
+                          8));
     unsigned sum = 0;
     for (unsigned char c : h) sum += c;
     absl::SNPrintF(h.data() + 148, 8, "%06o", sum);
@@ -88,10 +91,11 @@ std::string TarOf(const std::vector<std::pair<std::string, std::string>>& files)
 struct DatasetSpec {
   int shards = 6;
   int per_shard = 40;
-  bool images = true;               // a .jpg each (else a .txt only)
-  int first_image_shard = 0;        // shards before it have no image: the rules turn late
-  bool labels = true;               // a .cls each
-  bool corrupt_shard = true;        // one shard is not a tar
+  bool images = true;         // a .jpg each (else a .txt only)
+  int first_image_shard = 0;  // shards before it have no image: the rules turn late
+  bool labels = true;         // a .cls each
+  bool corrupt_shard = true;  // one shard is not a tar
+  int info_classes = 13;      // info.json's num_classes
 };
 
 // Shards of samples with an image (sizes vary), a label, a class name now and then, a
@@ -115,7 +119,7 @@ void MakeDataset(const std::string& dir, const DatasetSpec& spec) {
     WriteFile(absl::StrFormat("%s/shard-%d.tar", dir, s), TarOf(files));
   }
   if (spec.corrupt_shard) WriteFile(dir + "/shard-99.tar", std::string(3000, 'z'));
-  WriteFile(dir + "/info.json", "{\"num_classes\": 13}");
+  WriteFile(dir + "/info.json", absl::StrCat("{\"num_classes\": ", spec.info_classes, "}"));
 }
 
 IndexOptions Options(const std::string& cache_dir, bool on_disk) {
@@ -135,7 +139,8 @@ std::string CacheFile(const std::string& cache_dir) {
 
 std::string Describe(const SampleEntry& e) {
   std::string out = absl::StrCat(e.key, " ", e.label, " ", e.image_member);
-  for (const MemberRef& m : e.members) absl::StrAppend(&out, " ", m.ext, "@", m.offset, "+", m.size);
+  for (const MemberRef& m : e.members)
+    absl::StrAppend(&out, " ", m.ext, "@", m.offset, "+", m.size);
   return out;
 }
 
@@ -151,7 +156,8 @@ std::vector<std::string> Samples(const DatasetIndex& index) {
 
 std::vector<std::string> Skips(const DatasetIndex& index) {
   std::vector<std::string> out;
-  for (const SkippedSample& s : index.skipped) out.push_back(s.shard + "/" + s.key + ": " + s.reason);
+  for (const SkippedSample& s : index.skipped)
+    out.push_back(s.shard + "/" + s.key + ": " + s.reason);
   for (const SkippedShard& s : index.skipped_shards) out.push_back(s.path + ": " + s.reason);
   return out;
 }
@@ -190,6 +196,14 @@ bool ExpectSameBothWays(const DatasetSpec& spec) {
   EXPECT_TRUE(again.ok() && again->loaded_from_cache);
   if (again.ok()) {
     EXPECT_EQ(Samples(*again), Samples(*mem));
+    // (A start from the header has no labels to count: no sparse-classes warning.)
+    std::vector<std::string> warned = mem->warnings;
+    warned.erase(std::remove_if(warned.begin(), warned.end(),
+                                [](const std::string& w) {
+                                  return w.find("distinct labels occur") != std::string::npos;
+                                }),
+                 warned.end());
+    EXPECT_EQ(again->warnings, warned);
   }
   return disk->samples_released;
 }
@@ -209,6 +223,14 @@ TEST(IndexOnDiskTest, OneShard) {
   DatasetSpec spec;
   spec.shards = 1;
   spec.corrupt_shard = false;
+  EXPECT_TRUE(ExpectSameBothWays(spec));
+}
+
+// num_classes far above the 13 labels that occur: the same warning both ways (the labels
+// counted as they are committed), once.
+TEST(IndexOnDiskTest, SparseClassesWarnedAlike) {
+  DatasetSpec spec;
+  spec.info_classes = 100;
   EXPECT_TRUE(ExpectSameBothWays(spec));
 }
 
@@ -245,10 +267,11 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
   const int64_t in_memory = PeakHeapWhileIndexing(data, Options(tmp.path() + "/mem", false));
   const int64_t on_disk = PeakHeapWhileIndexing(data, Options(tmp.path() + "/disk", true));
   const int64_t samples = int64_t{kShards} * kPerShard;
-  std::printf("peak heap while indexing %lld samples: in memory %.1f B/sample, on disk %.1f "
-              "B/sample (%lld bytes)\n",
-              static_cast<long long>(samples), static_cast<double>(in_memory) / samples,
-              static_cast<double>(on_disk) / samples, static_cast<long long>(on_disk));
+  std::printf(
+      "peak heap while indexing %lld samples: in memory %.1f B/sample, on disk %.1f "
+      "B/sample (%lld bytes)\n",
+      static_cast<long long>(samples), static_cast<double>(in_memory) / samples,
+      static_cast<double>(on_disk) / samples, static_cast<long long>(on_disk));
   EXPECT_LT(on_disk, in_memory / 4);
   // Records of the shards plus a window of shards in flight (2 threads): well under a
   // fifth of the samples' vectors.
