@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <new>
 #include <string>
 #include <utility>
@@ -240,6 +241,83 @@ TEST(IndexOnDiskTest, RulesTurnedByALaterShardFallBackToMemory) {
   DatasetSpec spec;
   spec.first_image_shard = 3;
   EXPECT_FALSE(ExpectSameBothWays(spec));
+}
+
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) out.push_back(entry.path().string());
+  return out;
+}
+
+// A listing of `n` shards whose scans are given by `scan` (no files behind them).
+ShardListing FakeListing(int n, std::function<ShardScanResult(const ShardInfo&)> scan) {
+  ShardListing listing;
+  listing.root = "https://example.invalid/d/";
+  for (int i = 0; i < n; ++i) {
+    ShardInfo shard;
+    shard.path = absl::StrCat("shard-", i, ".tar");
+    shard.file_size = 1 << 20;
+    shard.etag = absl::StrCat("\"etag", i, "\"");
+    listing.shards.push_back(std::move(shard));
+  }
+  listing.scan = std::move(scan);
+  return listing;
+}
+
+ShardScanResult TenSamples(const ShardInfo& shard) {
+  ShardScanResult result;
+  result.content_digest = std::string(32, 'a');
+  for (int j = 0; j < 10; ++j) {
+    SampleEntry e;
+    e.key = absl::StrCat(shard.path, "/", j);
+    e.members.push_back(MemberRef{"txt", static_cast<uint64_t>(512 + 1024 * j), 16});
+    e.image_member = kNoImageMember;
+    result.samples.push_back(std::move(e));
+    result.class_names.emplace_back();
+  }
+  return result;
+}
+
+// A shard the store fails to give fails indexing, naming it; nothing is cached, and
+// no temporary file is left in the cache dir.
+TEST(IndexOnDiskTest, HostErrorFailsIndexingAndCachesNothing) {
+  ScopedTempDir tmp;
+  const std::string cache = tmp.path() + "/cache";
+  ShardListing listing = FakeListing(12, [](const ShardInfo& shard) {
+    if (shard.path != "shard-7.tar") return TenSamples(shard);
+    ShardScanResult failed;
+    failed.fatal = absl::UnavailableError("503 from the store");
+    failed.host_error = true;
+    return failed;
+  });
+  absl::StatusOr<DatasetIndex> index = BuildIndexFromListing(listing, Options(cache, true));
+  ASSERT_FALSE(index.ok());
+  EXPECT_TRUE(absl::IsUnavailable(index.status())) << index.status();
+  EXPECT_NE(index.status().message().find("shard-7.tar"), std::string::npos) << index.status();
+  EXPECT_TRUE(FilesIn(cache).empty()) << FilesIn(cache)[0];
+
+  listing.scan = TenSamples;  // the store is back: indexed, and only the cache is left
+  index = BuildIndexFromListing(listing, Options(cache, true));
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_TRUE(index->samples_released);
+  EXPECT_EQ(index->num_samples, 120);
+  EXPECT_EQ(FilesIn(cache).size(), 1u);
+}
+
+TEST(IndexOnDiskTest, CancelStopsIndexingAndCachesNothing) {
+  ScopedTempDir tmp;
+  const std::string cache = tmp.path() + "/cache";
+  std::atomic<bool> cancelled{false};
+  ShardListing listing = FakeListing(40, [&](const ShardInfo& shard) {
+    if (shard.path == "shard-3.tar") cancelled = true;
+    return TenSamples(shard);
+  });
+  IndexOptions options = Options(cache, true);
+  options.cancelled = &cancelled;
+  absl::StatusOr<DatasetIndex> index = BuildIndexFromListing(listing, options);
+  EXPECT_TRUE(absl::IsCancelled(index.status())) << index.status();
+  EXPECT_TRUE(FilesIn(cache).empty());
 }
 
 int64_t PeakHeapWhileIndexing(const std::string& data, const IndexOptions& options) {
