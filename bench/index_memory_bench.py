@@ -5,7 +5,8 @@ each: a tar of 1 KiB a sample) at equal shard count.
 
 For each dataset size N (default 100k and 1M samples over 100 shards):
   - "indexed": a server over an empty --index-cache-dir (scans every shard, writes the
-    cache, then keeps only counts: --index-memory 8MiB): RSS once SERVING;
+    cache, then keeps only counts: --index-memory 8MiB): its peak RSS (VmHWM: what
+    indexing took) and its RSS once SERVING;
   - "from cache": the same flags again (reads the cache's header alone): time from
     exec to SERVING, RSS once SERVING, and after one members-only epoch
     (fields=("txt",), image=False, batch 1024) drained by one rank;
@@ -74,11 +75,17 @@ def make_dataset(out: Path, n: int, shards: int) -> None:
     (out / "done").write_text("")
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return -1
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM): while indexing, for a server
+    that has just indexed."""
+    return rss_bytes(pid, "VmHWM")
 
 
 def metrics(server: ServerProcess) -> Dict[str, float]:
@@ -167,6 +174,7 @@ def main() -> None:
 
         server, t_index = start_until_serving(build, data, flags + mem)
         rss_indexed = rss_bytes(server.proc.pid)
+        peak_indexed = peak_rss_bytes(server.proc.pid)
         server.kill()
         cache_bytes = sum(p.stat().st_size for p in cache.glob("*"))
 
@@ -194,6 +202,7 @@ def main() -> None:
             t_cache=t_cache,
             t_mem=t_mem,
             indexed=per(rss_indexed),
+            peak=per(peak_indexed),
             cache=per(rss_cache),
             epoch=per(rss_epoch) if rss_epoch > 0 else float("nan"),
             mem=per(rss_mem),
@@ -209,7 +218,8 @@ def main() -> None:
             f"SERVING from cache in {t_cache:.3f} s (in memory: {t_mem:.3f} s)"
         )
         print(
-            f"  RSS beyond baseline per sample: after indexing {row['indexed']:.1f} B, "
+            f"  RSS beyond baseline per sample: peak while indexing {row['peak']:.1f} B, "
+            f"after indexing {row['indexed']:.1f} B, "
             f"from cache {row['cache']:.1f} B, after an epoch {row['epoch']:.1f} B; "
             f"--index-memory 0: {row['mem']:.1f} B"
         )
@@ -225,13 +235,15 @@ def main() -> None:
 
     print()
     print(
-        "| samples | shards | cache B/sample | RSS B/sample indexed | from cache | after epoch "
+        "| samples | shards | cache B/sample | peak RSS B/sample indexing | RSS B/sample indexed "
+        "| from cache | after epoch "
         "| `--index-memory 0` | SERVING from cache | indexing |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['n']:,} | {args.shards} | {r['cache_bytes'] / r['n']:.1f} | {r['indexed']:.1f} "
+            f"| {r['n']:,} | {args.shards} | {r['cache_bytes'] / r['n']:.1f} | {r['peak']:.1f} "
+            f"| {r['indexed']:.1f} "
             f"| {r['cache']:.1f} | {r['epoch']:.1f} | {r['mem']:.1f} | {r['t_cache']:.3f} s "
             f"| {r['t_index']:.1f} s |"
         )

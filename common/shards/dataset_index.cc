@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -440,12 +442,26 @@ void TakeServedSamples(ShardScanResult& scanned, const DatasetTraits& traits,
   }
 }
 
+// Indexing fails with a scan that failed for the store's or the host's fault.
+absl::Status HostScanError(const std::string& root, const ShardInfo& shard,
+                           const ShardScanResult& result) {
+  return absl::Status(result.fatal.code(),
+                      absl::StrCat("indexing ", root, ": shard ", shard.path,
+                                   " could not be read: ", result.fatal.message(),
+                                   "; nothing was cached (it is read again at the next start), "
+                                   "and the dataset is not served with a shard missing"));
+}
+
+int ScanThreads(const IndexOptions& options, size_t shards) {
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, std::min<int>(threads, static_cast<int>(shards)));
+}
+
 absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardInfo> shards,
                                     const ShardListing& listing, const IndexOptions& options) {
   std::vector<ShardScanResult> results(shards.size());
-  int threads =
-      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(shards.size())));
+  const int threads = ScanThreads(options, shards.size());
   std::atomic<size_t> next{0};
   // Set by the first host or store error: indexing fails with it, so the other
   // threads take no more shards (a bucket's worth of downloads for nothing).
@@ -469,14 +485,7 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
   // the shard would stay missing after the store recovers. (The fetcher has retried
   // within its deadline already.)
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (results[i].host_error) {
-      return absl::Status(
-          results[i].fatal.code(),
-          absl::StrCat("indexing ", root, ": shard ", shards[i].path,
-                       " could not be read: ", results[i].fatal.message(),
-                       "; nothing was cached (it is read again at the next start), and the "
-                       "dataset is not served with a shard missing"));
-    }
+    if (results[i].host_error) return HostScanError(root, shards[i], results[i]);
   }
 
   ScanOutcome out;
@@ -516,6 +525,339 @@ absl::StatusOr<ScanOutcome> ScanAll(const std::string& root, std::vector<ShardIn
   }
   out.shards = std::move(shards);
   return out;
+}
+
+// Scans `shards` on `IndexOptions::threads` threads and hands each result to `commit`
+// in shard order, as soon as it and the shards before it are scanned: at most a few
+// results per thread wait (a scan does not start further ahead of the next commit).
+// A host error (HostScanError), a cancel or `commit`'s error stops the scan.
+absl::Status ScanInOrder(const std::string& root, const std::vector<ShardInfo>& shards,
+                         const ShardListing& listing, const IndexOptions& options,
+                         const std::function<absl::Status(size_t, ShardScanResult)>& commit) {
+  const int threads = ScanThreads(options, shards.size());
+  const size_t window = 2 * static_cast<size_t>(threads);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0, committed = 0;
+  bool stop = false;
+  absl::Status failed;
+  std::map<size_t, ShardScanResult> waiting;
+  const auto stopping = [&] {
+    return options.cancelled != nullptr && options.cancelled->load(std::memory_order_relaxed);
+  };
+  const auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stop && next < shards.size()) {
+      const size_t i = next++;
+      cv.wait(lock, [&] { return stop || i < committed + window; });
+      if (stop) break;
+      lock.unlock();
+      ShardScanResult result = stopping() ? ShardScanResult{} : listing.scan(shards[i]);
+      lock.lock();
+      if (stopping() || result.host_error) {
+        if (failed.ok() && result.host_error) failed = HostScanError(root, shards[i], result);
+        stop = true;
+        break;
+      }
+      waiting.emplace(i, std::move(result));
+      for (auto it = waiting.find(committed); !stop && it != waiting.end();
+           it = waiting.find(committed)) {
+        ShardScanResult ready = std::move(it->second);
+        waiting.erase(it);
+        // Committed under the lock: in shard order, one at a time.
+        if (absl::Status done = commit(committed, std::move(ready)); !done.ok()) {
+          failed = done;
+          stop = true;
+        }
+        ++committed;
+      }
+      cv.notify_all();
+    }
+    cv.notify_all();
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (stopping()) return absl::CancelledError(absl::StrCat("indexing ", root, " was cancelled"));
+  return failed;
+}
+
+// Writes all of `data` to `fd`; the error names `path`.
+absl::Status WriteAll(int fd, const std::string& path, absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat(path, ": write failed: ", std::strerror(n < 0 ? errno : ENOSPC)));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+// A temporary file in `dir` (mkstemp), unlinked at once: its descriptor, or -1.
+int AnonymousFile(const std::string& dir) {
+  std::string name = (fs::path(dir) / ".shardcast-index-tables.XXXXXX").string();
+  const int fd = ::mkstemp(name.data());
+  if (fd >= 0) ::unlink(name.c_str());
+  return fd;
+}
+
+// The index cache written as the shards are scanned (IndexOptions::samples_on_disk), so
+// that no shard's samples outlive its commit: each shard's served samples are encoded
+// into its table at once and appended to an unlinked temporary file in the cache dir;
+// what the header needs (records, skipped samples, class names, summary) is added up
+// as it goes. Finish writes the header, copies the tables after it and renames the
+// file into place: the same bytes as ScanAll + SerializeScanOutcome. Commits mirror
+// ScanAll's merge, with the dataset rules (DatasetTraits) of the shards committed so
+// far: when a later shard turns them (an image after shards without any), the samples
+// already committed are ruled wrongly and Exact() is false: the caller scans again in
+// memory.
+class StreamedCache {
+ public:
+  StreamedCache(std::string path, std::string root, const IndexOptions& options,
+                std::vector<ShardInfo> shards)
+      : path_(std::move(path)), root_(std::move(root)), options_(options) {
+    out_.shards = std::move(shards);
+    out_.skip_reasons.resize(out_.shards.size());
+    records_.resize(out_.shards.size());
+  }
+  ~StreamedCache() {
+    if (tables_fd_ >= 0) ::close(tables_fd_);
+  }
+
+  absl::Status Open() {
+    std::error_code ec;
+    fs::create_directories(fs::path(path_).parent_path(), ec);
+    tables_fd_ = ec ? -1 : AnonymousFile(fs::path(path_).parent_path().string());
+    if (tables_fd_ < 0) {
+      return absl::UnavailableError(absl::StrCat(
+          path_, ": cannot create a temporary file: ", ec ? ec.message() : std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Commit(size_t i, ShardScanResult r) {
+    ShardInfo& shard = out_.shards[i];
+    shard.content_digest = r.content_digest;
+    if (!r.fatal.ok()) {
+      out_.skip_reasons[i] = std::string(r.fatal.message());
+      out_.warnings.push_back(absl::StrCat("shard ", shard.path, " skipped: ", r.fatal.message(),
+                                           "; serving the other shards"));
+    } else {
+      shard.compressed = r.compressed;
+      AddTraits(r.samples, &traits_);
+      NoteUnruled(r.samples);
+      std::vector<std::pair<int64_t, std::string>> shard_names;
+      TakeServedSamples(r, traits_, options_.label_field, &shard, &out_.skipped, &shard_names);
+      AddServed(shard.samples);
+      for (std::string& w : r.warnings) out_.warnings.push_back(std::move(w));
+      AddClassNames(shard.path, shard_names);
+    }
+    absl::StatusOr<std::string> table = EncodeCacheTable(root_, options_, i, shard, &exts_);
+    std::vector<SampleEntry>().swap(shard.samples);
+    if (!table.ok()) return table.status();
+    records_[i] = CacheTableRecord{served_ - counted_, table->size()};
+    counted_ = served_;
+    tables_size_ += table->size();
+    return WriteAll(tables_fd_, path_, *table);
+  }
+
+  // Whether the rules the commits applied are those of the whole dataset: no sample
+  // was ruled on before an image (a label) turned up in a later shard.
+  bool Exact() const {
+    return !(traits_.has_images && unruled_image_) && !(traits_.has_labels && unruled_label_);
+  }
+  const std::set<int64_t>& labels() const { return labels_; }
+
+  // Writes the cache file; the outcome as a header-only read of it gives it.
+  absl::StatusOr<ScanOutcome> Finish(uint64_t* file_size) {
+    if (!names_.empty()) {
+      out_.class_names.resize(static_cast<size_t>(out_.max_label + 1));
+      for (auto& [label, name] : names_) out_.class_names[static_cast<size_t>(label)] = name;
+    }
+    absl::StatusOr<std::string> fingerprint = Fingerprint();
+    if (!fingerprint.ok()) return fingerprint.status();
+    out_.fingerprint = *std::move(fingerprint);
+    const std::string header =
+        SerializeCacheHeader(root_, options_, out_, records_, summary_, exts_);
+    absl::Status written = WriteFile(header);
+    if (!written.ok()) return written;
+    *file_size = header.size() + tables_size_ + kChecksumRecordBytes;
+    out_.tables = LocateCacheTables(root_, options_, out_.shards, header.size(), records_);
+    out_.exts = std::make_shared<const ExtensionTable>(exts_);
+    out_.has_images = summary_.has_images;
+    out_.has_labels = summary_.has_labels;
+    out_.extension_counts = summary_.extension_counts;
+    out_.largest_image_bytes = summary_.largest_image_bytes;
+    return std::move(out_);
+  }
+
+ private:
+  // Samples without an image (a label) in a dataset without any so far: a later shard
+  // with one would have them skipped (or skipped for another reason).
+  void NoteUnruled(const std::vector<SampleEntry>& samples) {
+    for (const SampleEntry& e : samples) {
+      unruled_image_ = unruled_image_ || (!traits_.has_images && ImageMember(e) == nullptr);
+      unruled_label_ = unruled_label_ || (!traits_.has_labels && e.label < 0);
+    }
+  }
+
+  void AddServed(const std::vector<SampleEntry>& samples) {
+    for (const SampleEntry& e : samples) {
+      out_.max_label = std::max(out_.max_label, e.label);
+      if (e.label >= 0) labels_.insert(e.label);
+    }
+    summary_.Add(samples);
+    served_ += samples.size();
+  }
+
+  void AddClassNames(const std::string& shard,
+                     std::vector<std::pair<int64_t, std::string>>& shard_names) {
+    for (auto& [label, name] : shard_names) {
+      auto [it, inserted] = names_.emplace(label, name);
+      if (!inserted && it->second != name && warned_labels_.insert(label).second) {
+        out_.warnings.push_back(absl::StrCat("label ", label, " has class names '", it->second,
+                                             "' and '", name, "' (in ", shard,
+                                             "); keeping the first"));
+      }
+    }
+  }
+
+  // Shard i's table, read back from the temporary file.
+  absl::StatusOr<std::string> Table(size_t i, uint64_t offset) const {
+    return ReadTable(tables_fd_, path_, offset, records_[i].size);
+  }
+
+  // ContentFingerprint of the served shards, their samples read back table by table
+  // (the served count leads the digest: known only once every shard is scanned).
+  absl::StatusOr<std::string> Fingerprint() const {
+    Digest128 h;
+    h.AddString("shardcast-index");
+    h.AddU64(kFingerprintVersion);
+    h.AddString(options_.label_field);
+    size_t served = 0;
+    for (const std::string& reason : out_.skip_reasons) served += reason.empty() ? 1 : 0;
+    h.AddU64(served);
+    const std::vector<ShardTableLocation> located =
+        LocateCacheTables(root_, options_, out_.shards, 0, records_);
+    for (size_t i = 0; i < out_.shards.size(); ++i) {
+      if (!out_.skip_reasons[i].empty()) continue;
+      const ShardInfo& s = out_.shards[i];
+      h.AddString(s.path);
+      h.AddU64(s.file_size);
+      h.AddString(s.content_digest);
+      h.AddU64(s.compressed ? 1 : 0);
+      absl::StatusOr<std::string> bytes = Table(i, located[i].offset);
+      if (!bytes.ok()) return bytes.status();
+      absl::StatusOr<CompactShardTable> table =
+          CompactShardTable::Open(*bytes, &exts_, located[i].limits);
+      if (!table.ok()) return table.status();
+      std::vector<SampleEntry> samples(table->size());
+      absl::Status decoded =
+          table->ForEach([&](uint32_t j, const SampleEntry& e) { samples[j] = e; });
+      if (!decoded.ok()) return decoded;
+      AddSampleRecords(samples, &h);
+    }
+    return h.Hex();
+  }
+
+  // The cache file: `header`, the tables, the checksum of it all; renamed into place.
+  absl::Status WriteFile(const std::string& header) const {
+    std::string tmp = path_ + ".tmp.XXXXXX";
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat(path_, ": cannot create a temporary file: ", std::strerror(errno)));
+    }
+    absl::Status written = CopyInto(fd, tmp, header);
+    ::fchmod(fd, 0644);  // mkstemp makes 0600; the cache is as readable as before
+    if (::close(fd) != 0 && written.ok()) {
+      written = absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(errno)));
+    }
+    if (written.ok() && std::rename(tmp.c_str(), path_.c_str()) != 0) {
+      written =
+          absl::UnavailableError(absl::StrCat(path_, ": rename failed: ", std::strerror(errno)));
+    }
+    if (!written.ok()) ::unlink(tmp.c_str());
+    return written;
+  }
+
+  absl::Status CopyInto(int fd, const std::string& tmp, const std::string& header) const {
+    Digest128 h;
+    h.AddBytes(header);
+    absl::Status written = WriteAll(fd, tmp, header);
+    constexpr uint64_t kChunk = 1 << 20;
+    for (uint64_t at = 0; written.ok() && at < tables_size_; at += kChunk) {
+      absl::StatusOr<std::string> chunk =
+          ReadTable(tables_fd_, path_, at, std::min(kChunk, tables_size_ - at));
+      if (!chunk.ok()) return chunk.status();
+      h.AddBytes(*chunk);
+      written = WriteAll(fd, tmp, *chunk);
+    }
+    const std::string sum = h.Hex();
+    if (written.ok()) written = WriteAll(fd, tmp, EncodeU64(sum.size()) + sum);
+    return written;
+  }
+
+  static absl::StatusOr<std::string> ReadTable(int fd, const std::string& path, uint64_t offset,
+                                               uint64_t size) {
+    std::string out(size, '\0');
+    for (size_t done = 0; done < size;) {
+      const ssize_t n = ::pread(fd, out.data() + done, size - done, offset + done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return HostIoError(path, "read its temporary tables", n < 0 ? errno : EIO);
+      done += static_cast<size_t>(n);
+    }
+    return out;
+  }
+
+  const std::string path_;
+  const std::string root_;
+  const IndexOptions& options_;
+  ScanOutcome out_;
+  std::vector<CacheTableRecord> records_;
+  ExtensionTable exts_;
+  SampleSummary summary_;
+  DatasetTraits traits_;
+  bool unruled_image_ = false;
+  bool unruled_label_ = false;
+  uint64_t served_ = 0, counted_ = 0;
+  std::map<int64_t, std::string> names_;
+  std::set<int64_t> warned_labels_;
+  std::set<int64_t> labels_;
+  int tables_fd_ = -1;
+  uint64_t tables_size_ = 0;
+};
+
+// The outcome of scanning every shard of `listing` straight into the index cache at
+// `path` (StreamedCache), its size in `*file_size` and the distinct labels served in
+// `*labels`; nullopt when it could not be (a cache that cannot be written, rules turned
+// by a late shard): the caller then scans in memory as without samples on disk. Errors:
+// a host error or a cancel, as ScanAll.
+absl::StatusOr<std::optional<ScanOutcome>> ScanIntoCache(const std::string& path,
+                                                         const ShardListing& listing,
+                                                         const IndexOptions& options,
+                                                         uint64_t* file_size,
+                                                         std::set<int64_t>* labels) {
+  StreamedCache cache(path, listing.root, options, listing.shards);
+  if (!cache.Open().ok()) return std::nullopt;
+  bool commit_failed = false;
+  absl::Status scanned =
+      ScanInOrder(listing.root, listing.shards, listing, options, [&](size_t i, ShardScanResult r) {
+        absl::Status done = cache.Commit(i, std::move(r));
+        commit_failed = !done.ok();
+        return done;
+      });
+  if (commit_failed) return std::nullopt;
+  if (!scanned.ok()) return scanned;
+  if (!cache.Exact()) return std::nullopt;
+  absl::StatusOr<ScanOutcome> out = cache.Finish(file_size);
+  if (!out.ok()) return std::nullopt;
+  *labels = cache.labels();
+  return std::optional<ScanOutcome>(*std::move(out));
 }
 
 // info.json (or another top-level *.json with "dataset size" / "num_classes"): the
@@ -592,27 +934,39 @@ void CheckInfoJson(const std::string& root, int64_t max_label, int32_t max_class
   }
 }
 
-// num_classes sizes the trainer's last layer: far more classes than distinct labels
-// usually means one stray label or a wrong info.json, so it is worth a warning.
-void WarnIfClassesSparse(DatasetIndex* index) {
-  if (index->num_classes <= 0) return;
-  std::vector<bool> seen(static_cast<size_t>(index->num_classes), false);
+// The labels the served samples carry: how many distinct ones, and the largest.
+struct LabelSpread {
   int64_t distinct = 0;
   int64_t max_label = -1;
-  for (const ShardInfo& shard : index->shards) {
+};
+
+// Of the samples in memory, those below `num_classes` (all: it is bounded by the scan).
+LabelSpread LabelSpreadOf(const DatasetIndex& index) {
+  LabelSpread spread;
+  if (index.num_classes <= 0) return spread;
+  std::vector<bool> seen(static_cast<size_t>(index.num_classes), false);
+  for (const ShardInfo& shard : index.shards) {
     for (const SampleEntry& e : shard.samples) {
-      if (e.label < 0 || e.label >= index->num_classes) continue;  // bounded by the scan
-      max_label = std::max(max_label, e.label);
+      if (e.label < 0 || e.label >= index.num_classes) continue;  // bounded by the scan
+      spread.max_label = std::max(spread.max_label, e.label);
       if (!seen[static_cast<size_t>(e.label)]) {
         seen[static_cast<size_t>(e.label)] = true;
-        ++distinct;
+        ++spread.distinct;
       }
     }
   }
+  return spread;
+}
+
+// num_classes sizes the trainer's last layer: far more classes than distinct labels
+// usually means one stray label or a wrong info.json, so it is worth a warning.
+void WarnIfClassesSparse(const LabelSpread& spread, DatasetIndex* index) {
+  if (index->num_classes <= 0) return;
+  const int64_t distinct = spread.distinct;
   if (index->num_classes > 2 * distinct && index->num_classes - distinct >= kSparseClassesMinGap) {
     Warn(&index->warnings,
          absl::StrCat("num_classes is ", index->num_classes, " but only ", distinct,
-                      " distinct labels occur (largest ", max_label,
+                      " distinct labels occur (largest ", spread.max_label,
                       "): the model gets an output per class; check for a stray label or "
                       "info.json's \"num_classes\""));
   }
@@ -999,6 +1353,17 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     if (!from_file.ok()) return from_file.status();
     scan = *std::move(from_file);
   }
+  // Samples on disk: each shard's samples go to its table in the cache as it is
+  // scanned, never all of them in memory at once.
+  std::optional<std::set<int64_t>> streamed_labels;
+  if (!scan.has_value() && depth == ParseDepth::kHeader && !cache_path->empty()) {
+    std::set<int64_t> labels;
+    absl::StatusOr<std::optional<ScanOutcome>> streamed =
+        ScanIntoCache(*cache_path, listing, options, &cache_size, &labels);
+    if (!streamed.ok()) return streamed.status();
+    if (streamed->has_value()) streamed_labels = std::move(labels);
+    scan = *std::move(streamed);
+  }
   if (!scan.has_value()) {
     absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
     if (!scanned.ok()) return scanned.status();
@@ -1006,8 +1371,9 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   }
   // Where the tables lie in the cache file, by the scan's shard: as read, or as written.
   ScanOutcome written_tables;
-  const ScanOutcome* tables = index.loaded_from_cache ? &*scan : nullptr;
-  if (!index.loaded_from_cache && !cache_path->empty()) {
+  const bool streamed = streamed_labels.has_value();
+  const ScanOutcome* tables = index.loaded_from_cache || streamed ? &*scan : nullptr;
+  if (!index.loaded_from_cache && !streamed && !cache_path->empty()) {
     // Kept in the cache for a reader of its header alone.
     scan->fingerprint = ContentFingerprint(*scan, options);
     if (std::optional<uint64_t> size =
@@ -1040,7 +1406,7 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
     }
     open_tables(*scan);
   }
-  const bool header_only = index.loaded_from_cache && depth == ParseDepth::kHeader;
+  const bool header_only = (index.loaded_from_cache || streamed) && depth == ParseDepth::kHeader;
 
   for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
   for (size_t i = 0; i < scan->shards.size(); ++i) {
@@ -1096,7 +1462,14 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   } else {
     index.num_classes = static_cast<int32_t>(scan->max_label + 1);
   }
-  WarnIfClassesSparse(&index);
+  LabelSpread spread = LabelSpreadOf(index);
+  if (header_only && streamed) {
+    spread.distinct = static_cast<int64_t>(streamed_labels->size());
+    spread.max_label = streamed_labels->empty() ? -1 : *streamed_labels->rbegin();
+  }
+  // A start from the cache's header has no samples to count labels in (it would warn of
+  // 0 distinct labels): the warning was given when the dataset was indexed.
+  if (!header_only || streamed) WarnIfClassesSparse(spread, &index);
   index.class_names = std::move(scan->class_names);
   if (!index.class_names.empty() &&
       index.class_names.size() < static_cast<size_t>(index.num_classes)) {

@@ -130,31 +130,9 @@ uint64_t TableBinding(const std::string& root, const IndexOptions& options, uint
   return binding;
 }
 
-// What the samples of `scan` give that a reader of the header alone needs.
-struct SampleSummary {
-  bool has_images = false;
-  bool has_labels = false;
-  std::map<std::string, int64_t> extension_counts;
-  uint64_t largest_image_bytes = 0;
-
-  bool operator==(const SampleSummary& o) const {
-    return has_images == o.has_images && has_labels == o.has_labels &&
-           extension_counts == o.extension_counts && largest_image_bytes == o.largest_image_bytes;
-  }
-};
-
 SampleSummary Summarize(const ScanOutcome& scan) {
   SampleSummary s;
-  for (const ShardInfo& shard : scan.shards) {
-    for (const SampleEntry& e : shard.samples) {
-      if (const MemberRef* image = ImageMember(e); image != nullptr) {
-        s.has_images = true;
-        s.largest_image_bytes = std::max(s.largest_image_bytes, image->size);
-      }
-      s.has_labels = s.has_labels || e.label >= 0;
-      for (const MemberRef& m : e.members) ++s.extension_counts[m.ext];
-    }
-  }
+  for (const ShardInfo& shard : scan.shards) s.Add(shard.samples);
   return s;
 }
 
@@ -236,23 +214,33 @@ absl::Status ParseTrailer(const IndexOptions& options, CacheParser& p, ScanOutco
 
 }  // namespace
 
-absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
-                                                 const IndexOptions& options,
-                                                 const ScanOutcome& scan, ScanOutcome* tables_out) {
-  // The tables first: the shard records say where each lies and how long it is.
-  ExtensionTable exts;
-  std::vector<std::string> tables(scan.shards.size());
-  for (size_t i = 0; i < scan.shards.size(); ++i) {
-    ShardTableEncodeOptions table_options;
-    table_options.binding = TableBinding(root, options, i, scan.shards[i]);
-    absl::StatusOr<std::string> table =
-        EncodeShardTable(scan.shards[i].samples, &exts, table_options);
-    if (!table.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(scan.shards[i].path, ": ", table.status().message()));
+void SampleSummary::Add(const std::vector<SampleEntry>& samples) {
+  for (const SampleEntry& e : samples) {
+    if (const MemberRef* image = ImageMember(e); image != nullptr) {
+      has_images = true;
+      largest_image_bytes = std::max(largest_image_bytes, image->size);
     }
-    tables[i] = *std::move(table);
+    has_labels = has_labels || e.label >= 0;
+    for (const MemberRef& m : e.members) ++extension_counts[m.ext];
   }
+}
+
+absl::StatusOr<std::string> EncodeCacheTable(const std::string& root, const IndexOptions& options,
+                                             size_t ordinal, const ShardInfo& shard,
+                                             ExtensionTable* exts) {
+  ShardTableEncodeOptions table_options;
+  table_options.binding = TableBinding(root, options, ordinal, shard);
+  absl::StatusOr<std::string> table = EncodeShardTable(shard.samples, exts, table_options);
+  if (!table.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(shard.path, ": ", table.status().message()));
+  }
+  return table;
+}
+
+std::string SerializeCacheHeader(const std::string& root, const IndexOptions& options,
+                                 const ScanOutcome& scan,
+                                 const std::vector<CacheTableRecord>& tables,
+                                 const SampleSummary& summary, const ExtensionTable& exts) {
   CacheWriter w;
   w.AddString(absl::string_view(kCacheMagic, sizeof(kCacheMagic)));
   w.AddU64(kIndexVersion);
@@ -274,10 +262,10 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
     w.AddString(s.content_digest);
     w.AddU64(s.compressed ? 1 : 0);
     w.AddString(scan.skip_reasons[i]);
-    w.AddU64(s.samples.size());
+    w.AddU64(tables[i].samples);
     w.AddU64(table_offset);
-    w.AddU64(tables[i].size());
-    table_offset += tables[i].size();
+    w.AddU64(tables[i].size);
+    table_offset += tables[i].size;
   }
   w.AddU64(scan.skipped.size());
   for (const SkippedSample& s : scan.skipped) {
@@ -290,7 +278,6 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   w.AddU64(scan.warnings.size());
   for (const std::string& warning : scan.warnings) w.AddString(warning);
   w.AddU64(static_cast<uint64_t>(scan.max_label));
-  const SampleSummary summary = Summarize(scan);
   w.AddString(scan.fingerprint);
   w.AddU64((summary.has_images ? 1 : 0) | (summary.has_labels ? 2 : 0));
   w.AddU64(summary.largest_image_bytes);
@@ -303,20 +290,45 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   w.AddU64(table_offset);
   w.Patch(head_size_at, w.size() + 8 + 32);  // the checksum record closes the header
   w.AddString(HeadChecksum(w.bytes()));
+  return std::string(w.bytes());
+}
+
+std::vector<ShardTableLocation> LocateCacheTables(const std::string& root,
+                                                  const IndexOptions& options,
+                                                  const std::vector<ShardInfo>& shards,
+                                                  uint64_t header_size,
+                                                  const std::vector<CacheTableRecord>& tables) {
+  std::vector<ShardTableLocation> located;
+  uint64_t at = header_size;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ShardTableLimits limits;
+    limits.data_size = MemberDataBound(shards[i]);
+    limits.max_classes = options.max_classes;
+    limits.binding = TableBinding(root, options, i, shards[i]);
+    located.push_back(
+        ShardTableLocation{at, tables[i].size, static_cast<uint32_t>(tables[i].samples), limits});
+    at += tables[i].size;
+  }
+  return located;
+}
+
+absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
+                                                 const IndexOptions& options,
+                                                 const ScanOutcome& scan, ScanOutcome* tables_out) {
+  // The tables first: the shard records say where each lies and how long it is.
+  ExtensionTable exts;
+  std::vector<std::string> tables(scan.shards.size());
+  std::vector<CacheTableRecord> records;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    absl::StatusOr<std::string> table = EncodeCacheTable(root, options, i, scan.shards[i], &exts);
+    if (!table.ok()) return table.status();
+    tables[i] = *std::move(table);
+    records.push_back(CacheTableRecord{scan.shards[i].samples.size(), tables[i].size()});
+  }
+  CacheWriter w;
+  w.AddBytes(SerializeCacheHeader(root, options, scan, records, Summarize(scan), exts));
   if (tables_out != nullptr) {
-    const uint64_t tables_at = w.size();
-    tables_out->tables.clear();
-    uint64_t at = 0;
-    for (size_t i = 0; i < scan.shards.size(); ++i) {
-      ShardTableLimits limits;
-      limits.data_size = MemberDataBound(scan.shards[i]);
-      limits.max_classes = options.max_classes;
-      limits.binding = TableBinding(root, options, i, scan.shards[i]);
-      tables_out->tables.push_back(
-          ShardTableLocation{tables_at + at, tables[i].size(),
-                             static_cast<uint32_t>(scan.shards[i].samples.size()), limits});
-      at += tables[i].size();
-    }
+    tables_out->tables = LocateCacheTables(root, options, scan.shards, w.size(), records);
     tables_out->exts = std::make_shared<const ExtensionTable>(exts);
   }
   for (const std::string& table : tables) w.AddBytes(table);

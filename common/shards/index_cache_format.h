@@ -110,6 +110,49 @@ void AddSampleRecords(const std::vector<SampleEntry>& samples, Sink* out) {
   }
 }
 
+// What the served samples give that a reader of the header alone needs (the header's
+// summary): whether any has an image / a label, the samples holding each member
+// extension, the largest image member. Added shard by shard, in any order.
+struct SampleSummary {
+  bool has_images = false;
+  bool has_labels = false;
+  std::map<std::string, int64_t> extension_counts;
+  uint64_t largest_image_bytes = 0;
+
+  void Add(const std::vector<SampleEntry>& samples);
+  bool operator==(const SampleSummary& o) const {
+    return has_images == o.has_images && has_labels == o.has_labels &&
+           extension_counts == o.extension_counts && largest_image_bytes == o.largest_image_bytes;
+  }
+};
+
+// A cache file written a piece at a time (dataset_index.cc, when the samples stay on
+// disk: issue 46's bounded indexing), byte for byte what SerializeScanOutcome writes:
+// each shard's table encoded as soon as its samples are known (EncodeCacheTable, in
+// shard order, into one ExtensionTable), then the header of the records
+// (SerializeCacheHeader: `scan` without samples, its fingerprint set), the tables back
+// to back after it, and the checksum record of all of it (SealWithChecksum's).
+struct CacheTableRecord {
+  uint64_t samples = 0;  // the shard's served samples
+  uint64_t size = 0;     // its table's bytes
+};
+// Shard `ordinal`'s table of `shard.samples`, its extensions interned into `*exts`.
+// INVALID_ARGUMENT as SerializeScanOutcome.
+absl::StatusOr<std::string> EncodeCacheTable(const std::string& root, const IndexOptions& options,
+                                             size_t ordinal, const ShardInfo& shard,
+                                             ExtensionTable* exts);
+// The header (every byte before the first table), `tables` by shard of `scan`.
+std::string SerializeCacheHeader(const std::string& root, const IndexOptions& options,
+                                 const ScanOutcome& scan,
+                                 const std::vector<CacheTableRecord>& tables,
+                                 const SampleSummary& summary, const ExtensionTable& exts);
+// Where each table lies in the file whose header is `header_size` bytes.
+std::vector<ShardTableLocation> LocateCacheTables(const std::string& root,
+                                                  const IndexOptions& options,
+                                                  const std::vector<ShardInfo>& shards,
+                                                  uint64_t header_size,
+                                                  const std::vector<CacheTableRecord>& tables);
+
 // The format's pieces, for the tests and the fuzzer that edit files on purpose: a
 // number as the format writes it (8 bytes, little-endian), and `body` closed with the
 // checksum record of its bytes (kChecksumRecordBytes), so that a file tampered with
