@@ -257,18 +257,23 @@ absl::StatusOr<JobConfig> ResponseConfig(const v1::RegisterResponse& response) {
   return config;
 }
 
-void SetRequestMixture(const std::vector<MixturePoint>& points, uint64_t samples_per_epoch,
-                       v1::RegisterRequest* request) {
-  if (points.empty()) return;
+void MixPointsToWire(const std::vector<MixturePoint>& points,
+                     google::protobuf::RepeatedPtrField<v1::MixPoint>* out) {
   for (const MixturePoint& point : points) {
-    v1::MixPoint* out = request->add_mix();
-    out->set_step(point.step);
+    v1::MixPoint* p = out->Add();
+    p->set_step(point.step);
     for (const auto& [name, weight] : point.weights) {
-      v1::MixWeight* w = out->add_weights();
+      v1::MixWeight* w = p->add_weights();
       w->set_dataset(name);
       w->set_weight(weight);
     }
   }
+}
+
+void SetRequestMixture(const std::vector<MixturePoint>& points, uint64_t samples_per_epoch,
+                       v1::RegisterRequest* request) {
+  if (points.empty()) return;
+  MixPointsToWire(points, request->mutable_mix());
   request->set_samples_per_epoch(samples_per_epoch);
 }
 

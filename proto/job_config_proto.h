@@ -33,6 +33,11 @@ absl::StatusOr<JobConfig> EffectiveJobConfig(const shardcast::v1::RegisterReques
 void SetResponseConfig(const JobConfig& config, shardcast::v1::RegisterResponse* response);
 absl::StatusOr<JobConfig> ResponseConfig(const shardcast::v1::RegisterResponse& response);
 
+// A schedule on the wire (RegisterRequest.mix, RegisterResponse.mix, MixtureResume's):
+// appended to `out`, weights by dataset name in the points' order.
+void MixPointsToWire(const std::vector<MixturePoint>& points,
+                     google::protobuf::RepeatedPtrField<shardcast::v1::MixPoint>* out);
+
 // A mixture (RegisterRequest.mix, samples_per_epoch): `points` empty sets nothing.
 void SetRequestMixture(const std::vector<MixturePoint>& points, uint64_t samples_per_epoch,
                        shardcast::v1::RegisterRequest* request);

@@ -43,19 +43,6 @@ absl::StatusOr<Registration> FromResponse(const v1::RegisterResponse& response) 
   return r;
 }
 
-void PointsToWire(const std::vector<MixturePoint>& schedule,
-                  google::protobuf::RepeatedPtrField<v1::MixPoint>* out) {
-  for (const MixturePoint& point : schedule) {
-    v1::MixPoint* p = out->Add();
-    p->set_step(point.step);
-    for (const auto& [name, weight] : point.weights) {
-      v1::MixWeight* w = p->add_weights();
-      w->set_dataset(name);
-      w->set_weight(weight);
-    }
-  }
-}
-
 v1::MixtureResume ToWire(const MixResume& resume) {
   v1::MixtureResume out;
   if (resume.position == 0) return out;
@@ -67,10 +54,10 @@ v1::MixtureResume ToWire(const MixResume& resume) {
     segment->set_start_step(s.start_step);
     segment->set_global_batch(s.global_batch);
     if (i < resume.segment_schedules.size()) {
-      PointsToWire(resume.segment_schedules[i], segment->mutable_schedule());
+      MixPointsToWire(resume.segment_schedules[i], segment->mutable_schedule());
     }
   }
-  PointsToWire(resume.schedule, out.mutable_schedule());
+  MixPointsToWire(resume.schedule, out.mutable_schedule());
   return out;
 }
 

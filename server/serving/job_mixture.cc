@@ -12,6 +12,7 @@
 #include "common/plan/job_fingerprint.h"
 #include "common/util/digest.h"
 #include "common/util/utf8.h"
+#include "proto/job_config_proto.h"
 
 namespace shardcast::server {
 
@@ -214,15 +215,7 @@ absl::StatusOr<std::shared_ptr<const MixtureJobPlan>> ResumedPlan(const JobMixtu
 
 void SetMixtureResponse(const JobMixture& mixture, v1::RegisterResponse* response) {
   const MixtureSpec& spec = mixture.plan->spec();
-  for (const MixturePoint& point : ResolvedSchedule(spec)) {
-    v1::MixPoint* out = response->add_mix();
-    out->set_step(point.step);
-    for (const auto& [name, weight] : point.weights) {
-      v1::MixWeight* w = out->add_weights();
-      w->set_dataset(name);
-      w->set_weight(weight);
-    }
-  }
+  MixPointsToWire(ResolvedSchedule(spec), response->mutable_mix());
   response->set_samples_per_epoch(spec.samples_per_epoch);
   response->set_mix_data_fingerprint(mixture.data_fingerprint);
   response->set_num_samples(static_cast<int64_t>(spec.samples_per_epoch));
