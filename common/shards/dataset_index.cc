@@ -1308,18 +1308,231 @@ std::string FirstDuplicate(const std::vector<ShardInfo>& sorted) {
   return "";
 }
 
+// Sorts the listing's shards in natural order; DATA_LOSS when one is listed twice.
+absl::Status SortShardsListedOnce(ShardListing* listing) {
+  std::sort(listing->shards.begin(), listing->shards.end(),
+            [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
+  // Samples served twice an epoch otherwise (a store whose listing repeats a key).
+  if (const std::string twice = FirstDuplicate(listing->shards); !twice.empty()) {
+    return absl::DataLossError(absl::StrCat("listing ", listing->root, ": shard ", twice,
+                                            " is listed twice; the listing is not consistent"));
+  }
+  return absl::OkStatus();
+}
+
+// The scan an index is built from, and how it was got.
+struct ObtainedScan {
+  std::optional<ScanOutcome> scan;
+  ParseDepth depth = ParseDepth::kFull;  // how much of the cache was (or is to be) read
+  uint64_t cache_size = 0;
+  // The labels seen as the samples were streamed into the cache; unset when they were not.
+  std::optional<std::set<int64_t>> streamed_labels;
+};
+
+// Reads the index cache (its header alone where the samples stay on disk) into `got`;
+// `got->scan` stays empty when there is no cache of use.
+void ReadCacheAtDepth(const std::string& cache_path, const ShardListing& listing,
+                      const IndexOptions& options, ObtainedScan* got,
+                      std::vector<std::string>* warnings) {
+  // A server that reads samples from the cache as it serves them reads its header
+  // alone: time and memory that grow with the shards, not the samples.
+  got->depth = options.samples_on_disk ? ParseDepth::kHeader : ParseDepth::kFull;
+  got->scan = LoadCache(cache_path, listing, options, got->depth, &got->cache_size, warnings);
+  if (got->scan.has_value() && got->depth == ParseDepth::kHeader &&
+      got->scan->fingerprint.empty()) {
+    got->depth = ParseDepth::kFull;  // a header without the fingerprint: read it all
+    got->scan = LoadCache(cache_path, listing, options, got->depth, &got->cache_size, warnings);
+  }
+}
+
+// Drops the listing's index file when it is larger than an index of its shards can be
+// (warned): the shards are scanned instead.
+void DropOversizedIndexFile(ShardListing* listing, std::vector<std::string>* warnings) {
+  if (listing->index_file.has_value() &&
+      listing->index_file->size() > MaxIndexFileBytes(listing->shards)) {
+    Warn(warnings,
+         absl::StrCat(listing->root, kIndexFileName, ": ignored (", listing->index_file->size(),
+                      " bytes, more than an index of these shards can take); scanning the shards"));
+    listing->index_file.reset();
+  }
+}
+
+// Fills `got->scan` where the cache did not: from the index file, else streamed into
+// the cache, else by scanning every shard.
+absl::Status ScanWhatTheCacheLacks(const std::string& cache_path, const ShardListing& listing,
+                                   const IndexOptions& options, ObtainedScan* got,
+                                   DatasetIndex* index) {
+  if (!got->scan.has_value() && listing.index_file.has_value()) {
+    absl::StatusOr<std::optional<ScanOutcome>> from_file =
+        OutcomeFromIndexFile(listing, options, index);
+    if (!from_file.ok()) return from_file.status();
+    got->scan = *std::move(from_file);
+  }
+  // Samples on disk: each shard's samples go to its table in the cache as it is
+  // scanned, never all of them in memory at once.
+  if (!got->scan.has_value() && got->depth == ParseDepth::kHeader && !cache_path.empty()) {
+    std::set<int64_t> labels;
+    absl::StatusOr<std::optional<ScanOutcome>> streamed =
+        ScanIntoCache(cache_path, listing, options, &got->cache_size, &labels);
+    if (!streamed.ok()) return streamed.status();
+    if (streamed->has_value()) got->streamed_labels = std::move(labels);
+    got->scan = *std::move(streamed);
+  }
+  if (!got->scan.has_value()) {
+    absl::StatusOr<ScanOutcome> scanned = ScanAll(listing.root, listing.shards, listing, options);
+    if (!scanned.ok()) return scanned.status();
+    got->scan = *std::move(scanned);
+  }
+  return absl::OkStatus();
+}
+
+// Opens the cache's tables that `located` places into `index->tables`, one for each
+// shard of `scan` not skipped; false when `located` is not of `scan` or the cache
+// cannot be opened.
+bool OpenCacheTables(const std::string& cache_path, uint64_t cache_size, const ScanOutcome& scan,
+                     const ScanOutcome& located, DatasetIndex* index) {
+  if (located.tables.size() != scan.shards.size()) return false;
+  auto opened = std::make_shared<IndexTables>();
+  // A cache replaced between the read (or write) and this open is not used: the
+  // samples then stay in memory.
+  if (!opened->Open(cache_path, cache_size).ok()) return false;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (scan.skip_reasons[i].empty()) opened->shards.push_back(located.tables[i]);
+  }
+  opened->exts = located.exts;
+  index->tables = std::move(opened);
+  return true;
+}
+
+// Writes the cache for a scan that did not come from it, and opens the cache's tables;
+// UNAVAILABLE when a header-only read must read the cache whole and it has changed.
+absl::Status WriteCacheAndOpenTables(const std::string& cache_path, const ShardListing& listing,
+                                     const IndexOptions& options, ObtainedScan* got,
+                                     DatasetIndex* index) {
+  // Where the tables lie in the cache file, by the scan's shard: as read, or as written.
+  ScanOutcome written_tables;
+  const bool streamed = got->streamed_labels.has_value();
+  const ScanOutcome* tables = index->loaded_from_cache || streamed ? &*got->scan : nullptr;
+  if (!index->loaded_from_cache && !streamed && !cache_path.empty()) {
+    // Kept in the cache for a reader of its header alone.
+    got->scan->fingerprint = ContentFingerprint(*got->scan, options);
+    if (std::optional<uint64_t> size = WriteCache(cache_path, listing.root, options, *got->scan,
+                                                  &written_tables, &index->warnings);
+        size.has_value()) {
+      got->cache_size = *size;
+      tables = &written_tables;
+    }
+  }
+  if (tables != nullptr &&
+      !OpenCacheTables(cache_path, got->cache_size, *got->scan, *tables, index) &&
+      got->depth == ParseDepth::kHeader) {
+    // The samples must then come from the cache read whole.
+    got->depth = ParseDepth::kFull;
+    got->scan =
+        LoadCache(cache_path, listing, options, got->depth, &got->cache_size, &index->warnings);
+    if (!got->scan.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat(cache_path, ": the index cache changed while it was read; start again"));
+    }
+    OpenCacheTables(cache_path, got->cache_size, *got->scan, *got->scan, index);
+  }
+  return absl::OkStatus();
+}
+
+// Moves the scan's readable shards to `index->shards`, and the others (with those the
+// listing left out, warned) to its skipped shards; DATA_LOSS when none could be read.
+absl::Status SortOutShards(ScanOutcome* scan, ShardListing* listing, DatasetIndex* index) {
+  for (std::string& w : scan->warnings) Warn(&index->warnings, std::move(w));
+  for (size_t i = 0; i < scan->shards.size(); ++i) {
+    if (scan->skip_reasons[i].empty()) {
+      index->shards.push_back(std::move(scan->shards[i]));
+    } else {
+      index->skipped_shards.push_back(SkippedShard{scan->shards[i].path, scan->skip_reasons[i],
+                                                   scan->shards[i].file_size, scan->shards[i].etag,
+                                                   scan->shards[i].content_digest});
+    }
+  }
+  for (SkippedShard& skipped : listing->unlisted) {
+    Warn(&index->warnings, absl::StrCat("shard ", skipped.path, " skipped: ", skipped.reason,
+                                        "; serving the other shards"));
+    index->skipped_shards.push_back(std::move(skipped));
+  }
+  std::sort(
+      index->skipped_shards.begin(), index->skipped_shards.end(),
+      [](const SkippedShard& a, const SkippedShard& b) { return NaturalLess(a.path, b.path); });
+  if (index->shards.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        listing->root, ": none of its ", index->skipped_shards.size(), " shard(s) could be read (",
+        index->skipped_shards[0].path, ": ", index->skipped_shards[0].reason, ")"));
+  }
+  index->skipped = std::move(scan->skipped);
+  return absl::OkStatus();
+}
+
+// The index's counts and traits from the cache's header, its samples left there.
+void CountFromCacheHeader(ScanOutcome* scan, DatasetIndex* index) {
+  // The samples stay in the cache file: what planning needs comes from its header
+  // (checked against the samples whenever the file is read whole).
+  index->fingerprint = scan->fingerprint;
+  index->samples_released = true;
+  for (const ShardTableLocation& table : index->tables->shards) {
+    index->released_sample_counts.push_back(table.samples);
+    index->num_samples += table.samples;
+  }
+  index->released_extension_counts = std::move(scan->extension_counts);
+  index->released_largest_image_bytes = scan->largest_image_bytes;
+  index->has_images = scan->has_images;
+  index->has_labels = scan->has_labels;
+}
+
+// The index's fingerprint, counts and traits from the samples it holds.
+void CountFromSamples(const IndexOptions& options, DatasetIndex* index) {
+  std::vector<const ShardInfo*> served;
+  for (const ShardInfo& s : index->shards) served.push_back(&s);
+  index->fingerprint = ContentFingerprint(served, options);
+  DatasetTraits traits;
+  for (const ShardInfo& s : index->shards) {
+    index->num_samples += static_cast<int64_t>(s.samples.size());
+    AddTraits(s.samples, &traits);
+  }
+  index->has_images = traits.has_images;
+  index->has_labels = traits.has_labels;
+}
+
+// The index's classes: their number (info.json checked where the dataset is local),
+// the warning when they are sparse, and their names.
+void SetClasses(const ShardListing& listing, const IndexOptions& options, bool header_only,
+                ObtainedScan* got, DatasetIndex* index) {
+  ScanOutcome& scan = *got->scan;
+  if (listing.local) {
+    CheckInfoJson(listing.root, scan.max_label, options.max_classes, index);
+  } else {
+    index->num_classes = static_cast<int32_t>(scan.max_label + 1);
+  }
+  const bool streamed = got->streamed_labels.has_value();
+  LabelSpread spread = LabelSpreadOf(*index);
+  if (header_only && streamed) {
+    spread.distinct = static_cast<int64_t>(got->streamed_labels->size());
+    spread.max_label = got->streamed_labels->empty() ? -1 : *got->streamed_labels->rbegin();
+  }
+  // A start from the cache's header has no samples to count labels in (it would warn of
+  // 0 distinct labels): the warning was given when the dataset was indexed.
+  if (!header_only || streamed) WarnIfClassesSparse(spread, index);
+  index->class_names = std::move(scan.class_names);
+  if (!index->class_names.empty() &&
+      index->class_names.size() < static_cast<size_t>(index->num_classes)) {
+    index->class_names.resize(static_cast<size_t>(index->num_classes));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
                                                    const IndexOptions& options) {
-  std::sort(listing.shards.begin(), listing.shards.end(),
-            [](const ShardInfo& a, const ShardInfo& b) { return NaturalLess(a.path, b.path); });
-  const std::string& root = listing.root;
-  // Samples served twice an epoch otherwise (a store whose listing repeats a key).
-  if (const std::string twice = FirstDuplicate(listing.shards); !twice.empty()) {
-    return absl::DataLossError(absl::StrCat("listing ", root, ": shard ", twice,
-                                            " is listed twice; the listing is not consistent"));
+  if (absl::Status listed_once = SortShardsListedOnce(&listing); !listed_once.ok()) {
+    return listed_once;
   }
+  const std::string& root = listing.root;
   DatasetIndex index;
   index.root = root;
   if (!listing.index_file_problem.empty()) {
@@ -1329,152 +1542,30 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   absl::StatusOr<std::string> cache_path = CachePathFor(listing, options);
   if (!cache_path.ok()) return cache_path.status();
 
-  uint64_t cache_size = 0;
-  // A server that reads samples from the cache as it serves them reads its header
-  // alone: time and memory that grow with the shards, not the samples.
-  ParseDepth depth = options.samples_on_disk ? ParseDepth::kHeader : ParseDepth::kFull;
-  std::optional<ScanOutcome> scan =
-      LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
-  if (scan.has_value() && depth == ParseDepth::kHeader && scan->fingerprint.empty()) {
-    depth = ParseDepth::kFull;  // a header without the fingerprint: read it all
-    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
+  ObtainedScan got;
+  ReadCacheAtDepth(*cache_path, listing, options, &got, &index.warnings);
+  index.loaded_from_cache = got.scan.has_value();
+  DropOversizedIndexFile(&listing, &index.warnings);
+  if (absl::Status scanned = ScanWhatTheCacheLacks(*cache_path, listing, options, &got, &index);
+      !scanned.ok()) {
+    return scanned;
   }
-  index.loaded_from_cache = scan.has_value();
-  if (listing.index_file.has_value() &&
-      listing.index_file->size() > MaxIndexFileBytes(listing.shards)) {
-    Warn(&index.warnings,
-         absl::StrCat(root, kIndexFileName, ": ignored (", listing.index_file->size(),
-                      " bytes, more than an index of these shards can take); scanning the shards"));
-    listing.index_file.reset();
+  if (absl::Status opened = WriteCacheAndOpenTables(*cache_path, listing, options, &got, &index);
+      !opened.ok()) {
+    return opened;
   }
-  if (!scan.has_value() && listing.index_file.has_value()) {
-    absl::StatusOr<std::optional<ScanOutcome>> from_file =
-        OutcomeFromIndexFile(listing, options, &index);
-    if (!from_file.ok()) return from_file.status();
-    scan = *std::move(from_file);
+  const bool streamed = got.streamed_labels.has_value();
+  const bool header_only =
+      (index.loaded_from_cache || streamed) && got.depth == ParseDepth::kHeader;
+  if (absl::Status sorted = SortOutShards(&*got.scan, &listing, &index); !sorted.ok()) {
+    return sorted;
   }
-  // Samples on disk: each shard's samples go to its table in the cache as it is
-  // scanned, never all of them in memory at once.
-  std::optional<std::set<int64_t>> streamed_labels;
-  if (!scan.has_value() && depth == ParseDepth::kHeader && !cache_path->empty()) {
-    std::set<int64_t> labels;
-    absl::StatusOr<std::optional<ScanOutcome>> streamed =
-        ScanIntoCache(*cache_path, listing, options, &cache_size, &labels);
-    if (!streamed.ok()) return streamed.status();
-    if (streamed->has_value()) streamed_labels = std::move(labels);
-    scan = *std::move(streamed);
-  }
-  if (!scan.has_value()) {
-    absl::StatusOr<ScanOutcome> scanned = ScanAll(root, listing.shards, listing, options);
-    if (!scanned.ok()) return scanned.status();
-    scan = *std::move(scanned);
-  }
-  // Where the tables lie in the cache file, by the scan's shard: as read, or as written.
-  ScanOutcome written_tables;
-  const bool streamed = streamed_labels.has_value();
-  const ScanOutcome* tables = index.loaded_from_cache || streamed ? &*scan : nullptr;
-  if (!index.loaded_from_cache && !streamed && !cache_path->empty()) {
-    // Kept in the cache for a reader of its header alone.
-    scan->fingerprint = ContentFingerprint(*scan, options);
-    if (std::optional<uint64_t> size =
-            WriteCache(*cache_path, root, options, *scan, &written_tables, &index.warnings);
-        size.has_value()) {
-      cache_size = *size;
-      tables = &written_tables;
-    }
-  }
-  const auto open_tables = [&](const ScanOutcome& located) {
-    if (located.tables.size() != scan->shards.size()) return false;
-    auto opened = std::make_shared<IndexTables>();
-    // A cache replaced between the read (or write) and this open is not used: the
-    // samples then stay in memory.
-    if (!opened->Open(*cache_path, cache_size).ok()) return false;
-    for (size_t i = 0; i < scan->shards.size(); ++i) {
-      if (scan->skip_reasons[i].empty()) opened->shards.push_back(located.tables[i]);
-    }
-    opened->exts = located.exts;
-    index.tables = std::move(opened);
-    return true;
-  };
-  if (tables != nullptr && !open_tables(*tables) && depth == ParseDepth::kHeader) {
-    // The samples must then come from the cache read whole.
-    depth = ParseDepth::kFull;
-    scan = LoadCache(*cache_path, listing, options, depth, &cache_size, &index.warnings);
-    if (!scan.has_value()) {
-      return absl::UnavailableError(
-          absl::StrCat(*cache_path, ": the index cache changed while it was read; start again"));
-    }
-    open_tables(*scan);
-  }
-  const bool header_only = (index.loaded_from_cache || streamed) && depth == ParseDepth::kHeader;
-
-  for (std::string& w : scan->warnings) Warn(&index.warnings, std::move(w));
-  for (size_t i = 0; i < scan->shards.size(); ++i) {
-    if (scan->skip_reasons[i].empty()) {
-      index.shards.push_back(std::move(scan->shards[i]));
-    } else {
-      index.skipped_shards.push_back(SkippedShard{scan->shards[i].path, scan->skip_reasons[i],
-                                                  scan->shards[i].file_size, scan->shards[i].etag,
-                                                  scan->shards[i].content_digest});
-    }
-  }
-  for (SkippedShard& skipped : listing.unlisted) {
-    Warn(&index.warnings, absl::StrCat("shard ", skipped.path, " skipped: ", skipped.reason,
-                                       "; serving the other shards"));
-    index.skipped_shards.push_back(std::move(skipped));
-  }
-  std::sort(
-      index.skipped_shards.begin(), index.skipped_shards.end(),
-      [](const SkippedShard& a, const SkippedShard& b) { return NaturalLess(a.path, b.path); });
-  if (index.shards.empty()) {
-    return absl::DataLossError(absl::StrCat(
-        root, ": none of its ", index.skipped_shards.size(), " shard(s) could be read (",
-        index.skipped_shards[0].path, ": ", index.skipped_shards[0].reason, ")"));
-  }
-  index.skipped = std::move(scan->skipped);
   if (header_only) {
-    // The samples stay in the cache file: what planning needs comes from its header
-    // (checked against the samples whenever the file is read whole).
-    index.fingerprint = scan->fingerprint;
-    index.samples_released = true;
-    for (const ShardTableLocation& table : index.tables->shards) {
-      index.released_sample_counts.push_back(table.samples);
-      index.num_samples += table.samples;
-    }
-    index.released_extension_counts = std::move(scan->extension_counts);
-    index.released_largest_image_bytes = scan->largest_image_bytes;
-    index.has_images = scan->has_images;
-    index.has_labels = scan->has_labels;
+    CountFromCacheHeader(&*got.scan, &index);
   } else {
-    std::vector<const ShardInfo*> served;
-    for (const ShardInfo& s : index.shards) served.push_back(&s);
-    index.fingerprint = ContentFingerprint(served, options);
-    DatasetTraits traits;
-    for (const ShardInfo& s : index.shards) {
-      index.num_samples += static_cast<int64_t>(s.samples.size());
-      AddTraits(s.samples, &traits);
-    }
-    index.has_images = traits.has_images;
-    index.has_labels = traits.has_labels;
+    CountFromSamples(options, &index);
   }
-  if (listing.local) {
-    CheckInfoJson(root, scan->max_label, options.max_classes, &index);
-  } else {
-    index.num_classes = static_cast<int32_t>(scan->max_label + 1);
-  }
-  LabelSpread spread = LabelSpreadOf(index);
-  if (header_only && streamed) {
-    spread.distinct = static_cast<int64_t>(streamed_labels->size());
-    spread.max_label = streamed_labels->empty() ? -1 : *streamed_labels->rbegin();
-  }
-  // A start from the cache's header has no samples to count labels in (it would warn of
-  // 0 distinct labels): the warning was given when the dataset was indexed.
-  if (!header_only || streamed) WarnIfClassesSparse(spread, &index);
-  index.class_names = std::move(scan->class_names);
-  if (!index.class_names.empty() &&
-      index.class_names.size() < static_cast<size_t>(index.num_classes)) {
-    index.class_names.resize(static_cast<size_t>(index.num_classes));
-  }
+  SetClasses(listing, options, header_only, &got, &index);
   return index;
 }
 
