@@ -335,54 +335,84 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   return w.Finish();
 }
 
-absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
-                                                            const std::string& root,
-                                                            const IndexOptions& options,
-                                                            const std::vector<ShardInfo>& listed,
-                                                            IndexRecordKind kind, ParseDepth depth,
-                                                            uint64_t file_size) {
-  // A header-only read trusts the header's own checksum (below) and leaves each table
-  // to its own: the whole file is not hashed, and `data` may be its header alone.
-  const uint64_t total = depth == ParseDepth::kHeader && file_size != 0 ? file_size : data.size();
-  if (depth == ParseDepth::kFull) {
-    if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
-  } else if (total < kChecksumRecordBytes || data.size() > total) {
-    return Corrupt("too short");
-  }
-  CacheParser p(data.substr(0, std::min<uint64_t>(data.size(), total - kChecksumRecordBytes)));
+namespace {
+
+// Reads the header's opening: the magic, the version, the header's size, and whose
+// index it is. False (nothing to complain of: the cache is rebuilt) for another layout
+// or another dataset; a corrupt header is an error.
+absl::StatusOr<bool> ParseHeaderOpening(CacheParser& p, const std::string& root,
+                                        const IndexOptions& options,
+                                        const std::vector<ShardInfo>& listed, uint64_t total,
+                                        uint64_t* head_size, uint64_t* n) {
   std::string magic, stored_root, label_field;
-  uint64_t version = 0, n = 0, max_classes = 0;
+  uint64_t version = 0, max_classes = 0;
   if (!p.Str(&magic) || magic != absl::string_view(kCacheMagic, sizeof(kCacheMagic))) {
     return Corrupt("bad magic");
   }
   if (!p.U64(&version) || version != kIndexVersion) {
-    return std::nullopt;  // another layout: rebuild without complaint
+    return false;  // another layout: rebuild without complaint
   }
-  uint64_t head_size = 0;
-  if (!p.U64(&head_size) || head_size > total - kChecksumRecordBytes) {
+  if (!p.U64(head_size) || *head_size > total - kChecksumRecordBytes) {
     return Corrupt("header size");
   }
   if (!p.Str(&stored_root) || !p.Str(&label_field) || !p.U64(&max_classes) ||
-      !p.Count(&n, kMinShardRecordBytes)) {
+      !p.Count(n, kMinShardRecordBytes)) {
     return Corrupt("header");
   }
-  if (stored_root != root || label_field != options.label_field ||
-      max_classes != static_cast<uint64_t>(options.max_classes) || n != listed.size()) {
-    return std::nullopt;
+  return stored_root == root && label_field == options.label_field &&
+         max_classes == static_cast<uint64_t>(options.max_classes) && *n == listed.size();
+}
+
+// Per shard: its sample count and where its table lies among the tables.
+struct RecordedTables {
+  std::vector<uint64_t> sample_counts, table_sizes;
+  uint64_t end = 0;  // the tables' bytes, all of them
+};
+
+// Whether the record `s` is of the shard `listed` names, as `kind` compares them.
+bool RecordIsOfListedShard(const ShardInfo& s, const ShardInfo& listed, IndexRecordKind kind) {
+  const bool identity_matches = kind == IndexRecordKind::kIndexFile ||
+                                (s.mtime_ns == listed.mtime_ns && s.ctime_ns == listed.ctime_ns &&
+                                 s.inode == listed.inode && s.etag == listed.etag);
+  return s.path == listed.path && s.file_size == listed.file_size && identity_matches;
+}
+
+// Checks what a shard record says of its shard and of its table, which should start at
+// `tables_end`.
+absl::Status CheckShardRecord(const ShardInfo& s, const std::string& skip_reason,
+                              uint64_t compressed, uint64_t samples, uint64_t table_offset,
+                              uint64_t table_size, uint64_t tables_end, uint64_t total) {
+  if (compressed > 1) return Corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
+  if (!skip_reason.empty() && samples != 0) {
+    return Corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
   }
-  ScanOutcome scan;
-  scan.shards.resize(n);
-  scan.skip_reasons.resize(n);
-  // Per shard: its sample count and where its table lies among the tables.
-  std::vector<uint64_t> sample_counts(n), table_sizes(n);
-  uint64_t tables_end = 0;
+  // A record takes at least a byte of its table.
+  if (samples > std::numeric_limits<uint32_t>::max() || samples > table_size) {
+    return Corrupt(absl::StrCat(s.path, ": ", samples, " samples"));
+  }
+  // The tables follow one another in shard order, with nothing between them.
+  if (table_offset != tables_end || table_size > total) {
+    return Corrupt(absl::StrCat(s.path, ": table at ", table_offset, " (", table_size, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the `n` shard records into `scan` and `tables`. False when one is not of the
+// shard `listed` names (the cache is stale); a corrupt record is an error.
+absl::StatusOr<bool> ParseShardRecords(CacheParser& p, const std::vector<ShardInfo>& listed,
+                                       IndexRecordKind kind, uint64_t total, uint64_t n,
+                                       ScanOutcome* scan, RecordedTables* tables) {
+  scan->shards.resize(n);
+  scan->skip_reasons.resize(n);
+  tables->sample_counts.resize(n);
+  tables->table_sizes.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
-    ShardInfo& s = scan.shards[i];
+    ShardInfo& s = scan->shards[i];
     uint64_t size = 0, mtime = 0, ctime = 0, inode = 0, compressed = 0, table_offset = 0;
     if (!p.Str(&s.path) || !p.U64(&size) || !p.U64(&mtime) || !p.U64(&ctime) || !p.U64(&inode) ||
         !p.Str(&s.etag) || !p.Str(&s.content_digest) || !p.U64(&compressed) ||
-        !p.Str(&scan.skip_reasons[i]) || !p.U64(&sample_counts[i]) || !p.U64(&table_offset) ||
-        !p.U64(&table_sizes[i])) {
+        !p.Str(&scan->skip_reasons[i]) || !p.U64(&tables->sample_counts[i]) ||
+        !p.U64(&table_offset) || !p.U64(&tables->table_sizes[i])) {
       return Corrupt("shard record");
     }
     s.file_size = size;
@@ -391,46 +421,44 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     s.inode = inode;
     s.device = listed[i].device;  // not kept: device numbers may change across reboots
     s.compressed = compressed != 0;
-    const bool identity_matches =
-        kind == IndexRecordKind::kIndexFile ||
-        (s.mtime_ns == listed[i].mtime_ns && s.ctime_ns == listed[i].ctime_ns &&
-         s.inode == listed[i].inode && s.etag == listed[i].etag);
-    if (s.path != listed[i].path || s.file_size != listed[i].file_size || !identity_matches) {
-      return std::nullopt;
+    if (!RecordIsOfListedShard(s, listed[i], kind)) return false;
+    if (absl::Status checked =
+            CheckShardRecord(s, scan->skip_reasons[i], compressed, tables->sample_counts[i],
+                             table_offset, tables->table_sizes[i], tables->end, total);
+        !checked.ok()) {
+      return checked;
     }
-    if (compressed > 1) return Corrupt(absl::StrCat(s.path, ": compression flag ", compressed));
-    if (!scan.skip_reasons[i].empty() && sample_counts[i] != 0) {
-      return Corrupt(absl::StrCat(s.path, ": a skipped shard with samples"));
-    }
-    // A record takes at least a byte of its table.
-    if (sample_counts[i] > std::numeric_limits<uint32_t>::max() ||
-        sample_counts[i] > table_sizes[i]) {
-      return Corrupt(absl::StrCat(s.path, ": ", sample_counts[i], " samples"));
-    }
-    // The tables follow one another in shard order, with nothing between them.
-    if (table_offset != tables_end || table_sizes[i] > total) {
-      return Corrupt(
-          absl::StrCat(s.path, ": table at ", table_offset, " (", table_sizes[i], " bytes)"));
-    }
-    tables_end += table_sizes[i];
+    tables->end += tables->table_sizes[i];
   }
-  if (absl::Status trailer = ParseTrailer(options, p, scan); !trailer.ok()) return trailer;
-  SampleSummary stated;
+  return true;
+}
+
+// Reads the header's summary of the samples, and the fingerprint before it.
+absl::Status ParseSummary(CacheParser& p, std::string* fingerprint, SampleSummary* stated) {
   uint64_t flags = 0, extensions = 0;
-  if (!p.Str(&scan.fingerprint) || !p.U64(&flags) || flags > 3 ||
-      !p.U64(&stated.largest_image_bytes) || !p.Count(&extensions, 8 + 1 + 8)) {
+  if (!p.Str(fingerprint) || !p.U64(&flags) || flags > 3 || !p.U64(&stated->largest_image_bytes) ||
+      !p.Count(&extensions, 8 + 1 + 8)) {
     return Corrupt("summary");
   }
-  stated.has_images = (flags & 1) != 0;
-  stated.has_labels = (flags & 2) != 0;
+  stated->has_images = (flags & 1) != 0;
+  stated->has_labels = (flags & 2) != 0;
   for (uint64_t i = 0; i < extensions; ++i) {
     std::string ext;
     uint64_t count = 0;
     if (!p.Str(&ext) || !p.U64(&count) || ext.empty() ||
-        !stated.extension_counts.emplace(std::move(ext), static_cast<int64_t>(count)).second) {
+        !stated->extension_counts.emplace(std::move(ext), static_cast<int64_t>(count)).second) {
       return Corrupt("summary");
     }
   }
+  return absl::OkStatus();
+}
+
+// Reads the header's close: the extension table, the tables' size and the header's
+// checksum, which must end the header where it said; the tables must then fill the
+// file to its checksum record.
+absl::StatusOr<ExtensionTable> ParseHeaderClose(CacheParser& p, absl::string_view data,
+                                                uint64_t head_size, uint64_t tables_end,
+                                                uint64_t total) {
   std::string ext_bytes;
   uint64_t tables_size = 0;
   if (!p.Str(&ext_bytes) || !p.U64(&tables_size)) return Corrupt("extension table");
@@ -450,56 +478,103 @@ absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view da
     return Corrupt(absl::StrCat("tables of ", tables_end, " bytes where ",
                                 total - kChecksumRecordBytes - p.pos(), " are left"));
   }
-  const absl::string_view tables = data.substr(p.pos(), tables_size);
+  return exts;
+}
+
+// Where each of the scan's shard tables lies in the file, its tables starting at
+// `tables_at`, and the limits it is read under.
+void LocateTables(const std::string& root, const IndexOptions& options, uint64_t tables_at,
+                  const RecordedTables& recorded, ScanOutcome* scan) {
+  scan->tables.resize(scan->shards.size());
+  uint64_t at = 0;
+  for (size_t i = 0; i < scan->shards.size(); ++i) {
+    ShardTableLimits limits;
+    limits.data_size = MemberDataBound(scan->shards[i]);
+    limits.max_classes = options.max_classes;
+    limits.binding = TableBinding(root, options, i, scan->shards[i]);
+    scan->tables[i] = ShardTableLocation{tables_at + at, recorded.table_sizes[i],
+                                         static_cast<uint32_t>(recorded.sample_counts[i]), limits};
+    at += recorded.table_sizes[i];
+  }
+}
+
+// Reads each shard's samples from its table in `tables`, and checks what the header
+// said of them (`stated`, and the max label ParseTrailer read).
+absl::Status DecodeTables(absl::string_view tables, const RecordedTables& recorded,
+                          const SampleSummary& stated, ScanOutcome* scan) {
+  // The file's max label is checked against the samples' own (ParseTrailer read it).
+  const int64_t stated_max_label = scan->max_label;
+  scan->max_label = -1;
+  uint64_t table_offset = 0;
+  for (size_t i = 0; i < scan->shards.size(); ++i) {
+    if (absl::Status read = DecodeShardTable(
+            tables.substr(table_offset, recorded.table_sizes[i]), *scan->exts,
+            scan->tables[i].limits, recorded.sample_counts[i], scan->shards[i], &scan->max_label);
+        !read.ok()) {
+      return read;
+    }
+    table_offset += recorded.table_sizes[i];
+  }
+  // Recomputed from the samples, never trusted: it sizes num_classes.
+  if (stated_max_label != scan->max_label) return Corrupt("max label");
+  if (absl::Status ruled = CheckDatasetRules(*scan); !ruled.ok()) return ruled;
+  // What the header says of the samples must be what they give: a header-only read
+  // trusts it.
+  if (!(Summarize(*scan) == stated)) return Corrupt("summary does not match the samples");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<ScanOutcome>> ParseScanOutcome(absl::string_view data,
+                                                            const std::string& root,
+                                                            const IndexOptions& options,
+                                                            const std::vector<ShardInfo>& listed,
+                                                            IndexRecordKind kind, ParseDepth depth,
+                                                            uint64_t file_size) {
+  // A header-only read trusts the header's own checksum (below) and leaves each table
+  // to its own: the whole file is not hashed, and `data` may be its header alone.
+  const uint64_t total = depth == ParseDepth::kHeader && file_size != 0 ? file_size : data.size();
+  if (depth == ParseDepth::kFull) {
+    if (absl::Status sealed = CheckChecksum(data); !sealed.ok()) return sealed;
+  } else if (total < kChecksumRecordBytes || data.size() > total) {
+    return Corrupt("too short");
+  }
+  CacheParser p(data.substr(0, std::min<uint64_t>(data.size(), total - kChecksumRecordBytes)));
+  uint64_t head_size = 0, n = 0;
+  absl::StatusOr<bool> ours = ParseHeaderOpening(p, root, options, listed, total, &head_size, &n);
+  if (!ours.ok()) return ours.status();
+  if (!*ours) return std::nullopt;
+  ScanOutcome scan;
+  RecordedTables recorded;
+  absl::StatusOr<bool> same = ParseShardRecords(p, listed, kind, total, n, &scan, &recorded);
+  if (!same.ok()) return same.status();
+  if (!*same) return std::nullopt;
+  if (absl::Status trailer = ParseTrailer(options, p, scan); !trailer.ok()) return trailer;
+  SampleSummary stated;
+  if (absl::Status summary = ParseSummary(p, &scan.fingerprint, &stated); !summary.ok()) {
+    return summary;
+  }
+  absl::StatusOr<ExtensionTable> exts = ParseHeaderClose(p, data, head_size, recorded.end, total);
+  if (!exts.ok()) return exts.status();
   const uint64_t tables_at = p.pos();
-  scan.tables.resize(n);
   scan.exts = std::make_shared<const ExtensionTable>(*std::move(exts));
   scan.has_images = stated.has_images;
   scan.has_labels = stated.has_labels;
   scan.extension_counts = stated.extension_counts;
   scan.largest_image_bytes = stated.largest_image_bytes;
+  LocateTables(root, options, tables_at, recorded, &scan);
   if (depth == ParseDepth::kHeader) {
     // The tables are located, not read: each is checked when it is (ShardTableCache).
     // The header's figures stand for the samples, under the header's checksum.
     if (!stated.has_images && stated.largest_image_bytes > 0) return Corrupt("summary");
-    uint64_t at = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      ShardTableLimits limits;
-      limits.data_size = MemberDataBound(scan.shards[i]);
-      limits.max_classes = options.max_classes;
-      limits.binding = TableBinding(root, options, i, scan.shards[i]);
-      scan.tables[i] = ShardTableLocation{tables_at + at, table_sizes[i],
-                                          static_cast<uint32_t>(sample_counts[i]), limits};
-      at += table_sizes[i];
-    }
     return scan;
   }
-  // The file's max label is checked against the samples' own (ParseTrailer read it).
-  const int64_t stated_max_label = scan.max_label;
-  scan.max_label = -1;
-  uint64_t table_offset = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    ShardInfo& s = scan.shards[i];
-    ShardTableLimits limits;
-    limits.data_size = MemberDataBound(s);
-    limits.max_classes = options.max_classes;
-    limits.binding = TableBinding(root, options, i, s);
-    scan.tables[i] = ShardTableLocation{tables_at + table_offset, table_sizes[i],
-                                        static_cast<uint32_t>(sample_counts[i]), limits};
-    if (absl::Status read =
-            DecodeShardTable(tables.substr(table_offset, table_sizes[i]), *scan.exts, limits,
-                             sample_counts[i], s, &scan.max_label);
-        !read.ok()) {
-      return read;
-    }
-    table_offset += table_sizes[i];
+  if (absl::Status read =
+          DecodeTables(data.substr(tables_at, recorded.end), recorded, stated, &scan);
+      !read.ok()) {
+    return read;
   }
-  // Recomputed from the samples, never trusted: it sizes num_classes.
-  if (stated_max_label != scan.max_label) return Corrupt("max label");
-  if (absl::Status ruled = CheckDatasetRules(scan); !ruled.ok()) return ruled;
-  // What the header says of the samples must be what they give: a header-only read
-  // trusts it.
-  if (!(Summarize(scan) == stated)) return Corrupt("summary does not match the samples");
   return scan;
 }
 
