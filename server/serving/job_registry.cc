@@ -405,146 +405,190 @@ absl::StatusOr<v1::RegisterResponse> JobRegistry::RegisterMixture(
   return RegisterJob(request, &mixture, datasets, peer);
 }
 
-absl::StatusOr<v1::RegisterResponse> JobRegistry::RegisterJob(
-    const v1::RegisterRequest& request, const MixtureRequest* mixture,
-    const std::vector<const NamedDataset*>& datasets, const std::string& peer) {
-  const NamedDataset* dataset = datasets[0];
+namespace {
+
+// The request's job config, its job id and rank checked; INVALID_ARGUMENT naming the
+// field otherwise.
+absl::StatusOr<JobConfig> CheckedJobConfig(const v1::RegisterRequest& request, bool mixed,
+                                           const JobRegistry::Options& options) {
   const std::string& job_id = request.job_id();
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
   if (job_id.size() > kMaxJobIdLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("job_id: longer than ", kMaxJobIdLength, " characters"));
   }
-  absl::StatusOr<JobConfig> config =
-      EffectiveJobConfig(request, options_.defaults, options_.limits);
+  absl::StatusOr<JobConfig> config = EffectiveJobConfig(request, options.defaults, options.limits);
   if (!config.ok()) return config.status();
   // A mixture is dealt as split sample (mixture_epoch.h): unset means that, not the
   // server's default; split shard is refused by the planner, saying so.
-  if (mixture != nullptr && request.split() == v1::SPLIT_UNSPECIFIED) {
+  if (mixed && request.split() == v1::SPLIT_UNSPECIFIED) {
     config->plan.split = Split::kSample;
   }
   if (request.rank() < 0 || request.rank() >= request.world_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank: must be in [0, world_size=", request.world_size(), "), got ", request.rank()));
   }
+  return config;
+}
 
-  std::shared_ptr<Job> job;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(job_id);
-    if (it != jobs_.end()) {
-      job = it->second;
-      const std::string has =
-          job->mixture() != nullptr ? MixtureRequestString(job->mixture()->asked) : "";
-      const std::string asked = mixture != nullptr ? MixtureRequestString(*mixture) : "";
-      if (has != asked) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "mix: job '", LogSafe(job_id), "' reads ",
-            job->mixture() != nullptr ? absl::StrCat("the mixture ", has)
-                                      : absl::StrCat("dataset '", job->dataset().name, "'"),
-            ", rank ", request.rank(), " asked for ",
-            mixture != nullptr ? absl::StrCat("the mixture ", asked)
-                               : absl::StrCat("dataset '", dataset->name, "'"),
-            " (ranks of a job must agree; use another job id for another mixture)"));
-      }
-      if (mixture == nullptr && &job->dataset() != dataset) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "dataset: job '", LogSafe(job_id), "' reads dataset '", job->dataset().name, "', rank ",
-            request.rank(), " asked for '", dataset->name,
-            "' (ranks of a job must agree; use another job id for another dataset)"));
-      }
-      absl::Status agree = CheckAgreement(job_id, request.rank(), job->config(), *config);
-      if (!agree.ok()) return agree;
-    } else {
-      // Only a new job counts against the peer: the other ranks of a job join it
-      // from wherever they run.
-      if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
-      if (options_.max_jobs > 0 && jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
-                         " jobs, its limit (--max-jobs ", options_.max_jobs,
-                         "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
-      }
-      if (mixture != nullptr) {
-        absl::StatusOr<std::shared_ptr<Job>> mixed =
-            NewMixtureJob(job_id, *mixture, datasets, *config, options_, peer);
-        if (!mixed.ok()) return mixed.status();
-        job = *std::move(mixed);
-        jobs_.emplace(job_id, job);
-      }
-    }
-    if (job == nullptr) {
-      absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
-          JobSamples::Select(dataset->data->index(), *config, options_.max_member_bytes);
-      if (!samples.ok()) {
-        return absl::Status(samples.status().code(),
-                            absl::StrCat("job '", LogSafe(job_id), "' on dataset '", dataset->name,
-                                         "': ", samples.status().message()));
-      }
-      if (absl::Status fits =
-              CheckMessageSize(*config, **samples, options_.limits.max_message_bytes);
-          !fits.ok()) {
-        return absl::Status(fits.code(),
-                            absl::StrCat("job '", LogSafe(job_id), "': ", fits.message()));
-      }
-      absl::StatusOr<int64_t> n = BatchesPerRank((*samples)->shard_sizes(), config->plan);
-      if (!n.ok()) {
-        return absl::Status(n.status().code(),
-                            absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
-      }
-      // The limit decides which samples the job serves once it leaves one out: replicas
-      // whose limits differ there serve other samples, so their fingerprints differ.
-      ServeSettings serve = dataset->serve;
-      if ((*samples)->member_limit_reached()) serve.max_member_bytes = options_.max_member_bytes;
-      job = std::make_shared<Job>(
-          job_id, *config, *n, JobFingerprint(dataset->data->index().fingerprint, *config, serve),
-          dataset, *std::move(samples), peer, options_.clock);
-      jobs_.emplace(job_id, job);
-    }
+// FAILED_PRECONDITION when a rank of the existing `job` asks for another mixture, or
+// another dataset, than the job reads.
+absl::Status CheckSameData(const Job& job, const v1::RegisterRequest& request,
+                           const MixtureRequest* mixture, const NamedDataset* dataset) {
+  const std::string& job_id = request.job_id();
+  const std::string has =
+      job.mixture() != nullptr ? MixtureRequestString(job.mixture()->asked) : "";
+  const std::string asked = mixture != nullptr ? MixtureRequestString(*mixture) : "";
+  if (has != asked) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mix: job '", LogSafe(job_id), "' reads ",
+                     job.mixture() != nullptr ? absl::StrCat("the mixture ", has)
+                                              : absl::StrCat("dataset '", job.dataset().name, "'"),
+                     ", rank ", request.rank(), " asked for ",
+                     mixture != nullptr ? absl::StrCat("the mixture ", asked)
+                                        : absl::StrCat("dataset '", dataset->name, "'"),
+                     " (ranks of a job must agree; use another job id for another mixture)"));
   }
-  job->MarkRegistered(request.rank());
+  if (mixture == nullptr && &job.dataset() != dataset) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dataset: job '", LogSafe(job_id), "' reads dataset '", job.dataset().name,
+                     "', rank ", request.rank(), " asked for '", dataset->name,
+                     "' (ranks of a job must agree; use another job id for another dataset)"));
+  }
+  return absl::OkStatus();
+}
 
-  const JobConfig& effective = job->config();
-  if (job->mixture() != nullptr) {
-    v1::RegisterResponse response;
-    response.set_batches_per_epoch(job->batches_per_epoch());
-    if (effective.image) {
-      response.add_image_shape(3);
-      response.add_image_shape(effective.transform.crop);
-      response.add_image_shape(effective.transform.crop);
-    }
-    SetMixtureResponse(*job->mixture(), &response);
-    response.set_job_fingerprint(job->job_fingerprint());
-    SetResponseConfig(effective, &response);
-    response.set_server_version(kServerVersion);
-    return response;
+// A new job of one dataset: its samples selected, a batch of the largest within one
+// message, and its batches per rank planned.
+absl::StatusOr<std::shared_ptr<Job>> NewDatasetJob(const std::string& job_id,
+                                                   const NamedDataset* dataset,
+                                                   const JobConfig& config,
+                                                   const JobRegistry::Options& options,
+                                                   const std::string& peer) {
+  absl::StatusOr<std::shared_ptr<const JobSamples>> samples =
+      JobSamples::Select(dataset->data->index(), config, options.max_member_bytes);
+  if (!samples.ok()) {
+    return absl::Status(samples.status().code(),
+                        absl::StrCat("job '", LogSafe(job_id), "' on dataset '", dataset->name,
+                                     "': ", samples.status().message()));
   }
-  const DatasetIndex& index = dataset->data->index();
+  if (absl::Status fits = CheckMessageSize(config, **samples, options.limits.max_message_bytes);
+      !fits.ok()) {
+    return absl::Status(fits.code(), absl::StrCat("job '", LogSafe(job_id), "': ", fits.message()));
+  }
+  absl::StatusOr<int64_t> n = BatchesPerRank((*samples)->shard_sizes(), config.plan);
+  if (!n.ok()) {
+    return absl::Status(n.status().code(),
+                        absl::StrCat("job '", LogSafe(job_id), "': ", n.status().message()));
+  }
+  // The limit decides which samples the job serves once it leaves one out: replicas
+  // whose limits differ there serve other samples, so their fingerprints differ.
+  ServeSettings serve = dataset->serve;
+  if ((*samples)->member_limit_reached()) serve.max_member_bytes = options.max_member_bytes;
+  return std::make_shared<Job>(job_id, config, *n,
+                               JobFingerprint(dataset->data->index().fingerprint, config, serve),
+                               dataset, *std::move(samples), peer, options.clock);
+}
+
+// The image shape a batch's images take: 3 channels of crop x crop, when the job has images.
+void AddImageShape(const JobConfig& config, v1::RegisterResponse* response) {
+  if (config.image) {
+    response->add_image_shape(3);
+    response->add_image_shape(config.transform.crop);
+    response->add_image_shape(config.transform.crop);
+  }
+}
+
+// The answer to a rank of a mixed job.
+v1::RegisterResponse MixtureRegisterResponse(const Job& job) {
+  const JobConfig& effective = job.config();
   v1::RegisterResponse response;
-  response.set_batches_per_epoch(job->batches_per_epoch());
+  response.set_batches_per_epoch(job.batches_per_epoch());
+  AddImageShape(effective, &response);
+  SetMixtureResponse(*job.mixture(), &response);
+  response.set_job_fingerprint(job.job_fingerprint());
+  SetResponseConfig(effective, &response);
+  response.set_server_version(kServerVersion);
+  return response;
+}
+
+// The answer to rank `rank` of a job of `dataset`: with a split by shard, the shards
+// it reads in epoch 0.
+absl::StatusOr<v1::RegisterResponse> DatasetRegisterResponse(Job& job, const NamedDataset& dataset,
+                                                             int32_t rank) {
+  const JobConfig& effective = job.config();
+  const DatasetIndex& index = dataset.data->index();
+  v1::RegisterResponse response;
+  response.set_batches_per_epoch(job.batches_per_epoch());
   response.set_num_classes(index.num_classes);
   // Wire strings are UTF-8: label text and shard names are escaped (common/util/utf8.h).
   for (const std::string& name : index.class_names) response.add_class_names(EscapeToUtf8(name));
-  response.set_num_samples(job->samples().num_samples());
-  if (effective.image) {
-    response.add_image_shape(3);
-    response.add_image_shape(effective.transform.crop);
-    response.add_image_shape(effective.transform.crop);
-  }
-  AddLeftOut(job->samples(), response.mutable_left_out());
-  response.set_job_fingerprint(job->job_fingerprint());
+  response.set_num_samples(job.samples().num_samples());
+  AddImageShape(effective, &response);
+  AddLeftOut(job.samples(), response.mutable_left_out());
+  response.set_job_fingerprint(job.job_fingerprint());
   if (effective.plan.split == Split::kShard) {
-    absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job->Plan(0);
+    absl::StatusOr<std::shared_ptr<const EpochPlan>> plan = job.Plan(0);
     if (!plan.ok()) return plan.status();
-    for (int32_t shard : (*plan)->ShardsOfRank(request.rank())) {
+    for (int32_t shard : (*plan)->ShardsOfRank(rank)) {
       response.add_shards(EscapeToUtf8(index.shards[shard].path));
     }
   }
   SetResponseConfig(effective, &response);
   response.set_index_fingerprint(index.fingerprint);
   response.set_server_version(kServerVersion);
-  response.set_dataset(dataset->name);
+  response.set_dataset(dataset.name);
   return response;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RegisterResponse> JobRegistry::RegisterJob(
+    const v1::RegisterRequest& request, const MixtureRequest* mixture,
+    const std::vector<const NamedDataset*>& datasets, const std::string& peer) {
+  absl::StatusOr<JobConfig> config = CheckedJobConfig(request, mixture != nullptr, options_);
+  if (!config.ok()) return config.status();
+  std::shared_ptr<Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<Job>> joined =
+        JoinOrAddJob(request, mixture, datasets, *config, peer);
+    if (!joined.ok()) return joined.status();
+    job = *std::move(joined);
+  }
+  job->MarkRegistered(request.rank());
+  if (job->mixture() != nullptr) return MixtureRegisterResponse(*job);
+  return DatasetRegisterResponse(*job, *datasets[0], request.rank());
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::JoinOrAddJob(
+    const v1::RegisterRequest& request, const MixtureRequest* mixture,
+    const std::vector<const NamedDataset*>& datasets, const JobConfig& config,
+    const std::string& peer) {
+  const std::string& job_id = request.job_id();
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    if (absl::Status same = CheckSameData(*it->second, request, mixture, datasets[0]); !same.ok()) {
+      return same;
+    }
+    absl::Status agree = CheckAgreement(job_id, request.rank(), it->second->config(), config);
+    if (!agree.ok()) return agree;
+    return it->second;
+  }
+  // Only a new job counts against the peer: the other ranks of a job join it
+  // from wherever they run.
+  if (absl::Status limit = CheckPeerLimit(job_id, peer); !limit.ok()) return limit;
+  if (options_.max_jobs > 0 && jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job '", LogSafe(job_id), "': the server already has ", jobs_.size(),
+                     " jobs, its limit (--max-jobs ", options_.max_jobs,
+                     "); retry once a job ends and expires (--job-ttl), or raise --max-jobs"));
+  }
+  absl::StatusOr<std::shared_ptr<Job>> job =
+      mixture != nullptr ? NewMixtureJob(job_id, *mixture, datasets, config, options_, peer)
+                         : NewDatasetJob(job_id, datasets[0], config, options_, peer);
+  if (!job.ok()) return job.status();
+  jobs_.emplace(job_id, *job);
+  return job;
 }
 
 std::shared_ptr<Job> JobRegistry::Find(const std::string& id) const {

@@ -255,6 +255,13 @@ class JobRegistry {
       const shardcast::v1::RegisterRequest& request, const MixtureRequest* mixture,
       const std::vector<const NamedDataset*>& datasets, const std::string& peer)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The job `request` registers a rank of: the existing one, its data and config
+  // checked against the request's, or a new one (within the peer's and the server's
+  // limits) added to the registry.
+  absl::StatusOr<std::shared_ptr<Job>> JoinOrAddJob(
+      const shardcast::v1::RegisterRequest& request, const MixtureRequest* mixture,
+      const std::vector<const NamedDataset*>& datasets, const JobConfig& config,
+      const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `job` has expired at `now`; `*never_streamed` says by which TTL.
   bool Expired(const Job& job, absl::Time now, HasOpenStream has_open_stream,
                bool* never_streamed) const;
