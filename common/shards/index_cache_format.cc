@@ -105,6 +105,21 @@ uint64_t MemberDataBound(const ShardInfo& shard) {
 // of what the file says of the dataset and of that shard, so that a table read at
 // another shard's offset, or from a file written for other shards or options, fails
 // its checksum instead of decoding into another shard's samples.
+// What names a shard's bytes (path, size, times, inode, ETag, digest, compression), in
+// the header's order: written to the header's records and to a table's binding alike.
+// `Sink` is the header's CacheWriter or a Digest128.
+template <typename Sink>
+void AddShardIdentity(const ShardInfo& s, Sink* sink) {
+  sink->AddString(s.path);
+  sink->AddU64(s.file_size);
+  sink->AddU64(static_cast<uint64_t>(s.mtime_ns));
+  sink->AddU64(static_cast<uint64_t>(s.ctime_ns));
+  sink->AddU64(s.inode);
+  sink->AddString(s.etag);
+  sink->AddString(s.content_digest);
+  sink->AddU64(s.compressed ? 1 : 0);
+}
+
 uint64_t TableBinding(const std::string& root, const IndexOptions& options, uint64_t ordinal,
                       const ShardInfo& s) {
   Digest128 h;
@@ -113,14 +128,7 @@ uint64_t TableBinding(const std::string& root, const IndexOptions& options, uint
   h.AddString(options.label_field);
   h.AddU64(static_cast<uint64_t>(options.max_classes));
   h.AddU64(ordinal);
-  h.AddString(s.path);
-  h.AddU64(s.file_size);
-  h.AddU64(static_cast<uint64_t>(s.mtime_ns));
-  h.AddU64(static_cast<uint64_t>(s.ctime_ns));
-  h.AddU64(s.inode);
-  h.AddString(s.etag);
-  h.AddString(s.content_digest);
-  h.AddU64(s.compressed ? 1 : 0);
+  AddShardIdentity(s, &h);
   uint64_t binding = 0;
   const std::string hex = h.Hex();
   for (size_t i = 16; i < 32; ++i) {
@@ -253,14 +261,7 @@ std::string SerializeCacheHeader(const std::string& root, const IndexOptions& op
   uint64_t table_offset = 0;
   for (size_t i = 0; i < scan.shards.size(); ++i) {
     const ShardInfo& s = scan.shards[i];
-    w.AddString(s.path);
-    w.AddU64(s.file_size);
-    w.AddU64(static_cast<uint64_t>(s.mtime_ns));
-    w.AddU64(static_cast<uint64_t>(s.ctime_ns));
-    w.AddU64(s.inode);
-    w.AddString(s.etag);
-    w.AddString(s.content_digest);
-    w.AddU64(s.compressed ? 1 : 0);
+    AddShardIdentity(s, &w);
     w.AddString(scan.skip_reasons[i]);
     w.AddU64(tables[i].samples);
     w.AddU64(table_offset);
