@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace shardcast::client {
@@ -64,6 +65,12 @@ absl::StatusOr<std::optional<MixResumeAt>> MixResumedFrom(const SavedMix& saved,
   if (!has_run) {
     segments = {MixtureSegment{0, 0, saved.position.world_size * saved.position.batch_size}};
   }
+  // Segments come from a checkpoint file: checked as the planner checks them before any
+  // arithmetic here divides by a global batch.
+  if (absl::Status valid = ValidateMixtureSegments(segments); !valid.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint's mixture segments: ", valid.message()));
+  }
   if (same_weights && SameSegments(segments, {MixtureSegment{0, 0, job.global_batch}})) {
     return std::nullopt;  // the same run: the ordinary resume
   }
@@ -75,6 +82,10 @@ absl::StatusOr<std::optional<MixResumeAt>> MixResumedFrom(const SavedMix& saved,
         saved.run.data_fingerprint, job.data_fingerprint));
   }
   const int64_t position = GlobalPosition(saved, job.samples_per_epoch);
+  if (position < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint's position is negative (", position, ")"));
+  }
   MixResumeAt at;
   at.epoch = position / job.samples_per_epoch;
   at.sample_offset = position % job.samples_per_epoch;

@@ -102,7 +102,9 @@ absl::StatusOr<std::vector<uint64_t>> FixedPoint(const std::vector<double>& w,
   return out;
 }
 
-absl::Status ValidateSegments(const std::vector<MixtureSegment>& segments) {
+}  // namespace
+
+absl::Status ValidateMixtureSegments(const std::vector<MixtureSegment>& segments) {
   if (segments.empty() || segments[0].start_position != 0) {
     return Refuse("the first segment must start at position 0");
   }
@@ -131,12 +133,10 @@ absl::Status ValidateSegments(const std::vector<MixtureSegment>& segments) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::StatusOr<MixturePlanner> MixturePlanner::Create(const MixtureSpec& spec) {
   if (absl::Status s = ValidateDatasets(spec); !s.ok()) return s;
   if (spec.schedule.empty()) return Refuse("the schedule has no point");
-  if (absl::Status s = ValidateSegments(spec.segments); !s.ok()) return s;
+  if (absl::Status s = ValidateMixtureSegments(spec.segments); !s.ok()) return s;
   MixturePlanner planner;
   const size_t k = spec.datasets.size();
   std::vector<bool> ever_positive(k, false);

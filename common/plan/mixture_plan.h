@@ -115,6 +115,12 @@ struct MixtureSegment {
   int64_t global_batch = 1;  // batch_size * world_size
 };
 
+// INVALID_ARGUMENT unless `segments` is a run's sequence as the planner takes it: the
+// first at position 0, start positions increasing, each global batch in [1, 2^40], each
+// start step after the previous segment's last. What a client checks before it computes
+// with segments read from a checkpoint (client/reconnect/mix_resume).
+absl::Status ValidateMixtureSegments(const std::vector<MixtureSegment>& segments);
+
 // Datasets are identified by their index here (the pass shuffles are keyed by it): the
 // wiring must list them in one canonical order (e.g. by name) on every replica and resume.
 struct MixtureSpec {

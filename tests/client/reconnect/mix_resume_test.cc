@@ -216,5 +216,29 @@ TEST(MixResumeTest, OtherDataIsRefusedNamingBothFingerprints) {
   EXPECT_FALSE(at->has_value());
 }
 
+// Segments and positions come from a checkpoint file: hostile ones are refused before
+// any arithmetic divides by a global batch, never a crash.
+TEST(MixResumeTest, HostileSegmentsAndPositionsAreRefused) {
+  const std::vector<std::vector<MixtureSegment>> hostile = {
+      {{0, 0, 0}},                            // a global batch of 0
+      {{0, 0, -8}},                           // negative
+      {{5, 0, 8}},                            // not from position 0
+      {{0, 0, 8}, {0, 1, 8}},                 // positions not increasing
+      {{0, 0, 8}, {40, 2, 8}},                // a step that does not follow
+      {{0, 0, int64_t{1} << 41}},             // a global batch past 2^40
+      {{0, 0, 8}, {int64_t{1} << 62, 9, 8}},  // past the planner's positions
+  };
+  for (const std::vector<MixtureSegment>& segments : hostile) {
+    absl::StatusOr<std::optional<MixResumeAt>> at =
+        MixResumedFrom(Saved(0, 6, segments), Job("fp-new", 8));
+    EXPECT_EQ(at.status().code(), absl::StatusCode::kFailedPrecondition) << Flat(segments)[2];
+    EXPECT_THAT(at.status().message(), HasSubstr("the checkpoint's mixture segments"));
+  }
+  SavedMix negative = Saved(-3, 6, {{0, 0, 8}});
+  absl::StatusOr<std::optional<MixResumeAt>> at = MixResumedFrom(negative, Job("fp-new", 8));
+  EXPECT_EQ(at.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(at.status().message(), HasSubstr("negative"));
+}
+
 }  // namespace
 }  // namespace shardcast::client
