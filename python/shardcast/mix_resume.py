@@ -66,6 +66,24 @@ def _global_position(state: Dict[str, Any], S: int) -> int:
     return epoch * S + consumed
 
 
+def _check_segments(segments: List[Any], where: str) -> None:
+    """A state's mix_segments as the planner takes them (the first at position 0, start
+    positions increasing, global batches >= 1): checked before next_segment divides by a
+    global batch. The server checks the rest (steps, bounds) of what is sent."""
+    starts = [s[0] for s in segments if len(s) == 3]
+    if (
+        len(starts) != len(segments)
+        or not starts
+        or starts[0] != 0
+        or any(s[2] < 1 for s in segments)
+        or any(b <= a for a, b in zip(starts, starts[1:]))
+    ):
+        raise ValueError(
+            f"{where}: mix_segments {segments[:4]!r} is not a run's sequence of (start "
+            "position, start step, global batch) from position 0"
+        )
+
+
 def resumed_from(
     state: Dict[str, Any], reg: Any, pb: Any, where: str, schedule: Schedule
 ) -> Optional[Tuple[int, int, bytes, List[Segment], List[Schedule]]]:
@@ -77,6 +95,7 @@ def resumed_from(
     if "mix_segments" not in state or not reg.mix:
         return None
     segments = [tuple(int(x) for x in s) for s in state["mix_segments"]]
+    _check_segments(segments, where)
     global_batch = reg.world_size * reg.batch_size
     same_weights = state["job_fingerprint"] == reg.job_fingerprint
     if same_weights and segments == [(0, 0, global_batch)]:

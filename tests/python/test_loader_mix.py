@@ -566,3 +566,26 @@ def test_three_weight_sets_chain_through_state_dicts(mixed_server):
         count[seq[p][0]] += 1
         for d, w in weights[2].items():
             assert abs(count[d] - w / 8 * (p - 83)) <= 1 + 1e-9, (p, d)
+
+
+def test_a_state_with_hostile_segments_is_refused_and_the_loader_stays_usable(mixed_server):
+    """mix_segments come from a saved file: a global batch of 0, a start past 0, starts
+    that do not increase, a truncated or empty list are a ValueError naming them, before
+    anything divides by a global batch; the loader then resumes a sound state."""
+    common = dict(mix=SCHEDULE, samples_per_epoch=S, rank=0, world_size=1, batch_size=B, seed=3)
+    first = shardcast.Loader(mixed_server.address, job_id="py-mix-hostile-a", **common)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    first.close()
+    other = dict(common, batch_size=B * 2)  # another global batch: the segments are read
+    second = shardcast.Loader(mixed_server.address, job_id="py-mix-hostile-b", **other)
+    try:
+        for hostile in ([[0, 0, 0]], [[5, 0, B]], [[0, 0, B], [0, 1, B]], [[0, 0]], []):
+            with pytest.raises(ValueError, match="mix_segments"):
+                second.load_state_dict(dict(state, mix_segments=hostile))
+        second.load_state_dict(state)
+        assert sum(len(info) for _, _, info in second) > 0
+    finally:
+        second.close()
