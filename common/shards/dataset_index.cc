@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -330,42 +331,48 @@ int64_t MaxCacheBytes(const std::vector<ShardInfo>& shards) {
       std::min<uint64_t>(MaxIndexFileBytes(shards), std::numeric_limits<int64_t>::max()));
 }
 
-// Written to a temporary name and renamed: a reader never sees half a cache. The name
-// comes from mkstemp (random letters, created O_EXCL): servers in separate PID
-// namespaces sharing the cache folder can draw the same PID and thread, never the
-// same file.
-absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
+absl::Status WriteAll(int fd, const std::string& path, absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(
+          absl::StrCat(path, ": write failed: ", std::strerror(n < 0 ? errno : ENOSPC)));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+// `write` fills a temporary file (its descriptor and name), which is then renamed to
+// `path`; on any failure the temporary file is removed. Written to a temporary name and
+// renamed: a reader never sees half a cache. The name comes from mkstemp (random
+// letters, created O_EXCL): servers in separate PID namespaces sharing the cache folder
+// can draw the same PID and thread, never the same file.
+absl::Status WriteFileAtomically(
+    const std::string& path, const std::function<absl::Status(int, const std::string&)>& write) {
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat(path, ": cannot create a temporary file: ", std::strerror(errno)));
   }
-  absl::string_view left = data;
-  while (!left.empty()) {
-    const ssize_t n = ::write(fd, left.data(), left.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
-    }
-    left.remove_prefix(static_cast<size_t>(n));
-  }
+  absl::Status written = write(fd, tmp);
   // mkstemp makes 0600; the cache is as readable as the files written before it.
   ::fchmod(fd, 0644);
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(error)));
+  if (::close(fd) != 0 && written.ok()) {
+    written = absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(errno)));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(error)));
+  if (written.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    written = absl::UnavailableError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
   }
-  return absl::OkStatus();
+  if (!written.ok()) ::unlink(tmp.c_str());
+  return written;
+}
+
+absl::Status WriteCacheFile(const std::string& path, const std::string& data) {
+  return WriteFileAtomically(
+      path, [&data](int fd, const std::string& tmp) { return WriteAll(fd, tmp, data); });
 }
 
 // What a dataset's samples hold. They are all alike: when any sample has an image (a
@@ -584,19 +591,6 @@ absl::Status ScanInOrder(const std::string& root, const std::vector<ShardInfo>& 
 }
 
 // Writes all of `data` to `fd`; the error names `path`.
-absl::Status WriteAll(int fd, const std::string& path, absl::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::UnavailableError(
-          absl::StrCat(path, ": write failed: ", std::strerror(n < 0 ? errno : ENOSPC)));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 // A temporary file in `dir` (mkstemp), unlinked at once: its descriptor, or -1.
 int AnonymousFile(const std::string& dir) {
   std::string name = (fs::path(dir) / ".shardcast-index-tables.XXXXXX").string();
@@ -766,23 +760,8 @@ class StreamedCache {
 
   // The cache file: `header`, the tables, the checksum of it all; renamed into place.
   absl::Status WriteFile(const std::string& header) const {
-    std::string tmp = path_ + ".tmp.XXXXXX";
-    const int fd = ::mkstemp(tmp.data());
-    if (fd < 0) {
-      return absl::UnavailableError(
-          absl::StrCat(path_, ": cannot create a temporary file: ", std::strerror(errno)));
-    }
-    absl::Status written = CopyInto(fd, tmp, header);
-    ::fchmod(fd, 0644);  // mkstemp makes 0600; the cache is as readable as before
-    if (::close(fd) != 0 && written.ok()) {
-      written = absl::UnavailableError(absl::StrCat(tmp, ": write failed: ", std::strerror(errno)));
-    }
-    if (written.ok() && std::rename(tmp.c_str(), path_.c_str()) != 0) {
-      written =
-          absl::UnavailableError(absl::StrCat(path_, ": rename failed: ", std::strerror(errno)));
-    }
-    if (!written.ok()) ::unlink(tmp.c_str());
-    return written;
+    return WriteFileAtomically(
+        path_, [&](int fd, const std::string& tmp) { return CopyInto(fd, tmp, header); });
   }
 
   absl::Status CopyInto(int fd, const std::string& tmp, const std::string& header) const {
