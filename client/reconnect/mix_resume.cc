@@ -10,17 +10,6 @@
 namespace shardcast::client {
 namespace {
 
-bool SameSegments(const std::vector<MixtureSegment>& a, const std::vector<MixtureSegment>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].start_position != b[i].start_position || a[i].start_step != b[i].start_step ||
-        a[i].global_batch != b[i].global_batch) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The global position `saved` continues from: the next epoch's start when its epoch was
 // finished, else the samples all ranks consumed in it.
 int64_t GlobalPosition(const SavedMix& saved, int64_t samples_per_epoch) {
@@ -71,7 +60,8 @@ absl::StatusOr<std::optional<MixResumeAt>> MixResumedFrom(const SavedMix& saved,
     return absl::FailedPreconditionError(
         absl::StrCat("the checkpoint's mixture segments: ", valid.message()));
   }
-  if (same_weights && SameSegments(segments, {MixtureSegment{0, 0, job.global_batch}})) {
+  if (same_weights &&
+      segments == std::vector<MixtureSegment>{MixtureSegment{0, 0, job.global_batch}}) {
     return std::nullopt;  // the same run: the ordinary resume
   }
   if (!same_weights && saved.run.data_fingerprint != job.data_fingerprint) {

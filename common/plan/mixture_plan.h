@@ -113,6 +113,11 @@ struct MixtureSegment {
   int64_t start_position = 0;
   int64_t start_step = 0;
   int64_t global_batch = 1;  // batch_size * world_size
+
+  bool operator==(const MixtureSegment& o) const {
+    return start_position == o.start_position && start_step == o.start_step &&
+           global_batch == o.global_batch;
+  }
 };
 
 // INVALID_ARGUMENT unless `segments` is a run's sequence as the planner takes it: the
