@@ -3,8 +3,9 @@
 // dataset's index with one GET instead of reading every shard once. Put the file next
 // to the shards.
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "client/ctl/command_registry.h"
+#include "client/ctl/scratch_index_cache.h"
 #include "common/flags/flags.h"
 #include "common/remote/dataset_url.h"
 #include "common/remote/http_fetcher.h"
@@ -92,30 +94,26 @@ int RunIndex(const std::vector<std::string>& args) {
     std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
     return 0;
   }
-  absl::StatusOr<DatasetIndex> index = IndexOf(*flags);
+  // The samples stay in a temporary index cache and the file is written a shard at a
+  // time: memory that grows with the shards, as the server's.
+  absl::StatusOr<ScratchIndexCache> cache = ScratchIndexCache::Use(flags->source, &flags->options);
+  absl::StatusOr<DatasetIndex> index = cache.ok() ? IndexOf(*flags) : cache.status();
   if (!index.ok()) {
     std::fprintf(stderr, "shardcast-ctl index: %s\n",
                  RedactUrlsIn(index.status().ToString()).c_str());
     return 1;
   }
-  absl::StatusOr<std::string> serialized = SerializeIndexFile(*index, flags->options);
-  if (!serialized.ok()) {
-    std::fprintf(stderr, "shardcast-ctl index: %s\n",
-                 RedactUrlsIn(serialized.status().ToString()).c_str());
+  if (absl::Status written = WriteIndexFileAt(*index, flags->options, flags->output);
+      !written.ok()) {
+    std::fprintf(stderr, "shardcast-ctl index: %s\n", RedactUrlsIn(written.ToString()).c_str());
     return 1;
   }
-  const std::string& data = *serialized;
-  std::ofstream out(flags->output, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "shardcast-ctl index: cannot write %s\n", flags->output.c_str());
-    return 1;
-  }
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(flags->output, ec);
   std::printf("%s: %zu shards, %lld samples, fingerprint %s -> %s (%zu bytes)\n",
               RedactedUrl(index->root).c_str(), index->shards.size(),
               static_cast<long long>(index->num_samples), index->fingerprint.c_str(),
-              flags->output.c_str(), data.size());
+              flags->output.c_str(), static_cast<size_t>(ec ? 0 : bytes));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/ctl/command_registry.h"
+#include "client/ctl/scratch_index_cache.h"
 #include "client/ctl/status_report.h"
 #include "common/flags/flags.h"
 #include "common/flags/job_flags.h"
@@ -94,11 +96,14 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
   return flags;
 }
 
-// Samples per label, for the class table.
-std::map<int64_t, int64_t> LabelCounts(const DatasetIndex& index) {
+// Samples per label, for the class table: read a shard at a time (from the index cache
+// when the samples are on disk).
+absl::StatusOr<std::map<int64_t, int64_t>> LabelCounts(const DatasetIndex& index) {
   std::map<int64_t, int64_t> counts;
-  for (const ShardInfo& shard : index.shards) {
-    for (const SampleEntry& e : shard.samples) ++counts[e.label];
+  for (uint32_t shard = 0; shard < index.shards.size(); ++shard) {
+    absl::Status read =
+        ForEachSample(index, shard, [&](uint32_t, const SampleEntry& e) { ++counts[e.label]; });
+    if (!read.ok()) return read;
   }
   return counts;
 }
@@ -184,7 +189,29 @@ std::string SelectionJson(const JobSelection& selection) {
   return out;
 }
 
-void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection& selection) {
+// What the printers need beside the index, computed once.
+struct Report {
+  const JobSelection& selection;
+  const std::map<int64_t, int64_t>& label_counts;
+  bool with_samples = false;
+};
+
+// One line per sample, shard by shard, printed as each shard is read: `line(shard, j,
+// sample)`.
+absl::Status PrintSamples(
+    const DatasetIndex& index,
+    absl::FunctionRef<std::string(uint32_t, uint32_t, const SampleEntry&)> line) {
+  for (uint32_t si = 0; si < index.shards.size(); ++si) {
+    absl::Status read = ForEachSample(index, si, [&](uint32_t j, const SampleEntry& e) {
+      const std::string text = line(si, j, e);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    });
+    if (!read.ok()) return read;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrintTable(const DatasetIndex& index, const Report& report) {
   uint64_t total_bytes = 0;
   for (const ShardInfo& s : index.shards) total_bytes += s.file_size;
   std::printf("dataset      %s\n", index.root.c_str());
@@ -198,13 +225,14 @@ void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection
       index.skipped_shards.size(), index.warnings.size());
   std::printf("labels       %s\nimages       %s\n", LabelsLine(index).c_str(),
               ImagesLine(index).c_str());
-  PrintSelection(selection);
+  PrintSelection(report.selection);
   std::printf("\n");
 
   std::printf("%6s  %-40s %9s %11s  %s\n", "SHARD", "PATH", "SAMPLES", "SIZE", "COMPRESSED");
+  const std::vector<uint32_t> counts = index.ShardSampleCounts();
   for (size_t i = 0; i < index.shards.size(); ++i) {
     const ShardInfo& s = index.shards[i];
-    std::printf("%6zu  %-40s %9zu %11s  %s\n", i, s.path.c_str(), s.samples.size(),
+    std::printf("%6zu  %-40s %9u %11s  %s\n", i, s.path.c_str(), counts[i],
                 FormatBytes(static_cast<double>(s.file_size)).c_str(), s.compressed ? "yes" : "no");
   }
 
@@ -214,12 +242,11 @@ void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection
   }
 
   if (index.num_classes > 0) {
-    const std::map<int64_t, int64_t> counts = LabelCounts(index);
     std::printf("\n%6s  %9s  %s\n", "LABEL", "SAMPLES", "CLASS");
     for (int64_t label = 0; label < index.num_classes; ++label) {
-      const auto it = counts.find(label);
+      const auto it = report.label_counts.find(label);
       std::printf("%6lld  %9lld  %s\n", static_cast<long long>(label),
-                  static_cast<long long>(it == counts.end() ? 0 : it->second),
+                  static_cast<long long>(it == report.label_counts.end() ? 0 : it->second),
                   ClassName(index, label).c_str());
     }
   }
@@ -240,20 +267,15 @@ void PrintTable(const DatasetIndex& index, bool with_samples, const JobSelection
     std::printf("\nwarnings (%zu):\n", index.warnings.size());
     for (const std::string& w : index.warnings) std::printf("  %s\n", w.c_str());
   }
-  if (with_samples) {
-    std::printf("\n%6s  %6s  %6s  %-32s %s\n", "SHARD", "INDEX", "LABEL", "KEY", "EXTENSIONS");
-    for (size_t si = 0; si < index.shards.size(); ++si) {
-      const std::vector<SampleEntry>& samples = index.shards[si].samples;
-      for (size_t i = 0; i < samples.size(); ++i) {
-        std::printf("%6zu  %6zu  %6lld  %-32s %s\n", si, i,
-                    static_cast<long long>(samples[i].label), samples[i].key.c_str(),
-                    absl::StrJoin(Extensions(samples[i]), ",").c_str());
-      }
-    }
-  }
+  if (!report.with_samples) return absl::OkStatus();
+  std::printf("\n%6s  %6s  %6s  %-32s %s\n", "SHARD", "INDEX", "LABEL", "KEY", "EXTENSIONS");
+  return PrintSamples(index, [](uint32_t si, uint32_t j, const SampleEntry& e) {
+    return absl::StrFormat("%6u  %6u  %6d  %-32s %s\n", si, j, e.label, e.key,
+                           absl::StrJoin(Extensions(e), ","));
+  });
 }
 
-void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection& selection) {
+absl::Status PrintJson(const DatasetIndex& index, const Report& report) {
   std::string out = "{\n";
   absl::StrAppend(&out, "  \"root\": ", JsonQuote(index.root), ",\n");
   absl::StrAppend(&out, "  \"fingerprint\": ", JsonQuote(index.fingerprint), ",\n");
@@ -264,7 +286,7 @@ void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection&
   absl::StrAppend(&out, "  \"num_classes\": ", index.num_classes, ",\n");
   absl::StrAppend(&out, "  \"has_labels\": ", index.has_labels ? "true" : "false", ",\n");
   absl::StrAppend(&out, "  \"has_images\": ", index.has_images ? "true" : "false", ",\n");
-  out += SelectionJson(selection);
+  out += SelectionJson(report.selection);
   out += "  \"extensions\": [";
   bool first_ext = true;
   for (const auto& [ext, samples] : index.MemberExtensionCounts()) {
@@ -274,21 +296,21 @@ void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection&
   }
   out += first_ext ? "],\n" : "\n  ],\n";
   out += "  \"shards\": [";
+  const std::vector<uint32_t> counts = index.ShardSampleCounts();
   for (size_t i = 0; i < index.shards.size(); ++i) {
     const ShardInfo& s = index.shards[i];
     absl::StrAppend(&out, i ? ",\n    " : "\n    ", "{\"index\": ", i,
-                    ", \"path\": ", JsonQuote(s.path), ", \"samples\": ", s.samples.size(),
+                    ", \"path\": ", JsonQuote(s.path), ", \"samples\": ", counts[i],
                     ", \"file_size\": ", s.file_size, ", \"mtime_ns\": ", s.mtime_ns,
                     ", \"compressed\": ", s.compressed ? "true" : "false", "}");
   }
   out += index.shards.empty() ? "],\n" : "\n  ],\n";
-  const std::map<int64_t, int64_t> counts = LabelCounts(index);
   out += "  \"classes\": [";
   for (int64_t label = 0; label < index.num_classes; ++label) {
-    const auto it = counts.find(label);
+    const auto it = report.label_counts.find(label);
     absl::StrAppend(&out, label ? ",\n    " : "\n    ", "{\"label\": ", label,
                     ", \"name\": ", JsonQuote(ClassName(index, label)),
-                    ", \"samples\": ", it == counts.end() ? 0 : it->second, "}");
+                    ", \"samples\": ", it == report.label_counts.end() ? 0 : it->second, "}");
   }
   out += index.num_classes == 0 ? "],\n" : "\n  ],\n";
   out += "  \"skipped\": [";
@@ -310,25 +332,28 @@ void PrintJson(const DatasetIndex& index, bool with_samples, const JobSelection&
     absl::StrAppend(&out, i ? ",\n    " : "\n    ", JsonQuote(index.warnings[i]));
   }
   out += index.warnings.empty() ? "]" : "\n  ]";
-  if (with_samples) {
+  if (report.with_samples) {
     out += ",\n  \"samples\": [";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    out.clear();
     bool first = true;
-    for (size_t si = 0; si < index.shards.size(); ++si) {
-      const std::vector<SampleEntry>& samples = index.shards[si].samples;
-      for (size_t i = 0; i < samples.size(); ++i) {
-        std::vector<std::string> exts;
-        for (const std::string& ext : Extensions(samples[i])) exts.push_back(JsonQuote(ext));
-        absl::StrAppend(&out, first ? "\n    " : ",\n    ", "{\"shard\": ", si, ", \"index\": ", i,
-                        ", \"key\": ", JsonQuote(samples[i].key), ", \"label\": ", samples[i].label,
-                        ", \"image\": ", JsonQuote(ImageExtension(samples[i])),
-                        ", \"extensions\": [", absl::StrJoin(exts, ", "), "]}");
-        first = false;
-      }
-    }
+    absl::Status printed = PrintSamples(index, [&](uint32_t si, uint32_t j, const SampleEntry& e) {
+      std::vector<std::string> exts;
+      for (const std::string& ext : Extensions(e)) exts.push_back(JsonQuote(ext));
+      const std::string line =
+          absl::StrCat(first ? "\n    " : ",\n    ", "{\"shard\": ", si, ", \"index\": ", j,
+                       ", \"key\": ", JsonQuote(e.key), ", \"label\": ", e.label,
+                       ", \"image\": ", JsonQuote(ImageExtension(e)), ", \"extensions\": [",
+                       absl::StrJoin(exts, ", "), "]}");
+      first = false;
+      return line;
+    });
+    if (!printed.ok()) return printed;
     out += first ? "]" : "\n  ]";
   }
   out += "\n}\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
+  return absl::OkStatus();
 }
 
 int RunInspect(const std::vector<std::string>& args) {
@@ -342,16 +367,26 @@ int RunInspect(const std::vector<std::string>& args) {
     std::printf("%s\nflags:\n%s", kUsage, flags->help_text.c_str());
     return 0;
   }
-  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(flags->dir, flags->options);
+  // The samples stay in an index cache (--cache-dir, else a temporary one) and are read
+  // a shard at a time: memory that grows with the shards, as the server's.
+  absl::StatusOr<ScratchIndexCache> cache = ScratchIndexCache::Use(flags->dir, &flags->options);
+  absl::StatusOr<DatasetIndex> index =
+      cache.ok() ? BuildDatasetIndex(flags->dir, flags->options) : cache.status();
   if (!index.ok()) {
     std::fprintf(stderr, "shardcast-ctl inspect: %s\n", index.status().ToString().c_str());
     return 1;
   }
   const JobSelection selection = SelectFor(*index, *flags);
-  if (flags->json) {
-    PrintJson(*index, flags->samples, selection);
-  } else {
-    PrintTable(*index, flags->samples, selection);
+  absl::StatusOr<std::map<int64_t, int64_t>> label_counts = LabelCounts(*index);
+  absl::Status printed = label_counts.status();
+  if (printed.ok()) {
+    const Report report{selection, *label_counts, flags->samples};
+    printed = flags->json ? PrintJson(*index, report) : PrintTable(*index, report);
+  }
+  if (!printed.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "shardcast-ctl inspect: %s\n", printed.ToString().c_str());
+    return 1;
   }
   return std::fflush(stdout) == 0 ? 0 : 1;
 }

@@ -1548,12 +1548,17 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
   return index;
 }
 
-absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
-                                               const IndexOptions& options) {
-  ScanOutcome scan;
-  for (const ShardInfo& shard : index.shards) {
-    scan.shards.push_back(shard);
-    scan.skip_reasons.emplace_back();
+absl::Status WriteIndexFile(const DatasetIndex& index, const IndexOptions& options,
+                            absl::FunctionRef<absl::Status(absl::string_view)> write) {
+  // The records, served and skipped shards together in listing order (as the loader
+  // compares them with the listing), each with where its samples are: a served shard's
+  // ordinal in `index`, or none.
+  ScanOutcome records;
+  std::vector<std::optional<uint32_t>> served_as;
+  for (size_t i = 0; i < index.shards.size(); ++i) {
+    records.shards.push_back(IndexFileRecord(index.shards[i]));
+    records.skip_reasons.emplace_back();
+    served_as.push_back(static_cast<uint32_t>(i));
   }
   for (const SkippedShard& skipped : index.skipped_shards) {
     ShardInfo shard;
@@ -1561,23 +1566,35 @@ absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
     shard.file_size = skipped.file_size;
     shard.etag = skipped.etag;
     shard.content_digest = skipped.content_digest;
-    scan.shards.push_back(std::move(shard));
-    scan.skip_reasons.push_back(skipped.reason.empty() ? "skipped" : skipped.reason);
+    records.shards.push_back(std::move(shard));
+    records.skip_reasons.push_back(skipped.reason.empty() ? "skipped" : skipped.reason);
+    served_as.emplace_back();
   }
-  // In listing order, as the loader compares them with the listing.
-  std::vector<size_t> order(scan.shards.size());
+  std::vector<size_t> order(records.shards.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return NaturalLess(scan.shards[a].path, scan.shards[b].path);
+    return NaturalLess(records.shards[a].path, records.shards[b].path);
   });
   ScanOutcome sorted;
+  std::vector<std::optional<uint32_t>> sorted_served_as;
   for (size_t i : order) {
-    ShardInfo bare = IndexFileRecord(scan.shards[i]);
-    bare.samples = scan.shards[i].samples;
-    for (const SampleEntry& e : bare.samples)
+    sorted.shards.push_back(std::move(records.shards[i]));
+    sorted.skip_reasons.push_back(std::move(records.skip_reasons[i]));
+    sorted_served_as.push_back(served_as[i]);
+  }
+  // Each shard's samples, one shard at a time (from memory, or its table in the cache).
+  auto samples_of = [&](size_t i, std::vector<SampleEntry>* samples) {
+    samples->clear();
+    if (!sorted_served_as[i].has_value()) return absl::OkStatus();
+    return ForEachSample(index, *sorted_served_as[i],
+                         [&](uint32_t, const SampleEntry& e) { samples->push_back(e); });
+  };
+  for (const std::optional<uint32_t>& shard : sorted_served_as) {
+    if (!shard.has_value()) continue;
+    absl::Status read = ForEachSample(index, *shard, [&](uint32_t, const SampleEntry& e) {
       sorted.max_label = std::max(sorted.max_label, e.label);
-    sorted.shards.push_back(std::move(bare));
-    sorted.skip_reasons.push_back(scan.skip_reasons[i]);
+    });
+    if (!read.ok()) return read;
   }
   sorted.skipped = index.skipped;
   if (!index.class_names.empty() && sorted.max_label >= 0) {
@@ -1587,7 +1604,26 @@ absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
             std::min<size_t>(index.class_names.size(), static_cast<size_t>(sorted.max_label + 1)));
     sorted.class_names.resize(static_cast<size_t>(sorted.max_label + 1));
   }
-  return SerializeScanOutcome(/*root=*/"", options, sorted);
+  return WriteScanOutcome(/*root=*/"", options, sorted, samples_of, write);
+}
+
+absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
+                                               const IndexOptions& options) {
+  std::string out;
+  absl::Status written = WriteIndexFile(index, options, [&out](absl::string_view piece) {
+    out.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  });
+  if (!written.ok()) return written;
+  return out;
+}
+
+absl::Status WriteIndexFileAt(const DatasetIndex& index, const IndexOptions& options,
+                              const std::string& path) {
+  return WriteFileAtomically(path, [&](int fd, const std::string& tmp) {
+    return WriteIndexFile(index, options,
+                          [&](absl::string_view piece) { return WriteAll(fd, tmp, piece); });
+  });
 }
 
 }  // namespace shardcast

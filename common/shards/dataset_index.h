@@ -17,6 +17,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/shards/index_parts.h"
 #include "common/shards/sample_entry.h"
 
@@ -154,8 +155,18 @@ absl::StatusOr<DatasetIndex> BuildIndexFromListing(ShardListing listing,
 // content digest and (for an index of a store) the ETag it had. Its checksum and
 // every offset are checked again when it is loaded. INVALID_ARGUMENT for samples no
 // scan makes (SerializeScanOutcome).
+// Written a piece at a time through `write`, one shard's samples in memory at most
+// (read with ForEachSample: from the index cache when the index's samples are
+// released), so that an index file of any dataset takes memory that grows with its
+// shards.
+absl::Status WriteIndexFile(const DatasetIndex& index, const IndexOptions& options,
+                            absl::FunctionRef<absl::Status(absl::string_view)> write);
+// The same, as one string.
 absl::StatusOr<std::string> SerializeIndexFile(const DatasetIndex& index,
                                                const IndexOptions& options);
+// The same, written to a temporary name and renamed to `path`.
+absl::Status WriteIndexFileAt(const DatasetIndex& index, const IndexOptions& options,
+                              const std::string& path);
 
 // The most bytes an index file (or index cache) of `shards` can take: a sample's record
 // is its key and a few numbers, and in a tar every sample takes at least two 512-byte

@@ -336,6 +336,50 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
   return w.Finish();
 }
 
+absl::Status WriteScanOutcome(const std::string& root, const IndexOptions& options,
+                              const ScanOutcome& scan, ShardSamplesFn samples_of,
+                              absl::FunctionRef<absl::Status(absl::string_view)> write) {
+  ExtensionTable exts;  // ids never change: both passes encode with the same ones
+  SampleSummary summary;
+  // Shard i's table; its sample count in `*samples` and, on the first pass, its
+  // samples added to the header's summary.
+  auto encode = [&](size_t i, bool first_pass, uint64_t* samples) -> absl::StatusOr<std::string> {
+    ShardInfo shard = scan.shards[i];
+    if (absl::Status got = samples_of(i, &shard.samples); !got.ok()) return got;
+    if (first_pass) summary.Add(shard.samples);
+    *samples = shard.samples.size();
+    return EncodeCacheTable(root, options, i, shard, &exts);
+  };
+  // First pass: each table's size and the summary, for the header.
+  std::vector<CacheTableRecord> records(scan.shards.size());
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    absl::StatusOr<std::string> table = encode(i, /*first_pass=*/true, &records[i].samples);
+    if (!table.ok()) return table.status();
+    records[i].size = table->size();
+  }
+  Digest128 h;
+  auto emit = [&](absl::string_view piece) {
+    h.AddBytes(piece);
+    return write(piece);
+  };
+  if (absl::Status s = emit(SerializeCacheHeader(root, options, scan, records, summary, exts));
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    uint64_t samples = 0;
+    absl::StatusOr<std::string> table = encode(i, /*first_pass=*/false, &samples);
+    if (!table.ok()) return table.status();
+    if (samples != records[i].samples || table->size() != records[i].size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          scan.shards[i].path, ": its samples changed while the index file was written"));
+    }
+    if (absl::Status s = emit(*table); !s.ok()) return s;
+  }
+  const std::string hex = h.Hex();
+  return write(EncodeU64(hex.size()) + hex);
+}
+
 namespace {
 
 // Reads the header's opening: the magic, the version, the header's size, and whose

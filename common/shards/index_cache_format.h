@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/shards/compact_shard_table.h"
@@ -191,6 +193,18 @@ absl::StatusOr<std::string> SerializeScanOutcome(const std::string& root,
                                                  const IndexOptions& options,
                                                  const ScanOutcome& scan,
                                                  ScanOutcome* tables = nullptr);
+
+// SerializeScanOutcome's bytes for `scan`, handed to `write` a piece at a time, with
+// each shard's samples fetched by `samples_of(ordinal, &samples)` instead of read from
+// `scan.shards[i].samples` (ignored): twice per shard, once to size the tables (the
+// header places them) and once to write them, so that one shard's samples at most are
+// in memory: an index file of any dataset written in memory that grows with its shards.
+// `scan.max_label` must be the samples' (as for SerializeScanOutcome). Errors: those of
+// `samples_of` and `write`, and INVALID_ARGUMENT as SerializeScanOutcome.
+using ShardSamplesFn = absl::FunctionRef<absl::Status(size_t, std::vector<SampleEntry>*)>;
+absl::Status WriteScanOutcome(const std::string& root, const IndexOptions& options,
+                              const ScanOutcome& scan, ShardSamplesFn samples_of,
+                              absl::FunctionRef<absl::Status(absl::string_view)> write);
 
 // The outcome `data` holds, when it was written for `root` and `options` and its shard
 // records match `listed` (in listing order) as `kind` says. nullopt: a sound file of

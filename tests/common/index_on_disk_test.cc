@@ -192,6 +192,12 @@ bool ExpectSameBothWays(const DatasetSpec& spec) {
   EXPECT_EQ(Skips(*disk), Skips(*mem));
   EXPECT_EQ(Samples(*disk), Samples(*mem));
   EXPECT_GT(mem->num_samples, 0);
+  // The index file written from the tables on disk, a shard at a time, is the one
+  // written from the samples in memory.
+  absl::StatusOr<std::string> disk_file = SerializeIndexFile(*disk, Options(disk_cache, true));
+  absl::StatusOr<std::string> mem_file = SerializeIndexFile(*mem, Options(mem_cache, false));
+  EXPECT_TRUE(disk_file.ok() && mem_file.ok());
+  EXPECT_TRUE(disk_file.ok() && mem_file.ok() && *disk_file == *mem_file) << "index files differ";
   // The streamed cache serves the next start, header first.
   absl::StatusOr<DatasetIndex> again = BuildDatasetIndex(data, Options(disk_cache, true));
   EXPECT_TRUE(again.ok() && again->loaded_from_cache);
@@ -328,13 +334,11 @@ int64_t PeakHeapWhileIndexing(const std::string& data, const IndexOptions& optio
   return g_peak.load() - base;
 }
 
-// 200 shards of 500 samples: on disk, the heap holds the shards' records and the few
-// shards in flight, not the whole dataset's samples that the in-memory path builds.
-TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
-  ScopedTempDir tmp;
-  const std::string data = tmp.path() + "/data";
+constexpr int kShards = 200, kPerShard = 500;
+
+// kShards shards of kPerShard members-only samples in `data`.
+void MakeManySmallShards(const std::string& data) {
   fs::create_directories(data);
-  constexpr int kShards = 200, kPerShard = 500;
   for (int s = 0; s < kShards; ++s) {
     std::vector<std::pair<std::string, std::string>> files;
     for (int j = 0; j < kPerShard; ++j) {
@@ -342,6 +346,14 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
     }
     WriteFile(absl::StrFormat("%s/shard-%d.tar", data, s), TarOf(files));
   }
+}
+
+// 200 shards of 500 samples: on disk, the heap holds the shards' records and the few
+// shards in flight, not the whole dataset's samples that the in-memory path builds.
+TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
+  ScopedTempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  MakeManySmallShards(data);
   const int64_t in_memory = PeakHeapWhileIndexing(data, Options(tmp.path() + "/mem", false));
   const int64_t on_disk = PeakHeapWhileIndexing(data, Options(tmp.path() + "/disk", true));
   const int64_t samples = int64_t{kShards} * kPerShard;
@@ -354,6 +366,34 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
   // Records of the shards plus a window of shards in flight (2 threads): well under a
   // fifth of the samples' vectors.
   EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 8 * kPerShard * 400 + (1 << 20));
+}
+
+// The index file of an index whose samples are on disk is written a shard at a time:
+// the heap holds one shard's samples and table, not the dataset's (the file itself goes
+// to the sink, here counted and dropped).
+TEST(IndexOnDiskTest, IndexFileWrittenInHeapThatGrowsWithShards) {
+  ScopedTempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  MakeManySmallShards(data);
+  const IndexOptions options = Options(tmp.path() + "/disk", true);
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data, options);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_TRUE(index->samples_released);
+  const int64_t base = g_live.load();
+  g_peak = base;
+  uint64_t file_bytes = 0;
+  ASSERT_TRUE(WriteIndexFile(*index, options, [&](absl::string_view piece) {
+                file_bytes += piece.size();
+                return absl::OkStatus();
+              }).ok());
+  const int64_t peak = g_peak.load() - base;
+  std::printf("peak heap writing an index file of %d samples (%llu bytes): %lld bytes\n",
+              kShards * kPerShard, static_cast<unsigned long long>(file_bytes),
+              static_cast<long long>(peak));
+  EXPECT_EQ(file_bytes, SerializeIndexFile(*index, options)->size());
+  // The shards' records and one shard's samples (about 240 B each) and table: well
+  // under the dataset's samples in memory (over 20 MB) or the file (over 1 MB).
+  EXPECT_LT(peak, int64_t{kShards} * 1024 + 2 * kPerShard * 400 + (256 << 10));
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/shards/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
@@ -219,6 +221,61 @@ TEST_F(InspectCommandTest, FieldsShowWhatAJobWouldBeServedAndWhatItLeavesOut) {
   r = RunCtl("inspect " + text + " --fields a..b --no-image", true);
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "empty component")) << r.out;
+}
+
+// Runs shardcast-ctl with `args` and $TMPDIR set to `tmpdir`, capturing stdout.
+Result RunCtlWithTmpdir(const std::string& tmpdir, const std::string& args) {
+  return testing_util::RunShellCapture("TMPDIR=" + shard_testing::ShellQuote(tmpdir) + " " + kCtl +
+                                       " " + args + " 2>/dev/null");
+}
+
+std::vector<std::string> EntriesOf(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Without --cache-dir the samples stay on disk in a temporary index cache under $TMPDIR,
+// removed afterwards; a $TMPDIR inside the dataset is not used (the index is then built
+// in memory): the same report either way.
+TEST_F(InspectCommandTest, TheSamplesStayInATemporaryCacheThatIsRemoved) {
+  const std::string scratch = tmp_ / "scratch";
+  std::filesystem::create_directories(scratch);
+  const std::string args = "inspect --json --samples " + shard_testing::ShellQuote(data_);
+  const Result with_cache = RunCtl(args + " --cache-dir " + tmp_ / "cache");
+  ASSERT_EQ(with_cache.exit_code, 0) << with_cache.out;
+  const Result scratched = RunCtlWithTmpdir(scratch, args);
+  ASSERT_EQ(scratched.exit_code, 0) << scratched.out;
+  EXPECT_TRUE(EntriesOf(scratch).empty()) << "the temporary cache was left behind";
+  const std::vector<std::string> data_before = EntriesOf(data_);
+  const Result inside = RunCtlWithTmpdir(data_, args);
+  ASSERT_EQ(inside.exit_code, 0) << inside.out;
+  EXPECT_EQ(EntriesOf(data_), data_before) << "nothing is written inside the dataset";
+  // Only "loaded_from_cache" may differ (the first run wrote the cache it then had).
+  EXPECT_EQ(scratched.out, inside.out);
+  EXPECT_TRUE(absl::StrContains(with_cache.out, "\"samples\": [\n    {\"shard\": 0"))
+      << with_cache.out;
+  EXPECT_EQ(absl::StrReplaceAll(with_cache.out, {{"\"loaded_from_cache\": true", "x"},
+                                                 {"\"loaded_from_cache\": false", "x"}}),
+            absl::StrReplaceAll(scratched.out, {{"\"loaded_from_cache\": false", "x"}}));
+}
+
+// `shardcast-ctl index DIR -o FILE` writes the index file of the shards (the library's
+// bytes), its samples in a temporary index cache that is removed afterwards.
+TEST_F(InspectCommandTest, IndexWritesTheIndexFileOfTheShards) {
+  const std::string scratch = tmp_ / "scratch";
+  std::filesystem::create_directories(scratch);
+  const std::string out = tmp_ / "index.bin";
+  const Result r = RunCtlWithTmpdir(scratch, "index " + shard_testing::ShellQuote(data_) + " -o " +
+                                                 shard_testing::ShellQuote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "2 shards, 3 samples")) << r.out;
+  EXPECT_TRUE(EntriesOf(scratch).empty()) << "the temporary cache was left behind";
+  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data_, {});
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_TRUE(shard_testing::ReadWholeFile(out) == SerializeIndexFile(*index, {}).value())
+      << "the file differs from the library's index file";
 }
 
 TEST_F(InspectCommandTest, ErrorsExitNonZeroWithTheReason) {
