@@ -194,7 +194,7 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
     selection->num_samples_ += static_cast<int64_t>(positions.size());
     if (positions.size() != shard_samples) {
       selection->selects_all_ = false;
-      selection->positions_[s] = std::move(positions);
+      selection->positions_[s] = SelectedPositions(positions, shard_samples);
     }
   }
   for (size_t f = 0; f < config.fields.size(); ++f) {
@@ -220,9 +220,10 @@ absl::StatusOr<std::shared_ptr<const JobSamples>> JobSamples::Select(const Datas
 }
 
 int32_t JobSamples::IndexPosition(int32_t shard, int32_t selected) const {
-  const std::vector<uint32_t>& positions = positions_[static_cast<size_t>(shard)];
-  return positions.empty() ? selected
-                           : static_cast<int32_t>(positions[static_cast<size_t>(selected)]);
+  const SelectedPositions& positions = positions_[static_cast<size_t>(shard)];
+  return positions.size() == 0
+             ? selected
+             : static_cast<int32_t>(positions.Position(static_cast<uint32_t>(selected)));
 }
 
 void JobSamples::MapToIndex(PlannedBatch* planned) const {

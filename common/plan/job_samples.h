@@ -18,6 +18,7 @@
 #include "common/plan/epoch_plan.h"
 #include "common/plan/field_spec.h"
 #include "common/plan/job_config.h"
+#include "common/plan/selected_positions.h"
 #include "common/shards/dataset_index.h"
 
 namespace shardcast {
@@ -81,9 +82,9 @@ class JobSamples : public std::enable_shared_from_this<JobSamples> {
   JobSamples() = default;
 
   std::vector<uint32_t> shard_sizes_;
-  // Per shard, the index positions of its selected samples; empty when the shard's
-  // every sample is selected (then a position is its own).
-  std::vector<std::vector<uint32_t>> positions_;
+  // Per shard, the index positions of its selected samples; selecting nothing when the
+  // shard's every sample is selected (then a position is its own).
+  std::vector<SelectedPositions> positions_;
   bool selects_all_ = true;
   int64_t num_samples_ = 0;
   std::vector<LeftOut> left_out_;
