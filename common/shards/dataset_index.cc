@@ -195,21 +195,41 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
 // nothing else. Two replicas holding the same bytes agree on it however the files
 // were copied; two whose bytes differ anywhere do not (the digest covers every byte
 // that can reach a batch); mtimes only decide whether a cache is still valid.
+// The content fingerprint taken a served shard at a time, in shard order: from samples
+// in memory, or read back from tables one shard at a time.
+class FingerprintDigest {
+ public:
+  // The served shards' count leads the digest.
+  FingerprintDigest(const IndexOptions& options, size_t served_shards) {
+    h_.AddString("shardcast-index");
+    h_.AddU64(kFingerprintVersion);
+    h_.AddString(options.label_field);
+    h_.AddU64(served_shards);
+  }
+  void AddShard(const ShardInfo& s, const std::vector<SampleEntry>& samples) {
+    h_.AddString(s.path);
+    h_.AddU64(s.file_size);
+    h_.AddString(s.content_digest);
+    h_.AddU64(s.compressed ? 1 : 0);
+    AddSampleRecords(samples, &h_);
+  }
+  std::string Hex() const { return h_.Hex(); }
+
+ private:
+  Digest128 h_;
+};
+
 std::string ContentFingerprint(const std::vector<const ShardInfo*>& shards,
                                const IndexOptions& options) {
-  Digest128 h;
-  h.AddString("shardcast-index");
-  h.AddU64(kFingerprintVersion);
-  h.AddString(options.label_field);
-  h.AddU64(shards.size());
-  for (const ShardInfo* s : shards) {
-    h.AddString(s->path);
-    h.AddU64(s->file_size);
-    h.AddString(s->content_digest);
-    h.AddU64(s->compressed ? 1 : 0);
-    AddSampleRecords(s->samples, &h);
-  }
+  FingerprintDigest h(options, shards.size());
+  for (const ShardInfo* s : shards) h.AddShard(*s, s->samples);
   return h.Hex();
+}
+
+size_t ServedShards(const ScanOutcome& scan) {
+  size_t served = 0;
+  for (const std::string& reason : scan.skip_reasons) served += reason.empty() ? 1 : 0;
+  return served;
 }
 
 // The fingerprint of the shards `scan` serves (those not skipped), as the index's.
@@ -728,22 +748,11 @@ class StreamedCache {
   // ContentFingerprint of the served shards, their samples read back table by table
   // (the served count leads the digest: known only once every shard is scanned).
   absl::StatusOr<std::string> Fingerprint() const {
-    Digest128 h;
-    h.AddString("shardcast-index");
-    h.AddU64(kFingerprintVersion);
-    h.AddString(options_.label_field);
-    size_t served = 0;
-    for (const std::string& reason : out_.skip_reasons) served += reason.empty() ? 1 : 0;
-    h.AddU64(served);
+    FingerprintDigest h(options_, ServedShards(out_));
     const std::vector<ShardTableLocation> located =
         LocateCacheTables(root_, options_, out_.shards, 0, records_);
     for (size_t i = 0; i < out_.shards.size(); ++i) {
       if (!out_.skip_reasons[i].empty()) continue;
-      const ShardInfo& s = out_.shards[i];
-      h.AddString(s.path);
-      h.AddU64(s.file_size);
-      h.AddString(s.content_digest);
-      h.AddU64(s.compressed ? 1 : 0);
       absl::StatusOr<std::string> bytes = Table(i, located[i].offset);
       if (!bytes.ok()) return bytes.status();
       absl::StatusOr<CompactShardTable> table =
@@ -753,7 +762,7 @@ class StreamedCache {
       absl::Status decoded =
           table->ForEach([&](uint32_t j, const SampleEntry& e) { samples[j] = e; });
       if (!decoded.ok()) return decoded;
-      AddSampleRecords(samples, &h);
+      h.AddShard(out_.shards[i], samples);
     }
     return h.Hex();
   }
@@ -1279,6 +1288,91 @@ absl::StatusOr<std::optional<ScanOutcome>> OutcomeFromIndexFile(const ShardListi
   return MergeOutcomes(std::move(from_file), vouched, *std::move(scanned), options.label_field);
 }
 
+// An index file's shard `i` (located by a header-only parse, `from_file`) decoded from
+// the file's bytes into `*samples`; DATA_LOSS for a table that fails its checks.
+absl::Status IndexFileSamples(const std::string& file, const ScanOutcome& from_file, size_t i,
+                              std::vector<SampleEntry>* samples) {
+  samples->clear();
+  if (!from_file.skip_reasons[i].empty()) return absl::OkStatus();
+  const ShardTableLocation& at = from_file.tables[i];
+  if (at.offset > file.size() || at.size > file.size() - at.offset) {
+    return absl::DataLossError("a shard table lies past the index file's end");
+  }
+  absl::StatusOr<CompactShardTable> table = CompactShardTable::Open(
+      absl::string_view(file).substr(at.offset, at.size), from_file.exts.get(), at.limits);
+  if (!table.ok()) return table.status();
+  return table->ForEach([&](uint32_t, const SampleEntry& e) { samples->push_back(e); });
+}
+
+// The outcome of `listing` from an index file the store vouches for shard by shard,
+// when the samples stay on disk: each shard's table is decoded from the file and
+// written again into the index cache at `path` (the cache's tables are bound to its
+// header and the listed identities) one shard at a time, so the whole dataset's samples
+// are never in memory; the outcome is then the cache's header, read back as a start
+// would, `*file_size` its size and `*labels` the distinct labels served. nullopt when
+// this does not apply (a file that does not parse, a shard the store does not vouch
+// for, a table that fails its checks, a cache that cannot be written): the caller then
+// goes the in-memory way, which says why in a warning.
+std::optional<ScanOutcome> IndexFileIntoCache(const std::string& path, const ShardListing& listing,
+                                              const IndexOptions& options, uint64_t* file_size,
+                                              std::set<int64_t>* labels, DatasetIndex* index) {
+  const std::string& file = *listing.index_file;
+  absl::StatusOr<std::optional<ScanOutcome>> parsed = ParseScanOutcome(
+      file, /*root=*/"", options, listing.shards, IndexRecordKind::kIndexFile, ParseDepth::kHeader);
+  if (!parsed.ok() || !parsed->has_value()) return std::nullopt;
+  const ScanOutcome& from_file = **parsed;
+  ScanOutcome scan;
+  for (size_t i = 0; i < listing.shards.size(); ++i) {
+    if (!Vouched(listing.shards[i], from_file.shards[i])) return std::nullopt;
+    scan.shards.push_back(listing.shards[i]);
+    scan.shards.back().content_digest = from_file.shards[i].content_digest;
+  }
+  scan.skip_reasons = from_file.skip_reasons;
+  scan.skipped = from_file.skipped;
+  scan.class_names = from_file.class_names;
+  scan.warnings = from_file.warnings;
+  auto samples_of = [&](size_t i, std::vector<SampleEntry>* samples) {
+    return IndexFileSamples(file, from_file, i, samples);
+  };
+  // What the header takes from the samples, taken from them (not from the file's
+  // header), and the dataset rules a full parse checks: all samples alike.
+  FingerprintDigest fingerprint(options, ServedShards(scan));
+  DatasetTraits traits;
+  bool without_image = false, without_label = false;
+  std::vector<SampleEntry> samples;
+  for (size_t i = 0; i < scan.shards.size(); ++i) {
+    if (!samples_of(i, &samples).ok()) return std::nullopt;
+    if (!scan.skip_reasons[i].empty()) continue;
+    fingerprint.AddShard(scan.shards[i], samples);
+    AddTraits(samples, &traits);
+    for (const SampleEntry& e : samples) {
+      scan.max_label = std::max(scan.max_label, e.label);
+      if (e.label >= 0) labels->insert(e.label);
+      without_image = without_image || ImageMember(e) == nullptr;
+      without_label = without_label || e.label < 0;
+    }
+  }
+  if ((traits.has_images && without_image) || (traits.has_labels && without_label)) {
+    return std::nullopt;
+  }
+  scan.fingerprint = fingerprint.Hex();
+  if (!scan.class_names.empty()) scan.class_names.resize(static_cast<size_t>(scan.max_label + 1));
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const absl::Status written =
+      ec ? absl::UnavailableError(ec.message())
+         : WriteFileAtomically(path, [&](int fd, const std::string& tmp) {
+             return WriteScanOutcome(
+                 listing.root, options, scan, samples_of,
+                 [&](absl::string_view piece) { return WriteAll(fd, tmp, piece); });
+           });
+  if (!written.ok()) return std::nullopt;
+  std::optional<ScanOutcome> cached =
+      LoadCache(path, listing, options, ParseDepth::kHeader, file_size, &index->warnings);
+  if (cached.has_value()) index->loaded_from_index_file = true;
+  return cached;
+}
+
 // The name of the first shard listed twice in `sorted`, "" when none is.
 std::string FirstDuplicate(const std::vector<ShardInfo>& sorted) {
   for (size_t i = 1; i < sorted.size(); ++i) {
@@ -1341,6 +1435,12 @@ void DropOversizedIndexFile(ShardListing* listing, std::vector<std::string>* war
 absl::Status ScanWhatTheCacheLacks(const std::string& cache_path, const ShardListing& listing,
                                    const IndexOptions& options, ObtainedScan* got,
                                    DatasetIndex* index) {
+  if (!got->scan.has_value() && listing.index_file.has_value() &&
+      got->depth == ParseDepth::kHeader && !cache_path.empty()) {
+    std::set<int64_t> labels;
+    got->scan = IndexFileIntoCache(cache_path, listing, options, &got->cache_size, &labels, index);
+    if (got->scan.has_value()) got->streamed_labels = std::move(labels);
+  }
   if (!got->scan.has_value() && listing.index_file.has_value()) {
     absl::StatusOr<std::optional<ScanOutcome>> from_file =
         OutcomeFromIndexFile(listing, options, index);

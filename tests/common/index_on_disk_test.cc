@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/shards/content_digest.h"
 #include "common/shards/dataset_index.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
@@ -249,6 +250,73 @@ TEST(IndexOnDiskTest, RulesTurnedByALaterShardFallBackToMemory) {
   EXPECT_FALSE(ExpectSameBothWays(spec));
 }
 
+// A store's listing of every shard file in `dir` as S3 gives it for single-part uploads
+// (the ETag: the quoted MD5 of the bytes), with `index_file` next to them; its scans,
+// of the files in `dir`, are counted in `*scans`.
+ShardListing StoreListing(const std::string& dir, const std::string& index_file,
+                          std::atomic<int>* scans) {
+  ShardListing listing;
+  listing.root = "s3://bucket/data/";
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".tar") continue;
+    ShardInfo shard;
+    shard.path = entry.path().filename().string();
+    const std::string bytes = ReadWholeFile(entry.path().string());
+    shard.file_size = bytes.size();
+    ContentHasher md5;
+    md5.Add(bytes);
+    shard.etag = absl::StrCat("\"", md5.Hex(), "\"");
+    listing.shards.push_back(std::move(shard));
+  }
+  listing.index_file = index_file;
+  listing.scan = [dir, scans](const ShardInfo& shard) {
+    ++*scans;
+    return ScanShardFile(dir + "/" + shard.path, shard, IndexOptions(), /*check_identity=*/false);
+  };
+  return listing;
+}
+
+// A remote dataset's index file, every shard vouched for by its ETag: with the samples
+// on disk, each shard's table goes from the file to the cache alone; the same cache
+// bytes, samples, skips and figures as the file read whole, and no shard is scanned.
+TEST(IndexOnDiskTest, AnIndexFileGoesToTheCacheAShardAtATime) {
+  DatasetSpec members_only;
+  members_only.images = false;
+  members_only.labels = false;
+  for (const DatasetSpec& spec : {DatasetSpec{}, members_only}) {
+    ScopedTempDir tmp;
+    const std::string data = tmp.path() + "/data";
+    MakeDataset(data, spec);
+    absl::StatusOr<DatasetIndex> local = BuildDatasetIndex(data, {});
+    ASSERT_TRUE(local.ok()) << local.status();
+    const std::string index_file = SerializeIndexFile(*local, {}).value();
+    std::atomic<int> scans{0};
+    const std::string mem_cache = tmp.path() + "/mem", disk_cache = tmp.path() + "/disk";
+    absl::StatusOr<DatasetIndex> mem =
+        BuildIndexFromListing(StoreListing(data, index_file, &scans), Options(mem_cache, false));
+    absl::StatusOr<DatasetIndex> disk =
+        BuildIndexFromListing(StoreListing(data, index_file, &scans), Options(disk_cache, true));
+    ASSERT_TRUE(mem.ok()) << mem.status();
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    EXPECT_EQ(scans.load(), 0);
+    EXPECT_TRUE(mem->loaded_from_index_file);
+    EXPECT_TRUE(disk->loaded_from_index_file);
+    EXPECT_TRUE(disk->samples_released);
+    EXPECT_FALSE(mem->samples_released);
+    EXPECT_TRUE(ReadWholeFile(CacheFile(mem_cache)) == ReadWholeFile(CacheFile(disk_cache)))
+        << "cache files differ";
+    EXPECT_EQ(disk->fingerprint, local->fingerprint);
+    EXPECT_EQ(disk->fingerprint, mem->fingerprint);
+    EXPECT_EQ(disk->num_classes, mem->num_classes);
+    EXPECT_EQ(disk->class_names, mem->class_names);
+    EXPECT_EQ(disk->warnings, mem->warnings);
+    EXPECT_EQ(disk->ShardSampleCounts(), mem->ShardSampleCounts());
+    EXPECT_EQ(disk->MemberExtensionCounts(), mem->MemberExtensionCounts());
+    EXPECT_EQ(Skips(*disk), Skips(*mem));
+    EXPECT_EQ(Samples(*disk), Samples(*mem));
+  }
+}
+
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -366,6 +434,37 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
   // Records of the shards plus a window of shards in flight (2 threads): well under a
   // fifth of the samples' vectors.
   EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 8 * kPerShard * 400 + (1 << 20));
+}
+
+// A remote dataset's index file of 200 shards x 500 samples, every shard vouched for:
+// on disk, the heap holds the file (counted before), the shards' records and one
+// shard's samples, not the dataset's samples that reading the file whole builds.
+TEST(IndexOnDiskTest, HeapLoadingAnIndexFileGrowsWithShardsNotSamples) {
+  ScopedTempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  MakeManySmallShards(data);
+  const std::string index_file =
+      SerializeIndexFile(BuildDatasetIndex(data, {}).value(), {}).value();
+  std::atomic<int> scans{0};
+  auto peak_loading = [&](const IndexOptions& options) {
+    ShardListing listing = StoreListing(data, index_file, &scans);
+    const int64_t base = g_live.load();
+    g_peak = base;
+    absl::StatusOr<DatasetIndex> index = BuildIndexFromListing(std::move(listing), options);
+    EXPECT_TRUE(index.ok() && index->loaded_from_index_file) << index.status();
+    return g_peak.load() - base;
+  };
+  const int64_t in_memory = peak_loading(Options(tmp.path() + "/mem", false));
+  const int64_t on_disk = peak_loading(Options(tmp.path() + "/disk", true));
+  EXPECT_EQ(scans.load(), 0);
+  const int64_t samples = int64_t{kShards} * kPerShard;
+  std::printf(
+      "peak heap loading an index file of %lld samples (%zu bytes): in memory %.1f B/sample, "
+      "on disk %.1f B/sample\n",
+      static_cast<long long>(samples), index_file.size(), static_cast<double>(in_memory) / samples,
+      static_cast<double>(on_disk) / samples);
+  EXPECT_LT(on_disk, in_memory / 4);
+  EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 4 * kPerShard * 400 + (1 << 20));
 }
 
 // The index file of an index whose samples are on disk is written a shard at a time:
