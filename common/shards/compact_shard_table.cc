@@ -359,19 +359,38 @@ absl::StatusOr<CompactShardTable> CompactShardTable::Open(absl::string_view byte
   return table;
 }
 
-absl::Status CompactShardTable::LookupInto(uint32_t j, SampleEntry* out) const {
+absl::Status CompactShardTable::LookupInto(uint32_t j, SampleEntry* out, Cursor* cursor) const {
   if (j >= count_) {
     return absl::OutOfRangeError(absl::StrCat("sample ", j, " of a shard of ", count_));
   }
   const uint32_t first = j - j % interval_;
-  const uint32_t start = GetFixed32(restarts_, 4 * (j / interval_));
+  uint32_t i = first;
+  size_t start = 0;
+  DecodeState state;
+  // The cursor stopped at or after `first` and before j: the records in between
+  // decode the same from there, the key shared from the one it kept.
+  if (cursor != nullptr && cursor->table == this && cursor->next > first && cursor->next <= j) {
+    i = cursor->next;
+    start = cursor->pos;
+    state.prev_end = cursor->prev_end;
+    out->key = cursor->key;
+  } else {
+    start = GetFixed32(restarts_, 4 * (j / interval_));
+  }
   if (start > records_.size()) return CorruptTable("restart past the records");
   ByteReader r(records_.substr(start));
-  DecodeState state;
-  for (uint32_t i = first; i <= j; ++i) {
+  for (; i <= j; ++i) {
     if (absl::Status s = DecodeRecord(r, i == first, *exts_, limits_, &state, out); !s.ok()) {
+      if (cursor != nullptr) cursor->table = nullptr;
       return s;
     }
+  }
+  if (cursor != nullptr) {
+    cursor->table = this;
+    cursor->next = j + 1;
+    cursor->pos = start + r.pos();
+    cursor->prev_end = state.prev_end;
+    cursor->key = out->key;
   }
   return absl::OkStatus();
 }

@@ -149,10 +149,26 @@ class CompactShardTable {
   uint32_t size() const { return count_; }
   uint32_t restart_interval() const { return interval_; }
 
+  // Where the last lookup through it stopped, so that the next lookup of a later
+  // sample of the same restart interval decodes on from there instead of from the
+  // restart: a batch's samples of one shard looked up in increasing order (the serve
+  // path sorts them) then decode about one record each, not up to restart_interval.
+  // Bound to the table it was last used with; a cursor of another table (or a default
+  // one) is ignored and overwritten.
+  struct Cursor {
+    const CompactShardTable* table = nullptr;
+    uint32_t next = 0;      // the sample after the one last decoded
+    size_t pos = 0;         // where its record starts in the records
+    uint64_t prev_end = 0;  // the decoder's state there (DecodeState)
+    std::string key;        // the key decoded last, which the next record's shares from
+  };
+
   // Sample j, decoding at most one restart interval. OUT_OF_RANGE for j >= size().
   absl::StatusOr<SampleEntry> Lookup(uint32_t j) const;
-  // Lookup into `*out`, reusing its allocations.
-  absl::Status LookupInto(uint32_t j, SampleEntry* out) const;
+  // Lookup into `*out`, reusing its allocations. With `cursor`, starts from it when it
+  // stopped before j in j's restart interval, and leaves it after j: the same records
+  // are decoded with the same checks, only fewer of them.
+  absl::Status LookupInto(uint32_t j, SampleEntry* out, Cursor* cursor = nullptr) const;
   // Calls fn(j, sample) for every sample in order; `sample` is reused between calls.
   absl::Status ForEach(absl::FunctionRef<void(uint32_t, const SampleEntry&)> fn) const;
 

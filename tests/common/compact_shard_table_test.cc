@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -172,6 +173,52 @@ TEST(CompactShardTableTest, LookupAtRestartBoundaries) {
     absl::StatusOr<SampleEntry> e = table->Lookup(j);
     ASSERT_TRUE(e.ok()) << e.status();
     EXPECT_TRUE(SameEntry(*e, samples[j])) << j;
+  }
+}
+
+// Lookups through a cursor equal lookups without one, whatever the order: increasing
+// runs (which decode on from the cursor), repeats, steps back, jumps into other
+// restart intervals, and a cursor last used on another table.
+TEST(CompactShardTableTest, CursorLookupsEqualRandomLookups) {
+  std::mt19937_64 rng(47);
+  for (uint32_t interval : {1u, 2u, 16u, 64u}) {
+    for (size_t n : {1, 17, 100, 1000}) {
+      SCOPED_TRACE(absl::StrCat("interval ", interval, ", ", n, " samples"));
+      ExtensionTable exts;
+      const std::vector<SampleEntry> samples = RandomSamples(rng, n);
+      const std::string bytes = Encode(samples, &exts, interval);
+      const std::string other_bytes = Encode(RandomSamples(rng, n), &exts, interval);
+      absl::StatusOr<CompactShardTable> table = CompactShardTable::Open(bytes, &exts, Limits());
+      absl::StatusOr<CompactShardTable> other =
+          CompactShardTable::Open(other_bytes, &exts, Limits());
+      ASSERT_TRUE(table.ok() && other.ok());
+      CompactShardTable::Cursor cursor;
+      SampleEntry e;
+      uint32_t j = 0;
+      for (int step = 0; step < 3000; ++step) {
+        switch (rng() % 8) {
+          case 0:
+            j = static_cast<uint32_t>(rng() % n);  // anywhere
+            break;
+          case 1:
+            break;  // the same sample again
+          case 2:
+            j = j > 0 ? j - 1 : j;  // one back
+            break;
+          case 3: {  // the other table, then back to this one
+            const uint32_t k = static_cast<uint32_t>(rng() % n);
+            ASSERT_TRUE(other->LookupInto(k, &e, &cursor).ok());
+            break;
+          }
+          default:
+            j = static_cast<uint32_t>(std::min<uint64_t>(j + 1 + rng() % 3, n - 1));  // on
+        }
+        ASSERT_TRUE(table->LookupInto(j, &e, &cursor).ok());
+        ASSERT_TRUE(SameEntry(e, samples[j])) << "step " << step << " sample " << j;
+      }
+      EXPECT_EQ(table->LookupInto(static_cast<uint32_t>(n), &e, &cursor).code(),
+                absl::StatusCode::kOutOfRange);
+    }
   }
 }
 
