@@ -176,9 +176,16 @@ class BatchAssembler {
   // RESOURCE_EXHAUSTED when its buffer cannot be allocated; a lookup's error
   // (ServedDataset::Lookup: a host error once retried) naming the shard. The batch keeps `grant`
   // (its reservation of batch memory) for its life.
-  absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(const PlannedBatch& planned,
-                                                          const BatchContent& content,
-                                                          BatchGrant grant = {});
+  // `entries` (may be null: looked up here) are LookUp's for `planned`, moved into the
+  // batch: a caller that also asks BatchBytes looks each sample up once for both.
+  absl::StatusOr<std::shared_ptr<AssembledBatch>> Prepare(
+      const PlannedBatch& planned, const BatchContent& content, BatchGrant grant = {},
+      std::vector<SampleEntry>* entries = nullptr);
+
+  // `planned`'s samples' entries (by position; default ones for padding), each looked
+  // up once, a host error retried (ServedDataset::LookupRetrying); a lookup's error
+  // naming the shard, as Prepare's.
+  absl::Status LookUp(const PlannedBatch& planned, std::vector<SampleEntry>* entries) const;
 
   // Queues one task per valid sample of `batch` (made by Prepare from `planned` and
   // `content`). `done(complete)` runs exactly once when every sample is finished,
@@ -194,7 +201,9 @@ class BatchAssembler {
   // members its valid samples send (SentMemberBytes: fields, encoded images; from the
   // index: no I/O but a table's read, see Prepare). A sample whose lookup fails counts
   // nothing here: Prepare meets the same failure and fails the batch.
-  int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content) const;
+  // `entries` (may be null: looked up here) as Prepare's.
+  int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content,
+                     const std::vector<SampleEntry>* entries = nullptr) const;
 
   // Tells the dataset's reader that the members of `planned` that `content` reads (the
   // image, the fields) will be read soon (MemberReader::Prefetch), after loading the
@@ -212,6 +221,12 @@ class BatchAssembler {
   const ServedDataset& data(const SampleRef& ref) const {
     return *datasets_[static_cast<size_t>(ref.dataset)];
   }
+  // The positions of `planned`'s valid samples in the order to look them up: by
+  // dataset, shard and index when a dataset reads its samples from tables, so that each
+  // shard's samples follow one another in increasing order and each decodes on from
+  // the one before (ServedDataset::TableHint) instead of from its restart; in the
+  // batch's order otherwise (a copy from memory costs the same in any order).
+  std::vector<int> LookupOrder(const PlannedBatch& planned) const;
   struct PendingBatch;
   // The sample's image into its slot (pixels, or SampleInfo.encoded), or its
   // substitute, or the batch's failure.

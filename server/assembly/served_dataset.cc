@@ -65,12 +65,16 @@ absl::Status ServedDataset::Lookup(uint32_t shard, uint32_t index, SampleEntry* 
     return absl::OkStatus();
   }
   if (hint != nullptr && hint->table != nullptr && hint->shard == shard) {
-    return hint->table->table().LookupInto(index, out);
+    return hint->table->table().LookupInto(index, out, &hint->cursor);
   }
   absl::StatusOr<std::shared_ptr<const LoadedShardTable>> table = tables_->Get(shard);
   if (!table.ok()) return table.status();
-  if (hint != nullptr) *hint = TableHint{shard, *table};
-  return (*table)->table().LookupInto(index, out);
+  if (hint == nullptr) return (*table)->table().LookupInto(index, out);
+  // The cursor (and its key's allocation) carries over: bound to the old table, the
+  // new one ignores it.
+  hint->shard = shard;
+  hint->table = *std::move(table);
+  return hint->table->table().LookupInto(index, out, &hint->cursor);
 }
 
 absl::Status ServedDataset::LookupRetrying(uint32_t shard, uint32_t index, SampleEntry* out,

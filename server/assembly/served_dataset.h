@@ -62,10 +62,13 @@ class ServedDataset {
   // host error (IsHostIoError), never another sample. OUT_OF_RANGE for a position the
   // shard does not have.
   // `hint` (may be null) keeps the last table looked up, so that the samples of one
-  // shard in a batch take the table cache's lock once, not once each.
+  // shard in a batch take the table cache's lock once, not once each, and where in it
+  // the last lookup stopped, so that samples looked up in increasing order decode
+  // about one record each (CompactShardTable::Cursor).
   struct TableHint {
     uint32_t shard = 0;
     std::shared_ptr<const LoadedShardTable> table;
+    CompactShardTable::Cursor cursor;
   };
   absl::Status Lookup(uint32_t shard, uint32_t index, SampleEntry* out,
                       TableHint* hint = nullptr) const;
@@ -78,6 +81,9 @@ class ServedDataset {
   absl::Status PrefetchTable(uint32_t shard) const;
   // The table cache's figures; nullopt when the samples are in memory.
   std::optional<ShardTableCacheStats> index_table_stats() const;
+  // Whether lookups decode the samples from the index cache's tables (not kept in
+  // memory): their order then matters (Lookup's hint).
+  bool samples_in_tables() const { return tables_ != nullptr; }
 
  private:
   const DatasetIndex index_;  // declared before reader_: the reader refers to it

@@ -56,17 +56,23 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
                                                        " of ", options_.count, " batches"));
       break;
     }
+    // Each sample looked up once, for the batch's size and then for the batch.
+    std::vector<SampleEntry> entries;
+    if (absl::Status found = assembler_->LookUp(launch.planned, &entries); !found.ok()) {
+      launch_error_ = found;
+      break;
+    }
     // No memory, no launch: the window stays shallower until a batch comes back, and
     // the batch waits first in line.
     BatchGrant grant;
     if (options_.memory != nullptr &&
-        !options_.memory->TryAcquire(assembler_->BatchBytes(launch.planned, *options_.content),
-                                     &grant)) {
+        !options_.memory->TryAcquire(
+            assembler_->BatchBytes(launch.planned, *options_.content, &entries), &grant)) {
       relaunch_.push_front(std::move(launch.planned));
       break;
     }
     absl::StatusOr<std::shared_ptr<AssembledBatch>> batch =
-        assembler_->Prepare(launch.planned, *options_.content, std::move(grant));
+        assembler_->Prepare(launch.planned, *options_.content, std::move(grant), &entries);
     if (!batch.ok()) {
       launch_error_ = batch.status();
       break;

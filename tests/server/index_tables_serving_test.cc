@@ -78,9 +78,11 @@ TEST_F(IndexTablesServingTest, AnEpochUnderATinyBoundIsTheReferencesAndSoFromThe
     ServeEpochAndCompare(server, "job", /*epoch=*/1);
     const v1::GetStatusResponse after = GetStatus(server.stub());
     // Below one table, every shard change reads its table again: many loads, and at
-    // most the last table held.
+    // most the last table held. A batch's lookups, sorted by shard, take each of its
+    // shards' tables once: 2 ranks x 18 batches of at most 4 shards.
     EXPECT_GE(after.index_table_loads(), 4);
-    EXPECT_GT(after.index_table_misses() + after.index_table_hits(), 300);
+    EXPECT_GT(after.index_table_misses() + after.index_table_hits(), 0);
+    EXPECT_LE(after.index_table_misses() + after.index_table_hits(), 2 * 18 * 4);
     EXPECT_EQ(after.index_table_load_failures(), 0);
     EXPECT_LT(after.index_memory_bytes(), 75 * 64);  // one table of 75 samples, at most
   }
