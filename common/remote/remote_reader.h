@@ -62,6 +62,7 @@ class RemoteReader : public MemberReader {
 
   absl::StatusOr<std::string> ReadMember(uint32_t shard, const MemberRef& member) override;
   void Prefetch(absl::Span<const MemberLocation> members) override;
+  bool reads_ahead() const override { return true; }
   std::vector<ChangedShard> ChangedShards() const override;
   std::vector<UnreadableShard> UnreadableShards() const override;
 

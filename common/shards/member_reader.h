@@ -48,6 +48,9 @@ class MemberReader {
   // batches). A reader of remote shards starts fetching them; a local one does nothing.
   // Never blocks on I/O.
   virtual void Prefetch(absl::Span<const MemberLocation> members) { (void)members; }
+  // Whether Prefetch does anything: the assembler looks up a coming batch's samples
+  // to announce their members only for a reader that reads ahead.
+  virtual bool reads_ahead() const { return false; }
 
   // Shards found changed so far, in the order they were found.
   virtual std::vector<ChangedShard> ChangedShards() const = 0;

@@ -379,6 +379,11 @@ void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& c
   // The shards' tables first (each once; a no-op with the samples in memory), so that
   // the lookups below and Prepare's find them in the table cache. A shard whose table
   // cannot be read is skipped here: Prepare reports it.
+  // Only a reader that reads ahead is told of members (below): the order is for it.
+  const bool reads_ahead =
+      std::any_of(datasets_.begin(), datasets_.end(),
+                  [](const ServedDataset* d) { return d->reader().reads_ahead(); });
+  const std::vector<int> order = reads_ahead ? LookupOrder(planned) : std::vector<int>();
   for (size_t d = 0; d < datasets_.size(); ++d) {
     const ServedDataset& data = *datasets_[d];
     std::vector<int32_t> unreadable;
@@ -392,12 +397,16 @@ void BatchAssembler::Prefetch(const PlannedBatch& planned, const BatchContent& c
         unreadable.push_back(ref.shard);
       }
     }
+    // A local reader ignores the announcement: looking the samples up for it would
+    // be a third lookup of each (BatchBytes and Prepare make the others) for nothing.
+    if (!data.reader().reads_ahead()) continue;
     std::vector<MemberLocation> members;
     members.reserve(planned.samples.size() * (1 + content.fields.size()));
     SampleEntry entry;
     ServedDataset::TableHint hint;
-    for (const SampleRef& ref : planned.samples) {
-      if (!ref.valid() || static_cast<size_t>(ref.dataset) != d) continue;
+    for (int i : order) {
+      const SampleRef& ref = planned.samples[i];
+      if (static_cast<size_t>(ref.dataset) != d) continue;
       const uint32_t shard = static_cast<uint32_t>(ref.shard);
       // A failed lookup is Prepare's to report; the read-ahead is only a hint.
       if (std::find(unreadable.begin(), unreadable.end(), ref.shard) != unreadable.end() ||

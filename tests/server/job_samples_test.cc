@@ -285,6 +285,7 @@ class AnnouncedMembers : public MemberReader {
   void Prefetch(absl::Span<const MemberLocation> members) override {
     announced_->insert(announced_->end(), members.begin(), members.end());
   }
+  bool reads_ahead() const override { return true; }
   std::vector<ChangedShard> ChangedShards() const override { return {}; }
   std::vector<UnreadableShard> UnreadableShards() const override { return {}; }
 
