@@ -123,6 +123,10 @@ struct DecodeState {
 
 // Decodes the record at the reader into `*e` (whose key is the previous record's, or
 // anything at a restart, where `restart` makes it share nothing) and bounds it.
+// kWhole false (a record passed on the way to the one looked up): the same checks, but
+// only the key and `state` are kept, which the next record is decoded against; the
+// label, image and members of `*e` are left as they were.
+template <bool kWhole = true>
 absl::Status DecodeRecord(ByteReader& r, bool restart, const ExtensionTable& exts,
                           const ShardTableLimits& limits, DecodeState* state, SampleEntry* e) {
   uint64_t shared = 0, suffix_len = 0;
@@ -148,9 +152,9 @@ absl::Status DecodeRecord(ByteReader& r, bool restart, const ExtensionTable& ext
   if (!r.Varint(&label) || !r.Varint(&image) || !r.Varint(&member_count)) {
     return CorruptTable(absl::StrCat(where(), "truncated"));
   }
-  e->label = UnZigZag(label);
-  if (e->label < -1 || e->label >= limits.max_classes) {
-    return CorruptTable(absl::StrCat(where(), "label ", e->label, " out of range"));
+  const int64_t decoded_label = UnZigZag(label);
+  if (decoded_label < -1 || decoded_label >= limits.max_classes) {
+    return CorruptTable(absl::StrCat(where(), "label ", decoded_label, " out of range"));
   }
   // Also below kNoImageMember, so that every image index fits SampleEntry's uint32.
   if (member_count > r.left() / kMinMemberBytes || member_count >= kNoImageMember) {
@@ -159,25 +163,33 @@ absl::Status DecodeRecord(ByteReader& r, bool restart, const ExtensionTable& ext
   if (image > member_count) {
     return CorruptTable(absl::StrCat(where(), "image member ", image - 1, " of ", member_count));
   }
-  e->image_member = image == 0 ? kNoImageMember : static_cast<uint32_t>(image - 1);
-
-  e->members.resize(member_count);
-  for (MemberRef& m : e->members) {
-    uint64_t ext_id = 0, delta = 0;
-    if (!r.Varint(&ext_id) || !r.Varint(&delta) || !r.Varint(&m.size)) {
+  if constexpr (kWhole) {
+    e->label = decoded_label;
+    e->image_member = image == 0 ? kNoImageMember : static_cast<uint32_t>(image - 1);
+    e->members.resize(member_count);
+  }
+  for (uint64_t k = 0; k < member_count; ++k) {
+    uint64_t ext_id = 0, delta = 0, size = 0;
+    if (!r.Varint(&ext_id) || !r.Varint(&delta) || !r.Varint(&size)) {
       return CorruptTable(absl::StrCat(where(), "a truncated member"));
     }
     if (ext_id >= exts.size()) {
       return CorruptTable(absl::StrCat(where(), "extension id ", ext_id, " of ", exts.size()));
     }
-    m.ext = exts.ext(static_cast<uint32_t>(ext_id));
-    m.offset = PredictedOffset(state->prev_end) + static_cast<uint64_t>(UnZigZag(delta));
-    if (m.offset > limits.data_size || m.size > limits.data_size - m.offset) {
-      return CorruptTable(absl::StrCat(where(), "member .", m.ext, " at ", m.offset, " (", m.size,
-                                       " bytes) lies past the shard's end (", limits.data_size,
-                                       ")"));
+    const uint64_t offset =
+        PredictedOffset(state->prev_end) + static_cast<uint64_t>(UnZigZag(delta));
+    if (offset > limits.data_size || size > limits.data_size - offset) {
+      return CorruptTable(
+          absl::StrCat(where(), "member .", exts.ext(static_cast<uint32_t>(ext_id)), " at ", offset,
+                       " (", size, " bytes) lies past the shard's end (", limits.data_size, ")"));
     }
-    state->prev_end = m.offset + m.size;
+    if constexpr (kWhole) {
+      MemberRef& m = e->members[k];
+      m.ext = exts.ext(static_cast<uint32_t>(ext_id));
+      m.offset = offset;
+      m.size = size;
+    }
+    state->prev_end = offset + size;
   }
   return absl::OkStatus();
 }
@@ -351,7 +363,9 @@ absl::StatusOr<CompactShardTable> CompactShardTable::Open(absl::string_view byte
       }
       state = DecodeState();
     }
-    if (absl::Status s = DecodeRecord(records, restart, *exts, limits, &state, &e); !s.ok()) {
+    // Checked, not kept: the same checks as a lookup's, without building the entry.
+    if (absl::Status s = DecodeRecord<false>(records, restart, *exts, limits, &state, &e);
+        !s.ok()) {
       return s;
     }
   }
@@ -380,7 +394,11 @@ absl::Status CompactShardTable::LookupInto(uint32_t j, SampleEntry* out, Cursor*
   if (start > records_.size()) return CorruptTable("restart past the records");
   ByteReader r(records_.substr(start));
   for (; i <= j; ++i) {
-    if (absl::Status s = DecodeRecord(r, i == first, *exts_, limits_, &state, out); !s.ok()) {
+    // Only j's record whole: those before it give its key and offsets.
+    const absl::Status s = i == j
+                               ? DecodeRecord<true>(r, i == first, *exts_, limits_, &state, out)
+                               : DecodeRecord<false>(r, i == first, *exts_, limits_, &state, out);
+    if (!s.ok()) {
       if (cursor != nullptr) cursor->table = nullptr;
       return s;
     }
