@@ -53,7 +53,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--shuffle", choices=("buffer", "sample", "none"), default="buffer")
     p.add_argument("--only", choices=("members", "images"), default=None)
     p.add_argument(
-        "--index-memory", default=None, help="the tables' server's --index-memory (default: its own)"
+        "--index-memory",
+        default=None,
+        help="the tables' server's --index-memory (default: its own)",
     )
     return p.parse_args()
 
@@ -155,9 +157,9 @@ def summary(kind: str, runs: Dict[str, List[Run]]) -> str:
         f"| {statistics.median(y.rate for y in m):,.0f} "
         f"| **{statistics.median(ratios):.3f}** ({min(ratios):.2f}-{max(ratios):.2f}) "
         f"| {best_t:,.0f} / {best_m:,.0f} = {best_t / best_m:.3f} "
-        f"| {statistics.median(x.cpu_us for x in t):.2f} / "
+        f"| {statistics.median(x.cpu_us for x in t):.2f}, "
         f"{statistics.median(y.cpu_us for y in m):.2f} "
-        f"= {statistics.median(cpu_ratios):.3f} "
+        f"({statistics.median(cpu_ratios):.3f}) "
         f"| {min(loads):.1f}-{max(loads):.1f} |"
     )
 
@@ -172,7 +174,9 @@ def main() -> None:
     if a.only in (None, "members"):
         data = a.work / f"data-{a.members}"
         make_dataset(data, a.members, a.shards)
-        print(f"members-only: {a.members} samples of one 16-byte txt, {a.shards} shards", flush=True)
+        print(
+            f"members-only: {a.members} samples of one 16-byte txt, {a.shards} shards", flush=True
+        )
         rows.append(summary("members-only samples/s", measure(build, "members", data, a)))
     if a.only in (None, "images"):
         data = a.work / f"images-{a.images}-{a.image_size}"
@@ -188,7 +192,8 @@ def main() -> None:
     print()
     print(
         "| served | pairs | tables, median | in memory, median | ratio, median (range) "
-        "| best of each | server CPU us/sample, tables / in memory = ratio | load |"
+        "| best of each | server CPU us/sample: tables, in memory (median of in memory / tables) "
+        "| load |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
