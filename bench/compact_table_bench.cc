@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
               static_cast<double>(sizeof(SampleEntry)));
   std::printf("%-52s %10.1f\n", "  of which members' arrays (malloc_usable_size)",
               static_cast<double>(usable) / samples);
-  std::printf("%-52s %10.2f\n", "compact shard tables (restart every 16)",
+  std::printf("%-52s %10.2f\n", "compact shard tables (default restart interval)",
               static_cast<double>(table_bytes) / samples);
   std::printf("%-52s %10zu\n", "  + extension table, once per dataset (bytes)", ext_bytes.size());
   std::printf("\n%-52s %10s\n", "codec, CPU time of one thread", "ns/sample");
