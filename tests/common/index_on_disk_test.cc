@@ -394,15 +394,32 @@ TEST(IndexOnDiskTest, CancelStopsIndexingAndCachesNothing) {
   EXPECT_TRUE(FilesIn(cache).empty());
 }
 
-int64_t PeakHeapWhileIndexing(const std::string& data, const IndexOptions& options) {
+// The heap's peak while `fn` runs, above its level when it starts.
+template <typename Fn>
+int64_t PeakHeapOf(Fn fn) {
   const int64_t base = g_live.load();
   g_peak = base;
-  absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data, options);
-  EXPECT_TRUE(index.ok()) << index.status();
+  fn();
   return g_peak.load() - base;
 }
 
+int64_t PeakHeapWhileIndexing(const std::string& data, const IndexOptions& options) {
+  return PeakHeapOf([&] {
+    absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data, options);
+    EXPECT_TRUE(index.ok()) << index.status();
+  });
+}
+
 constexpr int kShards = 200, kPerShard = 500;
+constexpr int64_t kSamples = int64_t{kShards} * kPerShard;
+
+// Prints both peaks per sample and expects the one on disk under a quarter of the other.
+void ExpectOnDiskAFraction(const char* what, int64_t in_memory, int64_t on_disk) {
+  std::printf("peak heap %s %lld samples: in memory %.1f B/sample, on disk %.1f B/sample\n", what,
+              static_cast<long long>(kSamples), static_cast<double>(in_memory) / kSamples,
+              static_cast<double>(on_disk) / kSamples);
+  EXPECT_LT(on_disk, in_memory / 4) << what;
+}
 
 // kShards shards of kPerShard members-only samples in `data`.
 void MakeManySmallShards(const std::string& data) {
@@ -424,13 +441,7 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
   MakeManySmallShards(data);
   const int64_t in_memory = PeakHeapWhileIndexing(data, Options(tmp.path() + "/mem", false));
   const int64_t on_disk = PeakHeapWhileIndexing(data, Options(tmp.path() + "/disk", true));
-  const int64_t samples = int64_t{kShards} * kPerShard;
-  std::printf(
-      "peak heap while indexing %lld samples: in memory %.1f B/sample, on disk %.1f "
-      "B/sample (%lld bytes)\n",
-      static_cast<long long>(samples), static_cast<double>(in_memory) / samples,
-      static_cast<double>(on_disk) / samples, static_cast<long long>(on_disk));
-  EXPECT_LT(on_disk, in_memory / 4);
+  ExpectOnDiskAFraction("while indexing", in_memory, on_disk);
   // Records of the shards plus a window of shards in flight (2 threads): well under a
   // fifth of the samples' vectors.
   EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 8 * kPerShard * 400 + (1 << 20));
@@ -448,22 +459,15 @@ TEST(IndexOnDiskTest, HeapLoadingAnIndexFileGrowsWithShardsNotSamples) {
   std::atomic<int> scans{0};
   auto peak_loading = [&](const IndexOptions& options) {
     ShardListing listing = StoreListing(data, index_file, &scans);
-    const int64_t base = g_live.load();
-    g_peak = base;
-    absl::StatusOr<DatasetIndex> index = BuildIndexFromListing(std::move(listing), options);
-    EXPECT_TRUE(index.ok() && index->loaded_from_index_file) << index.status();
-    return g_peak.load() - base;
+    return PeakHeapOf([&] {
+      absl::StatusOr<DatasetIndex> index = BuildIndexFromListing(std::move(listing), options);
+      EXPECT_TRUE(index.ok() && index->loaded_from_index_file) << index.status();
+    });
   };
   const int64_t in_memory = peak_loading(Options(tmp.path() + "/mem", false));
   const int64_t on_disk = peak_loading(Options(tmp.path() + "/disk", true));
   EXPECT_EQ(scans.load(), 0);
-  const int64_t samples = int64_t{kShards} * kPerShard;
-  std::printf(
-      "peak heap loading an index file of %lld samples (%zu bytes): in memory %.1f B/sample, "
-      "on disk %.1f B/sample\n",
-      static_cast<long long>(samples), index_file.size(), static_cast<double>(in_memory) / samples,
-      static_cast<double>(on_disk) / samples);
-  EXPECT_LT(on_disk, in_memory / 4);
+  ExpectOnDiskAFraction("loading an index file of", in_memory, on_disk);
   EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 4 * kPerShard * 400 + (1 << 20));
 }
 
@@ -478,14 +482,13 @@ TEST(IndexOnDiskTest, IndexFileWrittenInHeapThatGrowsWithShards) {
   absl::StatusOr<DatasetIndex> index = BuildDatasetIndex(data, options);
   ASSERT_TRUE(index.ok()) << index.status();
   ASSERT_TRUE(index->samples_released);
-  const int64_t base = g_live.load();
-  g_peak = base;
   uint64_t file_bytes = 0;
-  ASSERT_TRUE(WriteIndexFile(*index, options, [&](absl::string_view piece) {
-                file_bytes += piece.size();
-                return absl::OkStatus();
-              }).ok());
-  const int64_t peak = g_peak.load() - base;
+  const int64_t peak = PeakHeapOf([&] {
+    EXPECT_TRUE(WriteIndexFile(*index, options, [&](absl::string_view piece) {
+                  file_bytes += piece.size();
+                  return absl::OkStatus();
+                }).ok());
+  });
   std::printf("peak heap writing an index file of %d samples (%llu bytes): %lld bytes\n",
               kShards * kPerShard, static_cast<unsigned long long>(file_bytes),
               static_cast<long long>(peak));
