@@ -194,9 +194,9 @@ absl::StatusOr<std::vector<ShardInfo>> ListShards(const std::string& root,
 // names, sizes and content digests, every sample's key, label and member offsets) and
 // nothing else. Two replicas holding the same bytes agree on it however the files
 // were copied; two whose bytes differ anywhere do not (the digest covers every byte
-// that can reach a batch); mtimes only decide whether a cache is still valid.
-// The content fingerprint taken a served shard at a time, in shard order: from samples
-// in memory, or read back from tables one shard at a time.
+// that can reach a batch); mtimes only decide whether a cache is still valid. Taken a
+// served shard at a time, in shard order: from samples in memory, or read back from
+// tables one shard at a time.
 class FingerprintDigest {
  public:
   // The served shards' count leads the digest.
@@ -226,6 +226,7 @@ std::string ContentFingerprint(const std::vector<const ShardInfo*>& shards,
   return h.Hex();
 }
 
+// The shards `scan` serves (not skipped).
 size_t ServedShards(const ScanOutcome& scan) {
   size_t served = 0;
   for (const std::string& reason : scan.skip_reasons) served += reason.empty() ? 1 : 0;
