@@ -344,32 +344,15 @@ void BatchAssembler::Launch(std::shared_ptr<AssembledBatch> batch, const Planned
 }
 
 int64_t BatchAssembler::BatchBytes(const PlannedBatch& planned, const BatchContent& content,
-                                   const std::vector<SampleEntry>* entries) const {
+                                   const std::vector<SampleEntry>& entries) const {
   const int64_t pixels =
       content.pixels() ? int64_t{3} * content.transform.crop * content.transform.crop : 0;
   int64_t bytes = pixels * static_cast<int64_t>(planned.samples.size());
   if (content.fields.empty() && !content.encoded_images()) return bytes;
-  if (entries != nullptr && entries->size() == planned.samples.size()) {
-    for (size_t i = 0; i < planned.samples.size(); ++i) {
-      if (!planned.samples[i].valid()) continue;
-      bytes += static_cast<int64_t>(SentMemberBytes(
-          (*entries)[i], content.fields, content.encoded_images(), limits_.max_member_bytes));
-    }
-    return bytes;
-  }
-  SampleEntry entry;
-  std::vector<ServedDataset::TableHint> hints(datasets_.size());  // one per dataset
-  for (int i : LookupOrder(planned)) {
-    const SampleRef& ref = planned.samples[i];
-    // One failure is enough: Prepare meets it again (retried) and fails the batch.
-    if (!data(ref)
-             .Lookup(static_cast<uint32_t>(ref.shard), static_cast<uint32_t>(ref.index), &entry,
-                     &hints[static_cast<size_t>(ref.dataset)])
-             .ok()) {
-      break;
-    }
-    bytes += static_cast<int64_t>(
-        SentMemberBytes(entry, content.fields, content.encoded_images(), limits_.max_member_bytes));
+  for (size_t i = 0; i < planned.samples.size() && i < entries.size(); ++i) {
+    if (!planned.samples[i].valid()) continue;
+    bytes += static_cast<int64_t>(SentMemberBytes(
+        entries[i], content.fields, content.encoded_images(), limits_.max_member_bytes));
   }
   return bytes;
 }

@@ -198,12 +198,11 @@ class BatchAssembler {
               std::function<void(bool complete)> done);
 
   // The bytes `planned` takes in batch memory with `content`: its pixels and the
-  // members its valid samples send (SentMemberBytes: fields, encoded images; from the
-  // index: no I/O but a table's read, see Prepare). A sample whose lookup fails counts
-  // nothing here: Prepare meets the same failure and fails the batch.
-  // `entries` (may be null: looked up here) as Prepare's.
+  // members its valid samples send (SentMemberBytes: fields, encoded images), from
+  // `entries`, LookUp's for `planned`: the samples are looked up once, for this and for
+  // Prepare.
   int64_t BatchBytes(const PlannedBatch& planned, const BatchContent& content,
-                     const std::vector<SampleEntry>* entries = nullptr) const;
+                     const std::vector<SampleEntry>& entries) const;
 
   // Tells the dataset's reader that the members of `planned` that `content` reads (the
   // image, the fields) will be read soon (MemberReader::Prefetch), after loading the

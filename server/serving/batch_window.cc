@@ -67,7 +67,7 @@ std::vector<BatchWindow::Launch> BatchWindow::PlanLaunchesLocked() {
     BatchGrant grant;
     if (options_.memory != nullptr &&
         !options_.memory->TryAcquire(
-            assembler_->BatchBytes(launch.planned, *options_.content, &entries), &grant)) {
+            assembler_->BatchBytes(launch.planned, *options_.content, entries), &grant)) {
       relaunch_.push_front(std::move(launch.planned));
       break;
     }

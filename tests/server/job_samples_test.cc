@@ -205,16 +205,20 @@ TEST_F(JobSamplesTest, ABatchTakesItsPixelsAndItsMembersInBatchMemory) {
   planned.samples = {SampleRef{0, 4, 1}, SampleRef{0, 5, 2}, SampleRef{}};  // t004, t005, pad
   const int64_t members = static_cast<int64_t>(written_.at("t004").at("txt").size() +
                                                written_.at("t005").at("json").size());
-  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{false, {}, config.fields}), members);
+  std::vector<SampleEntry> entries;
+  ASSERT_TRUE(assembler.LookUp(planned, &entries).ok());
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{false, {}, config.fields}, entries),
+            members);
   TransformSpec transform;
   transform.crop = 10;
-  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, config.fields}),
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, config.fields}, entries),
             3 * 300 + members);
-  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, {}}), 3 * 300);
+  EXPECT_EQ(assembler.BatchBytes(planned, BatchContent{true, transform, {}}, entries), 3 * 300);
   // Encoded delivery: no pixels; the images as stored (these samples have none).
-  EXPECT_EQ(assembler.BatchBytes(
-                planned, BatchContent{true, transform, config.fields, ImageDelivery::kEncoded}),
-            members);
+  EXPECT_EQ(
+      assembler.BatchBytes(
+          planned, BatchContent{true, transform, config.fields, ImageDelivery::kEncoded}, entries),
+      members);
 }
 
 TEST(SentMemberBytesTest, AnEncodedImageCountsAsStoredUnlessOverTheMemberLimit) {
