@@ -1290,11 +1290,11 @@ absl::StatusOr<std::optional<ScanOutcome>> OutcomeFromIndexFile(const ShardListi
 }
 
 // An index file's shard `i` (located by a header-only parse, `from_file`) decoded from
-// the file's bytes into `*samples`; DATA_LOSS for a table that fails its checks.
+// the file's bytes into `*samples`; DATA_LOSS for a table that fails its checks, a
+// skipped shard's (empty) table included, as a full parse checks every table.
 absl::Status IndexFileSamples(const std::string& file, const ScanOutcome& from_file, size_t i,
                               std::vector<SampleEntry>* samples) {
   samples->clear();
-  if (!from_file.skip_reasons[i].empty()) return absl::OkStatus();
   const ShardTableLocation& at = from_file.tables[i];
   if (at.offset > file.size() || at.size > file.size() - at.offset) {
     return absl::DataLossError("a shard table lies past the index file's end");
@@ -1302,6 +1302,10 @@ absl::Status IndexFileSamples(const std::string& file, const ScanOutcome& from_f
   absl::StatusOr<CompactShardTable> table = CompactShardTable::Open(
       absl::string_view(file).substr(at.offset, at.size), from_file.exts.get(), at.limits);
   if (!table.ok()) return table.status();
+  if (!from_file.skip_reasons[i].empty()) {
+    return table->size() == 0 ? absl::OkStatus()
+                              : absl::DataLossError("a skipped shard with samples");
+  }
   return table->ForEach([&](uint32_t, const SampleEntry& e) { samples->push_back(e); });
 }
 

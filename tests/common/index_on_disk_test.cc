@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "common/shards/content_digest.h"
 #include "common/shards/dataset_index.h"
+#include "common/shards/index_cache_format.h"
 #include "gtest/gtest.h"
 #include "tests/common/shard_test_util.h"
 
@@ -445,6 +446,50 @@ TEST(IndexOnDiskTest, HeapWhileIndexingGrowsWithShardsNotSamples) {
   // Records of the shards plus a window of shards in flight (2 threads): well under a
   // fifth of the samples' vectors.
   EXPECT_LT(on_disk, int64_t{kShards} * 4096 + 8 * kPerShard * 400 + (1 << 20));
+}
+
+// Hostile index files next to the shards of a server whose samples stay on disk: empty,
+// garbage, oversized, truncated, a table's byte flipped (with and without the file's
+// checksum sealed again over it). Each is warned about and the shards are scanned:
+// the index is the shards', never the file's damage.
+TEST(IndexOnDiskTest, AHostileIndexFileIsWarnedAboutAndTheShardsAreScanned) {
+  ScopedTempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  MakeDataset(data, DatasetSpec{});
+  absl::StatusOr<DatasetIndex> local = BuildDatasetIndex(data, {});
+  ASSERT_TRUE(local.ok()) << local.status();
+  const std::string good = SerializeIndexFile(*local, {}).value();
+  const size_t body = good.size() - kChecksumRecordBytes;
+  std::string flipped = good;
+  flipped[body - 5] ^= 0x01;  // inside the last shard's table (shard-99: skipped, empty)
+  std::string flipped_earlier = good;
+  flipped_earlier[body * 3 / 4] ^= 0x01;
+  const std::vector<std::pair<std::string, std::string>> hostile = {
+      {"empty", ""},
+      {"garbage", std::string(5000, '\xff')},
+      {"oversized", std::string(64 << 20, 'x')},
+      {"truncated", good.substr(0, good.size() / 2)},
+      {"a table's byte flipped", flipped},
+      {"a table's byte flipped, the file sealed again", SealWithChecksum(flipped.substr(0, body))},
+      {"a byte three quarters in flipped, the file sealed again",
+       SealWithChecksum(flipped_earlier.substr(0, body))},
+  };
+  int n = 0;
+  for (const auto& [what, file] : hostile) {
+    std::atomic<int> scans{0};
+    absl::StatusOr<DatasetIndex> index =
+        BuildIndexFromListing(StoreListing(data, file, &scans),
+                              Options(tmp.path() + "/cache-" + std::to_string(n++), true));
+    ASSERT_TRUE(index.ok()) << what << ": " << index.status();
+    EXPECT_FALSE(index->loaded_from_index_file) << what;
+    EXPECT_GT(scans.load(), 0) << what;
+    EXPECT_EQ(index->fingerprint, local->fingerprint) << what;
+    EXPECT_EQ(Samples(*index), Samples(*local)) << what;
+    EXPECT_TRUE(std::any_of(
+        index->warnings.begin(), index->warnings.end(),
+        [](const std::string& w) { return w.find(kIndexFileName) != std::string::npos; }))
+        << what << ": no warning names the index file";
+  }
 }
 
 // A remote dataset's index file of 200 shards x 500 samples, every shard vouched for:
