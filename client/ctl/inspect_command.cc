@@ -97,9 +97,10 @@ absl::StatusOr<InspectFlags> ParseFlags(const std::vector<std::string>& args) {
 }
 
 // Samples per label, for the class table: read a shard at a time (from the index cache
-// when the samples are on disk).
+// when the samples are on disk); none read without classes.
 absl::StatusOr<std::map<int64_t, int64_t>> LabelCounts(const DatasetIndex& index) {
   std::map<int64_t, int64_t> counts;
+  if (index.num_classes == 0) return counts;
   for (uint32_t shard = 0; shard < index.shards.size(); ++shard) {
     absl::Status read =
         ForEachSample(index, shard, [&](uint32_t, const SampleEntry& e) { ++counts[e.label]; });

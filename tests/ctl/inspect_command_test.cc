@@ -278,6 +278,24 @@ TEST_F(InspectCommandTest, IndexWritesTheIndexFileOfTheShards) {
       << "the file differs from the library's index file";
 }
 
+// A $TMPDIR that cannot hold the temporary cache (missing, a file) fails with the reason
+// and the path, exit 1; an empty one means /tmp.
+TEST_F(InspectCommandTest, AnUnusableTmpdirIsAClearError) {
+  shard_testing::WriteFile(tmp_ / "a-file", "x");
+  for (const std::string& tmpdir : {tmp_ / "missing", tmp_ / "a-file"}) {
+    const std::string data = shard_testing::ShellQuote(data_);
+    for (const std::string& command : {"inspect " + data, "index " + data + " -o " + tmp_ / "o"}) {
+      const Result r = testing_util::RunShellCapture("TMPDIR=" + shard_testing::ShellQuote(tmpdir) +
+                                                     " " + kCtl + " " + command + " 2>&1");
+      EXPECT_EQ(r.exit_code, 1) << command << tmpdir << ": " << r.out;
+      EXPECT_TRUE(absl::StrContains(r.out, "cannot make a temporary index cache")) << r.out;
+      EXPECT_TRUE(absl::StrContains(r.out, tmpdir)) << r.out;
+    }
+  }
+  const Result r = RunCtlWithTmpdir("", "inspect " + shard_testing::ShellQuote(data_));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+}
+
 TEST_F(InspectCommandTest, ErrorsExitNonZeroWithTheReason) {
   Result r = RunCtl("inspect " + tmp_ / "missing", true);
   EXPECT_EQ(r.exit_code, 1);
